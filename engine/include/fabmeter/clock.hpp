@@ -1,0 +1,62 @@
+// Timestamps for the data path: invariant TSC when the CPU has one, otherwise
+// CLOCK_MONOTONIC_RAW. Ticks are what the hot path records; conversion to
+// nanoseconds happens after the run.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <time.h>
+#include <x86intrin.h>
+
+namespace fm {
+
+enum class ClockSource { tsc, monotonic };
+
+class Clock {
+ public:
+  // Calibrates the TSC against CLOCK_MONOTONIC_RAW (about 50 ms) unless the
+  // TSC is not invariant or `want_tsc` is false, in which case ticks are ns.
+  explicit Clock(bool want_tsc = true);
+
+  // rdtscp waits for earlier instructions, so a timestamp taken right after a
+  // message is seen cannot be hoisted above the load that saw it.
+  [[gnu::always_inline]] uint64_t ticks() const {
+    if (source_ == ClockSource::tsc) {
+      unsigned aux;
+      return __rdtscp(&aux);
+    }
+    return mono_ns();
+  }
+
+  double to_ns(double dticks) const { return dticks * ns_per_tick_; }
+  // Nanoseconds on the CLOCK_MONOTONIC_RAW time base, comparable across
+  // processes on one host (used for cross-host clock offset estimates).
+  double ticks_to_mono_ns(uint64_t t) const {
+    return mono0_ns_ + (static_cast<double>(t) - static_cast<double>(tick0_)) * ns_per_tick_;
+  }
+  uint64_t ns_to_ticks(double ns) const { return static_cast<uint64_t>(ns / ns_per_tick_); }
+
+  ClockSource source() const { return source_; }
+  const char* source_name() const { return source_ == ClockSource::tsc ? "tsc" : "clock_gettime"; }
+  double ns_per_tick() const { return ns_per_tick_; }
+  double tsc_ghz() const { return source_ == ClockSource::tsc ? 1.0 / ns_per_tick_ : 0.0; }
+  // Measured cost of one ticks() call, in ns.
+  double timestamp_cost_ns() const { return cost_ns_; }
+  static bool tsc_invariant();
+  static uint64_t mono_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+  }
+  static double measure_cost_ns(const Clock& c, int n);
+
+ private:
+  ClockSource source_;
+  double ns_per_tick_ = 1.0;
+  uint64_t tick0_ = 0;
+  double mono0_ns_ = 0;
+  double cost_ns_ = 0;
+};
+
+inline void cpu_relax() { _mm_pause(); }
+
+}  // namespace fm

@@ -1,0 +1,18 @@
+// CPU placement and the environment a result is recorded with.
+#pragma once
+#include <string>
+
+#include "fabmeter/clock.hpp"
+#include "fabmeter/results.hpp"
+
+namespace fm {
+
+// Pins the calling thread; usage error if the CPU does not exist or is not allowed.
+void pin_to_cpu(int cpu);
+// Same value on every process of one booted machine (network namespaces
+// included): tells whether both ends share one TSC and one /dev/shm.
+std::string host_id();
+// What this end ran on: kernel, CPU, clock, pinning, compiler and libc.
+JsonObj engine_env(const Clock& clk, int cpu);
+
+}  // namespace fm

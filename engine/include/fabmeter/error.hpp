@@ -1,0 +1,24 @@
+// Errors that end a run. The kind decides the exit code, so a user (or the
+// Python orchestrator) can tell bad input from a failed peer.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace fm {
+
+enum class ErrorKind {
+  usage = 2,     // bad argument or impossible combination: fix the command
+  runtime = 3,   // peer lost, timeout, system call failed
+};
+
+struct Error : std::runtime_error {
+  ErrorKind kind;
+  Error(ErrorKind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
+};
+
+[[noreturn]] inline void usage_error(const std::string& msg) { throw Error(ErrorKind::usage, msg); }
+[[noreturn]] inline void runtime_error(const std::string& msg) { throw Error(ErrorKind::runtime, msg); }
+// A failed system call: message plus strerror(errno).
+[[noreturn]] void sys_error(const std::string& what);
+
+}  // namespace fm

@@ -1,0 +1,77 @@
+// One parameter struct for every experiment and transport (as UCX perftest).
+// The option table below is the single source of the knob names: the engine
+// CLI, the control-channel handshake, run.json and the Python CLI (which
+// reads `fabmeter-engine options`) all use it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fm {
+
+enum class Poll { busy, event };
+
+struct Params {
+  std::string experiment;           // lat | oneway | bw
+  std::string transport = "shm";    // shm | tcp | udp
+  Poll poll = Poll::busy;
+
+  uint64_t size = 32;               // message size in bytes
+  bool sweep = false;               // -a: 1 B .. max_size by powers of two
+  uint64_t max_size = 8u << 20;     // upper end of the sweep
+  uint64_t iters = 0;               // -n; 0 = the experiment's default
+  double duration = 0;              // seconds; replaces -n when > 0
+  int64_t warmup = -1;              // -1 = the experiment's default
+
+  // oneway
+  uint64_t bursts = 10;
+  uint64_t burst_size = 1000;
+  double pause_us = 100;
+  double threshold_us = 10;
+
+  // bw
+  bool bidir = false;
+  uint32_t tx_depth = 128;
+
+  // transport knobs
+  uint32_t rq_depth = 256;          // receive queue depth (shm: ring slots)
+  uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
+
+  std::string clock = "tsc";        // tsc | monotonic
+  uint32_t timeout_ms = 5000;       // connect and control-channel waits
+};
+
+struct OptSpec {
+  const char* name;      // long name, with '-' (the JSON/TOML key uses '_')
+  char short_name;       // 0 if none
+  const char* metavar;   // "" for flags
+  const char* scope;     // experiments it applies to: "all" or "lat,oneway"
+  const char* help;
+  std::function<void(Params&, std::string_view)> set;
+  std::function<std::string(const Params&)> get;
+};
+
+const std::vector<OptSpec>& option_table();
+const OptSpec* find_option(std::string_view name_or_short);
+
+// Parses --name value / --name=value / -s value / flags into p. Unknown
+// options and bad values are usage errors.
+void parse_options(Params& p, const std::vector<std::string>& args);
+// key=value lines (control channel) <-> Params.
+std::string encode_params(const Params& p);
+Params decode_params(std::string_view text);
+// Impossible combinations and out-of-range values; throws usage_error.
+void validate(const Params& p);
+
+// Sizes of this run: one, or the sweep up to min(max_size, transport_max).
+std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max);
+// Iterations and warm-up for one size: large messages get fewer, as fabtests.
+uint64_t iters_for(const Params& p, uint64_t size);
+uint64_t warmup_for(const Params& p, uint64_t size);
+
+const char* poll_name(Poll p);
+std::string key_of(const char* option_name);  // "tx-depth" -> "tx_depth"
+
+}  // namespace fm

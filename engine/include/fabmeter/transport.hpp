@@ -1,0 +1,58 @@
+// The transport contract. Every transport is a concrete class with these
+// members; experiments are templates over it, instantiated per transport and
+// picked from a table at run time (src/experiment/session.cpp), so the hot
+// path has no virtual call (as UCX perftest).
+//
+//   explicit T(const Params&, Role);           // allocate; no I/O yet
+//   static Caps caps(const Params&);            // what it can do, before connecting
+//   void connect(Ctrl&, uint64_t max_msg);      // exchange addresses over the control channel
+//   nlohmann-free description of what was granted:
+//   void describe(JsonObject&) const;           // socket buffers, ring slots, ... for run.json
+//
+//   Data path (never blocks, never allocates):
+//   bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id);
+//        false = no room now (ring full, socket buffer full, send still in
+//        flight): call poll_recv/poll_send_comp and retry. `buf` must stay
+//        unchanged until the send completes (caps.send_completions) or, for
+//        transports that copy on post, until post_send returns.
+//   bool poll_recv(RecvMsg&);                   // next message if one is there
+//   void release(const RecvMsg&);               // give the buffer back; before the next poll_recv
+//   int  poll_send_comp(uint64_t* wr_ids, int max); // completed signaled sends; also drives progress
+//
+//   Event mode (Poll::event), each bounded by a short slice (<= kWaitSliceMs)
+//   so the caller can look at its guard between waits:
+//   bool wait_recv(RecvMsg&);                   // sleep until a message arrives; false on slice timeout
+//   void wait_send();                           // sleep until post_send may succeed
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace fm {
+
+enum class Role { client, server };
+
+struct Caps {
+  uint64_t max_msg_size;      // largest message a post_send accepts
+  uint32_t max_inline;        // 0 = no inline sends
+  bool reliable;              // every message arrives (or the run fails)
+  bool ordered;               // in the order sent
+  bool supports_write;        // RDMA write with immediate
+  bool send_completions;      // reports when a send finished (gives t_comp)
+  bool same_host_only;        // both ends must share memory
+};
+
+enum SendFlags : uint32_t {
+  kSendSignaled = 1u << 0,    // ask for a send completion
+  kSendInline = 1u << 1,
+};
+
+struct RecvMsg {
+  const std::byte* data;
+  uint32_t len;
+  uint32_t imm;
+  uint64_t slot;              // transport's own bookkeeping for release()
+};
+
+constexpr int kWaitSliceMs = 50;
+
+}  // namespace fm

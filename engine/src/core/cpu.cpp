@@ -1,0 +1,55 @@
+#include "fabmeter/cpu.hpp"
+
+#include <gnu/libc-version.h>
+#include <sched.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "fabmeter/error.hpp"
+
+namespace fm {
+
+void pin_to_cpu(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0)
+    usage_error("cannot pin to CPU " + std::to_string(cpu) + " (this machine has " +
+                std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " online CPUs)");
+}
+
+std::string host_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+JsonObj engine_env(const Clock& clk, int cpu) {
+  utsname u{};
+  uname(&u);
+  std::string model;
+  std::ifstream ci("/proc/cpuinfo");
+  for (std::string line; std::getline(ci, line);)
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  JsonObj o;
+  o.add("hostname", u.nodename)
+      .add("kernel", std::string(u.release) + " " + u.version)
+      .add("cpu_model", model)
+      .add("cpu", cpu)
+      .add("clock_source", clk.source_name())
+      .add("tsc_invariant", Clock::tsc_invariant())
+      .add("tsc_ghz", clk.tsc_ghz())
+      .add("timestamp_cost_ns", clk.timestamp_cost_ns())
+      .add("compiler", __VERSION__)
+      .add("glibc", gnu_get_libc_version());
+  return o;
+}
+
+}  // namespace fm

@@ -1,0 +1,295 @@
+#include "fabmeter/ctrl.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "fabmeter/clock.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/signals.hpp"
+
+namespace fm {
+namespace {
+
+const char* type_name(CtrlType t) {
+  switch (t) {
+    case CtrlType::hello: return "hello";
+    case CtrlType::welcome: return "welcome";
+    case CtrlType::refuse: return "refuse";
+    case CtrlType::exchange: return "exchange";
+    case CtrlType::barrier: return "barrier";
+    case CtrlType::end_point: return "end_point";
+    case CtrlType::bye: return "bye";
+  }
+  return "?";
+}
+
+// Reads exactly n bytes before the deadline (CLOCK_MONOTONIC_RAW ns).
+// Returns false on EOF before the first byte; throws on timeout or error.
+bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what) {
+  auto* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < n) {
+    uint64_t now = Clock::mono_ns();
+    if (now >= deadline) runtime_error(std::string("timed out waiting for the peer (") + what + ")");
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, static_cast<int>((deadline - now) / 1000000 + 1));
+    if (r < 0) {
+      if (errno == EINTR && stop_requested()) runtime_error("interrupted");
+      if (errno == EINTR) continue;
+      sys_error("control channel poll");
+    }
+    if (r == 0) continue;
+    ssize_t k = ::recv(fd, p + got, n - got, 0);
+    if (k == 0) {
+      if (got == 0) return false;
+      runtime_error(std::string("peer closed the control channel mid-message (") + what + ")");
+    }
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == ECONNRESET) runtime_error(std::string("peer reset the control channel (") + what + ")");
+      sys_error("control channel recv");
+    }
+    got += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+std::string addr_string(const sockaddr_storage& ss) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ss.ss_family == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(ss).sin_addr, host, sizeof host);
+  else if (ss.ss_family == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr, host, sizeof host);
+  return host;
+}
+
+}  // namespace
+
+void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port) {
+  port = default_port;
+  std::string p;
+  if (!s.empty() && s[0] == '[') {
+    auto close = s.find(']');
+    if (close == std::string::npos) usage_error("bad address '" + s + "'");
+    host = s.substr(1, close - 1);
+    if (close + 1 < s.size() && s[close + 1] == ':') p = s.substr(close + 2);
+  } else if (auto c = s.rfind(':'); c != std::string::npos && s.find(':') == c) {
+    host = s.substr(0, c);
+    p = s.substr(c + 1);
+  } else {
+    host = s;
+  }
+  if (!p.empty()) {
+    char* end = nullptr;
+    long v = std::strtol(p.c_str(), &end, 10);
+    if (*end || v < 0 || v > 65535) usage_error("bad port in '" + s + "'");
+    port = static_cast<uint16_t>(v);
+  }
+  if (host.empty()) usage_error("bad address '" + s + "'");
+}
+
+Ctrl::Ctrl(int fd, uint32_t timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+Ctrl::Ctrl(Ctrl&& o) noexcept : fd_(o.fd_), timeout_ms_(o.timeout_ms_) { o.fd_ = -1; }
+Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    timeout_ms_ = o.timeout_ms_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+Ctrl::~Ctrl() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms) {
+  std::string host;
+  uint16_t port;
+  split_host_port(server, default_port, host, port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    usage_error("cannot resolve server '" + host + "': " + gai_strerror(rc));
+  uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms) * 1000000;
+  std::string last_error = "no address";
+  // A server that is still starting refuses connections: retry until the deadline.
+  while (Clock::mono_ns() < deadline) {
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      if (fd < 0) continue;
+      int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+      if (rc < 0 && errno == EINPROGRESS) {
+        pollfd pfd{fd, POLLOUT, 0};
+        uint64_t now = Clock::mono_ns();
+        int wait_ms = now < deadline ? static_cast<int>((deadline - now) / 1000000) + 1 : 0;
+        if (::poll(&pfd, 1, wait_ms) == 1) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          rc = err ? -1 : 0;
+          errno = err ? err : ETIMEDOUT;
+        } else {
+          rc = -1;
+          errno = ETIMEDOUT;
+        }
+      }
+      if (rc == 0) {
+        // Back to blocking: reads go through poll() with deadlines anyway.
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        freeaddrinfo(res);
+        return Ctrl(fd, timeout_ms);
+      }
+      last_error = std::strerror(errno);
+      ::close(fd);
+    }
+    usleep(50000);
+  }
+  freeaddrinfo(res);
+  runtime_error("cannot reach fabmeter server at " + host + ":" + std::to_string(port) + " within " +
+                std::to_string(timeout_ms) + " ms (" + last_error + ")");
+}
+
+void Ctrl::send(CtrlType t, std::string_view payload) {
+  uint32_t len = static_cast<uint32_t>(payload.size());
+  char hdr[5];
+  std::memcpy(hdr, &len, 4);
+  hdr[4] = static_cast<char>(t);
+  iovec iov[2] = {{hdr, 5}, {const_cast<char*>(payload.data()), payload.size()}};
+  size_t total = 5 + payload.size(), sent = 0;
+  while (sent < total) {
+    msghdr m{};
+    iovec v[2];
+    int n = 0;
+    size_t skip = sent;
+    for (auto& i : iov) {
+      if (skip >= i.iov_len) { skip -= i.iov_len; continue; }
+      v[n++] = {static_cast<char*>(i.iov_base) + skip, i.iov_len - skip};
+      skip = 0;
+    }
+    m.msg_iov = v;
+    m.msg_iovlen = n;
+    ssize_t k = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EPIPE || errno == ECONNRESET) runtime_error("peer closed the control channel");
+      sys_error("control channel send");
+    }
+    sent += static_cast<size_t>(k);
+  }
+}
+
+std::string Ctrl::recv(CtrlType expect, const char* what) {
+  uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
+  char hdr[5];
+  if (!read_full(fd_, hdr, 5, deadline, what))
+    runtime_error(std::string("peer closed the control channel (while waiting for ") + what + ")");
+  uint32_t len;
+  std::memcpy(&len, hdr, 4);
+  auto type = static_cast<CtrlType>(hdr[4]);
+  std::string payload(len, '\0');
+  // Large result blobs may take longer than one timeout: the deadline is per message start.
+  if (len && !read_full(fd_, payload.data(), len, deadline + uint64_t(len) * 10, what))
+    runtime_error("peer closed the control channel mid-message");
+  if (type == CtrlType::refuse) usage_error(payload);
+  if (type != expect)
+    runtime_error(std::string("control channel: expected ") + type_name(expect) + ", got " + type_name(type) +
+                  " (" + what + ")");
+  return payload;
+}
+
+std::string Ctrl::exchange(std::string_view mine, const char* what) {
+  send(CtrlType::exchange, mine);
+  return recv(CtrlType::exchange, what);
+}
+
+void Ctrl::barrier(const char* what) {
+  send(CtrlType::barrier);
+  recv(CtrlType::barrier, what);
+}
+
+Ctrl::Peek Ctrl::peek() const {
+  pollfd pfd{fd_, POLLIN, 0};
+  if (::poll(&pfd, 1, 0) <= 0) return Peek::nothing;
+  char c;
+  ssize_t k = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return Peek::closed;
+  return k > 0 ? Peek::message : Peek::nothing;
+}
+
+std::string Ctrl::local_addr() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  return addr_string(ss);
+}
+
+std::string Ctrl::peer_addr() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  return addr_string(ss);
+}
+
+Listener::Listener(const std::string& bind_addr, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(bind_addr.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    usage_error("cannot resolve bind address '" + bind_addr + "': " + gai_strerror(rc));
+  fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) sys_error("socket");
+  int one = 1;
+  setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd_, res->ai_addr, res->ai_addrlen) < 0) {
+    freeaddrinfo(res);
+    sys_error("cannot bind control port " + bind_addr + ":" + std::to_string(port));
+  }
+  freeaddrinfo(res);
+  if (::listen(fd_, 4) < 0) sys_error("listen");
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  port_ = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(ss).sin_port
+                                        : reinterpret_cast<sockaddr_in6&>(ss).sin6_port);
+}
+
+Listener::~Listener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Ctrl Listener::accept(uint32_t timeout_ms) {
+  for (;;) {
+    if (stop_requested()) return Ctrl();
+    pollfd pfd{fd_, POLLIN, 0};
+    int r = ::poll(&pfd, 1, 100);
+    if (r < 0 && errno != EINTR) sys_error("poll on listening socket");
+    if (r <= 0) continue;
+    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      sys_error("accept");
+    }
+    return Ctrl(fd, timeout_ms);
+  }
+}
+
+}  // namespace fm

@@ -1,0 +1,241 @@
+#include "fabmeter/params.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+#include "fabmeter/error.hpp"
+
+namespace fm {
+namespace {
+
+uint64_t parse_u64(std::string_view opt, std::string_view v) {
+  // Accepts plain numbers and K/M/G suffixes (powers of two), e.g. 64K, 8M.
+  uint64_t mult = 1;
+  if (!v.empty()) {
+    switch (v.back()) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+    }
+    if (mult != 1) v.remove_suffix(1);
+  }
+  uint64_t x = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
+    usage_error("--" + std::string(opt) + ": expected a non-negative integer, got '" + std::string(v) + "'");
+  return x * mult;
+}
+
+double parse_double(std::string_view opt, std::string_view v) {
+  std::string s(v);
+  char* end = nullptr;
+  double x = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(x) || x < 0)
+    usage_error("--" + std::string(opt) + ": expected a non-negative number, got '" + s + "'");
+  return x;
+}
+
+std::string fmt_double(double x) {
+  std::ostringstream o;
+  o.precision(17);
+  o << x;
+  return o.str();
+}
+
+std::string one_of(std::string_view opt, std::string_view v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return std::string(v);
+  std::string list;
+  for (const char* a : allowed) list += std::string(list.empty() ? "" : "|") + a;
+  usage_error("--" + std::string(opt) + ": expected " + list + ", got '" + std::string(v) + "'");
+}
+
+#define U64(field) \
+  [](Params& p, std::string_view v) { p.field = parse_u64(#field, v); }, \
+  [](const Params& p) { return std::to_string(p.field); }
+#define U32(field) \
+  [](Params& p, std::string_view v) { \
+    uint64_t x = parse_u64(#field, v); \
+    if (x > UINT32_MAX) usage_error(std::string("--" #field ": value too large")); \
+    p.field = static_cast<uint32_t>(x); }, \
+  [](const Params& p) { return std::to_string(p.field); }
+#define DBL(field) \
+  [](Params& p, std::string_view v) { p.field = parse_double(#field, v); }, \
+  [](const Params& p) { return fmt_double(p.field); }
+#define FLAG(field) \
+  [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
+  [](const Params& p) { return std::string(p.field ? "1" : "0"); }
+
+std::vector<OptSpec> make_table() {
+  return {
+    {"transport", 't', "NAME", "all", "transport: shm, tcp or udp",
+     [](Params& p, std::string_view v) { p.transport = one_of("transport", v, {"shm", "tcp", "udp"}); },
+     [](const Params& p) { return p.transport; }},
+    {"poll", 0, "MODE", "all", "completion mode: busy (spin) or event (sleep until woken)",
+     [](Params& p, std::string_view v) { p.poll = one_of("poll", v, {"busy", "event"}) == "busy" ? Poll::busy : Poll::event; },
+     [](const Params& p) { return std::string(poll_name(p.poll)); }},
+    {"size", 's', "BYTES", "all", "message size in bytes (K/M suffixes allowed)", U64(size)},
+    {"all", 'a', "", "lat,bw", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
+    {"max-size", 0, "BYTES", "lat,bw", "largest size of the -a sweep (capped by the transport)", U64(max_size)},
+    {"iters", 'n', "N", "lat,bw", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
+     [](Params& p, std::string_view v) { p.iters = v == "auto" ? 0 : parse_u64("iters", v); },
+     [](const Params& p) { return p.iters ? std::to_string(p.iters) : std::string("auto"); }},
+    {"duration", 0, "SEC", "lat,bw", "run for this many seconds instead of -n (0: off)", DBL(duration)},
+    {"warmup", 0, "N", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB)",
+     [](Params& p, std::string_view v) { p.warmup = v == "auto" ? -1 : static_cast<int64_t>(parse_u64("warmup", v)); },
+     [](const Params& p) { return p.warmup < 0 ? std::string("auto") : std::to_string(p.warmup); }},
+    {"bursts", 0, "B", "oneway", "number of bursts", U64(bursts)},
+    {"burst-size", 0, "N", "oneway", "messages per burst", U64(burst_size)},
+    {"pause-us", 0, "P", "oneway", "pause between bursts, microseconds", DBL(pause_us)},
+    {"threshold-us", 0, "T", "oneway", "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
+    {"bidir", 0, "", "bw", "both ends send and receive at once", FLAG(bidir)},
+    {"tx-depth", 0, "N", "bw", "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
+    {"rq-depth", 0, "N", "all", "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
+    {"loss-timeout-ms", 0, "MS", "all", "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
+    {"clock", 0, "SRC", "all", "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic",
+     [](Params& p, std::string_view v) { p.clock = one_of("clock", v, {"tsc", "monotonic"}); },
+     [](const Params& p) { return p.clock; }},
+    {"timeout-ms", 0, "MS", "all", "connect and control-channel timeout", U32(timeout_ms)},
+  };
+}
+
+}  // namespace
+
+const std::vector<OptSpec>& option_table() {
+  static const std::vector<OptSpec> table = make_table();
+  return table;
+}
+
+std::string key_of(const char* option_name) {
+  std::string k(option_name);
+  std::replace(k.begin(), k.end(), '-', '_');
+  return k;
+}
+
+const OptSpec* find_option(std::string_view name) {
+  for (const auto& o : option_table()) {
+    if (name == o.name || key_of(o.name) == name) return &o;
+    if (name.size() == 1 && o.short_name == name[0]) return &o;
+  }
+  return nullptr;
+}
+
+void parse_options(Params& p, const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    std::string_view name, value;
+    bool has_value = false;
+    if (a.rfind("--", 0) == 0) {
+      name = a.substr(2);
+      if (auto eq = name.find('='); eq != std::string_view::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+    } else if (a.size() == 2 && a[0] == '-') {
+      name = a.substr(1);
+    } else {
+      usage_error("unexpected argument '" + std::string(a) + "'");
+    }
+    const OptSpec* o = find_option(name);
+    if (!o) usage_error("unknown option '" + std::string(a) + "'");
+    if (*o->metavar == '\0') {
+      o->set(p, has_value ? value : "1");
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) usage_error("option --" + std::string(o->name) + " needs a value");
+      value = args[++i];
+    }
+    o->set(p, value);
+  }
+}
+
+std::string encode_params(const Params& p) {
+  std::string out = "experiment=" + p.experiment + "\n";
+  for (const auto& o : option_table()) out += key_of(o.name) + "=" + o.get(p) + "\n";
+  return out;
+}
+
+Params decode_params(std::string_view text) {
+  Params p;
+  while (!text.empty()) {
+    auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    auto eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "experiment") { p.experiment = std::string(v); continue; }
+    const OptSpec* o = find_option(k);
+    if (!o) usage_error("peer sent unknown parameter '" + std::string(k) + "' (version mismatch?)");
+    o->set(p, v);
+  }
+  return p;
+}
+
+static bool in_scope(const OptSpec& o, const std::string& experiment) {
+  std::string_view s = o.scope;
+  if (s == "all") return true;
+  while (!s.empty()) {
+    auto c = s.find(',');
+    if (s.substr(0, c) == experiment) return true;
+    if (c == std::string_view::npos) break;
+    s = s.substr(c + 1);
+  }
+  return false;
+}
+
+void validate(const Params& p) {
+  if (p.experiment != "lat" && p.experiment != "oneway" && p.experiment != "bw")
+    usage_error("unknown experiment '" + p.experiment + "' (expected lat, oneway or bw)");
+  // An option that does not apply is refused rather than silently ignored.
+  Params defaults;
+  for (const auto& o : option_table())
+    if (!in_scope(o, p.experiment) && o.get(p) != o.get(defaults))
+      usage_error("--" + std::string(o.name) + " does not apply to '" + p.experiment + "' (only to " + o.scope + ")");
+  if (p.size == 0) usage_error("--size must be at least 1 byte");
+  if (p.sweep && p.max_size == 0) usage_error("--max-size must be at least 1 byte");
+  if (p.iters > 0 && p.duration > 0) usage_error("give either -n or --duration, not both");
+  if (p.experiment == "oneway") {
+    if (p.bursts == 0 || p.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
+    if (p.bursts * p.burst_size > (1ull << 26)) usage_error("oneway: --bursts x --burst-size is limited to 67108864 messages");
+  }
+  if (p.tx_depth == 0) usage_error("--tx-depth must be at least 1");
+  if (p.rq_depth < 2 || p.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
+  if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
+  if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
+}
+
+std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max) {
+  if (!p.sweep) return {p.size};
+  std::vector<uint64_t> out;
+  for (uint64_t s = 1; s <= p.max_size && s <= transport_max; s *= 2) out.push_back(s);
+  return out;
+}
+
+static uint64_t default_iters(const Params& p) {
+  if (p.iters) return p.iters;
+  return p.experiment == "bw" ? 100000 : 10000;
+}
+
+uint64_t iters_for(const Params& p, uint64_t size) {
+  if (p.experiment == "oneway") return p.bursts * p.burst_size;
+  uint64_t n = default_iters(p);
+  constexpr uint64_t kFull = 64 << 10;
+  if (size > kFull) n = std::max<uint64_t>(std::min<uint64_t>(n, 100), n * kFull / size);
+  return n;
+}
+
+uint64_t warmup_for(const Params& p, uint64_t size) {
+  uint64_t w = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
+  if (p.warmup < 0 && p.experiment != "oneway" && size > (64 << 10))
+    w = std::max<uint64_t>(10, w * (64 << 10) / size);
+  return w;
+}
+
+const char* poll_name(Poll p) { return p == Poll::busy ? "busy" : "event"; }
+
+}  // namespace fm

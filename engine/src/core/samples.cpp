@@ -1,0 +1,45 @@
+#include "fabmeter/samples.hpp"
+
+#include <sys/mman.h>
+
+#include <utility>
+
+#include "fabmeter/error.hpp"
+
+namespace fm {
+namespace {
+
+void* map_locked(size_t bytes, bool* locked) {
+  if (bytes == 0) bytes = 4096;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) sys_error("cannot allocate " + std::to_string(bytes) + " bytes of sample storage");
+  // mlock can fail without privileges; the pages are populated anyway, so go on and record it.
+  *locked = mlock(p, bytes) == 0;
+  return p;
+}
+
+}  // namespace
+
+SampleBuf::SampleBuf(size_t capacity) : cap_(capacity), bytes_(capacity * sizeof(uint64_t)) {
+  data_ = static_cast<uint64_t*>(map_locked(bytes_, &locked_));
+}
+SampleBuf::SampleBuf(SampleBuf&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), cap_(o.cap_), bytes_(o.bytes_), locked_(o.locked_) {}
+SampleBuf& SampleBuf::operator=(SampleBuf&& o) noexcept {
+  std::swap(data_, o.data_);
+  std::swap(cap_, o.cap_);
+  std::swap(bytes_, o.bytes_);
+  std::swap(locked_, o.locked_);
+  return *this;
+}
+SampleBuf::~SampleBuf() {
+  if (data_) munmap(data_, bytes_ ? bytes_ : 4096);
+}
+
+PayloadBuf::PayloadBuf(size_t bytes) : bytes_(bytes) {
+  bool locked;
+  data_ = static_cast<std::byte*>(map_locked(bytes, &locked));
+}
+PayloadBuf::~PayloadBuf() { munmap(data_, bytes_ ? bytes_ : 4096); }
+
+}  // namespace fm

@@ -1,0 +1,164 @@
+// bw: streaming throughput. The sender posts as fast as the transport takes
+// messages; throughput is measured where it matters, at the receiver, from
+// the arrival of the last warm-up message to the arrival of the last one.
+// --bidir: both ends send and receive at once and both directions count.
+// Each end announces how many it sent on the control channel, so the receiver
+// knows when it has everything (or, on unreliable transports, what was lost).
+#pragma once
+#include <algorithm>
+#include <sstream>
+
+#include "experiment/common.hpp"
+#include "fabmeter/samples.hpp"
+
+namespace fm {
+
+struct BwSide {
+  uint64_t sent = 0, received = 0, measured = 0;
+  double recv_ns = 0, send_ns = 0;
+
+  std::string encode() const {
+    std::ostringstream o;
+    o.precision(17);
+    o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns;
+    return o.str();
+  }
+  static BwSide decode(const std::string& s) {
+    BwSide b;
+    std::istringstream i(s);
+    i >> b.sent >> b.received >> b.measured >> b.recv_ns >> b.send_ns;
+    return b;
+  }
+};
+
+template <class T>
+Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const bool sends = c.role == Role::client || p.bidir;
+  const bool by_duration = p.duration > 0;
+  uint64_t my_total = sends ? (by_duration ? UINT64_MAX : warmup + iters) : 0;
+  const uint64_t mark = std::max<uint64_t>(warmup, 1);  // arrival that starts the receive clock
+  const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  PayloadBuf buf(size);
+  Guard g(c);
+  const uint32_t len = static_cast<uint32_t>(size);
+
+  BwSide me;
+  uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
+  uint64_t t_stop = UINT64_MAX, t_peer_done = 0;
+  bool announced = false;
+  Status st = Status::ok;
+
+  // Arrival times are taken once per batch of receives, not per message: the
+  // clock stays out of the per-message path, and the error is one batch.
+  auto stamp = [&] {
+    t_last = clk.ticks();
+    if (!t_mark && me.received >= mark) t_mark = t_last;
+  };
+
+  for (uint32_t idle = 0;;) {
+    if (stop_requested()) { st = Status::interrupted; break; }
+    bool progressed = false;
+    if (me.sent < my_total) {
+      if (by_duration && me.sent >= warmup && clk.ticks() >= t_stop) {
+        my_total = me.sent;
+      } else if (t.post_send(buf.data(), len, 0, me.sent)) {
+        // ---- hot path: one message out ----
+        if (++me.sent == warmup && by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
+        if (me.sent == warmup) t_send0 = clk.ticks();
+        progressed = true;
+      } else {
+        t.poll_send_comp(nullptr, 0);
+      }
+    }
+    if (me.sent >= my_total && !announced) {
+      t_send_end = clk.ticks();
+      c.ctrl.send(CtrlType::end_point, std::to_string(me.sent));
+      announced = true;
+    }
+    RecvMsg m;
+    const uint64_t before = me.received;
+    while (me.received - before < 64 && t.poll_recv(m)) {
+      t.release(m);
+      ++me.received;
+    }
+    if (me.received != before) {
+      stamp();
+      progressed = true;
+    }
+    if (announced && peer_sent != UINT64_MAX && me.received >= peer_sent) break;
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    if (p.poll == Poll::busy && ++idle < kGuardSpins) {
+      cpu_relax();
+      continue;
+    }
+    idle = 0;
+    st = g.check(t);
+    if (st == Status::ctrl_message) {
+      st = Status::ok;
+      // Only the first message is the count; a second one is the peer, done
+      // already, waiting for our counts: the drain deadline below ends it.
+      if (peer_sent == UINT64_MAX) {
+        peer_sent = std::stoull(c.ctrl.recv(CtrlType::end_point, "peer's sent count"));
+        t_peer_done = clk.ticks();
+        continue;
+      }
+    }
+    if (st != Status::ok) break;
+    if (peer_sent != UINT64_MAX && clk.ticks() > std::max(t_last, t_peer_done) + drain) {
+      if (c.caps.reliable) {
+        c.failure = "bw: " + std::to_string(peer_sent - me.received) + " messages missing on a reliable transport";
+        st = Status::failed;
+      }
+      break;  // unreliable: whatever has not arrived by now is lost
+    }
+    if (p.poll == Poll::event) {
+      if (me.sent < my_total) t.wait_send();
+      else if (t.wait_recv(m)) {
+        t.release(m);
+        ++me.received;
+        stamp();
+      }
+    }
+  }
+
+  me.measured = t_mark ? me.received - mark : 0;
+  me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
+  me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
+  if (st != Status::ok) {
+    out.partial = true;
+    return st;
+  }
+  BwSide peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
+  if (c.role == Role::server) return st;
+
+  // Client: direction c2s was received by the server, s2c by us.
+  auto rate = [&](const BwSide& rx, double* gbps, double* msgs) {
+    *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
+    *gbps = *msgs * static_cast<double>(size) * 8 / 1e9;
+  };
+  double gbps, msg_rate;
+  rate(peer, &gbps, &msg_rate);
+  uint64_t lost = me.sent - std::min(me.sent, peer.received);
+  if (p.bidir) {
+    double g2, m2;
+    rate(me, &g2, &m2);
+    out.fields.add("gbps_c2s", gbps).add("gbps_s2c", g2);
+    gbps += g2;
+    msg_rate += m2;
+    lost += peer.sent - std::min(peer.sent, me.received);
+  }
+  double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;
+  out.fields.add("iterations", me.sent - std::min(me.sent, warmup)).add("lost", lost)
+      .add("gbps", gbps).add("msg_rate", msg_rate)
+      .add("offered_msg_rate", offered)
+      .add("bidir", p.bidir).add("tx_depth", p.tx_depth)
+      .add("measured_at", "receiver");
+  return st;
+}
+
+}  // namespace fm

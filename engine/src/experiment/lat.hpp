@@ -1,0 +1,111 @@
+// lat: ping-pong. The client times each round trip from just before posting
+// the ping to just after seeing the pong; one-way is reported as RTT/2 and
+// labelled so. Statistics cover every measured iteration, never a window.
+#pragma once
+#include <algorithm>
+
+#include "experiment/common.hpp"
+#include "fabmeter/samples.hpp"
+#include "fabmeter/stats.hpp"
+
+namespace fm {
+
+// Duration runs keep at most this many samples (256 MiB) and say so if they stop early.
+constexpr uint64_t kMaxDurationSamples = 1ull << 25;
+
+inline bool seq_matches(const std::byte* data, uint64_t len, uint64_t seq) {
+  uint32_t mask = len >= 4 ? 0xffffffffu : (1u << (8 * len)) - 1;
+  return get_seq(data, len) == (static_cast<uint32_t>(seq) & mask);
+}
+
+template <class T>
+Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const bool by_duration = p.duration > 0;
+  const uint64_t cap = by_duration ? std::min<uint64_t>(kMaxDurationSamples, static_cast<uint64_t>(p.duration * 1e7) + 1)
+                                   : iters;
+  SampleBuf rtt(cap);
+  PayloadBuf buf(size);
+  Guard g(c);
+  const uint32_t len = static_cast<uint32_t>(size);
+  const uint64_t reply_wait = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  const uint64_t run_ticks = clk.ns_to_ticks(p.duration * 1e9);
+  uint64_t measured = 0, lost = 0, sent = 0, t_stop = UINT64_MAX;
+  bool capped = false;
+  Status st = Status::ok;
+
+  for (uint64_t i = 0;; ++i) {
+    if (i == warmup && by_duration) t_stop = clk.ticks() + run_ticks;
+    if (i >= warmup) {
+      if (by_duration ? clk.ticks() >= t_stop : i - warmup >= iters) break;
+      if (measured == cap) { capped = true; break; }
+    }
+    if (stop_requested()) { st = Status::interrupted; break; }
+    if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(i));
+
+    // ---- hot path: one round trip ----
+    const uint64_t t0 = clk.ticks();
+    if ((st = send_one(t, buf.data(), len, 0, i, g, p.poll)) != Status::ok) break;
+    ++sent;
+    RecvMsg m;
+    const uint64_t deadline = t0 + reply_wait;
+    while ((st = recv_next(t, m, g, clk, p.poll, deadline)) == Status::ok && !c.caps.reliable &&
+           !seq_matches(m.data, m.len, i))
+      t.release(m);  // a late reply to a ping already counted lost
+    const uint64_t t1 = clk.ticks();
+    // ---- end of hot path ----
+
+    if (st == Status::timeout && !c.caps.reliable) {
+      if (i >= warmup) ++lost;
+      st = Status::ok;
+      continue;
+    }
+    if (st == Status::timeout) {
+      c.failure = "no reply from the peer within " + std::to_string(p.timeout_ms) + " ms";
+      st = Status::peer_lost;
+    }
+    if (st != Status::ok) break;
+    t.release(m);
+    if (i >= warmup) rtt[measured++] = t1 - t0;
+  }
+  if (st == Status::ok) c.ctrl.send(CtrlType::end_point, std::to_string(sent));
+
+  std::vector<double> rtt_ns(measured), half(measured);
+  for (uint64_t k = 0; k < measured; ++k) {
+    rtt_ns[k] = clk.to_ns(static_cast<double>(rtt[k]));
+    half[k] = rtt_ns[k] / 2;
+  }
+  out.fields.add("iterations", measured).add("lost", lost)
+      .add("latency_kind", "rtt/2")
+      .add("latency_ns", to_json(summarize(half.data(), measured)))
+      .add("rtt_ns", to_json(summarize(rtt_ns.data(), measured)))
+      .add("samples_locked", rtt.locked());
+  if (capped) out.fields.add("note", "stopped at the sample capacity of " + std::to_string(cap) + " round trips");
+  out.arrays.emplace_back("rtt_ns", std::move(rtt_ns));
+  return st;
+}
+
+template <class T>
+Status lat_server(T& t, Ctx& c, uint64_t size, PointOut&) {
+  PayloadBuf reply(size);
+  Guard g(c);
+  const uint32_t len = static_cast<uint32_t>(size);
+  for (;;) {
+    RecvMsg m;
+    Status st = recv_next(t, m, g, c.clk, c.p.poll);
+    if (st == Status::ctrl_message) {
+      c.ctrl.recv(CtrlType::end_point, "end of lat point");
+      return Status::ok;
+    }
+    if (st != Status::ok) return st;
+    if (!c.caps.reliable) std::memcpy(reply.data(), m.data, std::min<uint64_t>({4, m.len, size}));
+    t.release(m);
+    if ((st = send_one(t, reply.data(), len, 0, 0, g, c.p.poll)) != Status::ok) {
+      if (st == Status::ctrl_message) continue;  // the client is done: read its end_point next
+      return st;
+    }
+  }
+}
+
+}  // namespace fm

@@ -1,0 +1,286 @@
+#include "fabmeter/session.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <memory>
+
+#include "experiment/bw.hpp"
+#include "experiment/common.hpp"
+#include "experiment/lat.hpp"
+#include "experiment/oneway.hpp"
+#include "fabmeter/cpu.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/stats.hpp"
+#include "transport/shm.hpp"
+#include "transport/tcp.hpp"
+#include "transport/udp.hpp"
+
+namespace fm {
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::ctrl_message: return "ok";
+    case Status::timeout: return "timeout";
+    case Status::peer_lost: return "peer_lost";
+    case Status::interrupted: return "interrupted";
+    case Status::failed: return "failed";
+  }
+  return "failed";
+}
+
+namespace {
+
+constexpr const char* kEngineVersion = "0.1.0";
+
+int exit_code(Status s) {
+  if (s == Status::ok) return 0;
+  if (s == Status::interrupted) return 130;
+  return 3;
+}
+
+template <class T>
+Caps caps_of(const Params& p) { return T::caps(p); }
+
+// Clock offset by round-trip probes over the control channel: the probe with
+// the smallest round trip bounds the error by half of it.
+ClockSync probe_clock(Ctx& c) {
+  constexpr int kProbes = 64;
+  ClockSync s;
+  s.probed = true;
+  if (c.role == Role::server) {
+    for (int i = 0; i < kProbes; ++i) {
+      c.ctrl.recv(CtrlType::exchange, "clock probe");
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.3f", c.clk.ticks_to_mono_ns(c.clk.ticks()));
+      c.ctrl.send(CtrlType::exchange, buf);
+    }
+    return s;
+  }
+  double best_rtt = 1e300;
+  for (int i = 0; i < kProbes; ++i) {
+    double a = c.clk.ticks_to_mono_ns(c.clk.ticks());
+    double srv = std::stod(c.ctrl.exchange("", "clock probe"));
+    double b = c.clk.ticks_to_mono_ns(c.clk.ticks());
+    if (b - a < best_rtt) {
+      best_rtt = b - a;
+      s.offset_ns = srv - (a + b) / 2;
+      s.error_bound_ns = (b - a) / 2;
+    }
+  }
+  return s;
+}
+
+void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
+  if (out_dir.empty() || out.arrays.empty()) return;
+  JsonObj files;
+  for (auto& [name, values] : out.arrays) {
+    std::string file = stem + "." + name + ".npy";
+    write_npy_f64(out_dir + "/" + file, values.data(), values.size());
+    files.add(name, file);
+  }
+  out.fields.add("samples", files);
+}
+
+template <class T>
+Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
+  std::vector<uint64_t> sizes = sizes_for(p, c.caps.max_msg_size);
+  uint64_t max_msg = *std::max_element(sizes.begin(), sizes.end());
+  T t(p, c.role);
+  t.connect(c.ctrl, max_msg);
+  if (transport_info) t.describe(*transport_info);
+  ClockSync sync;
+  if (p.experiment == "oneway" && !c.same_host) sync = probe_clock(c);
+
+  for (uint64_t size : sizes) {
+    c.ctrl.barrier("start of point");
+    const uint64_t iters = iters_for(p, size), warmup = warmup_for(p, size);
+    PointOut out;
+    Status st;
+    if (p.experiment == "lat")
+      st = c.role == Role::client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
+    else if (p.experiment == "oneway")
+      st = c.role == Role::client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
+    else
+      st = bw_run(t, c, size, iters, warmup, out);
+
+    if (c.role == Role::client) {
+      JsonObj line;
+      line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
+          .add("poll", poll_name(p.poll)).add("size", size).add("warmup", warmup);
+      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(size) + "B";
+      write_arrays(out_dir, stem, out);
+      std::string body = out.fields.str();
+      line.add("partial", out.partial || st != Status::ok);
+      // Splice the experiment's own fields after the common ones.
+      std::string s = line.str();
+      if (body.size() > 2) s = s.substr(0, s.size() - 1) + ", " + body.substr(1);
+      std::fwrite((s + "\n").data(), 1, s.size() + 1, stdout);
+      std::fflush(stdout);
+    }
+    if (st != Status::ok) return st;
+  }
+  return Status::ok;
+}
+
+using PointsFn = Status (*)(const Params&, Ctx&, const std::string&, JsonObj*);
+using CapsFn = Caps (*)(const Params&);
+
+// The transport table: one entry per transport, each instantiating the
+// experiment templates for its own class.
+struct TransportEntry {
+  const char* name;
+  CapsFn caps;
+  PointsFn points;
+};
+constexpr TransportEntry kTransports[] = {
+    {"shm", caps_of<ShmTransport>, run_points<ShmTransport>},
+    {"tcp", caps_of<TcpTransport>, run_points<TcpTransport>},
+    {"udp", caps_of<UdpTransport>, run_points<UdpTransport>},
+};
+
+const TransportEntry& entry_for(const std::string& name) {
+  for (const auto& e : kTransports)
+    if (name == e.name) return e;
+  usage_error("unknown transport '" + name + "'");
+}
+
+// Checks that need the transport's capabilities; both ends run them.
+void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
+  if (!p.sweep && p.size > caps.max_msg_size)
+    usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
+                std::to_string(caps.max_msg_size) + " B");
+  if (caps.same_host_only && !same_host)
+    usage_error(p.transport + ": both ends must run on the same host (they share memory)");
+  if (!caps.reliable && p.experiment == "oneway" && p.size < 4)
+    usage_error("oneway over " + p.transport + " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
+}
+
+void write_status_line(Status st, const std::string& msg) {
+  JsonObj end;
+  end.add("type", "end").add("status", st == Status::ok ? "ok" : st == Status::interrupted ? "interrupted" : "failed");
+  if (!msg.empty()) end.add("message", msg);
+  emit_line(end);
+}
+
+}  // namespace
+
+Caps transport_caps(const Params& p) { return entry_for(p.transport).caps(p); }
+
+int run_client(const Params& p, const ClientOptions& o) {
+  validate(p);
+  const TransportEntry& entry = entry_for(p.transport);
+  Caps caps = entry.caps(p);
+  check_against_caps(p, caps, true);
+  if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    sys_error("cannot create " + o.out_dir);
+  pin_to_cpu(o.cpu);
+  Clock clk(p.clock == "tsc");
+  Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
+
+  JsonObj hello;
+  std::string me = host_id();
+  ctrl.send(CtrlType::hello, std::to_string(kProtocolVersion) + "\n" + me + "\n" + encode_params(p));
+  std::string welcome = ctrl.recv(CtrlType::welcome, "server's answer to hello");
+  auto nl = welcome.find('\n');
+  std::string server_host = welcome.substr(0, nl), server_env = welcome.substr(nl + 1);
+  bool same_host = server_host == me;
+  if (caps.same_host_only && !same_host)
+    usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
+
+  Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
+  JsonObj params, transport_info;
+  params.add("experiment", p.experiment);
+  for (const auto& opt : option_table()) params.add(key_of(opt.name), opt.get(p));
+  Status st;
+  std::string msg;
+  JsonObj start;
+  start.add("type", "start").add("version", kEngineVersion).add("env", engine_env(clk, o.cpu))
+      .add_raw("server_env", server_env).add("same_host", same_host).add("params", params);
+  emit_line(start);
+  try {
+    st = entry.points(p, c, o.out_dir, &transport_info);
+    msg = c.failure;
+    if (st == Status::ok) ctrl.send(CtrlType::bye);
+  } catch (const Error& e) {
+    if (e.kind == ErrorKind::usage) throw;
+    st = Status::failed;
+    msg = e.what();
+  }
+  if (st == Status::interrupted && msg.empty()) msg = "interrupted";
+  JsonObj tinfo;
+  tinfo.add("type", "transport").add("transport", p.transport).add("granted", transport_info);
+  emit_line(tinfo);
+  write_status_line(st, msg);
+  if (st != Status::ok && st != Status::interrupted)
+    std::fprintf(stderr, "fabmeter-engine: error: %s\n", msg.empty() ? status_name(st) : msg.c_str());
+  return exit_code(st);
+}
+
+namespace {
+
+// One session on the server side. Returns the exit code it would have.
+int serve_one(Ctrl ctrl, const ServerOptions& o) {
+  std::string hello = ctrl.recv(CtrlType::hello, "client hello");
+  auto nl1 = hello.find('\n'), nl2 = hello.find('\n', nl1 + 1);
+  if (nl1 == std::string::npos || nl2 == std::string::npos) runtime_error("malformed hello from the client");
+  if (std::stoul(hello.substr(0, nl1)) != kProtocolVersion) {
+    ctrl.send(CtrlType::refuse, "protocol version mismatch: server speaks " + std::to_string(kProtocolVersion));
+    return 2;
+  }
+  std::string client_host = hello.substr(nl1 + 1, nl2 - nl1 - 1);
+  Params p;
+  const TransportEntry* entry = nullptr;
+  Caps caps{};
+  bool same_host = client_host == host_id();
+  try {
+    p = decode_params(hello.substr(nl2 + 1));
+    validate(p);
+    entry = &entry_for(p.transport);
+    caps = entry->caps(p);
+    check_against_caps(p, caps, same_host);
+  } catch (const Error& e) {
+    ctrl.send(CtrlType::refuse, e.what());
+    return 2;
+  }
+  ctrl.set_timeout_ms(p.timeout_ms);
+  // Per session: both ends must read the same clock for one-way stamps.
+  Clock clk(p.clock == "tsc");
+  ctrl.send(CtrlType::welcome, host_id() + "\n" + engine_env(clk, o.cpu).str());
+  Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
+  Status st = entry->points(p, c, "", nullptr);
+  if (st == Status::ok) {
+    ctrl.recv(CtrlType::bye, "end of session");
+    return 0;
+  }
+  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), c.failure.empty() ? "" : ": ",
+               c.failure.c_str());
+  return exit_code(st);
+}
+
+}  // namespace
+
+int run_server(const ServerOptions& o) {
+  pin_to_cpu(o.cpu);
+  Listener l(o.bind, o.port);
+  JsonObj ev;
+  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l.port()));
+  emit_line(ev);
+  for (;;) {
+    Ctrl ctrl = l.accept(5000);
+    if (ctrl.fd() < 0) return 130;
+    int rc;
+    try {
+      rc = serve_one(std::move(ctrl), o);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
+      rc = static_cast<int>(e.kind);
+    }
+    if (g_stop_signal) return 130;
+    if (o.once) return rc;
+  }
+}
+
+}  // namespace fm

@@ -1,0 +1,141 @@
+// fabmeter-engine: runs one role of one experiment. The Python CLI drives it;
+// it also works alone, perftest-style (`serve` on one host, `run` on another).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/limits.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/session.hpp"
+#include "fabmeter/signals.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  fabmeter-engine run lat|oneway|bw --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
+  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once]
+  fabmeter-engine limits [--cpus A,B] [-n N]
+  fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
+
+run prints JSON lines on stdout: "start", one "point" per measured size,
+"transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+130 interrupted (finished points and the partial one are still printed).
+)";
+
+int parse_int(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < 0 || x > 1'000'000'000) fm::usage_error(opt + ": expected a non-negative integer, got '" + v + "'");
+  return static_cast<int>(x);
+}
+
+// Pulls "--name value" for names this subcommand owns out of args.
+bool take(std::vector<std::string>& args, const char* name, std::string* value) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == name) {
+      if (!value) {
+        args.erase(args.begin() + i);
+        return true;
+      }
+      if (i + 1 >= args.size()) fm::usage_error(std::string(name) + " needs a value");
+      *value = args[i + 1];
+      args.erase(args.begin() + i, args.begin() + i + 2);
+      return true;
+    }
+    std::string prefix = std::string(name) + "=";
+    if (value && args[i].rfind(prefix, 0) == 0) {
+      *value = args[i].substr(prefix.size());
+      args.erase(args.begin() + i);
+      return true;
+    }
+  }
+  return false;
+}
+
+void print_options() {
+  std::string opts;
+  fm::Params defaults;
+  for (const auto& o : fm::option_table()) {
+    fm::JsonObj j;
+    j.add("name", o.name).add("key", fm::key_of(o.name)).add("short", o.short_name ? std::string(1, o.short_name) : "")
+        .add("metavar", o.metavar).add("scope", o.scope).add("help", o.help).add("default", o.get(defaults));
+    opts += (opts.empty() ? "" : ", ") + j.str();
+  }
+  fm::JsonObj out;
+  out.add("version", "0.1.0").add_raw("experiments", R"(["lat", "oneway", "bw"])")
+      .add_raw("transports", R"(["shm", "tcp", "udp"])").add_raw("options", "[" + opts + "]");
+  fm::emit_line(out);
+}
+
+int main_(std::vector<std::string> args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  fm::install_stop_handler();
+
+  if (cmd == "options") {
+    print_options();
+    return 0;
+  }
+  if (cmd == "serve") {
+    fm::ServerOptions o;
+    std::string v;
+    if (take(args, "--bind", &v)) o.bind = v;
+    if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
+    if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
+    o.once = take(args, "--once", nullptr);
+    if (!args.empty()) fm::usage_error("serve: unexpected argument '" + args[0] + "'");
+    return fm::run_server(o);
+  }
+  if (cmd == "run") {
+    if (args.empty()) fm::usage_error("run: which experiment? (lat, oneway or bw)");
+    fm::Params p;
+    p.experiment = args[0];
+    args.erase(args.begin());
+    fm::ClientOptions o;
+    std::string v;
+    if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
+    if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
+    take(args, "--out", &o.out_dir);
+    fm::parse_options(p, args);
+    return fm::run_client(p, o);
+  }
+  if (cmd == "limits") {
+    int a = 0, b = 1;
+    uint64_t n = 100000;
+    std::string v;
+    if (take(args, "--cpus", &v)) {
+      auto comma = v.find(',');
+      if (comma == std::string::npos) fm::usage_error("--cpus: expected A,B");
+      a = parse_int("--cpus", v.substr(0, comma));
+      b = parse_int("--cpus", v.substr(comma + 1));
+    }
+    if (take(args, "-n", &v)) n = static_cast<uint64_t>(parse_int("-n", v));
+    if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
+    if (n == 0) fm::usage_error("-n must be at least 1");
+    fm::emit_line(fm::measure_limits(a, b, n));
+    return 0;
+  }
+  fm::usage_error("unknown command '" + cmd + "' (run, serve, limits, options)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return main_(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const fm::Error& e) {
+    std::fprintf(stderr, "fabmeter-engine: error: %s\n", e.what());
+    return static_cast<int>(e.kind);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fabmeter-engine: error: %s\n", e.what());
+    return 3;
+  }
+}

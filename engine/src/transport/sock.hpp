@@ -1,0 +1,21 @@
+// Helpers shared by the socket transports: data addresses follow the control
+// connection, so two-host runs need no extra flags.
+#pragma once
+#include <sys/socket.h>
+
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+
+namespace fm::sock {
+
+// A socket of `type` bound to the address this end of `ctrl` uses, port 0.
+int bind_near(const Ctrl& ctrl, int type, uint16_t* port);
+// Fills a sockaddr for the peer's control address with `port`.
+int peer_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss);
+void set_rcv_timeout_ms(int fd, int ms);
+// Asks for `bytes` (forcing past rmem_max when privileged); returns what was granted.
+int set_buf(int fd, int opt, int force_opt, int bytes);
+int get_int_opt(int fd, int level, int opt);
+
+}  // namespace fm::sock

@@ -1,0 +1,136 @@
+#include "transport/tcp.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "fabmeter/clock.hpp"
+#include "fabmeter/error.hpp"
+#include "transport/sock.hpp"
+
+namespace fm {
+
+TcpTransport::TcpTransport(const Params& p, Role role) : role_(role), event_(p.poll == Poll::event) {}
+
+TcpTransport::~TcpTransport() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  if (role_ == Role::server) {
+    uint16_t port;
+    int lfd = sock::bind_near(ctrl, SOCK_STREAM, &port);
+    if (::listen(lfd, 1) != 0) sys_error("listen on data socket");
+    ctrl.exchange(std::to_string(port), "tcp data port");
+    pollfd pfd{lfd, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(ctrl.timeout_ms())) != 1) {
+      ::close(lfd);
+      runtime_error("tcp: the client did not open the data connection in time");
+    }
+    fd_ = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    ::close(lfd);
+    if (fd_ < 0) sys_error("accept data connection");
+  } else {
+    uint16_t port = static_cast<uint16_t>(std::stoi(ctrl.exchange("", "tcp data port")));
+    sockaddr_storage ss;
+    int len = sock::peer_sockaddr(ctrl, port, &ss);
+    fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) sys_error("socket");
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) sys_error("tcp: connect data connection");
+  }
+  int one = 1;
+  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Blocking socket: event mode blocks in recv with a timeout slice; busy
+  // mode passes MSG_DONTWAIT on each call.
+  sock::set_rcv_timeout_ms(fd_, kWaitSliceMs);
+  sndbuf_ = sock::get_int_opt(fd_, SOL_SOCKET, SO_SNDBUF);
+  rcvbuf_ = sock::get_int_opt(fd_, SOL_SOCKET, SO_RCVBUF);
+  rx_.resize(std::max<size_t>(2 * (max_msg + 4), 256 << 10));
+  pending_.resize(max_msg + 4);
+  ctrl.barrier("tcp connected");
+}
+
+void TcpTransport::describe(JsonObj& o) const {
+  o.add("so_sndbuf", sndbuf_).add("so_rcvbuf", rcvbuf_).add("tcp_nodelay", true).add("framing_bytes", 4);
+}
+
+void TcpTransport::fail_errno(const char* what) {
+  failure_text_ = std::string("tcp: ") + what + ": " + std::strerror(errno);
+  failure_ = failure_text_.c_str();
+}
+
+bool TcpTransport::fill(int flags) {
+  // Make room for at least the rest of the message at the head of the buffer.
+  if (rx_begin_ > 0 && rx_end_ == rx_.size()) {
+    std::memmove(rx_.data(), rx_.data() + rx_begin_, rx_end_ - rx_begin_);
+    rx_end_ -= rx_begin_;
+    rx_begin_ = 0;
+  } else if (rx_begin_ > 0 && rx_end_ - rx_begin_ >= 4) {
+    uint32_t len;
+    std::memcpy(&len, rx_.data() + rx_begin_, 4);
+    if (rx_begin_ + 4 + len > rx_.size()) {
+      std::memmove(rx_.data(), rx_.data() + rx_begin_, rx_end_ - rx_begin_);
+      rx_end_ -= rx_begin_;
+      rx_begin_ = 0;
+    }
+  }
+  ssize_t k = ::recv(fd_, rx_.data() + rx_end_, rx_.size() - rx_end_, flags);
+  if (k > 0) {
+    rx_end_ += static_cast<size_t>(k);
+    return true;
+  }
+  if (k == 0) {
+    failure_ = "tcp: the peer closed the data connection";
+  } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    fail_errno("recv");
+  }
+  return false;
+}
+
+void TcpTransport::keep_unsent(const uint32_t* hdr, const std::byte* payload, uint32_t len, size_t sent) {
+  // Copy what the kernel did not take, so the caller may reuse its buffer.
+  size_t total = 4 + len;
+  pending_len_ = total - sent;
+  pending_off_ = 0;
+  std::byte* dst = pending_.data();
+  if (sent < 4) {
+    std::memcpy(dst, reinterpret_cast<const std::byte*>(hdr) + sent, 4 - sent);
+    std::memcpy(dst + 4 - sent, payload, len);
+  } else {
+    std::memcpy(dst, payload + (sent - 4), pending_len_);
+  }
+}
+
+bool TcpTransport::flush() {
+  while (pending_len_) {
+    ssize_t k = ::send(fd_, pending_.data() + pending_off_, pending_len_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno != EAGAIN && errno != EINTR) fail_errno("send");
+      return false;
+    }
+    pending_off_ += static_cast<size_t>(k);
+    pending_len_ -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool TcpTransport::wait_recv(RecvMsg& m) {
+  if (pending_len_) {
+    // Our own send is still going out: wait for either direction.
+    wait_send();
+    return poll_recv(m);
+  }
+  if (take(m)) return true;
+  return fill(0) && take(m);
+}
+
+void TcpTransport::wait_send() {
+  pollfd pfd{fd_, POLLIN | POLLOUT, 0};
+  ::poll(&pfd, 1, kWaitSliceMs);
+  if (pending_len_) flush();
+}
+
+}  // namespace fm

@@ -1,0 +1,99 @@
+// tcp: one TCP_NODELAY connection, messages framed by a 4-byte length.
+// Busy mode spins on non-blocking recv; event mode blocks in recv (one system
+// call per message, no epoll in between).
+#pragma once
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/transport.hpp"
+
+namespace fm {
+
+class TcpTransport {
+ public:
+  TcpTransport(const Params& p, Role role);
+  ~TcpTransport();
+  TcpTransport(const TcpTransport&) = delete;
+
+  static Caps caps(const Params&) {
+    return {.max_msg_size = 1ull << 30, .max_inline = 0, .reliable = true, .ordered = true,
+            .supports_write = false, .send_completions = false, .same_host_only = false};
+  }
+  void connect(Ctrl& ctrl, uint64_t max_msg);
+  void describe(JsonObj& o) const;
+  const char* failure() const { return failure_; }
+
+  // ---- data path ----
+  bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
+    if (pending_len_ && !flush()) return false;
+    iovec iov[2] = {{&len, 4}, {const_cast<void*>(buf), len}};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    ssize_t k = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k == static_cast<ssize_t>(len) + 4) [[likely]] return true;
+    if (k < 0) {
+      if (errno != EAGAIN && errno != EINTR) fail_errno("send");
+      return false;
+    }
+    keep_unsent(&len, static_cast<const std::byte*>(buf), len, static_cast<size_t>(k));
+    return true;
+  }
+
+  bool poll_recv(RecvMsg& m) {
+    if (pending_len_) flush();
+    if (take(m)) return true;
+    return fill(MSG_DONTWAIT) && take(m);
+  }
+
+  void release(const RecvMsg& m) {
+    rx_begin_ += 4 + m.len;
+    if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
+  }
+
+  int poll_send_comp(uint64_t*, int) {
+    if (pending_len_) flush();
+    return 0;
+  }
+
+  bool wait_recv(RecvMsg& m);
+  void wait_send();
+
+ private:
+  // A whole framed message at rx_begin_?
+  bool take(RecvMsg& m) {
+    size_t have = rx_end_ - rx_begin_;
+    if (have < 4) return false;
+    uint32_t len;
+    std::memcpy(&len, rx_.data() + rx_begin_, 4);
+    if (have < 4 + static_cast<size_t>(len)) return false;
+    m.data = rx_.data() + rx_begin_ + 4;
+    m.len = len;
+    m.imm = 0;
+    return true;
+  }
+  bool fill(int flags);   // one recv into the buffer; false if nothing came
+  bool flush();           // sends what a partial send left; true when all is out
+  void keep_unsent(const uint32_t* hdr, const std::byte* payload, uint32_t len, size_t sent);
+  void fail_errno(const char* what);
+
+  Role role_;
+  bool event_;
+  int fd_ = -1;
+  std::vector<std::byte> rx_;
+  size_t rx_begin_ = 0, rx_end_ = 0;
+  std::vector<std::byte> pending_;
+  size_t pending_off_ = 0, pending_len_ = 0;
+  const char* failure_ = nullptr;
+  std::string failure_text_;
+  int sndbuf_ = 0, rcvbuf_ = 0;
+};
+
+}  // namespace fm

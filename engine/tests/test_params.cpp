@@ -1,0 +1,67 @@
+#include <gtest/gtest.h>
+
+#include "fabmeter/error.hpp"
+#include "fabmeter/params.hpp"
+
+using fm::Params;
+
+TEST(Params, ParsesLongShortAndSuffixes) {
+  Params p;
+  p.experiment = "bw";
+  fm::parse_options(p, {"-t", "tcp", "--size=64K", "--poll", "event", "-n", "500", "--bidir", "--tx-depth", "16"});
+  EXPECT_EQ(p.transport, "tcp");
+  EXPECT_EQ(p.size, 65536u);
+  EXPECT_EQ(p.poll, fm::Poll::event);
+  EXPECT_EQ(p.iters, 500u);
+  EXPECT_TRUE(p.bidir);
+  EXPECT_EQ(p.tx_depth, 16u);
+  EXPECT_NO_THROW(fm::validate(p));
+}
+
+TEST(Params, RoundTripsThroughControlChannelEncoding) {
+  Params p;
+  p.experiment = "oneway";
+  fm::parse_options(p, {"-t", "udp", "--bursts", "3", "--burst-size", "7", "--pause-us", "2.5"});
+  Params q = fm::decode_params(fm::encode_params(p));
+  EXPECT_EQ(fm::encode_params(p), fm::encode_params(q));
+  EXPECT_EQ(q.bursts, 3u);
+  EXPECT_DOUBLE_EQ(q.pause_us, 2.5);
+}
+
+static fm::ErrorKind kind_of(std::initializer_list<std::string> args, const char* exp = "lat") {
+  Params p;
+  p.experiment = exp;
+  try {
+    fm::parse_options(p, args);
+    fm::validate(p);
+  } catch (const fm::Error& e) {
+    return e.kind;
+  }
+  return fm::ErrorKind::runtime;  // "no error" marker for the tests below
+}
+
+TEST(Params, RefusesBadInput) {
+  EXPECT_EQ(kind_of({"-t", "carrier-pigeon"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"-s", "0"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"-s", "12x"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"--bursts", "3"}), fm::ErrorKind::usage);  // oneway only
+  EXPECT_EQ(kind_of({"-n", "5", "--duration", "1"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"--no-such"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"-n"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"-s", "32"}), fm::ErrorKind::runtime);
+}
+
+TEST(Params, SweepSizesAndScaledIterations) {
+  Params p;
+  p.experiment = "lat";
+  p.sweep = true;
+  p.max_size = 1 << 20;
+  auto sizes = fm::sizes_for(p, 65507);
+  ASSERT_EQ(sizes.size(), 16u);  // 1 .. 32768
+  EXPECT_EQ(sizes.front(), 1u);
+  EXPECT_EQ(sizes.back(), 32768u);
+  p.iters = 10000;
+  EXPECT_EQ(fm::iters_for(p, 4096), 10000u);
+  EXPECT_EQ(fm::iters_for(p, 1 << 20), 625u);
+  EXPECT_EQ(fm::iters_for(p, 8 << 20), 100u);
+}

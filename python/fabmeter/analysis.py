@@ -1,0 +1,155 @@
+"""Percentiles, summaries and tables.
+
+Percentiles use numpy's default linear interpolation, the same definition
+the engine uses for its summaries, so a summary can be recomputed exactly
+from the raw .npy samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+# The summary keys of every latency block, in display order.
+STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+STAT_LABELS = {"min": "min", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9",
+               "max": "max", "mean": "mean", "stdev": "stdev"}
+
+
+def summarize(samples: np.ndarray) -> dict:
+    """The engine's summary of a sample array (population stdev)."""
+    a = np.asarray(samples, dtype=np.float64)
+    if a.size == 0:
+        return {k: None for k in STAT_KEYS}
+    out = {"min": float(a.min())}
+    for k, q in PERCENTILES.items():
+        out[k] = float(np.percentile(a, q))
+    out.update(max=float(a.max()), mean=float(a.mean()), stdev=float(a.std()))
+    return {k: out[k] for k in STAT_KEYS}
+
+
+def load_samples(out_dir: Path | str, point: dict, kind: str) -> np.ndarray:
+    """The raw samples a point names (kind: "rtt_ns" or "latency_ns")."""
+    name = (point.get("samples") or {}).get(kind)
+    if not name:
+        raise KeyError(f"point has no {kind} samples")
+    return np.load(Path(out_dir) / name)
+
+
+def median(values: Iterable[float]) -> Optional[float]:
+    v = [x for x in values if x is not None]
+    return float(np.median(v)) if v else None
+
+
+# --- formatting -------------------------------------------------------------
+
+def fmt_num(x, digits: int = 1) -> str:
+    """Compact numbers: one decimal below 10 000, none above; '-' for missing."""
+    if x is None:
+        return "-"
+    if isinstance(x, (int, np.integer)):
+        return f"{x:,}"
+    x = float(x)
+    if x != x:  # NaN
+        return "-"
+    return f"{x:,.{digits}f}" if abs(x) < 10000 else f"{x:,.0f}"
+
+
+def fmt_size(n) -> str:
+    if n is None:
+        return "-"
+    n = int(n)
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= (1 << shift) and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1) -> str:
+    """Plain-text table; the first `left` columns are left-aligned, the rest right."""
+    cells = [[str(h) for h in headers]] + [[c if isinstance(c, str) else fmt_num(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def _latency_label(point: dict) -> str:
+    kind = point.get("latency_kind") or ("rtt/2" if point.get("experiment") == "lat" else "one-way")
+    return "one-way (RTT/2) ns" if kind == "rtt/2" else "one-way ns"
+
+
+def point_block(point: dict) -> str:
+    """One measured point as a labelled table: rows are figures, columns statistics."""
+    exp = point.get("experiment", "?")
+    head = (f"{exp}  {point.get('transport', '?')}/{point.get('poll', '?')}  {fmt_size(point.get('size'))}"
+            f"  iterations {fmt_num(point.get('iterations'))}"
+            f" (+{fmt_num(point.get('warmup'))} warm-up, excluded)")
+    if point.get("partial"):
+        head += "  [PARTIAL: run did not finish]"
+    parts = [head]
+    rows = []
+    if point.get("latency_ns"):
+        rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in STAT_KEYS])
+    if point.get("rtt_ns"):
+        rows.append(["RTT ns"] + [point["rtt_ns"].get(k) for k in STAT_KEYS])
+    if rows:
+        parts.append(format_table(["figure"] + [STAT_LABELS[k] for k in STAT_KEYS], rows))
+    extra = []
+    if point.get("gbps") is not None:
+        extra.append(["bandwidth Gbit/s", fmt_num(point["gbps"], 3)])
+    if point.get("msg_rate") is not None:
+        extra.append(["message rate msg/s", fmt_num(point["msg_rate"], 0)])
+    if point.get("threshold_us") is not None:
+        extra.append([f"one-way above {fmt_num(point['threshold_us'])} us, %",
+                      fmt_num(point.get("above_threshold_pct"), 3)])
+    if point.get("lost") is not None:
+        extra.append(["lost messages", fmt_num(point["lost"])])
+    if extra:
+        parts.append(format_table(["figure", "value"], extra))
+    return "\n".join(parts)
+
+
+def sweep_table(points: list[dict]) -> str:
+    """Several sizes of one run: one row per size, every column labelled."""
+    exp = points[0].get("experiment")
+    lat_label = "one-way p50 ns (RTT/2)" if exp == "lat" else "one-way p50 ns"
+    headers = ["size", "iterations", "warm-up"]
+    if any(p.get("latency_ns") for p in points):
+        headers += [lat_label, lat_label.replace("p50", "p99")]
+    if any(p.get("rtt_ns") for p in points):
+        headers += ["RTT p50 ns", "RTT p99 ns", "RTT max ns"]
+    if any(p.get("gbps") is not None for p in points):
+        headers += ["bandwidth Gbit/s", "msg/s"]
+    headers += ["lost"]
+    rows = []
+    for p in points:
+        r = [fmt_size(p.get("size")) + (" (partial)" if p.get("partial") else ""),
+             p.get("iterations"), p.get("warmup")]
+        if "one-way" in " ".join(headers):
+            lat = p.get("latency_ns") or {}
+            r += [lat.get("p50"), lat.get("p99")]
+        if "RTT p50 ns" in headers:
+            rtt = p.get("rtt_ns") or {}
+            r += [rtt.get("p50"), rtt.get("p99"), rtt.get("max")]
+        if "msg/s" in headers:
+            r += [fmt_num(p.get("gbps"), 3), fmt_num(p.get("msg_rate"), 0)]
+        r += [p.get("lost")]
+        rows.append(r)
+    title = f"{exp}  {points[0].get('transport', '?')}/{points[0].get('poll', '?')}  size sweep"
+    return title + "\n" + format_table(headers, rows)
+
+
+def run_report(points: list[dict]) -> str:
+    if not points:
+        return "no points measured"
+    if len(points) == 1:
+        return point_block(points[0])
+    return sweep_table(points)

@@ -1,0 +1,284 @@
+"""The `fabmeter` command.
+
+The experiment subcommands (lat, oneway, bw) get their options from
+`fabmeter-engine options`, so names, help and defaults live in one place,
+the engine's option table. Only options that concern orchestration are
+defined here: --cpus, --json, --out, --server (and serve's --cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import __version__, analysis, run
+from fabmeter.results import RunRecord
+
+EXPERIMENTS_HELP = {
+    "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
+    "oneway": "one-way latency of bursts (sender and receiver share the clock)",
+    "bw": "streaming bandwidth and message rate",
+}
+PY_ONLY = {"cpus", "json", "out", "server", "help"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments give one line on stderr and exit 2, not the usage block."""
+
+    def error(self, message):
+        sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        die(f"{sub}{message}", run.EXIT_USAGE)
+
+
+def die(message: str, code: int):
+    sys.stderr.write(f"fabmeter: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def _in_scope(scope: str, experiment: str) -> bool:
+    return scope == "all" or experiment in [s.strip() for s in scope.split(",")]
+
+
+def _add_engine_options(p: argparse.ArgumentParser, experiment: str, info: dict) -> None:
+    for o in info.get("options", []):
+        if not _in_scope(o.get("scope", "all"), experiment) or o["name"] in PY_ONLY:
+            continue
+        flags = ([f"-{o['short']}"] if o.get("short") else []) + [f"--{o['name']}"]
+        is_flag = o.get("metavar", "") == ""
+        help_text = (o.get("help") or "").replace("%", "%%")
+        if o.get("default") not in (None, "") and not is_flag:
+            help_text += f" (default: {o['default']})".replace("%", "%%")
+        kw = dict(dest="engine_" + o["key"], default=argparse.SUPPRESS, help=help_text)
+        if is_flag:
+            kw["action"] = "store_true"
+        else:
+            kw["metavar"] = o["metavar"]
+        if o["name"] == "transport" and info.get("transports"):
+            kw["choices"] = info["transports"]
+        p.add_argument(*flags, **kw)
+
+
+def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
+    parser = _Parser(prog="fabmeter", allow_abbrev=False,
+                     description="Measure one-way/round-trip latency and bandwidth over real transports.",
+                     epilog=f"note: {engine_problem}" if info is None else
+                     "`fabmeter COMMAND --help` lists a command's options.")
+    parser.add_argument("--version", action="version", version=f"fabmeter {__version__}"
+                        + (f" (engine {info.get('version')})" if info else ""))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    experiments = (info or {}).get("experiments") or list(EXPERIMENTS_HELP)
+    for exp in experiments:
+        desc = EXPERIMENTS_HELP.get(exp, exp)
+        full = desc + (f". Engine options are unavailable: {engine_problem}" if info is None else "")
+        p = sub.add_parser(exp, help=desc, description=full, allow_abbrev=False)
+        if info is not None:
+            _add_engine_options(p, exp, info)
+        p.add_argument("--cpus", metavar="A,B",
+                       help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs)")
+        p.add_argument("--json", action="store_true",
+                       help="print one JSON object per measured point (JSON Lines for sweeps)")
+        p.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
+        p.add_argument("--server", metavar="HOST[:PORT]",
+                       help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
+
+    p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False)
+    p.add_argument("--bind", metavar="ADDR", help="address to listen on")
+    p.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
+    p.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
+    p.add_argument("--once", action="store_true", help="exit after one session")
+
+    p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
+                       allow_abbrev=False)
+    p.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
+    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
+
+    p = sub.add_parser("bench", help="fabmeter against the bare cache-line ping-pong limit",
+                       allow_abbrev=False)
+    p.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
+    p.add_argument("--rounds", metavar="K", type=int, default=3, help="rounds, alternating configurations (default: 3)")
+    p.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
+    return parser
+
+
+def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple[int, ...]]:
+    """--cpus A,B -> (A, B); the default is the first two CPUs we may run on."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except OSError:
+        allowed = list(range(os.cpu_count() or 1))
+    if text is None:
+        if remote:
+            return (allowed[0],) if allowed else None
+        return (allowed[0], allowed[1]) if len(allowed) >= 2 else None
+    try:
+        cpus = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", run.EXIT_USAGE)
+    if len(cpus) != 2 and not (remote and len(cpus) == 1):
+        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", run.EXIT_USAGE)
+    bad = [c for c in cpus if c not in allowed]
+    if bad:
+        die(f"--cpus: CPU {bad[0]} is not available (allowed: {','.join(map(str, allowed))})", run.EXIT_USAGE)
+    return cpus
+
+
+def engine_args_from(ns: argparse.Namespace, info: dict) -> tuple[list[str], dict]:
+    """Only the options the user gave, in the engine's table order."""
+    args, given = [], {}
+    for o in info.get("options", []):
+        dest = "engine_" + o["key"]
+        if not hasattr(ns, dest):
+            continue
+        value = getattr(ns, dest)
+        if o.get("metavar", "") == "":
+            if value:
+                args.append(f"--{o['name']}")
+                given[o["key"]] = True
+        else:
+            args += [f"--{o['name']}", str(value)]
+            given[o["key"]] = value
+    return args, given
+
+
+class _Progress:
+    """'point i/N: size' on stderr for sweeps, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.total: Optional[int] = None
+        self.count = 0
+
+    def start(self, start: dict) -> None:
+        # The sweep is 1 B .. max_size by powers of two; a UDP datagram
+        # cannot exceed 65507 B (IPv4), so udp sweeps stop below that.
+        params = start.get("params") or {}
+        try:
+            top = int(params.get("max_size"))
+        except (TypeError, ValueError):
+            return
+        if params.get("transport") == "udp":
+            top = min(top, 65507)
+        self.total = top.bit_length() if top > 0 else None
+
+    def point(self, point: dict) -> None:
+        self.count += 1
+        if self.enabled:
+            of = f"/{self.total}" if self.total else ""
+            sys.stderr.write(f"\rpoint {self.count}{of}: {analysis.fmt_size(point.get('size'))}      ")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.count:
+            sys.stderr.write("\n")
+
+
+def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: str) -> int:
+    engine_args, given = engine_args_from(ns, info)
+    remote = ns.server is not None
+    cpus = parse_cpus(ns.cpus, remote)
+    out = Path(ns.out).resolve() if ns.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    config = {"experiment": experiment, "mode": "remote" if remote else "local",
+              "server": ns.server, "cpus": list(cpus) if cpus else None,
+              "options": given, "params": None, "engine_version": info.get("version")}
+    record = RunRecord(out, config)
+    progress = _Progress(enabled=sys.stderr.isatty() and ("all" in given))
+
+    def on_start(start):
+        record.on_start(start)
+        progress.start(start)
+
+    def on_point(point):
+        record.on_point(point)
+        progress.point(point)
+        if ns.json:
+            print(json.dumps(point), flush=True)
+
+    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine),
+                      on_start=on_start, on_point=on_point, on_event=record.on_event)
+    progress.done()
+    if not (res.exit_code == run.EXIT_USAGE and res.start is None):
+        record.finish(res.status, res.message, res.exit_code)
+    if not ns.json and res.points:
+        print(analysis.run_report(res.points), flush=True)
+    if res.exit_code == run.EXIT_INTERRUPTED:
+        where = f"; partial results in {out / 'run.json'}" if out else ""
+        sys.stderr.write(f"fabmeter: interrupted{where}\n")
+    elif res.exit_code != run.EXIT_OK:
+        where = f" (partial results in {out / 'run.json'})" if out and res.points else ""
+        sys.stderr.write(f"fabmeter: error: {res.message}{where}\n")
+    return res.exit_code
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    args = []
+    for name in ("bind", "port", "cpu"):
+        v = getattr(ns, name)
+        if v is not None:
+            args += [f"--{name}", str(v)]
+    if ns.once:
+        args.append("--once")
+    run.exec_server(args)  # does not return
+    return run.EXIT_INTERNAL
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    info, engine, problem = None, None, ""
+    try:
+        engine = run.find_engine()
+        info = run.engine_info(engine)
+    except run.FabmeterError as e:
+        problem = e.message
+
+    parser = build_parser(info, problem)
+    ns, extras = parser.parse_known_args(argv)
+    if ns.command in EXPERIMENTS_HELP and info is None:
+        die(problem, run.EXIT_INTERNAL)
+    if extras:
+        # Say why an engine option is refused here rather than just "unrecognized".
+        for a in extras:
+            name = a[2:].split("=", 1)[0] if a.startswith("--") else None
+            for o in (info or {}).get("options", []):
+                if name == o["name"] or (len(a) == 2 and a[1:] == o.get("short")):
+                    die(f"{a.split('=', 1)[0]} does not apply to '{ns.command}' (only to {o['scope']})",
+                        run.EXIT_USAGE)
+        die(f"unrecognized arguments: {' '.join(extras)}", run.EXIT_USAGE)
+
+    try:
+        if ns.command in EXPERIMENTS_HELP or (info and ns.command in info.get("experiments", [])):
+            code = cmd_experiment(ns, ns.command, info, engine)
+        elif ns.command == "serve":
+            code = cmd_serve(ns)
+        elif ns.command == "demo":
+            from fabmeter import demo
+            code = demo.main(Path(ns.out), parse_cpus(ns.cpus))
+        elif ns.command == "bench":
+            from fabmeter import bench
+            if ns.rounds < 1:
+                die("--rounds must be at least 1", run.EXIT_USAGE)
+            code = bench.main(Path(ns.out), ns.rounds, parse_cpus(ns.cpus))
+        else:
+            parser.error(f"unknown command {ns.command}")
+    except run.FabmeterError as e:
+        if e.exit_code == run.EXIT_INTERRUPTED:
+            sys.stderr.write("fabmeter: interrupted\n")
+            code = e.exit_code
+        else:
+            die(e.message, e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("fabmeter: interrupted\n")
+        code = run.EXIT_INTERRUPTED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

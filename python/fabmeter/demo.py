@@ -1,0 +1,103 @@
+"""`fabmeter demo`: every transport and polling mode, side by side.
+
+For each transport x poll: a 32 B ping-pong (lat) and two short bandwidth
+runs (32 B for message rate, 32 KiB for throughput; 32 KiB rather than
+64 KiB so that one UDP datagram holds it and the column compares like with
+like). Each run writes its own
+results folder; summary.json collects the comparison. A run that fails is
+reported in one line and skipped, the others go on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import analysis, envinfo, run
+from fabmeter.results import RunRecord, now_iso, write_json
+
+TRANSPORTS = ("shm", "tcp", "udp")
+POLLS = ("busy", "event")
+# (folder suffix, experiment, engine options): short enough for < 3 minutes in all.
+RUNS = (
+    ("lat", "lat", ["-s", "32", "-n", "20000"]),
+    ("bw", "bw", ["-s", "32", "-n", "200000"]),
+    ("bw-32K", "bw", ["-s", "32K", "-n", "10000"]),
+)
+
+
+def _one(out: Path, transport: str, poll: str, name: str, experiment: str, opts: list[str],
+         cpus: Optional[tuple[int, ...]]) -> run.RunResult:
+    folder = out / f"{transport}-{poll}-{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    args = ["-t", transport, "--poll", poll, *opts]
+    record = RunRecord(folder, {"experiment": experiment, "mode": "local", "server": None,
+                                "cpus": list(cpus) if cpus else None, "options": args, "params": None},
+                       command=[*sys.argv[:1], experiment, *args, "--out", str(folder)])
+    res = run.execute(run.RunSpec(experiment, args, cpus=cpus, out=folder),
+                      on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+    record.finish(res.status, res.message, res.exit_code)
+    return res
+
+
+def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = now_iso()
+    rows, summary_rows, failures, total = [], [], 0, 0
+    status = "ok"
+    for transport in TRANSPORTS:
+        for poll in POLLS:
+            got: dict[str, dict] = {}
+            errors: dict[str, str] = {}
+            for name, experiment, opts in RUNS:
+                total += 1
+                sys.stderr.write(f"demo: {transport}/{poll} {name} ...\n")
+                res = _one(out, transport, poll, name, experiment, opts, cpus)
+                if res.exit_code == run.EXIT_INTERRUPTED:
+                    status = "interrupted"
+                    break
+                if res.exit_code != run.EXIT_OK or not res.points:
+                    failures += 1
+                    errors[name] = res.message or res.status
+                    sys.stderr.write(f"demo: {transport}/{poll} {name} failed, skipped: {errors[name]}\n")
+                    continue
+                got[name] = res.points[-1]
+            lat = (got.get("lat") or {})
+            one_way = lat.get("latency_ns") or {}
+            rtt = lat.get("rtt_ns") or {}
+            bw32, bw32k = got.get("bw") or {}, got.get("bw-32K") or {}
+            rows.append([transport, poll, one_way.get("p50"), one_way.get("p99"), rtt.get("p50"),
+                         analysis.fmt_num(bw32.get("gbps"), 3), analysis.fmt_num(bw32.get("msg_rate"), 0),
+                         analysis.fmt_num(bw32k.get("gbps"), 3)])
+            summary_rows.append({"transport": transport, "poll": poll,
+                                 "oneway_rtt_half_p50_ns": one_way.get("p50"),
+                                 "oneway_rtt_half_p99_ns": one_way.get("p99"),
+                                 "rtt_p50_ns": rtt.get("p50"),
+                                 "bw_32B_gbps": bw32.get("gbps"), "bw_32B_msg_rate": bw32.get("msg_rate"),
+                                 "bw_32KiB_gbps": bw32k.get("gbps"),
+                                 "folders": {n: f"{transport}-{poll}-{n}" for n, _, _ in RUNS},
+                                 "errors": errors})
+            if status == "interrupted":
+                break
+        if status == "interrupted":
+            break
+
+    env = envinfo.collect()
+    print(f"fabmeter demo  {started}  {env['cpu_model']}  kernel {env['kernel']['release']}")
+    print("lat: 32 B ping-pong; one-way = RTT/2 (half the measured round trip). bw: 32 B and 32 KiB streams.")
+    print(analysis.format_table(
+        ["transport", "poll", "one-way (RTT/2) p50 ns", "one-way (RTT/2) p99 ns", "RTT p50 ns",
+         "bw 32 B Gbit/s", "32 B msg/s", "bw 32 KiB Gbit/s"], rows, left=2))
+    if failures:
+        print(f"{failures} of {total} runs failed (see above); '-' marks a figure not measured")
+    if failures == total and status != "interrupted":
+        status = "failed"
+    write_json(out / "summary.json", {"started_at": started, "finished_at": now_iso(), "status": status,
+                                      "runs": total, "failures": failures, "environment": env, "rows": summary_rows})
+    print(f"results: {out}/<transport>-<poll>-<run>/run.json, summary: {out / 'summary.json'}")
+    if status == "interrupted":
+        sys.stderr.write("fabmeter: interrupted\n")
+        return run.EXIT_INTERRUPTED
+    return run.EXIT_OK if status == "ok" else run.EXIT_RUNTIME

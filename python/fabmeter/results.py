@@ -1,0 +1,73 @@
+"""Results folders: `run.json` beside the engine's raw .npy samples.
+
+run.json is rewritten after every point (status "running"), so a run that
+is killed outright still leaves what it had measured; the final write
+carries the run's status: ok, failed or interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import __version__, envinfo
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomic write: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class RunRecord:
+    """Accumulates one run's run.json."""
+
+    def __init__(self, out: Optional[Path], config: dict, command: Optional[list[str]] = None):
+        self.out = out
+        self.doc = {
+            "fabmeter_version": __version__,
+            "command": list(command if command is not None else sys.argv),
+            "started_at": now_iso(),
+            "config": config,
+            "environment": envinfo.collect(),
+            "points": [],
+            "engine_events": [],   # other engine lines, e.g. what the transport was granted
+            "status": "running",
+        }
+
+    def on_start(self, start: dict) -> None:
+        self.doc["config"]["params"] = start.get("params")
+        self.doc["environment"]["engine"] = start.get("env")
+        self.doc["environment"]["server_engine"] = start.get("server_env")
+        self.flush()
+
+    def on_point(self, point: dict) -> None:
+        self.doc["points"].append(point)
+        self.flush()
+
+    def on_event(self, event: dict) -> None:
+        self.doc["engine_events"].append(event)
+        self.flush()
+
+    def finish(self, status: str, message: str = "", exit_code: int = 0) -> None:
+        self.doc["status"] = status
+        self.doc["message"] = message
+        self.doc["exit_code"] = exit_code
+        self.doc["finished_at"] = now_iso()
+        self.flush()
+
+    def flush(self) -> None:
+        if self.out is not None:
+            write_json(self.out / "run.json", self.doc)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs only what is missing: the Debian packages the build and tests need
+# (checked one by one with dpkg -s; apt-get update only if one is missing)
+# and the project-local Python environment .venv (numpy, pytest, fabmeter
+# itself as an editable install). Safe to run again: it then does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.fabmeter-deps   # hash of pyproject.toml at the last pip install
+
+pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+# A venv needs a Python with venv and ensurepip: pyenv's has both; Debian's
+# python3 needs python3-venv for ensurepip.
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    missing+=(python3 python3-venv)
+    PYTHON=/usr/bin/python3
+  elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+  fi
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+fi
+
+# A venv whose interpreter no longer runs (its base Python went away) is rebuilt.
+if [ -e "$VENV" ] && ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  echo "install-deps: $VENV is broken, recreating it"
+  rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install-deps: creating $VENV with $("$PYTHON" --version 2>&1)"
+  "$PYTHON" -m venv "$VENV"
+  rm -f "$STAMP"
+fi
+
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+have=$(cat "$STAMP" 2>/dev/null || true)
+if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import numpy, pytest, fabmeter' >/dev/null 2>&1; then
+  echo "install-deps: installing Python packages into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' </dev/null
+  echo "$want" > "$STAMP"
+fi

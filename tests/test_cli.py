@@ -1,0 +1,67 @@
+"""The CLI's own behaviour: options built from the engine's table, help,
+and the analysis helpers' agreement with numpy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ENGINE
+from fabmeter import analysis, envinfo
+
+
+def test_engine_options_contract(engine):
+    info = json.loads(subprocess.run([engine, "options"], capture_output=True, text=True, check=True).stdout)
+    assert info["experiments"] == ["lat", "oneway", "bw"]
+    assert set(info["transports"]) >= {"shm", "tcp", "udp"}
+    names = {o["name"] for o in info["options"]}
+    for n in ("transport", "poll", "size", "all", "max-size", "iters", "duration", "warmup", "bursts",
+              "burst-size", "pause-us", "threshold-us", "bidir", "tx-depth", "rq-depth", "loss-timeout-ms",
+              "clock", "timeout-ms"):
+        assert n in names, n
+    for o in info["options"]:
+        assert {"name", "key", "short", "metavar", "scope", "help", "default"} <= set(o), o
+        assert o["key"] == o["name"].replace("-", "_")
+
+
+def test_subcommand_options_come_from_engine(fm):
+    lat = fm.run("lat", "--help")
+    bw = fm.run("bw", "--help")
+    oneway = fm.run("oneway", "--help")
+    assert lat.returncode == bw.returncode == oneway.returncode == 0
+    assert "--tx-depth" in bw.stdout and "--tx-depth" not in lat.stdout
+    assert "--bursts" in oneway.stdout and "--bursts" not in lat.stdout
+    for text in (lat.stdout, bw.stdout, oneway.stdout):
+        for opt in ("--transport", "--poll", "--cpus", "--json", "--out", "--server"):
+            assert opt in text, opt
+
+
+def test_version(fm):
+    r = fm.run("--version")
+    assert r.returncode == 0 and "fabmeter 0.1.0" in r.stdout
+
+
+def test_summarize_matches_numpy():
+    rng = np.random.default_rng(7)
+    a = rng.lognormal(5, 1, 10001)
+    s = analysis.summarize(a)
+    assert s["p50"] == np.percentile(a, 50) and s["p999"] == np.percentile(a, 99.9)
+    assert s["min"] <= s["p50"] <= s["p90"] <= s["p99"] <= s["p999"] <= s["max"]
+    assert analysis.median([3.0, 1.0, 2.0]) == 2.0
+
+
+def test_format_table_aligns():
+    t = analysis.format_table(["name", "value ns"], [["a", 1.5], ["long name", 12345.0]])
+    lines = t.splitlines()
+    assert len(lines) == 4 and len({len(ln) for ln in lines}) == 1
+    assert "12,345" in t and "1.5" in t
+
+
+def test_envinfo_collects():
+    env = envinfo.collect()
+    for key in ("cpu_model", "kernel", "governors", "isolated_cpus", "tsc_flags", "libraries"):
+        assert key in env
+    assert env["libraries"]["numpy"] == np.__version__
