@@ -62,12 +62,22 @@ void print_options() {
   for (const auto& o : fm::option_table()) {
     fm::JsonObj j;
     j.add("name", o.name).add("key", fm::key_of(o.name)).add("short", o.short_name ? std::string(1, o.short_name) : "")
-        .add("metavar", o.metavar).add("scope", o.scope).add("help", o.help).add("default", o.get(defaults));
+        .add("metavar", o.metavar).add("scope", o.scope).add("transports", o.transports).add("help", o.help).add("default", o.get(defaults));
     opts += (opts.empty() ? "" : ", ") + j.str();
   }
   fm::JsonObj out;
-  out.add("version", "0.1.0").add_raw("experiments", R"(["lat", "oneway", "bw"])")
-      .add_raw("transports", R"(["shm", "tcp", "udp"])").add_raw("options", "[" + opts + "]");
+  auto json_list = [](std::string csv) {
+    std::string out;
+    for (size_t start = 0; start <= csv.size();) {
+      size_t c = csv.find(',', start);
+      if (c == std::string::npos) c = csv.size();
+      out += (out.empty() ? "" : ", ") + fm::json_quote(csv.substr(start, c - start));
+      start = c + 1;
+    }
+    return "[" + out + "]";
+  };
+  out.add("version", "0.1.0").add_raw("experiments", json_list(fm::kExperiments))
+      .add_raw("transports", json_list(fm::available_transports())).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
 }
 

@@ -2,6 +2,7 @@
 
 #include "fabmeter/error.hpp"
 #include "fabmeter/params.hpp"
+#include "fabmeter/session.hpp"
 
 using fm::Params;
 
@@ -41,7 +42,8 @@ static fm::ErrorKind kind_of(std::initializer_list<std::string> args, const char
 }
 
 TEST(Params, RefusesBadInput) {
-  EXPECT_EQ(kind_of({"-t", "carrier-pigeon"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"--service", "ud"}), fm::ErrorKind::usage);     // verbs only, transport is shm
+  EXPECT_EQ(kind_of({"-t", "tcp", "--rq-depth", "8"}), fm::ErrorKind::usage);
   EXPECT_EQ(kind_of({"-s", "0"}), fm::ErrorKind::usage);
   EXPECT_EQ(kind_of({"-s", "12x"}), fm::ErrorKind::usage);
   EXPECT_EQ(kind_of({"--bursts", "3"}), fm::ErrorKind::usage);  // oneway only
@@ -64,4 +66,17 @@ TEST(Params, SweepSizesAndScaledIterations) {
   EXPECT_EQ(fm::iters_for(p, 4096), 10000u);
   EXPECT_EQ(fm::iters_for(p, 1 << 20), 625u);
   EXPECT_EQ(fm::iters_for(p, 8 << 20), 100u);
+}
+
+TEST(Params, UnknownTransportIsAUsageError) {
+  Params p;
+  p.experiment = "lat";
+  p.transport = "carrier-pigeon";
+  try {
+    fm::transport_caps(p);
+    FAIL() << "no error";
+  } catch (const fm::Error& e) {
+    EXPECT_EQ(e.kind, fm::ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("shm"), std::string::npos);  // lists what is built in
+  }
 }

@@ -13,6 +13,9 @@ namespace fm {
 
 enum class Poll { busy, event };
 
+// Every experiment the engine runs, as a list for in_list() and messages.
+constexpr const char* kExperiments = "lat,oneway,bw";
+
 struct Params {
   std::string experiment;           // lat | oneway | bw
   std::string transport = "shm";    // shm | tcp | udp
@@ -41,6 +44,32 @@ struct Params {
 
   std::string clock = "tsc";        // tsc | monotonic
   uint32_t timeout_ms = 5000;       // connect and control-channel waits
+
+  // stream (lists make a grid of points)
+  std::vector<uint64_t> rate = {1000};   // samples per second
+  std::vector<uint64_t> values = {1};    // float64 values per sample
+  uint64_t count = 0;                    // samples per point; 0 = auto (--duration, else 1 s worth)
+  std::string timer = "tsc";             // tsc | timerfd | nanosleep
+  std::string sink = "memory";           // memory | file:PATH
+  double deadline_us = 0;                // 0 = one period
+
+  // RDMA-class transports (verbs, ofi)
+  std::string service = "rc";       // verbs: rc | uc | ud
+  std::string op = "send";          // send | write (RDMA write with immediate)
+  uint32_t inline_size = 0;         // --inline: send inline up to this many bytes
+  uint32_t signal_every = 0;        // 0 = auto: sq_depth / 2
+  uint32_t sq_depth = 128;
+  uint32_t rq_refill = 0;           // repost receives when this many are free; 0 = auto
+  uint32_t mtu = 0;                 // 0 = the port's active MTU
+  std::string device;               // "" = the first device
+  uint32_t port = 1;                // device port
+  int32_t gid_index = -1;           // -1 = auto
+  std::string cm = "auto";          // rdma_cm | raw | auto
+  std::string provider = "tcp";     // ofi provider
+  std::string ep = "msg";           // ofi endpoint type: msg | rdm | dgram
+
+  // messaging libraries (zmq, nng, nanomsg)
+  std::string endpoint;             // tcp://..., ipc://..., inproc://...; "" = tcp next to the control channel
 };
 
 struct OptSpec {
@@ -48,6 +77,7 @@ struct OptSpec {
   char short_name;       // 0 if none
   const char* metavar;   // "" for flags
   const char* scope;     // experiments it applies to: "all" or "lat,oneway"
+  const char* transports;  // transports it applies to: "all" or "verbs,ofi"
   const char* help;
   std::function<void(Params&, std::string_view)> set;
   std::function<std::string(const Params&)> get;
@@ -64,6 +94,8 @@ std::string encode_params(const Params& p);
 Params decode_params(std::string_view text);
 // Impossible combinations and out-of-range values; throws usage_error.
 void validate(const Params& p);
+
+bool in_list(const char* list, std::string_view item);  // "all" or comma list
 
 // Sizes of this run: one, or the sweep up to min(max_size, transport_max).
 std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max);

@@ -27,5 +27,7 @@ int run_server(const ServerOptions& o);
 
 // Capabilities of a transport by name, for validation before connecting.
 Caps transport_caps(const Params& p);
+// The transports built into this binary, comma-separated.
+std::string available_transports();
 
 }  // namespace fm

@@ -44,6 +44,23 @@ std::string fmt_double(double x) {
   return o.str();
 }
 
+std::vector<uint64_t> parse_list(std::string_view opt, std::string_view v) {
+  std::vector<uint64_t> out;
+  while (true) {
+    auto c = v.find(',');
+    out.push_back(parse_u64(opt, v.substr(0, c)));
+    if (c == std::string_view::npos) break;
+    v = v.substr(c + 1);
+  }
+  return out;
+}
+
+std::string join_list(const std::vector<uint64_t>& xs) {
+  std::string s;
+  for (uint64_t x : xs) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 std::string one_of(std::string_view opt, std::string_view v, std::initializer_list<const char*> allowed) {
   for (const char* a : allowed)
     if (v == a) return std::string(v);
@@ -70,34 +87,83 @@ std::string one_of(std::string_view opt, std::string_view v, std::initializer_li
 
 std::vector<OptSpec> make_table() {
   return {
-    {"transport", 't', "NAME", "all", "transport: shm, tcp or udp",
-     [](Params& p, std::string_view v) { p.transport = one_of("transport", v, {"shm", "tcp", "udp"}); },
+    {"transport", 't', "NAME", "all", "all", "transport (fabmeter-engine options lists those built in)",
+     [](Params& p, std::string_view v) { p.transport = std::string(v); },
      [](const Params& p) { return p.transport; }},
-    {"poll", 0, "MODE", "all", "completion mode: busy (spin) or event (sleep until woken)",
+    {"poll", 0, "MODE", "all", "all", "completion mode: busy (spin) or event (sleep until woken)",
      [](Params& p, std::string_view v) { p.poll = one_of("poll", v, {"busy", "event"}) == "busy" ? Poll::busy : Poll::event; },
      [](const Params& p) { return std::string(poll_name(p.poll)); }},
-    {"size", 's', "BYTES", "all", "message size in bytes (K/M suffixes allowed)", U64(size)},
-    {"all", 'a', "", "lat,bw", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
-    {"max-size", 0, "BYTES", "lat,bw", "largest size of the -a sweep (capped by the transport)", U64(max_size)},
-    {"iters", 'n', "N", "lat,bw", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
+    {"size", 's', "BYTES", "lat,oneway,bw", "all", "message size in bytes (K/M suffixes allowed)", U64(size)},
+    {"all", 'a', "", "lat,bw", "all", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
+    {"max-size", 0, "BYTES", "lat,bw", "all", "largest size of the -a sweep (capped by the transport)", U64(max_size)},
+    {"iters", 'n', "N", "lat,bw", "all", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
      [](Params& p, std::string_view v) { p.iters = v == "auto" ? 0 : parse_u64("iters", v); },
      [](const Params& p) { return p.iters ? std::to_string(p.iters) : std::string("auto"); }},
-    {"duration", 0, "SEC", "lat,bw", "run for this many seconds instead of -n (0: off)", DBL(duration)},
-    {"warmup", 0, "N", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB)",
+    {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (0: off)", DBL(duration)},
+    {"warmup", 0, "N", "all", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB)",
      [](Params& p, std::string_view v) { p.warmup = v == "auto" ? -1 : static_cast<int64_t>(parse_u64("warmup", v)); },
      [](const Params& p) { return p.warmup < 0 ? std::string("auto") : std::to_string(p.warmup); }},
-    {"bursts", 0, "B", "oneway", "number of bursts", U64(bursts)},
-    {"burst-size", 0, "N", "oneway", "messages per burst", U64(burst_size)},
-    {"pause-us", 0, "P", "oneway", "pause between bursts, microseconds", DBL(pause_us)},
-    {"threshold-us", 0, "T", "oneway", "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
-    {"bidir", 0, "", "bw", "both ends send and receive at once", FLAG(bidir)},
-    {"tx-depth", 0, "N", "bw", "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
-    {"rq-depth", 0, "N", "all", "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
-    {"loss-timeout-ms", 0, "MS", "all", "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
-    {"clock", 0, "SRC", "all", "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic",
+    {"bursts", 0, "B", "oneway", "all", "number of bursts", U64(bursts)},
+    {"burst-size", 0, "N", "oneway", "all", "messages per burst", U64(burst_size)},
+    {"pause-us", 0, "P", "oneway", "all", "pause between bursts, microseconds", DBL(pause_us)},
+    {"threshold-us", 0, "T", "oneway", "all", "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
+    {"bidir", 0, "", "bw", "all", "both ends send and receive at once", FLAG(bidir)},
+    {"tx-depth", 0, "N", "bw", "all", "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
+    {"rq-depth", 0, "N", "all", "shm,verbs,ofi", "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
+    {"loss-timeout-ms", 0, "MS", "all", "all", "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
+    {"clock", 0, "SRC", "all", "all", "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic",
      [](Params& p, std::string_view v) { p.clock = one_of("clock", v, {"tsc", "monotonic"}); },
      [](const Params& p) { return p.clock; }},
-    {"timeout-ms", 0, "MS", "all", "connect and control-channel timeout", U32(timeout_ms)},
+    {"timeout-ms", 0, "MS", "all", "all", "connect and control-channel timeout", U32(timeout_ms)},
+    {"rate", 0, "HZ[,HZ...]", "stream", "all", "samples per second (100 .. 1000000); a list makes a sweep",
+     [](Params& p, std::string_view v) { p.rate = parse_list("rate", v); },
+     [](const Params& p) { return join_list(p.rate); }},
+    {"values", 0, "K[,K...]", "stream", "all", "float64 values per sample (plus a 24-byte header); a list makes a sweep",
+     [](Params& p, std::string_view v) { p.values = parse_list("values", v); },
+     [](const Params& p) { return join_list(p.values); }},
+    {"count", 0, "N", "stream", "all", "samples per point (auto: --duration, else one second's worth)",
+     [](Params& p, std::string_view v) { p.count = v == "auto" ? 0 : parse_u64("count", v); },
+     [](const Params& p) { return p.count ? std::to_string(p.count) : std::string("auto"); }},
+    {"timer", 0, "KIND", "stream", "all", "how the source waits for the next step: tsc (spin), timerfd or nanosleep",
+     [](Params& p, std::string_view v) { p.timer = one_of("timer", v, {"tsc", "timerfd", "nanosleep"}); },
+     [](const Params& p) { return p.timer; }},
+    {"sink", 0, "WHERE", "stream", "all", "where the sink puts samples: memory, or file:PATH (CSV)",
+     [](Params& p, std::string_view v) {
+       if (v != "memory" && (v.rfind("file:", 0) != 0 || v.size() == 5))
+         usage_error("--sink: expected memory or file:PATH, got '" + std::string(v) + "'");
+       p.sink = std::string(v); },
+     [](const Params& p) { return p.sink; }},
+    {"deadline-us", 0, "US", "stream", "all", "count samples slower than this as deadline misses (0: one period)", DBL(deadline_us)},
+    {"service", 0, "TYPE", "all", "verbs", "verbs service type: rc, uc or ud",
+     [](Params& p, std::string_view v) { p.service = one_of("service", v, {"rc", "uc", "ud"}); },
+     [](const Params& p) { return p.service; }},
+    {"op", 0, "OP", "all", "verbs,ofi", "send (send with immediate) or write (RDMA write with immediate)",
+     [](Params& p, std::string_view v) { p.op = one_of("op", v, {"send", "write"}); },
+     [](const Params& p) { return p.op; }},
+    {"inline", 0, "N", "all", "verbs,ofi", "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(inline_size)},
+    {"signal-every", 0, "N", "all", "verbs,ofi", "one signaled send every N, the rest unsignaled (0: auto, sq-depth / 2)", U32(signal_every)},
+    {"sq-depth", 0, "N", "all", "verbs,ofi", "send queue depth", U32(sq_depth)},
+    {"rq-refill", 0, "N", "all", "verbs,ofi", "repost receives when this many are free (0: auto)", U32(rq_refill)},
+    {"mtu", 0, "BYTES", "all", "verbs", "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(mtu)},
+    {"device", 0, "NAME", "all", "verbs", "RDMA device (default: the first one)",
+     [](Params& p, std::string_view v) { p.device = std::string(v); },
+     [](const Params& p) { return p.device; }},
+    {"port", 0, "N", "all", "verbs", "device port", U32(port)},
+    {"gid-index", 0, "N", "all", "verbs", "GID table index (auto: the first RoCE v2 IPv4 GID, else 0)",
+     [](Params& p, std::string_view v) { p.gid_index = v == "auto" ? -1 : static_cast<int32_t>(parse_u64("gid-index", v)); },
+     [](const Params& p) { return p.gid_index < 0 ? std::string("auto") : std::to_string(p.gid_index); }},
+    {"cm", 0, "HOW", "all", "verbs", "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
+     [](Params& p, std::string_view v) { p.cm = one_of("cm", v, {"auto", "rdma_cm", "raw"}); },
+     [](const Params& p) { return p.cm; }},
+    {"provider", 0, "NAME", "all", "ofi", "libfabric provider: tcp, udp, shm, verbs, ...",
+     [](Params& p, std::string_view v) { p.provider = std::string(v); },
+     [](const Params& p) { return p.provider; }},
+    {"ep", 0, "TYPE", "all", "ofi", "libfabric endpoint type: msg, rdm or dgram",
+     [](Params& p, std::string_view v) { p.ep = one_of("ep", v, {"msg", "rdm", "dgram"}); },
+     [](const Params& p) { return p.ep; }},
+    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "tcp://HOST:PORT, ipc://PATH or inproc://NAME (default: tcp beside the control channel)",
+     [](Params& p, std::string_view v) { p.endpoint = std::string(v); },
+     [](const Params& p) { return p.endpoint; }},
   };
 }
 
@@ -176,12 +242,12 @@ Params decode_params(std::string_view text) {
   return p;
 }
 
-static bool in_scope(const OptSpec& o, const std::string& experiment) {
-  std::string_view s = o.scope;
+bool in_list(const char* list, std::string_view item) {
+  std::string_view s = list;
   if (s == "all") return true;
   while (!s.empty()) {
     auto c = s.find(',');
-    if (s.substr(0, c) == experiment) return true;
+    if (s.substr(0, c) == item) return true;
     if (c == std::string_view::npos) break;
     s = s.substr(c + 1);
   }
@@ -189,13 +255,18 @@ static bool in_scope(const OptSpec& o, const std::string& experiment) {
 }
 
 void validate(const Params& p) {
-  if (p.experiment != "lat" && p.experiment != "oneway" && p.experiment != "bw")
-    usage_error("unknown experiment '" + p.experiment + "' (expected lat, oneway or bw)");
+  if (!in_list(kExperiments, p.experiment))
+    usage_error("unknown experiment '" + p.experiment + "' (expected " + kExperiments + ")");
   // An option that does not apply is refused rather than silently ignored.
   Params defaults;
-  for (const auto& o : option_table())
-    if (!in_scope(o, p.experiment) && o.get(p) != o.get(defaults))
+  for (const auto& o : option_table()) {
+    if (o.get(p) == o.get(defaults)) continue;
+    if (!in_list(o.scope, p.experiment))
       usage_error("--" + std::string(o.name) + " does not apply to '" + p.experiment + "' (only to " + o.scope + ")");
+    if (!in_list(o.transports, p.transport))
+      usage_error("--" + std::string(o.name) + " does not apply to transport '" + p.transport + "' (only to " +
+                  o.transports + ")");
+  }
   if (p.size == 0) usage_error("--size must be at least 1 byte");
   if (p.sweep && p.max_size == 0) usage_error("--max-size must be at least 1 byte");
   if (p.iters > 0 && p.duration > 0) usage_error("give either -n or --duration, not both");
@@ -203,7 +274,15 @@ void validate(const Params& p) {
     if (p.bursts == 0 || p.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
     if (p.bursts * p.burst_size > (1ull << 26)) usage_error("oneway: --bursts x --burst-size is limited to 67108864 messages");
   }
+  if (p.experiment == "stream") {
+    for (uint64_t r : p.rate)
+      if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 Hz");
+    for (uint64_t v : p.values)
+      if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
+    if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
+  }
   if (p.tx_depth == 0) usage_error("--tx-depth must be at least 1");
+  if (p.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.rq_depth < 2 || p.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");

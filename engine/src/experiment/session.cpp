@@ -135,6 +135,7 @@ struct TransportEntry {
   CapsFn caps;
   PointsFn points;
 };
+// Optional transports are compiled in when CMake finds their library.
 constexpr TransportEntry kTransports[] = {
     {"shm", caps_of<ShmTransport>, run_points<ShmTransport>},
     {"tcp", caps_of<TcpTransport>, run_points<TcpTransport>},
@@ -144,7 +145,7 @@ constexpr TransportEntry kTransports[] = {
 const TransportEntry& entry_for(const std::string& name) {
   for (const auto& e : kTransports)
     if (name == e.name) return e;
-  usage_error("unknown transport '" + name + "'");
+  usage_error("unknown transport '" + name + "' (built in: " + available_transports() + ")");
 }
 
 // Checks that need the transport's capabilities; both ends run them.
@@ -168,6 +169,12 @@ void write_status_line(Status st, const std::string& msg) {
 }  // namespace
 
 Caps transport_caps(const Params& p) { return entry_for(p.transport).caps(p); }
+
+std::string available_transports() {
+  std::string s;
+  for (const auto& e : kTransports) s += (s.empty() ? "" : ",") + std::string(e.name);
+  return s;
+}
 
 int run_client(const Params& p, const ClientOptions& o) {
   validate(p);
