@@ -10,7 +10,13 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.fabmeter-deps   # hash of pyproject.toml at the last pip install
 
-pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make)
+# Build: compiler, CMake, GoogleTest. Transports: the real libraries (each
+# is compiled in when found). Peers: the established tools fabmeter compares
+# itself with. Report: Chromium for the browser test of the HTML report.
+pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config
+      libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
+      sockperf qperf iperf3 ucx-utils
+      chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
