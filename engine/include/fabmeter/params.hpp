@@ -14,7 +14,7 @@ namespace fm {
 enum class Poll { busy, event };
 
 // Every experiment the engine runs, as a list for in_list() and messages.
-constexpr const char* kExperiments = "lat,oneway,bw";
+constexpr const char* kExperiments = "lat,oneway,bw,stream";
 
 struct Params {
   std::string experiment;           // lat | oneway | bw

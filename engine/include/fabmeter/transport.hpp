@@ -17,7 +17,9 @@
 //        transports that copy on post, until post_send returns.
 //   bool poll_recv(RecvMsg&);                   // next message if one is there
 //   void release(const RecvMsg&);               // give the buffer back; before the next poll_recv
-//   int  poll_send_comp(uint64_t* wr_ids, int max); // completed signaled sends; also drives progress
+//   int  poll_send_comp(uint64_t* wr_ids, int max); // wr_ids of completed signaled sends; also drives progress
+//        Which sends are signaled is the transport's policy (--signal-every),
+//        plus every send posted with kSendSignaled.
 //
 //   Event mode (Poll::event), each bounded by a short slice (<= kWaitSliceMs)
 //   so the caller can look at its guard between waits:

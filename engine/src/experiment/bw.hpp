@@ -69,7 +69,8 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
         if (me.sent == warmup) t_send0 = clk.ticks();
         progressed = true;
       } else {
-        t.poll_send_comp(nullptr, 0);
+        IgnoreCompletions none;
+        reap_send_comps(t, none);
       }
     }
     if (me.sent >= my_total && !announced) {

@@ -110,15 +110,29 @@ template <class T>
   }
 }
 
+// Send completions reaped while waiting for room go to `on_comp(wr_id)`.
+struct IgnoreCompletions {
+  void operator()(uint64_t) const {}
+};
+
+// Reaps up to a batch of send completions; returns how many.
+template <class T, class OnComp>
+[[gnu::always_inline]] inline int reap_send_comps(T& t, OnComp& on_comp) {
+  uint64_t ids[16];
+  int n = t.poll_send_comp(ids, 16);
+  for (int i = 0; i < n; ++i) on_comp(ids[i]);
+  return n;
+}
+
 // Posts one send, waiting for room as the poll mode says.
-template <class T>
+template <class T, class OnComp = IgnoreCompletions>
 [[gnu::always_inline]] inline Status send_one(T& t, const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
-                                              Guard& g, Poll poll) {
+                                              Guard& g, Poll poll, OnComp on_comp = {}) {
   if (t.post_send(buf, len, flags, wr_id)) [[likely]] return Status::ok;
   for (uint32_t spins = 0;; ++spins) {
     if (poll == Poll::event) t.wait_send();
     else cpu_relax();
-    t.poll_send_comp(nullptr, 0);
+    reap_send_comps(t, on_comp);
     if (t.post_send(buf, len, flags, wr_id)) return Status::ok;
     if (spins >= kGuardSpins || poll == Poll::event) {
       spins = 0;
@@ -137,6 +151,28 @@ inline uint32_t get_seq(const std::byte* buf, uint64_t len) {
   std::memcpy(&seq, buf, len < 4 ? len : 4);
   return seq;
 }
+
+// A peer's clock, sent with its timestamps so they can be put on ours.
+struct ClockInfo {
+  double ns_per_tick;
+  double mono_at_tick0;   // its CLOCK_MONOTONIC_RAW ns at tick 0
+  static ClockInfo of(const Clock& c) { return {c.ns_per_tick(), c.ticks_to_mono_ns(0)}; }
+  double mono_ns(uint64_t t) const { return mono_at_tick0 + static_cast<double>(t) * ns_per_tick; }
+};
+
+// How the peer's timestamps map onto ours: a shared TSC needs nothing;
+// across hosts an offset measured by round-trip probes, error bound stated.
+struct ClockSync {
+  bool probed = false;
+  double offset_ns = 0;     // peer mono ns - our mono ns
+  double error_bound_ns = 0;
+  JsonObj json() const {
+    JsonObj o;
+    o.add("method", probed ? "probe" : "shared_tsc");
+    if (probed) o.add("offset_ns", offset_ns).add("error_bound_ns", error_bound_ns);
+    return o;
+  }
+};
 
 const char* status_name(Status s);
 

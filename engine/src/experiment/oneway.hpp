@@ -15,11 +15,6 @@
 
 namespace fm {
 
-struct ClockSync {
-  bool probed = false;      // false: shared TSC, no correction
-  double offset_ns = 0;     // server mono ns - client mono ns
-  double error_bound_ns = 0;
-};
 
 inline void pause_for(const Clock& clk, Poll poll, double us) {
   if (us <= 0) return;
@@ -34,10 +29,8 @@ inline void pause_for(const Clock& clk, Poll poll, double us) {
 
 // Server -> client after the point: how many arrived and when.
 struct OnewayReport {
+  ClockInfo clock;
   uint64_t received, duplicated, reordered, total;
-  double ns_per_tick;
-  double mono0_ns;
-  uint64_t tick0;
 };
 
 template <class T>
@@ -46,6 +39,11 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
   const Clock& clk = c.clk;
   const uint64_t total = warmup + p.bursts * p.burst_size;
   SampleBuf t_subm(total);
+  // t_comp only where the transport reports send completions (verbs, ofi).
+  SampleBuf t_comp(c.caps.send_completions ? total : 0);
+  auto stamp_comp = [&](uint64_t wr_id) {
+    if (wr_id < t_comp.capacity()) t_comp[wr_id] = clk.ticks();
+  };
   PayloadBuf buf(size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
@@ -60,9 +58,12 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if (stop_requested()) { st = Status::interrupted; break; }
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
       // ---- hot path ----
+      // The very last send asks for a completion, so the end of the run is known.
+      const uint32_t flags = sent + 1 == total ? kSendSignaled : 0;
       t_subm[sent] = clk.ticks();
-      if ((st = send_one(t, buf.data(), len, 0, sent, g, p.poll)) != Status::ok) break;
+      if ((st = send_one(t, buf.data(), len, flags, sent, g, p.poll, stamp_comp)) != Status::ok) break;
       ++sent;
+      if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
     }
     if (st == Status::ok) pause_for(clk, p.poll, p.pause_us);
   }
@@ -71,6 +72,12 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     out.partial = true;
     out.fields.add("sent", sent);
     return st;
+  }
+  if (c.caps.send_completions) {
+    // Collect completions up to the last send's (signaled above).
+    const uint64_t until = clk.ticks() + clk.ns_to_ticks(p.timeout_ms * 1e6);
+    uint64_t last = sent ? sent - 1 : 0;
+    while (sent && !t_comp[last] && clk.ticks() < until && !t.failure()) reap_send_comps(t, stamp_comp);
   }
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
@@ -90,16 +97,18 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     if (!sync.probed) {
       ns = clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_subm[k])));
     } else {
-      double recv_ns = r.mono0_ns + (static_cast<double>(t_recv[k]) - static_cast<double>(r.tick0)) * r.ns_per_tick;
-      ns = recv_ns - sync.offset_ns - clk.ticks_to_mono_ns(t_subm[k]);
+      ns = r.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(t_subm[k]);
     }
     lat.push_back(ns);
   }
+  std::vector<double> comp;  // t_comp - t_subm: when the sender learns its send is done
+  for (uint64_t k = warmup; k < t_comp.capacity() && k < sent; ++k)
+    if (t_comp[k]) comp.push_back(clk.to_ns(static_cast<double>(t_comp[k] - t_subm[k])));
+  if (c.caps.send_completions)
+    out.fields.add("completions", static_cast<uint64_t>(comp.size()))
+        .add("completion_ns", to_json(summarize(comp.data(), comp.size())));
   uint64_t above = 0;
   for (double x : lat) above += x > p.threshold_us * 1e3;
-  JsonObj cs;
-  cs.add("method", sync.probed ? "probe" : "shared_tsc");
-  if (sync.probed) cs.add("offset_ns", sync.offset_ns).add("error_bound_ns", sync.error_bound_ns);
   out.fields.add("iterations", static_cast<uint64_t>(lat.size())).add("sent", sent - std::min(sent, warmup))
       .add("lost", lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
       .add("latency_kind", "one-way")
@@ -107,9 +116,10 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       .add("threshold_us", p.threshold_us)
       .add("above_threshold_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(lat.size()))
       .add("bursts", p.bursts).add("burst_size", p.burst_size).add("pause_us", p.pause_us)
-      .add("clock_sync", cs)
+      .add("clock_sync", sync.json())
       .add("samples_locked", t_subm.locked());
   out.arrays.emplace_back("latency_ns", std::move(lat));
+  if (c.caps.send_completions) out.arrays.emplace_back("completion_ns", std::move(comp));
   return st;
 }
 
@@ -153,7 +163,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
     }
     return st;
   }
-  OnewayReport r{received - duplicated, duplicated, reordered, total, clk.ns_per_tick(), clk.ticks_to_mono_ns(0), 0};
+  OnewayReport r{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
   std::memcpy(blob.data(), &r, sizeof r);
   c.ctrl.send(CtrlType::exchange, blob);
   return Status::ok;

@@ -10,6 +10,7 @@
 #include "experiment/common.hpp"
 #include "experiment/lat.hpp"
 #include "experiment/oneway.hpp"
+#include "experiment/stream.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/stats.hpp"
@@ -43,6 +44,22 @@ int exit_code(Status s) {
 
 template <class T>
 Caps caps_of(const Params& p) { return T::caps(p); }
+
+// The measured points of a run: message sizes, or the stream's rate x values grid.
+struct PointSpec {
+  uint64_t size, rate, values;
+};
+
+std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
+  std::vector<PointSpec> plan;
+  if (p.experiment == "stream") {
+    for (uint64_t r : p.rate)
+      for (uint64_t v : p.values) plan.push_back({stream_size(v), r, v});
+  } else {
+    for (uint64_t s : sizes_for(p, caps.max_msg_size)) plan.push_back({s, 0, 0});
+  }
+  return plan;
+}
 
 // Clock offset by round-trip probes over the control channel: the probe with
 // the smallest round trip bounds the error by half of it.
@@ -86,31 +103,38 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
 
 template <class T>
 Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
-  std::vector<uint64_t> sizes = sizes_for(p, c.caps.max_msg_size);
-  uint64_t max_msg = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<PointSpec> plan = plan_points(p, c.caps);
+  uint64_t max_msg = 0;
+  for (const auto& pt : plan) max_msg = std::max(max_msg, pt.size);
   T t(p, c.role);
   t.connect(c.ctrl, max_msg);
   if (transport_info) t.describe(*transport_info);
   ClockSync sync;
-  if (p.experiment == "oneway" && !c.same_host) sync = probe_clock(c);
+  if ((p.experiment == "oneway" || p.experiment == "stream") && !c.same_host) sync = probe_clock(c);
 
-  for (uint64_t size : sizes) {
+  for (const PointSpec& pt : plan) {
     c.ctrl.barrier("start of point");
-    const uint64_t iters = iters_for(p, size), warmup = warmup_for(p, size);
+    const uint64_t size = pt.size;
+    const uint64_t iters = iters_for(p, size);
+    const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate) : warmup_for(p, size);
     PointOut out;
     Status st;
+    const bool client = c.role == Role::client;
     if (p.experiment == "lat")
-      st = c.role == Role::client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
+      st = client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
     else if (p.experiment == "oneway")
-      st = c.role == Role::client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
+      st = client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
+    else if (p.experiment == "stream")
+      st = client ? stream_client(t, c, pt.rate, pt.values, sync, out) : stream_server(t, c, pt.rate, pt.values);
     else
       st = bw_run(t, c, size, iters, warmup, out);
 
-    if (c.role == Role::client) {
+    if (client) {
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
           .add("poll", poll_name(p.poll)).add("size", size).add("warmup", warmup);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(size) + "B";
+      if (p.experiment == "stream") stem += "-" + std::to_string(pt.rate) + "Hz";
       write_arrays(out_dir, stem, out);
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
@@ -150,7 +174,12 @@ const TransportEntry& entry_for(const std::string& name) {
 
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
-  if (!p.sweep && p.size > caps.max_msg_size)
+  if (p.experiment == "stream") {
+    for (uint64_t v : p.values)
+      if (stream_size(v) > caps.max_msg_size)
+        usage_error(p.transport + ": a sample of " + std::to_string(v) + " values (" + std::to_string(stream_size(v)) +
+                    " B) exceeds the transport's maximum message of " + std::to_string(caps.max_msg_size) + " B");
+  } else if (!p.sweep && p.size > caps.max_msg_size)
     usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
                 std::to_string(caps.max_msg_size) + " B");
   if (caps.same_host_only && !same_host)
@@ -204,7 +233,8 @@ int run_client(const Params& p, const ClientOptions& o) {
   Status st;
   std::string msg;
   JsonObj start;
-  start.add("type", "start").add("version", kEngineVersion).add("env", engine_env(clk, o.cpu))
+  start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan_points(p, caps).size()))
+      .add("env", engine_env(clk, o.cpu))
       .add_raw("server_env", server_env).add("same_host", same_host).add("params", params);
   emit_line(start);
   try {

@@ -1,0 +1,239 @@
+// stream: the thesis' node-type benchmark. A source emits samples on an
+// absolute schedule (step k is due at t0 + k/rate); a sink stamps each on
+// arrival. A late source skips the step and counts it missed: it never
+// bunches samples to catch up. Latency is receive time minus the step's
+// scheduled time, so a late source shows in the figures instead of hiding.
+#pragma once
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include "experiment/common.hpp"
+#include "experiment/oneway.hpp"
+#include "experiment/stream_sink.hpp"
+#include "fabmeter/samples.hpp"
+#include "fabmeter/stats.hpp"
+
+namespace fm {
+
+// On the wire: this header, then `values` float64.
+struct SampleHeader {
+  uint64_t seq;        // step index
+  uint64_t origin;     // scheduled time of the step, source ticks
+  uint32_t values;
+  uint32_t flags;
+};
+static_assert(sizeof(SampleHeader) == 24);
+
+inline uint64_t stream_size(uint64_t values) { return sizeof(SampleHeader) + 8 * values; }
+
+inline uint64_t stream_steps(const Params& p, uint64_t rate) {
+  if (p.count) return p.count;
+  double sec = p.duration > 0 ? p.duration : 1.0;
+  return std::max<uint64_t>(1, static_cast<uint64_t>(sec * static_cast<double>(rate)));
+}
+
+inline uint64_t stream_warmup(const Params& p, uint64_t rate) {
+  return p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : std::min<uint64_t>(1000, rate / 10);
+}
+
+// Waits for the schedule: spinning on the TSC, on a periodic timerfd, or in
+// clock_nanosleep to an absolute CLOCK_MONOTONIC time.
+class StepTimer {
+ public:
+  StepTimer(const Clock& clk, const std::string& kind, uint64_t t0, double period_ticks)
+      : clk_(clk), kind_(kind), t0_(t0), period_(period_ticks) {
+    if (kind_ == "tsc") return;
+    // CLOCK_MONOTONIC at t0 (the tick clock is MONOTONIC_RAW based; over a
+    // run the two drift by ppm at most).
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double now_ns = static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec);
+    mono_t0_ns_ = now_ns + clk_.to_ns(static_cast<double>(t0_) - static_cast<double>(clk_.ticks()));
+    if (kind_ == "timerfd") {
+      fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+      if (fd_ < 0) sys_error("timerfd_create");
+      double period_ns = clk_.to_ns(period_);
+      itimerspec its{};
+      its.it_value = to_ts(mono_t0_ns_);
+      its.it_interval = to_ts(period_ns);
+      if (timerfd_settime(fd_, TFD_TIMER_ABSTIME, &its, nullptr) != 0) sys_error("timerfd_settime");
+    }
+  }
+  ~StepTimer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  uint64_t due(uint64_t k) const { return t0_ + static_cast<uint64_t>(std::llround(static_cast<double>(k) * period_)); }
+
+  void wait(uint64_t k) {
+    const uint64_t d = due(k);
+    if (kind_ == "tsc") {
+      while (clk_.ticks() < d) cpu_relax();
+    } else if (kind_ == "timerfd") {
+      if (clk_.ticks() >= d) return;  // already due: the timer fired while we worked
+      uint64_t expirations;
+      if (::read(fd_, &expirations, sizeof expirations) < 0 && errno != EINTR) sys_error("read timerfd");
+    } else {
+      timespec ts = to_ts(mono_t0_ns_ + clk_.to_ns(static_cast<double>(d - t0_)));
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+    }
+  }
+
+ private:
+  static timespec to_ts(double ns) {
+    return {static_cast<time_t>(ns / 1e9), static_cast<long>(std::fmod(ns, 1e9))};
+  }
+  const Clock& clk_;
+  std::string kind_;
+  uint64_t t0_;
+  double period_;
+  double mono_t0_ns_ = 0;
+  int fd_ = -1;
+};
+
+template <class T>
+Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSync& sync, PointOut& out) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const uint64_t steps = stream_steps(p, rate), warmup = stream_warmup(p, rate);
+  const uint64_t total = warmup + steps;
+  const uint64_t size = stream_size(values);
+  (void)size;
+  const double period = static_cast<double>(clk.ns_to_ticks(1e9)) / static_cast<double>(rate);
+  SampleBuf t_subm(total);  // 0 = step missed
+  PayloadBuf buf(size);
+  auto* hdr = reinterpret_cast<SampleHeader*>(buf.data());
+  auto* vals = reinterpret_cast<double*>(buf.data() + sizeof(SampleHeader));
+  Guard g(c);
+  uint64_t sent = 0, missed = 0, missed_measured = 0;
+  Status st = Status::ok;
+
+  // Start a little ahead so the first step is not already late.
+  const uint64_t t0 = clk.ticks() + clk.ns_to_ticks(1e6);
+  StepTimer timer(clk, p.timer, t0, period);
+  for (uint64_t k = 0; k < total;) {
+    if (stop_requested()) { st = Status::interrupted; break; }
+    timer.wait(k);
+    const uint64_t now = clk.ticks();
+    if (now >= timer.due(k + 1)) {
+      // Late past the next step: skip to the step whose slot we are in.
+      uint64_t k_now = static_cast<uint64_t>(static_cast<double>(now - t0) / period);
+      for (uint64_t m = k; m < k_now && m < total; ++m) missed_measured += m >= warmup;
+      missed += k_now - k;
+      k = k_now;
+      if (k >= total) break;
+    }
+    hdr->seq = k;
+    hdr->origin = timer.due(k);
+    hdr->values = static_cast<uint32_t>(values);
+    hdr->flags = 0;
+    for (uint64_t j = 0; j < values; ++j) vals[j] = stream_value(k, j);
+    // ---- hot path ----
+    t_subm[k] = clk.ticks();
+    if ((st = send_one(t, buf.data(), static_cast<uint32_t>(size), 0, k, g, p.poll)) != Status::ok) break;
+    ++sent;
+    ++k;
+  }
+  if (st == Status::ctrl_message) st = Status::ok;
+  if (st != Status::ok) {
+    out.partial = true;
+    out.fields.add("sent", sent);
+    return st;
+  }
+  c.ctrl.send(CtrlType::end_point, std::to_string(sent));
+  std::string blob = c.ctrl.recv(CtrlType::exchange, "stream sink report");
+  SinkReport r;
+  if (blob.size() < sizeof r) runtime_error("stream: short report from the sink");
+  std::memcpy(&r, blob.data(), sizeof r);
+  if (r.total != total || blob.size() != sizeof r + total * sizeof(uint64_t))
+    runtime_error("stream: the sink's report does not match this run (version mismatch?)");
+  const auto* t_recv = reinterpret_cast<const uint64_t*>(blob.data() + sizeof r);
+
+  const double deadline_ns = (p.deadline_us > 0 ? p.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
+  std::vector<double> lat, late;
+  uint64_t sent_measured = 0, lost = 0, over_deadline = 0;
+  for (uint64_t k = warmup; k < total; ++k) {
+    if (!t_subm[k]) continue;  // missed step: never sent
+    ++sent_measured;
+    late.push_back(clk.to_ns(static_cast<double>(t_subm[k] - timer.due(k))));
+    if (!t_recv[k]) { ++lost; continue; }
+    double ns = sync.probed ? r.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(timer.due(k))
+                            : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
+    lat.push_back(ns);
+    over_deadline += ns > deadline_ns;
+  }
+  const uint64_t steps_measured = total - warmup;
+  out.fields.add("rate_hz", rate).add("values", values)
+      .add("iterations", static_cast<uint64_t>(lat.size()))
+      .add("achieved_rate_hz", r.recv_span_ns > 0 ? static_cast<double>(r.received - 1) / r.recv_span_ns * 1e9 : 0.0)
+      .add("sent", sent_measured).add("received", static_cast<uint64_t>(lat.size()))
+      .add("missed_steps", missed_measured)
+      .add("missed_pct", 100.0 * static_cast<double>(missed_measured) / static_cast<double>(steps_measured))
+      .add("lost", lost).add("duplicated", r.duplicated).add("reordered", r.reordered).add("corrupted", r.corrupted)
+      .add("deadline_us", deadline_ns / 1e3)
+      .add("deadline_miss_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(over_deadline) / static_cast<double>(lat.size()))
+      .add("latency_kind", "one-way (receive - scheduled step time)")
+      .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
+      .add("source_late_ns", to_json(summarize(late.data(), late.size())))
+      .add("timer", p.timer).add("sink", r.sink_json()).add("clock_sync", sync.json());
+  out.arrays.emplace_back("latency_ns", std::move(lat));
+  return st;
+}
+
+template <class T>
+Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const uint64_t total = stream_warmup(p, rate) + stream_steps(p, rate);
+  std::string blob(sizeof(SinkReport) + total * sizeof(uint64_t), '\0');
+  auto* t_recv = reinterpret_cast<uint64_t*>(blob.data() + sizeof(SinkReport));
+  for (size_t i = 0; i < blob.size(); i += 4096) blob[i] = 0;
+  Sink sink(p.sink, clk, values);
+  Guard g(c);
+  SinkReport r{};
+  r.total = total;
+  uint64_t arrivals = 0, expected = UINT64_MAX, last_seq = 0, first = 0, last = 0, deadline = UINT64_MAX;
+  const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  while (arrivals < expected) {
+    RecvMsg m;
+    Status st = recv_next(t, m, g, clk, p.poll, deadline);
+    if (st == Status::ok) {
+      // ---- hot path ----
+      const uint64_t now = clk.ticks();
+      SampleHeader h;
+      std::memcpy(&h, m.data, sizeof h);
+      if (h.seq < total && !t_recv[h.seq]) {
+        t_recv[h.seq] = now;
+        r.corrupted += !sink.take(h.seq, h.origin, now, m.data + sizeof h, h.values, m.len);
+      } else {
+        ++r.duplicated;
+      }
+      t.release(m);
+      r.reordered += h.seq < last_seq;
+      last_seq = h.seq;
+      if (!first) first = now;
+      last = now;
+      ++arrivals;
+      continue;
+    }
+    if (st == Status::ctrl_message) {
+      expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of stream point"));
+      deadline = clk.ticks() + drain;
+      continue;
+    }
+    if (st == Status::timeout) break;  // the rest is lost
+    return st;
+  }
+  r.received = arrivals - r.duplicated;
+  r.recv_span_ns = clk.to_ns(static_cast<double>(last - first));
+  r.clock = ClockInfo::of(clk);
+  sink.finish(r);
+  std::memcpy(blob.data(), &r, sizeof r);
+  c.ctrl.send(CtrlType::exchange, blob);
+  return Status::ok;
+}
+
+}  // namespace fm

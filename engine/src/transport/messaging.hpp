@@ -1,0 +1,138 @@
+// What the messaging-library transports (zmq, nng, nanomsg) share: the
+// --endpoint syntax, where the server listens by default, how the client
+// reaches a server that listens on every address, and a first exchange on
+// the data socket so that a run starts on a working connection.
+#pragma once
+#include <chrono>
+#include <string>
+#include <string_view>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/signals.hpp"
+#include "fabmeter/transport.hpp"
+
+namespace fm::msg {
+
+// Queue depth in messages (zmq HWM, nng send/receive buffers): the libraries'
+// usual 1000, fewer for large messages so that a bw sender never queues more
+// than kQueueBytes per direction in the library.
+constexpr uint64_t kQueueBytes = 64ull << 20;
+constexpr int queue_depth(uint64_t max_msg) {
+  uint64_t n = kQueueBytes / (max_msg ? max_msg : 1);
+  return n < 2 ? 2 : n > 1000 ? 1000 : static_cast<int>(n);
+}
+// Receive size limits are set to the largest message of the run plus room for
+// the protocol's own header (nng pair1 counts its 4-byte header).
+constexpr uint64_t kHeaderRoom = 64;
+// The three libraries take any size; this is what fabmeter offers through them.
+constexpr uint64_t kMaxMsg = 64ull << 20;
+
+// A parsed --endpoint: tcp://HOST:PORT or ipc://PATH.
+struct Endpoint {
+  std::string scheme;  // "tcp" or "ipc"
+  std::string host;    // tcp: as written (IPv6 in brackets); *, 0.0.0.0 or [::] listen on every address
+  std::string port;    // tcp: decimal; "0" = a free port chosen when the server binds
+  std::string path;    // ipc
+
+  bool free_port() const { return port == "0"; }
+  std::string url() const { return scheme == "ipc" ? "ipc://" + path : url_with_port(port); }
+  std::string url_with_port(std::string_view p) const { return "tcp://" + host + ":" + std::string(p); }
+};
+
+inline bool every_address(std::string_view host) { return host == "*" || host == "0.0.0.0" || host == "[::]"; }
+
+inline std::string url_host(const std::string& addr) {
+  return addr.find(':') == std::string::npos ? addr : "[" + addr + "]";
+}
+
+// Usage errors name the transport; "" is not accepted here (see listen_endpoint).
+inline Endpoint parse_endpoint(const std::string& transport, std::string_view url) {
+  auto bad = [&](const std::string& why) {
+    usage_error(transport + ": --endpoint '" + std::string(url) + "': " + why);
+  };
+  if (url.rfind("inproc://", 0) == 0)
+    bad("inproc:// connects sockets inside one process, and fabmeter's two ends are separate processes; "
+        "use ipc://PATH for two processes on one host");
+  Endpoint e;
+  if (url.rfind("ipc://", 0) == 0) {
+    e.scheme = "ipc";
+    e.path = std::string(url.substr(6));
+    if (e.path.empty()) bad("expected ipc://PATH");
+    return e;
+  }
+  if (url.rfind("tcp://", 0) != 0) bad("expected tcp://HOST:PORT or ipc://PATH");
+  std::string_view rest = url.substr(6);
+  auto colon = rest.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) bad("expected tcp://HOST:PORT");
+  e.scheme = "tcp";
+  e.host = std::string(rest.substr(0, colon));
+  std::string_view port = rest.substr(colon + 1);
+  if (e.host.front() == '[' && e.host.back() != ']') bad("an IPv6 address goes in brackets: tcp://[ADDR]:PORT");
+  if (port == "*") port = "0";
+  unsigned long n = 0;
+  for (char ch : port) {
+    if (ch < '0' || ch > '9') bad("PORT must be a number, or * (or 0) for a free one");
+    n = n * 10 + static_cast<unsigned long>(ch - '0');
+    if (n > 65535) bad("PORT must be at most 65535");
+  }
+  if (port.empty()) bad("PORT must be a number, or * (or 0) for a free one");
+  e.port = std::to_string(n);
+  return e;
+}
+
+// The server's endpoint: --endpoint, else tcp on the address the control
+// connection arrived at, on a free port (as the tcp transport does).
+inline Endpoint listen_endpoint(const std::string& transport, const std::string& endpoint, const Ctrl& ctrl) {
+  if (!endpoint.empty()) return parse_endpoint(transport, endpoint);
+  return {"tcp", url_host(ctrl.local_addr()), "0", ""};
+}
+
+// ipc:// needs both ends on one host.
+inline bool same_host_only(const std::string& transport, const std::string& endpoint) {
+  return !endpoint.empty() && parse_endpoint(transport, endpoint).scheme == "ipc";
+}
+
+// The URL the client dials: the server's, with a listen-on-every-address host
+// replaced by the address the client reaches the server at.
+inline std::string dial_url(const std::string& transport, const std::string& server_url, const Ctrl& ctrl) {
+  Endpoint e = parse_endpoint(transport, server_url);
+  if (e.scheme == "tcp" && every_address(e.host)) e.host = url_host(ctrl.peer_addr());
+  return e.url();
+}
+
+// The client sends one message on the data socket and the server answers.
+// The libraries connect in the background and would otherwise queue the first
+// messages silently; after this both ends know the path works.
+template <class T>
+void data_handshake(T& t, const Ctrl& ctrl, Role role, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctrl.timeout_ms());
+  auto check = [&] {
+    if (const char* f = t.failure()) runtime_error(f);
+    if (stop_requested()) runtime_error(what + ": interrupted while connecting");
+    if (ctrl.peek() == Ctrl::Peek::closed) runtime_error(what + ": the peer closed the control channel while connecting");
+    if (std::chrono::steady_clock::now() > deadline)
+      runtime_error(what + ": no message on the data connection within " + std::to_string(ctrl.timeout_ms()) + " ms");
+  };
+  auto send = [&] {
+    const char hello = 'h';
+    while (!t.post_send(&hello, 1, 0, 0)) {
+      check();
+      t.wait_send();
+    }
+  };
+  auto recv = [&] {
+    RecvMsg m;
+    while (!t.wait_recv(m)) check();
+    t.release(m);
+  };
+  if (role == Role::client) {
+    send();
+    recv();
+  } else {
+    recv();
+    send();
+  }
+}
+
+}  // namespace fm::msg

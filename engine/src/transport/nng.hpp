@@ -1,0 +1,86 @@
+// nng: one pair1 socket per end (nng, the successor of nanomsg). The server
+// listens, the client dials. Busy mode spins on nng_recvmsg(NNG_FLAG_NONBLOCK);
+// event mode blocks in nng_recvmsg with NNG_OPT_RECVTIMEO = one wait slice.
+// Receives are zero-copy: the nng_msg is handed over as is and freed in
+// release(). nng moves bytes in its own threads, which inherit our CPU pinning.
+#pragma once
+#include <nng/nng.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/transport.hpp"
+#include "transport/messaging.hpp"
+
+namespace fm {
+
+class NngTransport {
+ public:
+  NngTransport(const Params& p, Role role);
+  ~NngTransport();
+  NngTransport(const NngTransport&) = delete;
+
+  static Caps caps(const Params& p) {
+    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
+            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("nng", p.endpoint)};
+  }
+  void connect(Ctrl& ctrl, uint64_t max_msg);
+  void describe(JsonObj& o) const;
+  const char* failure() const {
+    return peer_gone_.load(std::memory_order_relaxed) ? "nng: the peer dropped the data connection" : failure_;
+  }
+
+  // ---- data path ----
+  // nng_send copies into a new nng_msg; the zero-copy alternative
+  // (nng_sendmsg) also needs a fresh message per send, since a sent message
+  // belongs to the library, so the copy costs nothing extra. A full send
+  // buffer is NNG_EAGAIN: no room now.
+  bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
+    int rv = nng_send(sock_, const_cast<void*>(buf), len, NNG_FLAG_NONBLOCK);
+    if (rv == 0) [[likely]] return true;
+    if (rv != NNG_EAGAIN) fail("nng_send", rv);
+    return false;
+  }
+
+  bool poll_recv(RecvMsg& m) { return take(NNG_FLAG_NONBLOCK, m); }
+
+  void release(const RecvMsg& m) { nng_msg_free(reinterpret_cast<nng_msg*>(m.slot)); }
+
+  int poll_send_comp(uint64_t*, int) { return 0; }
+
+  bool wait_recv(RecvMsg& m) { return take(0, m); }
+  void wait_send();
+
+ private:
+  bool take(int flags, RecvMsg& m) {
+    nng_msg* msg;
+    if (int rv = nng_recvmsg(sock_, &msg, flags); rv != 0) [[unlikely]] {
+      if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT) fail("nng_recvmsg", rv);
+      return false;
+    }
+    m.data = static_cast<const std::byte*>(nng_msg_body(msg));
+    m.len = static_cast<uint32_t>(nng_msg_len(msg));
+    m.imm = 0;
+    m.slot = reinterpret_cast<uintptr_t>(msg);
+    return true;
+  }
+  void fail(const char* what, int rv);
+  static void on_pipe_removed(nng_pipe, nng_pipe_ev, void* self);
+
+  Role role_;
+  std::string endpoint_param_;
+  nng_socket sock_ = NNG_SOCKET_INITIALIZER;
+  int send_fd_ = -1;          // readable when a send would be accepted (NNG_OPT_SENDFD)
+  std::string url_;
+  int queue_depth_ = 0;
+  size_t recv_max_ = 0;
+  std::atomic<bool> peer_gone_{false};  // set from nng's thread when the connection's pipe goes away
+  const char* failure_ = nullptr;
+  std::string failure_text_;
+};
+
+}  // namespace fm

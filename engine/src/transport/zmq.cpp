@@ -1,0 +1,107 @@
+#include "transport/zmq.hpp"
+
+#include <cstring>
+
+#include "fabmeter/error.hpp"
+
+namespace fm {
+
+namespace {
+
+constexpr const char* kMonitorUrl = "inproc://fabmeter-zmq-monitor";  // one per context, and we own the context
+
+void set_int(void* sock, int opt, int value, const char* name) {
+  if (zmq_setsockopt(sock, opt, &value, sizeof value) != 0)
+    runtime_error(std::string("zmq: cannot set ") + name + ": " + zmq_strerror(errno));
+}
+
+}  // namespace
+
+ZmqTransport::ZmqTransport(const Params& p, Role role) : role_(role), endpoint_param_(p.endpoint) {
+  zmq_msg_init(&rx_);
+}
+
+ZmqTransport::~ZmqTransport() {
+  zmq_msg_close(&rx_);
+  if (monitor_) zmq_close(monitor_);
+  if (sock_) {
+    zmq_socket_monitor(sock_, nullptr, 0);
+    zmq_close(sock_);
+  }
+  if (ctx_) zmq_ctx_term(ctx_);  // LINGER 0: returns at once
+}
+
+void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  ctx_ = zmq_ctx_new();  // starts the I/O thread, on our CPU
+  if (!ctx_) sys_error("zmq_ctx_new");
+  sock_ = zmq_socket(ctx_, ZMQ_PAIR);
+  if (!sock_) runtime_error(std::string("zmq: zmq_socket: ") + zmq_strerror(errno));
+  hwm_ = msg::queue_depth(max_msg);
+  max_msg_size_ = static_cast<int64_t>(max_msg + msg::kHeaderRoom);
+  set_int(sock_, ZMQ_SNDHWM, hwm_, "ZMQ_SNDHWM");
+  set_int(sock_, ZMQ_RCVHWM, hwm_, "ZMQ_RCVHWM");
+  set_int(sock_, ZMQ_LINGER, 0, "ZMQ_LINGER");
+  set_int(sock_, ZMQ_RCVTIMEO, kWaitSliceMs, "ZMQ_RCVTIMEO");
+  if (zmq_setsockopt(sock_, ZMQ_MAXMSGSIZE, &max_msg_size_, sizeof max_msg_size_) != 0)
+    runtime_error(std::string("zmq: cannot set ZMQ_MAXMSGSIZE: ") + zmq_strerror(errno));
+
+  // PAIR sockets say nothing when the peer goes away; the monitor does.
+  if (zmq_socket_monitor(sock_, kMonitorUrl, ZMQ_EVENT_DISCONNECTED) != 0)
+    runtime_error(std::string("zmq: zmq_socket_monitor: ") + zmq_strerror(errno));
+  monitor_ = zmq_socket(ctx_, ZMQ_PAIR);
+  if (!monitor_ || zmq_connect(monitor_, kMonitorUrl) != 0)
+    runtime_error(std::string("zmq: cannot read the socket monitor: ") + zmq_strerror(errno));
+  set_int(monitor_, ZMQ_LINGER, 0, "ZMQ_LINGER");
+
+  if (role_ == Role::server) {
+    msg::Endpoint e = msg::listen_endpoint("zmq", endpoint_param_, ctrl);
+    if (e.scheme == "tcp" && (e.host.front() == '[' || e.host == "*")) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
+    std::string url = e.free_port() ? e.url_with_port("*") : e.url();  // zmq's spelling of "a free port"
+    if (zmq_bind(sock_, url.c_str()) != 0) runtime_error("zmq: cannot bind " + url + ": " + zmq_strerror(errno));
+    char bound[512];
+    size_t len = sizeof bound;
+    if (zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
+      runtime_error(std::string("zmq: ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
+    url_ = bound;
+    ctrl.exchange(url_, "zmq endpoint");
+  } else {
+    url_ = msg::dial_url("zmq", ctrl.exchange("", "zmq endpoint"), ctrl);
+    if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
+    if (zmq_connect(sock_, url_.c_str()) != 0) runtime_error("zmq: cannot connect to " + url_ + ": " + zmq_strerror(errno));
+  }
+  msg::data_handshake(*this, ctrl, role_, "zmq");
+  ctrl.barrier("zmq connected");
+}
+
+const char* ZmqTransport::failure() const {
+  if (failure_ || !monitor_) return failure_;
+  // Only DISCONNECTED is subscribed, so any event means the peer is gone.
+  zmq_msg_t ev;
+  zmq_msg_init(&ev);
+  if (zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0) failure_ = "zmq: the peer dropped the data connection";
+  zmq_msg_close(&ev);
+  return failure_;
+}
+
+void ZmqTransport::wait_send() {
+  zmq_pollitem_t item{sock_, 0, ZMQ_POLLOUT, 0};
+  zmq_poll(&item, 1, kWaitSliceMs);
+}
+
+void ZmqTransport::fail(const char* what) {
+  failure_text_ = std::string("zmq: ") + what + ": " + zmq_strerror(errno);
+  failure_ = failure_text_.c_str();
+}
+
+void ZmqTransport::describe(JsonObj& o) const {
+  int major, minor, patch;
+  zmq_version(&major, &minor, &patch);
+  o.add("library", "libzmq")
+      .add("library_version", std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch))
+      .add("socket", "ZMQ_PAIR").add("endpoint", url_)
+      .add("sndhwm", hwm_).add("rcvhwm", hwm_).add("maxmsgsize", max_msg_size_)
+      .add("io_threads", zmq_ctx_get(ctx_, ZMQ_IO_THREADS))
+      .add("send", "zmq_send (copy)").add("recv", "zmq_msg_recv (zero-copy)");
+}
+
+}  // namespace fm

@@ -1,0 +1,82 @@
+// zmq: one ZMQ_PAIR socket per end (libzmq). The server binds, the client
+// connects. Busy mode spins on zmq_msg_recv(ZMQ_DONTWAIT); event mode blocks
+// in zmq_msg_recv with ZMQ_RCVTIMEO = one wait slice. Receives are zero-copy:
+// the message stays in the library's zmq_msg_t until the next receive.
+// libzmq moves bytes in its own I/O thread, which inherits our CPU pinning.
+#pragma once
+#include <zmq.h>
+
+#include <cerrno>
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/transport.hpp"
+#include "transport/messaging.hpp"
+
+namespace fm {
+
+class ZmqTransport {
+ public:
+  ZmqTransport(const Params& p, Role role);
+  ~ZmqTransport();
+  ZmqTransport(const ZmqTransport&) = delete;
+
+  static Caps caps(const Params& p) {
+    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
+            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("zmq", p.endpoint)};
+  }
+  void connect(Ctrl& ctrl, uint64_t max_msg);
+  void describe(JsonObj& o) const;
+  // Library errors, and the peer's disconnect as reported by the socket monitor.
+  const char* failure() const;
+
+  // ---- data path ----
+  // zmq_send copies (in place for up to 33 B, else into a heap block): the
+  // contract lets the caller reuse `buf` as soon as post_send returns, which
+  // rules out zmq_msg_init_data's zero-copy send (the I/O thread reads the
+  // buffer later). A full queue (HWM) is EAGAIN: no room now.
+  bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
+    if (zmq_send(sock_, buf, len, ZMQ_DONTWAIT) >= 0) [[likely]] return true;
+    if (errno != EAGAIN && errno != EINTR) fail("zmq_send");
+    return false;
+  }
+
+  bool poll_recv(RecvMsg& m) { return take(ZMQ_DONTWAIT, m); }
+
+  // zmq_msg_recv frees the previous content of rx_ when it reuses it.
+  void release(const RecvMsg&) {}
+
+  int poll_send_comp(uint64_t*, int) { return 0; }
+
+  bool wait_recv(RecvMsg& m) { return take(0, m); }
+  void wait_send();
+
+ private:
+  bool take(int flags, RecvMsg& m) {
+    if (zmq_msg_recv(&rx_, sock_, flags) < 0) [[unlikely]] {
+      if (errno != EAGAIN && errno != EINTR) fail("zmq_msg_recv");
+      return false;
+    }
+    m.data = static_cast<const std::byte*>(zmq_msg_data(&rx_));
+    m.len = static_cast<uint32_t>(zmq_msg_size(&rx_));
+    m.imm = 0;
+    return true;
+  }
+  void fail(const char* what);
+
+  Role role_;
+  std::string endpoint_param_;
+  void* ctx_ = nullptr;
+  void* sock_ = nullptr;
+  void* monitor_ = nullptr;   // PAIR socket reading the data socket's monitor events
+  zmq_msg_t rx_;
+  std::string url_;
+  int hwm_ = 0;
+  int64_t max_msg_size_ = 0;
+  mutable const char* failure_ = nullptr;
+  mutable std::string failure_text_;
+};
+
+}  // namespace fm

@@ -1,0 +1,156 @@
+#!/bin/bash
+# /init (PID 1) of the fabmeter Soft-RoCE guest; built into the initramfs by
+# build.sh. Mounts the basics, loads the RDMA modules, wires two rxe devices
+# over a veth pair, mounts the host shares, runs one command, prints an end
+# marker with its exit code and powers the VM off.
+#
+# Kernel command line parameters read here:
+#   fm.ctl=1        mount 9p tag "fmctl" (run.sh's control dir) at /run/fmctl;
+#                   it holds: cmd (shell script to run), share (path of the
+#                   host dir shared as tag "fmshare", mounted at that same
+#                   path), cwd (directory to start the command in); the exit
+#                   code is written back to rc.
+#   fm.cmd=BASE64   command line to run when there is no control dir.
+#   fm.shell=1      no command given: run an interactive shell on the console.
+#   fm.debug=1      trace this script (set -x with timestamps).
+set -uo pipefail   # no -e: PID 1 must always reach the end marker and poweroff
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=${TERM:-dumb} LANG=C.UTF-8
+
+BEGIN_MARK='=====FMGUEST-BEGIN====='
+END_MARK='=====FMGUEST-END rc='
+
+msg() { echo "[fmguest] $*"; }
+
+poweroff_now() {
+  sync
+  echo o >/proc/sysrq-trigger
+  sleep 30   # poweroff is asynchronous; never let PID 1 exit (that panics)
+  exit 1
+}
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs shm /dev/shm
+mount -t tmpfs tmp /tmp
+mount -t tmpfs run /run
+echo 1 >/proc/sys/kernel/sysrq
+exec </dev/null          # nothing types on ttyS0; never block on stdin
+hostname "$(cat /etc/hostname)"
+ip link set lo up
+ulimit -l unlimited      # verbs memory registration pins pages
+
+cmdline=$(cat /proc/cmdline)
+param() { local a; for a in $cmdline; do [[ $a == "$1="* ]] && { echo "${a#*=}"; return 0; }; done; return 1; }
+# fm.debug=1: trace /init with timestamps (to see where boot time goes).
+[[ $(param fm.debug) == 1 ]] && { PS4='+ $EPOCHREALTIME '; set -x; }
+
+# --- modules -------------------------------------------------------------
+# One modprobe call: every process start costs ~0.1 s under TCG.
+modprobe -a configfs virtio_pci 9pnet_virtio 9p veth crc32_pclmul crc32_generic \
+  ib_core ib_uverbs ib_umad ib_cm iw_cm rdma_cm rdma_ucm rdma_rxe ||
+  msg "warning: some modules failed to load"
+mount -t configfs configfs /sys/kernel/config 2>/dev/null
+
+# --- RDMA wiring ------------------------------------------------------------
+# One network namespace, veth pair veth0 (10.77.0.1) <-> veth1 (10.77.0.2),
+# rxe0 on veth0 and rxe1 on veth1. Both addresses are local, so by default
+# Linux routes traffic between them through lo, and rxe drops what goes via
+# lo. Policy routing forces 10.77.0.1 -> 10.77.0.2 out of veth0 and the
+# reverse out of veth1, and still delivers locally what arrives on a veth.
+# (A separate netns per end does not work on 6.1: rxe's UDP socket lives in
+# the initial namespace only.)
+A0=10.77.0.1 A1=10.77.0.2
+setup_rdma() {
+  # Accept packets whose source is a local address (they are, here) and no
+  # reverse-path filter; "all" is OR-ed / max-ed with each device's value.
+  sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.all.rp_filter=0 \
+             net.ipv4.conf.default.rp_filter=0 || return 1
+  # One `ip -batch` (fewer process starts): the veth pair, then the rules,
+  # in order of preference:
+  #  10: packets arriving on a veth: local delivery first.
+  #  20: locally originated traffic between the two addresses: out of the
+  #      veth of its source (rxe's own route lookup hits these).
+  #  25: any other traffic with one of them as explicit source: as usual.
+  #  30: unbound sockets: to A1 leaves veth0 (source A0), to A0 leaves veth1
+  #      (source A1), so a client that does not bind still crosses devices
+  #      (rdma_cm would otherwise loop back inside a single rxe device).
+  #  50: the default local rule, moved behind ours.
+  ip -batch - <<EOF || return 1
+link add veth0 address 02:77:00:00:00:01 type veth peer name veth1 address 02:77:00:00:00:02
+addr add $A0/24 dev veth0
+addr add $A1/24 dev veth1
+link set veth0 up
+link set veth1 up
+rule add pref 10 iif veth0 lookup local
+rule add pref 10 iif veth1 lookup local
+rule add pref 20 from $A0 to $A1 lookup 100
+rule add pref 20 from $A1 to $A0 lookup 101
+rule add pref 25 from $A0 lookup local
+rule add pref 25 from $A1 lookup local
+rule add pref 30 to $A1 lookup 100
+rule add pref 30 to $A0 lookup 101
+route add $A1 dev veth0 src $A0 table 100
+route add $A0 dev veth1 src $A1 table 101
+rule add pref 50 lookup local
+rule del pref 0 lookup local
+EOF
+  rdma link add rxe0 type rxe netdev veth0 || return 1
+  rdma link add rxe1 type rxe netdev veth1 || return 1
+}
+if setup_rdma; then
+  export FM_RDMA_OK=1
+else
+  export FM_RDMA_OK=0
+  msg "warning: RDMA setup failed"
+fi
+export FM_RDMA_DEV0=rxe0 FM_RDMA_DEV1=rxe1 FM_RDMA_ADDR0=$A0 FM_RDMA_ADDR1=$A1
+export FM_RDMA_NETDEV0=veth0 FM_RDMA_NETDEV1=veth1
+export FM_RDMA_NETNS=""   # both ends live in the initial namespace
+export FM_RDMA_GID_INDEX=1  # index 0 is the fe80:: default GID; 1 is the IPv4 one
+export FI_UNIVERSE_SIZE=64  # libfabric verbs;ofi_rxm needs it for FI_EP_RDM
+export FM_IN_GUEST=1
+
+# --- host shares and the command -------------------------------------------
+cmdfile=/tmp/fm-cmd
+ctl=""
+if [[ $(param fm.ctl) == 1 ]]; then
+  mkdir -p /run/fmctl
+  if mount -t 9p -o trans=virtio,version=9p2000.L fmctl /run/fmctl; then
+    ctl=/run/fmctl
+  else
+    msg "error: cannot mount control share"
+  fi
+fi
+if [[ -n $ctl && -s $ctl/share ]]; then
+  share=$(cat "$ctl/share")
+  mkdir -p "$share"
+  # cache=mmap: binaries built on the host run from here; no stale reads.
+  mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=mmap fmshare "$share" ||
+    msg "error: cannot mount host share at $share"
+fi
+
+cwd=/
+if [[ -n $ctl && -f $ctl/cmd ]]; then
+  cp "$ctl/cmd" "$cmdfile"
+  [[ -s $ctl/cwd && -d $(cat "$ctl/cwd") ]] && cwd=$(cat "$ctl/cwd")
+elif b64=$(param fm.cmd); then
+  echo "$b64" | base64 -d >"$cmdfile"
+elif [[ $(param fm.shell) == 1 ]]; then
+  exec </dev/console
+  echo 'exec setsid -w -c bash -i' >"$cmdfile"  # own session: job control works
+else
+  echo 'echo "no command given (fm.ctl / fm.cmd)"; exit 2' >"$cmdfile"
+fi
+
+echo "$BEGIN_MARK"
+(cd "$cwd" && exec bash "$cmdfile")
+rc=$?
+sync
+[[ -n $ctl ]] && echo "$rc" >"$ctl/rc"
+echo "${END_MARK}${rc}====="
+poweroff_now
