@@ -5,7 +5,7 @@ VENV := .venv
 ENGINE_BUILD := build/engine
 ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 
-.PHONY: all deps build test demo bench clean
+.PHONY: all deps build test test-rdma demo bench clean
 
 all: build
 
@@ -20,6 +20,11 @@ build: deps
 test: build
 	ctest --test-dir $(ENGINE_BUILD) --output-on-failure
 	$(VENV)/bin/python -m pytest tests
+
+# Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
+# ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.
+test-rdma: build
+	bash rdma/test-rdma.sh $(if $(ALLOW_SKIP),--allow-skip)
 
 demo: build
 	$(VENV)/bin/fabmeter demo --out results/demo

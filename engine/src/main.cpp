@@ -18,7 +18,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once]
-  fabmeter-engine limits [--cpus A,B] [-n N]
+  fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured size,
@@ -118,19 +118,24 @@ int main_(std::vector<std::string> args) {
     return fm::run_client(p, o);
   }
   if (cmd == "limits") {
-    int a = 0, b = 1;
-    uint64_t n = 100000;
+    fm::LimitsOptions o;
     std::string v;
     if (take(args, "--cpus", &v)) {
       auto comma = v.find(',');
       if (comma == std::string::npos) fm::usage_error("--cpus: expected A,B");
-      a = parse_int("--cpus", v.substr(0, comma));
-      b = parse_int("--cpus", v.substr(comma + 1));
+      o.cpu_a = parse_int("--cpus", v.substr(0, comma));
+      o.cpu_b = parse_int("--cpus", v.substr(comma + 1));
     }
-    if (take(args, "-n", &v)) n = static_cast<uint64_t>(parse_int("-n", v));
+    if (take(args, "-n", &v)) o.iterations = static_cast<uint64_t>(parse_int("-n", v));
+    if (take(args, "--sizes", &v)) {
+      fm::Params scratch;
+      fm::parse_options(scratch, {"--values", v});  // the same list syntax as --values
+      o.sizes = scratch.values;
+    }
+    if (take(args, "--timer-wakeups", &v)) o.timer_wakeups = static_cast<uint64_t>(parse_int("--timer-wakeups", v));
     if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
-    if (n == 0) fm::usage_error("-n must be at least 1");
-    fm::emit_line(fm::measure_limits(a, b, n));
+    if (o.iterations == 0 || o.timer_wakeups == 0) fm::usage_error("-n and --timer-wakeups must be at least 1");
+    fm::emit_line(fm::measure_limits(o));
     return 0;
   }
   fm::usage_error("unknown command '" + cmd + "' (run, serve, limits, options)");

@@ -44,6 +44,7 @@ static fm::ErrorKind kind_of(std::initializer_list<std::string> args, const char
 TEST(Params, RefusesBadInput) {
   EXPECT_EQ(kind_of({"--service", "ud"}), fm::ErrorKind::usage);     // verbs only, transport is shm
   EXPECT_EQ(kind_of({"-t", "tcp", "--rq-depth", "8"}), fm::ErrorKind::usage);
+  EXPECT_EQ(kind_of({"-t", "tcp", "--service", "rc"}), fm::ErrorKind::usage);  // at its default, still refused
   EXPECT_EQ(kind_of({"-s", "0"}), fm::ErrorKind::usage);
   EXPECT_EQ(kind_of({"-s", "12x"}), fm::ErrorKind::usage);
   EXPECT_EQ(kind_of({"--bursts", "3"}), fm::ErrorKind::usage);  // oneway only

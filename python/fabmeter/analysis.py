@@ -110,6 +110,25 @@ def point_block(point: dict) -> str:
     if point.get("threshold_us") is not None:
         extra.append([f"one-way above {fmt_num(point['threshold_us'])} us, %",
                       fmt_num(point.get("above_threshold_pct"), 3)])
+    if point.get("experiment") == "stream":
+        extra += [["rate Hz (asked / achieved at the sink)",
+                   f"{fmt_num(point.get('rate_hz'), 0)} / {fmt_num(point.get('achieved_rate_hz'), 0)}"],
+                  ["values per sample", fmt_num(point.get("values"), 0)],
+                  ["sent / received", f"{fmt_num(point.get('sent'), 0)} / {fmt_num(point.get('received'), 0)}"],
+                  ["missed steps (source late), %", f"{fmt_num(point.get('missed_steps'), 0)}"
+                                                    f" ({fmt_num(point.get('missed_pct'), 3)})"],
+                  [f"over deadline {fmt_num(point.get('deadline_us'))} us, %",
+                   fmt_num(point.get("deadline_miss_pct"), 3)],
+                  ["duplicated / reordered", f"{point.get('duplicated')} / {point.get('reordered')}"]]
+    if point.get("experiment") == "check":
+        sizes = point.get("sizes_checked") or []
+        extra += [["result", "PASSED" if point.get("passed") else "FAILED"],
+                  ["messages sent / received", f"{point.get('messages')} / {point.get('received')}"],
+                  ["sizes checked", f"{fmt_size(sizes[0])} .. {fmt_size(sizes[-1])}" if sizes else "-"],
+                  ["order / content / size errors",
+                   f"{point.get('order_errors')} / {point.get('content_errors')} / {point.get('size_errors')}"],
+                  [f"wake-up after {fmt_num(point.get('wake_after_ms'), 0)} ms idle, ns",
+                   fmt_num(point.get("wake_ns"), 0)]]
     if point.get("lost") is not None:
         extra.append(["lost messages", fmt_num(point["lost"])])
     if extra:
@@ -147,9 +166,23 @@ def sweep_table(points: list[dict]) -> str:
     return title + "\n" + format_table(headers, rows)
 
 
+def stream_table(points: list[dict]) -> str:
+    """A stream grid: one row per rate x values point."""
+    headers = ["rate Hz", "values", "achieved Hz", "one-way p50 ns", "one-way p99 ns", "one-way max ns",
+               "missed %", "over deadline %", "lost"]
+    rows = [[fmt_num(p.get("rate_hz"), 0), p.get("values"), fmt_num(p.get("achieved_rate_hz"), 0),
+             (p.get("latency_ns") or {}).get("p50"), (p.get("latency_ns") or {}).get("p99"),
+             (p.get("latency_ns") or {}).get("max"), fmt_num(p.get("missed_pct"), 3),
+             fmt_num(p.get("deadline_miss_pct"), 3), p.get("lost")] for p in points]
+    title = f"stream  {points[0].get('transport', '?')}/{points[0].get('poll', '?')}  (one-way = receive - scheduled time)"
+    return title + "\n" + format_table(headers, rows)
+
+
 def run_report(points: list[dict]) -> str:
     if not points:
         return "no points measured"
     if len(points) == 1:
         return point_block(points[0])
+    if points[0].get("experiment") == "stream":
+        return stream_table(points)
     return sweep_table(points)

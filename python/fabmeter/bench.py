@@ -1,24 +1,169 @@
-"""`fabmeter bench`: fabmeter's 32 B latency against the machine's own limit.
+"""`fabmeter bench`: fabmeter beside the established tools and the machine's
+own limits, measured side by side in one run.
 
-The limit is a bare cache-line ping-pong between the two CPUs
-(`fabmeter-engine limits`). Each round measures the limit and every
-transport x poll once; the order flips every round (A B ... then ... B A) so
-slow drift of the machine does not favour one configuration. Reported: the
-median over rounds of each run's one-way (RTT/2) median, and its ratio to
-the cache-line limit.
+Every row pairs one fabmeter measurement with what it is judged against: a
+peer tool on the same path (same size, iterations, CPUs) or a machine limit
+(`fabmeter-engine limits`). Each round measures every row once, the two
+sides of a row in alternating order (A B, then B A), so slow drift of a
+shared machine favours neither. Reported per row: the median over rounds of
+each side's figure, their ratio, and whether the row's target is met.
+
+Figures are compared like with like: where a peer gives only a mean
+(fi_pingpong), fabmeter's mean is used; where it gives a median, the median.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo, run
-from fabmeter.results import now_iso, write_json
+from fabmeter.peers import base as peer_base
+from fabmeter.peers import registry, rawpp
+from fabmeter.results import RunRecord, now_iso, write_json
 
-CONFIGS = [(t, p) for t in ("shm", "tcp", "udp") for p in ("busy", "event")]
-LAT_ARGS = ["-s", "32", "-n", "20000"]
+SIZE = 32
+BW_SIZE = 64 * 1024
+ITERS = 20000
+
+
+class Skip(Exception):
+    """This side of a row cannot be measured here (tool or transport missing)."""
+
+
+@dataclass
+class Row:
+    name: str
+    fabmeter: Callable[[], float]   # measures fabmeter's figure once
+    versus: str                     # what it is judged against
+    other: Callable[[], float]      # measures that figure once
+    figure: str                     # what both numbers are, with units
+    target: float                   # the ratio fabmeter / other must be <= (or >= when higher_is_better)
+    higher_is_better: bool = False
+    ours: list[float] = field(default_factory=list)
+    theirs: list[float] = field(default_factory=list)
+    skipped: str = ""
+
+    def met(self, ratio: Optional[float]) -> Optional[bool]:
+        if ratio is None:
+            return None
+        return ratio >= self.target if self.higher_is_better else ratio <= self.target
+
+
+class Bench:
+    def __init__(self, out: Path, cpus: Optional[tuple[int, ...]], engine: str):
+        self.out, self.cpus, self.engine = out, cpus, engine
+        self.info = run.engine_info(engine)
+        self.peer_points: list[dict] = []
+        self.limits: list[dict] = []
+        self.runs = 0
+
+    # --- one side of a row ----------------------------------------------------
+
+    def fabmeter(self, experiment: str, args: list[str], pick: Callable[[dict], float]) -> Callable[[], float]:
+        transport = args[args.index("-t") + 1]
+
+        def measure() -> float:
+            if transport not in self.info.get("transports", []):
+                raise Skip(f"transport {transport} is not built into this engine")
+            self.runs += 1
+            folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{'-'.join(a.lstrip('-') for a in args)}"
+            record = RunRecord(folder, {"experiment": experiment, "mode": "local", "cpus": list(self.cpus or []),
+                                        "options": args, "server": None})
+            res = run.execute(run.RunSpec(experiment, args, cpus=self.cpus, out=folder, engine=self.engine),
+                              on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+            record.finish(res.status, res.message, res.exit_code)
+            if res.exit_code == run.EXIT_INTERRUPTED:
+                raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
+            if res.exit_code != run.EXIT_OK or not res.points:
+                raise Skip(f"fabmeter {experiment} {' '.join(args)} failed: {res.message}")
+            return pick(res.points[-1])
+        return measure
+
+    def limit(self, pick: Callable[[dict], float]) -> Callable[[], float]:
+        def measure() -> float:
+            lim = run.run_limits(self.cpus, engine=self.engine)
+            self.limits.append(lim)
+            return pick(lim)
+        return measure
+
+    def peer(self, tool: str, experiment: str, transport: str, pick: Callable[[dict], float]) -> Callable[[], float]:
+        adapter = registry.PEERS.get(tool)
+
+        def measure() -> float:
+            if adapter is None or not adapter.available():
+                raise Skip(f"{tool} is not installed")
+            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iterations=ITERS, duration_s=1.0,
+                                      cpus=tuple(self.cpus) if self.cpus else None)
+            try:
+                points = adapter.run_case(peer_base.Case(experiment, transport), params)
+            except peer_base.PeerError as e:
+                raise Skip(f"{tool} {experiment} {transport}: {e}") from e
+            self.peer_points += points
+            return pick(points[0])
+        return measure
+
+    def rawpp(self, lib: str, mode: str) -> Callable[[], float]:
+        def measure() -> float:
+            try:
+                r = rawpp.run(lib, mode, SIZE, ITERS, self.cpus)
+            except peer_base.PeerError as e:
+                raise Skip(str(e)) from e
+            self.peer_points.append(r)
+            return r["oneway_ns_p50"]
+        return measure
+
+    # --- the rows ---------------------------------------------------------------
+
+    def rows(self) -> list[Row]:
+        p50 = lambda p: p["latency_ns"]["p50"]  # noqa: E731
+        mean = lambda p: p["latency_ns"]["mean"]  # noqa: E731
+        lat = lambda t, poll, *extra: ["-t", t, "--poll", poll, "-s", str(SIZE), "-n", str(ITERS), *extra]  # noqa: E731
+        f = self.fabmeter
+        rows = [
+            Row("shm busy / cache-line limit", f("lat", lat("shm", "busy"), p50), "bare cache-line ping-pong",
+                self.limit(lambda lim: lim["cacheline_oneway_ns"]["p50"]),
+                "one-way (RTT/2) p50 ns, both timestamped per round trip", 1.25),
+            Row("shm busy / ucx_perftest posix", f("lat", lat("shm", "busy"), p50), "ucx_perftest tag_lat posix",
+                self.peer("ucx_perftest", "lat", "shm", p50), "one-way (RTT/2) p50 ns (ucx: last 2048 only)", 1.0),
+            Row("tcp busy / ucx_perftest tcp", f("lat", lat("tcp", "busy"), p50), "ucx_perftest tag_lat tcp",
+                self.peer("ucx_perftest", "lat", "tcp", p50), "one-way (RTT/2) p50 ns (ucx: last 2048 only)", 1.0),
+            Row("tcp event / sockperf tcp", f("lat", lat("tcp", "event"), p50), "sockperf ping-pong --tcp",
+                self.peer("sockperf", "lat", "tcp", p50), "one-way (RTT/2) p50 ns", 1.0),
+            Row("udp event / sockperf udp", f("lat", lat("udp", "event"), p50), "sockperf ping-pong (udp)",
+                self.peer("sockperf", "lat", "udp", p50), "one-way (RTT/2) p50 ns", 1.0),
+            Row("tcp bw 64 KiB / iperf3", f("bw", ["-t", "tcp", "-s", str(BW_SIZE), "-n", str(ITERS)],
+                                            lambda p: p["gbps"]),
+                "iperf3 -l 64K", self.peer("iperf3", "bw", "tcp", lambda p: p["gbps"]),
+                "Gbit/s at the receiver", 1.0, higher_is_better=True),
+            Row("measuring cost", self.limit(lambda lim: lim["record_cost_ns"]), "20 ns budget",
+                lambda: 20.0, "ns to take and store one timestamp", 1.0),
+        ]
+        fi = registry.PEERS.get("fi_pingpong")
+        if fi is not None:
+            rows += [
+                Row("tcp busy / fi_pingpong tcp msg", f("lat", lat("tcp", "busy"), mean), "fi_pingpong -p tcp -e msg",
+                    self.peer("fi_pingpong", "lat", "ofi:tcp:msg", mean), "one-way (RTT/2) mean ns", 1.0),
+                Row("udp busy / fi_pingpong udp dgram", f("lat", lat("udp", "busy"), mean),
+                    "fi_pingpong -p udp -e dgram", self.peer("fi_pingpong", "lat", "ofi:udp:dgram", mean),
+                    "one-way (RTT/2) mean ns", 1.0),
+            ]
+            for prov, ep in (("tcp", "msg"), ("udp", "dgram"), ("shm", "rdm")):
+                rows.append(Row(f"ofi {prov} {ep} / fi_pingpong", f("lat", lat("ofi", "busy", "--provider", prov,
+                                                                              "--ep", ep), mean),
+                                f"fi_pingpong -p {prov} -e {ep}", self.peer("fi_pingpong", "lat", f"ofi:{prov}:{ep}", mean),
+                                "one-way (RTT/2) mean ns", 1.0))
+        for lib in rawpp.LIBS:
+            rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
+                            self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
+        return rows
+
+
+def _measure(fn: Callable[[], float], into: list[float]) -> None:
+    into.append(fn())
 
 
 def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
@@ -26,52 +171,71 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = now_iso()
     env = envinfo.collect()
+    engine = run.find_engine()
+    bench = Bench(out, cpus, engine)
+    rows = bench.rows()
     print(f"fabmeter bench  {started}")
     print(f"CPU: {env['cpu_model']}  kernel: {env['kernel']['release']}  CPUs: {list(cpus) if cpus else 'unpinned'}")
-
-    limits: list[dict] = []
-    medians: dict[tuple[str, str], list[float]] = {c: [] for c in CONFIGS}
-    errors: dict[str, str] = {}
     status = "ok"
     try:
         for r in range(rounds):
-            order = CONFIGS if r % 2 == 0 else list(reversed(CONFIGS))
-            sys.stderr.write(f"bench: round {r + 1}/{rounds}\n")
-            limits.append(run.run_limits(cpus))
-            for transport, poll in order:
-                res = run.execute(run.RunSpec("lat", ["-t", transport, "--poll", poll, *LAT_ARGS], cpus=cpus))
-                if res.exit_code == run.EXIT_INTERRUPTED:
-                    raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
-                if res.exit_code != run.EXIT_OK or not res.points:
-                    errors[f"{transport}/{poll}"] = res.message
-                    sys.stderr.write(f"bench: {transport}/{poll} failed: {res.message}\n")
+            for i, row in enumerate(rows):
+                if row.skipped:
                     continue
-                medians[(transport, poll)].append(res.points[-1]["latency_ns"]["p50"])
+                sys.stderr.write(f"\rbench: round {r + 1}/{rounds}, row {i + 1}/{len(rows)}: {row.name:<40}")
+                sys.stderr.flush()
+                sides = [(row.fabmeter, row.ours), (row.other, row.theirs)]
+                if (r + i) % 2:
+                    sides.reverse()
+                try:
+                    for fn, into in sides:
+                        _measure(fn, into)
+                except Skip as e:
+                    row.skipped = str(e)
+        sys.stderr.write("\n")
     except run.FabmeterError as e:
         if e.exit_code != run.EXIT_INTERRUPTED:
             raise
         status = "interrupted"
 
-    limit = analysis.median(l["cacheline_oneway_ns"]["p50"] for l in limits)
-    rows, doc_rows = [], []
-    rows.append(["cache-line ping-pong (limit)", "-", limit, "-", "1.00x" if limit else None])
-    for (transport, poll), ms in medians.items():
-        m = analysis.median(ms)
-        spread = f"{analysis.fmt_num(min(ms))}..{analysis.fmt_num(max(ms))}" if ms else "-"
-        ratio = m / limit if (m is not None and limit) else None
-        rows.append([transport, poll, m, spread, None if ratio is None else f"{ratio:.2f}x"])
-        doc_rows.append({"transport": transport, "poll": poll, "oneway_rtt_half_p50_ns_per_round": ms,
-                         "median_of_medians_ns": m, "ratio_to_cacheline": ratio})
-    print(f"32 B ping-pong, one-way = RTT/2; {rounds} rounds, configurations alternating in order")
-    print(analysis.format_table(
-        ["transport", "poll", "one-way (RTT/2) p50 ns, median of rounds", "range over rounds",
-         "x cache-line limit"], rows, left=2))
-    write_json(out / "bench.json", {
-        "started_at": started, "finished_at": now_iso(), "status": status, "rounds": rounds,
-        "cpus": list(cpus) if cpus else None, "lat_options": LAT_ARGS, "environment": env,
-        "cacheline_oneway_p50_ns_median": limit, "limits": limits, "rows": doc_rows, "errors": errors})
-    print(f"results: {out / 'bench.json'}")
+    table, doc = [], []
+    for row in rows:
+        ours = statistics.median(row.ours) if row.ours else None
+        theirs = statistics.median(row.theirs) if row.theirs else None
+        ratio = ours / theirs if ours is not None and theirs else None
+        met = row.met(ratio)
+        goal = f"{'>=' if row.higher_is_better else '<='} {row.target:.2f}x"
+        table.append([row.name, row.figure, ours, theirs, None if ratio is None else f"{ratio:.2f}x", goal,
+                      "skipped: " + row.skipped if row.skipped and ratio is None else
+                      ("met" if met else "NOT met") + (f" ({row.skipped})" if row.skipped else "")])
+        doc.append({"row": row.name, "figure": row.figure, "versus": row.versus, "fabmeter": row.ours,
+                    "other": row.theirs, "fabmeter_median": ours, "other_median": theirs, "ratio": ratio,
+                    "target": goal, "met": met, "skipped": row.skipped or None})
+    print(f"{rounds} rounds; medians over rounds; sides of each row measured in alternating order")
+    print(analysis.format_table(["row", "figure", "fabmeter", "versus", "ratio", "target", "result"], table,
+                                left=2))
+    write_json(out / "bench.json", {"started_at": started, "finished_at": now_iso(), "status": status,
+                                    "rounds": rounds, "cpus": list(cpus) if cpus else None, "size": SIZE,
+                                    "bw_size": BW_SIZE, "iterations": ITERS, "environment": env,
+                                    "rows": doc, "limits": bench.limits})
+    write_json(out / "peers.json", {"points": bench.peer_points})
+    (out / "bench.md").write_text(markdown(table, started, env, rounds, cpus))
+    from fabmeter import report
+    path = report.write(out)
+    print(f"results: {out / 'bench.json'}, table: {out / 'bench.md'}, report: {path}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
         return run.EXIT_INTERRUPTED
-    return run.EXIT_OK if not errors else run.EXIT_RUNTIME
+    return run.EXIT_OK
+
+
+def markdown(table: list[list], started: str, env: dict, rounds: int, cpus) -> str:
+    lines = [f"Measured {started} on {env['cpu_model']} ({env.get('cpu_count')} CPUs), kernel "
+             f"{env['kernel']['release']}, CPUs {list(cpus) if cpus else 'unpinned'}; {rounds} rounds, "
+             "medians over rounds.", "",
+             "| row | figure | fabmeter | versus | ratio | target | result |", "|---|---|---|---|---|---|---|"]
+    for r in table:
+        lines.append("| " + " | ".join(analysis.fmt_num(c, 1) if isinstance(c, float) else str(c if c is not None
+                                                                                               else "-")
+                                       for c in r) + " |")
+    return "\n".join(lines) + "\n"

@@ -22,6 +22,8 @@ EXPERIMENTS_HELP = {
     "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
     "oneway": "one-way latency of bursts (sender and receiver share the clock)",
     "bw": "streaming bandwidth and message rate",
+    "stream": "a real-time stream at a fixed rate: latency, missed steps, deadline misses",
+    "check": "conformance: sizes up to the transport's maximum, content, order, event-mode wake-up",
 }
 PY_ONLY = {"cpus", "json", "out", "server", "help"}
 
@@ -99,11 +101,25 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     p.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
     p.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
 
-    p = sub.add_parser("bench", help="fabmeter against the bare cache-line ping-pong limit",
+    p = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
                        allow_abbrev=False)
     p.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
     p.add_argument("--rounds", metavar="K", type=int, default=3, help="rounds, alternating configurations (default: 3)")
     p.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
+
+    p = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
+                       allow_abbrev=False)
+    p.add_argument("file", metavar="FILE.toml", help="the suite, e.g. suites/quick.toml")
+    p.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
+    p.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
+    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
+
+    p = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
+    p.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
+    p.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
+
+    from fabmeter.peers import command as peers_command
+    peers_command.add_parser(sub)
     return parser
 
 
@@ -266,6 +282,18 @@ def main(argv: Optional[list[str]] = None) -> None:
             if ns.rounds < 1:
                 die("--rounds must be at least 1", run.EXIT_USAGE)
             code = bench.main(Path(ns.out), ns.rounds, parse_cpus(ns.cpus))
+        elif ns.command == "suite":
+            from fabmeter import suite
+            if info is None:
+                die(problem, run.EXIT_INTERNAL)
+            code = suite.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, info, engine,
+                              parse_cpus(ns.cpus) if ns.cpus else None, parse_cpus(None))
+        elif ns.command == "report":
+            from fabmeter import report
+            code = report.main(Path(ns.results), Path(ns.output) if ns.output else None)
+        elif ns.command == "peers":
+            from fabmeter.peers import command as peers_command
+            code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)
         else:
             parser.error(f"unknown command {ns.command}")
     except run.FabmeterError as e:

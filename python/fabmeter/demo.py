@@ -97,6 +97,9 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     write_json(out / "summary.json", {"started_at": started, "finished_at": now_iso(), "status": status,
                                       "runs": total, "failures": failures, "environment": env, "rows": summary_rows})
     print(f"results: {out}/<transport>-<poll>-<run>/run.json, summary: {out / 'summary.json'}")
+    if status != "interrupted":
+        from fabmeter import report  # matplotlib: loaded only when needed
+        print(f"report: {report.write(out)}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
         return run.EXIT_INTERRUPTED

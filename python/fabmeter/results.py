@@ -58,7 +58,10 @@ class RunRecord:
         self.flush()
 
     def on_event(self, event: dict) -> None:
-        self.doc["engine_events"].append(event)
+        if event.get("type") == "limits":
+            self.doc["limits"] = event   # machine limits between the run's two CPUs
+        else:
+            self.doc["engine_events"].append(event)
         self.flush()
 
     def finish(self, status: str, message: str = "", exit_code: int = 0) -> None:

@@ -324,6 +324,37 @@ def _timeout_ms(engine_args: list[str]) -> float:
     return 5.0
 
 
+LIMITS_ARGS = ["-n", "20000", "--timer-wakeups", "50"]   # about 0.3 s: cheap enough for every run
+
+
+def measure_limits(engine: str, cpus: tuple[int, ...], sizes: Optional[list[int]] = None) -> Optional[dict]:
+    """The machine's limits between the two CPUs (fabmeter-engine limits), or
+    None when they cannot be measured (one CPU, probe failed)."""
+    if not cpus or len(cpus) < 2:
+        return None
+    cmd = [engine, "limits", "--cpus", f"{cpus[0]},{cpus[1]}", *LIMITS_ARGS]
+    if sizes:
+        cmd += ["--sizes", ",".join(str(s) for s in sizes)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _parse_json(out.stdout.strip()) if out.returncode == 0 else None
+
+
+def _sizes_of(engine_args: list[str]) -> Optional[list[int]]:
+    """The message size the run asks for, for the limits' memcpy figure."""
+    for i, a in enumerate(engine_args):
+        if a in ("-s", "--size") and i + 1 < len(engine_args):
+            v = engine_args[i + 1]
+            mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(v[-1:].lower(), 1)
+            try:
+                return [int(v[:-1] if mult > 1 else v) * mult]
+            except ValueError:
+                return None
+    return None
+
+
 def execute(spec: RunSpec,
             on_start: Optional[Callable[[dict], None]] = None,
             on_point: Optional[Callable[[dict], None]] = None,
@@ -338,6 +369,12 @@ def execute(spec: RunSpec,
     server: Optional[LocalServer] = None
     client: Optional[subprocess.Popen] = None
     client_err: list[str] = []
+    # Limits are recorded with every local run that keeps results, measured
+    # before the engines start so neither disturbs the other.
+    if spec.out is not None and spec.server is None and on_event is not None:
+        limits = measure_limits(engine, spec.cpus, _sizes_of(spec.engine_args))
+        if limits:
+            on_event(limits)
     with _SignalForwarder() as fwd:
         try:
             if spec.server is None:

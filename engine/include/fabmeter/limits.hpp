@@ -1,12 +1,26 @@
 // Machine limits measured beside every benchmark: what no transport between
-// these two CPUs can beat.
+// these two CPUs can beat, and what measuring itself costs.
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "fabmeter/results.hpp"
 
 namespace fm {
 
-// One cache line bounced between threads pinned to cpu_a and cpu_b, n round
-// trips; reports RTT/2 statistics and the cost of one timestamp.
-JsonObj measure_limits(int cpu_a, int cpu_b, uint64_t n);
+struct LimitsOptions {
+  int cpu_a = 0, cpu_b = 1;
+  uint64_t iterations = 100000;                       // cache-line round trips
+  std::vector<uint64_t> sizes = {32, 4096, 65536, 1 << 20};  // memcpy sizes
+  uint64_t timer_wakeups = 200;                       // per timer kind
+  double timer_period_us = 100;
+};
+
+// - cache line bounced between threads pinned to cpu_a and cpu_b: RTT/2 with a
+//   timestamp pair per round trip (as fabmeter's lat takes them) and in bulk;
+// - memcpy bandwidth for each size; the cost of one timestamp and of recording
+//   one (timestamp + store into prefaulted storage); wake-up lateness of
+//   timerfd and clock_nanosleep at a fixed period.
+JsonObj measure_limits(const LimitsOptions& o);
 
 }  // namespace fm

@@ -14,7 +14,7 @@ namespace fm {
 enum class Poll { busy, event };
 
 // Every experiment the engine runs, as a list for in_list() and messages.
-constexpr const char* kExperiments = "lat,oneway,bw,stream";
+constexpr const char* kExperiments = "lat,oneway,bw,stream,check";
 
 struct Params {
   std::string experiment;           // lat | oneway | bw
@@ -68,8 +68,12 @@ struct Params {
   std::string provider = "tcp";     // ofi provider
   std::string ep = "msg";           // ofi endpoint type: msg | rdm | dgram
 
+  // Options named on this end's command line, so one given at its default
+  // value is still checked for applying (the peer only sees values).
+  std::vector<std::string> given;
+
   // messaging libraries (zmq, nng, nanomsg)
-  std::string endpoint;             // tcp://..., ipc://..., inproc://...; "" = tcp next to the control channel
+  std::string endpoint;             // tcp://HOST:PORT or ipc://PATH; "" = tcp next to the control channel
 };
 
 struct OptSpec {

@@ -21,6 +21,10 @@
 //        Which sends are signaled is the transport's policy (--signal-every),
 //        plus every send posted with kSendSignaled.
 //
+//   Optional: bool tx_idle() const;  false while posted bytes still wait in
+//        the transport itself (tcp's partial send); experiments flush before
+//        they announce the end of a point. Without it a transport is idle.
+//
 //   Event mode (Poll::event), each bounded by a short slice (<= kWaitSliceMs)
 //   so the caller can look at its guard between waits:
 //   bool wait_recv(RecvMsg&);                   // sleep until a message arrives; false on slice timeout

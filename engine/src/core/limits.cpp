@@ -1,55 +1,158 @@
 #include "fabmeter/limits.hpp"
 
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <algorithm>
 #include <thread>
-#include <vector>
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/cpu.hpp"
+#include "fabmeter/error.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/stats.hpp"
 
 namespace fm {
+namespace {
 
-JsonObj measure_limits(int cpu_a, int cpu_b, uint64_t n) {
-  Clock clk(true);
+struct PingPong {
+  std::vector<double> half_rtt_ns;  // per round trip, timestamped like lat
+  double bulk_half_rtt_ns;          // median over chunks of (chunk time / round trips / 2), no timestamps inside
+};
+
+PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) {
   alignas(128) static std::atomic<uint64_t> line{0};
   line.store(0);
   const uint64_t warmup = n / 10 + 100;
+  const uint64_t rounds = 2 * (warmup + n);  // timestamped phase, then bulk phase
   SampleBuf rtt(n);
-
   // No pause in these spins: the limit is the fastest hand-over possible.
   std::thread echo([&] {
     pin_to_cpu(cpu_b);
-    for (uint64_t i = 0; i < warmup + n; ++i) {
+    for (uint64_t i = 0; i < rounds; ++i) {
       while (line.load(std::memory_order_acquire) != 2 * i + 1) {}
       line.store(2 * i + 2, std::memory_order_release);
     }
   });
   pin_to_cpu(cpu_a);
-  for (uint64_t i = 0; i < warmup + n; ++i) {
+  uint64_t i = 0;
+  for (; i < warmup + n; ++i) {
     uint64_t t0 = clk.ticks();
     line.store(2 * i + 1, std::memory_order_release);
     while (line.load(std::memory_order_acquire) != 2 * i + 2) {}
     uint64_t t1 = clk.ticks();
     if (i >= warmup) rtt[i - warmup] = t1 - t0;
   }
+  // Bulk: chunks of round trips timed as a whole; the median chunk, so one
+  // preemption on a shared machine does not move the figure.
+  constexpr uint64_t kChunk = 1000;
+  std::vector<double> chunk_ns;
+  while (i < rounds) {
+    const uint64_t end = std::min(rounds, i + kChunk), len = end - i;
+    uint64_t b0 = clk.ticks();
+    for (; i < end; ++i) {
+      line.store(2 * i + 1, std::memory_order_release);
+      while (line.load(std::memory_order_acquire) != 2 * i + 2) {}
+    }
+    chunk_ns.push_back(clk.to_ns(static_cast<double>(clk.ticks() - b0)) / static_cast<double>(len) / 2);
+  }
   echo.join();
+  PingPong r;
+  r.half_rtt_ns.resize(n);
+  for (uint64_t k = 0; k < n; ++k) r.half_rtt_ns[k] = clk.to_ns(static_cast<double>(rtt[k])) / 2;
+  r.bulk_half_rtt_ns = summarize(chunk_ns.data(), chunk_ns.size()).p50;
+  return r;
+}
 
-  std::vector<double> half(n);
-  for (uint64_t i = 0; i < n; ++i) half[i] = clk.to_ns(static_cast<double>(rtt[i])) / 2;
+// Bytes per second copying `size` bytes between two prefaulted buffers.
+double memcpy_gbps(const Clock& clk, uint64_t size) {
+  PayloadBuf a(size), b(size);
+  std::memset(a.data(), 1, size);
+  const uint64_t reps = std::max<uint64_t>(4, (256ull << 20) / size);
+  uint64_t t0 = clk.ticks();
+  for (uint64_t r = 0; r < reps; ++r) {
+    std::memcpy(b.data(), a.data(), size);
+    asm volatile("" : : "r"(b.data()) : "memory");
+  }
+  double ns = clk.to_ns(static_cast<double>(clk.ticks() - t0));
+  return static_cast<double>(size * reps) * 8 / ns;
+}
+
+// What recording one timestamp costs on the hot path: read the clock, store it.
+double record_cost_ns(const Clock& clk) {
+  constexpr uint64_t kN = 1 << 20;
+  SampleBuf buf(kN);
+  uint64_t m0 = Clock::mono_ns();
+  for (uint64_t i = 0; i < kN; ++i) buf[i] = clk.ticks();
+  return static_cast<double>(Clock::mono_ns() - m0) / kN;
+}
+
+// Lateness of each wake-up against an absolute schedule.
+Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
+  std::vector<double> late;
+  late.reserve(n);
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  const double t0 = static_cast<double>(start.tv_sec) * 1e9 + static_cast<double>(start.tv_nsec) + 1e6;
+  const double period = period_us * 1e3;
+  auto ts_of = [](double ns) { return timespec{static_cast<time_t>(ns / 1e9), static_cast<long>(std::fmod(ns, 1e9))}; };
+  int fd = -1;
+  if (kind == "timerfd") {
+    fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    if (fd < 0) sys_error("timerfd_create");
+    itimerspec its{ts_of(period), ts_of(t0)};
+    timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, nullptr);
+  }
+  for (uint64_t k = 0; k < n; ++k) {
+    const double due = t0 + static_cast<double>(k) * period;
+    if (fd >= 0) {
+      uint64_t exp;
+      if (::read(fd, &exp, sizeof exp) < 0) break;
+      k += exp - 1;  // a late wake-up covers several periods: measure it once
+    } else {
+      timespec ts = ts_of(due);
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+    }
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double due_k = t0 + static_cast<double>(k) * period;
+    late.push_back(static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec) - due_k);
+  }
+  if (fd >= 0) ::close(fd);
+  return summarize(late.data(), late.size());
+}
+
+}  // namespace
+
+JsonObj measure_limits(const LimitsOptions& o) {
+  Clock clk(true);
   Clock mono(false);
+  PingPong pp = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations);
+  JsonObj copy;
+  for (uint64_t s : o.sizes) copy.add(std::to_string(s), memcpy_gbps(clk, s));
   JsonObj cost;
-  cost.add("tsc", clk.source() == ClockSource::tsc ? clk.timestamp_cost_ns() : 0.0)
-      .add("clock_gettime", mono.timestamp_cost_ns());
-  JsonObj o;
-  o.add("type", "limits").add_raw("cpus", "[" + std::to_string(cpu_a) + ", " + std::to_string(cpu_b) + "]")
-      .add("iterations", n).add("warmup", warmup)
+  cost.add(clk.source_name(), clk.timestamp_cost_ns()).add("clock_gettime", mono.timestamp_cost_ns());
+  JsonObj timers;
+  timers.add("period_us", o.timer_period_us)
+      .add("timerfd_late_ns", to_json(timer_lateness("timerfd", o.timer_wakeups, o.timer_period_us)))
+      .add("nanosleep_late_ns", to_json(timer_lateness("nanosleep", o.timer_wakeups, o.timer_period_us)));
+  JsonObj out;
+  out.add("type", "limits")
+      .add_raw("cpus", "[" + std::to_string(o.cpu_a) + ", " + std::to_string(o.cpu_b) + "]")
+      .add("iterations", o.iterations)
       .add("cacheline_kind", "rtt/2")
-      .add("cacheline_oneway_ns", to_json(summarize(half.data(), n)))
+      .add("cacheline_oneway_ns", to_json(summarize(pp.half_rtt_ns.data(), pp.half_rtt_ns.size())))
+      .add("cacheline_oneway_bulk_ns", pp.bulk_half_rtt_ns)
+      .add("memcpy_gbps", copy)
       .add("timestamp_cost_ns", cost)
+      .add("record_cost_ns", record_cost_ns(clk))
+      .add("timer_wakeup", timers)
       .add("clock_source", clk.source_name());
-  return o;
+  return out;
 }
 
 }  // namespace fm

@@ -95,12 +95,12 @@ std::vector<OptSpec> make_table() {
      [](const Params& p) { return std::string(poll_name(p.poll)); }},
     {"size", 's', "BYTES", "lat,oneway,bw", "all", "message size in bytes (K/M suffixes allowed)", U64(size)},
     {"all", 'a', "", "lat,bw", "all", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
-    {"max-size", 0, "BYTES", "lat,bw", "all", "largest size of the -a sweep (capped by the transport)", U64(max_size)},
+    {"max-size", 0, "BYTES", "lat,bw,check", "all", "largest size of the -a sweep or of check (capped by the transport)", U64(max_size)},
     {"iters", 'n', "N", "lat,bw", "all", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
      [](Params& p, std::string_view v) { p.iters = v == "auto" ? 0 : parse_u64("iters", v); },
      [](const Params& p) { return p.iters ? std::to_string(p.iters) : std::string("auto"); }},
     {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (0: off)", DBL(duration)},
-    {"warmup", 0, "N", "all", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB)",
+    {"warmup", 0, "N", "lat,oneway,bw,stream", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
      [](Params& p, std::string_view v) { p.warmup = v == "auto" ? -1 : static_cast<int64_t>(parse_u64("warmup", v)); },
      [](const Params& p) { return p.warmup < 0 ? std::string("auto") : std::to_string(p.warmup); }},
     {"bursts", 0, "B", "oneway", "all", "number of bursts", U64(bursts)},
@@ -145,11 +145,11 @@ std::vector<OptSpec> make_table() {
     {"sq-depth", 0, "N", "all", "verbs,ofi", "send queue depth", U32(sq_depth)},
     {"rq-refill", 0, "N", "all", "verbs,ofi", "repost receives when this many are free (0: auto)", U32(rq_refill)},
     {"mtu", 0, "BYTES", "all", "verbs", "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(mtu)},
-    {"device", 0, "NAME", "all", "verbs", "RDMA device (default: the first one)",
+    {"device", 0, "NAME", "all", "verbs", "RDMA device (default: the one holding the control connection's address, else the first; rdma_cm: the one it routes through)",
      [](Params& p, std::string_view v) { p.device = std::string(v); },
      [](const Params& p) { return p.device; }},
     {"port", 0, "N", "all", "verbs", "device port", U32(port)},
-    {"gid-index", 0, "N", "all", "verbs", "GID table index (auto: the first RoCE v2 IPv4 GID, else 0)",
+    {"gid-index", 0, "N", "all", "verbs", "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
      [](Params& p, std::string_view v) { p.gid_index = v == "auto" ? -1 : static_cast<int32_t>(parse_u64("gid-index", v)); },
      [](const Params& p) { return p.gid_index < 0 ? std::string("auto") : std::to_string(p.gid_index); }},
     {"cm", 0, "HOW", "all", "verbs", "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
@@ -161,7 +161,7 @@ std::vector<OptSpec> make_table() {
     {"ep", 0, "TYPE", "all", "ofi", "libfabric endpoint type: msg, rdm or dgram",
      [](Params& p, std::string_view v) { p.ep = one_of("ep", v, {"msg", "rdm", "dgram"}); },
      [](const Params& p) { return p.ep; }},
-    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "tcp://HOST:PORT, ipc://PATH or inproc://NAME (default: tcp beside the control channel)",
+    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "where the server listens: tcp://HOST:PORT (PORT * or 0: a free one) or ipc://PATH (one host); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
      [](Params& p, std::string_view v) { p.endpoint = std::string(v); },
      [](const Params& p) { return p.endpoint; }},
   };
@@ -207,6 +207,7 @@ void parse_options(Params& p, const std::vector<std::string>& args) {
     }
     const OptSpec* o = find_option(name);
     if (!o) usage_error("unknown option '" + std::string(a) + "'");
+    p.given.emplace_back(o->name);
     if (*o->metavar == '\0') {
       o->set(p, has_value ? value : "1");
       continue;
@@ -260,7 +261,8 @@ void validate(const Params& p) {
   // An option that does not apply is refused rather than silently ignored.
   Params defaults;
   for (const auto& o : option_table()) {
-    if (o.get(p) == o.get(defaults)) continue;
+    const bool named = std::find(p.given.begin(), p.given.end(), o.name) != p.given.end();
+    if (!named && o.get(p) == o.get(defaults)) continue;
     if (!in_list(o.scope, p.experiment))
       usage_error("--" + std::string(o.name) + " does not apply to '" + p.experiment + "' (only to " + o.scope + ")");
     if (!in_list(o.transports, p.transport))

@@ -73,7 +73,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
         reap_send_comps(t, none);
       }
     }
-    if (me.sent >= my_total && !announced) {
+    if (me.sent >= my_total && !announced && !tx_idle(t)) {
+      IgnoreCompletions none;  // drives tcp's flush of a partial send
+      reap_send_comps(t, none);
+    }
+    if (me.sent >= my_total && !announced && tx_idle(t)) {
       t_send_end = clk.ticks();
       c.ctrl.send(CtrlType::end_point, std::to_string(me.sent));
       announced = true;
@@ -110,7 +114,10 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       }
     }
     if (st != Status::ok) break;
-    if (peer_sent != UINT64_MAX && clk.ticks() > std::max(t_last, t_peer_done) + drain) {
+    // Only once our own sends are out: a slow sender must not give up on the peer.
+    // Draining starts when both ends are done sending: a long send phase
+    // must not count against the drain deadline.
+    if (announced && peer_sent != UINT64_MAX && clk.ticks() > std::max({t_last, t_peer_done, t_send_end}) + drain) {
       if (c.caps.reliable) {
         c.failure = "bw: " + std::to_string(peer_sent - me.received) + " messages missing on a reliable transport";
         st = Status::failed;

@@ -84,6 +84,10 @@ class Guard {
 };
 
 constexpr uint32_t kGuardSpins = 1024;
+// Empty polls before `pause` enters the spin: a message that comes soon is
+// seen at once (pause costs tens of ns per poll on recent x86); a long wait
+// still leaves the sibling hyperthread its share.
+constexpr uint32_t kHotSpins = 2048;
 
 // Waits for the next message until `deadline` (ticks). Busy: spin on
 // poll_recv; event: sleep in wait_recv slices. Returns ok with `m` filled, or
@@ -92,15 +96,15 @@ template <class T>
 [[gnu::always_inline]] inline Status recv_next(T& t, RecvMsg& m, Guard& g, const Clock& clk, Poll poll,
                                                uint64_t deadline = UINT64_MAX) {
   if (poll == Poll::busy) {
-    if (t.poll_recv(m)) [[likely]] return Status::ok;
-    for (uint32_t spins = 0;; ++spins) {
+    for (uint32_t spins = 0, total = 0;; ++spins) {
       if (t.poll_recv(m)) return Status::ok;
       if (spins == kGuardSpins) {
         spins = 0;
         if (Status s = g.check(t); s != Status::ok) return s;
         if (deadline != UINT64_MAX && clk.ticks() >= deadline) return Status::timeout;
       }
-      cpu_relax();
+      if (total < kHotSpins) ++total;
+      else cpu_relax();
     }
   }
   for (;;) {
@@ -139,6 +143,31 @@ template <class T, class OnComp = IgnoreCompletions>
       if (Status s = g.check(t); s != Status::ok) return s;
     }
   }
+}
+
+template <class T>
+bool tx_idle(const T& t) {
+  if constexpr (requires { t.tx_idle(); }) return t.tx_idle();
+  return true;
+}
+
+// Until every posted byte has left the transport (a sender that announces
+// its count while tcp still holds the tail of a send would wait forever).
+// Only for ends that do not receive meanwhile; bw flushes in its own loop.
+template <class T>
+Status flush_sends(T& t, Guard& g, Poll poll) {
+  IgnoreCompletions none;
+  for (uint32_t spins = 0; !tx_idle(t); ++spins) {
+    reap_send_comps(t, none);
+    if (tx_idle(t)) break;
+    if (poll == Poll::event) t.wait_send();
+    else cpu_relax();
+    if (spins >= kGuardSpins || poll == Poll::event) {
+      spins = 0;
+      if (Status s = g.check(t); s != Status::ok && s != Status::ctrl_message) return s;
+    }
+  }
+  return Status::ok;
 }
 
 // Sequence numbers ride in the payload only where the transport may lose or

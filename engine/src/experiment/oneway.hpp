@@ -68,6 +68,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     if (st == Status::ok) pause_for(clk, p.poll, p.pause_us);
   }
   if (st == Status::ctrl_message) st = Status::ok;  // nothing is expected from the server mid-burst
+  if (st == Status::ok) st = flush_sends(t, g, p.poll);
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);

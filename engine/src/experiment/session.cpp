@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "experiment/bw.hpp"
+#include "experiment/check.hpp"
 #include "experiment/common.hpp"
 #include "experiment/lat.hpp"
 #include "experiment/oneway.hpp"
@@ -17,6 +18,21 @@
 #include "transport/shm.hpp"
 #include "transport/tcp.hpp"
 #include "transport/udp.hpp"
+#ifdef FM_HAVE_ZMQ
+#include "transport/zmq.hpp"
+#endif
+#ifdef FM_HAVE_NNG
+#include "transport/nng.hpp"
+#endif
+#ifdef FM_HAVE_NANOMSG
+#include "transport/nanomsg.hpp"
+#endif
+#ifdef FM_HAVE_OFI
+#include "transport/ofi.hpp"
+#endif
+#ifdef FM_HAVE_VERBS
+#include "transport/verbs.hpp"
+#endif
 
 namespace fm {
 
@@ -55,6 +71,8 @@ std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
   if (p.experiment == "stream") {
     for (uint64_t r : p.rate)
       for (uint64_t v : p.values) plan.push_back({stream_size(v), r, v});
+  } else if (p.experiment == "check") {
+    plan.push_back({check_sizes(p, caps.max_msg_size).back(), 0, 0});
   } else {
     for (uint64_t s : sizes_for(p, caps.max_msg_size)) plan.push_back({s, 0, 0});
   }
@@ -116,7 +134,9 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
     c.ctrl.barrier("start of point");
     const uint64_t size = pt.size;
     const uint64_t iters = iters_for(p, size);
-    const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate) : warmup_for(p, size);
+    const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate)
+                            : p.experiment == "check" ? 0
+                                                      : warmup_for(p, size);
     PointOut out;
     Status st;
     const bool client = c.role == Role::client;
@@ -124,6 +144,8 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
       st = client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
     else if (p.experiment == "oneway")
       st = client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
+    else if (p.experiment == "check")
+      st = client ? check_client(t, c, out) : check_server(t, c);
     else if (p.experiment == "stream")
       st = client ? stream_client(t, c, pt.rate, pt.values, sync, out) : stream_server(t, c, pt.rate, pt.values);
     else
@@ -164,6 +186,21 @@ constexpr TransportEntry kTransports[] = {
     {"shm", caps_of<ShmTransport>, run_points<ShmTransport>},
     {"tcp", caps_of<TcpTransport>, run_points<TcpTransport>},
     {"udp", caps_of<UdpTransport>, run_points<UdpTransport>},
+#ifdef FM_HAVE_ZMQ
+    {"zmq", caps_of<ZmqTransport>, run_points<ZmqTransport>},
+#endif
+#ifdef FM_HAVE_NNG
+    {"nng", caps_of<NngTransport>, run_points<NngTransport>},
+#endif
+#ifdef FM_HAVE_NANOMSG
+    {"nanomsg", caps_of<NanomsgTransport>, run_points<NanomsgTransport>},
+#endif
+#ifdef FM_HAVE_OFI
+    {"ofi", caps_of<OfiTransport>, run_points<OfiTransport>},
+#endif
+#ifdef FM_HAVE_VERBS
+    {"verbs", caps_of<VerbsTransport>, run_points<VerbsTransport>},
+#endif
 };
 
 const TransportEntry& entry_for(const std::string& name) {
@@ -259,7 +296,7 @@ int run_client(const Params& p, const ClientOptions& o) {
 namespace {
 
 // One session on the server side. Returns the exit code it would have.
-int serve_one(Ctrl ctrl, const ServerOptions& o) {
+int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
   std::string hello = ctrl.recv(CtrlType::hello, "client hello");
   auto nl1 = hello.find('\n'), nl2 = hello.find('\n', nl1 + 1);
   if (nl1 == std::string::npos || nl2 == std::string::npos) runtime_error("malformed hello from the client");
@@ -283,8 +320,8 @@ int serve_one(Ctrl ctrl, const ServerOptions& o) {
     return 2;
   }
   ctrl.set_timeout_ms(p.timeout_ms);
-  // Per session: both ends must read the same clock for one-way stamps.
-  Clock clk(p.clock == "tsc");
+  // Both ends must read the same clock for one-way stamps: the client's choice.
+  const Clock& clk = p.clock == "tsc" ? tsc : mono;
   ctrl.send(CtrlType::welcome, host_id() + "\n" + engine_env(clk, o.cpu).str());
   Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
   Status st = entry->points(p, c, "", nullptr);
@@ -301,6 +338,8 @@ int serve_one(Ctrl ctrl, const ServerOptions& o) {
 
 int run_server(const ServerOptions& o) {
   pin_to_cpu(o.cpu);
+  // Calibrated once, before listening: a session's hello is answered at once.
+  const Clock tsc(true), mono(false);
   Listener l(o.bind, o.port);
   JsonObj ev;
   ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l.port()));
@@ -310,7 +349,7 @@ int run_server(const ServerOptions& o) {
     if (ctrl.fd() < 0) return 130;
     int rc;
     try {
-      rc = serve_one(std::move(ctrl), o);
+      rc = serve_one(std::move(ctrl), o, tsc, mono);
     } catch (const Error& e) {
       std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
       rc = static_cast<int>(e.kind);

@@ -138,6 +138,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
     ++k;
   }
   if (st == Status::ctrl_message) st = Status::ok;
+  if (st == Status::ok) st = flush_sends(t, g, p.poll);
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);

@@ -65,6 +65,7 @@ class TcpTransport {
 
   bool wait_recv(RecvMsg& m);
   void wait_send();
+  bool tx_idle() const { return pending_len_ == 0; }
 
  private:
   // A whole framed message at rx_begin_?

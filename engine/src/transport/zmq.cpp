@@ -1,5 +1,7 @@
 #include "transport/zmq.hpp"
 
+#include <unistd.h>
+
 #include <cstring>
 
 #include "fabmeter/error.hpp"
@@ -23,12 +25,13 @@ ZmqTransport::ZmqTransport(const Params& p, Role role) : role_(role), endpoint_p
 
 ZmqTransport::~ZmqTransport() {
   zmq_msg_close(&rx_);
+  // Stop the monitor before closing its reader: an event sent to a monitor
+  // without a reader blocks libzmq's I/O thread, holding a lock we need.
+  if (sock_) zmq_socket_monitor(sock_, nullptr, 0);
   if (monitor_) zmq_close(monitor_);
-  if (sock_) {
-    zmq_socket_monitor(sock_, nullptr, 0);
-    zmq_close(sock_);
-  }
+  if (sock_) zmq_close(sock_);
   if (ctx_) zmq_ctx_term(ctx_);  // LINGER 0: returns at once
+  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());  // libzmq leaves the socket file of ipc:// behind
 }
 
 void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
@@ -63,6 +66,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
       runtime_error(std::string("zmq: ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
     url_ = bound;
+    if (e.scheme == "ipc") ipc_path_ = e.path;
     ctrl.exchange(url_, "zmq endpoint");
   } else {
     url_ = msg::dial_url("zmq", ctrl.exchange("", "zmq endpoint"), ctrl);

@@ -73,6 +73,7 @@ class ZmqTransport {
   void* monitor_ = nullptr;   // PAIR socket reading the data socket's monitor events
   zmq_msg_t rx_;
   std::string url_;
+  std::string ipc_path_;      // server: the socket file to remove at the end
   int hwm_ = 0;
   int64_t max_msg_size_ = 0;
   mutable const char* failure_ = nullptr;

@@ -1,0 +1,83 @@
+// nanomsg: one NN_PAIR socket per end. The server binds, the client
+// connects. Busy mode spins on nn_recv(NN_DONTWAIT); event mode blocks in
+// nn_recv with NN_RCVTIMEO = one wait slice. Receives are zero-copy (NN_MSG:
+// the library's own buffer, freed with nn_freemsg in release()). nanomsg
+// moves bytes in its own worker thread, which inherits our CPU pinning.
+#pragma once
+#include <nanomsg/nn.h>
+
+#include <cerrno>
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/transport.hpp"
+#include "transport/messaging.hpp"
+
+namespace fm {
+
+class NanomsgTransport {
+ public:
+  NanomsgTransport(const Params& p, Role role);
+  ~NanomsgTransport();
+  NanomsgTransport(const NanomsgTransport&) = delete;
+
+  static Caps caps(const Params& p) {
+    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
+            .supports_write = false, .send_completions = false,
+            .same_host_only = msg::same_host_only("nanomsg", p.endpoint)};
+  }
+  void connect(Ctrl& ctrl, uint64_t max_msg);
+  void describe(JsonObj& o) const;
+  // Library errors, and the data connection going away (nanomsg's
+  // connection count drops to zero once it was up).
+  const char* failure() const;
+
+  // ---- data path ----
+  // nn_send copies into a chunk of its own; the zero-copy alternative
+  // (nn_allocmsg + NN_MSG) hands the chunk to the library, so it needs a fresh
+  // chunk and the same copy per send. NN_PAIR holds one outgoing message
+  // beyond the kernel's socket buffer: EAGAIN until it is written.
+  bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
+    if (nn_send(sock_, buf, len, NN_DONTWAIT) >= 0) [[likely]] return true;
+    if (errno != EAGAIN && errno != EINTR) fail("nn_send");
+    return false;
+  }
+
+  bool poll_recv(RecvMsg& m) { return take(NN_DONTWAIT, m); }
+
+  void release(const RecvMsg& m) { nn_freemsg(const_cast<std::byte*>(m.data)); }
+
+  int poll_send_comp(uint64_t*, int) { return 0; }
+
+  bool wait_recv(RecvMsg& m) { return take(0, m); }
+  void wait_send();
+
+ private:
+  bool take(int flags, RecvMsg& m) {
+    void* body;
+    int n = nn_recv(sock_, &body, NN_MSG, flags);
+    if (n < 0) [[unlikely]] {
+      if (errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) fail("nn_recv");
+      return false;
+    }
+    m.data = static_cast<const std::byte*>(body);
+    m.len = static_cast<uint32_t>(n);
+    m.imm = 0;
+    return true;
+  }
+  void fail(const char* what);
+
+  Role role_;
+  std::string endpoint_param_;
+  int sock_ = -1;
+  std::string url_;
+  std::string ipc_path_;      // server: the socket file to remove at the end
+  int rcvmaxsize_ = 0;
+  bool connected_ = false;    // the handshake went through
+  mutable const char* failure_ = nullptr;
+  std::string failure_text_;
+};
+
+}  // namespace fm

@@ -1,0 +1,776 @@
+// verbs control plane: device, port and GID selection, protection domain,
+// CQs and completion channel, registered rings, the QP and its connection
+// (rdma_cm, or raw: RESET -> INIT -> RTR -> RTS by hand), UD address handles.
+#include "transport/verbs.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <random>
+
+#include "fabmeter/error.hpp"
+
+#ifndef FM_LIBIBVERBS_VERSION
+#define FM_LIBIBVERBS_VERSION "unknown"
+#endif
+
+namespace fm {
+namespace {
+
+constexpr uint32_t kRawQkey = 0x11111111;
+constexpr const char* kNoDevice =
+    "verbs: no RDMA device on this host (ibv_get_device_list found none); for Soft-RoCE devices in a VM, "
+    "see rdma/guest/README.md (make test-rdma)";
+
+uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<int>(m); }  // IBV_MTU_256 = 1
+
+ibv_mtu mtu_enum(uint32_t bytes) {
+  switch (bytes) {
+    case 256: return IBV_MTU_256;
+    case 512: return IBV_MTU_512;
+    case 1024: return IBV_MTU_1024;
+    case 2048: return IBV_MTU_2048;
+    default: return IBV_MTU_4096;
+  }
+}
+
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+uint64_t pow2_at_least(uint64_t x) {
+  uint64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+void set_nonblock(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) sys_error("verbs: cannot make an event fd non-blocking");
+}
+
+std::string gid_str(const ibv_gid& g) {
+  char s[INET6_ADDRSTRLEN];
+  return inet_ntop(AF_INET6, g.raw, s, sizeof s) ? s : "?";
+}
+
+// The GID a RoCE port gives an IP address: IPv4-mapped, or the IPv6 address itself.
+bool addr_to_gid(const std::string& addr, ibv_gid* g) {
+  std::memset(g, 0, sizeof *g);
+  in_addr v4;
+  if (inet_pton(AF_INET, addr.c_str(), &v4) == 1) {
+    g->raw[10] = g->raw[11] = 0xff;
+    std::memcpy(g->raw + 12, &v4, 4);
+    return true;
+  }
+  return inet_pton(AF_INET6, addr.c_str(), g->raw) == 1;
+}
+
+bool ipv4_mapped(const ibv_gid& g) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(g.raw, prefix, 12) == 0;
+}
+
+int sockaddr_of(const std::string& host, uint16_t port, sockaddr_storage* ss) {
+  std::memset(ss, 0, sizeof *ss);
+  auto* v4 = reinterpret_cast<sockaddr_in*>(ss);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    return sizeof(sockaddr_in);
+  }
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(ss);
+  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    return sizeof(sockaddr_in6);
+  }
+  runtime_error("verbs: cannot parse address '" + host + "'");
+}
+
+// The port's valid GIDs (one ioctl, not a sysfs read per index). The
+// buffer must not be larger than the device's tables together (else EINVAL).
+std::vector<ibv_gid_entry> port_gids(ibv_context* ctx, uint32_t port) {
+  ibv_device_attr da;
+  if (ibv_query_device(ctx, &da) != 0) return {};
+  size_t total = 0;
+  for (uint8_t i = 1; i <= da.phys_port_cnt; ++i) {
+    ibv_port_attr pa;
+    if (ibv_query_port(ctx, i, &pa) == 0) total += static_cast<size_t>(pa.gid_tbl_len);
+  }
+  std::vector<ibv_gid_entry> all(total);
+  ssize_t n = ibv_query_gid_table(ctx, all.data(), all.size(), 0);
+  std::vector<ibv_gid_entry> out;
+  for (ssize_t i = 0; i < n; ++i)
+    if (all[i].port_num == port) out.push_back(all[i]);
+  return out;
+}
+
+// --gid-index auto: the GID of the control connection's address if the port
+// has it, else the first RoCE v2 IPv4-mapped GID, else 0.
+int auto_gid_index(ibv_context* ctx, uint32_t port, const ibv_gid* want) {
+  auto gids = port_gids(ctx, port);
+  if (want)
+    for (const auto& e : gids)
+      if (std::memcmp(e.gid.raw, want->raw, 16) == 0 && e.gid_type != IBV_GID_TYPE_IB) return static_cast<int>(e.gid_index);
+  for (const auto& e : gids)
+    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && ipv4_mapped(e.gid)) return static_cast<int>(e.gid_index);
+  return 0;
+}
+
+bool uses_rdma_cm(const Params& p) { return p.cm == "rdma_cm" || (p.cm == "auto" && p.service != "uc"); }
+
+// What caps() needs before connecting, cached per (device, port).
+struct DeviceProbe {
+  bool found = false;
+  uint64_t max_msg_sz = 0;
+  ibv_mtu active_mtu = IBV_MTU_4096;
+  std::string names;  // every device on the host, for messages
+};
+
+DeviceProbe probe_device(const std::string& want, uint32_t port) {
+  static std::string cached_name;
+  static uint32_t cached_port = 0;
+  static DeviceProbe cached;
+  static bool have = false;
+  if (have && cached_name == want && cached_port == port) return cached;
+  DeviceProbe d;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  bool probed = false;
+  for (int i = 0; list && i < n; ++i) {
+    d.names += std::string(d.names.empty() ? "" : ", ") + ibv_get_device_name(list[i]);
+    if (probed || (!want.empty() && want != ibv_get_device_name(list[i]))) continue;
+    probed = true;
+    if (ibv_context* ctx = ibv_open_device(list[i])) {
+      ibv_port_attr pa;
+      if (ibv_query_port(ctx, static_cast<uint8_t>(port), &pa) == 0) {
+        d.found = true;
+        d.max_msg_sz = pa.max_msg_sz;
+        d.active_mtu = pa.active_mtu;
+      }
+      ibv_close_device(ctx);
+    }
+  }
+  if (list) ibv_free_device_list(list);
+  cached_name = want;
+  cached_port = port;
+  cached = d;
+  have = true;
+  return d;
+}
+
+// Impossible combinations, refused on both ends before anything connects.
+void check_knobs(const Params& p) {
+  const bool ud = p.service == "ud";
+  if (ud && p.op == "write")
+    usage_error("verbs: --op write needs a connected service (--service rc or uc): UD has no RDMA write");
+  if (p.cm == "rdma_cm" && p.service == "uc")
+    usage_error("verbs: rdma_cm cannot connect UC queue pairs; use --cm raw (the default for uc)");
+  if (p.mtu != 0 && p.mtu != 256 && p.mtu != 512 && p.mtu != 1024 && p.mtu != 2048 && p.mtu != 4096)
+    usage_error("verbs: --mtu must be 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)");
+  if (p.mtu != 0 && !ud && uses_rdma_cm(p))
+    usage_error("verbs: with rdma_cm the route decides the path MTU; --mtu needs --cm raw");
+  if (p.gid_index >= 0 && uses_rdma_cm(p))
+    usage_error("verbs: rdma_cm uses the GID of the address it binds; --gid-index needs --cm raw");
+  if (p.signal_every > p.sq_depth)
+    usage_error("verbs: --signal-every " + std::to_string(p.signal_every) + " exceeds --sq-depth " +
+                std::to_string(p.sq_depth) + " (the send queue would fill with no completion to wait for)");
+  if (p.rq_refill > p.rq_depth)
+    usage_error("verbs: --rq-refill " + std::to_string(p.rq_refill) + " exceeds --rq-depth " + std::to_string(p.rq_depth));
+}
+
+}  // namespace
+
+Caps VerbsTransport::caps(const Params& p) {
+  check_knobs(p);
+  const DeviceProbe d = probe_device(p.device, p.port);
+  // No device at all is connect()'s error (it names the Soft-RoCE guest).
+  if (!d.found && !d.names.empty())
+    usage_error("verbs: no RDMA device " + (p.device.empty() ? std::string("with") : "named '" + p.device + "' with") +
+                " port " + std::to_string(p.port) + " (this host has: " + d.names + ")");
+  uint64_t max = verbs::kMaxMsg;
+  if (d.found && d.max_msg_sz) max = std::min<uint64_t>(max, d.max_msg_sz);
+  if (p.service == "ud") {
+    // One UD message is one packet: at most the path MTU (the 40 B GRH is
+    // the receiver's, not counted). connect() checks the real path.
+    const uint32_t active = d.found ? mtu_bytes(d.active_mtu) : 4096;
+    max = p.mtu ? std::min(p.mtu, active) : active;
+    if (!p.sweep && p.experiment != "stream" && p.size > max)
+      usage_error("verbs: a UD message is one packet: --size " + std::to_string(p.size) + " B exceeds the path MTU of " +
+                  std::to_string(max) + " B (the receiver's 40 B GRH is extra); use rc or uc for larger messages");
+  }
+  return {.max_msg_size = max, .max_inline = p.inline_size, .reliable = p.service == "rc",
+          .ordered = p.service != "ud", .supports_write = p.service != "ud", .send_completions = true,
+          .same_host_only = false};
+}
+
+VerbsTransport::VerbsTransport(const Params& p, Role role)
+    : p_(p), role_(role), ud_(p.service == "ud"), write_(p.op == "write"), event_(p.poll == Poll::event) {}
+
+VerbsTransport::~VerbsTransport() {
+  if (use_cm_ && cm_id_ && qp_ && !ud_) rdma_disconnect(cm_id_);
+  if (qp_) {
+    if (use_cm_) rdma_destroy_qp(cm_id_);
+    else ibv_destroy_qp(qp_);
+  }
+  if (ah_) ibv_destroy_ah(ah_);
+  for (ibv_mr* mr : {tx_mr_, rx_mr_, credit_mr_})
+    if (mr) ibv_dereg_mr(mr);
+  if (tx_mem_) munmap(tx_mem_, tx_bytes_);
+  if (rx_mem_) munmap(rx_mem_, rx_bytes_);
+  if (credit_page_) munmap(credit_page_, 4096);
+  if (send_cq_) ibv_destroy_cq(send_cq_);
+  if (recv_cq_) ibv_destroy_cq(recv_cq_);
+  if (channel_) ibv_destroy_comp_channel(channel_);
+  if (pd_) ibv_dealloc_pd(pd_);
+  if (cm_id_) rdma_destroy_id(cm_id_);
+  if (listen_id_) rdma_destroy_id(listen_id_);
+  if (cm_channel_) rdma_destroy_event_channel(cm_channel_);
+  if (!use_cm_ && ctx_) ibv_close_device(ctx_);
+  if (dev_list_) ibv_free_device_list(dev_list_);
+}
+
+// ---- errors ----
+
+void VerbsTransport::fail_text(const std::string& text) const {
+  if (failure_) return;  // the first error is the cause; flushes follow it
+  failure_text_ = text;
+  failure_ = failure_text_.c_str();
+}
+
+void VerbsTransport::fail_wc(const ibv_wc& wc, const char* what) {
+  fail_text(std::string("verbs: ") + what + " completion error: " + ibv_wc_status_str(wc.status) +
+            " (status " + std::to_string(wc.status) + ", vendor error " + std::to_string(wc.vendor_err) + ")");
+}
+
+void VerbsTransport::fail_errno(const char* what, int err) {
+  fail_text(std::string("verbs: ") + what + ": " + std::strerror(err));
+}
+
+void VerbsTransport::check_events() const {
+  pollfd fds[2];
+  nfds_t n = 0;
+  if (ctx_) fds[n++] = {ctx_->async_fd, POLLIN, 0};
+  if (cm_channel_) fds[n++] = {cm_channel_->fd, POLLIN, 0};
+  if (n == 0 || ::poll(fds, n, 0) <= 0) return;
+  ibv_async_event ae;
+  while (ctx_ && ibv_get_async_event(ctx_, &ae) == 0) {
+    switch (ae.event_type) {
+      case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_CQ_ERR: case IBV_EVENT_DEVICE_FATAL: case IBV_EVENT_PORT_ERR:
+        fail_text(std::string("verbs: async event: ") + ibv_event_type_str(ae.event_type));
+        break;
+      default:
+        break;
+    }
+    ibv_ack_async_event(&ae);
+  }
+  rdma_cm_event* ev;
+  while (cm_channel_ && rdma_get_cm_event(cm_channel_, &ev) == 0) {
+    if (ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
+      fail_text(std::string("verbs: rdma_cm: ") + rdma_event_str(ev->event) + " (the peer went away?)");
+    rdma_ack_cm_event(ev);
+  }
+}
+
+// ---- slow parts of the data path ----
+
+void VerbsTransport::repost_recvs() {
+  const uint32_t k = rx_free_;
+  rx_free_ = 0;
+  for (uint32_t j = 0; j < k; ++j) {
+    const uint32_t i = (rx_repost_at_ + j) % rx_slots_;
+    recv_wrs_[i].next = j + 1 < k ? &recv_wrs_[(i + 1) % rx_slots_] : nullptr;
+  }
+  ibv_recv_wr* bad;
+  if (int rc = ibv_post_recv(qp_, &recv_wrs_[rx_repost_at_], &bad); rc != 0) {
+    fail_errno("ibv_post_recv", rc);
+    return;
+  }
+  rx_repost_at_ = (rx_repost_at_ + k) % rx_slots_;
+  reposted_ += k;
+  if (write_) post_credit();
+}
+
+void VerbsTransport::post_credit() {
+  if (posted_ - completed_ >= sq_limit_) {
+    reap_sends();
+    if (posted_ - completed_ >= sq_limit_) {
+      credit_pending_ = true;  // retried from poll_recv / poll_send_comp
+      return;
+    }
+  }
+  credit_pending_ = false;
+  credit_page_[1] = reposted_;  // monotonic: a later value overwriting an unsent one is still right
+  ibv_sge sge{reinterpret_cast<uintptr_t>(&credit_page_[1]), 8, credit_mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = posted_;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = peer_.credit_addr;
+  wr.wr.rdma.rkey = peer_.credit_rkey;
+  wr.send_flags = max_inline_ >= 8 ? IBV_SEND_INLINE : 0;
+  if (++unsignaled_ >= signal_every_) {
+    wr.send_flags |= IBV_SEND_SIGNALED;
+    unsignaled_ = 0;
+  }
+  wr_ids_[posted_ & wr_mask_] = verbs::kNoReport;
+  ibv_send_wr* bad;
+  if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) {
+    fail_errno("ibv_post_send (credit write)", rc);
+    return;
+  }
+  ++posted_;
+}
+
+bool VerbsTransport::wait_channel(int ms) {
+  pollfd pfd{channel_->fd, POLLIN, 0};
+  if (::poll(&pfd, 1, ms) <= 0) return false;
+  bool woke = false;
+  ibv_cq* cq;
+  void* cq_ctx;
+  while (ibv_get_cq_event(channel_, &cq, &cq_ctx) == 0) {  // non-blocking fd: drains what is there
+    ibv_ack_cq_events(cq, 1);
+    woke = true;
+  }
+  return woke;
+}
+
+bool VerbsTransport::wait_recv(RecvMsg& m) {
+  if (poll_recv(m)) return true;
+  if (failure_) return false;
+  if (int rc = ibv_req_notify_cq(recv_cq_, 0); rc != 0) {
+    fail_errno("ibv_req_notify_cq", rc);
+    return false;
+  }
+  if (poll_recv(m)) return true;  // it arrived before the CQ was armed
+  wait_channel(kWaitSliceMs);
+  return poll_recv(m);            // poll again after waking, as the thesis' event mode
+}
+
+void VerbsTransport::wait_send() {
+  if (reap_sends() > 0 || failure_) return;
+  if (posted_ - completed_ >= sq_limit_) {
+    if (int rc = ibv_req_notify_cq(send_cq_, 0); rc != 0) {
+      fail_errno("ibv_req_notify_cq", rc);
+      return;
+    }
+    if (reap_sends() > 0) return;
+    wait_channel(kWaitSliceMs);
+    reap_sends();
+    return;
+  }
+  // Waiting for the peer's credits: they come by RDMA write, which raises no
+  // completion here, so sleep briefly and let the caller look again.
+  timespec ts{0, 20'000};
+  nanosleep(&ts, nullptr);
+}
+
+// ---- control plane ----
+
+void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
+  int n = 0;
+  dev_list_ = ibv_get_device_list(&n);
+  if (!dev_list_ || n == 0) runtime_error(kNoDevice);
+  ibv_device* dev = nullptr;
+  if (!p_.device.empty()) {
+    std::string names;
+    for (int i = 0; i < n && !dev; ++i) {
+      if (p_.device == ibv_get_device_name(dev_list_[i])) dev = dev_list_[i];
+      names += std::string(names.empty() ? "" : ", ") + ibv_get_device_name(dev_list_[i]);
+    }
+    if (!dev) usage_error("verbs: no RDMA device named '" + p_.device + "' (this host has: " + names + ")");
+  } else {
+    // The device that holds the control connection's address, so two ends
+    // on one host (two Soft-RoCE devices) each use their own.
+    ibv_gid want;
+    if (addr_to_gid(ctrl.local_addr(), &want)) {
+      for (int i = 0; i < n && !dev; ++i) {
+        ibv_context* c = ibv_open_device(dev_list_[i]);
+        if (!c) continue;
+        for (const auto& e : port_gids(c, p_.port))
+          if (std::memcmp(e.gid.raw, want.raw, 16) == 0) dev = dev_list_[i];
+        ibv_close_device(c);
+      }
+    }
+    if (!dev) dev = dev_list_[0];
+  }
+  ctx_ = ibv_open_device(dev);
+  if (!ctx_) sys_error(std::string("verbs: cannot open ") + ibv_get_device_name(dev));
+  port_ = p_.port;
+}
+
+void VerbsTransport::setup(uint64_t max_msg) {
+  device_name_ = ibv_get_device_name(ctx_->device);
+  if (ibv_query_port(ctx_, static_cast<uint8_t>(port_), &port_attr_) != 0)
+    usage_error("verbs: " + device_name_ + " has no port " + std::to_string(port_));
+  if (port_attr_.state != IBV_PORT_ACTIVE)
+    runtime_error("verbs: " + device_name_ + " port " + std::to_string(port_) + " is not active (" +
+                  ibv_port_state_str(port_attr_.state) + ")");
+  ibv_device_attr da;
+  if (ibv_query_device(ctx_, &da) != 0) sys_error("verbs: ibv_query_device");
+  set_nonblock(ctx_->async_fd);
+  // rdma_cm uses the GID of the address it bound; raw mode: --gid-index, or auto.
+  gid_index_ = p_.gid_index >= 0 ? p_.gid_index : auto_gid_index(ctx_, port_, have_local_gid_ ? &local_gid_ : nullptr);
+  if (ibv_query_gid(ctx_, static_cast<uint8_t>(port_), gid_index_, &gid_) != 0)
+    usage_error("verbs: " + device_name_ + " port " + std::to_string(port_) + " has no GID index " + std::to_string(gid_index_));
+
+  path_mtu_ = port_attr_.active_mtu;
+  if (p_.mtu) path_mtu_ = std::min(path_mtu_, mtu_enum(p_.mtu));
+  if (ud_) {
+    ud_max_msg_ = mtu_bytes(path_mtu_);
+    if (max_msg > ud_max_msg_)
+      usage_error("verbs: UD messages are one packet: " + std::to_string(max_msg) + " B exceeds the path MTU of " +
+                  std::to_string(ud_max_msg_) + " B on " + device_name_);
+  }
+
+  pd_ = ibv_alloc_pd(ctx_);
+  if (!pd_) sys_error("verbs: ibv_alloc_pd");
+  if (event_) {
+    channel_ = ibv_create_comp_channel(ctx_);
+    if (!channel_) sys_error("verbs: ibv_create_comp_channel");
+    set_nonblock(channel_->fd);
+  }
+
+  // Rings: one slot per WR, cut to kRingBudget bytes for big messages.
+  const uint32_t sq_want = std::min<uint32_t>(p_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  const uint32_t rq_want = std::min<uint32_t>(p_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  rx_offset_ = ud_ ? verbs::kGrhBytes : 0;
+  rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg), 64);
+  rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
+  tx_slot_size_ = round_up(max_msg, 64);
+  tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
+
+  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want), nullptr, channel_, 0);
+  recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, channel_, 0);
+  if (!send_cq_ || !recv_cq_) sys_error("verbs: ibv_create_cq");
+
+  auto map = [](size_t bytes) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (m == MAP_FAILED) sys_error("verbs: cannot allocate " + std::to_string(bytes) + " bytes of buffers");
+    return m;
+  };
+  auto reg = [&](void* addr, size_t bytes, int access, const char* what) {
+    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
+    if (!mr)
+      sys_error(std::string("verbs: cannot register the ") + what + " (" + std::to_string(bytes) +
+                " B; raise `ulimit -l` or lower --rq-depth/--sq-depth)");
+    return mr;
+  };
+  rx_bytes_ = rx_slots_ * rx_slot_size_;
+  tx_bytes_ = tx_slots_ * tx_slot_size_;
+  rx_mem_ = map(rx_bytes_);
+  tx_mem_ = map(tx_bytes_);
+  credit_page_ = static_cast<uint64_t*>(map(4096));
+  rx_ring_ = static_cast<std::byte*>(rx_mem_);
+  tx_ring_ = static_cast<std::byte*>(tx_mem_);
+  credit_in_ = &credit_page_[0];
+  rx_mr_ = reg(rx_mem_, rx_bytes_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "receive ring");
+  tx_mr_ = reg(tx_mem_, tx_bytes_, IBV_ACCESS_LOCAL_WRITE, "send ring");
+  credit_mr_ = reg(credit_page_, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "credit word");
+
+  // Receive WRs, one per slot, posted as chains. Write mode needs no buffer
+  // in the WR: the data lands where the writer put it.
+  recv_wrs_.resize(rx_slots_);
+  recv_sges_.resize(rx_slots_);
+  for (uint32_t i = 0; i < rx_slots_; ++i) {
+    recv_sges_[i] = {reinterpret_cast<uintptr_t>(rx_ring_ + i * rx_slot_size_), static_cast<uint32_t>(rx_slot_size_),
+                     rx_mr_->lkey};
+    recv_wrs_[i] = {};
+    recv_wrs_[i].wr_id = i;
+    recv_wrs_[i].sg_list = write_ ? nullptr : &recv_sges_[i];
+    recv_wrs_[i].num_sge = write_ ? 0 : 1;
+  }
+  psn_ = std::random_device{}() & 0xffffff;
+}
+
+ibv_qp_init_attr VerbsTransport::qp_init_attr() const {
+  ibv_qp_init_attr a{};
+  a.send_cq = send_cq_;
+  a.recv_cq = recv_cq_;
+  a.cap.max_send_wr = std::min<uint32_t>(p_.sq_depth, static_cast<uint32_t>(send_cq_->cqe));
+  a.cap.max_recv_wr = rx_slots_;
+  a.cap.max_send_sge = 1;
+  a.cap.max_recv_sge = 1;
+  a.cap.max_inline_data = p_.inline_size;
+  a.qp_type = p_.service == "rc" ? IBV_QPT_RC : p_.service == "uc" ? IBV_QPT_UC : IBV_QPT_UD;
+  a.sq_sig_all = 0;
+  return a;
+}
+
+void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
+  sq_granted_ = granted.cap.max_send_wr;
+  rq_granted_ = granted.cap.max_recv_wr;
+  max_inline_ = granted.cap.max_inline_data;
+  inline_size_ = p_.inline_size;
+  // WRs in flight at most: the SQ, the send ring, and bw's --tx-depth.
+  sq_limit_ = std::min(sq_granted_, tx_slots_);
+  if (p_.experiment == "bw") sq_limit_ = std::min(sq_limit_, p_.tx_depth);
+  sq_limit_ = std::max(sq_limit_, 1u);
+  // A signaled WR within every sq_limit_ posts, so a full SQ always has a
+  // completion coming.
+  signal_every_ = p_.signal_every ? std::min(p_.signal_every, sq_limit_) : std::max(1u, sq_limit_ / 2);
+  rq_refill_ = p_.rq_refill ? std::min(p_.rq_refill, rx_slots_) : std::max(1u, rx_slots_ / 4);
+  wr_ids_.assign(pow2_at_least(sq_limit_), 0);
+  wr_mask_ = wr_ids_.size() - 1;
+  done_.assign(pow2_at_least(sq_limit_), 0);
+  done_mask_ = done_.size() - 1;
+
+  recv_wrs_.back().next = nullptr;
+  for (uint32_t i = 0; i + 1 < rx_slots_; ++i) recv_wrs_[i].next = &recv_wrs_[i + 1];
+  ibv_recv_wr* bad;
+  if (int rc = ibv_post_recv(qp_, recv_wrs_.data(), &bad); rc != 0)
+    runtime_error(std::string("verbs: posting the first receives failed: ") + std::strerror(rc));
+}
+
+verbs::EndpointInfo VerbsTransport::local_info() const {
+  verbs::EndpointInfo e{};
+  e.qpn = qp_->qp_num;
+  e.psn = psn_;
+  e.lid = port_attr_.lid;
+  e.active_mtu = static_cast<uint8_t>(port_attr_.active_mtu);
+  std::memcpy(e.gid, gid_.raw, 16);
+  e.ring_slots = rx_slots_;
+  e.ring_rkey = rx_mr_->rkey;
+  e.ring_addr = reinterpret_cast<uintptr_t>(rx_ring_);
+  e.slot_size = rx_slot_size_;
+  e.credit_rkey = credit_mr_->rkey;
+  e.credit_addr = reinterpret_cast<uintptr_t>(credit_in_);
+  if (ud_) {
+    ibv_qp_attr a;
+    ibv_qp_init_attr ia;
+    if (ibv_query_qp(qp_, &a, IBV_QP_QKEY, &ia) != 0) sys_error("verbs: ibv_query_qp");
+    e.qkey = a.qkey;
+  }
+  return e;
+}
+
+ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
+  ibv_ah_attr ah{};
+  ah.dlid = peer_.lid;
+  ah.port_num = static_cast<uint8_t>(port_);
+  // RoCE always routes by GID; InfiniBand only when a GID index is asked for.
+  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || p_.gid_index >= 0) {
+    ah.is_global = 1;
+    std::memcpy(ah.grh.dgid.raw, peer_.gid, 16);
+    ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
+    ah.grh.hop_limit = 64;
+  }
+  return ah;
+}
+
+void VerbsTransport::make_ah(const ibv_ah_attr& attr) {
+  ibv_ah_attr a = attr;
+  ah_ = ibv_create_ah(pd_, &a);
+  if (!ah_) sys_error("verbs: ibv_create_ah (UD address handle to the peer)");
+}
+
+namespace {
+std::string info_blob(const verbs::EndpointInfo& e) { return std::string(reinterpret_cast<const char*>(&e), sizeof e); }
+verbs::EndpointInfo info_of(const std::string& s) {
+  if (s.size() != sizeof(verbs::EndpointInfo)) runtime_error("verbs: malformed endpoint info from the peer (version mismatch?)");
+  verbs::EndpointInfo e;
+  std::memcpy(&e, s.data(), sizeof e);
+  return e;
+}
+void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
+  if (int rc = ibv_modify_qp(qp, &a, mask); rc != 0)
+    runtime_error(std::string("verbs: moving the QP to ") + to + " failed: " + std::strerror(rc));
+}
+}  // namespace
+
+void VerbsTransport::connect_raw(Ctrl& ctrl) {
+  ibv_qp_init_attr ia = qp_init_attr();
+  qp_ = ibv_create_qp(pd_, &ia);
+  if (!qp_)
+    sys_error("verbs: ibv_create_qp (" + p_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
+              std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
+              " B: more than " + device_name_ + " grants?)");
+
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = static_cast<uint8_t>(port_);
+  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+  if (ud_) {
+    a.qkey = kRawQkey;
+    mask |= IBV_QP_QKEY;
+  } else {
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    mask |= IBV_QP_ACCESS_FLAGS;
+  }
+  modify(qp_, a, mask, "INIT");
+  after_qp_created(ia);  // posts the receives (allowed from INIT on)
+
+  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  mask = IBV_QP_STATE;
+  if (!ud_) {
+    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(peer_.active_mtu));
+    a.path_mtu = path_mtu_;
+    a.dest_qp_num = peer_.qpn;
+    a.rq_psn = peer_.psn;
+    a.ah_attr = ah_attr_to_peer();
+    mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (p_.service == "rc") {
+      a.max_dest_rd_atomic = 1;
+      a.min_rnr_timer = 12;  // 0.64 ms, perftest's
+      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+  }
+  modify(qp_, a, mask, "RTR");
+
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = psn_;
+  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+  if (p_.service == "rc") {
+    a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;  // retry forever while the peer has no receive posted
+    a.max_rd_atomic = 1;
+    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  modify(qp_, a, mask, "RTS");
+
+  if (ud_) {
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
+    make_ah(ah_attr_to_peer());
+  }
+}
+
+rdma_cm_event* VerbsTransport::wait_cm_event(rdma_cm_event_type want, const char* what, uint32_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    rdma_cm_event* ev;
+    if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
+      if (ev->event == want) return ev;
+      std::string msg = std::string("verbs: rdma_cm: waiting for ") + what + ", got " + rdma_event_str(ev->event);
+      if (ev->status) msg += " (status " + std::to_string(ev->status) + ")";
+      rdma_ack_cm_event(ev);
+      runtime_error(msg);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) sys_error("verbs: rdma_get_cm_event");
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      runtime_error(std::string("verbs: rdma_cm: no ") + what + " within " + std::to_string(timeout_ms) + " ms");
+    pollfd pfd{cm_channel_->fd, POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), kWaitSliceMs)));
+  }
+}
+
+void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
+  cm_channel_ = rdma_create_event_channel();
+  if (!cm_channel_) sys_error("verbs: rdma_create_event_channel");
+  set_nonblock(cm_channel_->fd);
+  const rdma_port_space ps = ud_ ? RDMA_PS_UDP : RDMA_PS_TCP;
+  const uint32_t tmo = ctrl.timeout_ms();
+  sockaddr_storage src;
+  sockaddr_storage dst;
+  sockaddr_of(ctrl.local_addr(), 0, &src);
+
+  if (role_ == Role::server) {
+    // Listen on the control connection's address: that picks the device.
+    if (rdma_create_id(cm_channel_, &listen_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
+    if (rdma_bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&src)) != 0)
+      sys_error("verbs: rdma_cm cannot bind " + ctrl.local_addr() + " (no RDMA device has this address?)");
+    if (rdma_listen(listen_id_, 1) != 0) sys_error("verbs: rdma_listen");
+    ctrl.exchange(std::to_string(ntohs(rdma_get_src_port(listen_id_))), "rdma_cm port");
+    rdma_cm_event* ev = wait_cm_event(RDMA_CM_EVENT_CONNECT_REQUEST, "the client's connect request", tmo);
+    cm_id_ = ev->id;
+    rdma_ack_cm_event(ev);
+  } else {
+    if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
+    const uint16_t port = static_cast<uint16_t>(std::stoi(ctrl.exchange("", "rdma_cm port")));
+    sockaddr_of(ctrl.peer_addr(), port, &dst);
+    if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                          static_cast<int>(tmo)) != 0)
+      sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
+    rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
+    if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
+    rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
+  }
+
+  ctx_ = cm_id_->verbs;
+  port_ = cm_id_->port_num;
+  const std::string chosen = ibv_get_device_name(ctx_->device);
+  if (!p_.device.empty() && p_.device != chosen)
+    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + p_.device +
+                " (use --cm raw to choose the device yourself)");
+  setup(max_msg);
+  ibv_qp_init_attr ia = qp_init_attr();
+  if (rdma_create_qp(cm_id_, pd_, &ia) != 0)
+    sys_error("verbs: rdma_create_qp (" + p_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
+              std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
+              " B: more than " + device_name_ + " grants?)");
+  qp_ = cm_id_->qp;
+  after_qp_created(ia);
+
+  rdma_conn_param cp{};
+  cp.responder_resources = 1;
+  cp.initiator_depth = 1;
+  cp.retry_count = 7;
+  cp.rnr_retry_count = 7;
+  ibv_ah_attr cm_ah{};
+  if (role_ == Role::server) {
+    if (rdma_accept(cm_id_, &cp) != 0) sys_error("verbs: rdma_accept");
+    if (!ud_) rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo));
+  } else {
+    if (rdma_connect(cm_id_, &cp) != 0) sys_error("verbs: rdma_connect");
+    rdma_cm_event* ev = wait_cm_event(RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
+    if (ud_) cm_ah = ev->param.ud.ah_attr;  // from the server's SIDR reply
+    rdma_ack_cm_event(ev);
+  }
+  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  if (ud_) {
+    // The client has the address handle rdma_cm resolved; the server builds
+    // one from the client's GID (a SIDR request carries no return path).
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
+    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_peer());
+  } else {
+    ibv_qp_attr a;
+    ibv_qp_init_attr qa;
+    if (ibv_query_qp(qp_, &a, IBV_QP_PATH_MTU, &qa) == 0) path_mtu_ = a.path_mtu;
+  }
+}
+
+void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  int n = 0;
+  if (ibv_device** list = ibv_get_device_list(&n)) ibv_free_device_list(list);
+  if (n == 0) runtime_error(kNoDevice);
+  use_cm_ = uses_rdma_cm(p_);
+  have_local_gid_ = addr_to_gid(ctrl.local_addr(), &local_gid_);
+  if (use_cm_) {
+    connect_cm(ctrl, max_msg);
+  } else {
+    open_raw_device(ctrl);
+    setup(max_msg);
+    connect_raw(ctrl);
+  }
+  // Both ends have posted their receives before either sends.
+  ctrl.barrier("verbs connected");
+}
+
+void VerbsTransport::describe(JsonObj& o) const {
+  o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))
+      .add("link_layer", port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband")
+      .add("service", p_.service).add("op", p_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
+      .add("path_mtu", mtu_bytes(path_mtu_)).add("active_mtu", mtu_bytes(port_attr_.active_mtu))
+      .add("inline_requested", p_.inline_size).add("max_inline_granted", max_inline_)
+      .add("sq_depth_granted", sq_granted_).add("rq_depth_granted", rq_granted_)
+      .add("send_window", sq_limit_).add("signal_every", signal_every_).add("rq_refill", rq_refill_)
+      .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)
+      .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
+  if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
+  if (write_) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
+  o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);
+}
+
+}  // namespace fm

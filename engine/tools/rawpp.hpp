@@ -1,0 +1,102 @@
+// What the raw-API ping-pongs (rawpp_zmq, rawpp_nng, rawpp_nanomsg) share:
+// arguments, CPU pinning, the clock and the one JSON line. Each tool's own
+// file holds only its library's loop, written as a user of that library would.
+//
+//   rawpp_LIB server ENDPOINT busy|event SIZE CPU              echoes until killed
+//   rawpp_LIB client ENDPOINT busy|event SIZE CPU ITERS [WARMUP]
+//
+// busy: non-blocking receive in a spin; event: blocking receive. CPU -1 =
+// unpinned. The client times every round trip (CLOCK_MONOTONIC), excludes
+// WARMUP (default 1000, as fabmeter lat) and prints
+//   {"tool", "mode", "size", "iterations", "warmup", "rtt_ns_p50",
+//    "oneway_ns_p50" (RTT/2), "rtt_ns_mean", "library_version", "endpoint"}
+#pragma once
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace rawpp {
+
+struct Args {
+  bool server = false;
+  const char* endpoint = nullptr;
+  bool busy = true;
+  size_t size = 0;
+  int cpu = -1;
+  uint64_t iters = 0, warmup = 1000;
+};
+
+[[noreturn]] inline void die(const char* tool, const std::string& msg) {
+  std::fprintf(stderr, "%s: error: %s\n", tool, msg.c_str());
+  std::exit(1);
+}
+
+inline Args parse(const char* tool, int argc, char** argv) {
+  Args a;
+  auto usage = [&] {
+    std::fprintf(stderr,
+                 "usage: %s server ENDPOINT busy|event SIZE CPU\n"
+                 "       %s client ENDPOINT busy|event SIZE CPU ITERS [WARMUP]\n", tool, tool);
+    std::exit(2);
+  };
+  if (argc < 6) usage();
+  a.server = std::strcmp(argv[1], "server") == 0;
+  if (!a.server && std::strcmp(argv[1], "client") != 0) usage();
+  if (a.server ? argc != 6 : (argc != 7 && argc != 8)) usage();
+  a.endpoint = argv[2];
+  if (std::strcmp(argv[3], "busy") != 0 && std::strcmp(argv[3], "event") != 0) usage();
+  a.busy = std::strcmp(argv[3], "busy") == 0;
+  a.size = std::strtoull(argv[4], nullptr, 10);
+  a.cpu = std::atoi(argv[5]);
+  if (!a.server) a.iters = std::strtoull(argv[6], nullptr, 10);
+  if (argc == 8) a.warmup = std::strtoull(argv[7], nullptr, 10);
+  if (a.size == 0 || (!a.server && a.iters == 0)) usage();
+  if (a.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(a.cpu, &set);
+    // Before the library starts its threads, so they inherit the CPU (as in the engine).
+    if (sched_setaffinity(0, sizeof set, &set) != 0) die(tool, "cannot pin to CPU " + std::to_string(a.cpu));
+  }
+  return a;
+}
+
+inline uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Round-trip times of the measured iterations, kept without allocating in the loop.
+struct Timer {
+  std::vector<uint64_t> rtt;
+  uint64_t loop_start = 0, loop_end = 0;
+  explicit Timer(const Args& a) : rtt(a.iters) {
+    for (auto& x : rtt) x = 0;  // touch every page before the loop
+  }
+};
+
+inline void report(const char* tool, const Args& a, Timer& t, const std::string& version) {
+  double mean = static_cast<double>(t.loop_end - t.loop_start) / static_cast<double>(a.iters);
+  std::sort(t.rtt.begin(), t.rtt.end());
+  // Median with linear interpolation, as numpy.percentile and fabmeter.
+  double pos = 0.5 * static_cast<double>(a.iters - 1);
+  size_t lo = static_cast<size_t>(pos);
+  size_t hi = std::min(lo + 1, t.rtt.size() - 1);
+  double p50 = static_cast<double>(t.rtt[lo]) + (pos - static_cast<double>(lo)) * static_cast<double>(t.rtt[hi] - t.rtt[lo]);
+  std::printf("{\"tool\": \"%s\", \"mode\": \"%s\", \"size\": %zu, \"iterations\": %llu, \"warmup\": %llu, "
+              "\"rtt_ns_p50\": %.1f, \"oneway_ns_p50\": %.1f, \"rtt_ns_mean\": %.1f, \"library_version\": \"%s\", "
+              "\"endpoint\": \"%s\"}\n",
+              tool, a.busy ? "busy" : "event", a.size, static_cast<unsigned long long>(a.iters),
+              static_cast<unsigned long long>(a.warmup), p50, p50 / 2, mean, version.c_str(), a.endpoint);
+  std::fflush(stdout);
+}
+
+}  // namespace rawpp

@@ -1,0 +1,330 @@
+"""What every peer adapter shares: parameters, processes, ports, points.
+
+An adapter is a subclass of `Peer` in its own module that says
+
+- which tool it runs (`tool`, the binary; `package`, the Debian package),
+- which (experiment, transport) `cases` it measures,
+- `version()`: the tool's version string,
+- `command(role, case, params, port)`: the exact argv of the server
+  ("server") or the client ("client"), CPU pinning and environment
+  included (`pinned()`, `with_env()`), so the recorded command line is the
+  one that ran,
+- `listens(case)`: "tcp" or "udp", how to tell that the server is ready
+  (its socket on `port` shows up in /proc/net: nothing connects to it early),
+- `parse(text, case)`: the client's output -> point dicts in fabmeter's
+  schema (`point()` builds the common keys).
+
+`Peer.run(params)` does the rest for every case: a free port, the server in
+a process group of its own, wait until it listens, the client under a
+timeout, parse, and always stop both (SIGTERM, then SIGKILL, to the whole
+group). A case that cannot run gives a record {"type": "skipped"} or
+{"type": "failed"} with a one-line `reason` instead of points.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from fabmeter.run import _child_setup  # own process group + SIGTERM if we die
+
+SERVER_START_TIMEOUT_S = 10.0
+SERVER_EXIT_GRACE_S = 2.0     # servers that end after one client get this long
+KILL_GRACE_S = 3.0            # SIGTERM -> SIGKILL
+
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse_size(text: str) -> int:
+    """'32', '64K', '1M' -> bytes (K = 1024, as fabmeter's -s)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", str(text), re.I)
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"not a message size: {text!r} (e.g. 32, 64K, 1M)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+
+
+@dataclass(frozen=True)
+class Params:
+    """One `fabmeter peers` run, as every adapter reads it."""
+    size: int = 32                        # latency message size, bytes
+    bw_size: int = 64 * 1024              # bandwidth message size, bytes
+    iterations: int = 10000               # for tools that count messages
+    duration_s: float = 1.0               # for tools that only stop on a timer
+    cpus: Optional[tuple[int, int]] = None  # (client CPU, server CPU); None = unpinned
+    transports: tuple[str, ...] = ("tcp", "udp", "shm")
+    timeout_s: float = 30.0               # per client run, on top of duration_s
+    raw_dir: Optional[Path] = None        # where to keep each tool's raw output
+
+    @property
+    def client_cpu(self) -> Optional[int]:
+        return self.cpus[0] if self.cpus else None
+
+    @property
+    def server_cpu(self) -> Optional[int]:
+        return self.cpus[1] if self.cpus else None
+
+
+@dataclass(frozen=True)
+class Case:
+    experiment: str   # lat | bw
+    transport: str    # tcp | udp | shm
+
+    def size(self, params: Params) -> int:
+        return params.bw_size if self.experiment == "bw" else params.size
+
+
+class PeerError(Exception):
+    """A case that could not be measured; the message is one line."""
+
+
+class Unsupported(PeerError):
+    """The tool cannot do what was asked (e.g. a size below its minimum): skipped, not failed."""
+
+
+# --- building commands --------------------------------------------------------
+
+def pinned(argv: Sequence[str], cpu: Optional[int]) -> list[str]:
+    """argv under `taskset -c CPU` (unchanged when cpu is None)."""
+    return list(argv) if cpu is None else ["taskset", "-c", str(cpu), *argv]
+
+
+def with_env(argv: Sequence[str], env: dict[str, str]) -> list[str]:
+    """argv under `env K=V ...`, so the environment is part of the command line."""
+    return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
+
+
+@functools.lru_cache(maxsize=None)
+def probe_version(argv: tuple[str, ...], pattern: str) -> Optional[str]:
+    """The first group of `pattern` in the output of argv (stdout + stderr)."""
+    try:
+        res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(pattern, ANSI_ESCAPE.sub("", res.stdout + res.stderr), re.M)
+    return m.group(1) if m else None
+
+
+def point(tool: str, case: Case, **fields) -> dict:
+    """A peer point: fabmeter's point keys plus who measured it and how."""
+    return {"type": "point", "peer": True, "tool": tool, "experiment": case.experiment,
+            "transport": case.transport, **fields}
+
+
+def us_to_ns(value: str | float) -> float:
+    return round(float(value) * 1000.0, 3)
+
+
+def percentile_key(rank: str) -> str:
+    """A tool's percentile label -> fabmeter's key: '99.990' -> 'p9999', '50.0' -> 'p50'."""
+    return "p" + rank.rstrip("0").rstrip(".").replace(".", "")
+
+
+# --- ports and processes --------------------------------------------------------
+
+def free_port() -> int:
+    """A loopback port that is free for both TCP and UDP right now."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+                try:
+                    u.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+        return port
+    raise PeerError("no free loopback port")
+
+
+def bound(proto: str, port: int) -> bool:
+    """Is a socket listening (tcp) or bound (udp) on `port`, any address?"""
+    for table in (f"/proc/net/{proto}", f"/proc/net/{proto}6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            if len(f) > 3 and int(f[1].rsplit(":", 1)[1], 16) == port and (proto != "tcp" or f[3] == "0A"):
+                return True
+    return False
+
+
+class Process:
+    """A tool process in its own process group; output kept in a temp file."""
+
+    def __init__(self, argv: Sequence[str]):
+        self.argv = list(argv)
+        self._log = tempfile.TemporaryFile(mode="w+")
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT, preexec_fn=_child_setup)
+        except OSError as e:
+            self._log.close()
+            raise PeerError(f"cannot start {self.argv[0]}: {e.strerror}") from e
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float) -> bool:
+        """True if it ended within `timeout` seconds."""
+        try:
+            self.proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read()
+
+    def last_line(self) -> str:
+        lines = [ANSI_ESCAPE.sub("", ln).strip() for ln in self.output().splitlines() if ln.strip()]
+        return lines[-1] if lines else "(no output)"
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Let it end by itself for `grace` s, then SIGTERM, then SIGKILL, whole group.
+
+        The group is signalled only while its leader is alive (not yet
+        reaped), so the id cannot have been reused; children it forked
+        (qperf forks one per test) get the same signals.
+        """
+        if grace > 0:
+            self.wait(grace)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self.running():
+                break
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            self.wait(KILL_GRACE_S)
+        self.proc.wait()
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def wait_until_bound(server: Process, proto: str, port: int, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not bound(proto, port):
+        if not server.running():
+            raise PeerError(f"server exited {server.proc.returncode} before listening: {server.last_line()}")
+        if time.monotonic() > deadline:
+            raise PeerError(f"server did not listen on {proto} port {port} within {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+# --- the adapter ----------------------------------------------------------------
+
+@dataclass
+class Peer:
+    tool: str                              # binary on PATH
+    package: str                           # Debian package that has it
+    cases: tuple[Case, ...] = ()
+    server_exits_alone: bool = False       # ends after one client (iperf3 -1, ucx_perftest)
+    poll: str = "blocking"                 # how it waits for a message: blocking | busy
+
+    def available(self) -> bool:
+        return shutil.which(self.tool) is not None
+
+    def version(self) -> Optional[str]:
+        raise NotImplementedError
+
+    def listens(self, case: Case) -> str:
+        return "tcp"
+
+    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def parse(self, text: str, case: Case) -> list[dict]:
+        raise NotImplementedError
+
+    def skipped(self, reason: str, case: Optional[Case] = None) -> dict:
+        rec = {"type": "skipped", "peer": True, "tool": self.tool, "reason": reason}
+        if case is not None:
+            rec.update(experiment=case.experiment, transport=case.transport)
+        return rec
+
+    def not_installed(self) -> dict:
+        return self.skipped(f"not installed (apt-get install {self.package})")
+
+    def selected(self, params: Params) -> list[Case]:
+        return [c for c in self.cases if c.transport in params.transports]
+
+    def run(self, params: Params, on_record: Optional[Callable[[dict], None]] = None) -> list[dict]:
+        """Every selected case: points, or one skipped/failed record per case.
+        `on_record` sees each record as soon as it is known."""
+        records: list[dict] = []
+
+        def add(recs: list[dict]) -> list[dict]:
+            for rec in recs:
+                records.append(rec)
+                if on_record is not None:
+                    on_record(rec)
+            return records
+
+        if not self.available():
+            return add([self.not_installed()])
+        if params.cpus is not None and shutil.which("taskset") is None:
+            return add([self.skipped("taskset not found, needed for --cpus (apt-get install util-linux)")])
+        for case in self.selected(params):
+            try:
+                add(self.run_case(case, params))
+            except Unsupported as e:
+                add([self.skipped(str(e), case)])
+            except PeerError as e:
+                add([{"type": "failed", "peer": True, "tool": self.tool, "experiment": case.experiment,
+                      "transport": case.transport, "reason": str(e)}])
+        return records
+
+    def run_case(self, case: Case, params: Params) -> list[dict]:
+        port = free_port()
+        server_cmd = self.command("server", case, params, port)
+        client_cmd = self.command("client", case, params, port)
+        server = Process(server_cmd)
+        client: Optional[Process] = None
+        try:
+            wait_until_bound(server, self.listens(case), port)
+            client = Process(client_cmd)
+            if not client.wait(params.duration_s + params.timeout_s):
+                raise PeerError(f"client did not finish within {params.duration_s + params.timeout_s:.0f} s")
+            text = client.output()
+            self._keep_raw(params, case, text)
+            if client.proc.returncode != 0:
+                raise PeerError(f"client exited {client.proc.returncode}: {client.last_line()}")
+            points = self.parse(text, case)
+            if not points:
+                raise PeerError(f"no result in the client's output: {client.last_line()}")
+        finally:
+            if client is not None:
+                client.stop()
+                client.close()
+            server.stop(SERVER_EXIT_GRACE_S if self.server_exits_alone else 0.0)
+            server.close()
+        version = self.version()
+        for p in points:
+            p.setdefault("size", case.size(params))
+            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server_cmd)
+            if params.raw_dir is not None:
+                p["raw_output"] = self._raw_name(case, params)
+        return points
+
+    def _raw_name(self, case: Case, params: Params) -> str:
+        return f"{self.tool}-{case.experiment}-{case.transport}-{case.size(params)}B.txt"
+
+    def _keep_raw(self, params: Params, case: Case, text: str) -> None:
+        if params.raw_dir is not None:
+            params.raw_dir.mkdir(parents=True, exist_ok=True)
+            (params.raw_dir / self._raw_name(case, params)).write_text(text)

@@ -1,0 +1,185 @@
+"""`fabmeter peers`: the established tools beside fabmeter, on this host.
+
+Each selected tool measures what it can among the chosen transports
+(loopback only): sockperf lat tcp/udp, qperf lat tcp/udp and bw tcp, iperf3
+bw tcp, ucx_perftest lat and bw over shm and tcp. fabmeter itself (tool
+"fabmeter") runs lat for every transport x poll (busy, event) and bw over
+tcp, with the same sizes, iterations and CPUs. One table, every row saying
+which statistic it is; notes where a tool's statistic differs.
+
+--out DIR writes DIR/peers.json (the peer points, and a record for every
+tool or case skipped or failed), DIR/peers-raw/ (each tool's output as
+printed) and DIR/fabmeter/<experiment>-<transport>-<poll>/run.json for
+fabmeter's own runs, so `fabmeter report DIR` shows them side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+from fabmeter import __version__, analysis, envinfo, run
+from fabmeter.peers.base import Params, parse_size
+from fabmeter.peers.registry import PEERS
+from fabmeter.results import RunRecord, now_iso, write_json
+
+TOOLS = ("fabmeter", *PEERS)
+TRANSPORTS = ("tcp", "udp", "shm")
+FABMETER_RUNS = [("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
+FABMETER_NOTE = {
+    "lat": "fabmeter lat: percentiles (linear interpolation) and mean over every sample of RTT/2, warm-up excluded",
+    "bw": "fabmeter bw: messages received after warm-up / the receiver's time from the first to the last of them",
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest) beside fabmeter",
+                       description="Run sockperf, qperf, iperf3 and ucx_perftest over loopback with the same sizes, "
+                                   "iterations and CPUs as fabmeter's own runs, and print them side by side, "
+                                   "each figure labelled with the statistic its tool reports.",
+                       allow_abbrev=False)
+    p.add_argument("--tools", metavar="LIST", default=",".join(TOOLS),
+                   help="comma-separated, from: %(default)s (default: all)")
+    p.add_argument("--transports", metavar="LIST", default=",".join(TRANSPORTS),
+                   help="comma-separated, from: %(default)s (default: all)")
+    p.add_argument("-s", "--size", metavar="N", default="32", help="latency message size (default: %(default)s)")
+    p.add_argument("--bw-size", metavar="N", default="64K", help="bandwidth message size (default: %(default)s)")
+    p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
+                   help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
+    p.add_argument("--duration", metavar="S", type=float, default=1.0,
+                   help="seconds, for the tools that only stop on a timer: sockperf, qperf; "
+                        "whole seconds, rounded up (default: %(default)s)")
+    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per point or skipped/failed case")
+    p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
+
+
+def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [x for x in items if x not in allowed]
+    if bad or not items:
+        raise run.FabmeterError(f"--{what}: unknown '{bad[0] if bad else text}' (choose from {','.join(allowed)})",
+                                run.EXIT_USAGE)
+    return items
+
+
+def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path]) -> Params:
+    try:
+        size, bw_size = parse_size(ns.size), parse_size(ns.bw_size)
+    except ValueError as e:
+        raise run.FabmeterError(str(e), run.EXIT_USAGE) from e
+    if ns.iters < 1:
+        raise run.FabmeterError("--iters must be at least 1", run.EXIT_USAGE)
+    if not ns.duration > 0:
+        raise run.FabmeterError("--duration must be positive", run.EXIT_USAGE)
+    return Params(size=size, bw_size=bw_size, iterations=ns.iters, duration_s=ns.duration,
+                  cpus=tuple(cpus) if cpus else None, transports=_list(ns.transports, TRANSPORTS, "transports"),
+                  raw_dir=out / "peers-raw" if out else None)
+
+
+def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optional[Path]) -> Iterator[dict]:
+    """fabmeter's own runs for the same cases, as points with tool "fabmeter"."""
+    if engine is None:
+        yield {"type": "skipped", "peer": False, "tool": "fabmeter", "reason": problem}
+        return
+    for experiment, transport, poll in FABMETER_RUNS:
+        if transport not in params.transports:
+            continue
+        size = params.bw_size if experiment == "bw" else params.size
+        args = ["-t", transport, "--poll", poll, "-s", str(size), "-n", str(params.iterations)]
+        folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        command = ["fabmeter", experiment, *args] + (["--cpus", ",".join(map(str, params.cpus))] if params.cpus else [])
+        record = RunRecord(folder, {"experiment": experiment, "mode": "local", "server": None,
+                                    "cpus": list(params.cpus) if params.cpus else None, "options": args,
+                                    "params": None}, command=command + (["--out", str(folder)] if folder else []))
+        res = run.execute(run.RunSpec(experiment, args, cpus=params.cpus, out=folder, engine=engine),
+                          on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+        record.finish(res.status, res.message, res.exit_code)
+        if res.exit_code == run.EXIT_INTERRUPTED:
+            raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
+        if res.exit_code != run.EXIT_OK or not res.points:
+            yield {"type": "failed", "peer": False, "tool": "fabmeter", "experiment": experiment,
+                   "transport": transport, "poll": poll, "reason": res.message or "no point measured"}
+            continue
+        for p in res.points:
+            yield {**p, "peer": False, "tool": "fabmeter", "tool_version": __version__, "command": command,
+                   "statistic_note": FABMETER_NOTE[experiment]}
+
+
+def _figure(p: dict) -> str:
+    """What the latency columns are, as the tool defines them."""
+    if p.get("rtt_ns") and not p.get("latency_ns"):
+        return "RTT"
+    kind = p.get("latency_kind")
+    return {"rtt/2": "one-way = RTT/2", "rtt": "RTT"}.get(kind, kind or "-")
+
+
+def table(points: list[dict], params: Params) -> str:
+    notes: dict[str, int] = {}
+    rows = []
+    order = {t: i for i, t in enumerate(TOOLS)}
+    for p in sorted(points, key=lambda p: (p.get("experiment") != "lat", TRANSPORTS.index(p["transport"])
+                                           if p.get("transport") in TRANSPORTS else 9, order.get(p.get("tool"), 99))):
+        lat = p.get("latency_ns") or p.get("rtt_ns") or {}
+        note = p.get("statistic_note")
+        mark = f"[{notes.setdefault(note, len(notes) + 1)}]" if note else ""
+        rows.append([p.get("tool", "?"), p.get("experiment", "?"), p.get("transport", "?"), p.get("poll") or "-",
+                     analysis.fmt_size(p.get("size")), _figure(p) if lat else "-",
+                     lat.get("p50"), lat.get("p99"), lat.get("mean"),
+                     analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0), mark])
+    cpus = f"client CPU {params.cpus[0]}, server CPU {params.cpus[1]}" if params.cpus else "unpinned"
+    head = (f"fabmeter peers: loopback, {cpus}; latency in ns as each tool defines it (see notes), "
+            f"bandwidth in Gbit/s (10^9 bit/s)")
+    text = [head, analysis.format_table(["tool", "experiment", "transport", "poll", "size", "latency figure",
+                                         "p50 ns", "p99 ns", "mean ns", "Gbit/s", "msg/s", "note"], rows, left=6)]
+    if notes:
+        text.append("notes:")
+        text += [f"[{i}] {n}" for n, i in notes.items()]
+    return "\n".join(text)
+
+
+def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: str) -> int:
+    tools = _list(ns.tools, TOOLS, "tools")
+    out = Path(ns.out).resolve() if ns.out else None
+    params = params_from(ns, cpus, out)
+    started = now_iso()
+    progress = sys.stderr.isatty()
+    records: list[dict] = []
+
+    def emit(rec: dict) -> None:
+        records.append(rec)
+        if ns.json:
+            print(json.dumps(rec), flush=True)
+        if rec.get("type") != "point":
+            where = " ".join(str(rec[k]) for k in ("experiment", "transport", "poll") if rec.get(k))
+            sys.stderr.write(f"{rec['type']} {rec['tool']}{' ' + where if where else ''}: {rec['reason']}\n")
+
+    for tool in tools:
+        if progress:
+            sys.stderr.write(f"peers: {tool}\n")
+        if tool == "fabmeter":
+            for rec in run_fabmeter(params, engine, problem, out):
+                emit(rec)
+        else:
+            PEERS[tool].run(params, on_record=emit)
+
+    points = [r for r in records if r.get("type") == "point"]
+    if not ns.json:
+        print(table(points, params) if points else "fabmeter peers: nothing measured", flush=True)
+    if out is not None:
+        write_json(out / "peers.json", {
+            "fabmeter_version": __version__, "command": ["fabmeter", *sys.argv[1:]],
+            "started_at": started, "finished_at": now_iso(),
+            "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iterations,
+                       "duration_s": params.duration_s, "cpus": list(params.cpus) if params.cpus else None,
+                       "transports": list(params.transports), "tools": list(tools)},
+            "environment": envinfo.collect(),
+            "points": [p for p in points if p.get("peer")],
+            "skipped": [r for r in records if r.get("type") != "point"],
+        })
+    failed = any(r.get("type") == "failed" for r in records)
+    return run.EXIT_RUNTIME if failed and not points else run.EXIT_OK

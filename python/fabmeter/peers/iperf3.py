@@ -1,0 +1,63 @@
+"""iperf3 TCP bandwidth (-J: JSON output).
+
+What iperf3 reports: end.sum_received.bits_per_second = bytes the server
+received / the receiver's elapsed time, over the whole test (no --omit);
+end.sum_sent is the sender's view. The client writes -k blocks of -l bytes,
+so the message count matches fabmeter's -n.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
+
+NOTE = ("iperf3, blocking sockets: bytes received / receiver's elapsed time over the whole test "
+        "(end.sum_received); one TCP stream")
+
+
+class Iperf3(Peer):
+    def __init__(self):
+        super().__init__(tool="iperf3", package="iperf3", cases=(Case("bw", "tcp"),), server_exits_alone=True)
+
+    def version(self) -> Optional[str]:
+        return probe_version(("iperf3", "--version"), r"^iperf (\S+)")
+
+    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+        if role == "server":  # -1: serve one test, then exit
+            return pinned(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], params.server_cpu)
+        return pinned(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(case.size(params)),
+                       "-k", str(params.iterations), "-J"], params.client_cpu)
+
+    def parse(self, text: str, case: Case) -> list[dict]:
+        start, end = text.find("{"), text.rfind("}")
+        if start < 0 or end < start:
+            return []
+        try:
+            doc = json.loads(text[start:end + 1])
+        except json.JSONDecodeError as e:
+            raise PeerError(f"iperf3 printed invalid JSON: {e}") from e
+        if doc.get("error"):
+            raise PeerError(f"iperf3: {doc['error']}")
+        test = doc.get("start", {}).get("test_start", {})
+        received = doc.get("end", {}).get("sum_received")
+        if not received or not received.get("seconds"):
+            return []
+        if test.get("protocol") not in (None, "TCP"):
+            raise PeerError(f"iperf3 ran {test.get('protocol')}, expected TCP")
+        size = test.get("blksize")
+        p = point(self.tool, case, statistic_note=NOTE, gbps=received["bits_per_second"] / 1e9,
+                  duration_s=received["seconds"])
+        if size:
+            p["size"] = size
+            p["msg_rate"] = received["bytes"] / size / received["seconds"]
+        if test.get("blocks"):
+            p["iterations"] = test["blocks"]
+        sent = doc.get("end", {}).get("sum_sent") or {}
+        if sent.get("retransmits") is not None:
+            p["retransmits"] = sent["retransmits"]
+        return [p]
+
+
+PEER = Iperf3()

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Runs INSIDE the Soft-RoCE guest (rdma/guest), started by rdma/test-rdma.sh:
+# fabmeter's verbs transport end to end from rxe0 (client, CPU 0) to rxe1
+# (server, CPU 1), perftest with the same parameters, and the libfabric verbs
+# provider through fabmeter's ofi transport. Every case leaves files in
+# OUTDIR (NAME.out, .err, .rc, .expect, .cmd, .server.*); the host's
+# rdma/test_rdma_report.py checks them and prints the tables.
+#
+#   rdma/test-rdma-guest.sh ENGINE OUTDIR
+set -uo pipefail
+OUT=$2
+# From guest RAM: executing from the 9p share costs ~2 s per process under TCG.
+ENGINE=/tmp/fabmeter-engine
+cp "$1" "$ENGINE"
+SERVER=${FM_RDMA_ADDR1:-10.77.0.2}   # rxe1's address; the client reaches it through rxe0
+PORT=19000
+mkdir -p "$OUT"
+
+[[ ${FM_RDMA_OK:-0} == 1 ]] || { echo "the guest's rxe setup failed" | tee "$OUT/_setup_failed"; exit 1; }
+echo "$EPOCHREALTIME" >"$OUT/_started"
+{ uname -r; ls /sys/class/infiniband; } >"$OUT/_guest"
+
+# Waits up to 5 s for a background process, then stops it; prints its status.
+reap() {
+  local pid=$1 i
+  for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill "$pid" 2>/dev/null
+  wait "$pid"
+  echo $?
+}
+
+# Starts a server on PORT writing FILE.server.*; returns when it listens.
+# (Under TCG on a busy host a start can take seconds.)
+serve() {
+  local f=$1 i
+  timeout 120 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --once --cpu 1 >"$f.server.out" 2>"$f.server.err" &
+  SPID=$!
+  for ((i = 0; i < 300; i++)); do
+    grep -q listening "$f.server.out" 2>/dev/null && return
+    kill -0 $SPID 2>/dev/null || return
+    sleep 0.1
+  done
+}
+
+# A starved guest must not turn into a timeout failure: generous waits.
+TIMEOUT=(--timeout-ms 15000)
+
+# fm NAME EXPECT EXPERIMENT [OPTIONS...]: one fabmeter run. EXPECT is the
+# client's exit code the case wants (0, or 2 for a refused combination).
+fm() {
+  local name=$1 expect=$2 exp=$3 f=$OUT/$1
+  shift 3
+  PORT=$((PORT + 1))
+  echo "$expect" >"$f.expect"
+  echo "fabmeter-engine run $exp $*" >"$f.cmd"
+  local t0=$EPOCHREALTIME spid=
+  # A refused combination is refused before connecting: no server for it.
+  if [[ $expect == 0 ]]; then
+    serve "$f"
+    spid=$SPID
+  fi
+  timeout 120 "$ENGINE" run "$exp" --server "$SERVER:$PORT" --cpu 0 -t verbs "${TIMEOUT[@]}" "$@" >"$f.out" 2>"$f.err"
+  local rc=$?
+  echo $rc >"$f.rc"
+  [[ -n $spid ]] && reap $spid >"$f.server.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$rc" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
+
+# ofi NAME OPTIONS...: fabmeter's ofi transport over the libfabric verbs provider.
+ofi() {
+  local name=$1 f=$OUT/$1
+  shift
+  PORT=$((PORT + 1))
+  echo 0 >"$f.expect"
+  echo "fabmeter-engine run $*" >"$f.cmd"
+  serve "$f"
+  # fi_getinfo over verbs is slow under TCG: a longer handshake timeout.
+  timeout 120 "$ENGINE" run "$@" --timeout-ms 30000 --server "$SERVER:$PORT" --cpu 0 >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  reap $SPID >"$f.server.rc"
+  printf '%-58s rc=%s\n' "$name" "$(cat "$f.rc")"
+}
+
+# pt NAME TOOL OPTIONS...: a perftest pair, server on rxe1, client on rxe0.
+pt() {
+  local name=$1 tool=$2 f=$OUT/$1
+  shift 2
+  PORT=$((PORT + 1))
+  echo "$tool $*" >"$f.cmd"
+  taskset -c 1 timeout 120 "$tool" -d "${FM_RDMA_DEV1:-rxe1}" -x "${FM_RDMA_GID_INDEX:-1}" -p "$PORT" -F "$@" \
+    >"$f.server.out" 2>&1 &
+  local spid=$! rc try
+  for try in 1 2 3; do  # the server needs a moment to listen
+    sleep 1
+    taskset -c 0 timeout 120 "$tool" -d "${FM_RDMA_DEV0:-rxe0}" -x "${FM_RDMA_GID_INDEX:-1}" -p "$PORT" -F "$@" \
+      "$SERVER" >"$f.out" 2>&1
+    rc=$?
+    grep -q "Couldn't connect\|Unable to open file descriptor" "$f.out" || break
+  done
+  echo $rc >"$f.rc"
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%s\n' "$name" "$rc"
+}
+
+SMALL_LAT=(-s 32 -n 200 --warmup 50)
+ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
+BW=(-s 1K -n 2000 --warmup 100)
+
+echo "== verbs: lat over every knob (RC/UC/UD x send/write x inline x signaling x poll x cm)"
+for svc in rc uc ud; do
+  case $svc in rc) cms="rdma_cm raw" ;; uc) cms="raw" ;; ud) cms="rdma_cm raw" ;; esac
+  case $svc in ud) ops="send" ;; *) ops="send write" ;; esac
+  for cm in $cms; do
+    for op in $ops; do
+      for inl in 0 64; do
+        for sig in 1 auto; do
+          for poll in busy event; do
+            sigopt=()
+            [[ $sig == 1 ]] && sigopt=(--signal-every 1)
+            fm "lat-$svc-$op-$cm-inline$inl-sig$sig-$poll" 0 lat "${SMALL_LAT[@]}" --service $svc --op $op \
+              --cm $cm --inline $inl "${sigopt[@]}" --poll $poll
+          done
+        done
+      done
+    done
+  done
+done
+
+echo "== verbs: oneway (t_comp from send completions) and bw, per service x op x cm"
+for svc in rc uc ud; do
+  case $svc in rc) cms="rdma_cm raw" ;; uc) cms="raw" ;; ud) cms="rdma_cm raw" ;; esac
+  case $svc in ud) ops="send" ;; *) ops="send write" ;; esac
+  for cm in $cms; do
+    for op in $ops; do
+      fm "oneway-$svc-$op-$cm-busy" 0 oneway "${ONEWAY[@]}" --service $svc --op $op --cm $cm
+      fm "bw-$svc-$op-$cm-busy" 0 bw "${BW[@]}" --service $svc --op $op --cm $cm
+    done
+  done
+done
+fm "oneway-rc-send-rdma_cm-event-inline64" 0 oneway "${ONEWAY[@]}" --service rc --poll event --inline 64
+fm "oneway-uc-write-raw-event-sig1" 0 oneway "${ONEWAY[@]}" --service uc --op write --poll event --signal-every 1
+fm "bw-rc-write-raw-event" 0 bw "${BW[@]}" --service rc --op write --cm raw --poll event
+fm "bw-ud-send-rdma_cm-event" 0 bw "${BW[@]}" --service ud --poll event
+
+echo "== verbs: check (length, content and order of every size to 256 KiB; UD to the MTU)"
+CHECK=(--max-size 256K)
+fm "check-rc-send-rdma_cm" 0 check "${CHECK[@]}" --service rc
+fm "check-rc-write-raw" 0 check "${CHECK[@]}" --service rc --op write --cm raw
+fm "check-rc-write-rdma_cm-event-inline64" 0 check "${CHECK[@]}" --service rc --op write --poll event --inline 64
+fm "check-uc-send-raw-inline64" 0 check "${CHECK[@]}" --service uc --inline 64
+fm "check-uc-write-raw-event" 0 check "${CHECK[@]}" --service uc --op write --poll event
+fm "check-ud-send-rdma_cm-event" 0 check "${CHECK[@]}" --service ud --poll event
+fm "check-ud-send-raw-inline64" 0 check "${CHECK[@]}" --service ud --cm raw --inline 64
+
+echo "== verbs: queue knobs, multi-packet messages, one device for both ends"
+fm "bw-rc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service rc --op write --cm raw --rq-depth 16 --rq-refill 4
+fm "bw-uc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service uc --op write --rq-depth 16 --rq-refill 4
+fm "bw-rc-send-rdma_cm-smallq" 0 bw -s 256 -n 1000 --warmup 100 --service rc --sq-depth 8 --rq-depth 8 --rq-refill 2 --signal-every 4
+fm "bw-rc-send-raw-bidir" 0 bw -s 1K -n 2000 --warmup 100 --service rc --cm raw --bidir
+fm "lat-rc-send-raw-sweep" 0 lat -a --max-size 16K -n 50 --warmup 10 --service rc --cm raw
+fm "lat-rc-write-rdma_cm-sweep" 0 lat -a --max-size 16K -n 50 --warmup 10 --service rc --op write
+fm "lat-uc-send-raw-mtu512-3K" 0 lat -s 3K -n 100 --warmup 10 --service uc --mtu 512
+fm "lat-ud-send-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service ud --cm raw
+fm "lat-rc-send-raw-device-rxe0-both-ends" 0 lat "${SMALL_LAT[@]}" --service rc --cm raw --device rxe0 --gid-index 1
+
+echo "== verbs: refused combinations (exit 2, one line)"
+fm "refuse-ud-above-mtu" 2 lat -s 2048 -n 10 --service ud
+fm "refuse-ud-write" 2 lat -n 10 --service ud --op write
+fm "refuse-uc-rdma_cm" 2 lat -n 10 --service uc --cm rdma_cm
+fm "refuse-rdma_cm-mtu" 2 lat -n 10 --service rc --mtu 512
+fm "refuse-no-such-device" 2 lat -n 10 --service rc --cm raw --device mlx5_9
+fm "refuse-signal-every-above-sq" 2 lat -n 10 --service rc --sq-depth 16 --signal-every 32
+
+echo "== comparison: fabmeter lat vs perftest, 32 B, 2000 iterations, inline 64, raw connection"
+CMP=(-s 32 -n 2000 --warmup 200 --inline 64 --cm raw)
+for svc in rc uc ud; do
+  fm "cmp-fabmeter-$svc-send" 0 lat "${CMP[@]}" --service $svc
+  pt "cmp-perftest-$svc-send" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+done
+for svc in rc uc; do
+  fm "cmp-fabmeter-$svc-write" 0 lat "${CMP[@]}" --service $svc --op write
+  pt "cmp-perftest-$svc-write" ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+done
+
+echo "== libfabric verbs provider through fabmeter's ofi transport"
+if "$ENGINE" options | grep -q '"ofi"'; then
+  ofi "ofi-verbs-msg-lat" lat -t ofi --provider verbs --ep msg -s 32 -n 200 --warmup 50
+  ofi "ofi-verbs-rdm-lat" lat -t ofi --provider verbs --ep rdm -s 32 -n 200 --warmup 50
+  ofi "ofi-verbs-msg-bw" bw -t ofi --provider verbs --ep msg -s 1K -n 2000 --warmup 100
+else
+  echo "skipped: this engine has no ofi transport (libfabric not found at build time)" | tee "$OUT/_ofi_skipped"
+fi
+echo "$EPOCHREALTIME" >"$OUT/_finished"

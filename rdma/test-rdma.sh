@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make test-rdma: fabmeter's verbs transport end to end on real (Soft-RoCE)
+# RDMA devices. Builds the qemu guest (rdma/guest, cached), boots it once with
+# the repository shared, runs rdma/test-rdma-guest.sh inside (fabmeter verbs
+# over every knob, perftest beside it, the libfabric verbs provider), then
+# checks the results on the host and prints one table
+# (rdma/test_rdma_report.py). Results: build/rdma-results/ (raw/ per case,
+# results.json).
+#
+#   rdma/test-rdma.sh [--allow-skip] [--engine PATH]
+#
+# Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
+# built or booted on this machine (with --allow-skip: a "skipped" line and 0).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/.." && pwd)
+OUT=$REPO/build/rdma-results
+ENGINE=$REPO/build/engine/fabmeter-engine
+ALLOW_SKIP=0
+
+while (($#)); do
+  case $1 in
+    --allow-skip) ALLOW_SKIP=1; shift ;;
+    --engine) ENGINE=$(realpath "${2:?}"); shift 2 ;;
+    *) echo "test-rdma: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+skip() {
+  echo "test-rdma: skipped: $*"
+  ((ALLOW_SKIP)) && exit 0
+  exit 77
+}
+
+[[ -x $ENGINE ]] || { echo "test-rdma: no engine at $ENGINE (make build)" >&2; exit 1; }
+"$ENGINE" options | grep -q '"verbs"' ||
+  { echo "test-rdma: $ENGINE was built without the verbs transport (libibverbs-dev, librdmacm-dev missing?)" >&2; exit 1; }
+case $ENGINE in "$REPO"/*) ;; *) echo "test-rdma: the engine must be inside $REPO (shared into the guest)" >&2; exit 1 ;; esac
+
+T0=$SECONDS
+"$HERE/guest/build.sh" >&2 || skip "the Soft-RoCE guest could not be built here (rdma/guest/build.sh needs root, qemu and the Debian mirror)"
+echo "test-rdma: guest ready after $((SECONDS - T0)) s; booting it once for all cases (qemu TCG, a few minutes)"
+
+rm -rf "$OUT"
+mkdir -p "$OUT/raw"
+rc=0
+"$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
+  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" || rc=$?
+echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
+if [[ ! -f $OUT/raw/_started ]]; then
+  ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"
+  echo "test-rdma: the guest booted but the tests did not start (exit $rc; console: $OUT/console.log)" >&2
+  exit 1
+fi
+((rc == 0)) || echo "test-rdma: the in-guest driver exited with $rc; checking what it left" >&2
+python3 "$HERE/test_rdma_report.py" "$OUT" || exit 1
+((rc == 0)) || exit 1

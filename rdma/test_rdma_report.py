@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Checks what rdma/test-rdma-guest.sh left in OUTDIR/raw and prints the
+comparison of fabmeter's verbs latency with perftest's.
+
+    rdma/test_rdma_report.py OUTDIR      (OUTDIR = build/rdma-results)
+
+Each fabmeter case must exit as it expects (0, or 2 for a refused
+combination with a one-line error); a run that should work must end "ok"
+on both ends, measure something, lose nothing on RC, and report the knobs
+it was given in the transport's "granted" object. perftest pairs must exit
+0 and print their result line. Writes OUTDIR/results.json; exits 1 if any
+check failed. Standard library only: it runs before any venv exists.
+"""
+import json
+import os
+import platform
+import re
+import sys
+import time
+
+
+def read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def json_lines(text):
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def option(cmd, name):
+    """Value of --name in a recorded command line, or None."""
+    m = re.search(r"--%s[ =](\S+)" % re.escape(name), cmd)
+    return m.group(1) if m else None
+
+
+def check_fabmeter(raw, name):
+    """Returns (problems, summary) for one fabmeter case."""
+    cmd = read(f"{raw}/{name}.cmd").strip()
+    expect = int(read(f"{raw}/{name}.expect", "0").strip() or 0)
+    rc = int(read(f"{raw}/{name}.rc", "-1").strip() or -1)
+    err = read(f"{raw}/{name}.err")
+    lines = json_lines(read(f"{raw}/{name}.out"))
+    problems, summary = [], {"name": name, "cmd": cmd, "rc": rc, "expect": expect}
+    if rc != expect:
+        tail = err.strip().splitlines()[-1:] or ["(no stderr)"]
+        problems.append(f"exit {rc}, expected {expect}: {tail[0]}")
+        return problems, summary
+    if expect == 2:
+        errs = [l for l in err.strip().splitlines() if l.strip()]
+        if len(errs) != 1 or not errs[0].startswith("fabmeter-engine: error: "):
+            problems.append(f"a refused run should print one error line, got {errs!r}")
+        summary["message"] = errs[0] if errs else ""
+        return problems, summary
+    server_rc = read(f"{raw}/{name}.server.rc").strip()
+    if server_rc != "0":
+        problems.append(f"server exit {server_rc}: {read(f'{raw}/{name}.server.err').strip()[-300:]}")
+    end = [l for l in lines if l.get("type") == "end"]
+    if not end or end[-1].get("status") != "ok":
+        problems.append(f"end line: {end[-1] if end else 'missing'}")
+    points = [l for l in lines if l.get("type") == "point"]
+    if not points:
+        problems.append("no point measured")
+    transport = next((l for l in lines if l.get("type") == "transport"), {})
+    granted = transport.get("granted", {})
+    summary["granted"] = granted
+    is_ofi = " -t ofi" in f" {cmd}"
+    service = option(cmd, "service") or "rc"
+    for p in points:
+        if p.get("partial"):
+            problems.append(f"point {p.get('size')} B is partial")
+        if p.get("experiment") == "check":
+            if p.get("passed") is not True:
+                problems.append("check failed: " + ", ".join(f"{k} {p.get(k)}" for k in
+                                ("lost", "order_errors", "content_errors", "size_errors", "duplicated")))
+            continue
+        if not p.get("iterations", 0) > 0:
+            problems.append(f"point {p.get('size')} B: no iterations")
+        if service == "rc" and not is_ofi and p.get("lost", 0) != 0:
+            problems.append(f"point {p.get('size')} B: {p['lost']} lost on RC")
+        if p.get("experiment") == "bw" and not p.get("gbps", 0) > 0:
+            problems.append(f"point {p.get('size')} B: no bandwidth")
+        if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
+            problems.append("oneway: no send completion stamped t_comp")
+    if points:
+        p = points[0]
+        summary.update(experiment=p.get("experiment"), size=p.get("size"), iterations=p.get("iterations"),
+                       lost=p.get("lost"), latency_kind=p.get("latency_kind"), latency_ns=p.get("latency_ns"),
+                       gbps=p.get("gbps"), points=len(points))
+    if is_ofi:
+        return problems, summary
+    # The knobs must show in what the transport was granted.
+    want = {
+        "service": service,
+        "op": option(cmd, "op") or "send",
+        "cm": option(cmd, "cm") if option(cmd, "cm") not in (None, "auto") else ("raw" if service == "uc" else "rdma_cm"),
+    }
+    if option(cmd, "device"):
+        want["device"] = option(cmd, "device")
+    if option(cmd, "signal-every"):
+        want["signal_every"] = int(option(cmd, "signal-every"))
+    if service == "ud":
+        want["grh_bytes"] = 40
+    for k, v in want.items():
+        if granted.get(k) != v:
+            problems.append(f"granted {k} = {granted.get(k)!r}, expected {v!r}")
+    inline = int(option(cmd, "inline") or 0)
+    if granted.get("max_inline_granted", 0) < inline:
+        problems.append(f"--inline {inline} but the device granted {granted.get('max_inline_granted')}")
+    if want["op"] == "write" and "write_credits" not in granted:
+        problems.append("write mode without credits in granted")
+    if "device" not in want and granted.get("device") != "rxe0":
+        problems.append(f"the client should be on rxe0 (its control address), got {granted.get('device')}")
+    return problems, summary
+
+
+PERFTEST_COLS = ["bytes", "iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999"]
+
+
+def check_perftest(raw, name):
+    cmd = read(f"{raw}/{name}.cmd").strip()
+    rc = int(read(f"{raw}/{name}.rc", "-1").strip() or -1)
+    out = read(f"{raw}/{name}.out")
+    summary = {"name": name, "cmd": cmd, "rc": rc}
+    problems = []
+    if rc != 0:
+        problems.append(f"exit {rc}: {out.strip()[-300:]}")
+    # ib_write_lat's client prints "inf" on rxe; its server measures the same
+    # ping-pong (each side times its own round trips), so fall back to it.
+    for side in ("out", "server.out"):
+        result = perftest_result(read(f"{raw}/{name}.{side}"))
+        if result:
+            summary["result_us"], summary["result_from"] = result, "client" if side == "out" else "server"
+            break
+    else:
+        problems.append("no finite result line in perftest's output")
+    return problems, summary
+
+
+def perftest_result(text):
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "t_typical" not in line:
+            continue
+        for row in lines[i + 1:]:
+            nums = row.split()
+            if len(nums) >= 5 and all(re.fullmatch(r"[\d.]+", x) for x in nums[:5]):
+                return dict(zip(PERFTEST_COLS, map(float, nums)))
+    return None
+
+
+def fmt_us(ns):
+    return f"{ns / 1000:.1f}" if isinstance(ns, (int, float)) else "-"
+
+
+def main():
+    out_dir = sys.argv[1]
+    raw = os.path.join(out_dir, "raw")
+    names = sorted({f[: -len(".rc")] for f in os.listdir(raw) if f.endswith(".rc") and not f.endswith(".server.rc")})
+    results, failed = [], []
+    for name in names:
+        is_perftest = read(f"{raw}/{name}.cmd").startswith("ib_")
+        problems, summary = (check_perftest if is_perftest else check_fabmeter)(raw, name)
+        summary["passed"] = not problems
+        summary["problems"] = problems
+        results.append(summary)
+        if problems:
+            failed.append(name)
+            print(f"FAIL {name}: {'; '.join(problems)}")
+    if os.path.exists(f"{raw}/_setup_failed"):
+        failed.append("_setup")
+        print("FAIL the guest's Soft-RoCE setup failed")
+    if not os.path.exists(f"{raw}/_finished"):
+        failed.append("_driver")
+        print("FAIL the in-guest driver did not finish (timeout or crash: see console.log)")
+    ofi_skipped = read(f"{raw}/_ofi_skipped").strip()
+    if ofi_skipped:
+        print(f"ofi verbs provider: {ofi_skipped}")
+
+    by_name = {r["name"]: r for r in results}
+    rows = []
+    for svc, op in [("rc", "send"), ("uc", "send"), ("ud", "send"), ("rc", "write"), ("uc", "write")]:
+        fm = by_name.get(f"cmp-fabmeter-{svc}-{op}", {})
+        pt = by_name.get(f"cmp-perftest-{svc}-{op}", {}).get("result_us", {})
+        lat = fm.get("latency_ns") or {}
+        rows.append({"service": svc, "op": op,
+                     "fabmeter_p50_ns": lat.get("p50"), "fabmeter_min_ns": lat.get("min"), "fabmeter_p99_ns": lat.get("p99"),
+                     "perftest_typical_us": pt.get("t_typical"), "perftest_min_us": pt.get("t_min"),
+                     "perftest_p99_us": pt.get("p99"),
+                     "perftest_tool": "ib_send_lat" if op == "send" else "ib_write_lat"})
+    print()
+    print("32 B ping-pong in the Soft-RoCE guest (qemu TCG), client rxe0 -> server rxe1, inline 64, raw QP setup.")
+    print("Both columns are one-way = RTT/2 (perftest's *_lat report half the round trip), microseconds:")
+    print("fabmeter = lat p50 over 2000 round trips; perftest = t_typical (its median).")
+    print("ib_write_lat polls the last byte of a plain RDMA write; fabmeter writes with immediate.")
+    print(f"{'service/op':<12}{'fabmeter p50':>14}{'fabmeter min':>14}{'perftest typ':>14}{'perftest min':>14}{'ratio':>8}")
+    for r in rows:
+        ratio = (r["fabmeter_p50_ns"] / 1000 / r["perftest_typical_us"]
+                 if r["fabmeter_p50_ns"] and r["perftest_typical_us"] else None)
+        print(f"{r['service'].upper() + ' ' + r['op']:<12}{fmt_us(r['fabmeter_p50_ns']):>14}{fmt_us(r['fabmeter_min_ns']):>14}"
+              f"{r['perftest_typical_us'] if r['perftest_typical_us'] is not None else '-':>14}"
+              f"{r['perftest_min_us'] if r['perftest_min_us'] is not None else '-':>14}"
+              f"{f'{ratio:.2f}' if ratio else '-':>8}")
+
+    started = float(read(f"{raw}/_started", "0").strip() or 0)
+    finished = float(read(f"{raw}/_finished", "0").strip() or 0)
+    doc = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+                    "cpu_model": next((l.split(":", 1)[1].strip() for l in read("/proc/cpuinfo").splitlines()
+                                       if l.startswith("model name")), "?")},
+        "guest": read(f"{raw}/_guest").split(),
+        "guest_seconds": round(finished - started, 1) if started and finished else None,
+        "comparison": rows,
+        "cases": results,
+        "ofi_skipped": ofi_skipped or None,
+        "passed": len(results) - len([n for n in failed if not n.startswith("_")]),
+        "failed": len(failed),
+    }
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"\ntest-rdma: {doc['passed']} passed, {doc['failed']} failed"
+          f" ({len(results)} cases, {doc['guest_seconds']} s in the guest); results: {out_dir}/results.json")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

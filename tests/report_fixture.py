@@ -1,0 +1,138 @@
+"""A results folder for report tests, written the way fabmeter writes one.
+
+Synthetic but schema-true (run.json as results.RunRecord writes it, raw
+samples as 1-D float64 .npy in ns): lat and oneway runs, lat and bw size
+sweeps, a stream rate x values grid on two transports (with the stream
+point keys), a failed run and a peers.json, so every section of the report
+has something to draw. Deterministic: a fixed random seed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from fabmeter import envinfo
+
+STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
+
+# Figures the report must draw from this fixture:
+#   histograms, one per run with samples: lat-shm, lat-tcp-sweep, lat-shm-sweep,
+#     oneway-shm, oneway-tcp, stream-shm, stream-tcp                        7
+#   CDF overlays: lat 32 B (3 runs), oneway 32 B (2), stream 100 kHz x 1 (2) 3
+#   latency vs size (lat; the oneway runs have one size each)               1
+#   bandwidth and message rate vs size                                      1
+#   stream latency vs rate (one figure, a panel per values)                 1
+#   stream heatmaps, one per transport                                      2
+EXPECTED_FIGURES = 15
+
+
+def _summary(a: np.ndarray) -> dict:
+    out = {"min": float(a.min())}
+    for k, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+        out[k] = float(np.percentile(a, q))
+    out.update(max=float(a.max()), mean=float(a.mean()), stdev=float(a.std()))
+    return {k: out[k] for k in STAT_KEYS}
+
+
+def _run_doc(experiment: str, options: dict, points: list, status: str = "ok", message: str = "") -> dict:
+    return {"fabmeter_version": "0.1.0", "command": ["fabmeter", experiment], "started_at": "2026-01-01T00:00:00+00:00",
+            "config": {"experiment": experiment, "mode": "local", "server": None, "cpus": [0, 1],
+                       "options": options, "params": None},
+            "environment": envinfo.collect(), "points": points, "engine_events": [], "status": status,
+            "message": message, "exit_code": 0 if status == "ok" else 3,
+            "finished_at": "2026-01-01T00:00:01+00:00"}
+
+
+def _write(folder: Path, doc: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.json").write_text(json.dumps(doc, indent=2))
+
+
+def _latency_point(folder: Path, rng, experiment: str, transport: str, poll: str, size: int,
+                   median_ns: float, n: int = 4000, outliers: int = 5) -> dict:
+    one_way = rng.lognormal(np.log(median_ns), 0.25, n)
+    one_way[rng.integers(0, n, outliers)] *= 40   # a tail to draw
+    p = {"type": "point", "experiment": experiment, "transport": transport, "poll": poll, "size": size,
+         "warmup": 100, "partial": False, "iterations": n, "lost": 0}
+    name = f"{experiment}-{transport}-{poll}-{size}B"
+    if experiment == "lat":
+        rtt = one_way * 2
+        np.save(folder / f"{name}.rtt_ns.npy", rtt)
+        p.update(latency_kind="rtt/2", latency_ns=_summary(rtt / 2), rtt_ns=_summary(rtt),
+                 samples={"rtt_ns": f"{name}.rtt_ns.npy"})
+    else:
+        np.save(folder / f"{name}.latency_ns.npy", one_way)
+        p.update(latency_kind="one-way", latency_ns=_summary(one_way), threshold_us=median_ns * 1.5 / 1e3,
+                 above_threshold_pct=float(100.0 * np.mean(one_way > median_ns * 1.5)),
+                 samples={"latency_ns": f"{name}.latency_ns.npy"})
+    return p
+
+
+def _stream_point(folder: Path, rng, transport: str, rate: int, values: int, base_ns: float) -> dict:
+    n = min(2000, rate)
+    lat = rng.lognormal(np.log(base_ns * (1 + values / 32) * (1 + 1000 / rate)), 0.3, n)
+    missed = float(min(60.0, 0.2 * rate / 1000 * values / 8))
+    name = f"stream-{transport}-busy-{24 + 8 * values}B-{rate}Hz"
+    np.save(folder / f"{name}.latency_ns.npy", lat)
+    deadline_us = 1e6 / rate
+    return {"type": "point", "experiment": "stream", "transport": transport, "poll": "busy",
+            "size": 24 + 8 * values, "warmup": 100, "partial": False, "rate_hz": rate, "values": values,
+            "iterations": n, "achieved_rate_hz": rate * (1 - missed / 100), "sent": n, "received": n,
+            "missed_steps": int(n * missed / 100), "missed_pct": missed, "lost": 0, "duplicated": 0,
+            "reordered": 0, "deadline_us": deadline_us,
+            "deadline_miss_pct": float(100.0 * np.mean(lat > deadline_us * 1e3)),
+            "latency_kind": "one-way (receive - scheduled step time)", "latency_ns": _summary(lat),
+            "timer": "tsc", "sink": {"kind": "memory"}, "samples": {"latency_ns": f"{name}.latency_ns.npy"}}
+
+
+def build(root: Path) -> Path:
+    rng = np.random.default_rng(20260101)
+    sizes = [1 << i for i in range(13)]          # 1 B .. 4 KiB
+    # oneway tcp event: 3 % of the messages 40 x slower, a heavy tail (log-axis histogram).
+    for experiment, transport, poll, median, outliers in (("lat", "shm", "busy", 150.0, 5),
+                                                          ("oneway", "shm", "busy", 300.0, 5),
+                                                          ("oneway", "tcp", "event", 9000.0, 120)):
+        folder = root / f"{experiment}-{transport}-{poll}"
+        folder.mkdir(parents=True, exist_ok=True)
+        p = _latency_point(folder, rng, experiment, transport, poll, 32, median, outliers=outliers)
+        _write(folder, _run_doc(experiment, {"transport": transport, "poll": poll, "size": 32}, [p]))
+    for transport, base in (("tcp", 3000.0), ("shm", 140.0)):
+        folder = root / f"lat-{transport}-busy-sweep"
+        folder.mkdir(parents=True, exist_ok=True)
+        pts = [_latency_point(folder, rng, "lat", transport, "busy", s, base + s * 0.4, n=2000) for s in sizes]
+        _write(folder, _run_doc("lat", {"transport": transport, "poll": "busy", "all": True, "max_size": "4K"}, pts))
+
+    folder = root / "bw-shm-busy-sweep"
+    bw = []
+    for s in [1 << i for i in range(17)]:        # 1 B .. 64 KiB
+        rate = 5e7 / (1 + s / 512)
+        bw.append({"type": "point", "experiment": "bw", "transport": "shm", "poll": "busy", "size": s,
+                   "warmup": 1000, "partial": False, "iterations": 100000, "lost": 0,
+                   "gbps": rate * s * 8 / 1e9, "msg_rate": rate})
+    _write(folder, _run_doc("bw", {"transport": "shm", "poll": "busy", "all": True, "max_size": "64K"}, bw))
+
+    for transport, base in (("shm", 250.0), ("tcp", 6000.0)):
+        folder = root / "stream" / f"stream-{transport}-busy"
+        folder.mkdir(parents=True, exist_ok=True)
+        pts = [_stream_point(folder, rng, transport, r, v, base) for r in (100, 1000, 10000, 100000)
+               for v in (1, 8, 64)]
+        _write(folder, _run_doc("stream", {"transport": transport, "poll": "busy", "rate": "100,1000,10000,100000",
+                                           "values": "1,8,64"}, pts))
+
+    _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",
+                                                  "the server engine exited and the client did not notice in time"))
+    peers = root / "peers"
+    peers.mkdir(parents=True, exist_ok=True)
+    (peers / "peers.json").write_text(json.dumps({"points": [
+        {"peer": True, "tool": "sockperf", "experiment": "lat", "transport": "tcp", "size": 32,
+         "latency_kind": "rtt/2", "latency_ns": {"p50": 29000.0, "p99": 41000.0, "max": 120000.0},
+         "statistic_note": "sockperf ping-pong, blocking sockets; percentiles as sockperf reports them"},
+        {"type": "point", "peer": True, "tool": "qperf", "experiment": "lat", "transport": "udp", "size": 32,
+         "latency_kind": "rtt", "rtt_ns": {"p50": 51000.0}, "statistic_note": "qperf: mean round trip only"},
+        {"type": "skipped", "peer": True, "tool": "ucx_perftest", "experiment": "lat", "transport": "shm",
+         "reason": "not installed (apt-get install ucx-utils)"},
+    ]}, indent=2))
+    return root

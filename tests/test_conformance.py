@@ -1,0 +1,75 @@
+"""One conformance suite that every transport built into the engine passes:
+connect, sizes up to the transport's maximum with content and order checked,
+refusing a message one byte too large, event mode waking up after idling,
+and a peer that dies mid-run being reported instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ENGINE, POLLS, json_lines, one_line_error
+
+# Extra arguments a transport needs to run on this machine without hardware.
+NEEDS = {"verbs": None}  # verbs needs an RDMA device: covered by `make test-rdma` in the Soft-RoCE guest
+
+
+def built_transports() -> list[str]:
+    if not ENGINE.exists():
+        return []
+    info = json.loads(subprocess.run([str(ENGINE), "options"], capture_output=True, text=True).stdout)
+    return [t for t in info["transports"] if NEEDS.get(t, ()) is not None]
+
+
+TRANSPORTS = built_transports()
+
+
+@pytest.mark.parametrize("poll", POLLS)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_check_passes(fm, transport, poll):
+    r = fm.run("check", "-t", transport, "--poll", poll, "--max-size", "1M", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    (point,) = json_lines(r.stdout)
+    assert point["passed"], point
+    sizes = point["sizes_checked"]
+    assert sizes[0] == 1 and sizes[-1] == min(point["max_msg_size"], 1 << 20)
+    assert point["order_errors"] == point["content_errors"] == point["size_errors"] == 0
+    if point["reliable"]:
+        assert point["received"] == point["messages"] and point["lost"] == 0
+    # The wake-up message after 100 ms of silence arrived: event mode woke up.
+    assert point["wake_ns"] is not None and point["wake_ns"] > 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_refuses_message_one_byte_too_large(fm, transport):
+    r = fm.run("check", "-t", transport, "--max-size", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    too_large = json_lines(r.stdout)[0]["max_msg_size"] + 1
+    r = fm.run("lat", "-t", transport, "-s", str(too_large), "-n", "10")
+    assert r.returncode == 2
+    line = one_line_error(r.stderr)
+    assert str(too_large) in line and str(too_large - 1) in line  # names the size and the limit
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_peer_killed_mid_run_is_reported(fm, transport, tmp_path):
+    server = fm.popen("serve", "--port", "0", "--once", "--cpu", "1")
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+        client = fm.popen("lat", "-t", transport, "--server", f"127.0.0.1:{port}", "--cpus", "0",
+                          "--duration", "30", "--out", str(tmp_path))
+        time.sleep(1.5)
+        server.send_signal(signal.SIGKILL)  # the fabmeter CLI of the server: its engine follows
+        _, err = client.communicate(timeout=15)
+    finally:
+        for p in (server,):
+            if p.poll() is None:
+                p.kill()
+    assert client.returncode not in (0, 2), err
+    assert "peer" in err or "closed" in err, err
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["points"] and run["points"][0]["partial"]

@@ -1,0 +1,40 @@
+"""The machine-limits probe: its own output, and that every local run with
+--out records it in run.json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import json_lines
+
+
+def test_limits_probe_reports_every_figure(engine):
+    r = subprocess.run([str(engine), "limits", "--cpus", "0,1", "-n", "2000", "--sizes", "32,65536",
+                        "--timer-wakeups", "20"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (lim,) = json_lines(r.stdout)
+    assert lim["cpus"] == [0, 1] and lim["cacheline_kind"] == "rtt/2"
+    cl = lim["cacheline_oneway_ns"]
+    assert 0 < cl["min"] <= cl["p50"] <= cl["p99"] <= cl["max"]
+    assert lim["cacheline_oneway_bulk_ns"] > 0
+    assert set(lim["memcpy_gbps"]) == {"32", "65536"} and all(v > 0 for v in lim["memcpy_gbps"].values())
+    assert lim["timestamp_cost_ns"]["clock_gettime"] > 0 and lim["record_cost_ns"] > 0
+    for kind in ("timerfd_late_ns", "nanosleep_late_ns"):
+        late = lim["timer_wakeup"][kind]
+        assert late["min"] >= 0 and late["p50"] <= late["max"]
+
+
+def test_limits_bad_arguments(engine):
+    for args in (["--cpus", "0"], ["-n", "0"], ["--sizes", "x"], ["--bogus"]):
+        r = subprocess.run([str(engine), "limits", *args], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.startswith("fabmeter-engine: error: ")
+
+
+def test_every_local_run_records_limits(fm, tmp_path):
+    r = fm.run("lat", "-t", "tcp", "-s", "64", "-n", "500", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["limits"]["cpus"] == run["config"]["cpus"]
+    assert list(run["limits"]["memcpy_gbps"]) == ["64"]

@@ -1,0 +1,130 @@
+"""The messaging-library transports (zmq, nng, nanomsg) end to end, and the
+libraries' own ping-pongs (rawpp_*) that `make bench` puts beside them.
+
+A transport the engine was built without is skipped. Counts are small and
+timing values are never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import POLLS, json_lines, one_line_error
+from test_matrix import ARGS, check_point
+
+MESSAGING = ["zmq", "nng", "nanomsg"]
+WARMUP = ["--warmup", "100"]  # the default 1000 round trips cost more than the measured ones here
+
+
+@pytest.fixture(scope="module")
+def built(engine) -> list[str]:
+    res = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True)
+    return json.loads(res.stdout)["transports"]
+
+
+def need(built: list[str], transport: str) -> None:
+    if transport not in built:
+        pytest.skip(f"the engine was built without {transport}")
+
+
+def granted(out) -> dict:
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["status"] == "ok"
+    (info,) = [e for e in doc["engine_events"] if e.get("type") == "transport"]
+    return info["granted"]
+
+
+@pytest.mark.parametrize("experiment", ["lat", "oneway", "bw"])
+@pytest.mark.parametrize("poll", POLLS)
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_run(fm, built, tmp_path, transport, poll, experiment):
+    need(built, transport)
+    out = tmp_path / "out"
+    r = fm.run(experiment, "-t", transport, "--poll", poll, *ARGS[experiment], *WARMUP, "--json", "--out", out)
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    check_point(p, experiment, transport, poll, 32)
+    assert p["lost"] == 0, "a reliable transport lost messages"
+    if experiment != "bw":
+        kind = "rtt_ns" if experiment == "lat" else "latency_ns"
+        samples = np.load(out / p["samples"][kind])
+        assert samples.size == p["iterations"]
+        assert p[kind]["p50"] == pytest.approx(np.percentile(samples, 50), rel=1e-6)
+    g = granted(out)
+    assert g["library_version"] and g["library_version"][0].isdigit(), g
+    assert g["endpoint"].startswith("tcp://127.0.0.1:"), "default: tcp beside the control channel"
+    assert int(g["endpoint"].rsplit(":", 1)[1]) > 0, "the port actually bound, not 0 or *"
+
+
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_ipc_endpoint(fm, built, tmp_path, transport):
+    need(built, transport)
+    sock = tmp_path / f"{transport}.sock"
+    out = tmp_path / "out"
+    r = fm.run("lat", "-t", transport, "--endpoint", f"ipc://{sock}", "-n", "500", *WARMUP, "--json", "--out", out)
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["iterations"] == 500 and p["partial"] is False
+    assert granted(out)["endpoint"] == f"ipc://{sock}"
+    assert not sock.exists(), "the server removes its ipc socket file"
+
+
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_wildcard_endpoint(fm, built, tmp_path, transport):
+    # The server listens on every address and a free port; the client dials
+    # the server's control address on the port actually bound.
+    need(built, transport)
+    out = tmp_path / "out"
+    r = fm.run("lat", "-t", transport, "--endpoint", "tcp://*:*", "-n", "200", *WARMUP, "--json", "--out", out)
+    assert r.returncode == 0, r.stderr
+    endpoint = granted(out)["endpoint"]
+    assert endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith((":0", ":*")), endpoint
+
+
+@pytest.mark.parametrize("endpoint,needle", [
+    ("inproc://fabmeter", "inproc://"),
+    ("udp://127.0.0.1:5555", "expected tcp://HOST:PORT or ipc://PATH"),
+    ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
+])
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_endpoint_refused(fm, built, transport, endpoint, needle):
+    need(built, transport)
+    r = fm.run("lat", "-t", transport, "--endpoint", endpoint, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in one_line_error(r.stderr)
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_sweep_to_64k(fm, built, transport):
+    need(built, transport)
+    r = fm.run("lat", "-t", transport, "-a", "--max-size", "64K", "-n", "100", "--warmup", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    points = json_lines(r.stdout)
+    assert [p["size"] for p in points] == [1 << i for i in range(17)]  # 1 B .. 64 KiB
+    for p in points:
+        assert (p["experiment"], p["transport"], p["iterations"], p["lost"]) == ("lat", transport, 100, 0)
+        lat = p["latency_ns"]
+        assert 0 < lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"]
+
+
+@pytest.mark.parametrize("mode", POLLS)
+@pytest.mark.parametrize("lib", MESSAGING)
+def test_rawpp(engine, built, lib, mode, monkeypatch):
+    need(built, lib)
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    from fabmeter.peers import rawpp
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    res = rawpp.run(lib, mode, size=64, iters=300, cpus=cpus if len(cpus) == 2 else None, warmup=50, timeout_s=30)
+    assert (res["tool"], res["mode"], res["size"], res["iterations"], res["warmup"]) == (f"rawpp_{lib}", mode, 64, 300, 50)
+    assert res["rtt_ns_p50"] > 0 and res["rtt_ns_mean"] > 0
+    assert res["oneway_ns_p50"] == pytest.approx(res["rtt_ns_p50"] / 2, abs=0.1)  # printed to 0.1 ns
+    assert res["latency_kind"] == "rtt/2"
+    assert res["library_version"][0].isdigit(), res
+    assert res["endpoint"].startswith("tcp://127.0.0.1:")

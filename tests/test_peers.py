@@ -1,0 +1,294 @@
+"""Peer adapters: parsing of each tool's recorded output (tests/data/peers/,
+captured from the installed tools), the shared process machinery, the
+missing-tool path, and one short live run per installed tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import TAG_VAR, cli_cmd, cli_env, json_lines, one_line_error
+from fabmeter.peers import base
+from fabmeter.peers.base import Case, Params, Peer, PeerError
+from fabmeter.peers.registry import PEERS
+
+DATA = Path(__file__).parent / "data" / "peers"
+sockperf, qperf, iperf3, ucx = (PEERS[t] for t in ("sockperf", "qperf", "iperf3", "ucx_perftest"))
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def only(points: list[dict]) -> dict:
+    assert len(points) == 1, points
+    p = points[0]
+    assert p["type"] == "point" and p["peer"] is True and p["statistic_note"]
+    return p
+
+
+# --- parsing recorded output ---------------------------------------------------
+
+def test_sockperf_parse_tcp():
+    p = only(sockperf.parse(recorded("sockperf-lat-tcp.txt"), Case("lat", "tcp")))
+    assert (p["tool"], p["experiment"], p["transport"], p["latency_kind"]) == ("sockperf", "lat", "tcp", "rtt/2")
+    lat = p["latency_ns"]
+    assert lat["p50"] == 31522.0 and lat["p99"] == 2062295.0 and lat["p999"] == 4227416.0
+    assert lat["min"] == 14682.0 and lat["max"] == 21165734.0 and lat["p25"] == 27403.0 and lat["p9999"] == 21165734.0
+    assert lat["mean"] == 109771.0 and lat["stdev"] == 533596.0
+    assert p["iterations"] == 2469 and p["lost"] == 0 and p["duration_s"] == 0.542
+    assert "RTT/2" in p["statistic_note"] and "nearest-rank" in p["statistic_note"]
+
+
+def test_sockperf_parse_udp_and_full_rtt():
+    p = only(sockperf.parse(recorded("sockperf-lat-udp.txt"), Case("lat", "udp")))
+    assert p["latency_ns"]["p50"] == 27340.0 and p["iterations"] == 902
+    # --full-rtt prints the same table unhalved: it must not pass for RTT/2.
+    rtt = only(sockperf.parse(recorded("sockperf-lat-udp-full-rtt.txt"), Case("lat", "udp")))
+    assert rtt["latency_kind"] == "rtt" and "latency_ns" not in rtt and rtt["rtt_ns"]["mean"] == 82373.0
+
+
+def test_sockperf_refusals_and_mismatch():
+    # sockperf 3.7 exits 0 after refusing an option; the refusal is the error.
+    with pytest.raises(PeerError, match="Invalid message size: 8"):
+        sockperf.parse(recorded("sockperf-invalid-size.txt"), Case("lat", "tcp"))
+    with pytest.raises(PeerError, match="ran TCP, expected udp"):
+        sockperf.parse(recorded("sockperf-lat-tcp.txt"), Case("lat", "udp"))
+    with pytest.raises(base.Unsupported):
+        sockperf.command("client", Case("lat", "tcp"), Params(size=8), 1234)
+
+
+def test_qperf_parse():
+    tcp = only(qperf.parse(recorded("qperf-lat-tcp.txt"), Case("lat", "tcp")))
+    assert tcp["latency_ns"] == {"mean": 122429.0} and tcp["latency_kind"] == "rtt/2"
+    assert tcp["size"] == 32 and tcp["duration_s"] == 1.0 and "no percentiles" in tcp["statistic_note"]
+    udp = only(qperf.parse(recorded("qperf-lat-udp.txt"), Case("lat", "udp")))
+    assert udp["latency_ns"] == {"mean": 97628.0}
+    bw = only(qperf.parse(recorded("qperf-bw-tcp.txt"), Case("bw", "tcp")))
+    assert bw["gbps"] == pytest.approx(4.56392704) and bw["msg_rate"] == 8619 and bw["size"] == 65536
+    assert "latency_ns" not in bw
+    # Output of another test is not this case's result.
+    assert qperf.parse(recorded("qperf-lat-tcp.txt"), Case("lat", "udp")) == []
+    with pytest.raises(PeerError, match="failed to connect"):
+        qperf.parse(recorded("qperf-no-server.txt"), Case("lat", "tcp"))
+
+
+def test_iperf3_parse():
+    text = recorded("iperf3-bw-tcp.json")
+    doc = json.loads(text)
+    p = only(iperf3.parse(text, Case("bw", "tcp")))
+    received = doc["end"]["sum_received"]
+    assert received["bits_per_second"] != doc["end"]["sum_sent"]["bits_per_second"]
+    assert p["gbps"] == received["bits_per_second"] / 1e9       # the receiver's figure, not the sender's
+    assert p["size"] == 65536 and p["iterations"] == 2000
+    assert p["msg_rate"] == pytest.approx(received["bytes"] / 65536 / received["seconds"])
+    with pytest.raises(PeerError, match="unable to connect"):
+        iperf3.parse(recorded("iperf3-no-server.json"), Case("bw", "tcp"))
+
+
+def test_ucx_perftest_parse():
+    lat = only(ucx.parse(recorded("ucx_perftest-lat-shm.txt"), Case("lat", "shm")))
+    assert lat["latency_ns"] == {"p50": 458.0, "mean": 15366.0} and lat["iterations"] == 20000
+    assert lat["latency_kind"] == "rtt/2" and lat["percentile_window"] == 2048
+    assert "last 2048 iterations" in lat["statistic_note"] and "biased" not in lat["statistic_note"]
+    short = only(ucx.parse(recorded("ucx_perftest-lat-shm-2000.txt"), Case("lat", "shm")))
+    assert short["latency_ns"] == {"p50": 493.0, "mean": 500.0} and "biased low" in short["statistic_note"]
+    tcp = only(ucx.parse(recorded("ucx_perftest-lat-tcp.txt"), Case("lat", "tcp")))
+    assert tcp["transport"] == "tcp" and tcp["latency_ns"]["p50"] == 3763.0
+    bw = only(ucx.parse(recorded("ucx_perftest-bw-shm.txt"), Case("bw", "shm")))
+    assert bw["gbps"] == pytest.approx(2054.70 * 2**20 * 8 / 1e9) and bw["msg_rate"] == 32875
+    assert "latency_ns" not in bw
+    # A run killed before its "Final:" line has periodic rows only: no result.
+    assert ucx.parse(recorded("ucx_perftest-lat-shm-killed.txt"), Case("lat", "shm")) == []
+    with pytest.raises(PeerError, match="connect"):
+        ucx.parse(recorded("ucx_perftest-no-server.txt"), Case("lat", "tcp"))
+
+
+# --- commands and helpers --------------------------------------------------------
+
+def test_commands_match_params():
+    params = Params(size=64, bw_size=4096, iterations=500, duration_s=1.5, cpus=(0, 1))
+    c = sockperf.command("client", Case("lat", "udp"), params, 5000)
+    assert c[:3] == ["taskset", "-c", "0"] and c[c.index("-m") + 1] == "64" and c[c.index("-t") + 1] == "2"
+    assert "--tcp" not in c and "--tcp" in sockperf.command("server", Case("lat", "tcp"), params, 5000)
+    assert sockperf.command("server", Case("lat", "tcp"), params, 5000)[:3] == ["taskset", "-c", "1"]
+    q = qperf.command("client", Case("bw", "tcp"), params, 5000)
+    assert q[-1] == "tcp_bw" and q[q.index("--msg_size") + 1] == "4096"
+    i = iperf3.command("client", Case("bw", "tcp"), params, 5000)
+    assert i[i.index("-k") + 1] == "500" and i[i.index("-l") + 1] == "4096" and "-J" in i
+    u = ucx.command("client", Case("lat", "shm"), params, 5000)
+    assert u[:2] == ["env", "UCX_TLS=posix,self"] and u[u.index("-c") + 1] == "0" and u[u.index("-n") + 1] == "500"
+    assert "UCX_NET_DEVICES=lo" in ucx.command("server", Case("bw", "tcp"), params, 5000)
+    assert ucx.selected(Params(transports=("shm",))) == [Case("lat", "shm"), Case("bw", "shm")]
+
+
+def test_parse_size_and_percentile_key():
+    assert base.percentile_key("99.990") == "p9999" and base.percentile_key("50.0") == "p50"
+    assert base.parse_size("32") == 32 and base.parse_size("64K") == 65536 and base.parse_size("1M") == 1 << 20
+    for bad in ("0", "-1", "x", "1.5K"):
+        with pytest.raises(ValueError):
+            base.parse_size(bad)
+
+
+def test_bound_sees_tcp_listen_and_udp_bind():
+    port = base.free_port()
+    assert not base.bound("tcp", port) and not base.bound("udp", port)
+    import socket
+    with socket.socket() as t, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        t.bind(("127.0.0.1", port))
+        assert not base.bound("tcp", port)   # bound but not listening: a client would be refused
+        t.listen()
+        u.bind(("127.0.0.1", port))
+        assert base.bound("tcp", port) and base.bound("udp", port)
+
+
+def tagged_procs(tag: str) -> list[str]:
+    """Live processes (not zombies) whose environment carries the tag."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0") and ") Z " not in (d / "stat").read_text():
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{d.name}: {cmdline}")
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def tag(monkeypatch):
+    """Children started by the test carry a tag; none may outlive it."""
+    t = uuid.uuid4().hex
+    monkeypatch.setenv(TAG_VAR, t)
+    yield t
+    deadline = time.monotonic() + 5
+    while (left := tagged_procs(t)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for entry in left:
+        os.kill(int(entry.split(":")[0]), signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
+def test_stop_ends_the_whole_group(tag):
+    # qperf's server forks a child per test: stopping it must end both.
+    proc = base.Process(["sh", "-c", "sleep 60 & sleep 60"])
+    time.sleep(0.2)
+    assert len(tagged_procs(tag)) >= 2
+    proc.stop()
+    proc.close()
+    assert proc.proc.returncode == -signal.SIGTERM
+
+
+class _Hang(Peer):
+    """A real server that listens and a client that never finishes."""
+
+    def __init__(self):
+        super().__init__(tool="hang", package="-", cases=(Case("lat", "tcp"),))
+
+    def available(self):
+        return True
+
+    def version(self):
+        return "0"
+
+    def command(self, role, case, params, port):
+        if role == "server":
+            return [sys.executable, "-c", f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1',{port}));"
+                                          "s.listen(); time.sleep(60)"]
+        return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+    def parse(self, text, case):
+        return []
+
+
+def test_client_timeout_fails_the_case_and_cleans_up(tag):
+    started = time.monotonic()
+    [rec] = _Hang().run(Params(duration_s=0.1, timeout_s=0.5))
+    assert rec["type"] == "failed" and "did not finish within" in rec["reason"]
+    assert time.monotonic() - started < 10
+
+
+# --- the command ----------------------------------------------------------------
+
+def _cli(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run(cli_cmd("peers", *args), env=env or cli_env(uuid.uuid4().hex), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_missing_tool_is_skipped_with_one_line(tmp_path):
+    env = cli_env(uuid.uuid4().hex)
+    env["PATH"] = str(tmp_path / "empty")          # no sockperf (nor anything else) on PATH
+    r = _cli("--tools", "sockperf", "--out", tmp_path / "o", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == ["skipped sockperf: not installed (apt-get install sockperf)"]
+    assert "nothing measured" in r.stdout
+    doc = json.loads((tmp_path / "o" / "peers.json").read_text())
+    assert doc["points"] == [] and doc["skipped"][0]["reason"].startswith("not installed")
+    j = _cli("--tools", "ucx_perftest", "--json", env=env)
+    assert json_lines(j.stdout) == [{"type": "skipped", "peer": True, "tool": "ucx_perftest",
+                                     "reason": "not installed (apt-get install ucx-utils)"}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tools", "netperf"], "--tools: unknown 'netperf'"),
+    (["--transports", "rdma"], "--transports: unknown 'rdma'"),
+    (["-s", "0"], "not a message size"),
+    (["--iters", "0"], "--iters must be at least 1"),
+])
+def test_bad_arguments(args, message):
+    r = _cli(*args)
+    assert r.returncode == 2 and message in one_line_error(r.stderr)
+
+
+# --- live runs, small counts ---------------------------------------------------------
+
+def installed(tool: str):
+    return pytest.mark.skipif(shutil.which(tool) is None, reason=f"{tool} not installed")
+
+
+def _cpus() -> tuple[int, int] | None:
+    allowed = sorted(os.sched_getaffinity(0))
+    return (allowed[0], allowed[1]) if len(allowed) >= 2 else None
+
+
+@pytest.mark.parametrize("tool", [pytest.param(t, marks=installed(t)) for t in PEERS])
+def test_live_run(tool, tag, tmp_path):
+    peer = PEERS[tool]
+    params = Params(iterations=300, duration_s=1, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
+    records = peer.run(params)
+    assert [r["type"] for r in records] == ["point"] * len(peer.cases), records
+    for p in records:
+        assert p["tool"] == tool and p["tool_version"] and p["command"][0] in ("taskset", "env")
+        assert tool in p["command"] and p["size"] == (params.bw_size if p["experiment"] == "bw" else params.size)
+        assert (tmp_path / p["raw_output"]).read_text()
+        if p["experiment"] == "lat":
+            assert p["latency_kind"] == "rtt/2" and all(v > 0 for v in p["latency_ns"].values())
+        else:
+            assert p["gbps"] > 0
+
+
+@installed("iperf3")
+def test_cli_side_by_side(engine, tmp_path):
+    r = _cli("--tools", "fabmeter,iperf3", "--transports", "tcp", "-n", "300", "--json", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = json_lines(r.stdout)
+    assert {(p["tool"], p["experiment"], p.get("poll")) for p in lines} == {
+        ("fabmeter", "lat", "busy"), ("fabmeter", "lat", "event"), ("fabmeter", "bw", "busy"),
+        ("iperf3", "bw", "blocking")}
+    doc = json.loads((tmp_path / "peers.json").read_text())
+    assert [p["tool"] for p in doc["points"]] == ["iperf3"] and doc["params"]["iters"] == 300
+    assert (tmp_path / "fabmeter" / "lat-tcp-busy" / "run.json").is_file()
+    table = _cli("--tools", "iperf3", "-n", "300").stdout
+    assert "iperf3" in table and "Gbit/s" in table and "[1] iperf3" in table

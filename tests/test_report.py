@@ -1,0 +1,173 @@
+"""`fabmeter report`: one self-contained HTML file, checked as text and in
+headless Chromium (every image decodes, no console errors, a screenshot)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import report_fixture
+from conftest import REPO, Fabmeter, one_line_error
+
+ARTIFACTS = REPO / "tests" / "artifacts"      # git-ignored; the screenshot is kept here
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+IMG_RE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]*)"')
+
+
+@pytest.fixture(scope="module")
+def fixture_report(tmp_path_factory) -> tuple[Path, Path]:
+    root = report_fixture.build(tmp_path_factory.mktemp("results"))
+    r = Fabmeter("report-test").run("report", root)   # needs no engine
+    assert r.returncode == 0, r.stderr
+    path = Path(r.stdout.strip())
+    assert path == root / "report.html" and path.is_file()
+    return root, path
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_is_self_contained(fixture_report):
+    _, path = fixture_report
+    text = path.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
+    assert "http://" not in text and "https://" not in text
+    assert "<script" not in text and "<link" not in text and "url(" not in text and "@import" not in text
+    images = IMG_RE.findall(text)
+    assert len(images) == text.count("<img ") == report_fixture.EXPECTED_FIGURES
+    for b64 in images:
+        data = base64.b64decode(b64, validate=True)
+        w, h = _png_size(data)
+        assert w > 200 and h > 150 and len(data) > 5000
+
+
+def test_report_content(fixture_report):
+    root, path = fixture_report
+    text = path.read_text()
+    for folder in ("lat-shm-busy", "lat-tcp-busy-sweep", "oneway-tcp-event", "bw-shm-busy-sweep",
+                   "stream/stream-tcp-busy", "lat-udp-busy-failed"):
+        assert f"<td>{folder}</td>" in text, folder
+    # The failed run is listed with its message; the peer row is marked, with its note.
+    assert "the server engine exited and the client did not notice in time" in text
+    assert "peer: sockperf" in text and "note: sockperf ping-pong, blocking sockets" in text
+    assert "<td>RTT</td><td>51,000</td>" in text                        # a round trip stays a round trip
+    assert "<td>skipped</td>" in text and "note: not installed (apt-get install ucx-utils)" in text
+    # Figures and columns say what the latency is.
+    assert "RTT/2" in text and "one-way" in text
+    for section in ("Environment", "Comparison table", "Latency histograms", "CDF overlays",
+                    "Latency vs message size", "Bandwidth and message rate", "Stream: latency vs rate"):
+        assert section in text, section
+    assert json.loads((root / "lat-shm-busy" / "run.json").read_text())["environment"]["hostname"] in text
+    # Stream rows: rate x values, missed-step share.
+    assert "100,000 Hz x 64 values (536 B)" in text
+
+
+def test_report_output_option_and_errors(tmp_path, fixture_report):
+    root, _ = fixture_report
+    fm = Fabmeter("report-test")
+    out = tmp_path / "elsewhere" / "r.html"
+    r = fm.run("report", root / "lat-shm-busy", "-o", out)   # one run: quick
+    assert r.returncode == 0 and r.stdout.strip() == str(out) and len(IMG_RE.findall(out.read_text())) == 1
+    r = fm.run("report", tmp_path / "nothing-here")
+    assert r.returncode == 2 and "is not a folder" in one_line_error(r.stderr)
+    (tmp_path / "empty").mkdir()
+    r = fm.run("report", tmp_path / "empty")
+    assert r.returncode == 2 and "no run.json or peers.json" in one_line_error(r.stderr)
+
+
+def test_report_of_real_suite_runs(fm, tmp_path):
+    out = tmp_path / "quick"
+    r = fm.run("suite", REPO / "suites" / "quick.toml", "--out", out)
+    assert r.returncode == 0, r.stderr
+    r = fm.run("report", out)
+    assert r.returncode == 0, r.stderr
+    text = (out / "report.html").read_text()
+    index = json.loads((out / "index.json").read_text())
+    for e in index["points"]:
+        assert f"<td>{e['id']}</td>" in text
+    assert "suite <b>quick</b>" in text
+    assert len(IMG_RE.findall(text)) >= len(index["points"])   # at least a histogram per latency run
+
+
+# --- in a browser -----------------------------------------------------------
+
+# Injected into a copy of the report: records errors and, once everything
+# has loaded, whether each image decoded, into the DOM that --dump-dom prints.
+CHECKER = """<script>
+window.__errors = [];
+window.addEventListener("error", e => window.__errors.push(String(e.message || (e.target && e.target.src)
+    || "resource error").slice(0, 200)), true);
+const origError = console.error;
+console.error = (...a) => { window.__errors.push(a.join(" ").slice(0, 200)); origError(...a); };
+window.addEventListener("load", () => {
+  const imgs = Array.from(document.images);
+  const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0 && i.naturalHeight > 0)).map(i => i.alt);
+  const pre = document.createElement("pre");
+  pre.id = "fm-check";
+  pre.textContent = JSON.stringify({images: imgs.length, bad: bad, errors: window.__errors,
+                                    width: document.documentElement.scrollWidth});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _chromium(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Headless Chromium, offline, in a process group of its own that is always cleaned up."""
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-extensions", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+           "--enable-logging=stderr", "--v=0", *args]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = "", "timed out"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # renderer, GPU and zygote children too
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _console_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/install-deps.sh installs it)")
+def test_report_in_headless_chromium(tmp_path, fixture_report):
+    _, path = fixture_report
+    # A copy in another folder with the checker: the report must not depend on where it lies.
+    page = tmp_path / "copy" / "report.html"
+    page.parent.mkdir()
+    page.write_text(path.read_text().replace("</head>", CHECKER + "</head>", 1))
+    r = _chromium(tmp_path, "--virtual-time-budget=15000", "--dump-dom", page.as_uri())
+    m = re.search(r'<pre id="fm-check">(.*?)</pre>', r.stdout, re.S)
+    assert m, f"the checker did not run: {r.stderr[-2000:]}"
+    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert check["images"] == report_fixture.EXPECTED_FIGURES
+    assert check["bad"] == [], f"images that did not decode: {check['bad']}"
+    assert check["errors"] == [] and _console_lines(r.stderr) == [], (check["errors"], _console_lines(r.stderr))
+
+    # The report itself (no checker): a screenshot, and nothing on the console.
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    r = _chromium(tmp_path, "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1280,4000", path.as_uri())
+    assert shot.is_file(), r.stderr[-2000:]
+    assert _console_lines(r.stderr) == []
+    w, h = _png_size(shot.read_bytes())
+    assert (w, h) == (1280, 4000) and shot.stat().st_size > 50_000   # a blank page compresses to a few KB

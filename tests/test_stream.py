@@ -1,0 +1,99 @@
+"""The stream experiment: a fixed-rate source, a sink that stamps arrivals.
+Counts must add up on every local transport, a grid makes one point per
+rate x values, the file sink writes what arrived, and a source that is late
+(stopped on purpose) skips and counts steps instead of bunching samples."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, tagged_engine_procs
+
+KEYS = {"rate_hz", "values", "achieved_rate_hz", "sent", "received", "missed_steps", "missed_pct", "lost",
+        "duplicated", "reordered", "deadline_us", "deadline_miss_pct", "latency_ns"}
+
+
+@pytest.mark.parametrize("poll", POLLS)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_counts_add_up(fm, transport, poll, tmp_path):
+    r = fm.run("stream", "-t", transport, "--poll", poll, "--rate", "2000", "--values", "4", "--count", "1000",
+               "--warmup", "100", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert KEYS <= set(p)
+    assert p["rate_hz"] == 2000 and p["values"] == 4 and p["size"] == 24 + 8 * 4
+    # Every measured step was either sent or missed; everything sent arrived or is lost.
+    assert p["sent"] + p["missed_steps"] == 1000
+    assert p["sent"] == p["received"] + p["lost"]
+    assert p["corrupted"] == 0 and p["duplicated"] == 0
+    assert p["deadline_us"] == pytest.approx(500.0)  # one period by default
+    lat = np.load(tmp_path / p["samples"]["latency_ns"])
+    assert len(lat) == p["received"]
+    assert np.percentile(lat, 50) == pytest.approx(p["latency_ns"]["p50"], rel=1e-6)
+
+
+def test_grid_makes_one_point_per_rate_and_values(fm):
+    r = fm.run("stream", "-t", "shm", "--rate", "1000,4000", "--values", "1,16", "--count", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    points = json_lines(r.stdout)
+    assert [(p["rate_hz"], p["values"]) for p in points] == [(1000, 1), (1000, 16), (4000, 1), (4000, 16)]
+
+
+def test_file_sink_writes_every_received_sample(fm, tmp_path):
+    path = tmp_path / "samples.csv"
+    r = fm.run("stream", "-t", "tcp", "--rate", "5000", "--values", "3", "--count", "500", "--warmup", "0",
+               "--sink", f"file:{path}", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["sink"]["kind"] == "file" and p["sink"]["write_capacity_mib_s"] > 0
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["seq", "origin_ns", "recv_ns", "v0", "v1", "v2"]
+    assert len(rows) - 1 == p["received"]
+    for row in rows[1:]:
+        seq, origin, recv = int(row[0]), int(row[1]), int(row[2])
+        assert recv >= origin
+        assert [float(v) for v in row[3:]] == [seq + 0.25 * j for j in range(3)]
+
+
+def test_late_source_skips_and_counts_missed_steps(fm):
+    # 1 kHz for 3 s; the source is stopped for 0.5 s: about 500 steps must be
+    # counted missed, and no burst of catch-up samples may follow.
+    proc = fm.popen("stream", "-t", "shm", "--rate", "1000", "--values", "1", "--count", "3000",
+                    "--warmup", "0", "--json")
+    try:
+        time.sleep(1.2)
+        clients = [int(e.split(":")[0]) for e in tagged_engine_procs(fm.tag) if " run stream" in e]
+        assert len(clients) == 1, clients
+        os.kill(clients[0], signal.SIGSTOP)
+        time.sleep(0.5)
+        os.kill(clients[0], signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    (p,) = json_lines(out)
+    # At least the 500 stopped steps (a busy machine can only add misses).
+    assert p["missed_steps"] >= 450, p
+    assert p["sent"] > 0 and p["sent"] + p["missed_steps"] == 3000
+    # Skipping, not bunching: the sink never sees samples much faster than the rate.
+    assert p["achieved_rate_hz"] < 1000 * 1.05
+
+
+def test_bad_stream_arguments(fm):
+    for args in (["--rate", "0"], ["--values", "0"], ["--timer", "sundial"], ["--sink", "file:"],
+                 ["--count", "10", "--duration", "1"], ["-s", "64"]):
+        r = fm.run("stream", "-t", "shm", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        one_line_error(r.stderr)
+    r = fm.run("stream", "-t", "udp", "--values", "9000")  # 72024 B: more than a datagram
+    assert r.returncode == 2
+    assert "65507" in one_line_error(r.stderr)

@@ -1,0 +1,265 @@
+"""`fabmeter suite`: checking suite files, running, resuming, Ctrl-C.
+
+Suite files are checked against the real engine's option table; the runs
+are real (tiny) runs of the real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, one_line_error
+from fabmeter import run, suite
+
+
+@pytest.fixture(scope="module")
+def info(engine) -> dict:
+    return run.engine_info(str(engine))
+
+
+def _not_built(info: dict) -> str | None:
+    """A transport fabmeter knows of but this engine was built without, if any."""
+    _, known = suite.known_names(info, suite.options_from(info))
+    missing = sorted(known - set(info["transports"]))
+    return missing[0] if missing else None
+
+
+def _load(tmp_path: Path, info: dict, text: str) -> suite.Suite:
+    f = tmp_path / "s.toml"
+    f.write_text(text)
+    return suite.load(f, info)
+
+
+# (suite text, key named in the error, its line, words the message must contain)
+BAD_SUITES = [
+    ('name = "x"\n[defaults]\nexperiment = "bw"\n[[matrix]]\ntransport = ["shm",\n  "tcp"]\ntx-depth = 64\n',
+     "tx-depth", 7, "did you mean 'tx_depth'"),
+    ('[defaults]\nexperiment = "lat"\n[[matrix]]\ntransport = "shm"\niters = "many"\n',
+     "iters", 5, "expected a non-negative number"),
+    ('[[matrix]]\nexperiment = "lat"\ntransport = "shm"\nbursts = 5\n',
+     "bursts", 4, "does not apply to experiment 'lat'"),
+    ('[[matrix]]\nexperiment = "oneway"\ntransport = ["shm", "tcp"]\n\nservice = "rc"\n',
+     "service", 5, "does not apply to transport 'shm'"),
+    ('[[matrix]]\nexperiment = "lat"\ntransport = ["shm", "tpc"]\n',
+     "transport", 3, "unknown transport 'tpc'"),
+    ('[defaults]\nexperiment = "lat"\n[[matrix]]\ntransport = "shm"\n[[matrix]]\ntransport = "tcp"\nall = "yes"\n',
+     "all", 7, "expected true or false"),
+    ('[defaults]\nexperiment = "lat"\nsize = [32, 64]\n[[matrix]]\ntransport = "shm"\n',
+     "size", 3, "put lists (matrix axes) in a [[matrix]] table"),
+    ('[defaults]\nexperiment = "lat"\nbidir = true\n[[matrix]]\ntransport = "shm"\n',
+     "bidir", 3, "applies to none of the points"),
+    ('[defaults]\nexperiment = "lat"\n[[matrix]]\ntransport = "shm"\nsize = [32, 64, 32]\n',
+     "size", 5, "listed twice"),
+    ('nmae = "typo"\n[[matrix]]\nexperiment = "lat"\n',
+     "nmae", 1, "at the top level"),
+    ('[[matrix]]\nexperiment = "latency"\n',
+     "experiment", 2, "unknown experiment 'latency'"),
+]
+
+
+@pytest.mark.parametrize("text,key,line,words", BAD_SUITES, ids=[f"{b[1]}-line{b[2]}" for b in BAD_SUITES])
+def test_bad_suite_names_key_and_line(tmp_path, info, text, key, line, words):
+    with pytest.raises(suite.SuiteError) as e:
+        _load(tmp_path, info, text)
+    assert e.value.line == line, e.value.message
+    assert f"'{key}'" in e.value.message and words in e.value.message, e.value.message
+
+
+def test_bad_suite_cli_exit_2_before_running(fm, tmp_path):
+    f = tmp_path / "bad.toml"
+    f.write_text('name = "bad"\n[defaults]\nexperiment = "lat"\n\n[[matrix]]\ntransport = "shm"\nburst-size = 4\n')
+    out = tmp_path / "out"
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 2
+    err = one_line_error(r.stderr)
+    assert f"{f}:7:" in err and "'burst-size'" in err, err
+    assert not out.exists()  # nothing ran
+    r = fm.run("suite", tmp_path / "missing.toml")
+    assert r.returncode == 2 and "cannot read" in one_line_error(r.stderr)
+    f.write_text('[[matrix]]\nexperiment = "lat"\ntransport = [shm]\n')
+    r = fm.run("suite", f)
+    assert r.returncode == 2 and f"{f}:3: not valid TOML" in one_line_error(r.stderr)
+
+
+def test_point_ids_defaults_and_dedup(tmp_path, info):
+    s = _load(tmp_path, info, """
+name = "ids"
+[defaults]
+experiment = "oneway"
+bursts = 2
+tx_depth = 16          # bw only: applies where it can
+[[matrix]]
+transport = ["shm", "tcp"]
+poll = ["busy", "event"]
+[[matrix]]
+transport = "shm"
+size = [32, 64]
+[[matrix]]
+experiment = "bw"
+transport = "shm"
+size = "4K"
+""")
+    ids = [p.id for p in s.points]
+    # shm busy 32 B is listed by the first two tables and runs once.
+    assert ids == ["oneway-shm-busy", "oneway-shm-event", "oneway-tcp-busy", "oneway-tcp-event",
+                   "oneway-shm-busy-s64", "bw-shm-busy-s4K"], ids
+    by_id = {p.id: p for p in s.points}
+    assert by_id["oneway-shm-busy"].engine_args(s.options) == ["--transport", "shm", "--poll", "busy",
+                                                              "--bursts", "2"]
+    assert by_id["bw-shm-busy-s4K"].engine_args(s.options) == ["--transport", "shm", "--size", "4K",
+                                                              "--tx-depth", "16"]
+
+
+def test_shipped_suites_are_valid(info):
+    names = {}
+    for f in sorted((REPO / "suites").glob("*.toml")):
+        s = suite.load(f, info)
+        assert s.points, f
+        assert len({p.id for p in s.points}) == len(s.points)
+        names[f.stem] = s
+    assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw"} <= set(names)
+    oneway = {p.id for p in names["thesis-oneway"].points}
+    assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
+            "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-inline188-sig1",
+            "oneway-verbs-busy-uc-write"} <= oneway
+    sizes = {p.options.get("size") for p in names["thesis-oneway"].points if p.transport == "tcp"}
+    assert {8, 32768} <= sizes
+    assert all(p.options.get("max_size") == "8M" for p in names["paper-lat-bw"].points)
+
+
+def test_dry_run_lists_points_and_skips(fm, tmp_path, info):
+    missing = _not_built(info)
+    transports = '["shm", "tcp"' + (f', "{missing}"' if missing else "") + "]"
+    f = tmp_path / "dry.toml"
+    f.write_text(f'name = "dry"\n[[matrix]]\nexperiment = "lat"\ntransport = {transports}\niters = 100\n')
+    out = tmp_path / "out"
+    r = fm.run("suite", f, "--dry-run", "--out", out)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("lat-shm-busy  [run]  fabmeter lat --transport shm --iters 100")
+    assert lines[1].startswith("lat-tcp-busy  [run]")
+    if missing:
+        assert lines[2].startswith(f"lat-{missing}-busy  [skip: transport '{missing}' is not built")
+    assert not out.exists()
+
+
+def test_transport_not_built_is_skipped(tmp_path, info, engine, capsys):
+    # As on a machine without libfabric: an engine whose table lacks "ofi".
+    without = dict(info, transports=[t for t in info["transports"] if t != "ofi"])
+    s = _load(tmp_path, without, '[[matrix]]\nexperiment = ["lat", "bw"]\ntransport = "ofi"\n')
+    assert [p.skip for p in s.points] == [f"transport 'ofi' is not built into this engine (built: "
+                                          f"{', '.join(sorted(without['transports']))})"] * 2
+    out = tmp_path / "out"
+    assert suite.execute(s, out, str(engine), None, None) == 0       # nothing to run is not an error
+    assert "suite: skipping 2 points: transport 'ofi' is not built" in capsys.readouterr().err
+    index = _index(out)
+    assert [(e["id"], e["status"]) for e in index["points"]] == [("lat-ofi-busy", "skipped"),
+                                                                 ("bw-ofi-busy", "skipped")]
+    assert index["status"] == "ok" and not (out / "lat-ofi-busy").exists()
+
+
+def _index(out: Path) -> dict:
+    return json.loads((out / "index.json").read_text())
+
+
+def _run_doc(folder: Path) -> dict:
+    return json.loads((folder / "run.json").read_text())
+
+
+def test_suite_runs_resumes_and_reruns_changed_points(fm, tmp_path, info):
+    missing = _not_built(info)
+    extra = f'\n[[matrix]]\nexperiment = "lat"\ntransport = "{missing}"\n' if missing else ""
+    text = ('name = "tiny"\n[defaults]\nwarmup = 50\niters = 300   # lat only: defaults apply where they can\n'
+            '[[matrix]]\nexperiment = "lat"\ntransport = ["shm", "tcp"]\n'
+            '[[matrix]]\nexperiment = "oneway"\ntransport = "shm"\nbursts = 2\nburst_size = 100\n' + extra)
+    f = tmp_path / "tiny.toml"
+    f.write_text(text)
+    out = tmp_path / "out"
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    r = fm.run("suite", f, "--out", out, *(["--cpus", f"{cpus[1]},{cpus[0]}"] if len(cpus) == 2 else []))
+    assert r.returncode == 0, r.stderr
+    ids = ["lat-shm-busy", "lat-tcp-busy", "oneway-shm-busy"]
+    # stderr is not a terminal: one progress line per point.
+    assert [ln.split()[:2] for ln in r.stderr.splitlines() if ln.startswith("[")] == \
+        [["[1/3]", ids[0]], ["[2/3]", ids[1]], ["[3/3]", ids[2]]]
+    if missing:
+        assert f"skipping 1 point: transport '{missing}' is not built" in r.stderr
+    index = _index(out)
+    assert index["suite"] == "tiny" and index["status"] == "ok"
+    statuses = {e["id"]: e["status"] for e in index["points"]}
+    assert {i: statuses[i] for i in ids} == {i: "ok" for i in ids}
+    if missing:
+        assert statuses[f"lat-{missing}-busy"] == "skipped"
+    for i in ids:
+        doc = _run_doc(out / i)
+        assert doc["status"] == "ok" and doc["config"]["suite"]["point"] == i
+        if len(cpus) == 2:
+            assert doc["config"]["cpus"] == [cpus[1], cpus[0]]   # --cpus overrides the default
+        assert doc["command"][:2] == ["fabmeter", i.split("-")[0]] and doc["command"][-2:] == ["--out", str(out / i)]
+        assert len(doc["points"]) == 1 and doc["points"][0]["iterations"] == (300 if i.startswith("lat") else 200)
+        for name in doc["points"][0]["samples"].values():
+            assert (out / i / name).stat().st_size > 0
+    mtimes = {i: (out / i / "run.json").stat().st_mtime_ns for i in ids}
+
+    # Again: every point is finished, nothing runs.
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert "3 of 3 points already finished" in r.stderr and not any(ln.startswith("[") for ln in r.stderr.splitlines())
+    assert {i: (out / i / "run.json").stat().st_mtime_ns for i in ids} == mtimes
+
+    # An edited suite reruns exactly the points whose options changed.
+    f.write_text(text.replace("burst_size = 100", "burst_size = 150"))
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("[")] == ["oneway-shm-busy"]
+    assert _run_doc(out / "oneway-shm-busy")["points"][0]["iterations"] == 300
+    assert (out / "lat-shm-busy" / "run.json").stat().st_mtime_ns == mtimes["lat-shm-busy"]
+
+
+def test_interrupt_keeps_finished_points_and_resumes(fm, tmp_path):
+    f = tmp_path / "long.toml"
+    f.write_text('name = "long"\n[defaults]\nexperiment = "lat"\nduration = 1\n'
+                 '[[matrix]]\ntransport = ["shm", "tcp", "udp"]\n')
+    out = tmp_path / "out"
+    proc = fm.popen("suite", str(f), "--out", str(out), start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:   # wait until point 1 is done and point 2 is measuring
+            try:
+                st = [e["status"] for e in _index(out)["points"]]
+            except (OSError, ValueError):
+                st = []
+            if st[:2] == ["ok", "running"] and (out / "lat-tcp-busy" / "run.json").exists():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the suite did not reach its second point: {st}")
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)    # Ctrl-C at a terminal: the whole foreground group
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    index = _index(out)
+    assert index["status"] == "interrupted"
+    assert [e["status"] for e in index["points"]] == ["ok", "interrupted", "pending"]
+    assert _run_doc(out / "lat-shm-busy")["status"] == "ok"
+    assert _run_doc(out / "lat-tcp-busy")["status"] == "interrupted"
+    assert not (out / "lat-udp-busy").exists()
+    finished = (out / "lat-shm-busy" / "run.json").stat().st_mtime_ns
+
+    r = fm.run("suite", f, "--out", out)   # resume: the finished point is kept, the rest run
+    assert r.returncode == 0, r.stderr
+    assert "1 of 3 points already finished" in r.stderr
+    assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("[")] == ["lat-tcp-busy", "lat-udp-busy"]
+    assert [e["status"] for e in _index(out)["points"]] == ["ok", "ok", "ok"]
+    assert (out / "lat-shm-busy" / "run.json").stat().st_mtime_ns == finished

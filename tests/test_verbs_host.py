@@ -1,0 +1,98 @@
+"""The verbs transport on a host without RDMA devices (the usual build and CI
+machine): a clear error pointing at the Soft-RoCE guest, and its option
+checks. The datapath itself runs in the guest: `make test-rdma`
+(rdma/test-rdma.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import json_lines, one_line_error
+
+
+@pytest.fixture(scope="module")
+def verbs_engine(engine):
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    if "verbs" not in info["transports"]:
+        pytest.skip("engine built without the verbs transport (libibverbs-dev/librdmacm-dev missing)")
+    return engine
+
+
+def has_rdma_device() -> bool:
+    return os.path.isdir("/sys/class/infiniband") and bool(os.listdir("/sys/class/infiniband"))
+
+
+@pytest.fixture
+def no_device(verbs_engine):
+    if has_rdma_device():
+        pytest.skip("this host has RDMA devices: the no-device error cannot be seen here")
+
+
+def test_no_device_cli(fm, no_device):
+    r = fm.run("lat", "-t", "verbs", "-n", "10", "--timeout-ms", "3000", timeout=60)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    line = one_line_error(r.stderr)
+    assert "no RDMA device" in line and "rdma/guest" in line and "Soft-RoCE" in line, line
+
+
+@pytest.mark.parametrize("service", ["rc", "uc", "ud"])
+def test_no_device_engine(fm, no_device, verbs_engine, service):
+    # The engine alone, server and client: both fail with the same clear
+    # reason, the client's run ends with a failed "end" line.
+    server = subprocess.Popen([str(verbs_engine), "serve", "--bind", "127.0.0.1", "--port", "0", "--once"],
+                              env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+        r = subprocess.run([str(verbs_engine), "run", "lat", "--server", f"127.0.0.1:{port}", "-t", "verbs",
+                            "--service", service, "-n", "10"], capture_output=True, text=True, timeout=60,
+                           env=fm.env)
+        server_err = server.communicate(timeout=30)[1]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    end = [o for o in json_lines(r.stdout) if o.get("type") == "end"]
+    assert end and end[-1]["status"] == "failed"
+    assert "no RDMA device" in end[-1]["message"] and "rdma/guest" in end[-1]["message"]
+    assert "no RDMA device" in server_err
+    assert server.returncode == 3
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--service", "ud", "--op", "write"], "UD has no RDMA write"),
+    (["--service", "uc", "--cm", "rdma_cm"], "--cm raw"),
+    (["--service", "rc", "--mtu", "512"], "--mtu needs --cm raw"),
+    (["--service", "rc", "--cm", "raw", "--mtu", "1000"], "--mtu must be"),
+    (["--service", "rc", "--gid-index", "1"], "--gid-index needs --cm raw"),
+    (["--sq-depth", "16", "--signal-every", "32"], "exceeds --sq-depth"),
+    (["--rq-depth", "16", "--rq-refill", "32"], "exceeds --rq-depth"),
+    (["--service", "tcp"], "expected rc|uc|ud"),
+], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
+def test_refused_combinations(fm, verbs_engine, args, says):
+    r = fm.run("lat", "-t", "verbs", "-n", "10", *args, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in one_line_error(r.stderr)
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("option", [["--service", "uc"], ["--cm", "raw"], ["--device", "rxe0"], ["--mtu", "1024"]])
+def test_verbs_options_refused_on_tcp(fm, engine, option):
+    # (values other than the defaults: validate() refuses options whose value differs from the default)
+    r = fm.run("lat", "-t", "tcp", "-n", "10", *option, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "does not apply to transport 'tcp'" in one_line_error(r.stderr)
+
+
+def test_verbs_knobs_in_help(fm, verbs_engine):
+    r = fm.run("lat", "--help", timeout=30)
+    assert r.returncode == 0
+    for knob in ["--service", "--op", "--inline", "--signal-every", "--sq-depth", "--rq-depth", "--rq-refill",
+                 "--mtu", "--device", "--port", "--gid-index", "--cm"]:
+        assert knob in r.stdout, knob
