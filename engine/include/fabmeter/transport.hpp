@@ -12,9 +12,9 @@
 //   Data path (never blocks, never allocates):
 //   bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id);
 //        false = no room now (ring full, socket buffer full, send still in
-//        flight): call poll_recv/poll_send_comp and retry. `buf` must stay
-//        unchanged until the send completes (caps.send_completions) or, for
-//        transports that copy on post, until post_send returns.
+//        flight): call poll_recv/poll_send_comp and retry. The caller may
+//        reuse `buf` as soon as post_send returns: a transport whose device
+//        reads the data later (verbs, ofi) sends from a copy of its own.
 //   bool poll_recv(RecvMsg&);                   // next message if one is there
 //   void release(const RecvMsg&);               // give the buffer back; before the next poll_recv
 //   int  poll_send_comp(uint64_t* wr_ids, int max); // wr_ids of completed signaled sends; also drives progress

@@ -50,6 +50,9 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
     for (uint64_t k = 0; k < kCheckPerSize && st == Status::ok; ++k, ++seq) {
       check_fill(buf.data(), size, seq);
       st = send_one(t, buf.data(), static_cast<uint32_t>(size), 0, seq, g, p.poll);
+      // The contract lets the caller reuse its buffer at once: a transport
+      // that still reads it after post_send returns sends this instead.
+      std::memset(buf.data(), 0xa5, size);
     }
   }
   // Let the receiver go idle (and, in event mode, to sleep) before the wake-up message.

@@ -48,7 +48,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     const uint64_t t0 = clk.ticks();
     if ((st = send_one(t, buf.data(), len, 0, i, g, p.poll)) != Status::ok) break;
     ++sent;
-    RecvMsg m;
+    RecvMsg m{};
     const uint64_t deadline = t0 + reply_wait;
     while ((st = recv_next(t, m, g, clk, p.poll, deadline)) == Status::ok && !c.caps.reliable &&
            !seq_matches(m.data, m.len, i))

@@ -59,7 +59,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
       // ---- hot path ----
       // The very last send asks for a completion, so the end of the run is known.
-      const uint32_t flags = sent + 1 == total ? kSendSignaled : 0;
+      const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
       t_subm[sent] = clk.ticks();
       if ((st = send_one(t, buf.data(), len, flags, sent, g, p.poll, stamp_comp)) != Status::ok) break;
       ++sent;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <memory>
@@ -13,15 +14,27 @@ namespace fm {
 
 namespace {
 constexpr size_t kRingBytes = 64ull << 20;
-constexpr size_t kOutBuf = 4ull << 20;
+constexpr size_t kChunk = 4ull << 20;
+
+// write(2) all of it; false on error (disk full shows in the byte counts).
+bool write_all(int fd, const char* p, size_t n) {
+  while (n) {
+    ssize_t k = ::write(fd, p, n);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
 }  // namespace
 
 Sink::Sink(const std::string& spec, const Clock& clk, uint64_t values)
     : clk_(clk), values_(values), rec_bytes_(24 + 8 * values) {
   if (spec == "memory") return;
   path_ = spec.substr(5);  // "file:PATH"
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) sys_error("stream sink: cannot open " + path_);
+  capture_path_ = path_ + ".capture";
+  fd_ = ::open(capture_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd_ < 0) sys_error("stream sink: cannot open " + capture_path_);
   rec_.resize(rec_bytes_);
   size_t slot = shm::slot_size_for(rec_bytes_);
   uint32_t count = 2;
@@ -29,12 +42,7 @@ Sink::Sink(const std::string& spec, const Clock& clk, uint64_t values)
   ring_mem_ = std::make_unique<PayloadBuf>(static_cast<size_t>(count) * slot);
   ring_ = shm::RingProducer(ring_mem_->data(), count, slot, &head_);
   reader_ = shm::RingConsumer(ring_mem_->data(), count, slot, &head_);
-  std::string header = "seq,origin_ns,recv_ns";
-  for (uint64_t j = 0; j < values; ++j) header += ",v" + std::to_string(j);
-  header += "\n";
-  if (::write(fd_, header.data(), header.size()) != static_cast<ssize_t>(header.size())) sys_error("write " + path_);
-  file_bytes_ = header.size();
-  writer_ = std::thread([this] { write_loop(); });
+  writer_ = std::thread([this] { capture_loop(); });
 }
 
 Sink::~Sink() {
@@ -42,24 +50,16 @@ Sink::~Sink() {
     done_.store(true, std::memory_order_release);
     writer_.join();
   }
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(capture_path_.c_str());
+  }
 }
 
-// Formats records as CSV into a large buffer and writes it out in big chunks.
-void Sink::write_loop() {
-  std::vector<char> out(kOutBuf);
+// During the run: raw records, copied into large chunks and written out.
+void Sink::capture_loop() {
+  std::vector<char> out(kChunk);
   size_t used = 0;
-  auto flush = [&] {
-    size_t off = 0;
-    while (off < used) {
-      ssize_t k = ::write(fd_, out.data() + off, used - off);
-      if (k <= 0) return;  // disk full or similar: the byte count in the report shows it
-      off += static_cast<size_t>(k);
-    }
-    file_bytes_ += used;
-    used = 0;
-  };
-  const size_t max_line = 3 * 21 + values_ * 32 + 1;
   for (;;) {
     const shm::SlotHeader* s = reader_.peek();
     if (!s) {
@@ -68,14 +68,55 @@ void Sink::write_loop() {
       continue;
     }
     const uint64_t t0 = clk_.ticks();
-    // Drain everything there is before looking at the clock again.
     do {
-      const std::byte* p = shm::RingConsumer::payload(s);
+      if (kChunk - used < rec_bytes_) {
+        write_all(fd_, out.data(), used);
+        used = 0;
+      }
+      std::memcpy(out.data() + used, shm::RingConsumer::payload(s), rec_bytes_);
+      used += rec_bytes_;
+      ++records_;
+      reader_.pop();
+    } while ((s = reader_.peek()));
+    busy_ns_ += clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
+  }
+  const uint64_t t0 = clk_.ticks();
+  write_all(fd_, out.data(), used);
+  busy_ns_ += clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
+}
+
+// After the point: the capture as CSV (sequence, origin and receive time in
+// CLOCK_MONOTONIC_RAW ns, then the values).
+void Sink::write_csv() {
+  const uint64_t t0 = clk_.ticks();
+  int out_fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out_fd < 0) sys_error("stream sink: cannot open " + path_);
+  std::string header = "seq,origin_ns,recv_ns";
+  for (uint64_t j = 0; j < values_; ++j) header += ",v" + std::to_string(j);
+  header += "\n";
+  write_all(out_fd, header.data(), header.size());
+  file_bytes_ = header.size();
+
+  const size_t per_read = std::max<size_t>(1, kChunk / rec_bytes_) * rec_bytes_;
+  std::vector<char> in(per_read), out(kChunk);
+  const size_t max_line = 3 * 21 + values_ * 32 + 1;
+  size_t used = 0;
+  auto flush = [&] {
+    write_all(out_fd, out.data(), used);
+    file_bytes_ += used;
+    used = 0;
+  };
+  ::lseek(fd_, 0, SEEK_SET);
+  for (;;) {
+    ssize_t got = ::read(fd_, in.data(), per_read);
+    if (got <= 0) break;
+    for (size_t off = 0; off + rec_bytes_ <= static_cast<size_t>(got); off += rec_bytes_) {
+      const char* p = in.data() + off;
       uint64_t rec[3];
       std::memcpy(rec, p, sizeof rec);
-      if (kOutBuf - used < max_line) flush();
+      if (kChunk - used < max_line) flush();
       char* w = out.data() + used;
-      char* end = out.data() + kOutBuf;
+      char* end = out.data() + kChunk;
       w = std::to_chars(w, end, rec[0]).ptr;
       *w++ = ',';
       w = std::to_chars(w, end, static_cast<uint64_t>(clk_.ticks_to_mono_ns(rec[1]))).ptr;
@@ -89,14 +130,11 @@ void Sink::write_loop() {
       }
       *w++ = '\n';
       used = static_cast<size_t>(w - out.data());
-      ++records_;
-      reader_.pop();
-    } while ((s = reader_.peek()));
-    busy_ns_ += clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
+    }
   }
-  const uint64_t t0 = clk_.ticks();
   flush();
-  busy_ns_ += clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
+  if (::close(out_fd) != 0) sys_error("stream sink: writing " + path_);
+  csv_ns_ = clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
 }
 
 void Sink::finish(SinkReport& r) {
@@ -104,10 +142,12 @@ void Sink::finish(SinkReport& r) {
   if (!r.to_file) return;
   done_.store(true, std::memory_order_release);
   writer_.join();
+  write_csv();
   r.file_bytes = file_bytes_;
   r.sample_bytes = records_ * rec_bytes_;
   r.stalls = stalls_;
   r.write_busy_ns = busy_ns_;
+  r.csv_ns = csv_ns_;
 }
 
 }  // namespace fm

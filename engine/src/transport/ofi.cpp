@@ -419,10 +419,14 @@ void OfiTransport::register_memory() {
   };
   if (write_ || (mr_mode & FI_MR_LOCAL))
     reg(rx_region_, rx_region_bytes_, FI_RECV | (write_ ? FI_REMOTE_WRITE : 0), kRxKey, &rx_mr_, "the receive slots");
+  // Sends always go out of a ring of our own: the caller may reuse its
+  // buffer when post_send returns (the transport contract), while the
+  // provider reads the data until the send completes. Registered where the
+  // provider asks for local registration.
+  bounce_bytes_ = (tx_mask_ + 1) * slot_size_;
+  bounce_region_ = map_region(bounce_bytes_, "the send buffers");
+  bounce_ = static_cast<std::byte*>(bounce_region_);
   if (mr_mode & FI_MR_LOCAL) {
-    bounce_bytes_ = (tx_mask_ + 1) * slot_size_;
-    bounce_region_ = map_region(bounce_bytes_, "the send buffers");
-    bounce_ = static_cast<std::byte*>(bounce_region_);
     reg(bounce_region_, bounce_bytes_, FI_SEND | FI_WRITE, kBounceKey, &bounce_mr_, "the send buffers");
     bounce_desc_ = fi_mr_desc(bounce_mr_);
   }
@@ -576,7 +580,7 @@ void OfiTransport::describe(JsonObj& o) const {
       .add("selective_completion", selective_)
       .add("signal_every", signal_every_)
       .add("remote_cq_data", write_)
-      .add("send_bounce_buffers", bounce_ != nullptr)
+      .add("send_buffers_registered", bounce_mr_ != nullptr)
       .add("cq_wait_obj", event_ ? "FI_WAIT_FD" : "FI_WAIT_NONE");
 }
 

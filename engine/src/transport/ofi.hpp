@@ -72,7 +72,7 @@ class OfiTransport {
     s.wr_id = wr_id;
     s.seq = tx_posted_;
     void* desc = nullptr;
-    if (bounce_) {  // FI_MR_LOCAL: sends must come from registered memory
+    {  // our copy, which the provider may read until the send completes
       std::byte* b = bounce_ + (tx_posted_ & tx_mask_) * slot_size_;
       std::memcpy(b, buf, len);
       buf = b;

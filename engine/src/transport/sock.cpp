@@ -12,7 +12,7 @@
 
 namespace fm::sock {
 
-static int to_sockaddr(const std::string& host, uint16_t port, sockaddr_storage* ss) {
+int to_sockaddr(const std::string& host, uint16_t port, sockaddr_storage* ss) {
   std::memset(ss, 0, sizeof *ss);
   auto* v4 = reinterpret_cast<sockaddr_in*>(ss);
   if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {

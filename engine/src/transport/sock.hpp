@@ -9,6 +9,8 @@
 
 namespace fm::sock {
 
+// Numeric IPv4/IPv6 address and port -> sockaddr; returns its length.
+int to_sockaddr(const std::string& host, uint16_t port, sockaddr_storage* ss);
 // A socket of `type` bound to the address this end of `ctrl` uses, port 0.
 int bind_near(const Ctrl& ctrl, int type, uint16_t* port);
 // Fills a sockaddr for the peer's control address with `port`.

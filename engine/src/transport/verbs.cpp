@@ -15,6 +15,7 @@
 #include <random>
 
 #include "fabmeter/error.hpp"
+#include "transport/sock.hpp"
 
 #ifndef FM_LIBIBVERBS_VERSION
 #define FM_LIBIBVERBS_VERSION "unknown"
@@ -72,23 +73,6 @@ bool addr_to_gid(const std::string& addr, ibv_gid* g) {
 bool ipv4_mapped(const ibv_gid& g) {
   static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return std::memcmp(g.raw, prefix, 12) == 0;
-}
-
-int sockaddr_of(const std::string& host, uint16_t port, sockaddr_storage* ss) {
-  std::memset(ss, 0, sizeof *ss);
-  auto* v4 = reinterpret_cast<sockaddr_in*>(ss);
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    v4->sin_port = htons(port);
-    return sizeof(sockaddr_in);
-  }
-  auto* v6 = reinterpret_cast<sockaddr_in6*>(ss);
-  if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
-    v6->sin6_family = AF_INET6;
-    v6->sin6_port = htons(port);
-    return sizeof(sockaddr_in6);
-  }
-  runtime_error("verbs: cannot parse address '" + host + "'");
 }
 
 // The port's valid GIDs (one ioctl, not a sysfs read per index). The
@@ -674,7 +658,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   const uint32_t tmo = ctrl.timeout_ms();
   sockaddr_storage src;
   sockaddr_storage dst;
-  sockaddr_of(ctrl.local_addr(), 0, &src);
+  sock::to_sockaddr(ctrl.local_addr(), 0, &src);
 
   if (role_ == Role::server) {
     // Listen on the control connection's address: that picks the device.
@@ -689,7 +673,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   } else {
     if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
     const uint16_t port = static_cast<uint16_t>(std::stoi(ctrl.exchange("", "rdma_cm port")));
-    sockaddr_of(ctrl.peer_addr(), port, &dst);
+    sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)
       sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
