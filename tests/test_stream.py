@@ -57,6 +57,7 @@ def test_file_sink_writes_every_received_sample(fm, tmp_path):
         rows = list(csv.reader(f))
     assert rows[0] == ["seq", "origin_ns", "recv_ns", "v0", "v1", "v2"]
     assert len(rows) - 1 == p["received"]
+    assert not path.with_name(path.name + ".capture").exists()  # the raw capture is gone
     for row in rows[1:]:
         seq, origin, recv = int(row[0]), int(row[1]), int(row[2])
         assert recv >= origin

@@ -14,6 +14,7 @@ Figures are compared like with like: where a peer gives only a mean
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -166,6 +167,26 @@ def _measure(fn: Callable[[], float], into: list[float]) -> None:
     into.append(fn())
 
 
+RDMA_RESULTS = Path(__file__).resolve().parents[2] / "build" / "rdma-results" / "results.json"
+
+
+def rdma_table() -> Optional[tuple[str, list[list]]]:
+    """fabmeter verbs beside perftest from the last `make test-rdma` (the
+    Soft-RoCE guest boots for a minute: the bench reads its results rather
+    than booting it again). None when it has not run here."""
+    try:
+        doc = json.loads(RDMA_RESULTS.read_text())
+    except (OSError, ValueError):
+        return None
+    rows = []
+    for c in doc.get("comparison", []):
+        ours, theirs = c.get("fabmeter_p50_ns"), c.get("perftest_typical_us")
+        ratio = ours / (theirs * 1000) if ours and theirs else None
+        rows.append([f"verbs {c['service']} {c['op']}", c.get("perftest_tool"), ours,
+                     None if theirs is None else theirs * 1000, None if ratio is None else f"{ratio:.2f}x"])
+    return doc.get("date", "?"), rows
+
+
 def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -177,13 +198,17 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     print(f"fabmeter bench  {started}")
     print(f"CPU: {env['cpu_model']}  kernel: {env['kernel']['release']}  CPUs: {list(cpus) if cpus else 'unpinned'}")
     status = "ok"
+    tty = sys.stderr.isatty()
     try:
         for r in range(rounds):
+            if not tty:
+                sys.stderr.write(f"bench: round {r + 1}/{rounds}\n")
             for i, row in enumerate(rows):
                 if row.skipped:
                     continue
-                sys.stderr.write(f"\rbench: round {r + 1}/{rounds}, row {i + 1}/{len(rows)}: {row.name:<40}")
-                sys.stderr.flush()
+                if tty:
+                    sys.stderr.write(f"\rbench: round {r + 1}/{rounds}, row {i + 1}/{len(rows)}: {row.name:<40}")
+                    sys.stderr.flush()
                 sides = [(row.fabmeter, row.ours), (row.other, row.theirs)]
                 if (r + i) % 2:
                     sides.reverse()
@@ -192,7 +217,9 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
                         _measure(fn, into)
                 except Skip as e:
                     row.skipped = str(e)
-        sys.stderr.write("\n")
+                    sys.stderr.write(f"{chr(10) if tty else ''}bench: {row.name}: skipped: {row.skipped}\n")
+        if tty:
+            sys.stderr.write("\n")
     except run.FabmeterError as e:
         if e.exit_code != run.EXIT_INTERRUPTED:
             raise
@@ -214,10 +241,19 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     print(f"{rounds} rounds; medians over rounds; sides of each row measured in alternating order")
     print(analysis.format_table(["row", "figure", "fabmeter", "versus", "ratio", "target", "result"], table,
                                 left=2))
+    rdma = rdma_table()
+    if rdma:
+        print(f"\nSoft-RoCE guest (qemu TCG, emulated; from `make test-rdma` of {rdma[0]}): 32 B, one-way = RTT/2,"
+              " fabmeter p50 beside perftest's t_typical (its median)")
+        print(analysis.format_table(["case", "perftest tool", "fabmeter ns", "perftest ns", "ratio"], rdma[1],
+                                    left=2))
+    else:
+        print("\nSoft-RoCE guest: no results yet (run `make test-rdma` for verbs beside perftest)")
     write_json(out / "bench.json", {"started_at": started, "finished_at": now_iso(), "status": status,
                                     "rounds": rounds, "cpus": list(cpus) if cpus else None, "size": SIZE,
                                     "bw_size": BW_SIZE, "iterations": ITERS, "environment": env,
-                                    "rows": doc, "limits": bench.limits})
+                                    "rows": doc, "limits": bench.limits,
+                                    "rdma": {"from": rdma[0], "rows": rdma[1]} if rdma else None})
     write_json(out / "peers.json", {"points": bench.peer_points})
     (out / "bench.md").write_text(markdown(table, started, env, rounds, cpus))
     from fabmeter import report

@@ -203,6 +203,26 @@ struct ClockSync {
   }
 };
 
+// After a one-way point the receiver answers with a fixed header (with a
+// `total` field) followed by one receive stamp per message (0 = never
+// arrived). The receiver builds it before the run, pages touched.
+template <class Header>
+std::string stamp_report(uint64_t total, uint64_t** stamps) {
+  std::string blob(sizeof(Header) + total * sizeof(uint64_t), '\0');
+  for (size_t i = 0; i < blob.size(); i += 4096) blob[i] = 0;
+  *stamps = reinterpret_cast<uint64_t*>(blob.data() + sizeof(Header));
+  return blob;
+}
+
+template <class Header>
+const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Header* h, const char* what) {
+  if (blob.size() < sizeof *h) runtime_error(std::string(what) + ": short report from the peer");
+  std::memcpy(h, blob.data(), sizeof *h);
+  if (h->total != total || blob.size() != sizeof *h + total * sizeof(uint64_t))
+    runtime_error(std::string(what) + ": the peer's report does not match this run (version mismatch?)");
+  return reinterpret_cast<const uint64_t*>(blob.data() + sizeof *h);
+}
+
 const char* status_name(Status s);
 
 }  // namespace fm

@@ -83,11 +83,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
   OnewayReport r;
-  if (blob.size() < sizeof r) runtime_error("oneway: short report from the server");
-  std::memcpy(&r, blob.data(), sizeof r);
-  if (r.total != total || blob.size() != sizeof r + total * sizeof(uint64_t))
-    runtime_error("oneway: the server's report does not match this run (version mismatch?)");
-  const auto* t_recv = reinterpret_cast<const uint64_t*>(blob.data() + sizeof r);
+  const uint64_t* t_recv = read_stamp_report(blob, total, &r, "oneway");
 
   std::vector<double> lat;
   lat.reserve(total - warmup);
@@ -129,10 +125,8 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
   const uint64_t total = warmup + p.bursts * p.burst_size;
-  std::string blob(sizeof(OnewayReport) + total * sizeof(uint64_t), '\0');
-  auto* t_recv = reinterpret_cast<uint64_t*>(blob.data() + sizeof(OnewayReport));
-  // Touch every page now so stamping never faults.
-  for (size_t i = 0; i < blob.size(); i += 4096) blob[i] = 0;
+  uint64_t* t_recv;
+  std::string blob = stamp_report<OnewayReport>(total, &t_recv);
   Guard g(c);
   uint64_t received = 0, duplicated = 0, reordered = 0, expected = UINT64_MAX, last_seq = 0;
   uint64_t deadline = UINT64_MAX;

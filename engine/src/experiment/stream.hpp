@@ -147,11 +147,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "stream sink report");
   SinkReport r;
-  if (blob.size() < sizeof r) runtime_error("stream: short report from the sink");
-  std::memcpy(&r, blob.data(), sizeof r);
-  if (r.total != total || blob.size() != sizeof r + total * sizeof(uint64_t))
-    runtime_error("stream: the sink's report does not match this run (version mismatch?)");
-  const auto* t_recv = reinterpret_cast<const uint64_t*>(blob.data() + sizeof r);
+  const uint64_t* t_recv = read_stamp_report(blob, total, &r, "stream");
 
   const double deadline_ns = (p.deadline_us > 0 ? p.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> lat, late;
@@ -189,9 +185,8 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
   const uint64_t total = stream_warmup(p, rate) + stream_steps(p, rate);
-  std::string blob(sizeof(SinkReport) + total * sizeof(uint64_t), '\0');
-  auto* t_recv = reinterpret_cast<uint64_t*>(blob.data() + sizeof(SinkReport));
-  for (size_t i = 0; i < blob.size(); i += 4096) blob[i] = 0;
+  uint64_t* t_recv;
+  std::string blob = stamp_report<SinkReport>(total, &t_recv);
   Sink sink(p.sink, clk, values);
   Guard g(c);
   SinkReport r{};
