@@ -83,6 +83,28 @@ struct Timer {
   }
 };
 
+// The ping-pong itself, the same for every library: the server echoes
+// forever; the client times each round trip after the warm-up.
+template <class Send, class Recv>
+Timer pingpong(const Args& a, Send send, Recv recv) {
+  if (a.server) {
+    for (;;) {
+      recv();
+      send();
+    }
+  }
+  Timer t(a);
+  for (uint64_t i = 0; i < a.warmup + a.iters; ++i) {
+    if (i == a.warmup) t.loop_start = now_ns();
+    uint64_t t0 = now_ns();
+    send();
+    recv();
+    if (i >= a.warmup) t.rtt[i - a.warmup] = now_ns() - t0;
+  }
+  t.loop_end = now_ns();
+  return t;
+}
+
 inline void report(const char* tool, const Args& a, Timer& t, const std::string& version) {
   double mean = static_cast<double>(t.loop_end - t.loop_start) / static_cast<double>(a.iters);
   std::sort(t.rtt.begin(), t.rtt.end());

@@ -30,21 +30,8 @@ int main(int argc, char** argv) {
         a.endpoint);
   std::vector<char> buf(a.size, 'x');
 
-  if (a.server) {
-    for (;;) {
-      recv_one(s, buf.data(), a);
-      check(nng_send(s, buf.data(), a.size, 0), "nng_send");
-    }
-  }
-  rawpp::Timer t(a);
-  for (uint64_t i = 0; i < a.warmup + a.iters; ++i) {
-    if (i == a.warmup) t.loop_start = rawpp::now_ns();
-    uint64_t t0 = rawpp::now_ns();
-    check(nng_send(s, buf.data(), a.size, 0), "nng_send");
-    recv_one(s, buf.data(), a);
-    if (i >= a.warmup) t.rtt[i - a.warmup] = rawpp::now_ns() - t0;
-  }
-  t.loop_end = rawpp::now_ns();
+  rawpp::Timer t = rawpp::pingpong(
+      a, [&] { check(nng_send(s, buf.data(), a.size, 0), "nng_send"); }, [&] { recv_one(s, buf.data(), a); });
   rawpp::report(kTool, a, t, nng_version());
   nng_close(s);
   return 0;

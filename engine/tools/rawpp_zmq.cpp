@@ -25,21 +25,7 @@ int main(int argc, char** argv) {
     rawpp::die(kTool, std::string(a.endpoint) + ": " + zmq_strerror(errno));
   std::vector<char> buf(a.size, 'x');
 
-  if (a.server) {
-    for (;;) {
-      recv_one(s, buf.data(), a);
-      send_one(s, buf.data(), a);
-    }
-  }
-  rawpp::Timer t(a);
-  for (uint64_t i = 0; i < a.warmup + a.iters; ++i) {
-    if (i == a.warmup) t.loop_start = rawpp::now_ns();
-    uint64_t t0 = rawpp::now_ns();
-    send_one(s, buf.data(), a);
-    recv_one(s, buf.data(), a);
-    if (i >= a.warmup) t.rtt[i - a.warmup] = rawpp::now_ns() - t0;
-  }
-  t.loop_end = rawpp::now_ns();
+  rawpp::Timer t = rawpp::pingpong(a, [&] { send_one(s, buf.data(), a); }, [&] { recv_one(s, buf.data(), a); });
   int major, minor, patch;
   zmq_version(&major, &minor, &patch);
   rawpp::report(kTool, a, t, std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch));

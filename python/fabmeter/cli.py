@@ -67,7 +67,7 @@ def _add_engine_options(p: argparse.ArgumentParser, experiment: str, info: dict)
 
 def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     parser = _Parser(prog="fabmeter", allow_abbrev=False,
-                     description="Measure one-way/round-trip latency and bandwidth over real transports.",
+                     description="Measure one-way/round-trip latency, bandwidth and real-time streams over real transports.",
                      epilog=f"note: {engine_problem}" if info is None else
                      "`fabmeter COMMAND --help` lists a command's options.")
     parser.add_argument("--version", action="version", version=f"fabmeter {__version__}"

@@ -99,7 +99,7 @@ std::vector<OptSpec> make_table() {
     {"iters", 'n', "N", "lat,bw", "all", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
      [](Params& p, std::string_view v) { p.iters = v == "auto" ? 0 : parse_u64("iters", v); },
      [](const Params& p) { return p.iters ? std::to_string(p.iters) : std::string("auto"); }},
-    {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (0: off)", DBL(duration)},
+    {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(duration)},
     {"warmup", 0, "N", "lat,oneway,bw,stream", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
      [](Params& p, std::string_view v) { p.warmup = v == "auto" ? -1 : static_cast<int64_t>(parse_u64("warmup", v)); },
      [](const Params& p) { return p.warmup < 0 ? std::string("auto") : std::to_string(p.warmup); }},

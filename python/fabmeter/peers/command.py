@@ -35,7 +35,7 @@ FABMETER_NOTE = {
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest) beside fabmeter",
+    p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong) beside fabmeter",
                        description="Run sockperf, qperf, iperf3 and ucx_perftest over loopback with the same sizes, "
                                    "iterations and CPUs as fabmeter's own runs, and print them side by side, "
                                    "each figure labelled with the statistic its tool reports.",
