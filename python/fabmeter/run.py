@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import queue
+import re
 import select
 import shutil
 import signal
@@ -27,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_IN_REPO = REPO_ROOT / "build" / "engine" / "fabmeter-engine"
@@ -324,35 +325,40 @@ def _timeout_ms(engine_args: list[str]) -> float:
     return 5.0
 
 
-LIMITS_ARGS = ["-n", "20000", "--timer-wakeups", "50"]   # about 0.3 s: cheap enough for every run
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def measure_limits(engine: str, cpus: tuple[int, ...], sizes: Optional[list[int]] = None) -> Optional[dict]:
-    """The machine's limits between the two CPUs (fabmeter-engine limits), or
-    None when they cannot be measured (one CPU, probe failed)."""
-    if not cpus or len(cpus) < 2:
+def parse_size(text: str) -> int:
+    """'32', '64K', '1M' -> bytes (K = 1024, as fabmeter's -s)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", str(text), re.I)
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"not a message size: {text!r} (e.g. 32, 64K, 1M)")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+
+
+# The limits recorded with every run: about 0.3 s, cheap enough for that.
+RECORD_LIMITS_ITERS = 20000
+RECORD_LIMITS_ARGS = ["--timer-wakeups", "50"]
+
+
+def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
+    """Limits between the run's two CPUs, sized for its message; None when
+    they cannot be measured (one CPU, probe failed). Ctrl-C still stops."""
+    if not spec.cpus or len(spec.cpus) < 2:
         return None
-    cmd = [engine, "limits", "--cpus", f"{cpus[0]},{cpus[1]}", *LIMITS_ARGS]
-    if sizes:
-        cmd += ["--sizes", ",".join(str(s) for s in sizes)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return _parse_json(out.stdout.strip()) if out.returncode == 0 else None
-
-
-def _sizes_of(engine_args: list[str]) -> Optional[list[int]]:
-    """The message size the run asks for, for the limits' memcpy figure."""
-    for i, a in enumerate(engine_args):
-        if a in ("-s", "--size") and i + 1 < len(engine_args):
-            v = engine_args[i + 1]
-            mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(v[-1:].lower(), 1)
+    args = list(RECORD_LIMITS_ARGS)
+    for i, a in enumerate(spec.engine_args[:-1]):
+        if a in ("-s", "--size"):
             try:
-                return [int(v[:-1] if mult > 1 else v) * mult]
+                args += ["--sizes", str(parse_size(spec.engine_args[i + 1]))]
             except ValueError:
-                return None
-    return None
+                pass  # the engine refuses the size itself, with its own message
+    try:
+        return run_limits(spec.cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
+    except FabmeterError as e:
+        if e.exit_code == EXIT_INTERRUPTED:
+            raise
+        return None
 
 
 def execute(spec: RunSpec,
@@ -372,7 +378,11 @@ def execute(spec: RunSpec,
     # Limits are recorded with every local run that keeps results, measured
     # before the engines start so neither disturbs the other.
     if spec.out is not None and spec.server is None and on_event is not None:
-        limits = measure_limits(engine, spec.cpus, _sizes_of(spec.engine_args))
+        try:
+            limits = _limits_for_record(engine, spec)
+        except FabmeterError as e:
+            res.status, res.exit_code, res.message = "interrupted", e.exit_code, e.message
+            return res
         if limits:
             on_event(limits)
     with _SignalForwarder() as fwd:
@@ -512,14 +522,16 @@ def _classify(res: RunResult, rc: int, stderr: str, fwd: _SignalForwarder,
 
 
 def run_limits(cpus: Optional[tuple[int, ...]], iters: Optional[int] = None,
-               engine: Optional[str] = None, timeout: float = 120.0) -> dict:
-    """`fabmeter-engine limits`: the bare cache-line ping-pong between two CPUs."""
+               engine: Optional[str] = None, timeout: float = 120.0, args: Sequence[str] = ()) -> dict:
+    """`fabmeter-engine limits` between two CPUs: cache-line ping-pong,
+    memcpy, timestamp and timer costs (`args`: more of its options)."""
     engine = engine or find_engine()
     cmd = [engine, "limits"]
     if cpus and len(cpus) >= 2:
         cmd += ["--cpus", f"{cpus[0]},{cpus[1]}"]
     if iters:
         cmd += ["-n", str(iters)]
+    cmd += list(args)
     proc = _spawn(cmd)
     with _SignalForwarder() as fwd:
         fwd.procs.append(proc)

@@ -36,22 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from fabmeter.run import _child_setup  # own process group + SIGTERM if we die
+from fabmeter.run import _child_setup, parse_size  # noqa: F401 (parse_size: for the adapters)
 
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_EXIT_GRACE_S = 2.0     # servers that end after one client get this long
 KILL_GRACE_S = 3.0            # SIGTERM -> SIGKILL
 
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def parse_size(text: str) -> int:
-    """'32', '64K', '1M' -> bytes (K = 1024, as fabmeter's -s)."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", str(text), re.I)
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"not a message size: {text!r} (e.g. 32, 64K, 1M)")
-    return int(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
 
 
 @dataclass(frozen=True)
