@@ -102,16 +102,18 @@ pt() {
   printf '%-58s rc=%s\n' "$name" "$rc"
 }
 
+# rdma_cm cannot connect UC; UD has no RDMA write.
+cms_for() { case $1 in uc) echo raw ;; *) echo rdma_cm raw ;; esac; }
+ops_for() { case $1 in ud) echo send ;; *) echo send write ;; esac; }
+
 SMALL_LAT=(-s 32 -n 200 --warmup 50)
 ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
 BW=(-s 1K -n 2000 --warmup 100)
 
 echo "== verbs: lat over every knob (RC/UC/UD x send/write x inline x signaling x poll x cm)"
 for svc in rc uc ud; do
-  case $svc in rc) cms="rdma_cm raw" ;; uc) cms="raw" ;; ud) cms="rdma_cm raw" ;; esac
-  case $svc in ud) ops="send" ;; *) ops="send write" ;; esac
-  for cm in $cms; do
-    for op in $ops; do
+  for cm in $(cms_for $svc); do
+    for op in $(ops_for $svc); do
       for inl in 0 64; do
         for sig in 1 auto; do
           for poll in busy event; do
@@ -128,10 +130,8 @@ done
 
 echo "== verbs: oneway (t_comp from send completions) and bw, per service x op x cm"
 for svc in rc uc ud; do
-  case $svc in rc) cms="rdma_cm raw" ;; uc) cms="raw" ;; ud) cms="rdma_cm raw" ;; esac
-  case $svc in ud) ops="send" ;; *) ops="send write" ;; esac
-  for cm in $cms; do
-    for op in $ops; do
+  for cm in $(cms_for $svc); do
+    for op in $(ops_for $svc); do
       fm "oneway-$svc-$op-$cm-busy" 0 oneway "${ONEWAY[@]}" --service $svc --op $op --cm $cm
       fm "bw-$svc-$op-$cm-busy" 0 bw "${BW[@]}" --service $svc --op $op --cm $cm
     done

@@ -76,7 +76,7 @@ void print_options() {
     }
     return "[" + out + "]";
   };
-  out.add("version", "0.1.0").add_raw("experiments", json_list(fm::kExperiments))
+  out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
       .add_raw("transports", json_list(fm::available_transports())).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
 }

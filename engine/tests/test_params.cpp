@@ -81,3 +81,20 @@ TEST(Params, UnknownTransportIsAUsageError) {
     EXPECT_NE(std::string(e.what()).find("shm"), std::string::npos);  // lists what is built in
   }
 }
+
+TEST(Params, MessagesNameTheOptionAsTyped) {
+  Params p;
+  p.experiment = "oneway";
+  try {
+    fm::parse_options(p, {"--burst-size", "x"});
+    FAIL() << "no error";
+  } catch (const fm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--burst-size:"), std::string::npos) << e.what();
+  }
+  try {
+    fm::parse_options(p, {"--sq-depth", "99999999999"});
+    FAIL() << "no error";
+  } catch (const fm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--sq-depth:"), std::string::npos) << e.what();
+  }
+}

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from fabmeter import analysis, envinfo, run
 from fabmeter.peers import base as peer_base
 from fabmeter.peers import registry, rawpp
-from fabmeter.results import RunRecord, now_iso, write_json
+from fabmeter.results import execute_recorded, now_iso, write_json
 
 SIZE = 32
 BW_SIZE = 64 * 1024
@@ -72,11 +72,10 @@ class Bench:
                 raise Skip(f"transport {transport} is not built into this engine")
             self.runs += 1
             folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{'-'.join(a.lstrip('-') for a in args)}"
-            record = RunRecord(folder, {"experiment": experiment, "mode": "local", "cpus": list(self.cpus or []),
-                                        "options": args, "server": None})
-            res = run.execute(run.RunSpec(experiment, args, cpus=self.cpus, out=folder, engine=self.engine),
-                              on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
-            record.finish(res.status, res.message, res.exit_code)
+            config = {"experiment": experiment, "mode": "local", "cpus": list(self.cpus or []),
+                      "options": args, "server": None}
+            res = execute_recorded(run.RunSpec(experiment, args, cpus=self.cpus, out=folder, engine=self.engine),
+                                   config)
             if res.exit_code == run.EXIT_INTERRUPTED:
                 raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
             if res.exit_code != run.EXIT_OK or not res.points:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import analysis, envinfo, run
-from fabmeter.results import RunRecord, now_iso, write_json
+from fabmeter.results import execute_recorded, now_iso, write_json
 
 POLLS = ("busy", "event")
 # (label, transport options, polls): what the demo runs of each transport.
@@ -45,13 +45,10 @@ def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experime
     folder = out / f"{label.replace(' ', '-')}-{poll}-{name}"
     folder.mkdir(parents=True, exist_ok=True)
     args = [*targs, "--poll", poll, *opts]
-    record = RunRecord(folder, {"experiment": experiment, "mode": "local", "server": None,
-                                "cpus": list(cpus) if cpus else None, "options": args, "params": None},
-                       command=[*sys.argv[:1], experiment, *args, "--out", str(folder)])
-    res = run.execute(run.RunSpec(experiment, args, cpus=cpus, out=folder),
-                      on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
-    record.finish(res.status, res.message, res.exit_code)
-    return res
+    config = {"experiment": experiment, "mode": "local", "server": None,
+              "cpus": list(cpus) if cpus else None, "options": args, "params": None}
+    return execute_recorded(run.RunSpec(experiment, args, cpus=cpus, out=folder), config,
+                            command=[*sys.argv[:1], experiment, *args, "--out", str(folder)])
 
 
 def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:

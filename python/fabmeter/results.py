@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, envinfo
+from fabmeter import __version__, envinfo, run
 
 
 def now_iso() -> str:
@@ -74,3 +74,12 @@ class RunRecord:
     def flush(self) -> None:
         if self.out is not None:
             write_json(self.out / "run.json", self.doc)
+
+
+def execute_recorded(spec: "run.RunSpec", config: dict, command: Optional[list[str]] = None) -> "run.RunResult":
+    """One run into spec.out: run.json follows every engine line and ends
+    with the run's status."""
+    record = RunRecord(spec.out, config, command=command)
+    res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+    record.finish(res.status, res.message, res.exit_code)
+    return res

@@ -8,6 +8,9 @@
 
 namespace fm {
 
+// Reported by `options` and in every run's start line.
+constexpr const char* kEngineVersion = "0.1.0";
+
 struct ClientOptions {
   std::string server;   // HOST[:PORT]
   std::string out_dir;  // raw samples go here when set

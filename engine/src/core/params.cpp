@@ -10,6 +10,13 @@
 namespace fm {
 namespace {
 
+// "--burst-size" for the field burst_size: messages name the option as typed.
+std::string flag(std::string_view key) {
+  std::string f = "--" + std::string(key);
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
 uint64_t parse_u64(std::string_view opt, std::string_view v) {
   // Accepts plain numbers and K/M/G suffixes (powers of two), e.g. 64K, 8M.
   uint64_t mult = 1;
@@ -24,7 +31,7 @@ uint64_t parse_u64(std::string_view opt, std::string_view v) {
   uint64_t x = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
-    usage_error("--" + std::string(opt) + ": expected a non-negative integer, got '" + std::string(v) + "'");
+    usage_error(flag(opt) + ": expected a non-negative integer, got '" + std::string(v) + "'");
   return x * mult;
 }
 
@@ -33,7 +40,7 @@ double parse_double(std::string_view opt, std::string_view v) {
   char* end = nullptr;
   double x = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !std::isfinite(x) || x < 0)
-    usage_error("--" + std::string(opt) + ": expected a non-negative number, got '" + s + "'");
+    usage_error(flag(opt) + ": expected a non-negative number, got '" + s + "'");
   return x;
 }
 
@@ -66,7 +73,7 @@ std::string one_of(std::string_view opt, std::string_view v, std::initializer_li
     if (v == a) return std::string(v);
   std::string list;
   for (const char* a : allowed) list += std::string(list.empty() ? "" : "|") + a;
-  usage_error("--" + std::string(opt) + ": expected " + list + ", got '" + std::string(v) + "'");
+  usage_error(flag(opt) + ": expected " + list + ", got '" + std::string(v) + "'");
 }
 
 #define U64(field) \
@@ -75,12 +82,17 @@ std::string one_of(std::string_view opt, std::string_view v, std::initializer_li
 #define U32(field) \
   [](Params& p, std::string_view v) { \
     uint64_t x = parse_u64(#field, v); \
-    if (x > UINT32_MAX) usage_error(std::string("--" #field ": value too large")); \
+    if (x > UINT32_MAX) usage_error(flag(#field) + ": value too large"); \
     p.field = static_cast<uint32_t>(x); }, \
   [](const Params& p) { return std::to_string(p.field); }
 #define DBL(field) \
   [](Params& p, std::string_view v) { p.field = parse_double(#field, v); }, \
   [](const Params& p) { return fmt_double(p.field); }
+// A number, or "auto" (stored as `none`: the experiment or transport decides).
+#define AUTO_NUM(field, none) \
+  [](Params& p, std::string_view v) { \
+    p.field = v == "auto" ? none : static_cast<decltype(p.field)>(parse_u64(#field, v)); }, \
+  [](const Params& p) { return p.field == none ? std::string("auto") : std::to_string(p.field); }
 #define FLAG(field) \
   [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
   [](const Params& p) { return std::string(p.field ? "1" : "0"); }
@@ -97,12 +109,10 @@ std::vector<OptSpec> make_table() {
     {"all", 'a', "", "lat,bw", "all", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
     {"max-size", 0, "BYTES", "lat,bw,check", "all", "largest size of the -a sweep or of check (capped by the transport)", U64(max_size)},
     {"iters", 'n', "N", "lat,bw", "all", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
-     [](Params& p, std::string_view v) { p.iters = v == "auto" ? 0 : parse_u64("iters", v); },
-     [](const Params& p) { return p.iters ? std::to_string(p.iters) : std::string("auto"); }},
+     AUTO_NUM(iters, 0)},
     {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(duration)},
     {"warmup", 0, "N", "lat,oneway,bw,stream", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
-     [](Params& p, std::string_view v) { p.warmup = v == "auto" ? -1 : static_cast<int64_t>(parse_u64("warmup", v)); },
-     [](const Params& p) { return p.warmup < 0 ? std::string("auto") : std::to_string(p.warmup); }},
+     AUTO_NUM(warmup, -1)},
     {"bursts", 0, "B", "oneway", "all", "number of bursts", U64(bursts)},
     {"burst-size", 0, "N", "oneway", "all", "messages per burst", U64(burst_size)},
     {"pause-us", 0, "P", "oneway", "all", "pause between bursts, microseconds", DBL(pause_us)},
@@ -122,8 +132,7 @@ std::vector<OptSpec> make_table() {
      [](Params& p, std::string_view v) { p.values = parse_list("values", v); },
      [](const Params& p) { return join_list(p.values); }},
     {"count", 0, "N", "stream", "all", "samples per point (auto: --duration, else one second's worth)",
-     [](Params& p, std::string_view v) { p.count = v == "auto" ? 0 : parse_u64("count", v); },
-     [](const Params& p) { return p.count ? std::to_string(p.count) : std::string("auto"); }},
+     AUTO_NUM(count, 0)},
     {"timer", 0, "KIND", "stream", "all", "how the source waits for the next step: tsc (spin), timerfd or nanosleep",
      [](Params& p, std::string_view v) { p.timer = one_of("timer", v, {"tsc", "timerfd", "nanosleep"}); },
      [](const Params& p) { return p.timer; }},
@@ -150,8 +159,7 @@ std::vector<OptSpec> make_table() {
      [](const Params& p) { return p.device; }},
     {"port", 0, "N", "all", "verbs", "device port", U32(port)},
     {"gid-index", 0, "N", "all", "verbs", "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
-     [](Params& p, std::string_view v) { p.gid_index = v == "auto" ? -1 : static_cast<int32_t>(parse_u64("gid-index", v)); },
-     [](const Params& p) { return p.gid_index < 0 ? std::string("auto") : std::to_string(p.gid_index); }},
+     AUTO_NUM(gid_index, -1)},
     {"cm", 0, "HOW", "all", "verbs", "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
      [](Params& p, std::string_view v) { p.cm = one_of("cm", v, {"auto", "rdma_cm", "raw"}); },
      [](const Params& p) { return p.cm; }},

@@ -50,7 +50,6 @@ const char* status_name(Status s) {
 
 namespace {
 
-constexpr const char* kEngineVersion = "0.1.0";
 
 int exit_code(Status s) {
   if (s == Status::ok) return 0;
@@ -253,7 +252,6 @@ int run_client(const Params& p, const ClientOptions& o) {
   Clock clk(p.clock == "tsc");
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
 
-  JsonObj hello;
   std::string me = host_id();
   ctrl.send(CtrlType::hello, std::to_string(kProtocolVersion) + "\n" + me + "\n" + encode_params(p));
   std::string welcome = ctrl.recv(CtrlType::welcome, "server's answer to hello");

@@ -101,7 +101,6 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   const uint64_t steps = stream_steps(p, rate), warmup = stream_warmup(p, rate);
   const uint64_t total = warmup + steps;
   const uint64_t size = stream_size(values);
-  (void)size;
   const double period = static_cast<double>(clk.ns_to_ticks(1e9)) / static_cast<double>(rate);
   SampleBuf t_subm(total);  // 0 = step missed
   PayloadBuf buf(size);
