@@ -16,6 +16,7 @@ def test_verdicts_follow_the_direction_of_the_target():
     assert row(1.25).met(1.2) and not row(1.25).met(1.3)
     assert row(1.0, higher=True).met(1.1) and not row(1.0, higher=True).met(0.9)
     assert row(1.0).met(None) is None
+    assert row(None).met(0.5) is None  # a floor row explains, it has no verdict
 
 
 def test_rdma_table_from_the_last_test_rdma(tmp_path, monkeypatch):

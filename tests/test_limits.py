@@ -11,13 +11,17 @@ from conftest import json_lines
 
 def test_limits_probe_reports_every_figure(engine):
     r = subprocess.run([str(engine), "limits", "--cpus", "0,1", "-n", "2000", "--sizes", "32,65536",
-                        "--timer-wakeups", "20"], capture_output=True, text=True, timeout=60)
+                        "--timer-wakeups", "20", "--wakeup-round-trips", "20"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     (lim,) = json_lines(r.stdout)
     assert lim["cpus"] == [0, 1] and lim["cacheline_kind"] == "rtt/2"
     cl = lim["cacheline_oneway_ns"]
     assert 0 < cl["min"] <= cl["p50"] <= cl["p99"] <= cl["max"]
     assert lim["cacheline_oneway_bulk_ns"] > 0
+    two = lim["two_lines_oneway_ns"]
+    assert 0 < two["min"] <= two["p50"] <= two["max"] and lim["two_lines_oneway_bulk_ns"] > 0
+    # Threads that really slept: a wake-up costs more than a cache-line hand-over.
+    assert lim["wakeup_oneway_ns"]["p50"] > cl["p50"]
     assert set(lim["memcpy_gbps"]) == {"32", "65536"} and all(v > 0 for v in lim["memcpy_gbps"].values())
     assert lim["timestamp_cost_ns"]["clock_gettime"] > 0 and lim["record_cost_ns"] > 0
     for kind in ("timerfd_late_ns", "nanosleep_late_ns"):
@@ -26,7 +30,7 @@ def test_limits_probe_reports_every_figure(engine):
 
 
 def test_limits_bad_arguments(engine):
-    for args in (["--cpus", "0"], ["-n", "0"], ["--sizes", "x"], ["--bogus"]):
+    for args in (["--cpus", "0"], ["-n", "0"], ["--wakeup-round-trips", "0"], ["--sizes", "x"], ["--bogus"]):
         r = subprocess.run([str(engine), "limits", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("fabmeter-engine: error: ")

@@ -16,9 +16,9 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
+  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once]
-  fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N]
+  fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured size,
@@ -133,8 +133,11 @@ int main_(std::vector<std::string> args) {
       o.sizes = scratch.values;
     }
     if (take(args, "--timer-wakeups", &v)) o.timer_wakeups = static_cast<uint64_t>(parse_int("--timer-wakeups", v));
+    if (take(args, "--wakeup-round-trips", &v))
+      o.wakeup_round_trips = static_cast<uint64_t>(parse_int("--wakeup-round-trips", v));
     if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
-    if (o.iterations == 0 || o.timer_wakeups == 0) fm::usage_error("-n and --timer-wakeups must be at least 1");
+    if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0)
+      fm::usage_error("-n, --timer-wakeups and --wakeup-round-trips must be at least 1");
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }

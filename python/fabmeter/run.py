@@ -338,7 +338,7 @@ def parse_size(text: str) -> int:
 
 # The limits recorded with every run: about 0.3 s, cheap enough for that.
 RECORD_LIMITS_ITERS = 20000
-RECORD_LIMITS_ARGS = ["--timer-wakeups", "50"]
+RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100"]
 
 
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:

@@ -13,11 +13,14 @@ struct LimitsOptions {
   uint64_t iterations = 100000;                       // cache-line round trips
   std::vector<uint64_t> sizes = {32, 4096, 65536, 1 << 20};  // memcpy sizes
   uint64_t timer_wakeups = 200;                       // per timer kind
+  uint64_t wakeup_round_trips = 1000;                 // futex wake-up ping-pong
   double timer_period_us = 100;
 };
 
 // - cache line bounced between threads pinned to cpu_a and cpu_b: RTT/2 with a
-//   timestamp pair per round trip (as fabmeter's lat takes them) and in bulk;
+//   timestamp pair per round trip (as fabmeter's lat takes them) and in bulk,
+//   once through one shared line and once through a line per direction;
+// - a sleeping thread woken from the other CPU (futex ping-pong), RTT/2;
 // - memcpy bandwidth for each size; the cost of one timestamp and of recording
 //   one (timestamp + store into prefaulted storage); wake-up lateness of
 //   timerfd and clock_nanosleep at a fixed period.

@@ -13,6 +13,7 @@
 #include "fabmeter/clock.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/futex.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/stats.hpp"
 
@@ -24,9 +25,19 @@ struct PingPong {
   double bulk_half_rtt_ns;          // median over chunks of (chunk time / round trips / 2), no timestamps inside
 };
 
-PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) {
-  alignas(128) static std::atomic<uint64_t> line{0};
-  line.store(0);
+// Hand-over between the two pinned CPUs. One line: both directions write the
+// same line, the fastest hand-over there is. Two lines: each direction owns a
+// line (128 B apart, so the adjacent-line prefetcher does not pair them), the
+// floor for any duplex transport whose two messages do not fit in one line.
+PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n, bool one_line) {
+  struct alignas(128) Line {
+    std::atomic<uint64_t> v{0};
+  };
+  static Line lines[2];
+  lines[0].v.store(0);
+  lines[1].v.store(0);
+  std::atomic<uint64_t>& ping = lines[0].v;
+  std::atomic<uint64_t>& pong = one_line ? lines[0].v : lines[1].v;
   const uint64_t warmup = n / 10 + 100;
   const uint64_t rounds = 2 * (warmup + n);  // timestamped phase, then bulk phase
   SampleBuf rtt(n);
@@ -34,16 +45,16 @@ PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) 
   std::thread echo([&] {
     pin_to_cpu(cpu_b);
     for (uint64_t i = 0; i < rounds; ++i) {
-      while (line.load(std::memory_order_acquire) != 2 * i + 1) {}
-      line.store(2 * i + 2, std::memory_order_release);
+      while (ping.load(std::memory_order_acquire) != 2 * i + 1) {}
+      pong.store(2 * i + 2, std::memory_order_release);
     }
   });
   pin_to_cpu(cpu_a);
   uint64_t i = 0;
   for (; i < warmup + n; ++i) {
     uint64_t t0 = clk.ticks();
-    line.store(2 * i + 1, std::memory_order_release);
-    while (line.load(std::memory_order_acquire) != 2 * i + 2) {}
+    ping.store(2 * i + 1, std::memory_order_release);
+    while (pong.load(std::memory_order_acquire) != 2 * i + 2) {}
     uint64_t t1 = clk.ticks();
     if (i >= warmup) rtt[i - warmup] = t1 - t0;
   }
@@ -55,8 +66,8 @@ PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) 
     const uint64_t end = std::min(rounds, i + kChunk), len = end - i;
     uint64_t b0 = clk.ticks();
     for (; i < end; ++i) {
-      line.store(2 * i + 1, std::memory_order_release);
-      while (line.load(std::memory_order_acquire) != 2 * i + 2) {}
+      ping.store(2 * i + 1, std::memory_order_release);
+      while (pong.load(std::memory_order_acquire) != 2 * i + 2) {}
     }
     chunk_ns.push_back(clk.to_ns(static_cast<double>(clk.ticks() - b0)) / static_cast<double>(len) / 2);
   }
@@ -66,6 +77,38 @@ PingPong cacheline_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) 
   for (uint64_t k = 0; k < n; ++k) r.half_rtt_ns[k] = clk.to_ns(static_cast<double>(rtt[k])) / 2;
   r.bulk_half_rtt_ns = summarize(chunk_ns.data(), chunk_ns.size()).p50;
   return r;
+}
+
+// Cross-CPU wake-up of a sleeping thread: two threads take turns waking each
+// other through a futex and sleeping until woken, never spinning. RTT/2 is
+// what an event-mode one-way pays at least between these CPUs, before any
+// transport work (the idle CPU's halt and wake-up, the scheduler, the futex).
+std::vector<double> wakeup_pingpong(const Clock& clk, int cpu_a, int cpu_b, uint64_t n) {
+  std::atomic<uint32_t> word{0};
+  const uint64_t warmup = n / 10 + 10;
+  auto await = [&word](uint32_t want) {
+    for (uint32_t v; (v = word.load(std::memory_order_acquire)) != want;) futex_wait(&word, v, -1);
+  };
+  std::thread echo([&] {
+    pin_to_cpu(cpu_b);
+    for (uint64_t i = 0; i < warmup + n; ++i) {
+      await(static_cast<uint32_t>(2 * i + 1));
+      word.store(static_cast<uint32_t>(2 * i + 2), std::memory_order_release);
+      futex_wake(&word);
+    }
+  });
+  pin_to_cpu(cpu_a);
+  std::vector<double> half(n);
+  for (uint64_t i = 0; i < warmup + n; ++i) {
+    uint64_t t0 = clk.ticks();
+    word.store(static_cast<uint32_t>(2 * i + 1), std::memory_order_release);
+    futex_wake(&word);
+    await(static_cast<uint32_t>(2 * i + 2));
+    uint64_t t1 = clk.ticks();
+    if (i >= warmup) half[i - warmup] = clk.to_ns(static_cast<double>(t1 - t0)) / 2;
+  }
+  echo.join();
+  return half;
 }
 
 // Bytes per second copying `size` bytes between two prefaulted buffers.
@@ -131,7 +174,9 @@ Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
 JsonObj measure_limits(const LimitsOptions& o) {
   Clock clk(true);
   Clock mono(false);
-  PingPong pp = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations);
+  PingPong pp = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, true);
+  PingPong pp2 = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, false);
+  std::vector<double> wake = wakeup_pingpong(clk, o.cpu_a, o.cpu_b, o.wakeup_round_trips);
   JsonObj copy;
   for (uint64_t s : o.sizes) copy.add(std::to_string(s), memcpy_gbps(clk, s));
   JsonObj cost;
@@ -147,6 +192,9 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add("cacheline_kind", "rtt/2")
       .add("cacheline_oneway_ns", to_json(summarize(pp.half_rtt_ns.data(), pp.half_rtt_ns.size())))
       .add("cacheline_oneway_bulk_ns", pp.bulk_half_rtt_ns)
+      .add("two_lines_oneway_ns", to_json(summarize(pp2.half_rtt_ns.data(), pp2.half_rtt_ns.size())))
+      .add("two_lines_oneway_bulk_ns", pp2.bulk_half_rtt_ns)
+      .add("wakeup_oneway_ns", to_json(summarize(wake.data(), wake.size())))
       .add("memcpy_gbps", copy)
       .add("timestamp_cost_ns", cost)
       .add("record_cost_ns", record_cost_ns(clk))

@@ -1,9 +1,7 @@
 #include "transport/shm.hpp"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,22 +9,9 @@
 #include <cstring>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/futex.hpp"
 
 namespace fm {
-namespace shm {
-
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
-  timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-  // Not FUTEX_PRIVATE: the word lives in memory shared between processes.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void futex_wake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
-}
-
-}  // namespace shm
-
 namespace {
 
 uint32_t round_pow2(uint32_t x) {
@@ -126,7 +111,7 @@ bool ShmTransport::sleep_until(Ready ready) {
   uint32_t key = my_bell_->seq.load(std::memory_order_acquire);
   my_bell_->armed.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!ready()) shm::futex_wait(&my_bell_->seq, key, kWaitSliceMs);
+  if (!ready()) futex_wait(&my_bell_->seq, key, kWaitSliceMs);
   my_bell_->armed.store(0, std::memory_order_relaxed);
   return ready();
 }

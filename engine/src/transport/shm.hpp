@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
+#include "fabmeter/futex.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
@@ -37,9 +38,6 @@ struct alignas(128) Control {
   RingHead head[2];
   Doorbell bell[2];  // index = role (0 client, 1 server)
 };
-
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms);
-void futex_wake(std::atomic<uint32_t>* word);
 
 }  // namespace shm
 
@@ -88,7 +86,7 @@ class ShmTransport {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (peer_bell_->armed.load(std::memory_order_relaxed)) [[unlikely]] {
       peer_bell_->seq.fetch_add(1, std::memory_order_release);
-      shm::futex_wake(&peer_bell_->seq);
+      futex_wake(&peer_bell_->seq);
     }
   }
   template <class Ready> bool sleep_until(Ready ready);
