@@ -86,6 +86,25 @@ def test_report_output_option_and_errors(tmp_path, fixture_report):
     assert r.returncode == 2 and "no run.json or peers.json" in one_line_error(r.stderr)
 
 
+def test_cdf_of_a_bench_sized_overlay(tmp_path):
+    """A bench puts dozens of runs of one configuration in one CDF: one legend
+    entry per label, beside the plot, and matplotlib has nothing to warn about."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    for t in range(10):
+        for k in range(3):
+            folder = tmp_path / f"lat-t{t}-{k}"
+            folder.mkdir()
+            p = report_fixture._latency_point(folder, rng, "lat", f"t{t}", "busy", 32, 100.0 * (t + 1), n=500)
+            report_fixture._write(folder, report_fixture._run_doc("lat", {"transport": f"t{t}", "poll": "busy"}, [p]))
+    r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-W", "error", "-m", "fabmeter", "report", tmp_path],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    text = (tmp_path / "report.html").read_text()
+    assert "lat, 32 B: 30 runs" in text
+
+
 def test_report_of_real_suite_runs(fm, tmp_path):
     out = tmp_path / "quick"
     r = fm.run("suite", REPO / "suites" / "quick.toml", "--out", out)

@@ -315,7 +315,12 @@ def fig_cdf(title: str, curves: list[tuple[str, np.ndarray, object, str]], xlabe
     ax.set_xlabel(f"{xlabel} [µs, log scale]")
     ax.set_ylabel("fraction of messages at or below")
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    entries = sum(1 for label, *_ in curves if not label.startswith("_"))
+    if entries > 6:   # beside the plot, so it hides no curve and the axes keep their size
+        fig.set_size_inches(9.0, max(3.6, 0.9 + 0.17 * entries))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
+    else:
+        ax.legend(loc="lower right")
     return png(fig)
 
 
@@ -559,8 +564,9 @@ def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
         curves, nth = [], {}
         for e in sorted(es, key=lambda e: (e.label, e.run.rel)):
             nth[e.label] = nth.get(e.label, -1) + 1    # runs that share a label: same colour, own line style
-            curves.append((e.label + (f" ({e.run.rel})" if seen[e.label] > 1 else ""), e.samples(),
-                           colors(e.label), ("-", "--", ":", "-.")[nth[e.label] % 4]))
+            # One legend entry per label, however many runs share it (a bench has dozens).
+            name = ("_" if nth[e.label] else e.label + (f" ({seen[e.label]} runs)" if seen[e.label] > 1 else ""))
+            curves.append((name, e.samples(), colors(e.label), ("-", "--", ":", "-.")[nth[e.label] % 4]))
         e0 = es[0]
         figs.append(_img(fig_cdf(f"{e0.experiment} {e0.where()}\nCDF of the {e0.latency_name}", curves,
                                  e0.latency_name),
