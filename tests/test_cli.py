@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,6 +63,8 @@ def test_format_table_aligns():
 
 def test_envinfo_collects():
     env = envinfo.collect()
-    for key in ("cpu_model", "kernel", "governors", "isolated_cpus", "tsc_flags", "libraries"):
+    for key in ("cpu_model", "kernel", "governors", "cpuidle", "isolated_cpus", "tsc_flags", "libraries"):
         assert key in env
+    if Path("/sys/devices/system/cpu/cpuidle/current_driver").exists():
+        assert env["cpuidle"]["driver"]
     assert env["libraries"]["numpy"] == np.__version__

@@ -68,7 +68,10 @@ def test_report_content(fixture_report):
     for section in ("Environment", "Comparison table", "Latency histograms", "CDF overlays",
                     "Latency vs message size", "Bandwidth and message rate", "Stream: latency vs rate"):
         assert section in text, section
-    assert json.loads((root / "lat-shm-busy" / "run.json").read_text())["environment"]["hostname"] in text
+    env = json.loads((root / "lat-shm-busy" / "run.json").read_text())["environment"]
+    assert env["hostname"] in text
+    if env["cpuidle"]["driver"]:   # how an idle CPU waits explains event-mode figures
+        assert f"cpuidle {env['cpuidle']['driver']}" in text
     # Stream rows: rate x values, missed-step share.
     assert "100,000 Hz x 64 values (536 B)" in text
 

@@ -104,7 +104,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     p = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
                        allow_abbrev=False)
     p.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
-    p.add_argument("--rounds", metavar="K", type=int, default=3, help="rounds, alternating configurations (default: 3)")
+    p.add_argument("--rounds", metavar="K", type=int, default=5, help="rounds, alternating configurations (default: 5)")
     p.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
 
     p = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",

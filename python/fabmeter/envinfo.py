@@ -1,7 +1,7 @@
 """The environment a result was measured in, recorded with every run.
 
 Latency figures are meaningless without it: CPU model, kernel, frequency
-governor, isolated CPUs and TSC properties all move the numbers.
+governor, idle driver, isolated CPUs and TSC properties all move the numbers.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ def governors() -> dict[str, Optional[str]]:
     return out
 
 
+def cpuidle() -> dict:
+    """How an idle CPU waits: what every event-mode wake-up pays. In a VM,
+    haltpoll's guest_halt_poll_ns says how long it polls before it halts."""
+    out = {"driver": _read(CPU_SYS / "cpuidle" / "current_driver"),
+           "governor": _read(CPU_SYS / "cpuidle" / "current_governor")}
+    poll_ns = _read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if poll_ns is not None:
+        out["guest_halt_poll_ns"] = int(poll_ns)
+    return out
+
+
 def kernel() -> dict:
     u = platform.uname()
     return {"release": u.release, "version": u.version, "machine": u.machine,
@@ -74,6 +85,7 @@ def collect(engine_env: Optional[dict] = None, server_env: Optional[dict] = None
         "cpus_allowed": allowed,
         "kernel": kernel(),
         "governors": governors(),
+        "cpuidle": cpuidle(),
         "isolated_cpus": _read(CPU_SYS / "isolated") or "",
         "tsc_flags": tsc_flags(),
         "libraries": libraries(),

@@ -447,6 +447,15 @@ def _percentiles(e: Entry) -> Optional[tuple[float, float, float]]:
     return (p50, p50, p90) if p50 is not None and p90 is not None else None
 
 
+def _idle_words(idle: Optional[dict]) -> str:
+    if not idle or not idle.get("driver"):
+        return "-"
+    words = f"cpuidle {idle['driver']}, governor {idle.get('governor') or '-'}"
+    if idle.get("guest_halt_poll_ns") is not None:
+        words += f", polls {idle['guest_halt_poll_ns']:,} ns before halting (guest_halt_poll_ns)"
+    return words
+
+
 def section_environment(runs: list[Run]) -> str:
     """The distinct environments the runs were measured in."""
     envs: dict[str, tuple[dict, list[str]]] = {}
@@ -455,7 +464,7 @@ def section_environment(runs: list[Run]) -> str:
         if not isinstance(env, dict):
             continue
         key = json.dumps({k: env.get(k) for k in ("hostname", "cpu_model", "kernel", "isolated_cpus",
-                                                  "governors", "cpu_count")}, sort_keys=True)
+                                                  "governors", "cpuidle", "cpu_count")}, sort_keys=True)
         envs.setdefault(key, (env, []))[1].append(r.rel)
     if not envs:
         return "<p>No environment recorded.</p>"
@@ -470,6 +479,7 @@ def section_environment(runs: list[Run]) -> str:
             ("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} CPUs, allowed {env.get('cpus_allowed')})"),
             ("kernel", f"{kernel.get('release', '')} {kernel.get('version', '')}"),
             ("frequency governors", "none (no cpufreq)" if govs == ["None"] else ", ".join(govs)),
+            ("idle", _idle_words(env.get("cpuidle"))),
             ("isolated CPUs", env.get("isolated_cpus") or "none"),
             ("TSC flags", " ".join(env.get("tsc_flags") or []) or "-"),
             ("timestamps", f"{eng.get('clock_source', '-')}, TSC {eng.get('tsc_ghz', '-')} GHz, "
