@@ -159,10 +159,12 @@ class Bench:
                     "fi_pingpong -p udp -e dgram", self.peer("fi_pingpong", "lat", "ofi:udp:dgram", mean),
                     "one-way (RTT/2) mean ns", 1.0),
             ]
-            # The same provider calls on both sides: what fabmeter's layer adds, as for the raw loops below.
+            # The same provider calls on both sides (fi_pingpong injects messages below the provider's
+            # inject_size, so fabmeter does too): what fabmeter's layer adds, as for the raw loops below.
             for prov, ep in (("tcp", "msg"), ("udp", "dgram"), ("shm", "rdm")):
                 rows.append(Row(f"ofi {prov} {ep} / fi_pingpong", f("lat", lat("ofi", "busy", "--provider", prov,
-                                                                              "--ep", ep), mean),
+                                                                              "--ep", ep, "--inline", str(SIZE)),
+                                                                     mean),
                                 f"fi_pingpong -p {prov} -e {ep}", self.peer("fi_pingpong", "lat", f"ofi:{prov}:{ep}", mean),
                                 "one-way (RTT/2) mean ns", 1.05))
         for lib in rawpp.LIBS:
