@@ -174,8 +174,8 @@ Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
 JsonObj measure_limits(const LimitsOptions& o) {
   Clock clk(true);
   Clock mono(false);
-  PingPong pp = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, true);
-  PingPong pp2 = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, false);
+  PingPong one = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, true);
+  PingPong two = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, false);
   std::vector<double> wake = wakeup_pingpong(clk, o.cpu_a, o.cpu_b, o.wakeup_round_trips);
   JsonObj copy;
   for (uint64_t s : o.sizes) copy.add(std::to_string(s), memcpy_gbps(clk, s));
@@ -190,10 +190,10 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add_raw("cpus", "[" + std::to_string(o.cpu_a) + ", " + std::to_string(o.cpu_b) + "]")
       .add("iterations", o.iterations)
       .add("cacheline_kind", "rtt/2")
-      .add("cacheline_oneway_ns", to_json(summarize(pp.half_rtt_ns.data(), pp.half_rtt_ns.size())))
-      .add("cacheline_oneway_bulk_ns", pp.bulk_half_rtt_ns)
-      .add("two_lines_oneway_ns", to_json(summarize(pp2.half_rtt_ns.data(), pp2.half_rtt_ns.size())))
-      .add("two_lines_oneway_bulk_ns", pp2.bulk_half_rtt_ns)
+      .add("cacheline_oneway_ns", to_json(summarize(one.half_rtt_ns.data(), one.half_rtt_ns.size())))
+      .add("cacheline_oneway_bulk_ns", one.bulk_half_rtt_ns)
+      .add("two_lines_oneway_ns", to_json(summarize(two.half_rtt_ns.data(), two.half_rtt_ns.size())))
+      .add("two_lines_oneway_bulk_ns", two.bulk_half_rtt_ns)
       .add("wakeup_oneway_ns", to_json(summarize(wake.data(), wake.size())))
       .add("memcpy_gbps", copy)
       .add("timestamp_cost_ns", cost)
