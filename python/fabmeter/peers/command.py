@@ -2,9 +2,10 @@
 
 Each selected tool measures what it can among the chosen transports
 (loopback only): sockperf lat tcp/udp, qperf lat tcp/udp and bw tcp, iperf3
-bw tcp, ucx_perftest lat and bw over shm and tcp. fabmeter itself (tool
-"fabmeter") runs lat for every transport x poll (busy, event) and bw over
-tcp, with the same sizes, iterations and CPUs. One table, every row saying
+bw tcp, ucx_perftest lat and bw over shm and tcp, fi_pingpong lat over each
+transport's libfabric provider (tcp msg, udp dgram, shm rdm). fabmeter
+itself (tool "fabmeter") runs lat for every transport x poll (busy, event)
+and bw over tcp, with the same sizes, iterations and CPUs. One table, every row saying
 which statistic it is; notes where a tool's statistic differs.
 
 --out DIR writes DIR/peers.json (the peer points, and a record for every
@@ -36,7 +37,7 @@ FABMETER_NOTE = {
 
 def add_parser(sub) -> None:
     p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong) beside fabmeter",
-                       description="Run sockperf, qperf, iperf3 and ucx_perftest over loopback with the same sizes, "
+                       description="Run sockperf, qperf, iperf3, ucx_perftest and fi_pingpong over loopback with the same sizes, "
                                    "iterations and CPUs as fabmeter's own runs, and print them side by side, "
                                    "each figure labelled with the statistic its tool reports.",
                        allow_abbrev=False)
