@@ -6,7 +6,9 @@ peer tool on the same path (same size, iterations, CPUs) or a machine limit
 (`fabmeter-engine limits`). Each round measures every row once, the two
 sides of a row in alternating order (A B, then B A), so slow drift of a
 shared machine favours neither. Reported per row: the median over rounds of
-each side's figure, their ratio, and whether the row's target is met.
+each side's figure, their ratio, and whether the row's target is met. Rows
+without a target put fabmeter beside a floor beneath a target it does not
+meet (shm against two lines, event mode against a wake-up).
 
 Figures are compared like with like: where a peer gives only a mean
 (fi_pingpong), fabmeter's mean is used; where it gives a median, the median.
