@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,21 +64,49 @@ def test_run(fm, built, tmp_path, transport, poll, experiment):
 
 @pytest.mark.parametrize("transport", MESSAGING)
 def test_ipc_endpoint(fm, built, tmp_path, transport):
+    # ipc:// with no path: the server makes the socket file in a private
+    # directory of its own, tells the client, and removes both at the end.
     need(built, transport)
-    sock = tmp_path / f"{transport}.sock"
     out = tmp_path / "out"
-    r = fm.run("lat", "-t", transport, "--endpoint", f"ipc://{sock}", "-n", "500", *WARMUP, "--json", "--out", out)
+    r = fm.run("lat", "-t", transport, "--endpoint", "ipc://", "-n", "500", *WARMUP, "--json", "--out", out)
     assert r.returncode == 0, r.stderr
     (p,) = json_lines(r.stdout)
     assert p["iterations"] == 500 and p["partial"] is False
-    assert granted(out)["endpoint"] == f"ipc://{sock}"
-    assert not sock.exists(), "the server removes its ipc socket file"
+    endpoint = granted(out)["endpoint"]
+    assert endpoint.startswith("ipc:///") and endpoint.endswith(f"/{transport}.sock"), endpoint
+    sock = Path(endpoint[len("ipc://"):])
+    assert not sock.exists() and not sock.parent.exists(), "the server removes its socket file and directory"
+
+
+@pytest.mark.parametrize("transport", MESSAGING)
+def test_ipc_path_from_client_is_refused(fm, built, tmp_path, transport):
+    # The old server bound at the client's path and then unlinked "its"
+    # socket file there: any client could delete any file on the server host.
+    need(built, transport)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    r = fm.run("lat", "-t", transport, "--endpoint", f"ipc://{victim}", "-n", "100", *WARMUP, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "the server names its ipc socket file itself" in one_line_error(r.stderr)
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("endpoint,needle", [
+    ("tcp://127.0.0.1:80", "ports below 1024 are refused"),
+    ("tcp://10.255.255.1:5555", "the server listens only on the address the client reached it at"),
+])
+def test_client_named_tcp_endpoint_bounded(fm, built, endpoint, needle):
+    # The server binds only its own control address, and no port below 1024.
+    need(built, "zmq")
+    r = fm.run("lat", "-t", "zmq", "--endpoint", endpoint, "-n", "100", *WARMUP, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in one_line_error(r.stderr)
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
 def test_wildcard_endpoint(fm, built, tmp_path, transport):
-    # The server listens on every address and a free port; the client dials
-    # the server's control address on the port actually bound.
+    # * means the server's control address (the server never listens on
+    # every address for a client), on a free port actually bound.
     need(built, transport)
     out = tmp_path / "out"
     r = fm.run("lat", "-t", transport, "--endpoint", "tcp://*:*", "-n", "200", *WARMUP, "--json", "--out", out)
@@ -88,7 +117,7 @@ def test_wildcard_endpoint(fm, built, tmp_path, transport):
 
 @pytest.mark.parametrize("endpoint,needle", [
     ("inproc://fabmeter", "inproc://"),
-    ("udp://127.0.0.1:5555", "expected tcp://HOST:PORT or ipc://PATH"),
+    ("udp://127.0.0.1:5555", "expected tcp://HOST:PORT or ipc://"),
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
 ])
 @pytest.mark.parametrize("transport", MESSAGING)

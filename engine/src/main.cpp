@@ -1,6 +1,10 @@
 // fabmeter-engine: runs one role of one experiment. The Python CLI drives it;
 // it also works alone, perftest-style (`serve` on one host, `run` on another).
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,13 +21,24 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
-  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once]
+  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--data-dir DIR]
+                        [--max-memory BYTES] [--max-duration SEC] [--max-sessions N]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured size,
 "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
+
+serve runs each session in a process of its own (at most --max-sessions, default
+4; more are refused at once with "busy"). A client's hello must come within 2 s.
+Nothing a client sends names a path on the server: a stream's file sink is
+written in one fresh 0700 subdirectory per session under --data-dir (default:
+a private temporary directory, removed at exit if empty) and sent back; ipc://
+sockets are made in a private directory. A plan is refused before anything is
+allocated if it needs more than --max-memory (default: a quarter of MemTotal;
+K/M/G/T suffixes) or states a run longer than --max-duration (default 3600 s;
+0: no limit), which a watchdog also enforces.
 )";
 
 int parse_int(const std::string& opt, const std::string& v) {
@@ -31,6 +46,34 @@ int parse_int(const std::string& opt, const std::string& v) {
   long x = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end || x < 0 || x > 1'000'000'000) fm::usage_error(opt + ": expected a non-negative integer, got '" + v + "'");
   return static_cast<int>(x);
+}
+
+// BYTES with an optional K/M/G/T suffix (powers of two); at least 1.
+uint64_t parse_bytes(const std::string& opt, const std::string& v) {
+  uint64_t mult = 1;
+  std::string digits = v;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      case 't': case 'T': mult = 1ull << 40; break;
+    }
+    if (mult != 1) digits.pop_back();
+  }
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(digits.c_str(), &end, 10);
+  if (digits.empty() || digits[0] == '-' || *end || errno || x == 0 || x > UINT64_MAX / mult)
+    fm::usage_error(opt + ": expected a number of bytes (K/M/G/T suffixes allowed), got '" + v + "'");
+  return x * mult;
+}
+
+double parse_seconds(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !std::isfinite(x) || x < 0) fm::usage_error(opt + ": expected seconds (0: no limit), got '" + v + "'");
+  return x;
 }
 
 // Pulls "--name value" for names this subcommand owns out of args.
@@ -101,6 +144,11 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     o.once = take(args, "--once", nullptr);
+    take(args, "--data-dir", &o.data_dir);
+    if (take(args, "--max-memory", &v)) o.max_memory = parse_bytes("--max-memory", v);
+    if (take(args, "--max-duration", &v)) o.max_duration = parse_seconds("--max-duration", v);
+    if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
+    if (o.max_sessions == 0) fm::usage_error("--max-sessions must be at least 1");
     if (!args.empty()) fm::usage_error("serve: unexpected argument '" + args[0] + "'");
     return fm::run_server(o);
   }

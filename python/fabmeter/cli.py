@@ -90,11 +90,23 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         p.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
 
-    p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False)
+    p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
+                       description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
+                                   "Nothing a client sends names a path on this host; docs/security.md lists what a "
+                                   "client can make the server do.")
     p.add_argument("--bind", metavar="ADDR", help="address to listen on")
     p.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
     p.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
-    p.add_argument("--once", action="store_true", help="exit after one session")
+    p.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
+                        "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")
+    p.add_argument("--max-memory", metavar="BYTES",
+                   help="refuse a session whose plan needs more memory here (K/M/G/T suffixes; default: a quarter of RAM)")
+    p.add_argument("--max-duration", metavar="SEC",
+                   help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
+    p.add_argument("--max-sessions", metavar="N",
+                   help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
 
     p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
@@ -236,10 +248,10 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
-    for name in ("bind", "port", "cpu"):
+    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions"):
         v = getattr(ns, name)
         if v is not None:
-            args += [f"--{name}", str(v)]
+            args += [f"--{name.replace('_', '-')}", str(v)]
     if ns.once:
         args.append("--once")
     run.exec_server(args)  # does not return

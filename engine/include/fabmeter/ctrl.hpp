@@ -57,6 +57,7 @@ class Listener {
   Listener(const std::string& bind_addr, uint16_t port);
   ~Listener();
   uint16_t port() const { return port_; }
+  int fd() const { return fd_; }  // for a server that polls it beside other work
   // Blocks until a client connects or Ctrl-C (checked every 100 ms); returns
   // an invalid Ctrl (fd -1) in that case. `timeout_ms` applies to the session.
   Ctrl accept(uint32_t timeout_ms);

@@ -22,7 +22,27 @@ struct ServerOptions {
   uint16_t port = 18515;  // kDefaultPort
   int cpu = -1;
   bool once = false;
+  // Server-side outputs (a stream's file sink) go to one fresh 0700
+  // subdirectory per session under here; "" = a private temp dir made at start.
+  std::string data_dir;
+  uint64_t max_memory = 0;     // bytes one session's plan may need here; 0 = a quarter of MemTotal
+  double max_duration = 3600;  // seconds per session (stated up front, then a watchdog); 0 = no limit
+  uint32_t max_sessions = 4;   // sessions at once (one process each); more are answered "busy"
+  // Set by run_server, not options: its private 0711 directory where each
+  // session makes its ipc sockets (short paths: sun_path holds 108 bytes).
+  std::string ipc_root;
 };
+
+// Refuses (usage_error with the reason for the client) a plan that needs more
+// of this server than its operator allows: memory, duration, client-named
+// resources (ipc paths, privileged or foreign tcp ports). Nothing is allocated.
+void check_server_limits(const Params& p, const Caps& caps, const ServerOptions& o);
+// What a plan needs on the server, estimated before anything is allocated.
+struct ServerCost {
+  double memory_bytes;  // the largest point's stamp arrays, buffers, rings and queues
+  double min_seconds;   // a lower bound on the run time the plan states
+};
+ServerCost server_cost(const Params& p, const Caps& caps);
 
 // Return the process exit code: 0 ok, 3 runtime failure, 130 interrupted.
 int run_client(const Params& p, const ClientOptions& o);

@@ -136,7 +136,7 @@ std::vector<OptSpec> make_table() {
     {"timer", 0, "KIND", "stream", "all", "how the source waits for the next step: tsc (spin), timerfd or nanosleep",
      [](Params& p, std::string_view v) { p.timer = one_of("timer", v, {"tsc", "timerfd", "nanosleep"}); },
      [](const Params& p) { return p.timer; }},
-    {"sink", 0, "WHERE", "stream", "all", "where the sink puts samples: memory, or file:PATH (CSV)",
+    {"sink", 0, "WHERE", "stream", "all", "where the sink puts samples: memory, or file:PATH (CSV; the server writes it in its own --data-dir and sends it back, the client writes PATH)",
      [](Params& p, std::string_view v) {
        if (v != "memory" && (v.rfind("file:", 0) != 0 || v.size() == 5))
          usage_error("--sink: expected memory or file:PATH, got '" + std::string(v) + "'");
@@ -169,7 +169,7 @@ std::vector<OptSpec> make_table() {
     {"ep", 0, "TYPE", "all", "ofi", "libfabric endpoint type: msg, rdm or dgram",
      [](Params& p, std::string_view v) { p.ep = one_of("ep", v, {"msg", "rdm", "dgram"}); },
      [](const Params& p) { return p.ep; }},
-    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "where the server listens: tcp://HOST:PORT (PORT * or 0: a free one) or ipc://PATH (one host); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
+    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "where the server listens: tcp://HOST:PORT (HOST: the address the client reaches the server at, or *; PORT: * or 0 for a free one, else >= 1024) or ipc:// (one host; the server names the socket file); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
      [](Params& p, std::string_view v) { p.endpoint = std::string(v); },
      [](const Params& p) { return p.endpoint; }},
   };

@@ -1,10 +1,25 @@
 #include "fabmeter/session.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <optional>
 
 #include "experiment/bw.hpp"
 #include "experiment/check.hpp"
@@ -14,7 +29,9 @@
 #include "experiment/stream.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/signals.hpp"
 #include "fabmeter/stats.hpp"
+#include "transport/messaging.hpp"
 #include "transport/shm.hpp"
 #include "transport/tcp.hpp"
 #include "transport/udp.hpp"
@@ -164,6 +181,9 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
       if (body.size() > 2) s = s.substr(0, s.size() - 1) + ", " + body.substr(1);
       std::fwrite((s + "\n").data(), 1, s.size() + 1, stdout);
       std::fflush(stdout);
+      // The server ended the session mid-point (its watchdog): its refuse
+      // frame carries the one-line reason, thrown from here.
+      if (st == Status::ctrl_message) c.ctrl.recv(CtrlType::bye, "the server's message mid-point");
     }
     if (st != Status::ok) return st;
   }
@@ -293,6 +313,117 @@ int run_client(const Params& p, const ClientOptions& o) {
 
 namespace {
 
+constexpr uint32_t kHelloTimeoutMs = 2000;  // a connection that says nothing holds a process this long at most
+constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
+constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
+constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
+// Floors no transport beats here, so a plan's run time is never overestimated.
+constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
+// The transports cut their rings to this many bytes per direction for big messages.
+constexpr double kRingCap = 256.0 * (1 << 20);
+// A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
+constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
+
+volatile std::sig_atomic_t g_overtime = 0;
+void on_watchdog(int) {
+  g_overtime = 1;
+  g_stop_signal = 1;  // every loop ends as on Ctrl-C; the session then says why
+}
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f MiB", std::ceil(bytes / (1 << 20)));
+  return buf;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g s", s);
+  return buf;
+}
+
+bool messaging(const std::string& transport) {
+  return transport == "zmq" || transport == "nng" || transport == "nanomsg";
+}
+
+// Removes a directory the server made and the files it made in it (no
+// subdirectories are ever made there). Absent is fine.
+void remove_own_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (DIR* d = fdopendir(fd)) {
+    while (dirent* e = readdir(d))
+      if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  } else {
+    ::close(fd);
+  }
+  ::rmdir(dir.c_str());
+}
+
+std::string session_data_dir(const ServerOptions& o, pid_t pid) { return o.data_dir + "/session-" + std::to_string(pid); }
+std::string session_ipc_dir(const ServerOptions& o, pid_t pid) { return o.ipc_root + "/" + std::to_string(pid); }
+
+// What a session child leaves if it is killed: its directories and shared
+// memory segments ("/fabmeter-PID-N", made by its shm transport; only ours).
+void clean_after(const ServerOptions& o, pid_t pid) {
+  remove_own_dir(session_data_dir(o, pid));
+  remove_own_dir(session_ipc_dir(o, pid));
+  const std::string prefix = "fabmeter-" + std::to_string(pid) + "-";
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      struct stat st {};
+      if (std::string_view(e->d_name).rfind(prefix, 0) == 0 && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          st.st_uid == geteuid())
+        shm_unlink(("/" + std::string(e->d_name)).c_str());
+    }
+    closedir(d);
+  }
+}
+
+// One session's own names on the server: a 0700 data subdirectory (a file
+// sink writes there) and a 0711 directory for its ipc socket. The client's
+// --sink file:PATH and --endpoint ipc://... are replaced by these before
+// anything opens them. Both are removed at the end of the session.
+class SessionFiles {
+ public:
+  explicit SessionFiles(const ServerOptions& o) : o_(o) {}
+  ~SessionFiles() {
+    if (!data_.empty()) remove_own_dir(data_);
+    if (!ipc_.empty()) remove_own_dir(ipc_);
+  }
+  SessionFiles(const SessionFiles&) = delete;
+
+  void claim(Params& p, const Ctrl& ctrl) {
+    if (p.experiment == "stream" && p.sink != "memory") p.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
+    p.endpoint = msg::server_endpoint(p.transport, p.endpoint, ctrl.local_addr(), [&] {
+      return make(ipc_, session_ipc_dir(o_, getpid()), 0711) + "/" + p.transport + ".sock";
+    });
+  }
+
+ private:
+  static const std::string& make(std::string& slot, const std::string& dir, mode_t mode) {
+    if (::mkdir(dir.c_str(), mode) != 0) sys_error("cannot create the session's directory " + dir);
+    ::chmod(dir.c_str(), mode);  // not narrowed by the umask: clients of other users reach ipc sockets
+    slot = dir;
+    return slot;
+  }
+  const ServerOptions& o_;
+  std::string data_, ipc_;
+};
+
+// A session that outlives --max-duration ends as on Ctrl-C, then says why.
+void arm_watchdog(double after_s) {
+  struct sigaction sa {};
+  sa.sa_handler = on_watchdog;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, nullptr);
+  itimerval it{};
+  it.it_value.tv_sec = static_cast<time_t>(after_s);
+  it.it_value.tv_usec = static_cast<suseconds_t>((after_s - std::floor(after_s)) * 1e6);
+  setitimer(ITIMER_REAL, &it, nullptr);
+}
+
 // One session on the server side. Returns the exit code it would have.
 int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
   std::string hello = ctrl.recv(CtrlType::hello, "client hello");
@@ -313,16 +444,41 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
     check_against_caps(p, caps, same_host);
+    check_server_limits(p, caps, o);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return 2;
   }
+  SessionFiles files(o);
+  try {
+    files.claim(p, ctrl);
+  } catch (const Error& e) {
+    ctrl.send(CtrlType::refuse, e.what());
+    return e.kind == ErrorKind::usage ? 2 : 3;
+  }
+  if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
   ctrl.set_timeout_ms(p.timeout_ms);
   // Both ends must read the same clock for one-way stamps: the client's choice.
   const Clock& clk = p.clock == "tsc" ? tsc : mono;
   ctrl.send(CtrlType::welcome, host_id() + "\n" + engine_env(clk, o.cpu).str());
   Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
-  Status st = entry->points(p, c, "", nullptr);
+  Status st;
+  try {
+    st = entry->points(p, c, "", nullptr);
+  } catch (const Error&) {
+    if (!g_overtime) throw;
+    st = Status::interrupted;
+  }
+  if (g_overtime) {
+    const std::string why = "the server ended the session: it ran longer than the server's --max-duration of " +
+                            seconds(o.max_duration) + " (+" + seconds(kWatchdogGraceS) + " for set-up)";
+    try {
+      ctrl.send(CtrlType::refuse, why);
+    } catch (const Error&) {
+    }
+    std::fprintf(stderr, "fabmeter-engine: session ended: %s\n", why.c_str());
+    return 3;
+  }
   if (st == Status::ok) {
     ctrl.recv(CtrlType::bye, "end of session");
     return 0;
@@ -332,28 +488,224 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   return exit_code(st);
 }
 
+// A session child: dies with the server, serves one connection, exits.
+[[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono, int listen_fd,
+                                pid_t server) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != server) _exit(130);  // the server died before the line above
+  ::close(listen_fd);
+  int rc;
+  try {
+    rc = serve_one(std::move(ctrl), o, tsc, mono);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
+    rc = static_cast<int>(e.kind);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
+    rc = 3;
+  }
+  if (g_stop_signal && !g_overtime && rc != 0) rc = 130;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(rc);
+}
+
+struct Child {
+  pid_t pid;
+  uint64_t started_ns;
+};
+
+int child_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 3;
+}
+
+// Collects ended sessions without waiting; returns the last one's code (-1: none ended).
+int reap(std::vector<Child>& kids, const ServerOptions& o) {
+  int last = -1, status;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    std::erase_if(kids, [&](const Child& k) { return k.pid == pid; });
+    clean_after(o, pid);
+    last = child_code(status);
+  }
+  return last;
+}
+
+// Ctrl-C/SIGTERM: sessions end as interrupted (their transports remove their
+// segments); one that does not within kStopWaitS is killed and cleaned after.
+void stop_sessions(std::vector<Child>& kids, const ServerOptions& o) {
+  for (const Child& k : kids) kill(k.pid, SIGTERM);
+  const uint64_t deadline = Clock::mono_ns() + static_cast<uint64_t>(kStopWaitS * 1e9);
+  while (!kids.empty() && Clock::mono_ns() < deadline) {
+    reap(kids, o);
+    if (!kids.empty()) usleep(20000);
+  }
+  for (const Child& k : kids) kill(k.pid, SIGKILL);
+  for (const Child& k : kids) {
+    waitpid(k.pid, nullptr, 0);
+    clean_after(o, k.pid);
+  }
+  kids.clear();
+}
+
+uint64_t mem_total_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemTotal:") return kib << 10;
+    f.ignore(256, '\n');
+  }
+  return 0;
+}
+
+// The server's own places: --data-dir (made if missing), else a private
+// temporary one, removed at exit if empty; and the ipc root, always private.
+class ServerDirs {
+ public:
+  explicit ServerDirs(ServerOptions& o) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = tmp && *tmp ? tmp : "/tmp";
+    if (o.data_dir.empty()) {
+      own_data_ = make_temp(base + "/fabmeter-data-XXXXXX", 0700);
+      o.data_dir = own_data_;
+    } else {
+      if (::mkdir(o.data_dir.c_str(), 0700) != 0 && errno != EEXIST) sys_error("--data-dir: cannot create " + o.data_dir);
+      char* real = realpath(o.data_dir.c_str(), nullptr);
+      if (!real) sys_error("--data-dir: " + o.data_dir);
+      o.data_dir = real;
+      std::free(real);
+    }
+    // Clients of other users must reach the ipc sockets inside: search, no listing.
+    ipc_root_ = make_temp(base + "/fabmeter-ipc-XXXXXX", 0711);
+    o.ipc_root = ipc_root_;
+  }
+  ~ServerDirs() {
+    ::rmdir(ipc_root_.c_str());
+    if (!own_data_.empty()) ::rmdir(own_data_.c_str());  // only if empty
+  }
+  ServerDirs(const ServerDirs&) = delete;
+
+ private:
+  static std::string make_temp(std::string pattern, mode_t mode) {
+    if (!mkdtemp(pattern.data())) sys_error("cannot create a private directory " + pattern);
+    ::chmod(pattern.c_str(), mode);
+    return pattern;
+  }
+  std::string own_data_, ipc_root_;
+};
+
 }  // namespace
 
-int run_server(const ServerOptions& o) {
+ServerCost server_cost(const Params& p, const Caps& caps) {
+  // In double: a client's numbers may be anything up to 2^64, and an
+  // estimate must not wrap around to something small.
+  ServerCost cost{0, 0};
+  for (const PointSpec& pt : plan_points(p, caps)) {
+    const double size = static_cast<double>(pt.size);
+    double ring = std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
+    double bytes = 2 * size + 2 * ring;  // payload buffers; receive and send rings
+    if (messaging(p.transport)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
+    double secs = 0;
+    if (p.experiment == "lat" || p.experiment == "bw") {
+      double n = p.iters ? static_cast<double>(p.iters) : p.experiment == "bw" ? 100000 : 10000;
+      double w = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
+      constexpr double kFull = 64 << 10;  // as iters_for/warmup_for: fewer above 64 KiB
+      if (size > kFull) {
+        n = std::max(std::min(n, 100.0), n * kFull / size);
+        if (p.warmup < 0) w = std::max(10.0, w * kFull / size);
+      }
+      const double per_ns = p.experiment == "lat" ? kMinRoundTripNs : kMinMessageNs;
+      secs = (p.duration > 0 ? p.duration : n * per_ns * 1e-9) + w * per_ns * 1e-9;
+    } else if (p.experiment == "oneway") {
+      double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
+                     static_cast<double>(p.bursts) * static_cast<double>(p.burst_size);
+      bytes += 8 * total;  // the receive stamps
+      secs = static_cast<double>(p.bursts) * p.pause_us * 1e-6 + total * kMinMessageNs * 1e-9;
+    } else if (p.experiment == "stream") {
+      const double rate = static_cast<double>(pt.rate);
+      double steps = p.count ? static_cast<double>(p.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
+      double total = steps + static_cast<double>(stream_warmup(p, pt.rate));
+      bytes += 8 * total;  // the receive stamps
+      if (p.sink != "memory") bytes += kFileSinkBytes;
+      secs = total / rate;
+    } else {
+      bytes += static_cast<double>(check_sizes(p, caps.max_msg_size).size() * kCheckPerSize);
+    }
+    cost.memory_bytes = std::max(cost.memory_bytes, bytes);
+    cost.min_seconds += secs;
+  }
+  return cost;
+}
+
+void check_server_limits(const Params& p, const Caps& caps, const ServerOptions& o) {
+  const ServerCost cost = server_cost(p, caps);
+  if (o.max_memory && cost.memory_bytes > static_cast<double>(o.max_memory))
+    usage_error("this plan needs about " + mib(cost.memory_bytes) + " on the server, over its --max-memory of " +
+                mib(static_cast<double>(o.max_memory)) + " (fewer iterations, --count or --bursts, smaller --size or --rq-depth)");
+  if (o.max_duration > 0 && cost.min_seconds > o.max_duration)
+    usage_error("this plan runs at least " + seconds(cost.min_seconds) + ", over the server's --max-duration of " +
+                seconds(o.max_duration));
+}
+
+int run_server(const ServerOptions& opts) {
+  ServerOptions o = opts;
+  if (!o.max_memory) o.max_memory = mem_total_bytes() / 4;
   pin_to_cpu(o.cpu);
   // Calibrated once, before listening: a session's hello is answered at once.
   const Clock tsc(true), mono(false);
-  Listener l(o.bind, o.port);
+  ServerDirs dirs(o);
+  std::optional<Listener> l(std::in_place, o.bind, o.port);
   JsonObj ev;
-  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l.port()));
+  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l->port()))
+      .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
+      .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
   emit_line(ev);
+  const pid_t me = getpid();
+  std::vector<Child> kids;
+  int once_rc = -1;
+  // The accepting loop only accepts, forks and reaps: it never reads from a
+  // client and never waits for a session.
   for (;;) {
-    Ctrl ctrl = l.accept(5000);
-    if (ctrl.fd() < 0) return 130;
-    int rc;
-    try {
-      rc = serve_one(std::move(ctrl), o, tsc, mono);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
-      rc = static_cast<int>(e.kind);
+    int rc = reap(kids, o);
+    if (rc >= 0) once_rc = rc;
+    if (stop_requested()) {
+      stop_sessions(kids, o);
+      return 130;
     }
-    if (g_stop_signal) return 130;
-    if (o.once) return rc;
+    if (!l) {  // --once: the session was forked
+      if (kids.empty()) return once_rc;
+      usleep(20000);
+      continue;
+    }
+    if (o.max_duration > 0) {
+      const uint64_t limit = static_cast<uint64_t>((o.max_duration + kWatchdogGraceS + kKillGraceS) * 1e9);
+      for (const Child& k : kids)
+        if (Clock::mono_ns() - k.started_ns > limit) kill(k.pid, SIGKILL);
+    }
+    pollfd pfd{l->fd(), POLLIN, 0};
+    if (::poll(&pfd, 1, 100) <= 0) continue;  // also EINTR: a signal, looked at above
+    Ctrl ctrl = l->accept(kHelloTimeoutMs);
+    if (ctrl.fd() < 0) continue;
+    if (kids.size() >= o.max_sessions) {
+      // A fresh connection's send buffer is empty: this never blocks.
+      try {
+        ctrl.send(CtrlType::refuse, "busy: " + std::to_string(kids.size()) + " sessions running (the server's --max-sessions)");
+      } catch (const Error&) {
+      }
+      continue;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
+      continue;
+    }
+    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, l->fd(), me);
+    kids.push_back({pid, Clock::mono_ns()});
+    if (o.once) l.reset();  // one session: later connections are refused by the kernel
   }
 }
 

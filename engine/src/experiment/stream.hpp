@@ -147,6 +147,13 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   std::string blob = c.ctrl.recv(CtrlType::exchange, "stream sink report");
   SinkReport r;
   const uint64_t* t_recv = read_stamp_report(blob, total, &r, "stream");
+  JsonObj sink = r.sink_json();
+  if (r.to_file) {
+    const std::string path = p.sink.substr(5);  // "file:PATH", on this (the client's) side
+    SinkCopy copy = receive_sink_file(c.ctrl, path, r.file_bytes, sink_csv_max_bytes(total, values));
+    sink.add("path", path).add("written_on", "server, sent back over the control channel")
+        .add("sent_back_s", copy.seconds);
+  }
 
   const double deadline_ns = (p.deadline_us > 0 ? p.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> lat, late;
@@ -174,7 +181,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
       .add("latency_kind", "one-way (receive - scheduled step time)")
       .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
       .add("source_late_ns", to_json(summarize(late.data(), late.size())))
-      .add("timer", p.timer).add("sink", r.sink_json()).add("clock_sync", sync.json());
+      .add("timer", p.timer).add("sink", sink).add("clock_sync", sync.json());
   out.arrays.emplace_back("latency_ns", std::move(lat));
   return st;
 }
@@ -228,6 +235,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   sink.finish(r);
   std::memcpy(blob.data(), &r, sizeof r);
   c.ctrl.send(CtrlType::exchange, blob);
+  if (r.to_file) send_sink_file(c.ctrl, sink.path(), r.file_bytes);
   return Status::ok;
 }
 

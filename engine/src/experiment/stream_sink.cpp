@@ -1,9 +1,11 @@
 #include "experiment/stream_sink.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <memory>
@@ -33,7 +35,8 @@ Sink::Sink(const std::string& spec, const Clock& clk, uint64_t values)
   if (spec == "memory") return;
   path_ = spec.substr(5);  // "file:PATH"
   capture_path_ = path_ + ".capture";
-  fd_ = ::open(capture_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // The server's own fresh directory: a name already there is not ours to reuse.
+  fd_ = ::open(capture_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) sys_error("stream sink: cannot open " + capture_path_);
   rec_.resize(rec_bytes_);
   size_t slot = shm::slot_size_for(rec_bytes_);
@@ -89,7 +92,7 @@ void Sink::capture_loop() {
 // CLOCK_MONOTONIC_RAW ns, then the values).
 void Sink::write_csv() {
   const uint64_t t0 = clk_.ticks();
-  int out_fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int out_fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (out_fd < 0) sys_error("stream sink: cannot open " + path_);
   std::string header = "seq,origin_ns,recv_ns";
   for (uint64_t j = 0; j < values_; ++j) header += ",v" + std::to_string(j);
@@ -133,6 +136,9 @@ void Sink::write_csv() {
     }
   }
   flush();
+  // What is really there (a full disk shortens it), which is what is sent back.
+  struct stat st {};
+  if (::fstat(out_fd, &st) == 0) file_bytes_ = static_cast<uint64_t>(st.st_size);
   if (::close(out_fd) != 0) sys_error("stream sink: writing " + path_);
   csv_ns_ = clk_.to_ns(static_cast<double>(clk_.ticks() - t0));
 }
@@ -148,6 +154,74 @@ void Sink::finish(SinkReport& r) {
   r.stalls = stalls_;
   r.write_busy_ns = busy_ns_;
   r.csv_ns = csv_ns_;
+}
+
+uint64_t sink_csv_max_bytes(uint64_t total, uint64_t values) {
+  const uint64_t header = 21 + values * 22;
+  return header + total * (3 * 21 + values * 32 + 1);
+}
+
+void send_sink_file(Ctrl& ctrl, const std::string& path, uint64_t bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) sys_error("stream sink: cannot reopen " + path);
+  std::string chunk(std::min<uint64_t>(kSinkChunk, bytes), '\0');
+  uint64_t sent = 0;
+  try {
+    while (sent < bytes) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(kSinkChunk, bytes - sent));
+      size_t got = 0;
+      while (got < want) {
+        ssize_t k = ::read(fd, chunk.data() + got, want - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) runtime_error("stream sink: " + path + " is shorter than written");
+        got += static_cast<size_t>(k);
+      }
+      ctrl.send(CtrlType::exchange, std::string_view(chunk.data(), want));
+      sent += want;
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    throw;
+  }
+  ::close(fd);
+  ::unlink(path.c_str());  // sent: the server keeps no copy
+}
+
+SinkCopy receive_sink_file(Ctrl& ctrl, const std::string& path, uint64_t bytes, uint64_t max_bytes) {
+  if (bytes > max_bytes)
+    runtime_error("stream sink: the server announced a " + std::to_string(bytes) + " B file, more than this point can make (" +
+                  std::to_string(max_bytes) + " B)");
+  const uint64_t t0 = Clock::mono_ns();
+  // A temporary file beside PATH, renamed over it once complete: PATH is
+  // either the old file or the whole new one.
+  std::string tmp = path + ".XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) sys_error("stream sink: cannot create a temporary file beside " + path);
+  try {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+    uint64_t got = 0;
+    while (got < bytes) {
+      std::string chunk = ctrl.recv(CtrlType::exchange, "stream sink file");
+      if (chunk.empty() || chunk.size() > kSinkChunk || chunk.size() > bytes - got)
+        runtime_error("stream sink: a malformed chunk of the sink file from the server");
+      if (!write_all(fd, chunk.data(), chunk.size())) sys_error("stream sink: writing " + tmp);
+      got += chunk.size();
+    }
+    if (::close(fd) != 0) {
+      fd = -1;
+      sys_error("stream sink: writing " + tmp);
+    }
+    fd = -1;
+    if (::rename(tmp.c_str(), path.c_str()) != 0) sys_error("stream sink: cannot rename " + tmp + " to " + path);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  return {bytes, static_cast<double>(Clock::mono_ns() - t0) / 1e9};
 }
 
 }  // namespace fm

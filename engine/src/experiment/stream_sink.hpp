@@ -46,6 +46,21 @@ struct SinkReport {
   }
 };
 
+// A file sink runs on the server, in the server's own directory; after the
+// point the server sends the CSV back over the control channel as exchange
+// frames of 1 .. kSinkChunk bytes, in order, SinkReport::file_bytes in all,
+// and removes its copy. The client writes them to its own PATH (temp file +
+// rename), so nothing the client names is ever a path on the server.
+constexpr size_t kSinkChunk = 1u << 20;
+void send_sink_file(Ctrl& ctrl, const std::string& path, uint64_t bytes);
+struct SinkCopy {
+  uint64_t bytes;
+  double seconds;
+};
+SinkCopy receive_sink_file(Ctrl& ctrl, const std::string& path, uint64_t bytes, uint64_t max_bytes);
+// The longest CSV a point of `total` steps of `values` values can make.
+uint64_t sink_csv_max_bytes(uint64_t total, uint64_t values);
+
 // The value the source puts in slot j of step k; the sink checks it.
 inline double stream_value(uint64_t k, uint64_t j) { return static_cast<double>(k) + 0.25 * static_cast<double>(j); }
 
@@ -78,6 +93,7 @@ class Sink {
   }
 
   void finish(SinkReport& r);
+  const std::string& path() const { return path_; }
 
  private:
   void capture_loop();

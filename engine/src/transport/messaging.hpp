@@ -28,12 +28,12 @@ constexpr uint64_t kHeaderRoom = 64;
 // The three libraries take any size; this is what fabmeter offers through them.
 constexpr uint64_t kMaxMsg = 64ull << 20;
 
-// A parsed --endpoint: tcp://HOST:PORT or ipc://PATH.
+// A parsed --endpoint: tcp://HOST:PORT, or ipc:// (the server names the path).
 struct Endpoint {
   std::string scheme;  // "tcp" or "ipc"
-  std::string host;    // tcp: as written (IPv6 in brackets); *, 0.0.0.0 or [::] listen on every address
+  std::string host;    // tcp: as written (IPv6 in brackets); *, 0.0.0.0 or [::]: the server's control address
   std::string port;    // tcp: decimal; "0" = a free port chosen when the server binds
-  std::string path;    // ipc
+  std::string path;    // ipc: the server's own socket file; "" as the client writes it
 
   bool free_port() const { return port == "0"; }
   std::string url() const { return scheme == "ipc" ? "ipc://" + path : url_with_port(port); }
@@ -47,21 +47,21 @@ inline std::string url_host(const std::string& addr) {
 }
 
 // Usage errors name the transport; "" is not accepted here (see listen_endpoint).
+// An ipc path is accepted only from the server itself (its own socket file).
 inline Endpoint parse_endpoint(const std::string& transport, std::string_view url) {
   auto bad = [&](const std::string& why) {
     usage_error(transport + ": --endpoint '" + std::string(url) + "': " + why);
   };
   if (url.rfind("inproc://", 0) == 0)
     bad("inproc:// connects sockets inside one process, and fabmeter's two ends are separate processes; "
-        "use ipc://PATH for two processes on one host");
+        "use ipc:// for two processes on one host");
   Endpoint e;
   if (url.rfind("ipc://", 0) == 0) {
     e.scheme = "ipc";
     e.path = std::string(url.substr(6));
-    if (e.path.empty()) bad("expected ipc://PATH");
     return e;
   }
-  if (url.rfind("tcp://", 0) != 0) bad("expected tcp://HOST:PORT or ipc://PATH");
+  if (url.rfind("tcp://", 0) != 0) bad("expected tcp://HOST:PORT or ipc://");
   std::string_view rest = url.substr(6);
   auto colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0) bad("expected tcp://HOST:PORT");
@@ -81,10 +81,45 @@ inline Endpoint parse_endpoint(const std::string& transport, std::string_view ur
   return e;
 }
 
-// The server's endpoint: --endpoint, else tcp on the address the control
-// connection arrived at, on a free port (as the tcp transport does).
+// Lowest port a client may name: below it are the host's services (and a
+// root server could take ports no user may).
+constexpr unsigned long kMinClientPort = 1024;
+
+// The server's own reading of the client's --endpoint ("" stays ""): never a
+// path or address the client chose. ipc:// becomes the server's socket file
+// `ipc_path` (made by calling `make_ipc_path` only then); tcp binds only the
+// address the control connection arrived at (`ctrl_addr`), on a free port or
+// one >= 1024. Anything else is refused with the reason.
+template <class MakePath>
+std::string server_endpoint(const std::string& transport, const std::string& client_url, const std::string& ctrl_addr,
+                            MakePath make_ipc_path) {
+  if (client_url.empty()) return client_url;
+  Endpoint e = parse_endpoint(transport, client_url);
+  auto bad = [&](const std::string& why) { usage_error(transport + ": --endpoint '" + client_url + "': " + why); };
+  if (e.scheme == "ipc") {
+    if (!e.path.empty()) bad("the server names its ipc socket file itself; give ipc:// (no path)");
+    e.path = make_ipc_path();
+    return e.url();
+  }
+  const std::string mine = url_host(ctrl_addr);
+  if (!every_address(e.host) && e.host != mine)
+    bad("the server listens only on the address the client reached it at; give tcp://" + mine + ":PORT or tcp://*:PORT");
+  if (!e.free_port() && std::stoul(e.port) < kMinClientPort)
+    bad("ports below " + std::to_string(kMinClientPort) + " are refused; give one >= " + std::to_string(kMinClientPort) +
+        ", or * for a free one");
+  e.host = mine;
+  return e.url();
+}
+
+// The server's endpoint: --endpoint as server_endpoint() made it, else tcp on
+// the address the control connection arrived at, on a free port (as the tcp
+// transport does).
 inline Endpoint listen_endpoint(const std::string& transport, const std::string& endpoint, const Ctrl& ctrl) {
-  if (!endpoint.empty()) return parse_endpoint(transport, endpoint);
+  if (!endpoint.empty()) {
+    Endpoint e = parse_endpoint(transport, endpoint);
+    if (e.scheme == "ipc" && e.path.empty()) runtime_error(transport + ": no ipc path from the server's session");
+    return e;
+  }
   return {"tcp", url_host(ctrl.local_addr()), "0", ""};
 }
 
@@ -93,11 +128,11 @@ inline bool same_host_only(const std::string& transport, const std::string& endp
   return !endpoint.empty() && parse_endpoint(transport, endpoint).scheme == "ipc";
 }
 
-// The URL the client dials: the server's, with a listen-on-every-address host
-// replaced by the address the client reaches the server at.
-inline std::string dial_url(const std::string& transport, const std::string& server_url, const Ctrl& ctrl) {
+// The URL the client dials: the server's, as it bound it (its control
+// address, or its own ipc socket file).
+inline std::string dial_url(const std::string& transport, const std::string& server_url) {
   Endpoint e = parse_endpoint(transport, server_url);
-  if (e.scheme == "tcp" && every_address(e.host)) e.host = url_host(ctrl.peer_addr());
+  if (e.scheme == "ipc" && e.path.empty()) runtime_error(transport + ": the server sent an ipc endpoint without a path");
   return e.url();
 }
 

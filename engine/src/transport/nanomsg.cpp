@@ -81,7 +81,7 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   msg::Endpoint e;
   if (role_ == Role::server) {
     e = msg::listen_endpoint("nanomsg", endpoint_param_, ctrl);
-    if (e.scheme == "tcp" && (e.host.front() == '[' || e.host == "*")) set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
+    if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
     for (int attempt = 1;; ++attempt) {
       std::string url = e.free_port() ? e.url_with_port(std::to_string(free_port(e.host))) : e.url();
       if (nn_bind(sock_, url.c_str()) >= 0) {
@@ -95,7 +95,7 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (e.scheme == "ipc") ipc_path_ = e.path;
     ctrl.exchange(url_, "nanomsg endpoint");
   } else {
-    url_ = msg::dial_url("nanomsg", ctrl.exchange("", "nanomsg endpoint"), ctrl);
+    url_ = msg::dial_url("nanomsg", ctrl.exchange("", "nanomsg endpoint"));
     if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
     if (nn_connect(sock_, url_.c_str()) < 0)
       runtime_error("nanomsg: cannot connect to " + url_ + ": " + nn_strerror(nn_errno()));

@@ -52,7 +52,7 @@ void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     }
     ctrl.exchange(url_, "nng endpoint");
   } else {
-    url_ = msg::dial_url("nng", ctrl.exchange("", "nng endpoint"), ctrl);
+    url_ = msg::dial_url("nng", ctrl.exchange("", "nng endpoint"));
     // Non-blocking: the dialer keeps retrying in the background; the
     // handshake below bounds the wait.
     check(nng_dial(sock_, url_.c_str(), nullptr, NNG_FLAG_NONBLOCK), "dial " + url_);

@@ -58,7 +58,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
 
   if (role_ == Role::server) {
     msg::Endpoint e = msg::listen_endpoint("zmq", endpoint_param_, ctrl);
-    if (e.scheme == "tcp" && (e.host.front() == '[' || e.host == "*")) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
+    if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
     std::string url = e.free_port() ? e.url_with_port("*") : e.url();  // zmq's spelling of "a free port"
     if (zmq_bind(sock_, url.c_str()) != 0) runtime_error("zmq: cannot bind " + url + ": " + zmq_strerror(errno));
     char bound[512];
@@ -69,7 +69,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (e.scheme == "ipc") ipc_path_ = e.path;
     ctrl.exchange(url_, "zmq endpoint");
   } else {
-    url_ = msg::dial_url("zmq", ctrl.exchange("", "zmq endpoint"), ctrl);
+    url_ = msg::dial_url("zmq", ctrl.exchange("", "zmq endpoint"));
     if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
     if (zmq_connect(sock_, url_.c_str()) != 0) runtime_error("zmq: cannot connect to " + url_ + ": " + zmq_strerror(errno));
   }
