@@ -86,9 +86,9 @@ def test_ipc_path_from_client_is_refused(fm, built, tmp_path, transport):
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     r = fm.run("lat", "-t", transport, "--endpoint", f"ipc://{victim}", "-n", "100", *WARMUP, timeout=30)
+    assert victim.exists() and victim.read_text() == "precious\n", "the server deleted a file the client named"
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert "the server names its ipc socket file itself" in one_line_error(r.stderr)
-    assert victim.read_text() == "precious\n"
 
 
 @pytest.mark.parametrize("endpoint,needle", [

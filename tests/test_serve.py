@@ -1,0 +1,297 @@
+"""`fabmeter serve` facing clients it cannot trust (issue 9): nothing a client
+sends names a path on the server, plans over the server's limits are refused
+with the reason before anything is allocated, and sessions run in processes
+of their own, so a silent or looping connection locks nobody out.
+
+Everything runs over loopback against the real engine. Timing bounds are
+loose (seconds, on a shared 2-core machine); the old code missed each by far.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ENGINE, cli_cmd, json_lines, one_line_error
+
+
+@pytest.fixture
+def serve(fm):
+    """Starts `fabmeter serve --port 0 ARGS...`; returns (process, listening event)."""
+    started = []
+
+    def start(*args):
+        proc = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", *args)
+        line = proc.stdout.readline()
+        assert line, f"server printed nothing: {proc.stderr.read() if proc.poll() is not None else ''}"
+        event = json.loads(line)
+        assert event["event"] == "listening", event
+        started.append(proc)
+        return proc, event
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def addr(event) -> str:
+    return f"127.0.0.1:{event['port']}"
+
+
+def engine_client(event, *args, timeout=60) -> subprocess.CompletedProcess:
+    """The engine's own client: no Python start-up in timings."""
+    return subprocess.run([str(ENGINE), "run", *args, "--server", addr(event)], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def quick_lat(fm, event):
+    r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "200", "--warmup", "10", "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["iterations"] == 200
+
+
+# ---- nothing the client says names a path on the server ----
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_client_sink_path_never_written_on_server(fm, serve, tmp_path):
+    # The client runs in a mount namespace of its own with a tmpfs over the
+    # victim's directory: what the client writes to PATH lands there, and the
+    # server (outside) must leave the real PATH alone. The old server wrote
+    # its CSV over whatever file the client named.
+    victim_dir = tmp_path / "d"
+    victim_dir.mkdir()
+    victim = victim_dir / "victim"
+    victim.write_text("precious\n")
+    _, event = serve()
+    script = (f'mount -t tmpfs none "{victim_dir}" && exec "$@"')
+    cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+           *cli_cmd("stream", "-t", "tcp", "--server", addr(event), "--rate", "2000", "--count", "200",
+                    "--sink", f"file:{victim}", "--json")]
+    r = subprocess.run(cmd, env=fm.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert victim.read_text() == "precious\n", "the server wrote to a path the client named"
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["sink"]["path"] == str(victim)
+    assert sorted(os.listdir(victim_dir)) == ["victim"]
+
+
+def test_remote_file_sink_comes_back_to_the_client(fm, serve, tmp_path):
+    data_dir = tmp_path / "server-data"
+    _, event = serve("--data-dir", data_dir)
+    assert event["data_dir"] == str(data_dir)
+    path = tmp_path / "client" / "samples.csv"
+    path.parent.mkdir()
+    r = fm.run("stream", "-t", "tcp", "--server", addr(event), "--rate", "5000", "--values", "3", "--count", "500",
+               "--warmup", "0", "--sink", f"file:{path}", "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    sink = p["sink"]
+    assert sink["kind"] == "file" and sink["path"] == str(path)
+    assert sink["written_on"].startswith("server") and sink["sent_back_s"] >= 0
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["seq", "origin_ns", "recv_ns", "v0", "v1", "v2"]
+    assert len(rows) - 1 == p["received"] and path.stat().st_size == sink["file_bytes"]
+    for row in rows[1:]:
+        assert [float(v) for v in row[3:]] == [int(row[0]) + 0.25 * j for j in range(3)]
+    assert sorted(os.listdir(path.parent)) == ["samples.csv"], "no temporary file left beside PATH"
+    assert os.listdir(data_dir) == [], "the server keeps no copy once sent and removes its session directory"
+
+
+# ---- plans over the server's limits: refused with the reason, next client served ----
+
+@pytest.mark.parametrize("args,needle", [
+    (["lat", "-t", "tcp", "-n", "99999999999999"], "--max-duration"),
+    (["bw", "-t", "tcp", "-n", "99999999999999"], "--max-duration"),
+    (["stream", "-t", "tcp", "--rate", "10000000", "--count", "99999999999"], "--max-memory"),
+])
+def test_huge_plans_refused_by_the_server(fm, serve, args, needle):
+    proc, event = serve()
+    r = fm.run(*args, "--server", addr(event), timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert needle in one_line_error(r.stderr)
+    assert proc.poll() is None
+    quick_lat(fm, event)
+
+
+def test_max_memory(fm, serve):
+    # 2 M steps of stamps (16 MB) on the server against 8 MiB.
+    _, event = serve("--max-memory", "8M")
+    r = fm.run("stream", "-t", "tcp", "--server", addr(event), "--rate", "10000000", "--count", "2000000", timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    msg = one_line_error(r.stderr)
+    assert "on the server, over its --max-memory of 8 MiB" in msg, msg
+    quick_lat(fm, event)
+
+
+def test_max_duration_refuses_a_stated_run(fm, serve):
+    _, event = serve("--max-duration", "2")
+    r = fm.run("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "5000", timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "over the server's --max-duration of 2 s" in one_line_error(r.stderr)
+    quick_lat(fm, event)
+
+
+def test_max_duration_watchdog_ends_a_long_session(fm, serve, tmp_path):
+    # Each point states only milliseconds (50 ns a round trip at best) but
+    # takes far longer over loopback tcp: the watchdog ends the session at
+    # 1 s + 2 s of set-up, the client says why, finished points are kept.
+    _, event = serve("--max-duration", "1")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-a", "--max-size", "64K", "-n", "20000",
+               "--warmup", "10", "--json", "--out", out, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--max-duration of 1 s" in r.stderr.strip().splitlines()[0], r.stderr
+    assert took < 15, took
+    points = json_lines(r.stdout)
+    assert points and len(points) < 17
+    doc = json.loads((out / "run.json").read_text())
+    assert len(doc["points"]) >= len(points)
+    quick_lat(fm, event)
+
+
+def test_max_sessions_answers_busy_at_once(fm, serve):
+    _, event = serve("--max-sessions", "1")
+    long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "4000", "--json")
+    try:
+        # The first session runs once the server has a session process for it.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not session_pids(fm):
+            time.sleep(0.05)
+        assert session_pids(fm), "the first session did not start"
+        t0 = time.monotonic()
+        r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert "busy: 1 sessions running" in one_line_error(r.stderr)
+        assert time.monotonic() - t0 < 3
+        assert long.wait(timeout=30) == 0, long.stderr.read()
+    finally:
+        if long.poll() is None:
+            long.kill()
+        long.wait()
+
+
+def session_pids(fm) -> list[int]:
+    """The server's session processes: engines started by this test whose parent is an engine server."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if f"FABMETER_TEST_TAG={fm.tag}".encode() not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            parent = (Path("/proc") / str(ppid) / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if (len(cmd) > 1 and cmd[0].endswith(b"fabmeter-engine") and cmd[1] == b"serve" and ") Z " not in stat
+                and parent[0].endswith(b"fabmeter-engine")):
+            pids.append(int(d.name))
+    return pids
+
+
+# ---- sessions no longer block each other ----
+
+def test_silent_connection_does_not_delay_a_client(fm, serve):
+    _, event = serve()
+    with socket.create_connection(("127.0.0.1", event["port"])):
+        time.sleep(0.2)  # accepted and waiting for a hello that never comes
+        t0 = time.monotonic()
+        r = engine_client(event, "lat", "-t", "tcp", "-n", "200", "--warmup", "10")
+        took = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    # The old server waited 5 s for the silent connection's hello first.
+    assert took < 2.5, f"the client took {took:.1f} s behind a silent connection"
+
+
+def test_reconnect_loop_does_not_lock_others_out(fm, serve):
+    # A connection every second, each held silent for 3 s: the old server,
+    # one connection at a time, always had one of them ahead of a client.
+    _, event = serve()
+    stop = threading.Event()
+
+    def pester():
+        held = []
+        while not stop.is_set():
+            try:
+                held.append((time.monotonic(), socket.create_connection(("127.0.0.1", event["port"]), timeout=1)))
+            except OSError:
+                pass
+            while held and time.monotonic() - held[0][0] > 3:
+                held.pop(0)[1].close()
+            stop.wait(1.0)
+        for _, s in held:
+            s.close()
+
+    t = threading.Thread(target=pester, daemon=True)
+    t.start()
+    try:
+        time.sleep(3.5)
+        for _ in range(3):
+            t0 = time.monotonic()
+            r = engine_client(event, "lat", "-t", "tcp", "-n", "200", "--warmup", "10", timeout=30)
+            assert r.returncode == 0, r.stderr
+            assert time.monotonic() - t0 < 2.5
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_two_sessions_at_once(fm, serve):
+    _, event = serve()
+    procs = [fm.popen("stream", "-t", t, "--server", addr(event), "--rate", "1000", "--count", "1500", "--json")
+             for t in ("tcp", "shm")]
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        (point,) = json_lines(out)
+        # Both ran at the same time: neither waited for the other's 1.5 s.
+        assert point["sent"] > 0
+    assert not session_pids(fm)
+
+
+def test_ctrl_c_ends_running_sessions_cleanly(fm, serve):
+    proc, event = serve()
+    clients = [fm.popen("stream", "-t", t, "--server", addr(event), "--rate", "1000", "--count", "20000", "--json")
+               for t in ("shm", "tcp")]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(session_pids(fm)) < 2:
+            time.sleep(0.05)
+        kids = session_pids(fm)
+        assert len(kids) == 2, "both sessions run at once"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # the server only, not its process group
+        assert proc.wait(timeout=10) == 130
+        for c in clients:
+            c.wait(timeout=15)
+            assert c.returncode != 0
+    finally:
+        for c in clients:
+            if c.poll() is None:
+                c.kill()
+            c.wait()
+    assert not fm.leftovers(wait=3.0)
+    left = [f for f in os.listdir("/dev/shm") for pid in kids if f.startswith(f"fabmeter-{pid}-")]
+    assert not left, left
