@@ -250,11 +250,12 @@ class RunResult:
 
 
 class LocalServer:
-    """`fabmeter-engine serve --bind 127.0.0.1 --port 0 --once`, port read from its first line."""
+    """`fabmeter-engine serve --bind 127.0.0.1 --port 0 --once ...`, port read from its first line."""
 
     def __init__(self, engine: str, cpu: Optional[int], forwarder: _SignalForwarder,
                  bind: str = "127.0.0.1"):
-        cmd = [engine, "serve", "--bind", bind, "--port", "0", "--once"]
+        # The user's own server for one run: no time limit (memory keeps the default).
+        cmd = [engine, "serve", "--bind", bind, "--port", "0", "--once", "--max-duration", "0"]
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]
         self.proc = _spawn(cmd)
