@@ -3,6 +3,8 @@
 // reaches a server that listens on every address, and a first exchange on
 // the data socket so that a run starts on a working connection.
 #pragma once
+#include <sys/stat.h>
+
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -109,6 +111,12 @@ std::string server_endpoint(const std::string& transport, const std::string& cli
         ", or * for a free one");
   e.host = mine;
   return e.url();
+}
+
+// After the server bound its ipc socket: connectable by a client of another
+// user (the directory above it is 0711 and named by mkdtemp).
+inline void share_ipc_socket(const Endpoint& e) {
+  if (e.scheme == "ipc") ::chmod(e.path.c_str(), 0666);
 }
 
 // The server's endpoint: --endpoint as server_endpoint() made it, else tcp on

@@ -92,7 +92,7 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
       if (!(e.free_port() && err == EADDRINUSE && attempt < 8))
         runtime_error("nanomsg: cannot bind " + url + ": " + nn_strerror(err));
     }
-    if (e.scheme == "ipc") ipc_path_ = e.path;
+    msg::share_ipc_socket(e);
     ctrl.exchange(url_, "nanomsg endpoint");
   } else {
     url_ = msg::dial_url("nanomsg", ctrl.exchange("", "nanomsg endpoint"));

@@ -73,7 +73,6 @@ class NanomsgTransport {
   std::string endpoint_param_;
   int sock_ = -1;
   std::string url_;
-  std::string ipc_path_;      // server: the socket file to remove at the end
   int rcvmaxsize_ = 0;
   bool connected_ = false;    // the handshake went through
   mutable const char* failure_ = nullptr;

@@ -43,6 +43,7 @@ void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     std::string url = e.url();  // port 0 = a free port, read back below
     check(nng_listener_create(&l, sock_, url.c_str()), "listen on " + url);
     check(nng_listener_start(l, 0), "listen on " + url);
+    msg::share_ipc_socket(e);
     if (e.scheme == "tcp") {
       int port = 0;
       check(nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port), "get NNG_OPT_TCP_BOUND_PORT");

@@ -61,6 +61,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
     std::string url = e.free_port() ? e.url_with_port("*") : e.url();  // zmq's spelling of "a free port"
     if (zmq_bind(sock_, url.c_str()) != 0) runtime_error("zmq: cannot bind " + url + ": " + zmq_strerror(errno));
+    msg::share_ipc_socket(e);
     char bound[512];
     size_t len = sizeof bound;
     if (zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
