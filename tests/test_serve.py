@@ -259,15 +259,22 @@ def test_reconnect_loop_does_not_lock_others_out(fm, serve):
 
 
 def test_two_sessions_at_once(fm, serve):
+    # Two 3 s streams: both sessions run at the same time (the old server
+    # served the second after the first), and both complete.
     _, event = serve()
-    procs = [fm.popen("stream", "-t", t, "--server", addr(event), "--rate", "1000", "--count", "1500", "--json")
+    t0 = time.monotonic()
+    procs = [fm.popen("stream", "-t", t, "--server", addr(event), "--rate", "1000", "--count", "3000", "--json")
              for t in ("tcp", "shm")]
+    most = 0
+    while any(p.poll() is None for p in procs) and time.monotonic() - t0 < 60:
+        most = max(most, len(session_pids(fm)))
+        time.sleep(0.1)
     for p in procs:
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         (point,) = json_lines(out)
-        # Both ran at the same time: neither waited for the other's 1.5 s.
         assert point["sent"] > 0
+    assert most == 2, "both sessions in processes of their own at once"
     assert not session_pids(fm)
 
 
