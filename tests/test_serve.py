@@ -216,18 +216,20 @@ def session_pids(fm) -> list[int]:
 def test_silent_connection_does_not_delay_a_client(fm, serve):
     _, event = serve()
     with socket.create_connection(("127.0.0.1", event["port"])):
-        time.sleep(0.2)  # accepted and waiting for a hello that never comes
+        time.sleep(0.1)  # accepted and waiting for a hello that never comes
         t0 = time.monotonic()
         r = engine_client(event, "lat", "-t", "tcp", "-n", "200", "--warmup", "10")
         took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
-    # The old server waited 5 s for the silent connection's hello first.
-    assert took < 2.5, f"the client took {took:.1f} s behind a silent connection"
+    # The old server waited 5 s for the silent connection's hello first; a
+    # run alone takes 0.3 .. 1.4 s on this loaded 2-core machine.
+    assert took < 3.5, f"the client took {took:.1f} s behind a silent connection"
 
 
 def test_reconnect_loop_does_not_lock_others_out(fm, serve):
-    # A connection every second, each held silent for 3 s: the old server,
-    # one connection at a time, always had one of them ahead of a client.
+    # A connection every second, each held silent for 6 s: the old server,
+    # one connection at a time for up to 5 s each, always had a queue of them
+    # ahead of a client.
     _, event = serve()
     stop = threading.Event()
 
@@ -238,7 +240,7 @@ def test_reconnect_loop_does_not_lock_others_out(fm, serve):
                 held.append((time.monotonic(), socket.create_connection(("127.0.0.1", event["port"]), timeout=1)))
             except OSError:
                 pass
-            while held and time.monotonic() - held[0][0] > 3:
+            while held and time.monotonic() - held[0][0] > 6:
                 held.pop(0)[1].close()
             stop.wait(1.0)
         for _, s in held:
@@ -252,7 +254,7 @@ def test_reconnect_loop_does_not_lock_others_out(fm, serve):
             t0 = time.monotonic()
             r = engine_client(event, "lat", "-t", "tcp", "-n", "200", "--warmup", "10", timeout=30)
             assert r.returncode == 0, r.stderr
-            assert time.monotonic() - t0 < 2.5
+            assert time.monotonic() - t0 < 3.5
     finally:
         stop.set()
         t.join()
