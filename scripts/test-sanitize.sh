@@ -18,7 +18,7 @@ TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source"}
 
 build() {  # DIR SANITIZERS
   [ -f "$1/build.ninja" ] || cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" >/dev/null
-  cmake --build "$1"
+  cmake --build "$1" --target fabmeter-engine engine-tests
 }
 
 # Fails (after printing the first lines of each) if any report was logged.
