@@ -5,7 +5,10 @@ VENV := .venv
 ENGINE_BUILD := build/engine
 ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 
-.PHONY: all deps build test test-rdma demo bench clean
+FUZZ_BUILD := build/engine-fuzz
+FUZZ_SECONDS ?= 300
+
+.PHONY: all deps build test test-rdma test-sanitize fuzz demo bench clean
 
 all: build
 
@@ -20,6 +23,22 @@ build: deps
 test: build
 	ctest --test-dir $(ENGINE_BUILD) --output-on-failure
 	$(VENV)/bin/python -m pytest tests
+
+# The engine under ASan+UBSan (build/engine-asan: GoogleTest and the
+# end-to-end tests) and TSan (build/engine-tsan: shm and the file sink's
+# writer thread); any sanitizer report fails.
+test-sanitize: build
+	bash scripts/test-sanitize.sh
+
+# libFuzzer targets (engine/fuzz/fuzz_*.cpp, clang, ASan+UBSan), each run for
+# FUZZ_SECONDS on a copy of its seed corpus. Installs clang on first use.
+fuzz:
+	bash scripts/install-deps.sh --fuzz
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || \
+	  cmake -S engine -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_CXX_COMPILER=clang++-14 -DFM_FUZZ=ON -DBUILD_TESTING=OFF
+	cmake --build $(FUZZ_BUILD)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_BUILD)
 
 # Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
 # ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.

@@ -22,13 +22,22 @@ def now_iso() -> str:
 
 
 def write_json(path: Path, obj) -> None:
-    """Atomic write: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Atomic write: a reader never sees half a file. A write that fails (a
+    full disk) leaves the previous file as it was, no temporary file, and
+    ends the command with one line."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(obj, f, indent=2, sort_keys=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise run.FabmeterError(f"cannot write {path}: {e.strerror or e}", run.EXIT_RUNTIME) from None
 
 
 class RunRecord:

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
 
 namespace fm {
 namespace {
@@ -32,7 +34,20 @@ uint64_t parse_u64(std::string_view opt, std::string_view v) {
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
     usage_error(flag(opt) + ": expected a non-negative integer, got '" + std::string(v) + "'");
+  if (x > UINT64_MAX / mult) usage_error(flag(opt) + ": value too large");
   return x * mult;
+}
+
+// A number or the word auto (returned as `none`). The number `none` itself
+// is refused: "-n 0" must not quietly mean auto.
+template <class T>
+T parse_auto(std::string_view opt, std::string_view v, T none) {
+  if (v == "auto") return none;
+  const uint64_t x = parse_u64(opt, v);
+  if (x > static_cast<uint64_t>(std::numeric_limits<T>::max())) usage_error(flag(opt) + ": value too large");
+  if (static_cast<T>(x) == none)
+    usage_error(flag(opt) + ": expected a number of at least 1 or auto, got '" + std::string(v) + "'");
+  return static_cast<T>(x);
 }
 
 double parse_double(std::string_view opt, std::string_view v) {
@@ -91,7 +106,7 @@ std::string one_of(std::string_view opt, std::string_view v, std::initializer_li
 // A number, or "auto" (stored as `none`: the experiment or transport decides).
 #define AUTO_NUM(field, none) \
   [](Params& p, std::string_view v) { \
-    p.field = v == "auto" ? none : static_cast<decltype(p.field)>(parse_u64(#field, v)); }, \
+    p.field = parse_auto<decltype(p.field)>(#field, v, none); }, \
   [](const Params& p) { return p.field == none ? std::string("auto") : std::to_string(p.field); }
 #define FLAG(field) \
   [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
@@ -234,19 +249,37 @@ std::string encode_params(const Params& p) {
   return out;
 }
 
+// A hello is a few hundred bytes; these bounds leave room for growth and
+// stop a peer from making the server parse or keep more.
+constexpr size_t kMaxParamsBytes = 16 << 10;
+constexpr size_t kMaxParamLine = 1024;
+
 Params decode_params(std::string_view text) {
+  if (text.size() > kMaxParamsBytes)
+    usage_error("peer sent " + std::to_string(text.size()) + " bytes of parameters (at most " +
+                std::to_string(kMaxParamsBytes) + ")");
   Params p;
+  std::vector<std::string_view> seen;
   while (!text.empty()) {
     auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (line.size() > kMaxParamLine) usage_error("peer sent a parameter line of " + std::to_string(line.size()) + " bytes");
+    for (char ch : line)
+      if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) == 0x7f)
+        usage_error("peer sent a control character in parameter line '" + peer_excerpt(line) + "'");
     auto eq = line.find('=');
-    if (eq == std::string_view::npos) continue;
+    if (eq == std::string_view::npos) usage_error("peer sent a parameter line without '=': '" + peer_excerpt(line) + "'");
     std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "experiment") { p.experiment = std::string(v); continue; }
-    const OptSpec* o = find_option(k);
-    if (!o) usage_error("peer sent unknown parameter '" + std::string(k) + "' (version mismatch?)");
-    o->set(p, v);
+    const OptSpec* o = k == "experiment" ? nullptr : find_option(k);
+    if (k != "experiment" && (!o || k != key_of(o->name)))
+      usage_error("peer sent unknown parameter '" + peer_excerpt(k) + "' (version mismatch?)");
+    // Keys are checked against the table first, so `seen` holds at most one entry per option.
+    if (std::find(seen.begin(), seen.end(), k) != seen.end())
+      usage_error("peer sent parameter '" + std::string(k) + "' twice");
+    seen.push_back(k);
+    if (o) o->set(p, v);
+    else p.experiment = std::string(v);
   }
   return p;
 }

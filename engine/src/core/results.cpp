@@ -1,5 +1,6 @@
 #include "fabmeter/results.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -66,7 +67,12 @@ void write_npy_f64(const std::string& path, const double* data, size_t n) {
   bool ok = std::fwrite(magic, 1, 8, f) == 8 && std::fwrite(&hlen, 2, 1, f) == 1 &&
             std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
             (n == 0 || std::fwrite(data, sizeof(double), n, f) == n);
-  if (std::fclose(f) != 0 || !ok) sys_error("cannot write " + path);
+  if (std::fclose(f) != 0 || !ok) {
+    const int err = errno;
+    std::remove(path.c_str());  // no truncated array for a reader to trust
+    errno = err;
+    sys_error("cannot write " + path);
+  }
 }
 
 void emit_line(const JsonObj& o) {

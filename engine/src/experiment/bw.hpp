@@ -23,10 +23,24 @@ struct BwSide {
     o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns;
     return o.str();
   }
-  static BwSide decode(const std::string& s) {
+  // Five space-separated fields, each checked: the peer's text is untrusted.
+  static BwSide decode(std::string_view s) {
+    std::string_view f[5];
+    for (int i = 0; i < 5; ++i) {
+      const size_t sp = i < 4 ? s.find(' ') : s.size();
+      if (sp == std::string_view::npos) runtime_error("bw: malformed counts from the peer: '" + peer_excerpt(s) + "'");
+      f[i] = s.substr(0, sp);
+      s = s.substr(std::min(sp + 1, s.size()));
+    }
     BwSide b;
-    std::istringstream i(s);
-    i >> b.sent >> b.received >> b.measured >> b.recv_ns >> b.send_ns;
+    b.sent = parse_peer_u64(f[0], "bw sent count");
+    b.received = parse_peer_u64(f[1], "bw received count");
+    b.measured = parse_peer_u64(f[2], "bw measured count");
+    b.recv_ns = parse_peer_double(f[3], "bw receive time");
+    b.send_ns = parse_peer_double(f[4], "bw send time");
+    if (b.measured > b.received || b.recv_ns < 0 || b.send_ns < 0)
+      runtime_error("bw: impossible counts from the peer: '" + peer_excerpt(f[0]) + " " + peer_excerpt(f[1]) + " " +
+                    peer_excerpt(f[2]) + "'");
     return b;
   }
 };
@@ -108,7 +122,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       // Only the first message is the count; a second one is the peer, done
       // already, waiting for our counts: the drain deadline below ends it.
       if (peer_sent == UINT64_MAX) {
-        peer_sent = std::stoull(c.ctrl.recv(CtrlType::end_point, "peer's sent count"));
+        peer_sent = recv_count(c.ctrl, "bw sent count");
         t_peer_done = clk.ticks();
         continue;
       }

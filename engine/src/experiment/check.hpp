@@ -37,6 +37,15 @@ struct CheckReport {
   uint64_t wake_recv;   // ticks when the wake-up message arrived
 };
 
+inline CheckReport read_check_report(std::string_view blob, uint64_t sent) {
+  CheckReport r;
+  if (blob.size() != sizeof r) runtime_error("check: malformed report from the server");
+  std::memcpy(&r, blob.data(), sizeof r);
+  check_clock_info(r.clock, "check");
+  if (r.received > sent) runtime_error("check: the server's report counts more arrivals than were sent");
+  return r;
+}
+
 template <class T>
 Status check_client(T& t, Ctx& c, PointOut& out) {
   const Params& p = c.p;
@@ -74,9 +83,7 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
   }
   c.ctrl.send(CtrlType::end_point, std::to_string(seq));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "check report");
-  CheckReport r;
-  if (blob.size() != sizeof r) runtime_error("check: malformed report from the server");
-  std::memcpy(&r, blob.data(), sizeof r);
+  const CheckReport r = read_check_report(blob, seq);
 
   const uint64_t lost = seq - std::min<uint64_t>(seq, r.received);
   const bool delivered_all = c.caps.reliable ? lost == 0 : true;
@@ -111,7 +118,7 @@ Status check_server(T& t, Ctx& c) {
     RecvMsg m;
     Status st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ctrl_message) {
-      expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of check"));
+      expected = recv_count(c.ctrl, "check sent count");
       deadline = clk.ticks() + drain;
       continue;
     }

@@ -1,6 +1,7 @@
 // What every experiment shares: the run context, the slow-path guard that
 // notices a lost peer or Ctrl-C, and the receive helper for busy/event modes.
 #pragma once
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/params.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/transport.hpp"
@@ -189,6 +191,12 @@ struct ClockInfo {
   double mono_ns(uint64_t t) const { return mono_at_tick0 + static_cast<double>(t) * ns_per_tick; }
 };
 
+// A peer's clock must map its stamps to finite times.
+inline void check_clock_info(const ClockInfo& ci, const char* what) {
+  if (!(ci.ns_per_tick > 0 && ci.ns_per_tick < 1e6) || !std::isfinite(ci.mono_at_tick0))
+    runtime_error(std::string(what) + ": the peer's report carries an impossible clock");
+}
+
 // How the peer's timestamps map onto ours: a shared TSC needs nothing;
 // across hosts an offset measured by round-trip probes, error bound stated.
 struct ClockSync {
@@ -220,7 +228,14 @@ const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Heade
   std::memcpy(h, blob.data(), sizeof *h);
   if (h->total != total || blob.size() != sizeof *h + total * sizeof(uint64_t))
     runtime_error(std::string(what) + ": the peer's report does not match this run (version mismatch?)");
+  check_clock_info(h->clock, what);
+  if (h->received > total) runtime_error(std::string(what) + ": the peer's report counts more arrivals than were sent");
   return reinterpret_cast<const uint64_t*>(blob.data() + sizeof *h);
+}
+
+// The peer's count at the end of a point (how many it sent), checked.
+inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_MAX) {
+  return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
 }
 
 const char* status_name(Status s);

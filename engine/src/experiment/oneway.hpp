@@ -148,7 +148,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
       continue;
     }
     if (st == Status::ctrl_message) {
-      expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of oneway point"));
+      expected = recv_count(c.ctrl, "oneway sent count");
       deadline = clk.ticks() + drain;  // what is still in flight arrives by then, or is lost
       continue;
     }

@@ -30,6 +30,7 @@
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/stats.hpp"
 #include "transport/messaging.hpp"
 #include "transport/shm.hpp"
@@ -113,7 +114,7 @@ ClockSync probe_clock(Ctx& c) {
   double best_rtt = 1e300;
   for (int i = 0; i < kProbes; ++i) {
     double a = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    double srv = std::stod(c.ctrl.exchange("", "clock probe"));
+    double srv = parse_peer_double(c.ctrl.exchange("", "clock probe"), "clock probe");
     double b = c.clk.ticks_to_mono_ns(c.clk.ticks());
     if (b - a < best_rtt) {
       best_rtt = b - a;

@@ -74,8 +74,14 @@ class StepTimer {
       while (clk_.ticks() < d) cpu_relax();
     } else if (kind_ == "timerfd") {
       if (clk_.ticks() >= d) return;  // already due: the timer fired while we worked
-      uint64_t expirations;
-      if (::read(fd_, &expirations, sizeof expirations) < 0 && errno != EINTR) sys_error("read timerfd");
+      // A read returns at once while expirations of steps already past are
+      // pending: read again until this step's. Half a period of slack, as
+      // CLOCK_MONOTONIC and the tick clock may differ by a little.
+      const uint64_t early = d - std::min<uint64_t>(d, static_cast<uint64_t>(period_ / 2));
+      do {
+        uint64_t expirations;
+        if (::read(fd_, &expirations, sizeof expirations) < 0 && errno != EINTR) sys_error("read timerfd");
+      } while (clk_.ticks() < early && !stop_requested());
     } else {
       timespec ts = to_ts(mono_t0_ns_ + clk_.to_ns(static_cast<double>(d - t0_)));
       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
@@ -94,6 +100,13 @@ class StepTimer {
   int fd_ = -1;
 };
 
+// Fields of the sink's report beyond the stamp-report header's.
+inline void check_sink_report(const SinkReport& r) {
+  if (!std::isfinite(r.recv_span_ns) || r.recv_span_ns < 0 || !std::isfinite(r.write_busy_ns) ||
+      !std::isfinite(r.csv_ns) || r.to_file > 1)
+    runtime_error("stream: malformed sink report from the peer");
+}
+
 template <class T>
 Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSync& sync, PointOut& out) {
   const Params& p = c.p;
@@ -107,7 +120,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   auto* hdr = reinterpret_cast<SampleHeader*>(buf.data());
   auto* vals = reinterpret_cast<double*>(buf.data() + sizeof(SampleHeader));
   Guard g(c);
-  uint64_t sent = 0, missed = 0, missed_measured = 0;
+  uint64_t sent = 0, missed_measured = 0;
   Status st = Status::ok;
 
   // Start a little ahead so the first step is not already late.
@@ -121,7 +134,6 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
       // Late past the next step: skip to the step whose slot we are in.
       uint64_t k_now = static_cast<uint64_t>(static_cast<double>(now - t0) / period);
       for (uint64_t m = k; m < k_now && m < total; ++m) missed_measured += m >= warmup;
-      missed += k_now - k;
       k = k_now;
       if (k >= total) break;
     }
@@ -147,6 +159,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   std::string blob = c.ctrl.recv(CtrlType::exchange, "stream sink report");
   SinkReport r;
   const uint64_t* t_recv = read_stamp_report(blob, total, &r, "stream");
+  check_sink_report(r);
   JsonObj sink = r.sink_json();
   if (r.to_file) {
     const std::string path = p.sink.substr(5);  // "file:PATH", on this (the client's) side
@@ -161,7 +174,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   for (uint64_t k = warmup; k < total; ++k) {
     if (!t_subm[k]) continue;  // missed step: never sent
     ++sent_measured;
-    late.push_back(clk.to_ns(static_cast<double>(t_subm[k] - timer.due(k))));
+    // Signed: a timer may wake (and the step go out) before its due time.
+    late.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_subm[k] - timer.due(k)))));
     if (!t_recv[k]) { ++lost; continue; }
     double ns = sync.probed ? r.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(timer.due(k))
                             : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
@@ -171,7 +185,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   const uint64_t steps_measured = total - warmup;
   out.fields.add("rate_hz", rate).add("values", values)
       .add("iterations", static_cast<uint64_t>(lat.size()))
-      .add("achieved_rate_hz", r.recv_span_ns > 0 ? static_cast<double>(r.received - 1) / r.recv_span_ns * 1e9 : 0.0)
+      .add("achieved_rate_hz", r.recv_span_ns > 0 && r.received > 1 ? static_cast<double>(r.received - 1) / r.recv_span_ns * 1e9 : 0.0)
       .add("sent", sent_measured).add("received", static_cast<uint64_t>(lat.size()))
       .add("missed_steps", missed_measured)
       .add("missed_pct", 100.0 * static_cast<double>(missed_measured) / static_cast<double>(steps_measured))
@@ -184,6 +198,28 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
       .add("timer", p.timer).add("sink", sink).add("clock_sync", sync.json());
   out.arrays.emplace_back("latency_ns", std::move(lat));
   return st;
+}
+
+// One message at the sink, counted into r. The header is read only when the
+// message holds one (the sink checks the rest of the length): a short or
+// lying sample never makes us read past its end.
+[[gnu::always_inline]] inline void sink_arrival(const std::byte* data, uint32_t len, uint64_t now, uint64_t total,
+                                                uint64_t* t_recv, Sink& sink, SinkReport& r, uint64_t& last_seq) {
+  SampleHeader h;
+  if (len < sizeof h) {
+    ++r.corrupted;
+    return;
+  }
+  std::memcpy(&h, data, sizeof h);
+  if (h.seq < total && !t_recv[h.seq]) {
+    t_recv[h.seq] = now;
+    ++r.received;
+    r.corrupted += !sink.take(h.seq, h.origin, now, data + sizeof h, h.values, len);
+  } else {
+    ++r.duplicated;
+  }
+  r.reordered += h.seq < last_seq;
+  last_seq = h.seq;
 }
 
 template <class T>
@@ -205,31 +241,21 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
     if (st == Status::ok) {
       // ---- hot path ----
       const uint64_t now = clk.ticks();
-      SampleHeader h;
-      std::memcpy(&h, m.data, sizeof h);
-      if (h.seq < total && !t_recv[h.seq]) {
-        t_recv[h.seq] = now;
-        r.corrupted += !sink.take(h.seq, h.origin, now, m.data + sizeof h, h.values, m.len);
-      } else {
-        ++r.duplicated;
-      }
+      sink_arrival(m.data, m.len, now, total, t_recv, sink, r, last_seq);
       t.release(m);
-      r.reordered += h.seq < last_seq;
-      last_seq = h.seq;
       if (!first) first = now;
       last = now;
       ++arrivals;
       continue;
     }
     if (st == Status::ctrl_message) {
-      expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of stream point"));
+      expected = recv_count(c.ctrl, "stream sent count");
       deadline = clk.ticks() + drain;
       continue;
     }
     if (st == Status::timeout) break;  // the rest is lost
     return st;
   }
-  r.received = arrivals - r.duplicated;
   r.recv_span_ns = clk.to_ns(static_cast<double>(last - first));
   r.clock = ClockInfo::of(clk);
   sink.finish(r);

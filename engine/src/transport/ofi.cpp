@@ -298,7 +298,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
   } else {
     std::string blob = ctrl.exchange("", "ofi listen address");
     uint32_t fmt;
-    if (blob.size() <= sizeof fmt) runtime_error("ofi: malformed listen address from the server");
+    if (blob.size() <= sizeof fmt || blob.size() > 4096) runtime_error("ofi: malformed listen address from the server");
     std::memcpy(&fmt, blob.data(), sizeof fmt);
     std::string server = blob.substr(sizeof fmt);
     fi_info* h = hints_for(p_);
@@ -327,7 +327,10 @@ void OfiTransport::connect_connectionless(Ctrl& ctrl) {
   int rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
   if (rc != 0) runtime_error(who(p_) + ": fi_fabric: " + fi_strerror(-rc));
   open_domain_and_ep(info_);
-  std::string peer = ctrl.exchange(name_of(&ep_->fid, "endpoint"), "ofi endpoint address");
+  const std::string mine = name_of(&ep_->fid, "endpoint");
+  std::string peer = ctrl.exchange(mine, "ofi endpoint address");
+  // fi_av_insert reads an address of this provider's length: the same as ours.
+  if (peer.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the peer");
   rc = fi_av_insert(av_, peer.data(), 1, &peer_, 0, nullptr);
   if (rc != 1) runtime_error(who(p_) + ": fi_av_insert of the peer's address failed (" + std::to_string(rc) + ")");
 }
@@ -458,6 +461,11 @@ void OfiTransport::exchange_rma(Ctrl& ctrl) {
   if (blob.size() != sizeof(RmaInfo)) runtime_error("ofi: malformed receive region from the peer");
   RmaInfo peer;
   std::memcpy(&peer, blob.data(), sizeof peer);
+  // The slot count wraps our write index and len_bits is a shift count: out
+  // of range, they would make us index or shift past what C++ defines.
+  if (peer.slots == 0 || peer.slots > (1u << 16) || peer.slot_size == 0 || peer.slot_size > (1ull << 32) ||
+      peer.len_bits == 0 || peer.len_bits > 40)
+    runtime_error("ofi: impossible receive region from the peer");
   peer_base_ = peer.base;
   peer_key_ = peer.key;
   peer_slot_size_ = peer.slot_size;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/futex.hpp"
 
 namespace fm {
@@ -56,6 +57,10 @@ void ShmTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   }
   std::string peer_name = ctrl.exchange(role_ == Role::server ? name_ : "", "shm segment name");
   if (role_ == Role::client) {
+    // Only a segment of the server's making: "/fabmeter-PID-N", nothing else.
+    if (peer_name.rfind("/fabmeter-", 0) != 0 || peer_name.size() > 64 ||
+        peer_name.find_first_not_of("0123456789-", 10) != std::string::npos)
+      runtime_error("shm: malformed segment name from the server: '" + peer_excerpt(peer_name) + "'");
     name_ = peer_name;
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) sys_error("shm_open " + name_ + " (is the server on this host?)");

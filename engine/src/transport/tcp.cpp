@@ -9,6 +9,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "transport/sock.hpp"
 
 namespace fm {
@@ -34,7 +35,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     ::close(lfd);
     if (fd_ < 0) sys_error("accept data connection");
   } else {
-    uint16_t port = static_cast<uint16_t>(std::stoi(ctrl.exchange("", "tcp data port")));
+    uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
     sockaddr_storage ss;
     int len = sock::peer_sockaddr(ctrl, port, &ss);
     fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

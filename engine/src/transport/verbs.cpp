@@ -15,6 +15,7 @@
 #include <random>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "transport/sock.hpp"
 
 #ifndef FM_LIBIBVERBS_VERSION
@@ -560,6 +561,10 @@ verbs::EndpointInfo info_of(const std::string& s) {
   if (s.size() != sizeof(verbs::EndpointInfo)) runtime_error("verbs: malformed endpoint info from the peer (version mismatch?)");
   verbs::EndpointInfo e;
   std::memcpy(&e, s.data(), sizeof e);
+  // active_mtu becomes an ibv_mtu and a byte count; QP numbers are 24 bits.
+  if (e.active_mtu < IBV_MTU_256 || e.active_mtu > IBV_MTU_4096 || e.qpn > 0xffffff)
+    runtime_error("verbs: impossible endpoint info from the peer (mtu code " + std::to_string(e.active_mtu) + ", qpn " +
+                  std::to_string(e.qpn) + ")");
   return e;
 }
 void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
@@ -672,7 +677,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_ack_cm_event(ev);
   } else {
     if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
-    const uint16_t port = static_cast<uint16_t>(std::stoi(ctrl.exchange("", "rdma_cm port")));
+    const uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
     sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)

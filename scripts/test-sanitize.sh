@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# make test-sanitize: the engine built with ASan+UBSan (build/engine-asan)
+# runs the GoogleTest binary and the end-to-end tests; a TSan build
+# (build/engine-tsan) runs the paths with threads or shared memory (shm,
+# the stream's file sink writer thread). Sanitizer reports go to log files
+# (a report in a server process would not fail the client's test), and any
+# report fails the run.
+# ASAN_TESTS / TSAN_TESTS: pytest files; ASAN_K / TSAN_K: their -k expressions.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+# The end-to-end files whose transports and paths run here without peers or
+# guests; the timing-sensitive late-source test is left to the plain build.
+ASAN_TESTS=${ASAN_TESTS:-"tests/test_cli.py tests/test_conformance.py tests/test_failures.py tests/test_stream.py tests/test_bw.py tests/test_sweep.py tests/test_messaging.py tests/test_hardening.py"}
+ASAN_K=${ASAN_K:-"not late_source"}
+TSAN_TESTS=${TSAN_TESTS:-"tests/test_stream.py tests/test_conformance.py tests/test_hardening.py"}
+TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source"}
+
+build() {  # DIR SANITIZERS
+  [ -f "$1/build.ninja" ] || cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" >/dev/null
+  cmake --build "$1" --target fabmeter-engine engine-tests
+}
+
+# Fails (after printing the first lines of each) if any report was logged.
+reports() {  # LOGDIR
+  shopt -s nullglob
+  local logs=("$1"/*)
+  [ "${#logs[@]}" -eq 0 ] && return 0
+  for f in "${logs[@]}"; do echo "== $f" >&2; head -30 "$f" >&2; done
+  echo "test-sanitize: ${#logs[@]} sanitizer report(s) in $1" >&2
+  return 1
+}
+
+run_suite() {  # NAME DIR TESTS K
+  local name=$1 dir=$2 logs
+  logs=$(realpath "$dir")/reports
+  rm -rf "$logs"; mkdir -p "$logs"
+  local rc=0
+  echo "test-sanitize: $name: GoogleTest"
+  "$dir/engine-tests" --gtest_brief=1 || rc=1
+  echo "test-sanitize: $name: pytest $3"
+  # shellcheck disable=SC2086  # $3 is a list of files and options
+  FABMETER_ENGINE=$(realpath "$dir/fabmeter-engine") $PY -m pytest -q -p no:cacheprovider -k "$4" $3 || rc=1
+  reports "$logs" || rc=1
+  return $rc
+}
+
+rc=0
+build build/engine-asan address,undefined
+export ASAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/asan:halt_on_error=1:detect_leaks=1"
+export UBSAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/ubsan:print_stacktrace=1:halt_on_error=1"
+run_suite asan+ubsan build/engine-asan "$ASAN_TESTS" "$ASAN_K" || rc=1
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+build build/engine-tsan thread
+export TSAN_OPTIONS="log_path=$PWD/build/engine-tsan/reports/tsan:halt_on_error=0:second_deadlock_stack=1"
+run_suite tsan build/engine-tsan "$TSAN_TESTS" "$TSAN_K" || rc=1
+[ $rc -eq 0 ] && echo "test-sanitize: no sanitizer reports"
+exit $rc

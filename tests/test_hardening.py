@@ -1,0 +1,155 @@
+"""Hardening (issue 9): a peer that sends malformed numbers costs the server
+only that session; stream's source lateness is signed; 0 is not "auto";
+--out on a full filesystem ends with one line and never half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ENGINE, json_lines, one_line_error, tagged_engine_procs
+
+HELLO, WELCOME, REFUSE, EXCHANGE = 1, 2, 3, 4
+
+
+def frame(kind: int, payload: bytes = b"") -> bytes:
+    return struct.pack("<IB", len(payload), kind) + payload
+
+
+def recv_frame(s: socket.socket) -> tuple[int, bytes]:
+    def exactly(n: int) -> bytes:
+        b = b""
+        while len(b) < n:
+            chunk = s.recv(n - len(b))
+            if not chunk:
+                raise ConnectionError("server closed the control channel")
+            b += chunk
+        return b
+    n, kind = struct.unpack("<IB", exactly(5))
+    return kind, exactly(n)
+
+
+@pytest.fixture
+def server(fm):
+    proc = subprocess.Popen([str(ENGINE), "serve", "--bind", "127.0.0.1", "--port", "0"], env=fm.env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = json.loads(proc.stdout.readline())["port"]
+    yield proc, port
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("port_text", [b"abc", b"", b"-1", b"99999", b"1" * 30, b"12\n34"])
+def test_server_survives_a_malformed_peer_port(fm, server, port_text):
+    # A client with a valid hello, then garbage where its udp port belongs:
+    # the server ends that session with one line and serves the next client.
+    proc, port = server
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame(HELLO, b"1\nfuzzer\nexperiment=lat\ntransport=udp\n"))
+        kind, _ = recv_frame(s)
+        assert kind == WELCOME
+        kind, _ = recv_frame(s)  # the server's own udp port
+        assert kind == EXCHANGE
+        s.sendall(frame(EXCHANGE, port_text))
+        with pytest.raises(ConnectionError):
+            recv_frame(s)  # the server gives up on this session
+    r = fm.run("lat", "-t", "udp", "--server", f"127.0.0.1:{port}", "-n", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    assert proc.poll() is None, "the server died"
+    assert json_lines(r.stdout)[0]["iterations"] > 0
+
+
+def test_timerfd_source_late_is_signed(fm):
+    # After a late step (the source stopped for 0.2 s) a timerfd read returns
+    # at once while expirations of past steps are pending: the next step went
+    # out early and its lateness, subtracted unsigned, read ~8.2e18 ns. Now
+    # no step leaves early and lateness is signed.
+    rate = 5000
+    proc = fm.popen("stream", "-t", "shm", "--timer", "timerfd", "--rate", str(rate), "--count", "20000",
+                    "--warmup", "0", "--json")
+    try:
+        deadline = time.monotonic() + 10
+        while not (clients := [int(e.split(":")[0]) for e in tagged_engine_procs(fm.tag) if " run stream" in e]):
+            assert time.monotonic() < deadline, "the stream client did not start"
+            time.sleep(0.05)
+        time.sleep(0.5)  # into the run (4 s at this rate)
+        os.kill(clients[0], signal.SIGSTOP)
+        time.sleep(0.2)
+        os.kill(clients[0], signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    (p,) = json_lines(out)
+    late = p["source_late_ns"]
+    assert late["max"] < 1e12, late
+    assert late["min"] > -1e9 / rate / 2, late
+
+
+@pytest.mark.parametrize("args", [["lat", "-n", "0"], ["bw", "--iters", "0"], ["stream", "--count", "0"]])
+def test_zero_is_not_auto(fm, args, tmp_path):
+    r = fm.run(*args, "-t", "shm")
+    assert r.returncode == 2, r.stderr
+    assert "auto" in one_line_error(r.stderr)
+    # auto is spelled as the word, and a default still reads "auto".
+    auto = [a if a != "0" else "auto" for a in args]
+    r = fm.run(*auto, "-t", "shm", "--warmup", "0", "--out", str(tmp_path), "--json",
+               *(["--rate", "10000"] if args[0] == "stream" else ["-s", "8"]))
+    assert r.returncode == 0, r.stderr
+    params = json.loads((tmp_path / "run.json").read_text())["config"]["params"]
+    assert params["iters" if args[0] != "stream" else "count"] == "auto" and params["warmup"] == "0"
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(mnt: Path, leave: int) -> None:
+    st = os.statvfs(mnt)
+    with open(mnt / "filler", "wb") as f:
+        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+
+
+def test_out_on_a_full_filesystem_run_json(fm, small_fs):
+    # No room for run.json: one line, no half-written run.json and no temporary file left.
+    fill(small_fs, 1024)
+    out = small_fs / "run"
+    r = fm.run("lat", "-t", "shm", "-n", "100", "--out", str(out))
+    assert r.returncode == 3, r.stderr
+    msg = one_line_error(r.stderr)
+    assert "run.json" in msg and "No space left" in msg, msg
+    assert not (out / "run.json").exists() and not (out / "run.json.tmp").exists()
+
+
+def test_out_on_a_full_filesystem_samples(fm, small_fs):
+    # Room for run.json but not for the samples (20000 float64 = 160 KB):
+    # the engine says so in one line, removes the truncated .npy, and
+    # run.json is whole and says the run failed.
+    out = small_fs / "run"
+    r = fm.run("lat", "-t", "shm", "-n", "20000", "--out", str(out))
+    assert r.returncode == 3, r.stderr
+    msg = one_line_error(r.stderr)
+    assert "No space left" in msg and ".npy" in msg, msg
+    assert not list(out.glob("*.npy")) and not list(out.glob("*.tmp"))
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["status"] == "failed" and "No space left" in doc["message"]
