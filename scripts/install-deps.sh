@@ -17,6 +17,8 @@ pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
       sockperf qperf iperf3 ucx-utils
       chromium)
+# Loss tests: nftables drops packets at random between namespaces and counts them.
+pkgs+=(nftables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
