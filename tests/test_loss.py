@@ -19,8 +19,11 @@ EXPERIMENTS = {
                "--loss-timeout-ms", "500"],
     "stream": ["--rate", "5000", "--values", "4", "--count", "2000", "--warmup", "100", "--loss-timeout-ms", "500"],
     "bw": ["-s", "64", "-n", "5000", "--warmup", "100", "--loss-timeout-ms", "500"],
+    # Too short for a sequence number: warm-up and measured losses are not told apart, their sum is exact.
+    "bw-1B": ["-s", "1", "-n", "5000", "--warmup", "100", "--loss-timeout-ms", "500"],
 }
-WARMUP = {e: int(a[a.index("--warmup") + 1]) for e, a in EXPERIMENTS.items()}
+# The warm-up drops are counted apart where messages carry a sequence number.
+WARMUP = {e: 0 if e == "bw-1B" else int(a[a.index("--warmup") + 1]) for e, a in EXPERIMENTS.items()}
 # Round trips: each lost one costs a loss timeout.
 LAT_ITERS = {1: 600, 10: 100}
 TRANSPORTS = {"udp": ["-t", "udp"], "ofi-udp": ["-t", "ofi", "--provider", "udp", "--ep", "dgram"]}
@@ -30,7 +33,7 @@ TRANSPORTS = {"udp": ["-t", "udp"], "ofi-udp": ["-t", "ofi", "--provider", "udp"
 @pytest.mark.parametrize("experiment", list(EXPERIMENTS))
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_reported_loss_is_what_the_kernel_dropped(fm, lossy_pair, transport, experiment, percent):
-    args = [experiment, *TRANSPORTS[transport], *EXPERIMENTS[experiment]]
+    args = [experiment.split("-")[0], *TRANSPORTS[transport], *EXPERIMENTS[experiment]]
     if experiment == "lat":
         args += ["-n", str(LAT_ITERS[percent])]
     with lossy_pair.server(fm) as port:
@@ -40,7 +43,7 @@ def test_reported_loss_is_what_the_kernel_dropped(fm, lossy_pair, transport, exp
     print(transport, experiment, percent, {k: p.get(k) for k in ("sent", "iterations", "lost", "warmup_lost")}, d)
     assert d["rule"] > 0, d
     assert p["lost"] + p["warmup_lost"] == d["rule"] + d["rule_warmup"] + d["other"], (p, d)
-    if d["other"] == 0:
+    if d["other"] == 0 and WARMUP[experiment]:
         assert (p["lost"], p["warmup_lost"]) == (d["rule"], d["rule_warmup"]), (p, d)
 
 

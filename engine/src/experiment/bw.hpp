@@ -55,6 +55,9 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   PayloadBuf buf(size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
+  // Unreliable transports carry the sequence number, so lost warm-up
+  // messages are told apart from lost measured ones (where it fits).
+  const bool seq = !c.caps.reliable && size >= 4;
 
   BwSide me;
   uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
@@ -73,7 +76,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {
-      if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(me.sent));
+      if (seq) put_seq(buf.data(), size, static_cast<uint32_t>(me.sent));
       if (by_duration && me.sent >= warmup && clk.ticks() >= t_stop) {
         my_total = me.sent;
       } else if (t.post_send(buf.data(), len, 0, me.sent)) {
@@ -95,10 +98,8 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       c.ctrl.send(CtrlType::end_point, std::to_string(me.sent));
       announced = true;
     }
-    // Unreliable transports carry the sequence number, so lost warm-up
-    // messages are told apart from lost measured ones.
     auto take = [&](RecvMsg& m) {
-      if (!c.caps.reliable) me.warmup_received += get_seq(m.data, m.len) < warmup;
+      if (seq) me.warmup_received += get_seq(m.data, m.len) < warmup;
       t.release(m);
       ++me.received;
     };
@@ -151,7 +152,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   }
 
   me.measured = t_mark ? me.received - mark : 0;
-  if (c.caps.reliable) me.warmup_received = std::min(me.received, warmup);  // in order: warm-up came first
+  if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
   me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
   me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
   if (st != Status::ok) {
