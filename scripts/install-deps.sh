@@ -17,6 +17,8 @@ pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
       sockperf qperf iperf3 ucx-utils
       chromium)
+# Loss tests: nftables drops packets at random between namespaces and counts them.
+pkgs+=(nftables)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang-14 libclang-rt-14-dev)
 missing=()

@@ -16,18 +16,19 @@ namespace fm {
 struct BwSide {
   uint64_t sent = 0, received = 0, measured = 0;
   double recv_ns = 0, send_ns = 0;
+  uint64_t warmup_received = 0;  // of `received`, how many were warm-up messages
 
   std::string encode() const {
     std::ostringstream o;
     o.precision(17);
-    o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns;
+    o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns << ' ' << warmup_received;
     return o.str();
   }
-  // Five space-separated fields, each checked: the peer's text is untrusted.
+  // Six space-separated fields, each checked: the peer's text is untrusted.
   static BwSide decode(std::string_view s) {
-    std::string_view f[5];
-    for (int i = 0; i < 5; ++i) {
-      const size_t sp = i < 4 ? s.find(' ') : s.size();
+    std::string_view f[6];
+    for (int i = 0; i < 6; ++i) {
+      const size_t sp = i < 5 ? s.find(' ') : s.size();
       if (sp == std::string_view::npos) runtime_error("bw: malformed counts from the peer: '" + peer_excerpt(s) + "'");
       f[i] = s.substr(0, sp);
       s = s.substr(std::min(sp + 1, s.size()));
@@ -38,10 +39,22 @@ struct BwSide {
     b.measured = parse_peer_u64(f[2], "bw measured count");
     b.recv_ns = parse_peer_double(f[3], "bw receive time");
     b.send_ns = parse_peer_double(f[4], "bw send time");
-    if (b.measured > b.received || b.recv_ns < 0 || b.send_ns < 0)
+    b.warmup_received = parse_peer_u64(f[5], "bw warm-up received count");
+    if (b.measured > b.received || b.warmup_received > b.received || b.recv_ns < 0 || b.send_ns < 0)
       runtime_error("bw: impossible counts from the peer: '" + peer_excerpt(f[0]) + " " + peer_excerpt(f[1]) + " " +
                     peer_excerpt(f[2]) + "'");
     return b;
+  }
+};
+
+// Messages a sender sent but the receiver never saw, measured and warm-up apart.
+struct BwLoss {
+  uint64_t lost = 0, warmup_lost = 0;
+  void add(const BwSide& tx, const BwSide& rx, uint64_t warmup) {
+    const uint64_t warm_tx = std::min(tx.sent, warmup);
+    const uint64_t measured_rx = rx.received - std::min(rx.received, rx.warmup_received);
+    lost += tx.sent - warm_tx - std::min(tx.sent - warm_tx, measured_rx);
+    warmup_lost += warm_tx - std::min(warm_tx, rx.warmup_received);
   }
 };
 
@@ -57,6 +70,9 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   PayloadBuf buf(size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
+  // Unreliable transports carry the sequence number, so lost warm-up
+  // messages are told apart from lost measured ones (where it fits).
+  const bool seq = !c.caps.reliable && size >= 4;
 
   BwSide me;
   uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
@@ -75,6 +91,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {
+      if (seq) put_seq(buf.data(), size, static_cast<uint32_t>(me.sent));
       if (by_duration && me.sent >= warmup && clk.ticks() >= t_stop) {
         my_total = me.sent;
       } else if (t.post_send(buf.data(), len, 0, me.sent)) {
@@ -96,12 +113,14 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       c.ctrl.send(CtrlType::end_point, std::to_string(me.sent));
       announced = true;
     }
-    RecvMsg m;
-    const uint64_t before = me.received;
-    while (me.received - before < 64 && t.poll_recv(m)) {
+    auto take = [&](RecvMsg& m) {
+      if (seq) me.warmup_received += get_seq(m.data, m.len) < warmup;
       t.release(m);
       ++me.received;
-    }
+    };
+    RecvMsg m;
+    const uint64_t before = me.received;
+    while (me.received - before < 64 && t.poll_recv(m)) take(m);
     if (me.received != before) {
       stamp();
       progressed = true;
@@ -141,14 +160,14 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (p.poll == Poll::event) {
       if (me.sent < my_total) t.wait_send();
       else if (t.wait_recv(m)) {
-        t.release(m);
-        ++me.received;
+        take(m);
         stamp();
       }
     }
   }
 
   me.measured = t_mark ? me.received - mark : 0;
+  if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
   me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
   me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
   if (st != Status::ok) {
@@ -165,17 +184,19 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   };
   double gbps, msg_rate;
   rate(peer, &gbps, &msg_rate);
-  uint64_t lost = me.sent - std::min(me.sent, peer.received);
+  BwLoss loss;
+  loss.add(me, peer, warmup);
   if (p.bidir) {
     double g2, m2;
     rate(me, &g2, &m2);
     out.fields.add("gbps_c2s", gbps).add("gbps_s2c", g2);
     gbps += g2;
     msg_rate += m2;
-    lost += peer.sent - std::min(peer.sent, me.received);
+    loss.add(peer, me, warmup);
   }
   double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;
-  out.fields.add("iterations", me.sent - std::min(me.sent, warmup)).add("lost", lost)
+  out.fields.add("iterations", me.sent - std::min(me.sent, warmup)).add("lost", loss.lost)
+      .add("warmup_lost", loss.warmup_lost)
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bidir).add("tx_depth", p.tx_depth)

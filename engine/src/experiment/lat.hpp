@@ -31,7 +31,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   const uint32_t len = static_cast<uint32_t>(size);
   const uint64_t reply_wait = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   const uint64_t run_ticks = clk.ns_to_ticks(p.duration * 1e9);
-  uint64_t measured = 0, lost = 0, sent = 0, t_stop = UINT64_MAX;
+  uint64_t measured = 0, lost = 0, warmup_lost = 0, sent = 0, t_stop = UINT64_MAX;
   bool capped = false;
   Status st = Status::ok;
 
@@ -57,7 +57,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     // ---- end of hot path ----
 
     if (st == Status::timeout && !c.caps.reliable) {
-      if (i >= warmup) ++lost;
+      ++(i >= warmup ? lost : warmup_lost);
       st = Status::ok;
       continue;
     }
@@ -76,7 +76,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     rtt_ns[k] = clk.to_ns(static_cast<double>(rtt[k]));
     half[k] = rtt_ns[k] / 2;
   }
-  out.fields.add("iterations", measured).add("lost", lost)
+  out.fields.add("iterations", measured).add("lost", lost).add("warmup_lost", warmup_lost)
       .add("latency_kind", "rtt/2")
       .add("latency_ns", to_json(summarize(half.data(), measured)))
       .add("rtt_ns", to_json(summarize(rtt_ns.data(), measured)))

@@ -87,7 +87,8 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
 
   std::vector<double> lat;
   lat.reserve(total - warmup);
-  uint64_t lost = 0;
+  uint64_t lost = 0, warmup_lost = 0;
+  for (uint64_t k = 0; k < warmup && k < sent; ++k) warmup_lost += t_recv[k] == 0;
   for (uint64_t k = warmup; k < sent; ++k) {
     if (t_recv[k] == 0) { ++lost; continue; }
     double ns;
@@ -107,7 +108,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
   uint64_t above = 0;
   for (double x : lat) above += x > p.threshold_us * 1e3;
   out.fields.add("iterations", static_cast<uint64_t>(lat.size())).add("sent", sent - std::min(sent, warmup))
-      .add("lost", lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
+      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
       .add("latency_kind", "one-way")
       .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
       .add("threshold_us", p.threshold_us)

@@ -170,7 +170,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
 
   const double deadline_ns = (p.deadline_us > 0 ? p.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> lat, late;
-  uint64_t sent_measured = 0, lost = 0, over_deadline = 0;
+  uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
+  for (uint64_t k = 0; k < warmup; ++k) warmup_lost += t_subm[k] && !t_recv[k];
   for (uint64_t k = warmup; k < total; ++k) {
     if (!t_subm[k]) continue;  // missed step: never sent
     ++sent_measured;
@@ -189,7 +190,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
       .add("sent", sent_measured).add("received", static_cast<uint64_t>(lat.size()))
       .add("missed_steps", missed_measured)
       .add("missed_pct", 100.0 * static_cast<double>(missed_measured) / static_cast<double>(steps_measured))
-      .add("lost", lost).add("duplicated", r.duplicated).add("reordered", r.reordered).add("corrupted", r.corrupted)
+      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
+      .add("corrupted", r.corrupted)
       .add("deadline_us", deadline_ns / 1e3)
       .add("deadline_miss_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(over_deadline) / static_cast<double>(lat.size()))
       .add("latency_kind", "one-way (receive - scheduled step time)")
