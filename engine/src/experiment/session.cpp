@@ -319,7 +319,7 @@ constexpr double kKillGraceS = 5;           // then the parent kills a session t
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
 // Floors no transport beats here, so a plan's run time is never overestimated.
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
-// The transports cut their rings to this many bytes per direction for big messages.
+// shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
 // A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
 constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
@@ -604,8 +604,9 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
   ServerCost cost{0, 0};
   for (const PointSpec& pt : plan_points(p, caps)) {
     const double size = static_cast<double>(pt.size);
-    double ring = std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
-    double bytes = 2 * size + 2 * ring;  // payload buffers; receive and send rings
+    double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
+    if (p.transport == "shm" || p.transport == "verbs" || p.transport == "ofi")  // receive and send rings
+      bytes += 2 * std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
     if (messaging(p.transport)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
     double secs = 0;
     if (p.experiment == "lat" || p.experiment == "bw") {
