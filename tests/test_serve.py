@@ -182,7 +182,7 @@ def test_max_sessions_answers_busy_at_once(fm, serve):
         r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
         assert r.returncode == 2, (r.returncode, r.stderr)
         assert "busy: 1 sessions running" in one_line_error(r.stderr)
-        assert time.monotonic() - t0 < 3
+        assert time.monotonic() - t0 < 5  # at once: the first session has seconds to go
         assert long.wait(timeout=30) == 0, long.stderr.read()
     finally:
         if long.poll() is None:

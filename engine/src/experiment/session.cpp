@@ -320,7 +320,7 @@ constexpr double kKillGraceS = 5;           // then the parent kills a session t
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
 // Floors no transport beats here, so a plan's run time is never overestimated.
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
-// The transports cut their rings to this many bytes per direction for big messages.
+// shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
 // A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
 constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
@@ -492,6 +492,7 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
 // A session child: dies with the server, serves one connection, exits.
 [[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono, int listen_fd,
                                 pid_t server) {
+  signal(SIGCHLD, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != server) _exit(130);  // the server died before the line above
   ::close(listen_fd);
@@ -605,8 +606,9 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
   ServerCost cost{0, 0};
   for (const PointSpec& pt : plan_points(p, caps)) {
     const double size = static_cast<double>(pt.size);
-    double ring = std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
-    double bytes = 2 * size + 2 * ring;  // payload buffers; receive and send rings
+    double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
+    if (p.transport == "shm" || p.transport == "verbs" || p.transport == "ofi")  // receive and send rings
+      bytes += 2 * std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
     if (messaging(p.transport)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
     double secs = 0;
     if (p.experiment == "lat" || p.experiment == "bw") {
@@ -664,6 +666,10 @@ int run_server(const ServerOptions& opts) {
       .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
   emit_line(ev);
   const pid_t me = getpid();
+  struct sigaction sa {};
+  sa.sa_handler = [](int) {};  // only to interrupt poll() when a session ends
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGCHLD, &sa, nullptr);
   std::vector<Child> kids;
   int once_rc = -1;
   // The accepting loop only accepts, forks and reaps: it never reads from a
@@ -675,9 +681,14 @@ int run_server(const ServerOptions& opts) {
       stop_sessions(kids, o);
       return 130;
     }
-    if (!l) {  // --once: the session was forked
+    if (!l) {  // --once: the session was forked; nothing else to do but wait for it
       if (kids.empty()) return once_rc;
-      usleep(20000);
+      int status;
+      if (pid_t pid = waitpid(kids[0].pid, &status, 0); pid > 0) {  // EINTR: a signal, looked at above
+        kids.clear();
+        clean_after(o, pid);
+        once_rc = child_code(status);
+      }
       continue;
     }
     if (o.max_duration > 0) {
@@ -685,8 +696,10 @@ int run_server(const ServerOptions& opts) {
       for (const Child& k : kids)
         if (Clock::mono_ns() - k.started_ns > limit) kill(k.pid, SIGKILL);
     }
+    // Woken early by a connection, SIGCHLD (a session ended) or Ctrl-C/SIGTERM;
+    // rarely otherwise, so a busy-polling session on the same CPU is left alone.
     pollfd pfd{l->fd(), POLLIN, 0};
-    if (::poll(&pfd, 1, 100) <= 0) continue;  // also EINTR: a signal, looked at above
+    if (::poll(&pfd, 1, 1000) <= 0) continue;
     Ctrl ctrl = l->accept(kHelloTimeoutMs);
     if (ctrl.fd() < 0) continue;
     if (kids.size() >= o.max_sessions) {
