@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ENGINE, json_lines, one_line_error, tagged_engine_procs
 
-HELLO, WELCOME, REFUSE, EXCHANGE = 1, 2, 3, 4
+HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE = 1, 2, 3, 4, 5, 6, 7
 
 
 def frame(kind: int, payload: bytes = b"") -> bytes:
@@ -65,6 +65,39 @@ def test_server_survives_a_malformed_peer_port(fm, server, port_text):
     assert r.returncode == 0, r.stderr
     assert proc.poll() is None, "the server died"
     assert json_lines(r.stdout)[0]["iterations"] > 0
+
+
+def test_short_stream_samples_are_counted_not_read(fm, server):
+    # A stream source that sends udp samples shorter than their 24-byte
+    # header: the sink must count them corrupted without reading a header
+    # from past the datagram (it used to read the stale receive buffer and
+    # count them as received or duplicated), and then serve the next client.
+    proc, port = server
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()  # same host: no clock probes
+    short = list(range(1, 24))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.bind(("127.0.0.1", 0))
+        s.sendall(frame(HELLO, f"1\n{boot_id}\nexperiment=stream\ntransport=udp\nrate=1000\ncount=10\n"
+                                 "warmup=0\n".encode()))
+        assert recv_frame(s)[0] == WELCOME
+        kind, server_port = recv_frame(s)
+        assert kind == EXCHANGE
+        s.sendall(frame(EXCHANGE, str(u.getsockname()[1]).encode()))
+        for _ in range(2):  # "udp connected", "start of point"
+            s.sendall(frame(BARRIER))
+            assert recv_frame(s)[0] == BARRIER
+        for n in short:
+            u.sendto(b"\0" * n, ("127.0.0.1", int(server_port)))
+        s.sendall(frame(END_POINT, str(len(short)).encode()))
+        kind, report = recv_frame(s)
+        assert kind == EXCHANGE
+        total, received, duplicated, _reordered, corrupted = struct.unpack_from("<5Q", report, 16)
+        assert (total, received, duplicated, corrupted) == (10, 0, 0, len(short))
+        s.sendall(frame(BYE))
+    r = fm.run("stream", "-t", "udp", "--server", f"127.0.0.1:{port}", "--count", "100", "--json")
+    assert r.returncode == 0, r.stderr
+    assert proc.poll() is None
 
 
 def test_timerfd_source_late_is_signed(fm):
