@@ -171,6 +171,37 @@ fm "refuse-rdma_cm-mtu" 2 lat -n 10 --service rc --mtu 512
 fm "refuse-no-such-device" 2 lat -n 10 --service rc --cm raw --device mlx5_9
 fm "refuse-signal-every-above-sq" 2 lat -n 10 --service rc --sq-depth 16 --signal-every 32
 
+echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at random and counts them)"
+# loss NAME PERCENT EXPERIMENT OPTIONS...: while the case runs, a rule on the
+# input hook drops PERCENT % of the RoCE v2 packets (udp 4791; both ends are
+# in this namespace, so both directions) and counts each drop in NAME.dropped.
+# Raw connections (no CM packets) and single-packet messages make every drop
+# one lost message: the report wants lost + warmup_lost == NAME.dropped.
+loss() {
+  local name=$1 pct=$2 f=$OUT/$1
+  shift 2
+  nft -f - <<EOF
+table inet fmloss
+delete table inet fmloss
+table inet fmloss {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    udp dport 4791 numgen random mod 1000 < $((pct * 10)) counter drop
+  }
+}
+EOF
+  fm "$name" 0 "$@"
+  nft list chain inet fmloss input | grep -o 'packets [0-9]*' | cut -d' ' -f2 >"$f.dropped"
+  nft delete table inet fmloss
+}
+LOSS=(-s 64 --warmup 50 --cm raw --loss-timeout-ms 1000)
+for svc in uc ud; do
+  loss "loss-$svc-oneway-1pct" 1 oneway "${LOSS[@]}" --bursts 10 --burst-size 100 --pause-us 1000 --service $svc
+  loss "loss-$svc-oneway-10pct" 10 oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us 1000 --service $svc
+  loss "loss-$svc-lat-10pct" 10 lat "${LOSS[@]}" -n 60 --service $svc
+  loss "loss-$svc-bw-10pct" 10 bw "${LOSS[@]}" -n 400 --service $svc
+done
+
 echo "== comparison: fabmeter lat vs perftest, 32 B, 2000 iterations, inline 64, raw connection"
 CMP=(-s 32 -n 2000 --warmup 200 --inline 64 --cm raw)
 for svc in rc uc ud; do

@@ -93,6 +93,14 @@ def check_fabmeter(raw, name):
             problems.append(f"point {p.get('size')} B: no bandwidth")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
+    if name.startswith("loss-"):  # the kernel's count of dropped packets is the truth
+        dropped = read(f"{raw}/{name}.dropped").strip()
+        lost = sum(p.get("lost", 0) + p.get("warmup_lost", 0) for p in points)
+        summary.update(dropped=int(dropped) if dropped.isdigit() else None, lost_total=lost)
+        if not dropped.isdigit() or int(dropped) == 0:
+            problems.append(f"the drop rule counted nothing ({dropped!r}): was it installed?")
+        elif lost != int(dropped):
+            problems.append(f"the kernel dropped {dropped} packets, fabmeter reports {lost} lost")
     if points:
         p = points[0]
         summary.update(experiment=p.get("experiment"), size=p.get("size"), iterations=p.get("iterations"),
@@ -212,6 +220,13 @@ def main():
               f"{r['perftest_typical_us'] if r['perftest_typical_us'] is not None else '-':>14}"
               f"{r['perftest_min_us'] if r['perftest_min_us'] is not None else '-':>14}"
               f"{f'{ratio:.2f}' if ratio else '-':>8}")
+
+    loss = [r for r in results if r["name"].startswith("loss-")]
+    if loss:
+        print("\nLoss: packets the kernel dropped at random (nftables counter) vs messages fabmeter reports lost")
+        print(f"{'case':<28}{'dropped':>9}{'lost':>7}")
+        for r in loss:
+            print(f"{r['name']:<28}{r.get('dropped') or '-':>9}{r.get('lost_total', '-'):>7}")
 
     started = float(read(f"{raw}/_started", "0").strip() or 0)
     finished = float(read(f"{raw}/_finished", "0").strip() or 0)

@@ -21,11 +21,13 @@ WORK=$OUT/work
 
 SUITE=bookworm
 # Guest packages. The runtime libraries at the end are what fabmeter's own
-# binaries (built on the Debian 12 host, run from the 9p share) link against.
+# binaries (built on the Debian 12 host, run from the 9p share) link against;
+# nftables (with nf_tables, nft_numgen below) drops packets for the loss cases.
 PACKAGES=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   libfabric-bin libfabric1 iproute2 kmod procps
   libstdc++6 libzmq5 libnng1 libnanomsg5
+  nftables
 )
 # Kernel modules wanted in the guest; their dependencies are added from
 # modules.dep. crc32 crypto drivers are requested by name (crypto_alloc_shash
@@ -35,6 +37,7 @@ MODULES=(
   veth dummy udp_tunnel ip6_udp_tunnel
   crc32_generic crc32_pclmul crc32c_generic crc32c_intel libcrc32c
   9p 9pnet 9pnet_virtio virtio virtio_ring virtio_pci netfs fscache
+  nf_tables nft_numgen sch_netem
 )
 
 log() { printf '[rdma-guest build] %s\n' "$*" >&2; }
