@@ -7,6 +7,7 @@
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/handshake.hpp"
 #include "fabmeter/limits.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
@@ -16,14 +17,19 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
-  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once]
+  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F] [OPTIONS]
+  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured size,
 "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
+
+--token-file F (or $FABMETER_TOKEN; the file wins): the shared secret, at
+least 16 bytes, in a file other users cannot read. A server with a token
+admits only clients that prove they know it (HMAC-SHA-256 challenge-response;
+the secret never crosses the wire), and proves it to them in turn.
 )";
 
 int parse_int(const std::string& opt, const std::string& v) {
@@ -101,6 +107,9 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     o.once = take(args, "--once", nullptr);
+    v.clear();
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
     if (!args.empty()) fm::usage_error("serve: unexpected argument '" + args[0] + "'");
     return fm::run_server(o);
   }
@@ -114,6 +123,9 @@ int main_(std::vector<std::string> args) {
     if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     take(args, "--out", &o.out_dir);
+    v.clear();
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
     fm::parse_options(p, args);
     return fm::run_client(p, o);
   }

@@ -15,6 +15,7 @@ struct ClientOptions {
   std::string server;   // HOST[:PORT]
   std::string out_dir;  // raw samples go here when set
   int cpu = -1;
+  std::string token;    // shared secret (load_token); empty: none
 };
 
 struct ServerOptions {
@@ -22,6 +23,7 @@ struct ServerOptions {
   uint16_t port = 18515;  // kDefaultPort
   int cpu = -1;
   bool once = false;
+  std::string token;    // shared secret (load_token); empty: clients are not authenticated
 };
 
 // Return the process exit code: 0 ok, 3 runtime failure, 130 interrupted.

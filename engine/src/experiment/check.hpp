@@ -112,6 +112,7 @@ Status check_server(T& t, Ctx& c) {
     Status st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ctrl_message) {
       expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of check"));
+      g.peer_finished();
       deadline = clk.ticks() + drain;
       continue;
     }

@@ -64,6 +64,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if ((st = send_one(t, buf.data(), len, flags, sent, g, p.poll, stamp_comp)) != Status::ok) break;
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
+      if ((st = g.tick(t)) != Status::ok) break;
     }
     if (st == Status::ok) pause_for(clk, p.poll, p.pause_us);
   }
@@ -145,10 +146,12 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
       if (idx < last_seq) ++reordered;
       last_seq = idx;
       ++received;
+      if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
     if (st == Status::ctrl_message) {
       expected = std::stoull(c.ctrl.recv(CtrlType::end_point, "end of oneway point"));
+      g.peer_finished();
       deadline = clk.ticks() + drain;  // what is still in flight arrives by then, or is lost
       continue;
     }
