@@ -89,12 +89,16 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         p.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
         p.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
+        p.add_argument("--token-file", metavar="F",
+                       help="with --server: the server's shared secret (default: $FABMETER_TOKEN)")
 
     p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False)
     p.add_argument("--bind", metavar="ADDR", help="address to listen on")
     p.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
     p.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
     p.add_argument("--once", action="store_true", help="exit after one session")
+    p.add_argument("--token-file", metavar="F",
+                   help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
 
     p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
@@ -198,6 +202,8 @@ class _Progress:
 def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: str) -> int:
     engine_args, given = engine_args_from(ns, info)
     remote = ns.server is not None
+    if ns.token_file is not None and not remote:
+        die("--token-file goes with --server (a local run makes its own secret)", run.EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, remote)
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:
@@ -218,7 +224,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
         if ns.json:
             print(json.dumps(point), flush=True)
 
-    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine),
+    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine,
+                                   token_file=ns.token_file),
                       on_start=on_start, on_point=on_point, on_event=record.on_event)
     progress.done()
     if not (res.exit_code == run.EXIT_USAGE and res.start is None):
@@ -242,6 +249,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
             args += [f"--{name}", str(v)]
     if ns.once:
         args.append("--once")
+    if ns.token_file is not None:
+        args += ["--token-file", ns.token_file]
     run.exec_server(args)  # does not return
     return run.EXIT_INTERNAL
 
