@@ -66,7 +66,11 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
     }
-    if (st == Status::ok) pause_for(clk, p.poll, p.pause_us);
+    // Long pauses in slices: the peer must keep hearing heartbeats.
+    for (double left = p.pause_us; st == Status::ok && left > 0; left -= 5e5) {
+      pause_for(clk, p.poll, std::min(left, 5e5));
+      st = g.tick<1>(t);
+    }
   }
   if (st == Status::ctrl_message) st = Status::ok;  // nothing is expected from the server mid-burst
   if (st == Status::ok) st = flush_sends(t, g, p.poll);
