@@ -85,12 +85,12 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 }
 uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-// The largest control frame this end may receive in the session: the client
-// receives the per-point stamp reports (header + 8 bytes per message of the
-// biggest point); the server receives only small blobs (addresses, counts).
-uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan, Role role) {
+// The largest control frame the client may receive in the session: the
+// per-point stamp reports (header + 8 bytes per message of the biggest point).
+// The server receives only small blobs (addresses, counts) and keeps
+// kMaxFrameDefault.
+uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) {
   uint64_t most = kMaxFrameDefault;
-  if (role == Role::server) return most;
   constexpr uint64_t header = std::max({sizeof(OnewayReport), sizeof(SinkReport), sizeof(CheckReport)});
   for (const PointSpec& pt : plan) {
     uint64_t total = 0;
@@ -298,7 +298,7 @@ int run_client(const Params& p, const ClientOptions& o) {
   bool same_host = server_host == me;
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
-  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps), Role::client));
+  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps)));
 
   Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
   JsonObj params, transport_info;
@@ -354,10 +354,17 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   }
   const std::string server_nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
   ctrl.send(CtrlType::challenge, server_nonce);
-  if (!o.token.empty() &&
-      !proof_matches(client_proof(o.token, hello, server_nonce), decode_auth(ctrl.recv(CtrlType::auth, "client's proof")))) {
-    ctrl.send(CtrlType::fail, "authentication failed (wrong token)");
-    runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
+  if (!o.token.empty()) {
+    std::string proof;
+    try {
+      proof = decode_auth(ctrl.recv(CtrlType::auth, "client's proof"));
+    } catch (const Error& e) {
+      runtime_error("authentication failed: client " + ctrl.peer_addr() + ": " + e.what());
+    }
+    if (!proof_matches(client_proof(o.token, hello, server_nonce), proof)) {
+      ctrl.send(CtrlType::fail, "authentication failed (wrong token)");
+      runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
+    }
   }
   const std::string& client_host = h.host;
   Params p;
@@ -380,7 +387,6 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
-  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps), Role::server));
   Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
   Status st = entry->points(p, c, "", nullptr);
   if (st == Status::ok) {
