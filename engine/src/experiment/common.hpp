@@ -55,8 +55,10 @@ struct PointOut {
 constexpr double kBeatS = 1.0;
 constexpr double kSilenceS = 3.0;
 // Loops that may stay busy for long call tick() once per message, outside
-// the timed part; every kTickStride-th call does the full check.
+// the timed part; every kTickStride-th call reads the clock, and the full
+// check (a system call) runs every kTickMs at most.
 constexpr uint32_t kTickStride = 64;
+constexpr double kTickMs = 100;
 
 // Slow-path checks, called every few thousand spins or once per event-mode
 // wait slice. Only the control-channel poll is a system call, and it is
@@ -64,7 +66,8 @@ constexpr uint32_t kTickStride = 64;
 class Guard {
  public:
   explicit Guard(Ctx& c)
-      : c_(c), interval_(c.clk.ns_to_ticks(1e6)), beat_(c.clk.ns_to_ticks(kBeatS * 1e9)),
+      : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
+        beat_(c.clk.ns_to_ticks(kBeatS * 1e9)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
         limit_(c.clk.ns_to_ticks(std::max(kSilenceS * 1e9, c.p.timeout_ms * 1e6))),
         heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
@@ -114,6 +117,9 @@ class Guard {
   template <uint32_t Stride = kTickStride, class T>
   Status tick(const T& t) {
     if (++ticks_ % Stride) return Status::ok;
+    const uint64_t now = c_.clk.ticks();
+    if (now < next_tick_) return Status::ok;
+    next_tick_ = now + tick_interval_;
     Status s = check(t);
     return s == Status::ctrl_message ? Status::ok : s;
   }
@@ -122,8 +128,8 @@ class Guard {
 
  private:
   Ctx& c_;
-  uint64_t interval_, beat_, silence_, limit_;
-  uint64_t next_ = 0, next_beat_ = 0;
+  uint64_t interval_, tick_interval_, beat_, silence_, limit_;
+  uint64_t next_ = 0, next_tick_ = 0, next_beat_ = 0;
   uint64_t heard_, frames_;
   uint32_t ticks_ = 0;
   bool watch_ = true;
