@@ -11,6 +11,7 @@
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/handshake.hpp"
 #include "fabmeter/limits.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
@@ -20,8 +21,8 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [OPTIONS]
-  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--data-dir DIR]
+  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F] [OPTIONS]
+  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
@@ -39,6 +40,10 @@ sockets are made in a private directory. A plan is refused before anything is
 allocated if it needs more than --max-memory (default: a quarter of MemTotal;
 K/M/G/T suffixes) or states a run longer than --max-duration (default 3600 s;
 0: no limit), which a watchdog also enforces.
+--token-file F (or $FABMETER_TOKEN; the file wins): the shared secret, at
+least 16 bytes, in a file other users cannot read. A server with a token
+admits only clients that prove they know it (HMAC-SHA-256 challenge-response;
+the secret never crosses the wire), and proves it to them in turn.
 )";
 
 int parse_int(const std::string& opt, const std::string& v) {
@@ -149,6 +154,9 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--max-duration", &v)) o.max_duration = parse_seconds("--max-duration", v);
     if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
     if (o.max_sessions == 0) fm::usage_error("--max-sessions must be at least 1");
+    v.clear();
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
     if (!args.empty()) fm::usage_error("serve: unexpected argument '" + args[0] + "'");
     return fm::run_server(o);
   }
@@ -162,6 +170,9 @@ int main_(std::vector<std::string> args) {
     if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     take(args, "--out", &o.out_dir);
+    v.clear();
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
     fm::parse_options(p, args);
     return fm::run_client(p, o);
   }

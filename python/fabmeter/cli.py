@@ -89,6 +89,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         p.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
         p.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
+        p.add_argument("--token-file", metavar="F",
+                       help="with --server: the server's shared secret (default: $FABMETER_TOKEN)")
 
     p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                        description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
@@ -107,6 +109,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                    help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
     p.add_argument("--max-sessions", metavar="N",
                    help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
+    p.add_argument("--token-file", metavar="F",
+                   help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
 
     p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
@@ -210,6 +214,8 @@ class _Progress:
 def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: str) -> int:
     engine_args, given = engine_args_from(ns, info)
     remote = ns.server is not None
+    if ns.token_file is not None and not remote:
+        die("--token-file goes with --server (a local run makes its own secret)", run.EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, remote)
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:
@@ -230,7 +236,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
         if ns.json:
             print(json.dumps(point), flush=True)
 
-    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine),
+    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine,
+                                   token_file=ns.token_file),
                       on_start=on_start, on_point=on_point, on_event=record.on_event)
     progress.done()
     if not (res.exit_code == run.EXIT_USAGE and res.start is None):
@@ -248,7 +255,7 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
-    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions"):
+    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file"):
         v = getattr(ns, name)
         if v is not None:
             args += [f"--{name.replace('_', '-')}", str(v)]

@@ -19,6 +19,7 @@ import json
 import os
 import queue
 import re
+import secrets
 import select
 import shutil
 import signal
@@ -120,9 +121,9 @@ def _child_setup() -> None:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
-def _spawn(cmd: list[str]) -> subprocess.Popen:
+def _spawn(cmd: list[str], env: Optional[dict] = None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, bufsize=0, preexec_fn=_child_setup)
+                            stderr=subprocess.PIPE, bufsize=0, preexec_fn=_child_setup, env=env)
 
 
 def _signal(proc: Optional[subprocess.Popen], sig: int) -> None:
@@ -235,6 +236,7 @@ class RunSpec:
     server: Optional[str] = None         # HOST[:PORT] of a remote server; None = start one locally
     out: Optional[Path] = None           # results folder (the engine writes .npy there)
     engine: Optional[str] = None
+    token_file: Optional[str] = None     # remote server's secret (else $FABMETER_TOKEN)
 
 
 @dataclass
@@ -253,12 +255,12 @@ class LocalServer:
     """`fabmeter-engine serve --bind 127.0.0.1 --port 0 --once ...`, port read from its first line."""
 
     def __init__(self, engine: str, cpu: Optional[int], forwarder: _SignalForwarder,
-                 bind: str = "127.0.0.1"):
+                 bind: str = "127.0.0.1", env: Optional[dict] = None):
         # The user's own server for one run: no time limit (memory keeps the default).
         cmd = [engine, "serve", "--bind", bind, "--port", "0", "--once", "--max-duration", "0"]
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]
-        self.proc = _spawn(cmd)
+        self.proc = _spawn(cmd, env)
         forwarder.procs.append(self.proc)
         self.stdout_lines: list[str] = []
         self.stderr_lines: list[str] = []
@@ -386,10 +388,14 @@ def execute(spec: RunSpec,
             return res
         if limits:
             on_event(limits)
+    # A local run's server admits only its own client: a fresh secret per run,
+    # passed through the environment (another local user cannot take the port).
+    env = None if spec.server is not None else {**os.environ, "FABMETER_TOKEN": secrets.token_hex(32)}
     with _SignalForwarder() as fwd:
         try:
             if spec.server is None:
-                server = LocalServer(engine, spec.cpus[1] if spec.cpus and len(spec.cpus) > 1 else None, fwd)
+                server = LocalServer(engine, spec.cpus[1] if spec.cpus and len(spec.cpus) > 1 else None, fwd,
+                                     env=env)
                 res.server_port = server.port
                 address = f"127.0.0.1:{server.port}"
             else:
@@ -402,8 +408,10 @@ def execute(spec: RunSpec,
                 cmd += ["--cpu", str(spec.cpus[0])]
             if spec.out is not None:
                 cmd += ["--out", str(spec.out)]
+            if spec.server is not None and spec.token_file is not None:
+                cmd += ["--token-file", spec.token_file]
             cmd += spec.engine_args
-            client = _spawn(cmd)
+            client = _spawn(cmd, env)
             fwd.procs.append(client)
 
             # Readers start only now: no thread may be alive during fork.

@@ -1,5 +1,8 @@
 // Control channel: a TCP side channel between the two ends, kept off the data
 // path (as fabtests' ft_sock_*). Framed messages; every wait has a timeout.
+// A frame is a 5-byte header (length, little-endian uint32; type byte) and
+// the body. The header is checked (known type, the one expected, length
+// within that type's limit) before a byte of the body is read or allocated.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,14 +11,41 @@
 namespace fm {
 
 enum class CtrlType : uint8_t {
-  hello = 1,     // client -> server: version, host id, parameters
-  welcome,       // server -> client: accepted (host id, environment)
-  refuse,        // server -> client: parameters refused (text)
+  hello = 1,     // client -> server: version, host id, client nonce, parameters
+  welcome,       // server -> client: accepted (server proof, host id, environment)
+  refuse,        // either way: parameters refused (text; exit 2)
   exchange,      // symmetric blob exchange (addresses, results)
   barrier,
   end_point,     // client -> server: the measured point is over
   bye,           // session over
+  challenge,     // server -> client: server nonce (empty: the server has no token)
+  auth,          // client -> server: HMAC proof of the token
+  heartbeat,     // either way during points: still alive (swallowed by recv/peek)
+  fail,          // either way: a runtime failure such as "authentication failed" (text; exit 3)
 };
+constexpr uint8_t kCtrlTypeMax = static_cast<uint8_t>(CtrlType::fail);
+
+constexpr size_t kFrameHeaderBytes = 5;
+// Before the session's plan is known (and always on the server, which
+// receives no reports) a variable-size frame is at most this big: a hello
+// needs about 1 KiB.
+constexpr uint32_t kMaxFrameDefault = 16 * 1024;
+constexpr uint32_t kMaxWelcome = 64 * 1024;  // host id + the server's environment JSON
+constexpr uint32_t kMaxText = 4096;          // refuse / fail reasons
+
+struct FrameHeader {
+  uint32_t len = 0;
+  CtrlType type{};
+};
+
+// Decodes and checks one header: a known type, `expect` (or refuse, fail,
+// heartbeat), length within the type's limit (`max_frame` for hello and
+// exchange). Returns "" when it may be read, else the one-line reason. Pure:
+// the fuzz target feeds it arbitrary bytes.
+std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, FrameHeader* out);
+const char* ctrl_type_name(CtrlType t);
+// Peer text (refuse/fail reasons) made one printable line, at most kMaxText bytes.
+std::string printable_line(std::string_view s);
 
 class Ctrl {
  public:
@@ -29,16 +59,27 @@ class Ctrl {
   static Ctrl connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms);
 
   void send(CtrlType t, std::string_view payload = {});
-  // Waits up to the timeout for the next message; a different type than
-  // expected, EOF or timeout is a runtime error naming `what`.
+  // Never throws: a peer that is gone shows up at the next peek or recv.
+  bool send_heartbeat() noexcept;
+  // Waits up to the timeout for the next message, skipping heartbeats; a
+  // different type than expected, an invalid or oversized frame, EOF or
+  // timeout is a runtime error naming `what`; refuse is a usage error.
   std::string recv(CtrlType expect, const char* what);
   // Sends mine, returns the peer's (both ends call it).
   std::string exchange(std::string_view mine, const char* what);
   void barrier(const char* what);
 
   enum class Peek { nothing, message, closed };
-  // Non-blocking: is a message (or EOF) waiting? For the slow-path guard.
+  // Non-blocking: is a message (or EOF) waiting? Heartbeats are consumed
+  // here, so `message` is always a real one. For the slow-path guard.
   Peek peek() const;
+  // Frames received so far, heartbeats included: the guard's proof of life.
+  uint64_t frames_in() const { return frames_in_; }
+
+  // Largest hello/exchange body accepted (see kMaxFrameDefault); the
+  // session raises it to what its plan's reports need.
+  void set_max_frame(uint64_t bytes) { max_frame_ = bytes > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(bytes); }
+  uint32_t max_frame() const { return max_frame_; }
 
   int fd() const { return fd_; }
   // The local address this connection uses (where data sockets should bind).
@@ -50,6 +91,8 @@ class Ctrl {
  private:
   int fd_ = -1;
   uint32_t timeout_ms_ = 5000;
+  uint32_t max_frame_ = kMaxFrameDefault;
+  mutable uint64_t frames_in_ = 0;  // peek() consumes heartbeats
 };
 
 class Listener {
@@ -58,6 +101,8 @@ class Listener {
   ~Listener();
   uint16_t port() const { return port_; }
   int fd() const { return fd_; }  // for a server that polls it beside other work
+  // Bound to a loopback address only (127/8, ::1): no other host can connect.
+  bool loopback_only() const;
   // Blocks until a client connects or Ctrl-C (checked every 100 ms); returns
   // an invalid Ctrl (fd -1) in that case. `timeout_ms` applies to the session.
   Ctrl accept(uint32_t timeout_ms);
@@ -68,7 +113,8 @@ class Listener {
 };
 
 constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rules carry over
-constexpr uint32_t kProtocolVersion = 1;
+// 2: challenge-response authentication, heartbeats, bounded frames.
+constexpr uint32_t kProtocolVersion = 2;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

@@ -15,6 +15,7 @@ struct ClientOptions {
   std::string server;   // HOST[:PORT]
   std::string out_dir;  // raw samples go here when set
   int cpu = -1;
+  std::string token;    // shared secret (load_token); empty: none
 };
 
 struct ServerOptions {
@@ -31,6 +32,7 @@ struct ServerOptions {
   // Set by run_server, not options: its private 0711 directory where each
   // session makes its ipc sockets (short paths: sun_path holds 108 bytes).
   std::string ipc_root;
+  std::string token;    // shared secret (load_token); empty: clients are not authenticated
 };
 
 // Refuses (usage_error with the reason for the client) a plan that needs more

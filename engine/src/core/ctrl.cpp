@@ -20,19 +20,6 @@
 namespace fm {
 namespace {
 
-const char* type_name(CtrlType t) {
-  switch (t) {
-    case CtrlType::hello: return "hello";
-    case CtrlType::welcome: return "welcome";
-    case CtrlType::refuse: return "refuse";
-    case CtrlType::exchange: return "exchange";
-    case CtrlType::barrier: return "barrier";
-    case CtrlType::end_point: return "end_point";
-    case CtrlType::bye: return "bye";
-  }
-  return "?";
-}
-
 // Reads exactly n bytes before the deadline (CLOCK_MONOTONIC_RAW ns).
 // Returns false on EOF before the first byte; throws on timeout or error.
 bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what) {
@@ -73,7 +60,63 @@ std::string addr_string(const sockaddr_storage& ss) {
   return host;
 }
 
+uint32_t limit_of(CtrlType t, uint32_t max_frame) {
+  switch (t) {
+    case CtrlType::hello: return kMaxFrameDefault;
+    case CtrlType::welcome: return kMaxWelcome;
+    case CtrlType::refuse:
+    case CtrlType::fail: return kMaxText;
+    case CtrlType::exchange: return max_frame;
+    case CtrlType::end_point: return 32;  // a decimal count
+    case CtrlType::challenge:
+    case CtrlType::auth: return 32;       // a nonce or an HMAC-SHA-256
+    case CtrlType::barrier:
+    case CtrlType::bye:
+    case CtrlType::heartbeat: return 0;
+  }
+  return 0;
+}
+
 }  // namespace
+
+const char* ctrl_type_name(CtrlType t) {
+  switch (t) {
+    case CtrlType::hello: return "hello";
+    case CtrlType::welcome: return "welcome";
+    case CtrlType::refuse: return "refuse";
+    case CtrlType::exchange: return "exchange";
+    case CtrlType::barrier: return "barrier";
+    case CtrlType::end_point: return "end_point";
+    case CtrlType::bye: return "bye";
+    case CtrlType::challenge: return "challenge";
+    case CtrlType::auth: return "auth";
+    case CtrlType::heartbeat: return "heartbeat";
+    case CtrlType::fail: return "fail";
+  }
+  return "?";
+}
+
+std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, FrameHeader* out) {
+  const uint32_t len = uint32_t(hdr[0]) | uint32_t(hdr[1]) << 8 | uint32_t(hdr[2]) << 16 | uint32_t(hdr[3]) << 24;
+  const uint8_t type = hdr[4];
+  if (type == 0 || type > kCtrlTypeMax)
+    return "control channel: unknown frame type " + std::to_string(type) + " (not a fabmeter peer, or version mismatch?)";
+  const auto t = static_cast<CtrlType>(type);
+  if (t != expect && t != CtrlType::refuse && t != CtrlType::fail && t != CtrlType::heartbeat)
+    return std::string("control channel: expected ") + ctrl_type_name(expect) + ", got " + ctrl_type_name(t);
+  if (len > limit_of(t, max_frame))
+    return std::string("control channel: ") + ctrl_type_name(t) + " frame of " + std::to_string(len) +
+           " bytes exceeds its limit of " + std::to_string(limit_of(t, max_frame));
+  *out = {len, t};
+  return {};
+}
+
+std::string printable_line(std::string_view s) {
+  std::string out(s.substr(0, kMaxText));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
+}
 
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port) {
   port = default_port;
@@ -102,12 +145,17 @@ Ctrl::Ctrl(int fd, uint32_t timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
-Ctrl::Ctrl(Ctrl&& o) noexcept : fd_(o.fd_), timeout_ms_(o.timeout_ms_) { o.fd_ = -1; }
+Ctrl::Ctrl(Ctrl&& o) noexcept
+    : fd_(o.fd_), timeout_ms_(o.timeout_ms_), max_frame_(o.max_frame_), frames_in_(o.frames_in_) {
+  o.fd_ = -1;
+}
 Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
   if (this != &o) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
     timeout_ms_ = o.timeout_ms_;
+    max_frame_ = o.max_frame_;
+    frames_in_ = o.frames_in_;
     o.fd_ = -1;
   }
   return *this;
@@ -167,10 +215,11 @@ Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t ti
 }
 
 void Ctrl::send(CtrlType t, std::string_view payload) {
+  // Reasons are cut to what the peer accepts rather than lost with the session.
+  if ((t == CtrlType::refuse || t == CtrlType::fail) && payload.size() > kMaxText) payload = payload.substr(0, kMaxText);
+  if (payload.size() > UINT32_MAX) runtime_error("control channel: message too large");
   uint32_t len = static_cast<uint32_t>(payload.size());
-  char hdr[5];
-  std::memcpy(hdr, &len, 4);
-  hdr[4] = static_cast<char>(t);
+  char hdr[kFrameHeaderBytes] = {char(len), char(len >> 8), char(len >> 16), char(len >> 24), static_cast<char>(t)};
   iovec iov[2] = {{hdr, 5}, {const_cast<char*>(payload.data()), payload.size()}};
   size_t total = 5 + payload.size(), sent = 0;
   while (sent < total) {
@@ -195,23 +244,38 @@ void Ctrl::send(CtrlType t, std::string_view payload) {
   }
 }
 
+bool Ctrl::send_heartbeat() noexcept {
+  const char hdr[kFrameHeaderBytes] = {0, 0, 0, 0, static_cast<char>(CtrlType::heartbeat)};
+  size_t sent = 0;
+  while (sent < sizeof hdr) {
+    ssize_t k = ::send(fd_, hdr + sent, sizeof hdr - sent, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    sent += static_cast<size_t>(k);
+  }
+  return true;
+}
+
 std::string Ctrl::recv(CtrlType expect, const char* what) {
-  uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
-  char hdr[5];
-  if (!read_full(fd_, hdr, 5, deadline, what))
-    runtime_error(std::string("peer closed the control channel (while waiting for ") + what + ")");
-  uint32_t len;
-  std::memcpy(&len, hdr, 4);
-  auto type = static_cast<CtrlType>(hdr[4]);
-  std::string payload(len, '\0');
-  // Large result blobs may take longer than one timeout: the deadline is per message start.
-  if (len && !read_full(fd_, payload.data(), len, deadline + uint64_t(len) * 10, what))
-    runtime_error("peer closed the control channel mid-message");
-  if (type == CtrlType::refuse) usage_error(payload);
-  if (type != expect)
-    runtime_error(std::string("control channel: expected ") + type_name(expect) + ", got " + type_name(type) +
-                  " (" + what + ")");
-  return payload;
+  // Heartbeats do not extend the deadline: a peer that only beats is no answer.
+  const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
+  for (;;) {
+    unsigned char hdr[kFrameHeaderBytes];
+    if (!read_full(fd_, hdr, sizeof hdr, deadline, what))
+      runtime_error(std::string("peer closed the control channel (while waiting for ") + what + ")");
+    FrameHeader h;
+    if (std::string why = check_frame_header(hdr, expect, max_frame_, &h); !why.empty())
+      runtime_error(why + " (" + what + ")");
+    ++frames_in_;
+    if (h.type == CtrlType::heartbeat) continue;
+    std::string payload(h.len, '\0');
+    // Large result blobs may take longer than one timeout: the deadline is per message start.
+    if (h.len && !read_full(fd_, payload.data(), h.len, deadline + uint64_t(h.len) * 10, what))
+      runtime_error("peer closed the control channel mid-message");
+    if (h.type == CtrlType::refuse) usage_error(printable_line(payload));
+    if (h.type == CtrlType::fail) runtime_error(printable_line(payload));
+    return payload;
+  }
 }
 
 std::string Ctrl::exchange(std::string_view mine, const char* what) {
@@ -225,12 +289,21 @@ void Ctrl::barrier(const char* what) {
 }
 
 Ctrl::Peek Ctrl::peek() const {
-  pollfd pfd{fd_, POLLIN, 0};
-  if (::poll(&pfd, 1, 0) <= 0) return Peek::nothing;
-  char c;
-  ssize_t k = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return Peek::closed;
-  return k > 0 ? Peek::message : Peek::nothing;
+  // Bounded, so a peer flooding heartbeats cannot keep the caller here.
+  for (int beats = 0; beats < 64; ++beats) {
+    pollfd pfd{fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, 0) <= 0) return Peek::nothing;
+    unsigned char hdr[kFrameHeaderBytes];
+    ssize_t k = ::recv(fd_, hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return Peek::closed;
+    // A header still on its way: it may be a heartbeat, so not a message yet.
+    if (k < static_cast<ssize_t>(sizeof hdr)) return Peek::nothing;
+    if (hdr[4] != static_cast<unsigned char>(CtrlType::heartbeat) || hdr[0] | hdr[1] | hdr[2] | hdr[3])
+      return Peek::message;  // recv() checks it
+    if (::recv(fd_, hdr, sizeof hdr, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof hdr)) return Peek::closed;
+    ++frames_in_;
+  }
+  return Peek::nothing;
 }
 
 std::string Ctrl::local_addr() const {
@@ -270,6 +343,20 @@ Listener::Listener(const std::string& bind_addr, uint16_t port) {
   getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
   port_ = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(ss).sin_port
                                         : reinterpret_cast<sockaddr_in6&>(ss).sin6_port);
+}
+
+bool Listener::loopback_only() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (ss.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in&>(ss).sin_addr.s_addr) >> 24) == 127;
+  if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
 }
 
 Listener::~Listener() {

@@ -87,7 +87,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (!t_mark && me.received >= mark) t_mark = t_last;
   };
 
-  for (uint32_t idle = 0;;) {
+  for (uint32_t idle = 0, busy = 0;;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {
@@ -126,11 +126,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       progressed = true;
     }
     if (announced && peer_sent != UINT64_MAX && me.received >= peer_sent) break;
+    // Busy or idle, the guard runs now and then: heartbeats, the peer's count.
     if (progressed) {
       idle = 0;
-      continue;
-    }
-    if (p.poll == Poll::busy && ++idle < kGuardSpins) {
+      if (++busy % kTickStride) continue;
+    } else if (p.poll == Poll::busy && ++idle < kGuardSpins) {
       cpu_relax();
       continue;
     }
@@ -157,7 +157,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       }
       break;  // unreliable: whatever has not arrived by now is lost
     }
-    if (p.poll == Poll::event) {
+    if (p.poll == Poll::event && !progressed) {
       if (me.sent < my_total) t.wait_send();
       else if (t.wait_recv(m)) {
         take(m);

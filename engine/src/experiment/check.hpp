@@ -119,6 +119,7 @@ Status check_server(T& t, Ctx& c) {
     Status st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ctrl_message) {
       expected = recv_count(c.ctrl, "check sent count");
+      g.peer_finished();
       deadline = clk.ticks() + drain;
       continue;
     }

@@ -2,6 +2,7 @@
 // notices a lost peer or Ctrl-C, and the receive helper for busy/event modes.
 #pragma once
 #include <cmath>
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <cstdint>
@@ -47,12 +48,31 @@ struct PointOut {
   bool partial = false;
 };
 
+// A frozen (SIGSTOPped) peer keeps its sockets open: during points each end
+// sends a heartbeat every kBeatS and declares the peer lost after kSilenceS
+// without a frame from it. Until the peer's first frame in this point the
+// wait is --timeout-ms if longer (the peer may still be allocating before
+// its own guard starts). A peer that said its point is over (end_point) no
+// longer beats: it waits in Ctrl::recv, whose own timeout applies.
+constexpr double kBeatS = 1.0;
+constexpr double kSilenceS = 3.0;
+// Loops that may stay busy for long call tick() once per message, outside
+// the timed part; every kTickStride-th call reads the clock, and the full
+// check (a system call) runs every kTickMs at most.
+constexpr uint32_t kTickStride = 64;
+constexpr double kTickMs = 100;
+
 // Slow-path checks, called every few thousand spins or once per event-mode
 // wait slice. Only the control-channel poll is a system call, and it is
 // rate-limited to once a millisecond.
 class Guard {
  public:
-  explicit Guard(Ctx& c) : c_(c), interval_(c.clk.ns_to_ticks(1e6)) {}
+  explicit Guard(Ctx& c)
+      : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
+        beat_(c.clk.ns_to_ticks(kBeatS * 1e9)),
+        silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
+        limit_(c.clk.ns_to_ticks(std::max(kSilenceS * 1e9, c.p.timeout_ms * 1e6))),
+        heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
 
   template <class T>
   Status check(const T& t) {
@@ -61,9 +81,19 @@ class Guard {
     uint64_t now = c_.clk.ticks();
     if (now < next_ && !f) return Status::ok;
     next_ = now + interval_;
+    if (now >= next_beat_) {
+      c_.ctrl.send_heartbeat();
+      next_beat_ = now + beat_;
+    }
+    const Ctrl::Peek peek = c_.ctrl.peek();
+    if (c_.ctrl.frames_in() != frames_ || peek == Ctrl::Peek::message) {
+      frames_ = c_.ctrl.frames_in();
+      heard_ = now;
+      limit_ = silence_;
+    }
     // A peer that finished closes its data connection right after saying so
     // on the control channel: its message wins over our transport's failure.
-    switch (c_.ctrl.peek()) {
+    switch (peek) {
       case Ctrl::Peek::closed:
         c_.failure = "the peer closed the control channel (process ended?)";
         return Status::peer_lost;
@@ -76,13 +106,35 @@ class Guard {
       c_.failure = f;
       return Status::failed;
     }
+    if (watch_ && now - heard_ > limit_) {
+      c_.failure = "the peer stopped answering (no heartbeat for " +
+                   std::to_string(static_cast<int>(c_.clk.to_ns(static_cast<double>(now - heard_)) / 1e9)) + " s)";
+      return Status::peer_lost;
+    }
     return Status::ok;
   }
 
+  // For busy loops: heartbeats and a lost peer, as check(); a pending
+  // control message is left for the loop's own logic.
+  template <uint32_t Stride = kTickStride, class T>
+  Status tick(const T& t) {
+    if (++ticks_ % Stride) return Status::ok;
+    const uint64_t now = c_.clk.ticks();
+    if (now < next_tick_) return Status::ok;
+    next_tick_ = now + tick_interval_;
+    Status s = check(t);
+    return s == Status::ctrl_message ? Status::ok : s;
+  }
+
+  void peer_finished() { watch_ = false; }
+
  private:
   Ctx& c_;
-  uint64_t interval_;
-  uint64_t next_ = 0;
+  uint64_t interval_, tick_interval_, beat_, silence_, limit_;
+  uint64_t next_ = 0, next_tick_ = 0, next_beat_ = 0;
+  uint64_t heard_, frames_;
+  uint32_t ticks_ = 0;
+  bool watch_ = true;
 };
 
 constexpr uint32_t kGuardSpins = 1024;

@@ -43,6 +43,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     }
     if (stop_requested()) { st = Status::interrupted; break; }
     if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(i));
+    if ((st = g.tick(t)) != Status::ok) break;
 
     // ---- hot path: one round trip ----
     const uint64_t t0 = clk.ticks();
@@ -105,6 +106,7 @@ Status lat_server(T& t, Ctx& c, uint64_t size, PointOut&) {
       if (st == Status::ctrl_message) continue;  // the client is done: read its end_point next
       return st;
     }
+    if ((st = g.tick(t)) != Status::ok) return st;
   }
 }
 

@@ -64,8 +64,13 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if ((st = send_one(t, buf.data(), len, flags, sent, g, p.poll, stamp_comp)) != Status::ok) break;
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
+      if ((st = g.tick(t)) != Status::ok) break;
     }
-    if (st == Status::ok) pause_for(clk, p.poll, p.pause_us);
+    // Long pauses in slices: the peer must keep hearing heartbeats.
+    for (double left = p.pause_us; st == Status::ok && left > 0; left -= 5e5) {
+      pause_for(clk, p.poll, std::min(left, 5e5));
+      st = g.tick<1>(t);
+    }
   }
   if (st == Status::ctrl_message) st = Status::ok;  // nothing is expected from the server mid-burst
   if (st == Status::ok) st = flush_sends(t, g, p.poll);
@@ -146,10 +151,12 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
       if (idx < last_seq) ++reordered;
       last_seq = idx;
       ++received;
+      if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
     if (st == Status::ctrl_message) {
       expected = recv_count(c.ctrl, "oneway sent count");
+      g.peer_finished();
       deadline = clk.ticks() + drain;  // what is still in flight arrives by then, or is lost
       continue;
     }

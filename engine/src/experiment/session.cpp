@@ -31,6 +31,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/peer_parse.hpp"
+#include "fabmeter/handshake.hpp"
 #include "fabmeter/stats.hpp"
 #include "transport/messaging.hpp"
 #include "transport/shm.hpp"
@@ -94,6 +95,30 @@ std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
     for (uint64_t s : sizes_for(p, caps.max_msg_size)) plan.push_back({s, 0, 0});
   }
   return plan;
+}
+
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// The largest control frame the client may receive in the session: the
+// per-point stamp reports (header + 8 bytes per message of the biggest point).
+// The server receives only small blobs (addresses, counts) and keeps
+// kMaxFrameDefault.
+uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) {
+  uint64_t most = kMaxFrameDefault;
+  constexpr uint64_t header = std::max({sizeof(OnewayReport), sizeof(SinkReport), sizeof(CheckReport)});
+  for (const PointSpec& pt : plan) {
+    uint64_t total = 0;
+    if (p.experiment == "oneway")
+      total = sat_add(warmup_for(p, pt.size), sat_mul(p.bursts, p.burst_size));
+    else if (p.experiment == "stream")
+      total = sat_add(stream_warmup(p, pt.rate), stream_steps(p, pt.rate));
+    most = std::max(most, sat_add(header, sat_mul(total, sizeof(uint64_t))));
+  }
+  return most;
 }
 
 // Clock offset by round-trip probes over the control channel: the probe with
@@ -274,13 +299,27 @@ int run_client(const Params& p, const ClientOptions& o) {
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
 
   std::string me = host_id();
-  ctrl.send(CtrlType::hello, std::to_string(kProtocolVersion) + "\n" + me + "\n" + encode_params(p));
-  std::string welcome = ctrl.recv(CtrlType::welcome, "server's answer to hello");
-  auto nl = welcome.find('\n');
-  std::string server_host = welcome.substr(0, nl), server_env = welcome.substr(nl + 1);
+  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), encode_params(p));
+  ctrl.send(CtrlType::hello, hello);
+  const std::string server_nonce = decode_challenge(ctrl.recv(CtrlType::challenge, "server's answer to hello"));
+  if (!server_nonce.empty()) {
+    if (o.token.empty())
+      runtime_error("authentication failed: the server requires a token (--token-file F or FABMETER_TOKEN)");
+    ctrl.send(CtrlType::auth, client_proof(o.token, hello, server_nonce));
+  } else if (!o.token.empty()) {
+    std::fprintf(stderr, "fabmeter-engine: warning: the server at %s asks for no token: it is not authenticated\n",
+                 o.server.c_str());
+  }
+  const Welcome w = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
+  if (server_nonce.empty() ? !w.mac.empty()
+                           : !proof_matches(server_proof(o.token, hello, server_nonce, w.body), w.mac))
+    runtime_error("authentication failed: the server did not prove it knows the token");
+  const std::string& server_host = w.host;
+  const std::string& server_env = w.env;
   bool same_host = server_host == me;
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
+  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps)));
 
   Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
   JsonObj params, transport_info;
@@ -314,7 +353,9 @@ int run_client(const Params& p, const ClientOptions& o) {
 
 namespace {
 
-constexpr uint32_t kHelloTimeoutMs = 2000;  // a connection that says nothing holds a process this long at most
+// A client has this long to send its hello, and then its proof: a connection
+// that says nothing holds a process this long at most.
+constexpr uint32_t kHandshakeTimeoutMs = 2000;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
@@ -427,20 +468,42 @@ void arm_watchdog(double after_s) {
 
 // One session on the server side. Returns the exit code it would have.
 int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
-  std::string hello = ctrl.recv(CtrlType::hello, "client hello");
-  auto nl1 = hello.find('\n'), nl2 = hello.find('\n', nl1 + 1);
-  if (nl1 == std::string::npos || nl2 == std::string::npos) runtime_error("malformed hello from the client");
-  if (std::stoul(hello.substr(0, nl1)) != kProtocolVersion) {
-    ctrl.send(CtrlType::refuse, "protocol version mismatch: server speaks " + std::to_string(kProtocolVersion));
+  // Nothing is allocated or validated for a client before it is authenticated.
+  ctrl.set_timeout_ms(kHandshakeTimeoutMs);
+  const std::string hello = ctrl.recv(CtrlType::hello, "client hello");
+  Hello h;
+  try {
+    h = decode_hello(hello);
+  } catch (const Error& e) {
+    ctrl.send(CtrlType::refuse, e.what());
+    throw;
+  }
+  if (h.version != kProtocolVersion) {
+    ctrl.send(CtrlType::refuse, "protocol version mismatch: server speaks " + std::to_string(kProtocolVersion) +
+                                    ", client " + std::to_string(h.version));
     return 2;
   }
-  std::string client_host = hello.substr(nl1 + 1, nl2 - nl1 - 1);
+  const std::string server_nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
+  ctrl.send(CtrlType::challenge, server_nonce);
+  if (!o.token.empty()) {
+    std::string proof;
+    try {
+      proof = decode_auth(ctrl.recv(CtrlType::auth, "client's proof"));
+    } catch (const Error& e) {
+      runtime_error("authentication failed: client " + ctrl.peer_addr() + ": " + e.what());
+    }
+    if (!proof_matches(client_proof(o.token, hello, server_nonce), proof)) {
+      ctrl.send(CtrlType::fail, "authentication failed (wrong token)");
+      runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
+    }
+  }
+  const std::string& client_host = h.host;
   Params p;
   const TransportEntry* entry = nullptr;
   Caps caps{};
   bool same_host = client_host == host_id();
   try {
-    p = decode_params(hello.substr(nl2 + 1));
+    p = decode_params(h.params);
     validate(p);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
@@ -461,7 +524,9 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   ctrl.set_timeout_ms(p.timeout_ms);
   // Both ends must read the same clock for one-way stamps: the client's choice.
   const Clock& clk = p.clock == "tsc" ? tsc : mono;
-  ctrl.send(CtrlType::welcome, host_id() + "\n" + engine_env(clk, o.cpu).str());
+  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
+  ctrl.send(CtrlType::welcome,
+            encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
   Status st;
   try {
@@ -660,6 +725,11 @@ int run_server(const ServerOptions& opts) {
   const Clock tsc(true), mono(false);
   ServerDirs dirs(o);
   std::optional<Listener> l(std::in_place, o.bind, o.port);
+  if (o.token.empty() && !l->loopback_only())
+    std::fprintf(stderr,
+                 "fabmeter-engine: warning: serving on %s without a token: anyone who reaches port %u can run "
+                 "sessions here (use --token-file F or FABMETER_TOKEN)\n",
+                 o.bind.c_str(), unsigned(l->port()));
   JsonObj ev;
   ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l->port()))
       .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
@@ -700,7 +770,7 @@ int run_server(const ServerOptions& opts) {
     // rarely otherwise, so a busy-polling session on the same CPU is left alone.
     pollfd pfd{l->fd(), POLLIN, 0};
     if (::poll(&pfd, 1, 1000) <= 0) continue;
-    Ctrl ctrl = l->accept(kHelloTimeoutMs);
+    Ctrl ctrl = l->accept(kHandshakeTimeoutMs);
     if (ctrl.fd() < 0) continue;
     if (kids.size() >= o.max_sessions) {
       // A fresh connection's send buffer is empty: this never blocks.

@@ -147,6 +147,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
     if ((st = send_one(t, buf.data(), static_cast<uint32_t>(size), 0, k, g, p.poll)) != Status::ok) break;
     ++sent;
     ++k;
+    if ((st = g.tick<1>(t)) != Status::ok) break;  // every step: at low rates steps are far apart
   }
   if (st == Status::ctrl_message) st = Status::ok;
   if (st == Status::ok) st = flush_sends(t, g, p.poll);
@@ -248,10 +249,12 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
       if (!first) first = now;
       last = now;
       ++arrivals;
+      if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
     if (st == Status::ctrl_message) {
       expected = recv_count(c.ctrl, "stream sent count");
+      g.peer_finished();
       deadline = clk.ticks() + drain;
       continue;
     }

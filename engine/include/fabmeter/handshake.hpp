@@ -1,0 +1,54 @@
+// The opening of a session (protocol 2), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "2\n" host id "\n" client nonce (hex) "\n" parameters
+//   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
+//   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
+//   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
+// transcript = client nonce | server nonce | SHA-256(hello); the server's
+// proof also covers SHA-256 of the welcome body. The token never crosses the
+// wire; proofs are compared in constant time. Every decoder here rejects
+// malformed input with a one-line fm::Error and nothing else.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace fm {
+
+constexpr size_t kNonceBytes = 32;
+constexpr size_t kMacBytes = 32;
+constexpr size_t kMinTokenBytes = 16;
+constexpr size_t kMaxTokenBytes = 4096;
+constexpr size_t kMaxHostId = 128;
+
+// The shared secret: `token_file` when given, else $FABMETER_TOKEN, else ""
+// (no authentication). Refuses a file others may read, and secrets shorter
+// than kMinTokenBytes. Trailing whitespace (a newline from echo) is dropped.
+std::string load_token(const std::string& token_file);
+
+std::string random_bytes(size_t n);  // RAND_bytes
+
+struct Hello {
+  unsigned long version = 0;
+  std::string host, nonce, params;  // nonce raw; empty fields when the version is not ours
+};
+std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view params);
+// Only the version line is read when the version is not kProtocolVersion.
+Hello decode_hello(std::string_view payload);
+
+// Empty (no token on the server) or a nonce of kNonceBytes.
+std::string decode_challenge(std::string_view payload);
+std::string decode_auth(std::string_view payload);  // exactly kMacBytes
+
+struct Welcome {
+  std::string mac;   // raw, or empty when not authenticated
+  std::string body;  // what the server proof covers: host id "\n" environment
+  std::string host, env;
+};
+std::string encode_welcome(std::string_view mac, std::string_view body);
+Welcome decode_welcome(std::string_view payload);
+
+std::string client_proof(std::string_view token, std::string_view hello, std::string_view server_nonce);
+std::string server_proof(std::string_view token, std::string_view hello, std::string_view server_nonce,
+                         std::string_view welcome_body);
+bool proof_matches(std::string_view expected, std::string_view got);  // CRYPTO_memcmp
+
+}  // namespace fm

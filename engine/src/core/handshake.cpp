@@ -1,0 +1,204 @@
+#include "fabmeter/handshake.hpp"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/error.hpp"
+
+namespace fm {
+namespace {
+
+[[noreturn]] void malformed(const char* what, const std::string& why) {
+  runtime_error(std::string("malformed ") + what + " from the peer: " + why);
+}
+
+std::string hex(std::string_view raw) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// Lower-case hex of exactly `bytes` bytes, or malformed.
+std::string unhex(std::string_view s, size_t bytes, const char* what) {
+  if (s.size() != 2 * bytes) malformed(what, "expected " + std::to_string(2 * bytes) + " hex digits");
+  std::string out(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) {
+    int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) malformed(what, "not lower-case hex");
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+// Splits off the text up to the next '\n'; malformed when there is none.
+std::string_view take_line(std::string_view& s, const char* what, const char* field) {
+  auto nl = s.find('\n');
+  if (nl == std::string_view::npos) malformed(what, std::string("no ") + field + " line");
+  std::string_view line = s.substr(0, nl);
+  s.remove_prefix(nl + 1);
+  return line;
+}
+
+std::string check_host(std::string_view h, const char* what) {
+  if (h.empty() || h.size() > kMaxHostId) malformed(what, "host id of " + std::to_string(h.size()) + " bytes");
+  for (unsigned char c : h)
+    if (c <= 0x20 || c >= 0x7f) malformed(what, "host id is not printable");
+  return std::string(h);
+}
+
+std::string sha256(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  return std::string(reinterpret_cast<char*>(md), sizeof md);
+}
+
+std::string hmac(std::string_view key, const std::string& msg) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(msg.data()),
+            msg.size(), md, &len) || len != kMacBytes)
+    runtime_error("HMAC-SHA-256 failed (libcrypto)");
+  return std::string(reinterpret_cast<char*>(md), len);
+}
+
+// Fixed-length fields after a distinct label: no two transcripts encode alike.
+std::string transcript(const char* label, std::string_view hello, std::string_view server_nonce) {
+  std::string t(label);
+  t += '\0';
+  t += decode_hello(hello).nonce;
+  t += server_nonce;
+  t += sha256(hello);
+  return t;
+}
+
+std::string check_token(std::string token, const std::string& source) {
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' || token.back() == '\t'))
+    token.pop_back();
+  if (token.size() < kMinTokenBytes)
+    usage_error(source + ": the token is " + std::to_string(token.size()) + " bytes, at least " +
+                std::to_string(kMinTokenBytes) + " are needed (e.g. openssl rand -hex 32)");
+  if (token.size() > kMaxTokenBytes)
+    usage_error(source + ": the token is longer than " + std::to_string(kMaxTokenBytes) + " bytes");
+  return token;
+}
+
+}  // namespace
+
+std::string load_token(const std::string& token_file) {
+  if (token_file.empty()) {
+    const char* env = std::getenv("FABMETER_TOKEN");
+    return env && *env ? check_token(env, "FABMETER_TOKEN") : std::string();
+  }
+  const std::string source = "--token-file " + token_file;
+  int fd = ::open(token_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) sys_error("cannot open " + source);
+  struct stat st{};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    usage_error(source + ": not a regular file");
+  }
+  if (st.st_mode & S_IROTH) {
+    ::close(fd);
+    usage_error(source + ": readable by every user; chmod o-r (or 600) it");
+  }
+  std::string token(kMaxTokenBytes + 2, '\0');
+  size_t got = 0;
+  while (got < token.size()) {
+    ssize_t k = ::read(fd, token.data() + got, token.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      ::close(fd);
+      sys_error("cannot read " + source);
+    }
+    if (k == 0) break;
+    got += static_cast<size_t>(k);
+  }
+  ::close(fd);
+  token.resize(got);
+  return check_token(std::move(token), source);
+}
+
+std::string random_bytes(size_t n) {
+  std::string out(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1)
+    runtime_error("no random bytes for a nonce (libcrypto RAND_bytes failed)");
+  return out;
+}
+
+std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view params) {
+  return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(params);
+}
+
+Hello decode_hello(std::string_view s) {
+  Hello h;
+  std::string_view v = take_line(s, "hello", "version");
+  if (v.empty() || v.size() > 9) malformed("hello", "bad version");
+  for (char c : v) {
+    if (c < '0' || c > '9') malformed("hello", "bad version");
+    h.version = h.version * 10 + static_cast<unsigned long>(c - '0');
+  }
+  if (h.version != kProtocolVersion) return h;
+  h.host = check_host(take_line(s, "hello", "host id"), "hello");
+  h.nonce = unhex(take_line(s, "hello", "nonce"), kNonceBytes, "hello");
+  h.params = std::string(s);
+  return h;
+}
+
+std::string decode_challenge(std::string_view payload) {
+  if (!payload.empty() && payload.size() != kNonceBytes)
+    malformed("challenge", "a nonce of " + std::to_string(payload.size()) + " bytes");
+  return std::string(payload);
+}
+
+std::string decode_auth(std::string_view payload) {
+  if (payload.size() != kMacBytes) malformed("authentication", "a proof of " + std::to_string(payload.size()) + " bytes");
+  return std::string(payload);
+}
+
+std::string encode_welcome(std::string_view mac, std::string_view body) {
+  return hex(mac) + "\n" + std::string(body);
+}
+
+Welcome decode_welcome(std::string_view s) {
+  Welcome w;
+  std::string_view mac = take_line(s, "welcome", "proof");
+  if (!mac.empty()) w.mac = unhex(mac, kMacBytes, "welcome");
+  w.body = std::string(s);
+  w.host = check_host(take_line(s, "welcome", "host id"), "welcome");
+  w.env = std::string(s);
+  return w;
+}
+
+std::string client_proof(std::string_view token, std::string_view hello, std::string_view server_nonce) {
+  return hmac(token, transcript("fabmeter-v2 client", hello, server_nonce));
+}
+
+std::string server_proof(std::string_view token, std::string_view hello, std::string_view server_nonce,
+                         std::string_view welcome_body) {
+  return hmac(token, transcript("fabmeter-v2 server", hello, server_nonce) + sha256(welcome_body));
+}
+
+bool proof_matches(std::string_view expected, std::string_view got) {
+  return expected.size() == got.size() && CRYPTO_memcmp(expected.data(), got.data(), got.size()) == 0;
+}
+
+}  // namespace fm

@@ -1,0 +1,131 @@
+// The control channel's frame check, heartbeats and the handshake pieces.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/handshake.hpp"
+
+namespace {
+
+std::string header(uint32_t len, fm::CtrlType t) {
+  return {char(len), char(len >> 8), char(len >> 16), char(len >> 24), static_cast<char>(t)};
+}
+
+std::string check(const std::string& h, fm::CtrlType expect, uint32_t max = fm::kMaxFrameDefault) {
+  fm::FrameHeader out;
+  return fm::check_frame_header(reinterpret_cast<const unsigned char*>(h.data()), expect, max, &out);
+}
+
+TEST(FrameHeader, ChecksTypeAndLengthBeforeTheBody) {
+  EXPECT_EQ(check(header(100, fm::CtrlType::hello), fm::CtrlType::hello), "");
+  EXPECT_NE(check(header(0xffffffff, fm::CtrlType::hello), fm::CtrlType::hello).find("exceeds its limit"), std::string::npos);
+  EXPECT_NE(check(header(0, static_cast<fm::CtrlType>(0)), fm::CtrlType::hello).find("unknown frame type"), std::string::npos);
+  EXPECT_NE(check(header(0, static_cast<fm::CtrlType>(200)), fm::CtrlType::hello).find("unknown frame type"), std::string::npos);
+  EXPECT_NE(check(header(4, fm::CtrlType::exchange), fm::CtrlType::hello).find("expected hello, got exchange"), std::string::npos);
+  EXPECT_EQ(check(header(10, fm::CtrlType::refuse), fm::CtrlType::exchange), "");
+  EXPECT_NE(check(header(1, fm::CtrlType::heartbeat), fm::CtrlType::exchange), "");
+  EXPECT_EQ(check(header(1 << 20, fm::CtrlType::exchange), fm::CtrlType::exchange, 1 << 20), "");
+  EXPECT_NE(check(header((1 << 20) + 1, fm::CtrlType::exchange), fm::CtrlType::exchange, 1 << 20), "");
+  EXPECT_NE(check(header(33, fm::CtrlType::auth), fm::CtrlType::auth), "");
+}
+
+struct Pair {
+  int sv[2];
+  Pair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0); }
+  ~Pair() { ::close(sv[1]); }
+  void put(const std::string& s) { ASSERT_EQ(::write(sv[1], s.data(), s.size()), static_cast<ssize_t>(s.size())); }
+};
+
+TEST(Ctrl, HeartbeatsAreSwallowed) {
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  p.put(header(0, fm::CtrlType::heartbeat) + header(0, fm::CtrlType::heartbeat));
+  EXPECT_EQ(c.peek(), fm::Ctrl::Peek::nothing);
+  EXPECT_EQ(c.frames_in(), 2u);
+  p.put(header(0, fm::CtrlType::heartbeat) + header(3, fm::CtrlType::end_point) + "123");
+  EXPECT_EQ(c.peek(), fm::Ctrl::Peek::message);
+  EXPECT_EQ(c.recv(fm::CtrlType::end_point, "test"), "123");
+}
+
+TEST(Ctrl, OversizedFrameRefusedWithoutReadingIt) {
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  p.put(header(0xfffffff0, fm::CtrlType::exchange) + "abc");
+  EXPECT_THROW(c.recv(fm::CtrlType::exchange, "test"), fm::Error);
+  c.set_max_frame(8);
+  p.put(header(9, fm::CtrlType::exchange) + "123456789");
+  EXPECT_THROW(c.recv(fm::CtrlType::exchange, "test"), fm::Error);
+}
+
+TEST(Ctrl, FailIsARuntimeErrorOnOneLine) {
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  p.put(header(11, fm::CtrlType::fail) + "bad\nthing\x1b!");
+  try {
+    c.recv(fm::CtrlType::welcome, "test");
+    FAIL();
+  } catch (const fm::Error& e) {
+    EXPECT_EQ(e.kind, fm::ErrorKind::runtime);
+    EXPECT_STREQ(e.what(), "bad?thing?!");
+  }
+}
+
+TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
+  const std::string nc(fm::kNonceBytes, 'c'), ns(fm::kNonceBytes, 's');
+  const std::string hello = fm::encode_hello("host-a", nc, "experiment=lat\n");
+  const std::string token = "0123456789abcdef0123";
+  const std::string p = fm::client_proof(token, hello, ns);
+  EXPECT_EQ(p.size(), fm::kMacBytes);
+  EXPECT_TRUE(fm::proof_matches(p, fm::client_proof(token, hello, ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token + "x", hello, ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, hello, std::string(fm::kNonceBytes, 't'))));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "experiment=bw\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::server_proof(token, hello, ns, "")));  // roles differ
+  EXPECT_FALSE(fm::proof_matches(p, p.substr(1)));
+  EXPECT_EQ(p.find(token), std::string::npos);
+}
+
+TEST(Handshake, DecodersRejectMalformedInput) {
+  const std::string nc(fm::kNonceBytes, '\x01');
+  fm::Hello h = fm::decode_hello(fm::encode_hello("host-a", nc, "experiment=lat\n"));
+  EXPECT_EQ(h.host, "host-a");
+  EXPECT_EQ(h.nonce, nc);
+  EXPECT_EQ(h.params, "experiment=lat\n");
+  EXPECT_EQ(fm::decode_hello("1\nold format\n").version, 1u);
+  for (const char* bad : {"", "2", "x\n", "99999999999\n", "2\nhost\nabc\n", "2\n\n" "00\n", "2\nho st\n"})
+    EXPECT_THROW(fm::decode_hello(bad), fm::Error) << bad;
+  EXPECT_THROW(fm::decode_challenge("short"), fm::Error);
+  EXPECT_EQ(fm::decode_challenge(""), "");
+  EXPECT_THROW(fm::decode_auth(std::string(31, 'x')), fm::Error);
+  EXPECT_THROW(fm::decode_welcome("zz\nhost\n{}"), fm::Error);
+  fm::Welcome w = fm::decode_welcome("\nhost-b\n{\"a\": 1}");
+  EXPECT_EQ(w.host, "host-b");
+  EXPECT_EQ(w.env, "{\"a\": 1}");
+  EXPECT_TRUE(w.mac.empty());
+}
+
+TEST(Handshake, TokenSources) {
+  const std::string dir = ::testing::TempDir();
+  const std::string f = dir + "/fm_token_test";
+  std::ofstream(f) << "0123456789abcdef-from-file\n";
+  chmod(f.c_str(), 0600);
+  setenv("FABMETER_TOKEN", "0123456789abcdef-from-env", 1);
+  EXPECT_EQ(fm::load_token(f), "0123456789abcdef-from-file");  // the file wins
+  EXPECT_EQ(fm::load_token(""), "0123456789abcdef-from-env");
+  setenv("FABMETER_TOKEN", "short", 1);
+  EXPECT_THROW(fm::load_token(""), fm::Error);
+  unsetenv("FABMETER_TOKEN");
+  EXPECT_EQ(fm::load_token(""), "");
+  chmod(f.c_str(), 0644);
+  EXPECT_THROW(fm::load_token(f), fm::Error);
+  ::unlink(f.c_str());
+}
+
+}  // namespace
