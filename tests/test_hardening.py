@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ENGINE, json_lines, one_line_error, tagged_engine_procs
 
-HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE = 1, 2, 3, 4, 5, 6, 7
+HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, HEARTBEAT = 1, 2, 3, 4, 5, 6, 7, 8, 10
 
 
 def frame(kind: int, payload: bytes = b"") -> bytes:
@@ -33,8 +33,19 @@ def recv_frame(s: socket.socket) -> tuple[int, bytes]:
                 raise ConnectionError("server closed the control channel")
             b += chunk
         return b
-    n, kind = struct.unpack("<IB", exactly(5))
-    return kind, exactly(n)
+    while True:
+        n, kind = struct.unpack("<IB", exactly(5))
+        body = exactly(n)
+        if kind != HEARTBEAT:  # the server's sign of life during a point
+            return kind, body
+
+
+def start_session(s: socket.socket, host: str, params: str) -> None:
+    """Protocol 2 against a server without a token: hello, an empty challenge, welcome."""
+    s.sendall(frame(HELLO, f"2\n{host}\n{os.urandom(32).hex()}\n{params}".encode()))
+    kind, nonce = recv_frame(s)
+    assert (kind, nonce) == (CHALLENGE, b""), "a server without a token challenges with nothing"
+    assert recv_frame(s)[0] == WELCOME
 
 
 @pytest.fixture
@@ -53,9 +64,7 @@ def test_server_survives_a_malformed_peer_port(fm, server, port_text):
     # the server ends that session with one line and serves the next client.
     proc, port = server
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(frame(HELLO, b"1\nfuzzer\nexperiment=lat\ntransport=udp\n"))
-        kind, _ = recv_frame(s)
-        assert kind == WELCOME
+        start_session(s, "fuzzer", "experiment=lat\ntransport=udp\n")
         kind, _ = recv_frame(s)  # the server's own udp port
         assert kind == EXCHANGE
         s.sendall(frame(EXCHANGE, port_text))
@@ -78,9 +87,7 @@ def test_short_stream_samples_are_counted_not_read(fm, server):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s, \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
         u.bind(("127.0.0.1", 0))
-        s.sendall(frame(HELLO, f"1\n{boot_id}\nexperiment=stream\ntransport=udp\nrate=1000\ncount=10\n"
-                                 "warmup=0\n".encode()))
-        assert recv_frame(s)[0] == WELCOME
+        start_session(s, boot_id, "experiment=stream\ntransport=udp\nrate=1000\ncount=10\nwarmup=0\n")
         kind, server_port = recv_frame(s)
         assert kind == EXCHANGE
         s.sendall(frame(EXCHANGE, str(u.getsockname()[1]).encode()))

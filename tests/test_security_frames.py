@@ -73,6 +73,13 @@ class Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def sessions(self) -> list[int]:
+        """The session processes (the server forks one per connection)."""
+        try:
+            return [int(x) for x in Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()]
+        except OSError:
+            return []
+
     def status(self, key: str) -> int:
         """VmHWM / VmPeak of the server process, kB."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -343,7 +350,8 @@ def test_frozen_server_ends_the_client(fm, clean_env, experiment, transport, ext
                            "--server", f"127.0.0.1:{srv.port}")
         time.sleep(2.0)
         assert client.poll() is None, client.stderr.read()
-        srv.proc.send_signal(signal.SIGSTOP)
+        (session,) = srv.sessions()
+        os.kill(session, signal.SIGSTOP)
         t0 = time.monotonic()
         try:
             client.wait(timeout=10)

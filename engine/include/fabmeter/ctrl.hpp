@@ -4,7 +4,11 @@
 // the body. The header is checked (known type, the one expected, length
 // within that type's limit) before a byte of the body is read or allocated.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <string_view>
 
@@ -75,6 +79,10 @@ class Ctrl {
   Peek peek() const;
   // Frames received so far, heartbeats included: the guard's proof of life.
   uint64_t frames_in() const { return frames_in_; }
+  // From now on a wait in recv() also ends when nothing at all came from
+  // the peer for `ms` (its Heartbeat thread beats even while it computes):
+  // a frozen peer is noticed without waiting out the whole timeout. 0: off.
+  void expect_heartbeats(uint32_t ms) { silence_ms_ = ms; }
 
   // Largest hello/exchange body accepted (see kMaxFrameDefault); the
   // session raises it to what its plan's reports need.
@@ -93,6 +101,29 @@ class Ctrl {
   uint32_t timeout_ms_ = 5000;
   uint32_t max_frame_ = kMaxFrameDefault;
   mutable uint64_t frames_in_ = 0;  // peek() consumes heartbeats
+  uint32_t silence_ms_ = 0;
+  // Frames go out whole: the Heartbeat thread and the session share the socket.
+  std::unique_ptr<std::mutex> send_mu_ = std::make_unique<std::mutex>();
+};
+
+// A session's proof of life: a thread that sends a heartbeat frame every
+// kHeartbeatMs for as long as it exists, whatever the session's own thread
+// is doing (measuring, computing, writing). A SIGSTOPped process stops all
+// its threads, so the peer notices it after kSilenceMs.
+constexpr uint32_t kHeartbeatMs = 1000;
+constexpr uint32_t kSilenceMs = 3000;
+class Heartbeat {
+ public:
+  explicit Heartbeat(Ctrl& ctrl);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+
+ private:
+  Ctrl& ctrl_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 class Listener {

@@ -22,14 +22,20 @@ namespace {
 
 // Reads exactly n bytes before the deadline (CLOCK_MONOTONIC_RAW ns).
 // Returns false on EOF before the first byte; throws on timeout or error.
-bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what) {
+// With silence_ns > 0, also throws when no byte came for that long.
+bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what, uint64_t silence_ns = 0) {
   auto* p = static_cast<char*>(buf);
   size_t got = 0;
+  uint64_t heard = Clock::mono_ns();
   while (got < n) {
     uint64_t now = Clock::mono_ns();
     if (now >= deadline) runtime_error(std::string("timed out waiting for the peer (") + what + ")");
+    if (silence_ns && now - heard >= silence_ns)
+      runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
+                    " s; frozen?) (" + what + ")");
+    const uint64_t until = silence_ns ? std::min(deadline, heard + silence_ns) : deadline;
     pollfd pfd{fd, POLLIN, 0};
-    int r = ::poll(&pfd, 1, static_cast<int>((deadline - now) / 1000000 + 1));
+    int r = ::poll(&pfd, 1, static_cast<int>((until - now) / 1000000 + 1));
     if (r < 0) {
       if (errno == EINTR && stop_requested()) runtime_error("interrupted");
       if (errno == EINTR) continue;
@@ -47,6 +53,7 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what)
       sys_error("control channel recv");
     }
     got += static_cast<size_t>(k);
+    heard = Clock::mono_ns();
   }
   return true;
 }
@@ -146,7 +153,8 @@ Ctrl::Ctrl(int fd, uint32_t timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 Ctrl::Ctrl(Ctrl&& o) noexcept
-    : fd_(o.fd_), timeout_ms_(o.timeout_ms_), max_frame_(o.max_frame_), frames_in_(o.frames_in_) {
+    : fd_(o.fd_), timeout_ms_(o.timeout_ms_), max_frame_(o.max_frame_), frames_in_(o.frames_in_),
+      silence_ms_(o.silence_ms_) {
   o.fd_ = -1;
 }
 Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
@@ -156,6 +164,7 @@ Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
     timeout_ms_ = o.timeout_ms_;
     max_frame_ = o.max_frame_;
     frames_in_ = o.frames_in_;
+    silence_ms_ = o.silence_ms_;
     o.fd_ = -1;
   }
   return *this;
@@ -215,6 +224,7 @@ Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t ti
 }
 
 void Ctrl::send(CtrlType t, std::string_view payload) {
+  std::lock_guard lock(*send_mu_);
   // Reasons are cut to what the peer accepts rather than lost with the session.
   if ((t == CtrlType::refuse || t == CtrlType::fail) && payload.size() > kMaxText) payload = payload.substr(0, kMaxText);
   if (payload.size() > UINT32_MAX) runtime_error("control channel: message too large");
@@ -245,6 +255,7 @@ void Ctrl::send(CtrlType t, std::string_view payload) {
 }
 
 bool Ctrl::send_heartbeat() noexcept {
+  std::lock_guard lock(*send_mu_);
   const char hdr[kFrameHeaderBytes] = {0, 0, 0, 0, static_cast<char>(CtrlType::heartbeat)};
   size_t sent = 0;
   while (sent < sizeof hdr) {
@@ -261,7 +272,7 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
   const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
   for (;;) {
     unsigned char hdr[kFrameHeaderBytes];
-    if (!read_full(fd_, hdr, sizeof hdr, deadline, what))
+    if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
       runtime_error(std::string("peer closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
     if (std::string why = check_frame_header(hdr, expect, max_frame_, &h); !why.empty())
@@ -270,7 +281,8 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
     if (h.type == CtrlType::heartbeat) continue;
     std::string payload(h.len, '\0');
     // Large result blobs may take longer than one timeout: the deadline is per message start.
-    if (h.len && !read_full(fd_, payload.data(), h.len, deadline + uint64_t(h.len) * 10, what))
+    if (h.len && !read_full(fd_, payload.data(), h.len, deadline + uint64_t(h.len) * 10, what,
+                            uint64_t(silence_ms_) * 1000000))
       runtime_error("peer closed the control channel mid-message");
     if (h.type == CtrlType::refuse) usage_error(printable_line(payload));
     if (h.type == CtrlType::fail) runtime_error(printable_line(payload));
@@ -286,6 +298,25 @@ std::string Ctrl::exchange(std::string_view mine, const char* what) {
 void Ctrl::barrier(const char* what) {
   send(CtrlType::barrier);
   recv(CtrlType::barrier, what);
+}
+
+Heartbeat::Heartbeat(Ctrl& ctrl) : ctrl_(ctrl) {
+  ctrl_.expect_heartbeats(kSilenceMs);
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [this] { return stop_; }))
+      if (!ctrl_.send_heartbeat()) return;  // the peer is gone: the session finds out itself
+  });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+  ctrl_.expect_heartbeats(0);
 }
 
 Ctrl::Peek Ctrl::peek() const {

@@ -48,14 +48,11 @@ struct PointOut {
   bool partial = false;
 };
 
-// A frozen (SIGSTOPped) peer keeps its sockets open: during points each end
-// sends a heartbeat every kBeatS and declares the peer lost after kSilenceS
-// without a frame from it. Until the peer's first frame in this point the
-// wait is --timeout-ms if longer (the peer may still be allocating before
-// its own guard starts). A peer that said its point is over (end_point) no
-// longer beats: it waits in Ctrl::recv, whose own timeout applies.
-constexpr double kBeatS = 1.0;
-constexpr double kSilenceS = 3.0;
+// A frozen (SIGSTOPped) peer keeps its sockets open: each end's Heartbeat
+// thread (ctrl.hpp) beats every second, and the guard declares the peer lost
+// after kSilenceS without a frame from it. Until the peer's first frame in
+// this point the wait is --timeout-ms if longer.
+constexpr double kSilenceS = kSilenceMs / 1e3;
 // Loops that may stay busy for long call tick() once per message, outside
 // the timed part; every kTickStride-th call reads the clock, and the full
 // check (a system call) runs every kTickMs at most.
@@ -69,7 +66,6 @@ class Guard {
  public:
   explicit Guard(Ctx& c)
       : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
-        beat_(c.clk.ns_to_ticks(kBeatS * 1e9)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
         limit_(c.clk.ns_to_ticks(std::max(kSilenceS * 1e9, c.p.timeout_ms * 1e6))),
         heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
@@ -81,10 +77,6 @@ class Guard {
     uint64_t now = c_.clk.ticks();
     if (now < next_ && !f) return Status::ok;
     next_ = now + interval_;
-    if (now >= next_beat_) {
-      c_.ctrl.send_heartbeat();
-      next_beat_ = now + beat_;
-    }
     const Ctrl::Peek peek = c_.ctrl.peek();
     if (c_.ctrl.frames_in() != frames_ || peek == Ctrl::Peek::message) {
       frames_ = c_.ctrl.frames_in();
@@ -130,8 +122,8 @@ class Guard {
 
  private:
   Ctx& c_;
-  uint64_t interval_, tick_interval_, beat_, silence_, limit_;
-  uint64_t next_ = 0, next_tick_ = 0, next_beat_ = 0;
+  uint64_t interval_, tick_interval_, silence_, limit_;
+  uint64_t next_ = 0, next_tick_ = 0;
   uint64_t heard_, frames_;
   uint32_t ticks_ = 0;
   bool watch_ = true;

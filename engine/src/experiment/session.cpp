@@ -33,6 +33,7 @@
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/handshake.hpp"
 #include "fabmeter/stats.hpp"
+#include "fabmeter/trace.hpp"
 #include "transport/messaging.hpp"
 #include "transport/shm.hpp"
 #include "transport/tcp.hpp"
@@ -168,6 +169,8 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
   std::vector<PointSpec> plan = plan_points(p, c.caps);
   uint64_t max_msg = 0;
   for (const auto& pt : plan) max_msg = std::max(max_msg, pt.size);
+  const char* role = c.role == Role::client ? "client" : "server";
+  trace_phase(role, "connect");
   T t(p, c.role);
   t.connect(c.ctrl, max_msg);
   if (transport_info) t.describe(*transport_info);
@@ -176,6 +179,7 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
 
   for (const PointSpec& pt : plan) {
     c.ctrl.barrier("start of point");
+    trace_phase(role, "point");
     const uint64_t size = pt.size;
     const uint64_t iters = iters_for(p, size);
     const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate)
@@ -194,6 +198,7 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
       st = client ? stream_client(t, c, pt.rate, pt.values, sync, out) : stream_server(t, c, pt.rate, pt.values);
     else
       st = bw_run(t, c, size, iters, warmup, out);
+    trace_phase(role, "results");
 
     if (client) {
       JsonObj line;
@@ -300,6 +305,7 @@ int run_client(const Params& p, const ClientOptions& o) {
   Clock clk(p.clock == "tsc");
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
 
+  trace_phase("client", "hello");
   std::string me = host_id();
   const std::string hello = encode_hello(me, random_bytes(kNonceBytes), encode_params(p));
   ctrl.send(CtrlType::hello, hello);
@@ -323,6 +329,7 @@ int run_client(const Params& p, const ClientOptions& o) {
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
   ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps)));
 
+  Heartbeat beat(ctrl);
   Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
   JsonObj params, transport_info;
   params.add("experiment", p.experiment);
@@ -470,6 +477,7 @@ void arm_watchdog(double after_s) {
 
 // One session on the server side. Returns the exit code it would have.
 int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
+  trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
   const std::string hello = ctrl.recv(CtrlType::hello, "client hello");
@@ -529,6 +537,7 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
+  Heartbeat beat(ctrl);
   Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
   Status st;
   try {

@@ -1,0 +1,210 @@
+"""Faults on every transport, looped: kill -9 or SIGSTOP the client or the
+server's session process at a random moment of a random phase (hello,
+transport connect, the measured point, result writing).
+
+Each fault must end the other side with a one-line error within 5 s, keep
+what was measured, leave no process and no /dev/shm segment behind, and the
+`fabmeter serve` that lost a session serves the next client (the next round
+of the loop, and a clean run at the end).
+
+The engines mark their phases in the file named by FABMETER_TRACE_PHASES (a
+test hook set by whoever starts the engine, never by a peer). Rounds per
+transport: FM_FAULT_ROUNDS (default 1: every victim x action once, phases
+drawn at random); `make soak` runs many. FM_FAULT_SEED replays a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_twohost import read_listening
+
+TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
+PHASES = ["hello", "connect", "point", "results"]
+CASES = [(victim, action) for victim in ("client", "server") for action in ("kill", "stop")]
+ROUNDS = int(os.environ.get("FM_FAULT_ROUNDS", "1"))
+SEED = int(os.environ.get("FM_FAULT_SEED", str(int(time.time()))))
+NOTICE_S = 5.0    # the issue's bound for the surviving side
+SLACK_S = 1.5     # process start-up and a busy 2-core machine
+
+
+@pytest.fixture(scope="module")
+def built(engine) -> list[str]:
+    res = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True)
+    return json.loads(res.stdout)["transports"]
+
+
+def shm_segments() -> set[str]:
+    return {p.name for p in Path("/dev/shm").glob("fabmeter-*")}
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return ") Z " not in stat
+
+
+def wait_until(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())
+
+
+class Trace:
+    """The phase marks the engines append to one file: 'ROLE PHASE PID'."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.write_text("")
+
+    def reset(self) -> None:
+        self.path.write_text("")
+
+    def marks(self) -> list[tuple[str, str, int]]:
+        out = []
+        for ln in self.path.read_text().splitlines():
+            parts = ln.split()
+            if len(parts) == 3:
+                out.append((parts[0], parts[1], int(parts[2])))
+        return out
+
+    def find(self, role: str, phase: str):
+        for r, p, pid in self.marks():
+            if r == role and p == phase:
+                return pid
+        return None
+
+
+ARGS = {  # about two seconds of measuring, so a random delay lands in every phase
+    "shm": ["lat", "--duration", "2"],
+    "tcp": ["lat", "--duration", "2"],
+    "udp": ["oneway", "--bursts", "40", "--burst-size", "200", "--pause-us", "20000", "-s", "64"],
+    "zmq": ["lat", "--duration", "2", "--warmup", "100"],
+    "nng": ["lat", "--duration", "2", "--warmup", "100"],
+    "nanomsg": ["lat", "--duration", "2", "--warmup", "100"],
+    "ofi": ["bw", "--duration", "2", "--warmup", "100"],
+}
+
+
+def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport: str, victim: str,
+                action: str, phase: str, delay: float, tmp: Path) -> bool:
+    """One run with one fault; False if the run ended before the fault struck."""
+    what = f"{transport}: {action} {victim} in {phase} +{delay * 1000:.0f} ms (seed {SEED})"
+    trace.reset()
+    out = tmp / f"{transport}-{victim}-{action}-{phase}"
+    experiment, *rest = ARGS[transport]
+    before_shm = shm_segments()
+    client = fm.popen(experiment, "-t", transport, *rest, "--server", f"127.0.0.1:{port}", "--cpus", "0",
+                      "--out", out)
+    stopped: list[int] = []
+    try:
+        role = "client" if victim == "client" else "server"
+        assert wait_until(lambda: trace.find(role, phase) is not None or client.poll() is not None, 30), \
+            f"{what}: the {role} never reached {phase}"
+        assert client.poll() is None, f"{what}: the run ended before the fault: {client.stderr.read()}"
+        time.sleep(delay)
+        pid = trace.find(role, phase)
+        try:
+            os.kill(pid, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        except ProcessLookupError:
+            return False  # that side had already finished
+        if action == "stop":
+            stopped.append(pid)
+        t_fault = time.monotonic()
+
+        if victim == "server":
+            # The client notices (control channel closed, or no heartbeat) and ends.
+            try:
+                _, stderr = client.communicate(timeout=NOTICE_S + SLACK_S)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{what}: the client did not end within {NOTICE_S + SLACK_S:.1f} s")
+            took = time.monotonic() - t_fault
+            if client.returncode == 0:
+                return False  # the run finished before the fault landed: nothing to check
+            assert client.returncode == 3, f"{what}: exit {client.returncode}: {stderr}"
+            lines = [ln for ln in stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1 and lines[0].startswith("fabmeter: error: "), f"{what}: {lines}"
+            assert took < NOTICE_S + SLACK_S, f"{what}: the client took {took:.1f} s"
+            doc = json.loads((out / "run.json").read_text())
+            assert doc["status"] == "failed" and doc["message"], f"{what}: {doc['status']}"
+            if doc["points"]:
+                p = doc["points"][-1]
+                assert p["partial"] is True, f"{what}: the point cut short is not marked partial"
+                for name in (p.get("samples") or {}).values():
+                    assert (out / name).is_file(), f"{what}: {name} missing"
+        else:
+            # The server's session process ends by itself; the listener stays.
+            session = trace.find("server", "hello")
+            assert session is not None, f"{what}: no server session"
+            assert wait_until(lambda: not alive(session) or session not in children(serve.pid),
+                              NOTICE_S + SLACK_S), f"{what}: the server session did not end within 5 s"
+            took = time.monotonic() - t_fault
+            assert took < NOTICE_S + SLACK_S, f"{what}: the server session took {took:.1f} s"
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if client.poll() is None:
+            client.kill()
+        client.wait()
+    assert serve.poll() is None, f"{what}: fabmeter serve itself died"
+    assert wait_until(lambda: not children(serve.pid), NOTICE_S), f"{what}: session processes left"
+    left = shm_segments() - before_shm
+    assert wait_until(lambda: not (shm_segments() - before_shm), 2.0), f"{what}: /dev/shm left: {left}"
+    return True
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_faults(fm, built, tmp_path, transport):
+    if transport not in built:
+        pytest.skip(f"the engine was built without {transport}")
+    rng = random.Random(f"{SEED}-{transport}")
+    trace = Trace(tmp_path / "phases")
+    env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path))
+    fm.env = env  # the client engines mark their phases too
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
+    try:
+        port = read_listening(serve)["port"]
+        struck = 0
+        for k in range(ROUNDS):
+            for victim, action in CASES:
+                phase = rng.choice(PHASES)
+                delay = rng.uniform(0, 0.3)
+                struck += fault_round(fm, serve, port, trace, transport, victim, action, phase, delay,
+                                      tmp_path / f"r{k}")
+        # A fault drawn for the last moments may find the run over; most must strike.
+        assert struck >= len(CASES) * ROUNDS // 2, f"only {struck} faults struck (seed {SEED})"
+        # After all that, a normal client is served.
+        r = fm.run("lat", "-t", transport, "-n", "200", "--warmup", "10", "--server", f"127.0.0.1:{port}",
+                   "--cpus", "0", "--json", timeout=60)
+        assert r.returncode == 0, r.stderr
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.wait()
