@@ -202,6 +202,21 @@ for svc in uc ud; do
   loss "loss-$svc-bw-10pct" 10 bw "${LOSS[@]}" -n 400 --service $svc
 done
 
+# dup NAME EXPERIMENT OPTIONS...: netem on veth0 (client -> server) delays
+# every packet 5 ms +- 5 ms, which reorders them (and the control channel's),
+# and duplicates 5 %: stragglers arrive after the client's end-of-point
+# message, duplicates before them. Nothing is dropped, so nothing may be
+# counted lost (a duplicate must not stand in for a straggler).
+dup() {
+  local name=$1
+  shift
+  tc qdisc add dev "${FM_RDMA_NETDEV0:-veth0}" root netem delay 5ms 5ms duplicate 5%
+  fm "$name" 0 "$@"
+  tc qdisc del dev "${FM_RDMA_NETDEV0:-veth0}" root
+}
+dup "dup-ud-oneway" oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us 1000 --service ud
+dup "dup-ud-check" check --max-size 1K --cm raw --loss-timeout-ms 1000 --service ud
+
 echo "== comparison: fabmeter lat vs perftest, 32 B, 2000 iterations, inline 64, raw connection"
 CMP=(-s 32 -n 2000 --warmup 200 --inline 64 --cm raw)
 for svc in rc uc ud; do

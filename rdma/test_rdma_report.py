@@ -93,6 +93,13 @@ def check_fabmeter(raw, name):
             problems.append(f"point {p.get('size')} B: no bandwidth")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
+    if name.startswith("dup-"):  # reordered and duplicated, nothing dropped
+        for p in points:
+            lost = p.get("lost", 0) + p.get("warmup_lost", 0)
+            if lost:
+                problems.append(f"nothing was dropped, yet {lost} counted lost")
+            if not p.get("duplicated", 0) > 0:
+                problems.append("netem duplicated packets, yet none counted duplicated")
     if name.startswith("loss-"):  # the kernel's count of dropped packets is the truth
         dropped = read(f"{raw}/{name}.dropped").strip()
         lost = sum(p.get("lost", 0) + p.get("warmup_lost", 0) for p in points)

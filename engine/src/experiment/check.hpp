@@ -114,7 +114,8 @@ Status check_server(T& t, Ctx& c) {
   r.clock = ClockInfo::of(clk);
   uint64_t arrivals = 0, expected = UINT64_MAX, deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
-  while (arrivals < expected) {
+  // Distinct arrivals: a duplicate must not end the wait for a straggler.
+  while (r.received < expected) {
     RecvMsg m;
     Status st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ctrl_message) {

@@ -138,7 +138,8 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   uint64_t deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   Status st;
-  while (received < expected) {
+  // Distinct arrivals: a duplicate must not end the wait for a straggler.
+  while (received - duplicated < expected) {
     RecvMsg m;
     st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ok) {

@@ -238,7 +238,8 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   r.total = total;
   uint64_t arrivals = 0, expected = UINT64_MAX, last_seq = 0, first = 0, last = 0, deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
-  while (arrivals < expected) {
+  // Distinct arrivals: a duplicate must not end the wait for a straggler.
+  while (arrivals - r.duplicated < expected) {
     RecvMsg m;
     Status st = recv_next(t, m, g, clk, p.poll, deadline);
     if (st == Status::ok) {
