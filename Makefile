@@ -8,7 +8,7 @@ ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 FUZZ_BUILD := build/engine-fuzz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build test test-rdma test-sanitize fuzz demo bench clean
+.PHONY: all deps build test test-rdma test-sanitize fuzz soak demo bench clean
 
 all: build
 
@@ -42,6 +42,12 @@ fuzz:
 
 # Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
 # ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.
+# The fault loop of tests/test_faults.py at length: kill -9 and SIGSTOP at
+# random moments, FAULT_ROUNDS rounds per transport (make test runs one).
+FAULT_ROUNDS ?= 25
+soak: build
+	FM_FAULT_ROUNDS=$(FAULT_ROUNDS) $(VENV)/bin/python -m pytest -q tests/test_faults.py
+
 test-rdma: build
 	bash rdma/test-rdma.sh $(if $(ALLOW_SKIP),--allow-skip)
 
