@@ -61,6 +61,14 @@ def test_format_table_aligns():
     assert "12,345" in t and "1.5" in t
 
 
+def test_point_block_names_warmup_losses():
+    point = {"experiment": "oneway", "transport": "udp", "size": 32, "iterations": 990,
+             "latency_ns": {"p50": 1000.0}, "lost": 10, "warmup_lost": 3}
+    text = analysis.point_block(point)
+    assert "lost messages" in text and "lost during warm-up (not in the figures)" in text
+    assert "lost during warm-up" not in analysis.point_block({**point, "warmup_lost": 0})
+
+
 def test_envinfo_collects():
     env = envinfo.collect()
     for key in ("cpu_model", "kernel", "governors", "cpuidle", "isolated_cpus", "tsc_flags", "libraries"):

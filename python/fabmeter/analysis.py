@@ -131,6 +131,8 @@ def point_block(point: dict) -> str:
                    fmt_num(point.get("wake_ns"), 0)]]
     if point.get("lost") is not None:
         extra.append(["lost messages", fmt_num(point["lost"])])
+    if point.get("warmup_lost"):
+        extra.append(["lost during warm-up (not in the figures)", fmt_num(point["warmup_lost"])])
     if extra:
         parts.append(format_table(["figure", "value"], extra))
     return "\n".join(parts)
