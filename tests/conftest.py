@@ -6,8 +6,10 @@ the engine are skipped, with a clear reason, when the binary is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -115,3 +117,67 @@ def one_line_error(stderr: str) -> str:
     assert len(lines) == 1, f"expected exactly one stderr line, got {lines!r}"
     assert lines[0].startswith("fabmeter: error: "), lines[0]
     return lines[0]
+
+
+@contextlib.contextmanager
+def veth_namespaces(name: str, net: str, *link_args: str):
+    """Two fresh network namespaces NAME<pid>a and NAME<pid>b joined by a veth
+    pair, NET.1/24 in the first and NET.2/24 in the second (`link_args`: more
+    `ip link set` arguments for both ends). Yields (ns_a, ns_b, dev_a, dev_b);
+    deleting the namespaces afterwards, whatever happened, removes the rest.
+    Skips the test where namespaces cannot be made (not root, no iproute2)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and `ip` (iproute2) for network namespaces")
+
+    def sh(*cmd: str) -> None:
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+
+    tag = f"{name}{os.getpid() % 100000}"
+    ns_a, ns_b, dev_a, dev_b = f"{tag}a", f"{tag}b", f"{tag}va", f"{tag}vb"
+    created = []
+    try:
+        try:
+            for ns in (ns_a, ns_b):
+                sh("ip", "netns", "add", ns)
+                created.append(ns)
+        except subprocess.CalledProcessError as e:
+            pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
+        sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
+        for ns, dev, addr in ((ns_a, dev_a, f"{net}.1/24"), (ns_b, dev_b, f"{net}.2/24")):
+            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, *link_args, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield ns_a, ns_b, dev_a, dev_b
+    finally:
+        for ns in created:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def run_with_pause(fm: Fabmeter, tmp_path: Path, args: list, after_s: float, stop_s: float):
+    """`fabmeter ARGS` with its client engine SIGSTOPped for `stop_s`, `after_s`
+    into its first point (the engine marks it in FABMETER_TRACE_PHASES), so a
+    loaded machine's slow start-up cannot move the pause. Returns
+    (returncode, stdout, stderr)."""
+    trace = tmp_path / "phases"
+    env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))
+    proc = subprocess.Popen(cli_cmd(*args), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            marks = trace.read_text().splitlines() if trace.exists() else []
+            pid = next((int(m.split()[2]) for m in marks if m.startswith("client point ")), None)
+            if pid is not None:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, "the client never started its point"
+            time.sleep(0.01)
+        time.sleep(after_s)
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(stop_s)
+        os.kill(pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import cli_cmd, json_lines
+from conftest import cli_cmd, json_lines, veth_namespaces
 
 TABLE = "fmloss"
 
@@ -142,30 +142,9 @@ table inet {TABLE} {{
 def lossy_pair():
     """Two fresh namespaces joined by a veth pair, 10.198.N.1 (server) and .2;
     deleted afterwards, whatever happened (that removes the veth and the rules)."""
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("needs root and `ip` (iproute2) for network namespaces")
     if not shutil.which("nft"):
         pytest.skip("needs nft (nftables; scripts/install-deps.sh installs it)")
-    tag = f"{os.getpid() % 100000}"
-    ns_s, ns_c = f"fml{tag}s", f"fml{tag}c"
-    dev_s, dev_c = f"fmlv{tag}s", f"fmlv{tag}c"
     net = f"10.198.{os.getpid() % 250}"
-    created = []
-    try:
-        for ns in (ns_s, ns_c):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-        _sh("ip", "link", "add", dev_s, "netns", ns_s, "type", "veth", "peer", "name", dev_c, "netns", ns_c)
-        for ns, dev, addr in ((ns_s, dev_s, f"{net}.1/24"), (ns_c, dev_c, f"{net}.2/24")):
-            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-            # One tcp segment per packet, as on a wire (veth would pass 64 KiB GSO packets).
-            _sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+    # One tcp segment per packet, as on a wire (veth would pass 64 KiB GSO packets).
+    with veth_namespaces("fml", net, "gso_max_segs", "1") as (ns_s, ns_c, dev_s, dev_c):
         yield LossyPair(ns_s, ns_c, f"{net}.1", {ns_s: dev_s, ns_c: dev_c})
-    except subprocess.CalledProcessError as e:
-        if len(created) < 2:
-            pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
-        raise
-    finally:
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)

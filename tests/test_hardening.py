@@ -8,14 +8,12 @@ import json
 import os
 import socket
 import struct
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, json_lines, one_line_error, tagged_engine_procs
+from conftest import ENGINE, json_lines, one_line_error, run_with_pause
 
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, HEARTBEAT = 1, 2, 3, 4, 5, 6, 7, 8, 10
 
@@ -107,28 +105,16 @@ def test_short_stream_samples_are_counted_not_read(fm, server):
     assert proc.poll() is None
 
 
-def test_timerfd_source_late_is_signed(fm):
+def test_timerfd_source_late_is_signed(fm, tmp_path):
     # After a late step (the source stopped for 0.2 s) a timerfd read returns
     # at once while expirations of past steps are pending: the next step went
     # out early and its lateness, subtracted unsigned, read ~8.2e18 ns. Now
     # no step leaves early and lateness is signed.
     rate = 5000
-    proc = fm.popen("stream", "-t", "shm", "--timer", "timerfd", "--rate", str(rate), "--count", "20000",
-                    "--warmup", "0", "--json")
-    try:
-        deadline = time.monotonic() + 10
-        while not (clients := [int(e.split(":")[0]) for e in tagged_engine_procs(fm.tag) if " run stream" in e]):
-            assert time.monotonic() < deadline, "the stream client did not start"
-            time.sleep(0.05)
-        time.sleep(0.5)  # into the run (4 s at this rate)
-        os.kill(clients[0], signal.SIGSTOP)
-        time.sleep(0.2)
-        os.kill(clients[0], signal.SIGCONT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    rc, out, err = run_with_pause(fm, tmp_path, ["stream", "-t", "shm", "--timer", "timerfd", "--rate", str(rate),
+                                                 "--count", "20000", "--warmup", "0", "--json"],
+                                  after_s=0.5, stop_s=0.2)
+    assert rc == 0, err
     (p,) = json_lines(out)
     late = p["source_late_ns"]
     assert late["max"] < 1e12, late

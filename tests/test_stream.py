@@ -7,15 +7,11 @@ rate x values, the file sink writes what arrived, and a source that is late
 from __future__ import annotations
 
 import csv
-import json
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
 
-from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, tagged_engine_procs
+from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, run_with_pause
 from lossy import lossy_pair  # noqa: F401  (the fixture)
 
 KEYS = {"rate_hz", "values", "achieved_rate_hz", "sent", "received", "missed_steps", "missed_pct", "lost", "warmup_lost",
@@ -80,23 +76,13 @@ def test_file_sink_writes_every_received_sample(fm, tmp_path):
         assert [float(v) for v in row[3:]] == [seq + 0.25 * j for j in range(3)]
 
 
-def test_late_source_skips_and_counts_missed_steps(fm):
+def test_late_source_skips_and_counts_missed_steps(fm, tmp_path):
     # 1 kHz for 3 s; the source is stopped for 0.5 s: about 500 steps must be
     # counted missed, and no burst of catch-up samples may follow.
-    proc = fm.popen("stream", "-t", "shm", "--rate", "1000", "--values", "1", "--count", "3000",
-                    "--warmup", "0", "--json")
-    try:
-        time.sleep(1.2)
-        clients = [int(e.split(":")[0]) for e in tagged_engine_procs(fm.tag) if " run stream" in e]
-        assert len(clients) == 1, clients
-        os.kill(clients[0], signal.SIGSTOP)
-        time.sleep(0.5)
-        os.kill(clients[0], signal.SIGCONT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    rc, out, err = run_with_pause(fm, tmp_path, ["stream", "-t", "shm", "--rate", "1000", "--values", "1",
+                                                 "--count", "3000", "--warmup", "0", "--json"],
+                                  after_s=0.5, stop_s=0.5)
+    assert rc == 0, err
     (p,) = json_lines(out)
     # At least the 500 stopped steps (a busy machine can only add misses).
     assert p["missed_steps"] >= 450, p

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 
 import pytest
 
-from conftest import json_lines
+from conftest import json_lines, veth_namespaces
 
 
 def free_port() -> int:
@@ -46,39 +45,12 @@ def test_serve_once_loopback(fm):
         server.wait()
 
 
-def _sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def netns_pair():
     """Two namespaces A and B, veth A<->B, 10.199.N.1/24 in A and .2 in B."""
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("needs root and `ip` (iproute2) for network namespaces")
-    tag = f"{os.getpid() % 100000}"
-    ns_a, ns_b = f"fm{tag}a", f"fm{tag}b"
-    veth_a, veth_b = f"fmv{tag}a", f"fmv{tag}b"
     net = f"10.199.{os.getpid() % 250}"
-    created = []
-    try:
-        for ns in (ns_a, ns_b):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-    except subprocess.CalledProcessError as e:
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        pytest.skip(f"cannot create network namespaces here: {e.stderr.decode().strip()}")
-    try:
-        _sh("ip", "link", "add", veth_a, "netns", ns_a, "type", "veth", "peer", "name", veth_b, "netns", ns_b)
-        for ns, dev, addr in ((ns_a, veth_a, f"{net}.1/24"), (ns_b, veth_b, f"{net}.2/24")):
-            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-            _sh("ip", "-n", ns, "link", "set", dev, "up")
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+    with veth_namespaces("fm", net) as (ns_a, ns_b, _, _):
         yield ns_a, ns_b, f"{net}.1"
-    finally:
-        # Deleting the namespaces removes the veth pair and its addresses too.
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 @pytest.mark.parametrize("transport", ["tcp", "udp"])
