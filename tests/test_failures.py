@@ -80,6 +80,8 @@ def run_json_with_start(out: Path):
 @pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
 def test_peer_killed_mid_run(fm, tmp_path, transport):
     out = tmp_path / "out"
+    trace = tmp_path / "phases"
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))  # the client marks its point's start
     # Pinned apart: two unpinned busy-polling peers may share one CPU and crawl.
     server = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--once", "--cpu", "1")
     client = None
@@ -87,7 +89,7 @@ def test_peer_killed_mid_run(fm, tmp_path, transport):
         port = read_listening(server)["port"]
         client = fm.popen("lat", "-t", transport, "--server", f"127.0.0.1:{port}", "--duration", "30",
                           "--cpus", "0", "--out", out)
-        wait_for(lambda: run_json_with_start(out), 20, "the run to start")
+        wait_for(lambda: trace.exists() and "client point" in trace.read_text(), 20, "the point to start")
         time.sleep(1.0)
         server.kill()  # `fabmeter serve` became the engine itself: this is kill -9 of the server engine
         t_kill = time.monotonic()
