@@ -105,6 +105,12 @@ class OfiTransport {
     return true;
   }
 
+  // Every send up to the last signaled one has completed. Providers with
+  // manual progress (tcp) move a large message only while we poll the send
+  // CQ, so flush_sends polls until then; a sender that instead went to wait
+  // on the control channel would stall its own last message.
+  bool tx_idle() const { return tx_freed_ >= signal_mark_; }
+
   [[gnu::always_inline]] bool poll_recv(RecvMsg& m) {
     if (rxq_head_ == rxq_tail_ && !fill_rx(-1)) return false;
     m = rxq_[rxq_head_++ & kQueueMask];
