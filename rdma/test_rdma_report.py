@@ -237,6 +237,8 @@ def check_fault(raw, name):
         if not end or end[-1].get("status") != "failed":
             problems.append(f"the client's end line should say failed: {end[-1] if end else 'missing'}")
         points = [l for l in lines if l.get("type") == "point"]
+        if kv.get("phase") == "point" and not points:
+            problems.append("struck in the point, yet no point line was kept")
         if points and points[-1].get("partial") is not True:
             problems.append("the point cut short is not kept as partial")
         summary["message"] = err[0] if err else ""
