@@ -6,7 +6,7 @@
 # OUTDIR (NAME.out, .err, .rc, .expect, .cmd, .server.*); the host's
 # rdma/test_rdma_report.py checks them and prints the tables.
 #
-#   rdma/test-rdma-guest.sh ENGINE OUTDIR
+#   rdma/test-rdma-guest.sh ENGINE OUTDIR [SEED]
 set -uo pipefail
 OUT=$2
 # From guest RAM: executing from the 9p share costs ~2 s per process under TCG.
@@ -239,12 +239,12 @@ fi
 echo "== verbs: faults (kill -9 / SIGSTOP the client or the server's session in connect or point)"
 # One non-once server for the section; per service every victim x action
 # once, with phase, cm, experiment and delay (0-300 ms after the phase mark)
-# drawn at random (FM_FAULT_SEED replays). Each case leaves NAME.fault
+# drawn at random (SEED, from FM_FAULT_SEED on the host, replays). Each case leaves NAME.fault
 # (key=value: whether it struck, the survivor's exit / session end and how
 # long it took, what was left, the next normal client's exit), NAME.err (the
 # client's stderr), NAME.server.err (the server's stderr during the case) and
 # NAME.next.*; rdma/test_rdma_report.py judges them.
-FAULT_SEED=${FM_FAULT_SEED:-$((10#${EPOCHREALTIME/./} % 1000000))}
+FAULT_SEED=${3:-$((10#${EPOCHREALTIME/./} % 1000000))}
 RANDOM=$FAULT_SEED
 TRACE=/tmp/fm-phases
 FPORT=$((PORT + 100))
