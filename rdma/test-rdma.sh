@@ -46,7 +46,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT/raw"
 rc=0
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" || rc=$?
+  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then
   ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"

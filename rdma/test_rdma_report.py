@@ -8,8 +8,11 @@ Each fabmeter case must exit as it expects (0, or 2 for a refused
 combination with a one-line error); a run that should work must end "ok"
 on both ends, measure something, lose nothing on RC, and report the knobs
 it was given in the transport's "granted" object. perftest pairs must exit
-0 and print their result line. Writes OUTDIR/results.json; exits 1 if any
-check failed. Standard library only: it runs before any venv exists.
+0 and print their result line. Fault cases (NAME.fault): after kill -9 or
+SIGSTOP of one side, the client exits 3 with one error line, or the server's
+session ends with one log line, within FAULT_NOTICE_S + FAULT_TCG_SLACK_S;
+nothing is left and the next normal client succeeds. Writes
+OUTDIR/results.json; exits 1 if any check failed. Standard library only: it runs before any venv exists.
 """
 import json
 import os
@@ -175,6 +178,88 @@ def perftest_result(text):
     return None
 
 
+# Faults (the guest's "verbs: faults" section): the issue's bound for the
+# surviving side, plus what TCG adds between the signal and the observed end.
+# The bound itself covers the detection (EOF at once; a frozen peer after
+# 3 s without a heartbeat, beats every 1 s); the slack covers what emulation
+# stretches after that: the survivor tearing down its QPs, CQs and MRs in the
+# emulated rxe driver (~0.5-1 s per process under TCG, from the cases' own
+# timings) and the guest script's 50 ms polling, on 2 vCPUs the fault loop
+# shares with the engines.
+FAULT_NOTICE_S = 5.0
+FAULT_TCG_SLACK_S = 3.0
+
+
+def read_kv(path):
+    out = {}
+    for line in read(path).splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def nonempty_lines(text):
+    return [l for l in text.splitlines() if l.strip()]
+
+
+def check_fault(raw, name):
+    """Returns (problems, summary) for one fault case (NAME.fault and friends)."""
+    kv = read_kv(f"{raw}/{name}.fault")
+    summary = {"name": name, **kv}
+    problems = []
+    if not kv:
+        return ["no NAME.fault written (the case did not finish?)"], summary
+    bound = FAULT_NOTICE_S + FAULT_TCG_SLACK_S
+    if kv.get("serve_alive") != "1":
+        problems.append("fabmeter serve itself died")
+    if kv.get("sessions_left"):
+        problems.append(f"session processes left in the server: {kv['sessions_left']}")
+    if kv.get("next_rc") != "0":
+        tail = nonempty_lines(read(f"{raw}/{name}.next.err"))[-1:] or ["(no stderr)"]
+        problems.append(f"the next normal client failed (exit {kv.get('next_rc')}): {tail[0]}")
+    if kv.get("struck") != "1":
+        return problems, summary  # the run ended before the fault: only the aftermath counts
+    try:
+        took = float(kv.get("took_s", ""))
+    except ValueError:
+        took = None
+    summary["took_s"] = took
+    if kv.get("victim") == "server":
+        rc = kv.get("client_rc")
+        err = nonempty_lines(read(f"{raw}/{name}.err"))
+        if rc != "3":
+            problems.append(f"the client exited {rc}, expected 3: {err[-1:] or '(no stderr)'}")
+        if len(err) != 1 or not err[0].startswith("fabmeter-engine: error: "):
+            problems.append(f"the client should print one error line, got {err!r}")
+        lines = json_lines(read(f"{raw}/{name}.out"))
+        end = [l for l in lines if l.get("type") == "end"]
+        if not end or end[-1].get("status") != "failed":
+            problems.append(f"the client's end line should say failed: {end[-1] if end else 'missing'}")
+        points = [l for l in lines if l.get("type") == "point"]
+        if kv.get("phase") == "point" and not points:
+            problems.append("struck in the point, yet no point line was kept")
+        if points and points[-1].get("partial") is not True:
+            problems.append("the point cut short is not kept as partial")
+        summary["message"] = err[0] if err else ""
+        summary["points_kept"] = len(points)
+        what = "the client ended"
+    else:
+        if kv.get("session_ended") != "1":
+            problems.append(f"the server's session did not end (watched {kv.get('took_s')} s)")
+        ends = [l for l in nonempty_lines(read(f"{raw}/{name}.server.err"))
+                if re.match(r"fabmeter-engine: session (ended|failed): ", l)]
+        if len(ends) != 1:
+            problems.append(f"the server should log the session's end in one line, got {ends!r}")
+        summary["message"] = ends[0] if ends else ""
+        what = "the server's session ended"
+    if took is None:
+        problems.append(f"no time recorded for the survivor ({kv.get('took_s')!r})")
+    elif took >= bound:
+        problems.append(f"{what} {took:.2f} s after the fault, bound {bound:.1f} s")
+    return problems, summary
+
+
 def fmt_us(ns):
     return f"{ns / 1000:.1f}" if isinstance(ns, (int, float)) else "-"
 
@@ -193,6 +278,31 @@ def main():
         if problems:
             failed.append(name)
             print(f"FAIL {name}: {'; '.join(problems)}")
+    faults = []
+    for name in sorted(f[: -len(".fault")] for f in os.listdir(raw) if f.endswith(".fault")):
+        problems, summary = check_fault(raw, name)
+        summary["passed"] = not problems
+        summary["problems"] = problems
+        faults.append(summary)
+        if problems:
+            failed.append(name)
+            print(f"FAIL {name}: {'; '.join(problems)}")
+    fault_run = read_kv(f"{raw}/_faults")
+    if fault_run:
+        struck = sum(1 for f in faults if f.get("struck") == "1")
+        # A fault drawn for the run's last moments may find it over; most must strike.
+        if struck < max(1, len(faults) // 2):
+            failed.append("_faults")
+            print(f"FAIL faults: only {struck} of {len(faults)} struck (seed {fault_run.get('seed')})")
+        if fault_run.get("cases") and len(faults) != int(fault_run["cases"]):
+            failed.append("_faults_missing")
+            print(f"FAIL faults: {len(faults)} of {fault_run['cases']} cases left a result")
+        if fault_run.get("engines_left"):
+            failed.append("_faults_left")
+            print(f"FAIL faults: engines left running in the guest: {fault_run['engines_left']}")
+    elif os.path.exists(f"{raw}/_finished"):
+        failed.append("_faults")
+        print("FAIL faults: the guest ran no fault section (no _faults)")
     if os.path.exists(f"{raw}/_setup_failed"):
         failed.append("_setup")
         print("FAIL the guest's Soft-RoCE setup failed")
@@ -235,6 +345,16 @@ def main():
         for r in loss:
             print(f"{r['name']:<28}{r.get('dropped') or '-':>9}{r.get('lost_total', '-'):>7}")
 
+    if faults:
+        print(f"\nFaults (seed {fault_run.get('seed')}): the survivor's end after kill -9 / SIGSTOP, "
+              f"bound {FAULT_NOTICE_S + FAULT_TCG_SLACK_S:.0f} s")
+        print(f"{'case':<28}{'exp':>4}{'cm':>8}{'phase':>8}{'delay':>7}{'struck':>7}{'rc':>4}{'took s':>8}{'next':>5}  message")
+        for f in faults:
+            print(f"{f['name']:<28}{f.get('experiment', '-'):>4}{f.get('cm', '-'):>8}{f.get('phase', '-'):>8}"
+                  f"{f.get('delay_ms', '-'):>7}{f.get('struck', '-'):>7}{f.get('client_rc') if f.get('victim') == 'server' else '-':>4}"
+                  f"{f.get('took_s') if f.get('took_s') is not None else '-':>8}{f.get('next_rc', '-'):>5}"
+                  f"  {f.get('message', '')[:90]}")
+
     started = float(read(f"{raw}/_started", "0").strip() or 0)
     finished = float(read(f"{raw}/_finished", "0").strip() or 0)
     doc = {
@@ -247,13 +367,15 @@ def main():
         "comparison": rows,
         "cases": results,
         "ofi_skipped": ofi_skipped or None,
-        "passed": len(results) - len([n for n in failed if not n.startswith("_")]),
+        "faults": faults,
+        "fault_run": fault_run or None,
+        "passed": len(results) + len(faults) - len([n for n in failed if not n.startswith("_")]),
         "failed": len(failed),
     }
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(doc, f, indent=1)
     print(f"\ntest-rdma: {doc['passed']} passed, {doc['failed']} failed"
-          f" ({len(results)} cases, {doc['guest_seconds']} s in the guest); results: {out_dir}/results.json")
+          f" ({len(results)} cases, {len(faults)} faults, {doc['guest_seconds']} s in the guest); results: {out_dir}/results.json")
     return 1 if failed else 0
 
 

@@ -174,7 +174,16 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     out.partial = true;
     return st;
   }
-  BwSide peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
+  BwSide peer;
+  try {
+    peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
+  } catch (const Error& e) {
+    if (e.kind == ErrorKind::usage) throw;  // the server's refuse mid-point
+    // The peer died or froze after the loop: the point is kept, partial.
+    c.failure = e.what();
+    out.partial = true;
+    return Status::peer_lost;
+  }
   if (c.role == Role::server) return st;
 
   // Client: direction c2s was received by the server, s2c by us.

@@ -50,8 +50,9 @@ struct PointOut {
 
 // A frozen (SIGSTOPped) peer keeps its sockets open: each end's Heartbeat
 // thread (ctrl.hpp) beats every second, and the guard declares the peer lost
-// after kSilenceS without a frame from it. Until the peer's first frame in
-// this point the wait is --timeout-ms if longer.
+// after kSilenceS without a frame from it, from the start of a point too:
+// the thread beats from the welcome on, so a peer frozen before its first
+// message of the point is silent as well (not a --timeout-ms wait).
 constexpr double kSilenceS = kSilenceMs / 1e3;
 // Loops that may stay busy for long call tick() once per message, outside
 // the timed part; every kTickStride-th call reads the clock, and the full
@@ -67,7 +68,6 @@ class Guard {
   explicit Guard(Ctx& c)
       : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
-        limit_(c.clk.ns_to_ticks(std::max(kSilenceS * 1e9, c.p.timeout_ms * 1e6))),
         heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
 
   template <class T>
@@ -81,7 +81,6 @@ class Guard {
     if (c_.ctrl.frames_in() != frames_ || peek == Ctrl::Peek::message) {
       frames_ = c_.ctrl.frames_in();
       heard_ = now;
-      limit_ = silence_;
     }
     // A peer that finished closes its data connection right after saying so
     // on the control channel: its message wins over our transport's failure.
@@ -98,7 +97,7 @@ class Guard {
       c_.failure = f;
       return Status::failed;
     }
-    if (watch_ && now - heard_ > limit_) {
+    if (watch_ && now - heard_ > silence_) {
       c_.failure = "the peer stopped answering (no heartbeat for " +
                    std::to_string(static_cast<int>(c_.clk.to_ns(static_cast<double>(now - heard_)) / 1e9)) + " s)";
       return Status::peer_lost;
@@ -122,7 +121,7 @@ class Guard {
 
  private:
   Ctx& c_;
-  uint64_t interval_, tick_interval_, silence_, limit_;
+  uint64_t interval_, tick_interval_, silence_;
   uint64_t next_ = 0, next_tick_ = 0;
   uint64_t heard_, frames_;
   uint32_t ticks_ = 0;

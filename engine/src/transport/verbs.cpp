@@ -635,8 +635,14 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   }
 }
 
-rdma_cm_event* VerbsTransport::wait_cm_event(rdma_cm_event_type want, const char* what, uint32_t timeout_ms) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_type want, const char* what,
+                                             uint32_t timeout_ms) {
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
+  // rdma_cm never hears of a peer that died or froze before its connect: the
+  // control channel (EOF, or no heartbeat for kSilenceMs) tells.
+  auto heard = now();
+  uint64_t frames = ctrl.frames_in();
   for (;;) {
     rdma_cm_event* ev;
     if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
@@ -647,7 +653,16 @@ rdma_cm_event* VerbsTransport::wait_cm_event(rdma_cm_event_type want, const char
       runtime_error(msg);
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) sys_error("verbs: rdma_get_cm_event");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (ctrl.peek() == Ctrl::Peek::closed)
+      runtime_error(std::string("verbs: the peer closed the control channel (while waiting for ") + what + ")");
+    if (ctrl.frames_in() != frames) {
+      frames = ctrl.frames_in();
+      heard = now();
+    }
+    if (now() - heard > std::chrono::milliseconds(kSilenceMs))
+      runtime_error(std::string("verbs: the peer stopped answering (no heartbeat for ") +
+                    std::to_string(kSilenceMs / 1000) + " s, while waiting for " + what + ")");
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now());
     if (left.count() <= 0)
       runtime_error(std::string("verbs: rdma_cm: no ") + what + " within " + std::to_string(timeout_ms) + " ms");
     pollfd pfd{cm_channel_->fd, POLLIN, 0};
@@ -672,7 +687,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
       sys_error("verbs: rdma_cm cannot bind " + ctrl.local_addr() + " (no RDMA device has this address?)");
     if (rdma_listen(listen_id_, 1) != 0) sys_error("verbs: rdma_listen");
     ctrl.exchange(std::to_string(ntohs(rdma_get_src_port(listen_id_))), "rdma_cm port");
-    rdma_cm_event* ev = wait_cm_event(RDMA_CM_EVENT_CONNECT_REQUEST, "the client's connect request", tmo);
+    rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_CONNECT_REQUEST, "the client's connect request", tmo);
     cm_id_ = ev->id;
     rdma_ack_cm_event(ev);
   } else {
@@ -682,9 +697,9 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)
       sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
-    rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
+    rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
     if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
-    rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
+    rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
   }
 
   ctx_ = cm_id_->verbs;
@@ -710,10 +725,10 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   ibv_ah_attr cm_ah{};
   if (role_ == Role::server) {
     if (rdma_accept(cm_id_, &cp) != 0) sys_error("verbs: rdma_accept");
-    if (!ud_) rdma_ack_cm_event(wait_cm_event(RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo));
+    if (!ud_) rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo));
   } else {
     if (rdma_connect(cm_id_, &cp) != 0) sys_error("verbs: rdma_connect");
-    rdma_cm_event* ev = wait_cm_event(RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
+    rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
     if (ud_) cm_ah = ev->param.ud.ah_attr;  // from the server's SIDR reply
     rdma_ack_cm_event(ev);
   }

@@ -213,7 +213,7 @@ class VerbsTransport {
   verbs::EndpointInfo local_info() const;
   void connect_raw(Ctrl& ctrl);
   void connect_cm(Ctrl& ctrl, uint64_t max_msg);
-  rdma_cm_event* wait_cm_event(rdma_cm_event_type want, const char* what, uint32_t timeout_ms);
+  rdma_cm_event* wait_cm_event(const Ctrl& ctrl, rdma_cm_event_type want, const char* what, uint32_t timeout_ms);
   void make_ah(const ibv_ah_attr& attr);
   ibv_ah_attr ah_attr_to_peer() const;
 
