@@ -115,8 +115,9 @@ def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport:
     out = tmp / f"{transport}-{victim}-{action}-{phase}"
     experiment, *rest = ARGS[transport]
     before_shm = shm_segments()
-    client = fm.popen(experiment, "-t", transport, *rest, "--server", f"127.0.0.1:{port}", "--cpus", "0",
-                      "--out", out)
+    # A long control timeout: only the heartbeat can meet the 5 s bound.
+    client = fm.popen(experiment, "-t", transport, *rest, "--timeout-ms", "15000", "--server", f"127.0.0.1:{port}",
+                      "--cpus", "0", "--out", out)
     stopped: list[int] = []
     try:
         role = "client" if victim == "client" else "server"
