@@ -14,26 +14,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ENGINE, json_lines, one_line_error, run_with_pause
-
-HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, HEARTBEAT = 1, 2, 3, 4, 5, 6, 7, 8, 10
-
-
-def frame(kind: int, payload: bytes = b"") -> bytes:
-    return struct.pack("<IB", len(payload), kind) + payload
+from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, HEARTBEAT, HELLO, WELCOME, frame,
+                                  read_frame)
 
 
 def recv_frame(s: socket.socket) -> tuple[int, bytes]:
-    def exactly(n: int) -> bytes:
-        b = b""
-        while len(b) < n:
-            chunk = s.recv(n - len(b))
-            if not chunk:
-                raise ConnectionError("server closed the control channel")
-            b += chunk
-        return b
     while True:
-        n, kind = struct.unpack("<IB", exactly(5))
-        body = exactly(n)
+        kind, body = read_frame(s)
         if kind != HEARTBEAT:  # the server's sign of life during a point
             return kind, body
 
