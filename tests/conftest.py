@@ -181,3 +181,13 @@ def run_with_pause(fm: Fabmeter, tmp_path: Path, args: list, after_s: float, sto
             proc.kill()
             proc.wait()
     return proc.returncode, out, err
+
+
+def wait_until(pred, timeout: float) -> bool:
+    """Polls `pred` until it is true or `timeout` seconds passed; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
 from test_twohost import read_listening
 
 TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
@@ -60,15 +61,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return ") Z " not in stat
-
-
-def wait_until(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return bool(pred())
 
 
 class Trace:

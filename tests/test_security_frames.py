@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, cli_cmd, one_line_error
+from conftest import ENGINE, cli_cmd, one_line_error, wait_until
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL = range(1, 12)
@@ -329,15 +329,6 @@ def test_non_loopback_bind_without_token_warns(fm, clean_env, token_file, bind, 
     assert warned == warns, srv.err
 
 
-def _wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
-
 # A long --timeout-ms: the heartbeat, not the session's timeout, must notice.
 FROZEN_CASES = [("lat", "tcp", []), ("stream", "udp", ["--rate", "1000"]), ("bw", "tcp", [])]
 
@@ -377,7 +368,7 @@ def test_frozen_client_ends_the_session(fm, clean_env, experiment, transport, ex
         time.sleep(2.0)
         client.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
-        assert _wait_for(lambda: any("session ended" in ln for ln in srv.err), 8), srv.err
+        assert wait_until(lambda: any("session ended" in ln for ln in srv.err), 8), srv.err
         assert time.monotonic() - t0 < 5.0
         assert any("stopped answering" in ln for ln in srv.err), srv.err
         client.kill()
@@ -413,7 +404,7 @@ def test_local_run_has_its_own_token(fm, clean_env):
                     seen[cmd[1].decode()] = env.get(b"FABMETER_TOKEN", b"")
             return len(seen) == 2
 
-        assert _wait_for(engines, 10), seen
+        assert wait_until(engines, 10), seen
         out, err = run.communicate(timeout=30)
         assert run.returncode == 0, err
         assert seen["serve"] == seen["run"] and len(seen["serve"]) >= 32
