@@ -56,10 +56,14 @@ def test_reported_loss_is_what_the_kernel_dropped(fm, engine, lossy_pair, transp
 
 
 # About 10 000 packets at 1 %, 1000-1500 at 10 % (where tcp slows to a crawl).
+# The bw sender is done once the kernel holds its data; tcp's retransmit
+# back-off can keep the receiver busy for longer than the default 5 s wait.
+SLOW = ["--timeout-ms", "60000"]
 TCP_RUNS = {
-    "check": {1: ["check", "-t", "tcp", "--max-size", "1M"], 10: ["check", "-t", "tcp", "--max-size", "128K"]},
-    "bw": {1: ["bw", "-t", "tcp", "-s", "4K", "-n", "2500", "--warmup", "100"],
-           10: ["bw", "-t", "tcp", "-s", "1K", "-n", "500", "--warmup", "100"]},
+    "check": {1: ["check", "-t", "tcp", "--max-size", "1M", *SLOW],
+              10: ["check", "-t", "tcp", "--max-size", "128K", *SLOW]},
+    "bw": {1: ["bw", "-t", "tcp", "-s", "4K", "-n", "2500", "--warmup", "100", *SLOW],
+           10: ["bw", "-t", "tcp", "-s", "1K", "-n", "500", "--warmup", "100", *SLOW]},
 }
 
 

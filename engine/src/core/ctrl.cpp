@@ -29,7 +29,8 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
   uint64_t heard = Clock::mono_ns();
   while (got < n) {
     uint64_t now = Clock::mono_ns();
-    if (now >= deadline) runtime_error(std::string("timed out waiting for the peer (") + what + ")");
+    if (now >= deadline)
+      runtime_error(std::string("timed out waiting for the peer (") + what + "); --timeout-ms sets how long to wait");
     if (silence_ns && now - heard >= silence_ns)
       runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
                     " s; frozen?) (" + what + ")");
