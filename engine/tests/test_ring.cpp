@@ -4,7 +4,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/shm_ring.hpp"
+#include "transport/shm/shm_ring.hpp"
 
 using namespace fm::shm;
 

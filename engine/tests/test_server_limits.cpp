@@ -5,7 +5,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/session.hpp"
-#include "transport/messaging.hpp"
+#include "transport/msg/messaging.hpp"
 
 namespace {
 

@@ -34,24 +34,24 @@
 #include "fabmeter/handshake.hpp"
 #include "fabmeter/stats.hpp"
 #include "fabmeter/trace.hpp"
-#include "transport/messaging.hpp"
-#include "transport/shm.hpp"
-#include "transport/tcp.hpp"
-#include "transport/udp.hpp"
+#include "transport/msg/messaging.hpp"
+#include "transport/shm/shm.hpp"
+#include "transport/sock/tcp.hpp"
+#include "transport/sock/udp.hpp"
 #ifdef FM_HAVE_ZMQ
-#include "transport/zmq.hpp"
+#include "transport/msg/zmq.hpp"
 #endif
 #ifdef FM_HAVE_NNG
-#include "transport/nng.hpp"
+#include "transport/msg/nng.hpp"
 #endif
 #ifdef FM_HAVE_NANOMSG
-#include "transport/nanomsg.hpp"
+#include "transport/msg/nanomsg.hpp"
 #endif
 #ifdef FM_HAVE_OFI
-#include "transport/ofi.hpp"
+#include "transport/rdma/ofi.hpp"
 #endif
 #ifdef FM_HAVE_VERBS
-#include "transport/verbs.hpp"
+#include "transport/rdma/verbs.hpp"
 #endif
 
 namespace fm {

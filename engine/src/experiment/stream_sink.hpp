@@ -18,7 +18,7 @@
 #include "experiment/common.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/samples.hpp"
-#include "transport/shm_ring.hpp"
+#include "transport/shm/shm_ring.hpp"
 
 namespace fm {
 

@@ -13,7 +13,7 @@
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
-#include "transport/messaging.hpp"
+#include "transport/msg/messaging.hpp"
 
 namespace fm {
 

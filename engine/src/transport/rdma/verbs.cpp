@@ -1,7 +1,7 @@
 // verbs control plane: device, port and GID selection, protection domain,
 // CQs and completion channel, registered rings, the QP and its connection
 // (rdma_cm, or raw: RESET -> INIT -> RTR -> RTS by hand), UD address handles.
-#include "transport/verbs.hpp"
+#include "transport/rdma/verbs.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
-#include "transport/sock.hpp"
+#include "transport/sock/sock.hpp"
 
 #ifndef FM_LIBIBVERBS_VERSION
 #define FM_LIBIBVERBS_VERSION "unknown"

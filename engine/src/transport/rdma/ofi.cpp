@@ -1,4 +1,4 @@
-#include "transport/ofi.hpp"
+#include "transport/rdma/ofi.hpp"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "transport/nanomsg.hpp"
+#include "transport/msg/nanomsg.hpp"
 
 #include <arpa/inet.h>
 #include <nanomsg/pair.h>

@@ -1,4 +1,4 @@
-#include "transport/tcp.hpp"
+#include "transport/sock/tcp.hpp"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,7 +10,7 @@
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
-#include "transport/sock.hpp"
+#include "transport/sock/sock.hpp"
 
 namespace fm {
 

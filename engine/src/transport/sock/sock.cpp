@@ -1,4 +1,4 @@
-#include "transport/sock.hpp"
+#include "transport/sock/sock.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "transport/udp.hpp"
+#include "transport/sock/udp.hpp"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -8,7 +8,7 @@
 
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
-#include "transport/sock.hpp"
+#include "transport/sock/sock.hpp"
 
 namespace fm {
 

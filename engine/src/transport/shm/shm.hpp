@@ -10,7 +10,7 @@
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
-#include "transport/shm_ring.hpp"
+#include "transport/shm/shm_ring.hpp"
 
 namespace fm {
 

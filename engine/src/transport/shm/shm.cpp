@@ -1,4 +1,4 @@
-#include "transport/shm.hpp"
+#include "transport/shm/shm.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "transport/zmq.hpp"
+#include "transport/msg/zmq.hpp"
 
 #include <unistd.h>
 

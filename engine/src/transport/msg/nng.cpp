@@ -1,4 +1,4 @@
-#include "transport/nng.hpp"
+#include "transport/msg/nng.hpp"
 
 #include <nng/protocol/pair1/pair.h>
 #include <poll.h>
