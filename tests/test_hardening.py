@@ -119,7 +119,7 @@ def test_zero_is_not_auto(fm, args, tmp_path):
                *(["--rate", "10000"] if args[0] == "stream" else ["-s", "8"]))
     assert r.returncode == 0, r.stderr
     params = json.loads((tmp_path / "run.json").read_text())["config"]["params"]
-    assert params["iters" if args[0] != "stream" else "count"] == "auto" and params["warmup"] == "0"
+    assert params["iters" if args[0] != "stream" else "count"] == "auto" and params["warmup"] == 0
 
 
 @pytest.fixture

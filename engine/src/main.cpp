@@ -105,15 +105,6 @@ bool take(std::vector<std::string>& args, const char* name, std::string* value) 
 }
 
 void print_options() {
-  std::string opts;
-  fm::Params defaults;
-  for (const auto& o : fm::option_table()) {
-    fm::JsonObj j;
-    j.add("name", o.name).add("key", fm::key_of(o.name)).add("short", o.short_name ? std::string(1, o.short_name) : "")
-        .add("metavar", o.metavar).add("scope", o.scope).add("transports", o.transports).add("help", o.help).add("default", o.get(defaults));
-    opts += (opts.empty() ? "" : ", ") + j.str();
-  }
-  fm::JsonObj out;
   auto json_list = [](std::string csv) {
     std::string out;
     for (size_t start = 0; start <= csv.size();) {
@@ -124,6 +115,21 @@ void print_options() {
     }
     return "[" + out + "]";
   };
+  std::string opts;
+  fm::Params defaults;
+  for (const auto& o : fm::option_table()) {
+    fm::JsonObj j;
+    // The transport's choices are the transports built in.
+    const std::string values = o.type == fm::OptType::choice && !*o.values ? fm::available_transports() : o.values;
+    j.add("name", o.name).add("key", fm::key_of(o.name)).add("short", o.short_name ? std::string(1, o.short_name) : "")
+        .add("metavar", o.metavar).add("group", o.group).add("type", fm::type_name(o.type)).add("unit", o.unit);
+    if (o.type == fm::OptType::choice) j.add_raw("values", json_list(values));
+    if (o.type == fm::OptType::list) j.add("item", o.values);
+    j.add("auto", o.accepts_auto).add("scope", o.scope).add("transports", o.transports).add("help", o.help)
+        .add_raw("default", fm::typed_value(o, defaults));
+    opts += (opts.empty() ? "" : ", ") + j.str();
+  }
+  fm::JsonObj out;
   out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
       .add_raw("transports", json_list(fm::available_transports())).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);

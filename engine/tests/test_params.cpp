@@ -98,3 +98,31 @@ TEST(Params, MessagesNameTheOptionAsTyped) {
     EXPECT_NE(std::string(e.what()).find("--sq-depth:"), std::string::npos) << e.what();
   }
 }
+
+// The exported types are what the Python CLI builds argparse and suite
+// checks from: every choice's default is one of its values, every typed
+// default reads back through the option's own parser, and flags are bools.
+TEST(Params, TypedTableIsConsistent) {
+  fm::Params defaults;
+  for (const auto& o : fm::option_table()) {
+    const std::string v = fm::typed_value(o, defaults);
+    SCOPED_TRACE(o.name);
+    EXPECT_NE(std::string(o.group), "");
+    if (o.type == fm::OptType::choice && *o.values) EXPECT_TRUE(fm::in_list(o.values, o.get(defaults)));
+    if (o.type == fm::OptType::flag) {
+      EXPECT_TRUE(v == "false" || v == "true");
+      EXPECT_STREQ(o.metavar, "");
+    } else {
+      EXPECT_STRNE(o.metavar, "");
+    }
+    if (o.type == fm::OptType::list) EXPECT_EQ(v.front(), '[');
+    if (o.accepts_auto && o.get(defaults) == "auto") EXPECT_EQ(v, "\"auto\"");
+    fm::Params back;
+    o.set(back, o.get(defaults));
+    EXPECT_EQ(o.get(back), o.get(defaults));
+  }
+  const std::string j = fm::params_json(defaults);
+  EXPECT_NE(j.find("\"tx_depth\": 128"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"bidir\": false"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"rate\": [1000]"), std::string::npos) << j;
+}

@@ -76,16 +76,41 @@ struct Params {
   std::string endpoint;             // tcp://HOST:PORT or ipc://PATH; "" = tcp next to the control channel
 };
 
+// What kind of value an option takes: the Python CLI builds argparse, the
+// suite schema and typed run.json values from this, never by guessing.
+enum class OptType {
+  size,      // bytes, K/M/G suffixes (powers of two)
+  count,     // a whole number
+  duration,  // a time in `unit` (s, ms, us)
+  rate,      // per second (Hz)
+  choice,    // one of `values`
+  list,      // comma list of `item`
+  flag,      // present or not
+  text,      // free text (a name or an address)
+};
+
 struct OptSpec {
-  const char* name;      // long name, with '-' (the JSON/TOML key uses '_')
-  char short_name;       // 0 if none
-  const char* metavar;   // "" for flags
-  const char* scope;     // experiments it applies to: "all" or "lat,oneway"
-  const char* transports;  // transports it applies to: "all" or "verbs,ofi"
-  const char* help;
+  const char* name;            // long name, with '-' (the JSON/TOML key uses '_')
+  char short_name = 0;         // 0 if none
+  const char* metavar = "";    // "" for flags
+  const char* group = "common";  // common | oneway | bw | stream | rdma | verbs | ofi | messaging
+  OptType type = OptType::text;
+  const char* unit = "";       // B, s, ms, us, Hz or ""
+  const char* values = "";     // choice: its values ("busy,event"); list: the item type ("rate")
+  bool accepts_auto = false;   // the word auto: the experiment or transport decides
+  const char* scope = "all";   // experiments it applies to: "all" or "lat,oneway"
+  const char* transports = "all";  // transports it applies to: "all" or "verbs,ofi"
+  const char* help = "";
   std::function<void(Params&, std::string_view)> set;
   std::function<std::string(const Params&)> get;
 };
+
+const char* type_name(OptType t);
+// The option's value in p as typed JSON (number, bool, string, "auto" or a list).
+std::string typed_value(const OptSpec& o, const Params& p);
+// Every option's typed value plus the experiment: the start line's and
+// run.json's `params`.
+std::string params_json(const Params& p);
 
 const std::vector<OptSpec>& option_table();
 const OptSpec* find_option(std::string_view name_or_short);

@@ -8,6 +8,7 @@
 
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
+#include "fabmeter/results.hpp"
 
 namespace fm {
 namespace {
@@ -83,110 +84,142 @@ std::string join_list(const std::vector<uint64_t>& xs) {
   return s;
 }
 
-std::string one_of(std::string_view opt, std::string_view v, std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed)
-    if (v == a) return std::string(v);
-  std::string list;
-  for (const char* a : allowed) list += std::string(list.empty() ? "" : "|") + a;
-  usage_error(flag(opt) + ": expected " + list + ", got '" + std::string(v) + "'");
+const OptSpec* find_by_key(std::string_view key);
+
+// A value of a choice option: one of the values its table row lists.
+std::string one_of(std::string_view key, std::string_view v) {
+  const char* values = find_by_key(key)->values;
+  if (in_list(values, v)) return std::string(v);
+  std::string list(values);
+  std::replace(list.begin(), list.end(), ',', '|');
+  usage_error(flag(key) + ": expected " + list + ", got '" + std::string(v) + "'");
 }
 
 #define U64(field) \
-  [](Params& p, std::string_view v) { p.field = parse_u64(#field, v); }, \
-  [](const Params& p) { return std::to_string(p.field); }
+  .set = [](Params& p, std::string_view v) { p.field = parse_u64(#field, v); }, \
+  .get = [](const Params& p) { return std::to_string(p.field); }
 #define U32(field) \
-  [](Params& p, std::string_view v) { \
+  .set = [](Params& p, std::string_view v) { \
     uint64_t x = parse_u64(#field, v); \
     if (x > UINT32_MAX) usage_error(flag(#field) + ": value too large"); \
     p.field = static_cast<uint32_t>(x); }, \
-  [](const Params& p) { return std::to_string(p.field); }
+  .get = [](const Params& p) { return std::to_string(p.field); }
 #define DBL(field) \
-  [](Params& p, std::string_view v) { p.field = parse_double(#field, v); }, \
-  [](const Params& p) { return fmt_double(p.field); }
+  .set = [](Params& p, std::string_view v) { p.field = parse_double(#field, v); }, \
+  .get = [](const Params& p) { return fmt_double(p.field); }
 // A number, or "auto" (stored as `none`: the experiment or transport decides).
 #define AUTO_NUM(field, none) \
-  [](Params& p, std::string_view v) { \
+  .set = [](Params& p, std::string_view v) { \
     p.field = parse_auto<decltype(p.field)>(#field, v, none); }, \
-  [](const Params& p) { return p.field == none ? std::string("auto") : std::to_string(p.field); }
+  .get = [](const Params& p) { return p.field == none ? std::string("auto") : std::to_string(p.field); }
 #define FLAG(field) \
-  [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
-  [](const Params& p) { return std::string(p.field ? "1" : "0"); }
+  .set = [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
+  .get = [](const Params& p) { return std::string(p.field ? "1" : "0"); }
+// One of the option's `values`.
+#define CHOICE(field) \
+  .set = [](Params& p, std::string_view v) { p.field = one_of(#field, v); }, \
+  .get = [](const Params& p) { return p.field; }
+#define TEXT(field) \
+  .set = [](Params& p, std::string_view v) { p.field = std::string(v); }, \
+  .get = [](const Params& p) { return p.field; }
+#define LIST(field) \
+  .set = [](Params& p, std::string_view v) { p.field = parse_list(#field, v); }, \
+  .get = [](const Params& p) { return join_list(p.field); }
+
+using T = OptType;
 
 std::vector<OptSpec> make_table() {
   return {
-    {"transport", 't', "NAME", "all", "all", "transport (fabmeter-engine options lists those built in)",
-     [](Params& p, std::string_view v) { p.transport = std::string(v); },
-     [](const Params& p) { return p.transport; }},
-    {"poll", 0, "MODE", "all", "all", "completion mode: busy (spin) or event (sleep until woken)",
-     [](Params& p, std::string_view v) { p.poll = one_of("poll", v, {"busy", "event"}) == "busy" ? Poll::busy : Poll::event; },
-     [](const Params& p) { return std::string(poll_name(p.poll)); }},
-    {"size", 's', "BYTES", "lat,oneway,bw", "all", "message size in bytes (K/M suffixes allowed)", U64(size)},
-    {"all", 'a', "", "lat,bw", "all", "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
-    {"max-size", 0, "BYTES", "lat,bw,check", "all", "largest size of the -a sweep or of check (capped by the transport)", U64(max_size)},
-    {"iters", 'n', "N", "lat,bw", "all", "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)",
-     AUTO_NUM(iters, 0)},
-    {"duration", 0, "SEC", "lat,bw,stream", "all", "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(duration)},
-    {"warmup", 0, "N", "lat,oneway,bw,stream", "all", "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
+    // The order is the one of --help, run.json and suite ids; `group` says
+    // which part of the engine reads each option.
+    {.name = "transport", .short_name = 't', .metavar = "NAME", .type = T::choice,
+     .help = "transport (fabmeter-engine options lists those built in)", TEXT(transport)},
+    {.name = "poll", .metavar = "MODE", .type = T::choice, .values = "busy,event",
+     .help = "completion mode: busy (spin) or event (sleep until woken)",
+     .set = [](Params& p, std::string_view v) { p.poll = one_of("poll", v) == "busy" ? Poll::busy : Poll::event; },
+     .get = [](const Params& p) { return std::string(poll_name(p.poll)); }},
+    {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw",
+     .help = "message size in bytes (K/M suffixes allowed)", U64(size)},
+    {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
+     .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
+    {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check",
+     .help = "largest size of the -a sweep or of check (capped by the transport)", U64(max_size)},
+    {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw",
+     .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(iters, 0)},
+    {.name = "duration", .metavar = "SEC", .type = T::duration, .unit = "s", .scope = "lat,bw,stream",
+     .help = "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(duration)},
+    {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream",
+     .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
      AUTO_NUM(warmup, -1)},
-    {"bursts", 0, "B", "oneway", "all", "number of bursts", U64(bursts)},
-    {"burst-size", 0, "N", "oneway", "all", "messages per burst", U64(burst_size)},
-    {"pause-us", 0, "P", "oneway", "all", "pause between bursts, microseconds", DBL(pause_us)},
-    {"threshold-us", 0, "T", "oneway", "all", "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
-    {"bidir", 0, "", "bw", "all", "both ends send and receive at once", FLAG(bidir)},
-    {"tx-depth", 0, "N", "bw", "all", "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
-    {"rq-depth", 0, "N", "all", "shm,verbs,ofi", "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
-    {"loss-timeout-ms", 0, "MS", "all", "all", "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
-    {"clock", 0, "SRC", "all", "all", "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic",
-     [](Params& p, std::string_view v) { p.clock = one_of("clock", v, {"tsc", "monotonic"}); },
-     [](const Params& p) { return p.clock; }},
-    {"timeout-ms", 0, "MS", "all", "all", "connect and control-channel timeout", U32(timeout_ms)},
-    {"rate", 0, "HZ[,HZ...]", "stream", "all", "samples per second (100 .. 1000000); a list makes a sweep",
-     [](Params& p, std::string_view v) { p.rate = parse_list("rate", v); },
-     [](const Params& p) { return join_list(p.rate); }},
-    {"values", 0, "K[,K...]", "stream", "all", "float64 values per sample (plus a 24-byte header); a list makes a sweep",
-     [](Params& p, std::string_view v) { p.values = parse_list("values", v); },
-     [](const Params& p) { return join_list(p.values); }},
-    {"count", 0, "N", "stream", "all", "samples per point (auto: --duration, else one second's worth)",
-     AUTO_NUM(count, 0)},
-    {"timer", 0, "KIND", "stream", "all", "how the source waits for the next step: tsc (spin), timerfd or nanosleep",
-     [](Params& p, std::string_view v) { p.timer = one_of("timer", v, {"tsc", "timerfd", "nanosleep"}); },
-     [](const Params& p) { return p.timer; }},
-    {"sink", 0, "WHERE", "stream", "all", "where the sink puts samples: memory, or file:PATH (CSV; the server writes it in its own --data-dir and sends it back, the client writes PATH)",
-     [](Params& p, std::string_view v) {
+    {.name = "bursts", .metavar = "B", .group = "oneway", .type = T::count, .scope = "oneway",
+     .help = "number of bursts", U64(bursts)},
+    {.name = "burst-size", .metavar = "N", .group = "oneway", .type = T::count, .scope = "oneway",
+     .help = "messages per burst", U64(burst_size)},
+    {.name = "pause-us", .metavar = "P", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
+     .help = "pause between bursts, microseconds", DBL(pause_us)},
+    {.name = "threshold-us", .metavar = "T", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
+     .help = "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
+    {.name = "bidir", .group = "bw", .type = T::flag, .scope = "bw",
+     .help = "both ends send and receive at once", FLAG(bidir)},
+    {.name = "tx-depth", .metavar = "N", .group = "bw", .type = T::count, .scope = "bw",
+     .help = "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
+    {.name = "rq-depth", .metavar = "N", .type = T::count, .transports = "shm,verbs,ofi",
+     .help = "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
+    {.name = "loss-timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
+     .help = "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
+    {.name = "clock", .metavar = "SRC", .type = T::choice, .values = "tsc,monotonic",
+     .help = "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic", CHOICE(clock)},
+    {.name = "timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
+     .help = "connect and control-channel timeout", U32(timeout_ms)},
+    {.name = "rate", .metavar = "HZ[,HZ...]", .group = "stream", .type = T::list, .unit = "Hz", .values = "rate",
+     .scope = "stream", .help = "samples per second (100 .. 1000000); a list makes a sweep", LIST(rate)},
+    {.name = "values", .metavar = "K[,K...]", .group = "stream", .type = T::list, .values = "count", .scope = "stream",
+     .help = "float64 values per sample (plus a 24-byte header); a list makes a sweep", LIST(values)},
+    {.name = "count", .metavar = "N", .group = "stream", .type = T::count, .accepts_auto = true, .scope = "stream",
+     .help = "samples per point (auto: --duration, else one second's worth)", AUTO_NUM(count, 0)},
+    {.name = "timer", .metavar = "KIND", .group = "stream", .type = T::choice, .values = "tsc,timerfd,nanosleep",
+     .scope = "stream", .help = "how the source waits for the next step: tsc (spin), timerfd or nanosleep", CHOICE(timer)},
+    {.name = "sink", .metavar = "WHERE", .group = "stream", .type = T::text, .scope = "stream",
+     .help = "where the sink puts samples: memory, or file:PATH (CSV; the server writes it in its own --data-dir and sends it back, the client writes PATH)",
+     .set = [](Params& p, std::string_view v) {
        if (v != "memory" && (v.rfind("file:", 0) != 0 || v.size() == 5))
          usage_error("--sink: expected memory or file:PATH, got '" + std::string(v) + "'");
        p.sink = std::string(v); },
-     [](const Params& p) { return p.sink; }},
-    {"deadline-us", 0, "US", "stream", "all", "count samples slower than this as deadline misses (0: one period)", DBL(deadline_us)},
-    {"service", 0, "TYPE", "all", "verbs", "verbs service type: rc, uc or ud",
-     [](Params& p, std::string_view v) { p.service = one_of("service", v, {"rc", "uc", "ud"}); },
-     [](const Params& p) { return p.service; }},
-    {"op", 0, "OP", "all", "verbs,ofi", "send (send with immediate) or write (RDMA write with immediate)",
-     [](Params& p, std::string_view v) { p.op = one_of("op", v, {"send", "write"}); },
-     [](const Params& p) { return p.op; }},
-    {"inline", 0, "N", "all", "verbs,ofi", "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(inline_size)},
-    {"signal-every", 0, "N", "all", "verbs,ofi", "one signaled send every N, the rest unsignaled (0: auto, sq-depth / 2)", U32(signal_every)},
-    {"sq-depth", 0, "N", "all", "verbs,ofi", "send queue depth", U32(sq_depth)},
-    {"rq-refill", 0, "N", "all", "verbs,ofi", "repost receives when this many are free (0: auto)", U32(rq_refill)},
-    {"mtu", 0, "BYTES", "all", "verbs", "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(mtu)},
-    {"device", 0, "NAME", "all", "verbs", "RDMA device (default: the one holding the control connection's address, else the first; rdma_cm: the one it routes through)",
-     [](Params& p, std::string_view v) { p.device = std::string(v); },
-     [](const Params& p) { return p.device; }},
-    {"port", 0, "N", "all", "verbs", "device port", U32(port)},
-    {"gid-index", 0, "N", "all", "verbs", "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
+     .get = [](const Params& p) { return p.sink; }},
+    {.name = "deadline-us", .metavar = "US", .group = "stream", .type = T::duration, .unit = "us", .scope = "stream",
+     .help = "count samples slower than this as deadline misses (0: one period)", DBL(deadline_us)},
+    {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud", .transports = "verbs",
+     .help = "verbs service type: rc, uc or ud", CHOICE(service)},
+    {.name = "op", .metavar = "OP", .group = "rdma", .type = T::choice, .values = "send,write", .transports = "verbs,ofi",
+     .help = "send (send with immediate) or write (RDMA write with immediate)", CHOICE(op)},
+    {.name = "inline", .metavar = "N", .group = "rdma", .type = T::size, .unit = "B", .transports = "verbs,ofi",
+     .help = "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(inline_size)},
+    {.name = "signal-every", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
+     .help = "one signaled send every N, the rest unsignaled (0: auto, sq-depth / 2)", U32(signal_every)},
+    {.name = "sq-depth", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
+     .help = "send queue depth", U32(sq_depth)},
+    {.name = "rq-refill", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
+     .help = "repost receives when this many are free (0: auto)", U32(rq_refill)},
+    {.name = "mtu", .metavar = "BYTES", .group = "verbs", .type = T::size, .unit = "B", .transports = "verbs",
+     .help = "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(mtu)},
+    {.name = "device", .metavar = "NAME", .group = "verbs", .type = T::text, .transports = "verbs",
+     .help = "RDMA device (default: the one holding the control connection's address, else the first; rdma_cm: the one it routes through)",
+     TEXT(device)},
+    {.name = "port", .metavar = "N", .group = "verbs", .type = T::count, .transports = "verbs",
+     .help = "device port", U32(port)},
+    {.name = "gid-index", .metavar = "N", .group = "verbs", .type = T::count, .accepts_auto = true, .transports = "verbs",
+     .help = "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
      AUTO_NUM(gid_index, -1)},
-    {"cm", 0, "HOW", "all", "verbs", "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
-     [](Params& p, std::string_view v) { p.cm = one_of("cm", v, {"auto", "rdma_cm", "raw"}); },
-     [](const Params& p) { return p.cm; }},
-    {"provider", 0, "NAME", "all", "ofi", "libfabric provider: tcp, udp, shm, verbs, ...",
-     [](Params& p, std::string_view v) { p.provider = std::string(v); },
-     [](const Params& p) { return p.provider; }},
-    {"ep", 0, "TYPE", "all", "ofi", "libfabric endpoint type: msg, rdm or dgram",
-     [](Params& p, std::string_view v) { p.ep = one_of("ep", v, {"msg", "rdm", "dgram"}); },
-     [](const Params& p) { return p.ep; }},
-    {"endpoint", 0, "URL", "all", "zmq,nng,nanomsg", "where the server listens: tcp://HOST:PORT (HOST: the address the client reaches the server at, or *; PORT: * or 0 for a free one, else >= 1024) or ipc:// (one host; the server names the socket file); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
-     [](Params& p, std::string_view v) { p.endpoint = std::string(v); },
-     [](const Params& p) { return p.endpoint; }},
+    {.name = "cm", .metavar = "HOW", .group = "verbs", .type = T::choice, .values = "auto,rdma_cm,raw", .transports = "verbs",
+     .help = "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
+     CHOICE(cm)},
+    {.name = "provider", .metavar = "NAME", .group = "ofi", .type = T::text, .transports = "ofi",
+     .help = "libfabric provider: tcp, udp, shm, verbs, ...", TEXT(provider)},
+    {.name = "ep", .metavar = "TYPE", .group = "ofi", .type = T::choice, .values = "msg,rdm,dgram", .transports = "ofi",
+     .help = "libfabric endpoint type: msg, rdm or dgram", CHOICE(ep)},
+    {.name = "endpoint", .metavar = "URL", .group = "messaging", .type = T::text, .transports = "zmq,nng,nanomsg",
+     .help = "where the server listens: tcp://HOST:PORT (HOST: the address the client reaches the server at, or *; PORT: * or 0 for a free one, else >= 1024) or ipc:// (one host; the server names the socket file); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
+     TEXT(endpoint)},
   };
 }
 
@@ -195,6 +228,47 @@ std::vector<OptSpec> make_table() {
 const std::vector<OptSpec>& option_table() {
   static const std::vector<OptSpec> table = make_table();
   return table;
+}
+
+namespace {
+const OptSpec* find_by_key(std::string_view key) {
+  for (const auto& o : option_table())
+    if (key_of(o.name) == key) return &o;
+  return nullptr;
+}
+}  // namespace
+
+const char* type_name(OptType t) {
+  switch (t) {
+    case OptType::size: return "size";
+    case OptType::count: return "count";
+    case OptType::duration: return "duration";
+    case OptType::rate: return "rate";
+    case OptType::choice: return "choice";
+    case OptType::list: return "list";
+    case OptType::flag: return "flag";
+    case OptType::text: return "text";
+  }
+  return "text";
+}
+
+std::string typed_value(const OptSpec& o, const Params& p) {
+  const std::string v = o.get(p);
+  switch (o.type) {
+    case OptType::flag: return v == "1" ? "true" : "false";
+    case OptType::list: return "[" + v + "]";
+    case OptType::size: case OptType::count: case OptType::duration: case OptType::rate:
+      return v == "auto" ? "\"auto\"" : v;
+    case OptType::choice: case OptType::text: return json_quote(v);
+  }
+  return json_quote(v);
+}
+
+std::string params_json(const Params& p) {
+  JsonObj j;
+  j.add("experiment", p.experiment);
+  for (const auto& o : option_table()) j.add_raw(key_of(o.name), typed_value(o, p));
+  return j.str();
 }
 
 std::string key_of(const char* option_name) {

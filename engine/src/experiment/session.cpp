@@ -331,15 +331,13 @@ int run_client(const Params& p, const ClientOptions& o) {
 
   Heartbeat beat(ctrl);
   Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
-  JsonObj params, transport_info;
-  params.add("experiment", p.experiment);
-  for (const auto& opt : option_table()) params.add(key_of(opt.name), opt.get(p));
+  JsonObj transport_info;
   Status st;
   std::string msg;
   JsonObj start;
   start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan_points(p, caps).size()))
       .add("env", engine_env(clk, o.cpu))
-      .add_raw("server_env", server_env).add("same_host", same_host).add("params", params);
+      .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
   try {
     st = entry.points(p, c, o.out_dir, &transport_info);
