@@ -82,7 +82,7 @@ def test_engine_histogram_matches_hdrhistogram_and_numpy(tool, config):
 
     # Exact figures against numpy: the engine keeps min, max and mean exactly.
     assert eng["min"] == values.min() and eng["max"] == values.max()
-    assert eng["mean"] == pytest.approx(values.mean(), rel=1e-12)
+    assert eng["mean"] == pytest.approx(values.mean(), rel=1e-9)  # printed to 10 digits
     assert eng["below"] == eng["above"] == 0
     # The package's bucketed ones within the histogram's precision.
     resolution = 10.0 ** -config[2]
@@ -106,7 +106,8 @@ def test_engine_histogram_matches_hdrhistogram_and_numpy(tool, config):
 
 @pytest.mark.parametrize("config", CONFIGS[:2], ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}d")
 def test_merged_engine_histograms_equal_the_union(tool, config):
-    a, b, c = (latencies(seed=s, n=n, highest=config[1]) for s, n in ((1, 20_000), (2, 5_000), (3, 1)))
+    a, b = (latencies(seed=s, n=n, highest=config[1]) for s, n in ((1, 20_000), (2, 5_000)))
+    c = np.array([123_456])  # a histogram of one value merges like any other
     *parts, merged = run_tool(tool, [a, b, c], config)
     assert merged["merged"] and merged["count"] == len(a) + len(b) + len(c)
     union = np.concatenate([a, b, c])
@@ -120,7 +121,7 @@ def test_merged_engine_histograms_equal_the_union(tool, config):
     assert counts(added) == counts(HdrHistogram.decode(merged["hdr"]))
     for key in ("min", "max", "count"):
         assert merged[key] == whole[key]
-    assert merged["mean"] == pytest.approx(union.mean(), rel=1e-12)
+    assert merged["mean"] == pytest.approx(union.mean(), rel=1e-9)
     for p in PERCENTILES:
         assert merged["percentiles"][str(p)] == whole["percentiles"][str(p)]
 
@@ -132,7 +133,7 @@ def test_out_of_range_values_are_reported_not_encoded(tool):
     assert eng["count"] == 1001 and eng["above"] == 2 and eng["below"] == 1
     assert eng["max"] == 7_000_000 and eng["min"] == -4
     assert eng["percentiles"]["100"] == 7_000_000
-    assert eng["percentiles"]["99.9"] == 5_000_000  # rank 1000 of 1001 is out of range
+    assert eng["percentiles"]["99.9"] == 7_000_000  # rank 1000 of 1001 lies above the range: the max
     # The standard encoding holds only what fits; the counts beside it say what did not.
     decoded = HdrHistogram.decode(eng["hdr"])
     assert decoded.get_total_count() == 998
