@@ -83,6 +83,20 @@ TEST(Arrivals, FixedNeverDrifts) {
   EXPECT_EQ(a.scheduled(), 3'000'001u);
 }
 
+TEST(Arrivals, ThreadsSplitAFixedRate) {
+  // Four senders at R/4, started 1/R apart, make up the one schedule at R.
+  constexpr double rate = 1e6;
+  std::vector<uint64_t> together;
+  for (int k = 0; k < 4; k++) {
+    Arrivals a(ArrivalKind::fixed, rate / 4, 100 + k, k * 1e9 / rate);
+    for (int i = 0; i < 1000; i++) together.push_back(a.next());
+  }
+  std::sort(together.begin(), together.end());
+  EXPECT_EQ(together, schedule(ArrivalKind::fixed, rate, 0, 4000));
+  // A poisson sender started later only shifts: its first request is at the start.
+  EXPECT_EQ(Arrivals(ArrivalKind::poisson, rate, 1, 5000).next(), 5000u);
+}
+
 TEST(Arrivals, SeededSchedules) {
   EXPECT_EQ(schedule(ArrivalKind::poisson, kRate, 5, 1000), schedule(ArrivalKind::poisson, kRate, 5, 1000));
   EXPECT_NE(schedule(ArrivalKind::poisson, kRate, 5, 1000), schedule(ArrivalKind::poisson, kRate, 6, 1000));
@@ -94,6 +108,7 @@ TEST(Arrivals, BadInput) {
   EXPECT_THROW(Arrivals(ArrivalKind::poisson, -5, 1), fm::Error);
   EXPECT_THROW(Arrivals(ArrivalKind::poisson, NAN, 1), fm::Error);
   EXPECT_THROW(Arrivals(ArrivalKind::fixed, 2e9, 1), fm::Error);
+  EXPECT_THROW(Arrivals(ArrivalKind::fixed, 1e3, 1, -1), fm::Error);
   EXPECT_EQ(fm::parse_arrivals("uniform"), ArrivalKind::uniform);
   try {
     fm::parse_arrivals("bursty");

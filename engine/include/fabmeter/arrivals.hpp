@@ -9,7 +9,7 @@
 //   poisson  exponential gaps (a Poisson process, Homa's and mutilate's default)
 //   uniform  gaps uniform in [0, 2/rate] (mutilate's "uniform")
 //   fixed    exactly i/rate, computed from i, so rounding never accumulates
-// The first request is at 0.
+// The first request is at the start (0 unless given).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -38,17 +38,21 @@ class Arrivals {
  public:
   static constexpr double kMaxRate = 1e9;  // one request per ns: beyond it times would collide
 
-  // rate: requests/s. Threads or connections that share a rate each get
-  // their own Arrivals (rate / n, a seed of their own).
-  Arrivals(ArrivalKind kind, double rate, uint64_t seed) : kind_(kind), gap_ns_(1e9 / rate), rng_(seed) {
+  // rate: requests/s; the first request at start_ns. n threads or
+  // connections sharing a rate R each get rate R/n and a seed of their own;
+  // with fixed arrivals also start_ns = k * 1e9 / R for the k-th, so together
+  // they send every 1/R instead of n at a time.
+  Arrivals(ArrivalKind kind, double rate, uint64_t seed, double start_ns = 0)
+      : kind_(kind), gap_ns_(1e9 / rate), start_ns_(start_ns), rng_(seed), t_(start_ns) {
     if (!(rate > 0) || !(rate <= kMaxRate)) usage_error("--rate must be > 0 and <= 1e9 requests/s");
+    if (!(start_ns >= 0)) usage_error("arrivals: start must be >= 0");
   }
 
   // The next request's send time, ns after the start: non-decreasing.
   uint64_t next() {
     double t;
     if (kind_ == ArrivalKind::fixed) {
-      t = static_cast<double>(i_) * gap_ns_;  // from i, never a running sum
+      t = start_ns_ + static_cast<double>(i_) * gap_ns_;  // from i, never a running sum
     } else {
       // A running sum of drawn gaps: the schedule's own, not "now", so a late
       // sender catches up instead of shifting every later request. In double
@@ -68,9 +72,10 @@ class Arrivals {
  private:
   ArrivalKind kind_;
   double gap_ns_;
+  double start_ns_;
   Rng rng_;
   uint64_t i_ = 0;
-  double t_ = 0;
+  double t_;
 };
 
 }  // namespace fm
