@@ -88,6 +88,8 @@ def test_engine_histogram_matches_hdrhistogram_and_numpy(tool, config):
     resolution = 10.0 ** -config[2]
     assert decoded.get_max_value() == decoded.get_highest_equivalent_value(int(values.max()))
     assert decoded.get_mean_value() == pytest.approx(values.mean(), rel=resolution)
+    assert eng["stdev"] == pytest.approx(values.std(), rel=resolution)
+    assert eng["stdev"] == pytest.approx(decoded.get_stddev(), rel=resolution)
 
     ordered = np.sort(values)
     for p in PERCENTILES:

@@ -74,6 +74,22 @@ TEST(Histogram, PercentilesAtTheEnds) {
   EXPECT_EQ(h.max(), 1000);
 }
 
+TEST(Histogram, SummaryIsTheUsualPercentileObject) {
+  Histogram h;
+  for (int64_t v = 1; v <= 1000; v++) h.record(v);
+  fm::Summary s = fm::summarize(h);
+  EXPECT_EQ(s.count, 1000u);
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.p50, 500);
+  EXPECT_EQ(s.p90, 900);
+  EXPECT_EQ(s.p99, 990);
+  EXPECT_EQ(s.p999, 999);
+  EXPECT_EQ(s.max, 1000);
+  EXPECT_DOUBLE_EQ(s.mean, 500.5);
+  // Unit-wide buckets hold exact values: numpy.std(range(1, 1001)).
+  EXPECT_NEAR(s.stdev, 288.6749902572095, 1e-9);
+}
+
 TEST(Histogram, PercentilesReportTheBucket) {
   // Coarse buckets: p0 is the lowest equivalent value, others the highest;
   // min and max stay exact.

@@ -36,7 +36,7 @@ fm::JsonObj describe(const fm::Histogram& h, const std::vector<std::string>& per
   for (const auto& p : percentiles) pct.add(p, h.value_at_percentile(std::stod(p)));
   fm::JsonObj o;
   o.add("count", h.count()).add("below", h.below()).add("above", h.above());
-  o.add("min", h.min()).add("max", h.max()).add("mean", h.mean());
+  o.add("min", h.min()).add("max", h.max()).add("mean", h.mean()).add("stdev", h.stdev());
   o.add("percentiles", pct).add("bytes", static_cast<uint64_t>(h.bytes())).add("hdr", h.encode());
   return o;
 }

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "fabmeter/stats.hpp"
+
 namespace fm {
 
 struct HistogramConfig {
@@ -61,6 +63,7 @@ class Histogram {
   int64_t min() const { return count() ? min_ : 0; }  // exact, not bucketed
   int64_t max() const { return count() ? max_ : 0; }
   double mean() const;  // exact (a running sum), not from bucket midpoints
+  double stdev() const;  // population, from the buckets' middles (see summarize)
 
   // HdrHistogram's getValueAtPercentile (the Java reference): the rank is
   // ceil(p/100 * count) (at least 1) and the answer the highest value
@@ -102,5 +105,11 @@ class Histogram {
   __int128 sum_ = 0;  // exact for any count of any int64 values: mean() never overflows
   int64_t min_ = INT64_MAX, max_ = INT64_MIN;
 };
+
+// The usual percentile object (stats.hpp's Summary, to_json) from a
+// histogram: count, min, max and mean exact, percentiles as
+// value_at_percentile, stdev from the buckets' middles (HdrHistogram's
+// getStdDeviation), with the values out of range taken at min() and max().
+Summary summarize(const Histogram& h);
 
 }  // namespace fm

@@ -172,6 +172,35 @@ int64_t Histogram::value_at_percentile(double p) const {
   return max_;  // the rank falls among the values above highest
 }
 
+double Histogram::stdev() const {
+  uint64_t n = count();
+  if (!n) return 0;
+  double m = mean(), acc = 0;
+  for (size_t i = 0; i < counts_.size(); i++) {
+    if (!counts_[i]) continue;
+    int64_t lo = value_at_index(i);
+    double d = static_cast<double>(lo + equivalent_range(lo) / 2) - m;
+    acc += d * d * static_cast<double>(counts_[i]);
+  }
+  double dmin = static_cast<double>(min_) - m, dmax = static_cast<double>(max_) - m;
+  acc += dmin * dmin * static_cast<double>(below_) + dmax * dmax * static_cast<double>(above_);
+  return std::sqrt(acc / static_cast<double>(n));
+}
+
+Summary summarize(const Histogram& h) {
+  Summary s;
+  s.count = h.count();
+  s.min = static_cast<double>(h.min());
+  s.max = static_cast<double>(h.max());
+  s.mean = h.mean();
+  s.stdev = h.stdev();
+  s.p50 = static_cast<double>(h.value_at_percentile(50));
+  s.p90 = static_cast<double>(h.value_at_percentile(90));
+  s.p99 = static_cast<double>(h.value_at_percentile(99));
+  s.p999 = static_cast<double>(h.value_at_percentile(99.9));
+  return s;
+}
+
 std::string Histogram::encode() const {
   // Counts up to the last non-zero one; a run of zeros is one negative number.
   size_t limit = counts_.size();
