@@ -18,6 +18,8 @@ pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
       sockperf qperf iperf3 ucx-utils
       chromium)
+# zlib1g-dev: the latency histogram's HdrHistogram V2 encoding is zlib-compressed.
+pkgs+=(zlib1g-dev)
 # Loss tests: nftables drops packets at random between namespaces and counts them.
 pkgs+=(nftables)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.

@@ -1,0 +1,18 @@
+# Writes OUT, a C++ file holding every DIR/*.csv verbatim as a raw string
+# (see src/core/workloads_builtin.hpp). Run at build time by CMakeLists.txt.
+file(GLOB csvs "${DIR}/*.csv")
+list(SORT csvs)
+set(body "// Generated from data/workloads/*.csv by engine/cmake/embed_workloads.cmake.\n")
+string(APPEND body "#include \"core/workloads_builtin.hpp\"\n\nnamespace fm::builtin {\n\nconst WorkloadText kWorkloads[] = {\n")
+set(count 0)
+foreach(csv ${csvs})
+  get_filename_component(name ${csv} NAME_WE)
+  file(READ ${csv} text)
+  if(text MATCHES "\\)fmcsv\"")
+    message(FATAL_ERROR "${csv} contains the raw-string delimiter")
+  endif()
+  string(APPEND body "    {\"${name}\", R\"fmcsv(${text})fmcsv\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst size_t kWorkloadCount = ${count};\n\n}  // namespace fm::builtin\n")
+file(WRITE ${OUT} "${body}")
