@@ -66,7 +66,7 @@ def fmt_type(o: dict, transports: list[str]) -> str:
         values = o["values"]
         # The transport option's values are the transports built into this
         # engine: machine-dependent, so the doc names where they are listed.
-        s = "a transport built in" if values == transports else " \\| ".join(f"`{v}`" for v in values)
+        s = "a transport built in" if values == transports else " | ".join(f"`{v}`" for v in values)
     elif t == "list":
         s = f"list of {o['item']}"
     else:
