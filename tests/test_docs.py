@@ -167,3 +167,20 @@ def test_options_named_exist(engine):
                 continue
             bad += [f"{doc.name}: {o}" for o in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", code) if o not in known]
     assert not bad, f"options the docs name that no command takes: {bad}"
+
+
+def test_transport_table_lists_each_transports_own_options(engine):
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    text = (REPO / "docs" / "transports.md").read_text()
+    rows = [r for r in text.splitlines() if r.startswith("| `") and "engine/src/transport/" in r]
+    named = set()
+    for row in rows:
+        cells = row.split(" | ")
+        transports = re.findall(r"`(\w+)`", cells[0])
+        named |= set(transports)
+        listed = set(re.findall(r"--[a-z][a-z0-9-]*", cells[-1]))
+        for tr in transports:
+            own = {"--" + o["name"] for o in info["options"]
+                   if o["transports"] != "all" and tr in o["transports"].split(",")}
+            assert listed == own, f"transports.md, {tr}: lists {sorted(listed)}, the engine says {sorted(own)}"
+    assert named == {"shm", "tcp", "udp", "zmq", "nng", "nanomsg", "verbs", "ofi"}
