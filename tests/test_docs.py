@@ -1,0 +1,186 @@
+"""The README and docs/ against the code: docs/cli.md's option tables are
+what scripts/gen-cli-doc.py makes from the built engine, and every make
+target, file path and option the docs name exists."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, cli_cmd, cli_env
+
+# The files this test holds to the code. (docs/suites.md names example files
+# in its error messages, e.g. suites/x.toml.)
+DOCS = [REPO / "README.md"] + [REPO / "docs" / f for f in
+                               ("cli.md", "transports.md", "architecture.md", "performance.md", "security.md")]
+TOP = ("engine/", "python/", "tests/", "scripts/", "suites/", "rdma/", "docs/", ".ci/")
+
+
+def gen_module():
+    spec = importlib.util.spec_from_file_location("gen_cli_doc", REPO / "scripts" / "gen-cli-doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def code_texts(text: str) -> list[str]:
+    """Inline code spans and the lines of fenced code blocks."""
+    out = []
+    for i, block in enumerate(re.split(r"^```.*$", text, flags=re.M)):
+        if i % 2:
+            out += [line for line in block.splitlines() if line.strip()]
+        else:
+            out += re.findall(r"`([^`\n]+)`", block)
+    return out
+
+
+def makefile_targets() -> set[str]:
+    text = (REPO / "Makefile").read_text()
+    return set(re.findall(r"^([a-z][\w-]*):", text, flags=re.M))
+
+
+def test_cli_doc_tables_are_generated_from_the_engine(engine):
+    gen = gen_module()
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    text = (REPO / "docs" / "cli.md").read_text()
+    assert gen.generate(text, info) == text, \
+        "docs/cli.md's option tables are stale: run .venv/bin/python scripts/gen-cli-doc.py"
+    for o in info["options"]:  # every option has its row, under its group
+        assert f"| `{o['key']}` |" in text, o["name"]
+        assert f"### Group `{o['group']}`" in text, o["group"]
+
+
+def test_generated_tables_follow_the_engine(engine):
+    # A changed help text or a new option must change the document.
+    gen = gen_module()
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    text = (REPO / "docs" / "cli.md").read_text()
+    info["options"][0]["help"] += " (changed)"
+    info["options"].append({**info["options"][1], "name": "new-knob", "key": "new_knob", "group": "load"})
+    new = gen.generate(text, info)
+    assert "(changed)" in new and "`--new-knob" in new and "### Group `load`" in new
+
+
+def test_make_targets_named_exist_and_all_are_in_the_readme():
+    targets = makefile_targets()
+    assert {"demo", "test", "build"} <= targets
+    for doc in DOCS:
+        for code in code_texts(doc.read_text()):
+            for t in re.findall(r"(?:^|[\s(])make ([a-z][\w-]*)", code):
+                assert t in targets, f"{doc.name}: `make {t}` is not a Makefile target"
+    readme = (REPO / "README.md").read_text()
+    for t in targets:
+        assert f"make {t}" in readme, f"README.md does not list `make {t}`"
+    # The two commands come first.
+    first = code_texts(readme)[:2]
+    assert first[0].startswith("make demo") and first[1].startswith("make test"), first
+
+
+def test_scripts_are_listed_in_the_readme():
+    readme = (REPO / "README.md").read_text()
+    for f in sorted((REPO / "scripts").iterdir()):
+        assert f.name in readme, f"README.md does not list scripts/{f.name}"
+
+
+def candidate_paths(doc) -> set[str]:
+    text = doc.read_text()
+    found = set()
+    for code in code_texts(text):
+        for tok in re.findall(r"[^\s;:()]+", code):
+            tok = tok.rstrip(",.")
+            if tok.startswith(TOP):
+                found.add(tok)
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):  # links, relative to the document
+        if "://" not in target:
+            found.add(str((doc.parent / target).resolve().relative_to(REPO)))
+    return found
+
+
+def expand(path: str) -> list[str]:
+    m = re.search(r"\{([^}]*)\}", path)
+    if not m:
+        return [path]
+    return [q for alt in m.group(1).split(",") for q in expand(path[:m.start()] + alt + path[m.end():])]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
+def test_paths_named_exist(doc):
+    missing = []
+    for path in sorted(candidate_paths(doc)):
+        path = path.rstrip(".")
+        if "<" in path or re.search(r"[A-Z]{3,}", path):  # a placeholder: fuzz_<name>.cpp, rawpp_LIB
+            continue
+        for p in expand(path):
+            if not (glob.glob(str(REPO / p)) if "*" in p else (REPO / p).exists()):
+                missing.append(p)
+    assert not missing, f"{doc.name} names paths that do not exist: {missing}"
+
+
+def test_readme_layout_names_existing_paths():
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```")[1]
+    base, missing = "", []
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        names = re.split(r"\s{2,}", line.strip())[0].split()
+        if not line.startswith(" "):
+            base = names[0] if names[0].endswith("/") else ""
+            paths = names
+        else:
+            paths = [base + n for n in names]
+        missing += [p for p in paths if not (REPO / p).exists()]
+    assert not missing, f"README.md's layout names paths that do not exist: {missing}"
+
+
+def known_options(engine) -> set[str]:
+    env = cli_env("docs")
+    env["FABMETER_ENGINE"] = str(engine)
+    top = subprocess.run(cli_cmd("--help"), env=env, capture_output=True, text=True, check=True).stdout
+    commands = re.search(r"\{([^}]*)\}", top)
+    commands = commands.group(1).split(",") if commands else re.findall(r"^    (\w+)\s", top, flags=re.M)
+    texts = [top]
+    for c in commands:
+        texts.append(subprocess.run(cli_cmd(c, "--help"), env=env, capture_output=True, text=True, check=True).stdout)
+    texts.append(subprocess.run([str(engine), "--help"], capture_output=True, text=True, check=True).stdout)
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    opts = {"--" + o["name"] for o in info["options"]}
+    for t in texts:
+        opts |= set(re.findall(r"--[a-z][a-z0-9-]*", t))
+    return opts
+
+
+def test_options_named_exist(engine):
+    known = known_options(engine)
+    assert {"--cpus", "--out", "--server", "--token-file", "--rounds", "--bw-size", "--max-sessions"} <= known
+    ours = re.compile(r"^(\$ )?(--|(\.venv/bin/|\./build/engine/)?fabmeter(-engine)?\b)")
+    bad = []
+    for doc in DOCS:
+        for code in code_texts(doc.read_text()):
+            code = code.strip()
+            if not ours.match(code):  # another tool's command line (taskset, env, openssl, ...)
+                continue
+            bad += [f"{doc.name}: {o}" for o in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", code) if o not in known]
+    assert not bad, f"options the docs name that no command takes: {bad}"
+
+
+def test_transport_table_lists_each_transports_own_options(engine):
+    info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+    text = (REPO / "docs" / "transports.md").read_text()
+    rows = [r for r in text.splitlines() if r.startswith("| `") and "engine/src/transport/" in r]
+    named = set()
+    for row in rows:
+        cells = row.split(" | ")
+        transports = re.findall(r"`(\w+)`", cells[0])
+        named |= set(transports)
+        listed = set(re.findall(r"--[a-z][a-z0-9-]*", cells[-1]))
+        for tr in transports:
+            own = {"--" + o["name"] for o in info["options"]
+                   if o["transports"] != "all" and tr in o["transports"].split(",")}
+            assert listed == own, f"transports.md, {tr}: lists {sorted(listed)}, the engine says {sorted(own)}"
+    assert named == {"shm", "tcp", "udp", "zmq", "nng", "nanomsg", "verbs", "ofi"}
