@@ -116,7 +116,7 @@ class Option:
         if self.type in ("size", "count"):
             return f'a non-negative integer (or a string with a K/M/G suffix, e.g. "64K"){auto}'
         if self.type in NUMBER_TYPES:
-            return f"a non-negative number{f' of {self.unit}' if self.unit else ''}{auto}"
+            return f"a non-negative number{f' ({self.unit})' if self.unit else ''}{auto}"
         return "a string"
 
     def typed(self, value: Any) -> Any:
