@@ -240,7 +240,8 @@ def test_missing_tool_is_skipped_with_one_line(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--tools", "netperf"], "--tools: unknown 'netperf'"),
     (["--transports", "rdma"], "--transports: unknown 'rdma'"),
-    (["-s", "0"], "not a message size"),
+    (["-s", "0"], "-s/--size: expected a message size of at least 1 byte, got '0'"),
+    (["--bw-size", "64KiB"], "--bw-size: expected a non-negative integer with an optional K/M/G suffix"),
     (["--iters", "0"], "--iters must be at least 1"),
 ])
 def test_bad_arguments(args, message):

@@ -60,60 +60,60 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     for exp in experiments:
         desc = EXPERIMENTS_HELP.get(exp, exp)
         full = desc + (f". Engine options are unavailable: {engine_problem}" if info is None else "")
-        p = sub.add_parser(exp, help=desc, description=full, allow_abbrev=False)
+        command = sub.add_parser(exp, help=desc, description=full, allow_abbrev=False)
         if info is not None:
-            Options(info).add_arguments(p, exp, skip=PY_ONLY)
-        p.add_argument("--cpus", metavar="A,B",
+            Options(info).add_arguments(command, exp, skip=PY_ONLY)
+        command.add_argument("--cpus", metavar="A,B",
                        help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs)")
-        p.add_argument("--json", action="store_true",
+        command.add_argument("--json", action="store_true",
                        help="print one JSON object per measured point (JSON Lines for sweeps)")
-        p.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
-        p.add_argument("--server", metavar="HOST[:PORT]",
+        command.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
+        command.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
-        p.add_argument("--token-file", metavar="F",
+        command.add_argument("--token-file", metavar="F",
                        help="with --server: the server's shared secret (default: $FABMETER_TOKEN)")
 
-    p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
+    command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                        description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
                                    "Nothing a client sends names a path on this host; docs/security.md lists what a "
                                    "client can make the server do.")
-    p.add_argument("--bind", metavar="ADDR", help="address to listen on")
-    p.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
-    p.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
-    p.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
-    p.add_argument("--data-dir", metavar="DIR",
+    command.add_argument("--bind", metavar="ADDR", help="address to listen on")
+    command.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
+    command.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
+    command.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
+    command.add_argument("--data-dir", metavar="DIR",
                    help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
                         "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")
-    p.add_argument("--max-memory", metavar="BYTES",
+    command.add_argument("--max-memory", metavar="BYTES",
                    help="refuse a session whose plan needs more memory here (K/M/G/T suffixes; default: a quarter of RAM)")
-    p.add_argument("--max-duration", metavar="SEC",
+    command.add_argument("--max-duration", metavar="SEC",
                    help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
-    p.add_argument("--max-sessions", metavar="N",
+    command.add_argument("--max-sessions", metavar="N",
                    help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
-    p.add_argument("--token-file", metavar="F",
+    command.add_argument("--token-file", metavar="F",
                    help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
 
-    p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
+    command = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
-    p.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
-    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
+    command.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
+    command.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
 
-    p = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
+    command = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
                        allow_abbrev=False)
-    p.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
-    p.add_argument("--rounds", metavar="K", type=int, default=5, help="rounds, alternating configurations (default: 5)")
-    p.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
+    command.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
+    command.add_argument("--rounds", metavar="K", type=int, default=5, help="rounds, alternating configurations (default: 5)")
+    command.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
 
-    p = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
+    command = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
                        allow_abbrev=False)
-    p.add_argument("file", metavar="FILE.toml", help="the suite, e.g. suites/quick.toml")
-    p.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
-    p.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
-    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
+    command.add_argument("file", metavar="FILE.toml", help="the suite, e.g. suites/quick.toml")
+    command.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
+    command.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
+    command.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
 
-    p = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
-    p.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
-    p.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
+    command = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
+    command.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
+    command.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
 
     from fabmeter.peers import command as peers_command
     peers_command.add_parser(sub)
@@ -207,9 +207,9 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
     for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file"):
-        v = getattr(ns, name)
-        if v is not None:
-            args += [f"--{name.replace('_', '-')}", str(v)]
+        value = getattr(ns, name)
+        if value is not None:
+            args += [f"--{name.replace('_', '-')}", str(value)]
     if ns.once:
         args.append("--once")
     run.exec_server(args)  # does not return

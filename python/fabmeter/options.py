@@ -24,10 +24,10 @@ NUMBER_TYPES = ("size", "count", "duration", "rate")
 
 def parse_size(text: str) -> int:
     """'32', '64K', '1M' -> bytes: the engine's rule (K/M/G: powers of two, no fractions)."""
-    m = _SIZE_RE.match(str(text).strip())
-    if not m:
+    match = _SIZE_RE.match(str(text).strip())
+    if not match:
         raise ValueError(f"expected a non-negative integer with an optional K/M/G suffix, got '{text}'")
-    return int(m.group(1)) << _SHIFT[m.group(2).lower()]
+    return int(match.group(1)) << _SHIFT[match.group(2).lower()]
 
 
 def _csv(text: str) -> list[str]:
@@ -99,8 +99,8 @@ class Option:
             if text not in self.choices:
                 raise ValueError(f"expected {'|'.join(self.choices)}, got '{text}'")
             return text
-        if self.type == "list":
-            return [_parse_scalar(self.item, x) for x in text.split(",")]
+        if self.type == "list":   # the engine reads every list item as an integer (K/M/G allowed)
+            return [parse_size(x) for x in text.split(",")]
         return _parse_scalar(self.type, text)
 
     # --- from a suite (TOML values) --------------------------------------------

@@ -89,14 +89,14 @@ class LocalServer:
             return lambda ln: ln is not None and lines.append(ln)
         self._threads = [procs.Drain(self.proc.stdout, keep(self.stdout_lines), bytes(self._rest)),
                          procs.Drain(self.proc.stderr, keep(self.stderr_lines))]
-        for t in self._threads:
-            t.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, wait: float = 0.0) -> None:
         """Give the server `wait` seconds to end by itself, then make it end."""
         procs.reap(self.proc, wait if wait > 0 else 0.5, None if wait > 0 else signal.SIGTERM)
-        for t in self._threads:
-            t.join(timeout=2)
+        for thread in self._threads:
+            thread.join(timeout=2)
 
     def error_line(self) -> str:
         return last_error_line("\n".join(self.stderr_lines))
@@ -186,8 +186,8 @@ def execute(spec: RunSpec,
             lines: queue.Queue = queue.Queue()
             readers = [procs.Drain(client.stdout, lines.put),
                        procs.Drain(client.stderr, lambda ln: ln is not None and client_err.append(ln))]
-            for t in readers:
-                t.start()
+            for thread in readers:
+                thread.start()
             if server is not None:
                 server.start_draining()
 
@@ -198,8 +198,8 @@ def execute(spec: RunSpec,
                 client.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 procs.reap(client, 0.1, signal.SIGTERM)
-            for t in readers:
-                t.join(timeout=2)
+            for thread in readers:
+                thread.join(timeout=2)
             rc = client.returncode
             _classify(res, rc, "\n".join(client_err), fwd, server)
         except FabmeterError as e:

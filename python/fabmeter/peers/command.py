@@ -16,6 +16,7 @@ fabmeter's own runs, so `fabmeter report DIR` shows them side by side.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -47,8 +48,10 @@ def add_parser(sub) -> None:
                    help="comma-separated, from: %(default)s (default: all)")
     p.add_argument("--transports", metavar="LIST", default=",".join(TRANSPORTS),
                    help="comma-separated, from: %(default)s (default: all)")
-    p.add_argument("-s", "--size", metavar="N", default="32", help="latency message size (default: %(default)s)")
-    p.add_argument("--bw-size", metavar="N", default="64K", help="bandwidth message size (default: %(default)s)")
+    p.add_argument("-s", "--size", metavar="N", type=_message_size, default="32",
+                   help="latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)")
+    p.add_argument("--bw-size", metavar="N", type=_message_size, default="64K",
+                   help="bandwidth message size (default: %(default)s)")
     p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
                    help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
     p.add_argument("--duration", metavar="S", type=float, default=1.0,
@@ -57,6 +60,16 @@ def add_parser(sub) -> None:
     p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs)")
     p.add_argument("--json", action="store_true", help="print one JSON object per point or skipped/failed case")
     p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
+
+
+def _message_size(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
+    return size
 
 
 def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -69,17 +82,11 @@ def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
 
 
 def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path]) -> Params:
-    try:
-        size, bw_size = parse_size(ns.size), parse_size(ns.bw_size)
-    except ValueError as e:
-        raise FabmeterError(f"--size/--bw-size: {e}", EXIT_USAGE) from e
-    if size < 1 or bw_size < 1:
-        raise FabmeterError("--size/--bw-size: must be at least 1 byte", EXIT_USAGE)
     if ns.iters < 1:
         raise FabmeterError("--iters must be at least 1", EXIT_USAGE)
     if not ns.duration > 0:
         raise FabmeterError("--duration must be positive", EXIT_USAGE)
-    return Params(size=size, bw_size=bw_size, iters=ns.iters, duration=ns.duration,
+    return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration,
                   cpus=tuple(cpus) if cpus else None, transports=_list(ns.transports, TRANSPORTS, "transports"),
                   raw_dir=out / "peers-raw" if out else None)
 
