@@ -45,7 +45,6 @@ RUNS = (
 def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experiment: str, opts: dict,
          cpus: Optional[tuple[int, ...]]) -> run.RunResult:
     folder = out / f"{label.replace(' ', '-')}-{poll}-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
     options = {**engine_options(find_engine()).from_argv(experiment, targs), "poll": poll, **opts}
     return execute_recorded(run.RunSpec(experiment, options, cpus=cpus, out=folder))
 

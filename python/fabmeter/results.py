@@ -111,6 +111,8 @@ def execute_recorded(spec: "run.RunSpec", **config_more) -> "run.RunResult":
     """One run into spec.out: run.json follows every engine line and ends
     with the run's status (`config_more`: more keys of its "config")."""
     engine = spec.engine or find_engine()
+    if spec.out is not None:
+        spec.out.mkdir(parents=True, exist_ok=True)   # the engine makes only the last level
     record = RunRecord(spec.out, run_config(spec.experiment, spec.cpus, spec.server, engine, **config_more),
                        command=equivalent_command(spec))
     res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)

@@ -102,8 +102,6 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
         size = params.bw_size if experiment == "bw" else params.size
         options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine)
         command = equivalent_command(spec)
         res = execute_recorded(spec)
