@@ -170,15 +170,15 @@ def representative(entries: list[Entry]) -> Entry:
 
 
 def stat(point: dict, block: str, key: str) -> Optional[float]:
-    v = (point.get(block) or {}).get(key)
-    return float(v) if isinstance(v, (int, float)) else None
+    value = (point.get(block) or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
-def percentiles(e: Entry) -> Optional[tuple[float, float, float]]:
+def percentiles(entry: Entry) -> Optional[tuple[float, float, float]]:
     """p10, p50, p90 of the one-way latency, from the raw samples (summary if none)."""
-    a = e.samples()
-    if a is not None:
-        p10, p50, p90 = np.percentile(a, [10, 50, 90])
+    samples = entry.samples()
+    if samples is not None:
+        p10, p50, p90 = np.percentile(samples, [10, 50, 90])
         return float(p10), float(p50), float(p90)
-    p50, p90 = stat(e.point, "latency_ns", "p50"), stat(e.point, "latency_ns", "p90")
+    p50, p90 = stat(entry.point, "latency_ns", "p50"), stat(entry.point, "latency_ns", "p90")
     return (p50, p50, p90) if p50 is not None and p90 is not None else None

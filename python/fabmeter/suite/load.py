@@ -125,18 +125,18 @@ class Suite:
     options: Options = None
 
 
-def _type_name(v: Any) -> str:
-    if isinstance(v, bool):
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
         return "a boolean"
-    if isinstance(v, (int, float)):
+    if isinstance(value, (int, float)):
         return "a number"
-    if isinstance(v, str):
+    if isinstance(value, str):
         return "a string"
-    if isinstance(v, list):
+    if isinstance(value, list):
         return "a list"
-    if isinstance(v, dict):
+    if isinstance(value, dict):
         return "a table"
-    return type(v).__name__
+    return type(value).__name__
 
 
 def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
@@ -205,18 +205,18 @@ def load(path: Path, info: dict) -> Suite:
     if not isinstance(matrix, list) or not all(isinstance(t, dict) for t in matrix) or not matrix:
         raise SuiteError("key 'matrix': expected one or more [[matrix]] tables", lines.key("", 0, "matrix"))
 
-    def check_key(section: str, index: int, key: str, v: Any, allow_list: bool) -> list:
+    def check_key(section: str, index: int, key: str, given: Any, allow_list: bool) -> list:
         line = lines.key(section, index, key)
         if key not in allowed_keys:
             raise _unknown_key(key, line, allowed_keys)
-        values = v if isinstance(v, list) else [v]
-        if isinstance(v, list):
+        values = given if isinstance(given, list) else [given]
+        if isinstance(given, list):
             if not allow_list:
                 raise SuiteError(f"key '{key}': [defaults] take one value each; "
                                  "put lists (matrix axes) in a [[matrix]] table", line)
-            if not v:
+            if not given:
                 raise SuiteError(f"key '{key}': empty list", line)
-            dup = [x for pos, x in enumerate(v) if x in v[:pos]]
+            dup = [x for pos, x in enumerate(given) if x in given[:pos]]
             if dup:
                 raise SuiteError(f"key '{key}': {dup[0]!r} is listed twice", line)
         typed = []
