@@ -45,7 +45,8 @@ def test_every_exported_type_is_typed(info):
         table["poll"].parse("spin")
     # The engine command line from typed values, in the table's order.
     assert table.engine_argv({"size": 32768, "transport": "tcp", "all": True, "rate": [100, 1000]}) == \
-        ["--transport", "tcp", "--size", "32768", "--all", "--rate", "100,1000"]
+        ["--transport", "tcp", "--size", "32K", "--all", "--rate", "100,1000"]
+    assert table["size"].text(1000) == "1000" and table["max_size"].text(8 << 30) == "8G"
     # Defaults are typed as the engine reports them in params.
     assert isinstance(table["size"].default, int) and table["all"].default is False
     assert table["transport"].choices == tuple(info["transports"])

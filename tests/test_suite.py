@@ -123,7 +123,7 @@ size = "4K"
     assert s.options.engine_argv(by_id["oneway-shm-busy"].options) == ["--transport", "shm", "--poll", "busy",
                                                                        "--bursts", "2"]
     assert by_id["bw-shm-busy-s4K"].options["size"] == 4096       # typed as the engine reports it
-    assert s.options.engine_argv(by_id["bw-shm-busy-s4K"].options) == ["--transport", "shm", "--size", "4096",
+    assert s.options.engine_argv(by_id["bw-shm-busy-s4K"].options) == ["--transport", "shm", "--size", "4K",
                                                                        "--tx-depth", "16"]
 
 

@@ -158,10 +158,20 @@ class Option:
         return [f"--{self.name}", self.text(value)]
 
     def text(self, value: Any) -> str:
-        """A typed value as the engine reads it."""
+        """A typed value as the engine reads it (sizes with K/M/G where exact: 64K, not 65536)."""
         if isinstance(value, list):
             return ",".join(engine_text(x) for x in value)
+        if self.type == "size" and isinstance(value, int):
+            return size_text(value)
         return engine_text(value)
+
+
+def size_text(size: int) -> str:
+    """32768 -> '32K': the largest of K/M/G that divides it exactly."""
+    for suffix, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{suffix}"
+    return str(size)
 
 
 def engine_text(value: Any) -> str:

@@ -22,12 +22,7 @@ def token(key: str, value: Any, opt: Optional[Option]) -> str:
     """One key's part of an id: s32K, r1000+10000, timer-tsc, sweep."""
     if opt is not None and opt.type == "flag":
         return ID_FLAG.get(key, key.replace("_", "-")) if value else ""
-    if opt is not None and opt.type == "size" and isinstance(value, int) and value >= 1024:
-        for unit, shift in (("M", 20), ("K", 10)):
-            if value % (1 << shift) == 0:
-                value = f"{value >> shift}{unit}"
-                break
-    text = opt.text(value) if opt is not None else str(value)
+    text = opt.text(value) if opt is not None else str(value)   # sizes read 32K
     text = re.sub(r"[^A-Za-z0-9.+_-]", "_", text.replace(",", "+"))
     if key in ALWAYS_IN_ID or key in ID_BARE:
         return text
