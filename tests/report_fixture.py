@@ -37,10 +37,17 @@ def _summary(a: np.ndarray) -> dict:
     return {k: out[k] for k in STAT_KEYS}
 
 
+# Part of the engine's typed params (a real run.json has every option): the
+# defaults of the keys the report reads.
+PARAMS = {"transport": "shm", "poll": "busy", "size": 32, "all": False, "max_size": 4 << 20, "iters": "auto",
+          "service": "rc", "op": "send", "inline": 0, "signal_every": 0, "provider": "", "ep": "msg",
+          "bidir": False, "timer": "tsc"}
+
+
 def _run_doc(experiment: str, options: dict, points: list, status: str = "ok", message: str = "") -> dict:
     return {"fabmeter_version": "0.1.0", "command": ["fabmeter", experiment], "started_at": "2026-01-01T00:00:00+00:00",
             "config": {"experiment": experiment, "mode": "local", "server": None, "cpus": [0, 1],
-                       "options": options, "params": None},
+                       "engine_version": "0.1.0", "params": {"experiment": experiment, **PARAMS, **options}},
             "environment": envinfo.collect(), "points": points, "engine_events": [], "status": status,
             "message": message, "exit_code": 0 if status == "ok" else 3,
             "finished_at": "2026-01-01T00:00:01+00:00"}
@@ -103,7 +110,7 @@ def build(root: Path) -> Path:
         folder = root / f"lat-{transport}-busy-sweep"
         folder.mkdir(parents=True, exist_ok=True)
         pts = [_latency_point(folder, rng, "lat", transport, "busy", s, base + s * 0.4, n=2000) for s in sizes]
-        _write(folder, _run_doc("lat", {"transport": transport, "poll": "busy", "all": True, "max_size": "4K"}, pts))
+        _write(folder, _run_doc("lat", {"transport": transport, "poll": "busy", "all": True, "max_size": 4096}, pts))
 
     folder = root / "bw-shm-busy-sweep"
     bw = []
@@ -112,15 +119,15 @@ def build(root: Path) -> Path:
         bw.append({"type": "point", "experiment": "bw", "transport": "shm", "poll": "busy", "size": s,
                    "warmup": 1000, "partial": False, "iterations": 100000, "lost": 0,
                    "gbps": rate * s * 8 / 1e9, "msg_rate": rate})
-    _write(folder, _run_doc("bw", {"transport": "shm", "poll": "busy", "all": True, "max_size": "64K"}, bw))
+    _write(folder, _run_doc("bw", {"transport": "shm", "poll": "busy", "all": True, "max_size": 65536}, bw))
 
     for transport, base in (("shm", 250.0), ("tcp", 6000.0)):
         folder = root / "stream" / f"stream-{transport}-busy"
         folder.mkdir(parents=True, exist_ok=True)
         pts = [_stream_point(folder, rng, transport, r, v, base) for r in (100, 1000, 10000, 100000)
                for v in (1, 8, 64)]
-        _write(folder, _run_doc("stream", {"transport": transport, "poll": "busy", "rate": "100,1000,10000,100000",
-                                           "values": "1,8,64"}, pts))
+        _write(folder, _run_doc("stream", {"transport": transport, "poll": "busy", "rate": [100, 1000, 10000, 100000],
+                                           "values": [1, 8, 64]}, pts))
 
     _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",
                                                   "the server engine exited and the client did not notice in time"))

@@ -29,3 +29,18 @@ def test_rdma_table_from_the_last_test_rdma(tmp_path, monkeypatch):
     date, rows = bench.rdma_table()
     assert date.startswith("2026-11-21")
     assert rows == [["verbs rc send", "ib_send_lat", 33000, 30000.0, "1.10x"]]
+
+
+def test_fabmeter_side_records_the_engines_params(tmp_path, engine, monkeypatch):
+    """A bench row's fabmeter run: typed options in, run.json's config is the engine's params."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    b = bench.Bench(tmp_path, None, str(engine))
+    measure = b.fabmeter("lat", {"transport": "tcp", "poll": "event", "size": 64, "iters": 200},
+                         lambda p: p["latency_ns"]["p50"])
+    assert measure() > 0
+    [run_json] = list((tmp_path / "runs").glob("*/run.json"))
+    assert run_json.parent.name == "001-lat-tcp-event"
+    config = json.loads(run_json.read_text())["config"]
+    assert "options" not in config
+    params = config["params"]
+    assert (params["transport"], params["poll"], params["size"], params["iters"]) == ("tcp", "event", 64, 200)

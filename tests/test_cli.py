@@ -76,3 +76,12 @@ def test_envinfo_collects():
     if Path("/sys/devices/system/cpu/cpuidle/current_driver").exists():
         assert env["cpuidle"]["driver"]
     assert env["libraries"]["numpy"] == np.__version__
+
+
+def test_sweep_progress_counts_the_points_the_engine_plans(capsys):
+    """'point i/N': N is the start line's `points`, not a count recomputed from max_size."""
+    from fabmeter import cli
+    progress = cli._Progress(enabled=True)
+    progress.start({"type": "start", "points": 3, "params": {"transport": "tcp", "max_size": 4 << 20}})
+    progress.point({"size": 1})
+    assert "point 1/3: 1 B" in capsys.readouterr().err

@@ -198,7 +198,7 @@ def test_fi_pingpong_parse_size_sweep_and_errors():
 
 
 def test_fi_pingpong_command():
-    params = Params(size=64, iterations=500, cpus=(0, 1))
+    params = Params(size=64, iters=500, cpus=(0, 1))
     peer, case = fi_pingpong.PEER, fi_pingpong.case_for("udp", "dgram")
     client = peer.command("client", case, params, 40000)
     assert client == ["taskset", "-c", "0", "fi_pingpong", "-p", "udp", "-e", "dgram", "-I", "500", "-S", "64",
@@ -209,7 +209,7 @@ def test_fi_pingpong_command():
 
 @pytest.mark.skipif(shutil.which("fi_pingpong") is None, reason="fi_pingpong not installed (libfabric-bin)")
 def test_fi_pingpong_live():
-    (p,) = fi_pingpong.PEER.run_case(fi_pingpong.case_for("shm", "rdm"), Params(iterations=200, timeout_s=20))
+    (p,) = fi_pingpong.PEER.run_case(fi_pingpong.case_for("shm", "rdm"), Params(iters=200, timeout_s=20))
     assert (p["tool"], p["provider"], p["ep"], p["iterations"], p["size"]) == ("fi_pingpong", "shm", "rdm", 200, 32)
     assert p["latency_ns"]["mean"] > 0 and p["tool_version"][0].isdigit()
     assert p["command"][-1] == "127.0.0.1" and p["server_command"][0] == "fi_pingpong"

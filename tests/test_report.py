@@ -108,6 +108,27 @@ def test_cdf_of_a_bench_sized_overlay(tmp_path):
     assert "lat, 32 B: 30 runs" in text
 
 
+def test_labels_come_from_params(tmp_path):
+    """run.json holds every option (config.params); a label names the mode
+    options that set runs of one transport apart, and no others."""
+    from fabmeter.report import model
+    rng = __import__("numpy").random.default_rng(3)
+    for name, params in (("ofi-tcp", {"transport": "ofi", "provider": "tcp", "ep": "msg"}),
+                         ("ofi-shm", {"transport": "ofi", "provider": "shm", "ep": "rdm"}),
+                         ("tcp-a", {"transport": "tcp", "poll": "event"}),
+                         ("tcp-b", {"transport": "tcp", "poll": "event", "size": 64})):
+        folder = tmp_path / name
+        folder.mkdir()
+        point = report_fixture._latency_point(folder, rng, "lat", params["transport"], params.get("poll", "busy"),
+                                              params.get("size", 32), 100.0, n=100)
+        report_fixture._write(folder, report_fixture._run_doc("lat", params, [point]))
+    runs, problems = model.load(tmp_path)
+    assert not problems
+    labels = {e.run.rel: e.label for e in model.entries_of(runs)}
+    assert labels == {"ofi-tcp": "ofi busy tcp msg", "ofi-shm": "ofi busy shm rdm",
+                      "tcp-a": "tcp event", "tcp-b": "tcp event"}, labels
+
+
 def test_report_of_real_suite_runs(fm, tmp_path):
     out = tmp_path / "quick"
     r = fm.run("suite", REPO / "suites" / "quick.toml", "--out", out)

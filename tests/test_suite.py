@@ -15,17 +15,20 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, one_line_error
-from fabmeter import run, suite
+from fabmeter.engine import engine_info
+from fabmeter.options import Options
+from fabmeter.suite import load as suite
+from fabmeter.suite.runner import run_suite
 
 
 @pytest.fixture(scope="module")
 def info(engine) -> dict:
-    return run.engine_info(str(engine))
+    return engine_info(str(engine))
 
 
 def _not_built(info: dict) -> str | None:
     """A transport fabmeter knows of but this engine was built without, if any."""
-    _, known = suite.known_names(info, suite.options_from(info))
+    _, known = suite.known_names(info, Options(info))
     missing = sorted(known - set(info["transports"]))
     return missing[0] if missing else None
 
@@ -41,7 +44,7 @@ BAD_SUITES = [
     ('name = "x"\n[defaults]\nexperiment = "bw"\n[[matrix]]\ntransport = ["shm",\n  "tcp"]\ntx-depth = 64\n',
      "tx-depth", 7, "did you mean 'tx_depth'"),
     ('[defaults]\nexperiment = "lat"\n[[matrix]]\ntransport = "shm"\niters = "many"\n',
-     "iters", 5, "expected a non-negative number"),
+     "iters", 5, "expected a non-negative integer"),
     ('[[matrix]]\nexperiment = "lat"\ntransport = "shm"\nbursts = 5\n',
      "bursts", 4, "does not apply to experiment 'lat'"),
     ('[[matrix]]\nexperiment = "oneway"\ntransport = ["shm", "tcp"]\n\nservice = "rc"\n',
@@ -60,6 +63,13 @@ BAD_SUITES = [
      "nmae", 1, "at the top level"),
     ('[[matrix]]\nexperiment = "latency"\n',
      "experiment", 2, "unknown experiment 'latency'"),
+    # Types and choices come from the engine's export (a choice is checked here, not when the point runs).
+    ('[defaults]\nexperiment = "lat"\n[[matrix]]\ntransport = "shm"\npoll = ["busy", "spin"]\n',
+     "poll", 5, 'expected one of "busy", "event"'),
+    ('[[matrix]]\nexperiment = "stream"\ntransport = "shm"\nduration = "2s"\n',
+     "duration", 4, "expected a non-negative number (s)"),
+    ('[[matrix]]\nexperiment = "lat"\ntransport = "shm"\nsize = 1.5\n',
+     "size", 4, "expected a non-negative integer"),
 ]
 
 
@@ -110,10 +120,11 @@ size = "4K"
     assert ids == ["oneway-shm-busy", "oneway-shm-event", "oneway-tcp-busy", "oneway-tcp-event",
                    "oneway-shm-busy-s64", "bw-shm-busy-s4K"], ids
     by_id = {p.id: p for p in s.points}
-    assert by_id["oneway-shm-busy"].engine_args(s.options) == ["--transport", "shm", "--poll", "busy",
-                                                              "--bursts", "2"]
-    assert by_id["bw-shm-busy-s4K"].engine_args(s.options) == ["--transport", "shm", "--size", "4K",
-                                                              "--tx-depth", "16"]
+    assert s.options.engine_argv(by_id["oneway-shm-busy"].options) == ["--transport", "shm", "--poll", "busy",
+                                                                       "--bursts", "2"]
+    assert by_id["bw-shm-busy-s4K"].options["size"] == 4096       # typed as the engine reports it
+    assert s.options.engine_argv(by_id["bw-shm-busy-s4K"].options) == ["--transport", "shm", "--size", "4K",
+                                                                       "--tx-depth", "16"]
 
 
 def test_shipped_suites_are_valid(info):
@@ -130,7 +141,7 @@ def test_shipped_suites_are_valid(info):
             "oneway-verbs-busy-uc-write"} <= oneway
     sizes = {p.options.get("size") for p in names["thesis-oneway"].points if p.transport == "tcp"}
     assert {8, 32768} <= sizes
-    assert all(p.options.get("max_size") == "8M" for p in names["paper-lat-bw"].points)
+    assert all(p.options.get("max_size") == 8 << 20 for p in names["paper-lat-bw"].points)
 
 
 def test_dry_run_lists_points_and_skips(fm, tmp_path, info):
@@ -156,7 +167,7 @@ def test_transport_not_built_is_skipped(tmp_path, info, engine, capsys):
     assert [p.skip for p in s.points] == [f"transport 'ofi' is not built into this engine (built: "
                                           f"{', '.join(sorted(without['transports']))})"] * 2
     out = tmp_path / "out"
-    assert suite.execute(s, out, str(engine), None, None) == 0       # nothing to run is not an error
+    assert run_suite(s, out, str(engine), None, None) == 0       # nothing to run is not an error
     assert "suite: skipping 2 points: transport 'ofi' is not built" in capsys.readouterr().err
     index = _index(out)
     assert [(e["id"], e["status"]) for e in index["points"]] == [("lat-ofi-busy", "skipped"),
@@ -199,6 +210,10 @@ def test_suite_runs_resumes_and_reruns_changed_points(fm, tmp_path, info):
     for i in ids:
         doc = _run_doc(out / i)
         assert doc["status"] == "ok" and doc["config"]["suite"]["point"] == i
+        # The configuration is the engine's typed params, as for every other run.
+        params = doc["config"]["params"]
+        assert "options" not in doc["config"] and params["experiment"] == i.split("-")[0]
+        assert params["transport"] == i.split("-")[1] and params["warmup"] == 50 and params["poll"] == "busy"
         if len(cpus) == 2:
             assert doc["config"]["cpus"] == [cpus[1], cpus[0]]   # --cpus overrides the default
         assert doc["command"][:2] == ["fabmeter", i.split("-")[0]] and doc["command"][-2:] == ["--out", str(out / i)]

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo, run
+from fabmeter.engine import engine_info, find_engine
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, FabmeterError
 from fabmeter.peers import base as peer_base
 from fabmeter.peers import registry, rawpp
 from fabmeter.results import execute_recorded, now_iso, write_json
@@ -60,29 +62,27 @@ class Row:
 class Bench:
     def __init__(self, out: Path, cpus: Optional[tuple[int, ...]], engine: str):
         self.out, self.cpus, self.engine = out, cpus, engine
-        self.info = run.engine_info(engine)
+        self.info = engine_info(engine)
         self.peer_points: list[dict] = []
         self.limits: list[dict] = []
         self.runs = 0
 
     # --- one side of a row ----------------------------------------------------
 
-    def fabmeter(self, experiment: str, args: list[str], pick: Callable[[dict], float]) -> Callable[[], float]:
-        transport = args[args.index("-t") + 1]
+    def fabmeter(self, experiment: str, options: dict, pick: Callable[[dict], float]) -> Callable[[], float]:
+        transport = options["transport"]
 
         def measure() -> float:
             if transport not in self.info.get("transports", []):
                 raise Skip(f"transport {transport} is not built into this engine")
             self.runs += 1
-            folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{'-'.join(a.lstrip('-') for a in args)}"
-            config = {"experiment": experiment, "mode": "local", "cpus": list(self.cpus or []),
-                      "options": args, "server": None}
-            res = execute_recorded(run.RunSpec(experiment, args, cpus=self.cpus, out=folder, engine=self.engine),
-                                   config)
-            if res.exit_code == run.EXIT_INTERRUPTED:
-                raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
-            if res.exit_code != run.EXIT_OK or not res.points:
-                raise Skip(f"fabmeter {experiment} {' '.join(args)} failed: {res.message}")
+            words = "-".join(str(v) for k, v in options.items() if k not in ("size", "iters"))
+            folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{words}"
+            res = execute_recorded(run.RunSpec(experiment, options, cpus=self.cpus, out=folder, engine=self.engine))
+            if res.exit_code == EXIT_INTERRUPTED:
+                raise FabmeterError("interrupted", EXIT_INTERRUPTED)
+            if res.exit_code != EXIT_OK or not res.points:
+                raise Skip(f"fabmeter {experiment} {options} failed: {res.message}")
             return pick(res.points[-1])
         return measure
 
@@ -99,7 +99,7 @@ class Bench:
         def measure() -> float:
             if adapter is None or not adapter.available():
                 raise Skip(f"{tool} is not installed")
-            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iterations=ITERS, duration_s=1.0,
+            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iters=ITERS, duration=1.0,
                                       cpus=tuple(self.cpus) if self.cpus else None)
             try:
                 points = adapter.run_case(peer_base.Case(experiment, transport), params)
@@ -124,7 +124,7 @@ class Bench:
     def rows(self) -> list[Row]:
         p50 = lambda p: p["latency_ns"]["p50"]  # noqa: E731
         mean = lambda p: p["latency_ns"]["mean"]  # noqa: E731
-        lat = lambda t, poll, *extra: ["-t", t, "--poll", poll, "-s", str(SIZE), "-n", str(ITERS), *extra]  # noqa: E731
+        lat = lambda t, poll, **extra: {"transport": t, "poll": poll, "size": SIZE, "iters": ITERS, **extra}  # noqa: E731
         f = self.fabmeter
         rows = [
             Row("shm busy / cache-line limit", f("lat", lat("shm", "busy"), p50), "bare cache-line ping-pong",
@@ -145,7 +145,7 @@ class Bench:
                 self.limit(lambda lim: lim["wakeup_oneway_ns"]["p50"]), "one-way (RTT/2) p50 ns", None),
             Row("udp event / wake-up limit", f("lat", lat("udp", "event"), p50), "futex wake-up ping-pong",
                 self.limit(lambda lim: lim["wakeup_oneway_ns"]["p50"]), "one-way (RTT/2) p50 ns", None),
-            Row("tcp bw 64 KiB / iperf3", f("bw", ["-t", "tcp", "-s", str(BW_SIZE), "-n", str(ITERS)],
+            Row("tcp bw 64 KiB / iperf3", f("bw", {"transport": "tcp", "size": BW_SIZE, "iters": ITERS},
                                             lambda p: p["gbps"]),
                 "iperf3 -l 64K", self.peer("iperf3", "bw", "tcp", lambda p: p["gbps"]),
                 "Gbit/s at the receiver", 1.0, higher_is_better=True),
@@ -164,8 +164,8 @@ class Bench:
             # The same provider calls on both sides (fi_pingpong injects messages below the provider's
             # inject_size, so fabmeter does too): what fabmeter's layer adds, as for the raw loops below.
             for prov, ep in (("tcp", "msg"), ("udp", "dgram"), ("shm", "rdm")):
-                rows.append(Row(f"ofi {prov} {ep} / fi_pingpong", f("lat", lat("ofi", "busy", "--provider", prov,
-                                                                              "--ep", ep, "--inline", str(SIZE)),
+                rows.append(Row(f"ofi {prov} {ep} / fi_pingpong", f("lat", lat("ofi", "busy", provider=prov, ep=ep,
+                                                                              inline=SIZE),
                                                                      mean),
                                 f"fi_pingpong -p {prov} -e {ep}", self.peer("fi_pingpong", "lat", f"ofi:{prov}:{ep}", mean),
                                 "one-way (RTT/2) mean ns", 1.05))
@@ -204,7 +204,7 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = now_iso()
     env = envinfo.collect()
-    engine = run.find_engine()
+    engine = find_engine()
     bench = Bench(out, cpus, engine)
     rows = bench.rows()
     print(f"fabmeter bench  {started}")
@@ -232,8 +232,8 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
                     sys.stderr.write(f"{chr(10) if tty else ''}bench: {row.name}: skipped: {row.skipped}\n")
         if tty:
             sys.stderr.write("\n")
-    except run.FabmeterError as e:
-        if e.exit_code != run.EXIT_INTERRUPTED:
+    except FabmeterError as e:
+        if e.exit_code != EXIT_INTERRUPTED:
             raise
         status = "interrupted"
 
@@ -264,18 +264,18 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
         print("\nSoft-RoCE guest: no results yet (run `make test-rdma` for verbs beside perftest)")
     write_json(out / "bench.json", {"started_at": started, "finished_at": now_iso(), "status": status,
                                     "rounds": rounds, "cpus": list(cpus) if cpus else None, "size": SIZE,
-                                    "bw_size": BW_SIZE, "iterations": ITERS, "environment": env,
+                                    "bw_size": BW_SIZE, "iters": ITERS, "environment": env,
                                     "rows": doc, "limits": bench.limits,
                                     "rdma": {"from": rdma[0], "rows": rdma[1]} if rdma else None})
     write_json(out / "peers.json", {"points": bench.peer_points})
     (out / "bench.md").write_text(markdown(table, started, env, rounds, cpus))
-    from fabmeter import report
-    path = report.write(out)
+    from fabmeter.report.html import write as write_report   # matplotlib: loaded only when needed
+    path = write_report(out)
     print(f"results: {out / 'bench.json'}, table: {out / 'bench.md'}, report: {path}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
-        return run.EXIT_INTERRUPTED
-    return run.EXIT_OK
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 def markdown(table: list[list], started: str, env: dict, rounds: int, cpus) -> str:

@@ -1,9 +1,10 @@
 """The `fabmeter` command.
 
-The experiment subcommands (lat, oneway, bw) get their options from
-`fabmeter-engine options`, so names, help and defaults live in one place,
-the engine's option table. Only options that concern orchestration are
-defined here: --cpus, --json, --out, --server (and serve's --cpu).
+The experiment subcommands (lat, oneway, bw, stream, check) get their
+options from `fabmeter-engine options` (options.py), so names, types,
+choices, help and defaults live in one place, the engine's option table.
+Only options that concern orchestration are defined here: --cpus, --json,
+--out, --server, --token-file (and serve's own).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import __version__, analysis, run
-from fabmeter.results import RunRecord
+from fabmeter.engine import engine_info, engine_options, find_engine
+from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FabmeterError)
+from fabmeter.options import Options
+from fabmeter.results import RunRecord, run_config
 
 EXPERIMENTS_HELP = {
     "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
@@ -33,36 +37,13 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
-        die(f"{sub}{message}", run.EXIT_USAGE)
+        die(f"{sub}{message}", EXIT_USAGE)
 
 
 def die(message: str, code: int):
     sys.stderr.write(f"fabmeter: error: {message}\n")
     sys.stderr.flush()
     raise SystemExit(code)
-
-
-def _in_scope(scope: str, experiment: str) -> bool:
-    return scope == "all" or experiment in [s.strip() for s in scope.split(",")]
-
-
-def _add_engine_options(p: argparse.ArgumentParser, experiment: str, info: dict) -> None:
-    for o in info.get("options", []):
-        if not _in_scope(o.get("scope", "all"), experiment) or o["name"] in PY_ONLY:
-            continue
-        flags = ([f"-{o['short']}"] if o.get("short") else []) + [f"--{o['name']}"]
-        is_flag = o.get("metavar", "") == ""
-        help_text = (o.get("help") or "").replace("%", "%%")
-        if o.get("default") not in (None, "") and not is_flag:
-            help_text += f" (default: {o['default']})".replace("%", "%%")
-        kw = dict(dest="engine_" + o["key"], default=argparse.SUPPRESS, help=help_text)
-        if is_flag:
-            kw["action"] = "store_true"
-        else:
-            kw["metavar"] = o["metavar"]
-        if o["name"] == "transport" and info.get("transports"):
-            kw["choices"] = info["transports"]
-        p.add_argument(*flags, **kw)
 
 
 def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
@@ -79,60 +60,60 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     for exp in experiments:
         desc = EXPERIMENTS_HELP.get(exp, exp)
         full = desc + (f". Engine options are unavailable: {engine_problem}" if info is None else "")
-        p = sub.add_parser(exp, help=desc, description=full, allow_abbrev=False)
+        command = sub.add_parser(exp, help=desc, description=full, allow_abbrev=False)
         if info is not None:
-            _add_engine_options(p, exp, info)
-        p.add_argument("--cpus", metavar="A,B",
+            Options(info).add_arguments(command, exp, skip=PY_ONLY)
+        command.add_argument("--cpus", metavar="A,B",
                        help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs)")
-        p.add_argument("--json", action="store_true",
+        command.add_argument("--json", action="store_true",
                        help="print one JSON object per measured point (JSON Lines for sweeps)")
-        p.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
-        p.add_argument("--server", metavar="HOST[:PORT]",
+        command.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
+        command.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
-        p.add_argument("--token-file", metavar="F",
+        command.add_argument("--token-file", metavar="F",
                        help="with --server: the server's shared secret (default: $FABMETER_TOKEN)")
 
-    p = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
+    command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                        description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
                                    "Nothing a client sends names a path on this host; docs/security.md lists what a "
                                    "client can make the server do.")
-    p.add_argument("--bind", metavar="ADDR", help="address to listen on")
-    p.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
-    p.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
-    p.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
-    p.add_argument("--data-dir", metavar="DIR",
+    command.add_argument("--bind", metavar="ADDR", help="address to listen on")
+    command.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
+    command.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
+    command.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
+    command.add_argument("--data-dir", metavar="DIR",
                    help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
                         "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")
-    p.add_argument("--max-memory", metavar="BYTES",
+    command.add_argument("--max-memory", metavar="BYTES",
                    help="refuse a session whose plan needs more memory here (K/M/G/T suffixes; default: a quarter of RAM)")
-    p.add_argument("--max-duration", metavar="SEC",
+    command.add_argument("--max-duration", metavar="SEC",
                    help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
-    p.add_argument("--max-sessions", metavar="N",
+    command.add_argument("--max-sessions", metavar="N",
                    help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
-    p.add_argument("--token-file", metavar="F",
+    command.add_argument("--token-file", metavar="F",
                    help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
 
-    p = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
+    command = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
-    p.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
-    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
+    command.add_argument("--out", metavar="DIR", default="results/demo", help="results folder (default: %(default)s)")
+    command.add_argument("--cpus", metavar="A,B", help="client and server CPUs (default: the first two CPUs)")
 
-    p = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
+    command = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
                        allow_abbrev=False)
-    p.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
-    p.add_argument("--rounds", metavar="K", type=int, default=5, help="rounds, alternating configurations (default: 5)")
-    p.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
+    command.add_argument("--out", metavar="DIR", default="results/bench", help="results folder (default: %(default)s)")
+    command.add_argument("--rounds", metavar="K", type=int, default=5, help="rounds, alternating configurations (default: 5)")
+    command.add_argument("--cpus", metavar="A,B", help="the two CPUs (default: the first two CPUs)")
 
-    p = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
+    command = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
                        allow_abbrev=False)
-    p.add_argument("file", metavar="FILE.toml", help="the suite, e.g. suites/quick.toml")
-    p.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
-    p.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
-    p.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
+    command.add_argument("file", metavar="FILE.toml", help="the suite, e.g. suites/quick.toml")
+    command.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
+    command.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
+    command.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
 
-    p = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
-    p.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
-    p.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
+    command = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
+    command.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
+    command.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
 
     from fabmeter.peers import command as peers_command
     peers_command.add_parser(sub)
@@ -152,31 +133,13 @@ def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple[int,
     try:
         cpus = tuple(int(x) for x in text.split(","))
     except ValueError:
-        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", run.EXIT_USAGE)
+        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", EXIT_USAGE)
     if len(cpus) != 2 and not (remote and len(cpus) == 1):
-        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", run.EXIT_USAGE)
+        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", EXIT_USAGE)
     bad = [c for c in cpus if c not in allowed]
     if bad:
-        die(f"--cpus: CPU {bad[0]} is not available (allowed: {','.join(map(str, allowed))})", run.EXIT_USAGE)
+        die(f"--cpus: CPU {bad[0]} is not available (allowed: {','.join(map(str, allowed))})", EXIT_USAGE)
     return cpus
-
-
-def engine_args_from(ns: argparse.Namespace, info: dict) -> tuple[list[str], dict]:
-    """Only the options the user gave, in the engine's table order."""
-    args, given = [], {}
-    for o in info.get("options", []):
-        dest = "engine_" + o["key"]
-        if not hasattr(ns, dest):
-            continue
-        value = getattr(ns, dest)
-        if o.get("metavar", "") == "":
-            if value:
-                args.append(f"--{o['name']}")
-                given[o["key"]] = True
-        else:
-            args += [f"--{o['name']}", str(value)]
-            given[o["key"]] = value
-    return args, given
 
 
 class _Progress:
@@ -188,16 +151,7 @@ class _Progress:
         self.count = 0
 
     def start(self, start: dict) -> None:
-        # The sweep is 1 B .. max_size by powers of two; a UDP datagram
-        # cannot exceed 65507 B (IPv4), so udp sweeps stop below that.
-        params = start.get("params") or {}
-        try:
-            top = int(params.get("max_size"))
-        except (TypeError, ValueError):
-            return
-        if params.get("transport") == "udp":
-            top = min(top, 65507)
-        self.total = top.bit_length() if top > 0 else None
+        self.total = start.get("points")
 
     def point(self, point: dict) -> None:
         self.count += 1
@@ -211,20 +165,17 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: str) -> int:
-    engine_args, given = engine_args_from(ns, info)
+def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
+    given = engine_options(engine).given(ns)
     remote = ns.server is not None
     if ns.token_file is not None and not remote:
-        die("--token-file goes with --server (a local run makes its own secret)", run.EXIT_USAGE)
+        die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, remote)
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    config = {"experiment": experiment, "mode": "remote" if remote else "local",
-              "server": ns.server, "cpus": list(cpus) if cpus else None,
-              "options": given, "params": None, "engine_version": info.get("version")}
-    record = RunRecord(out, config)
-    progress = _Progress(enabled=sys.stderr.isatty() and ("all" in given))
+    record = RunRecord(out, run_config(experiment, cpus, ns.server, engine))
+    progress = _Progress(enabled=sys.stderr.isatty() and bool(given.get("all")))
 
     def on_start(start):
         record.on_start(start)
@@ -236,18 +187,18 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
         if ns.json:
             print(json.dumps(point), flush=True)
 
-    res = run.execute(run.RunSpec(experiment, engine_args, cpus=cpus, server=ns.server, out=out, engine=engine,
+    res = run.execute(run.RunSpec(experiment, given, cpus=cpus, server=ns.server, out=out, engine=engine,
                                    token_file=ns.token_file),
                       on_start=on_start, on_point=on_point, on_event=record.on_event)
     progress.done()
-    if not (res.exit_code == run.EXIT_USAGE and res.start is None):
+    if not (res.exit_code == EXIT_USAGE and res.start is None):
         record.finish(res.status, res.message, res.exit_code)
     if not ns.json and res.points:
         print(analysis.run_report(res.points), flush=True)
-    if res.exit_code == run.EXIT_INTERRUPTED:
+    if res.exit_code == EXIT_INTERRUPTED:
         where = f"; partial results in {out / 'run.json'}" if out else ""
         sys.stderr.write(f"fabmeter: interrupted{where}\n")
-    elif res.exit_code != run.EXIT_OK:
+    elif res.exit_code != EXIT_OK:
         where = f" (partial results in {out / 'run.json'})" if out and res.points else ""
         sys.stderr.write(f"fabmeter: error: {res.message}{where}\n")
     return res.exit_code
@@ -256,41 +207,39 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, info: dict, engine: 
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
     for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file"):
-        v = getattr(ns, name)
-        if v is not None:
-            args += [f"--{name.replace('_', '-')}", str(v)]
+        value = getattr(ns, name)
+        if value is not None:
+            args += [f"--{name.replace('_', '-')}", str(value)]
     if ns.once:
         args.append("--once")
     run.exec_server(args)  # does not return
-    return run.EXIT_INTERNAL
+    return EXIT_INTERNAL
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     info, engine, problem = None, None, ""
     try:
-        engine = run.find_engine()
-        info = run.engine_info(engine)
-    except run.FabmeterError as e:
+        engine = find_engine()
+        info = engine_info(engine)
+    except FabmeterError as e:
         problem = e.message
 
     parser = build_parser(info, problem)
     ns, extras = parser.parse_known_args(argv)
     if ns.command in EXPERIMENTS_HELP and info is None:
-        die(problem, run.EXIT_INTERNAL)
+        die(problem, EXIT_INTERNAL)
     if extras:
         # Say why an engine option is refused here rather than just "unrecognized".
-        for a in extras:
-            name = a[2:].split("=", 1)[0] if a.startswith("--") else None
-            for o in (info or {}).get("options", []):
-                if name == o["name"] or (len(a) == 2 and a[1:] == o.get("short")):
-                    die(f"{a.split('=', 1)[0]} does not apply to '{ns.command}' (only to {o['scope']})",
-                        run.EXIT_USAGE)
-        die(f"unrecognized arguments: {' '.join(extras)}", run.EXIT_USAGE)
+        for word in extras:
+            opt = Options(info).find(word) if info and word.startswith("-") else None
+            if opt is not None:
+                die(f"{word.split('=', 1)[0]} does not apply to '{ns.command}' (only to {opt.scope})", EXIT_USAGE)
+        die(f"unrecognized arguments: {' '.join(extras)}", EXIT_USAGE)
 
     try:
         if ns.command in EXPERIMENTS_HELP or (info and ns.command in info.get("experiments", [])):
-            code = cmd_experiment(ns, ns.command, info, engine)
+            code = cmd_experiment(ns, ns.command, engine)
         elif ns.command == "serve":
             code = cmd_serve(ns)
         elif ns.command == "demo":
@@ -299,31 +248,31 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif ns.command == "bench":
             from fabmeter import bench
             if ns.rounds < 1:
-                die("--rounds must be at least 1", run.EXIT_USAGE)
+                die("--rounds must be at least 1", EXIT_USAGE)
             code = bench.main(Path(ns.out), ns.rounds, parse_cpus(ns.cpus))
         elif ns.command == "suite":
-            from fabmeter import suite
+            from fabmeter.suite import runner
             if info is None:
-                die(problem, run.EXIT_INTERNAL)
-            code = suite.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, info, engine,
+                die(problem, EXIT_INTERNAL)
+            code = runner.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, engine,
                               parse_cpus(ns.cpus) if ns.cpus else None, parse_cpus(None))
         elif ns.command == "report":
-            from fabmeter import report
-            code = report.main(Path(ns.results), Path(ns.output) if ns.output else None)
+            from fabmeter.report import html as report_html
+            code = report_html.main(Path(ns.results), Path(ns.output) if ns.output else None)
         elif ns.command == "peers":
             from fabmeter.peers import command as peers_command
             code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)
         else:
             parser.error(f"unknown command {ns.command}")
-    except run.FabmeterError as e:
-        if e.exit_code == run.EXIT_INTERRUPTED:
+    except FabmeterError as e:
+        if e.exit_code == EXIT_INTERRUPTED:
             sys.stderr.write("fabmeter: interrupted\n")
             code = e.exit_code
         else:
             die(e.message, e.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("fabmeter: interrupted\n")
-        code = run.EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     sys.exit(code)
 
 

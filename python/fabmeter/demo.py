@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import analysis, envinfo, run
+from fabmeter.engine import engine_info, engine_options, find_engine
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME
 from fabmeter.results import execute_recorded, now_iso, write_json
 
 POLLS = ("busy", "event")
@@ -34,21 +36,17 @@ CONFIGS = (
 )
 # (folder suffix, experiment, engine options): short enough for < 3 minutes in all.
 RUNS = (
-    ("lat", "lat", ["-s", "32", "-n", "20000"]),
-    ("bw", "bw", ["-s", "32", "-n", "200000"]),
-    ("bw-32K", "bw", ["-s", "32K", "-n", "10000"]),
+    ("lat", "lat", {"size": 32, "iters": 20000}),
+    ("bw", "bw", {"size": 32, "iters": 200000}),
+    ("bw-32K", "bw", {"size": 32 << 10, "iters": 10000}),
 )
 
 
-def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experiment: str, opts: list[str],
+def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experiment: str, opts: dict,
          cpus: Optional[tuple[int, ...]]) -> run.RunResult:
     folder = out / f"{label.replace(' ', '-')}-{poll}-{name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    args = [*targs, "--poll", poll, *opts]
-    config = {"experiment": experiment, "mode": "local", "server": None,
-              "cpus": list(cpus) if cpus else None, "options": args, "params": None}
-    return execute_recorded(run.RunSpec(experiment, args, cpus=cpus, out=folder), config,
-                            command=[*sys.argv[:1], experiment, *args, "--out", str(folder)])
+    options = {**engine_options(find_engine()).from_argv(experiment, targs), "poll": poll, **opts}
+    return execute_recorded(run.RunSpec(experiment, options, cpus=cpus, out=folder))
 
 
 def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
@@ -57,7 +55,7 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
     status = "ok"
-    built = run.engine_info(run.find_engine()).get("transports", [])
+    built = engine_info(find_engine()).get("transports", [])
     configs = [c for c in CONFIGS if c[1][1] in built]
     skipped = [c[0] for c in CONFIGS if c[1][1] not in built]
     if skipped:
@@ -70,10 +68,10 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
                 total += 1
                 sys.stderr.write(f"demo: {transport}/{poll} {name} ...\n")
                 res = _one(out, transport, targs, poll, name, experiment, opts, cpus)
-                if res.exit_code == run.EXIT_INTERRUPTED:
+                if res.exit_code == EXIT_INTERRUPTED:
                     status = "interrupted"
                     break
-                if res.exit_code != run.EXIT_OK or not res.points:
+                if res.exit_code != EXIT_OK or not res.points:
                     failures += 1
                     errors[name] = res.message or res.status
                     sys.stderr.write(f"demo: {transport}/{poll} {name} failed, skipped: {errors[name]}\n")
@@ -113,9 +111,9 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
                                       "runs": total, "failures": failures, "environment": env, "rows": summary_rows})
     print(f"results: {out}/<transport>-<poll>-<run>/run.json, summary: {out / 'summary.json'}")
     if status != "interrupted":
-        from fabmeter import report  # matplotlib: loaded only when needed
-        print(f"report: {report.write(out)}")
+        from fabmeter.report.html import write as write_report  # matplotlib: loaded only when needed
+        print(f"report: {write_report(out)}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
-        return run.EXIT_INTERRUPTED
-    return run.EXIT_OK if status == "ok" else run.EXIT_RUNTIME
+        return EXIT_INTERRUPTED
+    return EXIT_OK if status == "ok" else EXIT_RUNTIME

@@ -2,7 +2,10 @@
 
 run.json is rewritten after every point (status "running"), so a run that
 is killed outright still leaves what it had measured; the final write
-carries the run's status: ok, failed or interrupted.
+carries the run's status: ok, failed or interrupted. Its configuration is
+the engine's own typed `params` (from the "start" line), whoever started
+the run: the CLI, a suite, the demo, the bench or `fabmeter peers`.
+docs/results.md describes every field.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import __version__, envinfo, run
+from fabmeter.engine import engine_info, engine_options, find_engine
+from fabmeter.errors import EXIT_RUNTIME, FabmeterError
 
 
 def now_iso() -> str:
@@ -37,7 +42,15 @@ def write_json(path: Path, obj) -> None:
             tmp.unlink(missing_ok=True)
             raise
     except OSError as e:
-        raise run.FabmeterError(f"cannot write {path}: {e.strerror or e}", run.EXIT_RUNTIME) from None
+        raise FabmeterError(f"cannot write {path}: {e.strerror or e}", EXIT_RUNTIME) from None
+
+
+def run_config(experiment: str, cpus: Optional[tuple[int, ...]], server: Optional[str], engine: str,
+               **more) -> dict:
+    """run.json's "config": how the run was set up; `params` comes with the engine's start line."""
+    return {"experiment": experiment, "mode": "remote" if server else "local", "server": server,
+            "cpus": list(cpus) if cpus else None, "engine_version": engine_info(engine).get("version"),
+            "params": None, **more}
 
 
 class RunRecord:
@@ -85,10 +98,23 @@ class RunRecord:
             write_json(self.out / "run.json", self.doc)
 
 
-def execute_recorded(spec: "run.RunSpec", config: dict, command: Optional[list[str]] = None) -> "run.RunResult":
+def equivalent_command(spec: "run.RunSpec") -> list[str]:
+    """The `fabmeter` command line that makes the same run."""
+    engine = spec.engine or find_engine()
+    return (["fabmeter", spec.experiment, *engine_options(engine).engine_argv(spec.options)]
+            + (["--cpus", ",".join(map(str, spec.cpus))] if spec.cpus else [])
+            + (["--server", spec.server] if spec.server else [])
+            + (["--out", str(spec.out)] if spec.out else []))
+
+
+def execute_recorded(spec: "run.RunSpec", **config_more) -> "run.RunResult":
     """One run into spec.out: run.json follows every engine line and ends
-    with the run's status."""
-    record = RunRecord(spec.out, config, command=command)
+    with the run's status (`config_more`: more keys of its "config")."""
+    engine = spec.engine or find_engine()
+    if spec.out is not None:
+        spec.out.mkdir(parents=True, exist_ok=True)   # the engine makes only the last level
+    record = RunRecord(spec.out, run_config(spec.experiment, spec.cpus, spec.server, engine, **config_more),
+                       command=equivalent_command(spec))
     res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
     record.finish(res.status, res.message, res.exit_code)
     return res

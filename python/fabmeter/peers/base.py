@@ -24,10 +24,8 @@ group). A case that cannot run gives a record {"type": "skipped"} or
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -36,25 +34,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from fabmeter.run import _child_setup, parse_size  # noqa: F401 (parse_size: for the adapters)
+from fabmeter import procs
 
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_EXIT_GRACE_S = 2.0     # servers that end after one client get this long
-KILL_GRACE_S = 3.0            # SIGTERM -> SIGKILL
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass(frozen=True)
 class Params:
-    """One `fabmeter peers` run, as every adapter reads it."""
+    """One `fabmeter peers` run, as every adapter reads it (the engine's key
+    names where the engine has the knob: size, iters, duration)."""
     size: int = 32                        # latency message size, bytes
     bw_size: int = 64 * 1024              # bandwidth message size, bytes
-    iterations: int = 10000               # for tools that count messages
-    duration_s: float = 1.0               # for tools that only stop on a timer
+    iters: int = 10000                    # for tools that count messages
+    duration: float = 1.0                 # seconds, for tools that only stop on a timer
     cpus: Optional[tuple[int, int]] = None  # (client CPU, server CPU); None = unpinned
     transports: tuple[str, ...] = ("tcp", "udp", "shm")
-    timeout_s: float = 30.0               # per client run, on top of duration_s
+    timeout_s: float = 30.0               # per client run, on top of duration
     raw_dir: Optional[Path] = None        # where to keep each tool's raw output
 
     @property
@@ -159,8 +157,7 @@ class Process:
         self.argv = list(argv)
         self._log = tempfile.TemporaryFile(mode="w+")
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, preexec_fn=_child_setup)
+            self.proc = procs.spawn(self.argv, stdout=self._log, stderr=subprocess.STDOUT)
         except OSError as e:
             self._log.close()
             raise PeerError(f"cannot start {self.argv[0]}: {e.strerror}") from e
@@ -185,23 +182,8 @@ class Process:
         return lines[-1] if lines else "(no output)"
 
     def stop(self, grace: float = 0.0) -> None:
-        """Let it end by itself for `grace` s, then SIGTERM, then SIGKILL, whole group.
-
-        The group is signalled only while its leader is alive (not yet
-        reaped), so the id cannot have been reused; children it forked
-        (qperf forks one per test) get the same signals.
-        """
-        if grace > 0:
-            self.wait(grace)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if not self.running():
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            self.wait(KILL_GRACE_S)
-        self.proc.wait()
+        """Let it end by itself for `grace` s, then stop its whole process group."""
+        procs.stop_group(self.proc, grace)
 
     def close(self) -> None:
         self._log.close()
@@ -289,8 +271,8 @@ class Peer:
         try:
             wait_until_bound(server, self.listens(case), port)
             client = Process(client_cmd)
-            if not client.wait(params.duration_s + params.timeout_s):
-                raise PeerError(f"client did not finish within {params.duration_s + params.timeout_s:.0f} s")
+            if not client.wait(params.duration + params.timeout_s):
+                raise PeerError(f"client did not finish within {params.duration + params.timeout_s:.0f} s")
             text = client.output()
             self._keep_raw(params, case, text)
             if client.proc.returncode != 0:

@@ -16,15 +16,18 @@ fabmeter's own runs, so `fabmeter report DIR` shows them side by side.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
 from fabmeter import __version__, analysis, envinfo, run
-from fabmeter.peers.base import Params, parse_size
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
+from fabmeter.options import parse_size
+from fabmeter.peers.base import Params
 from fabmeter.peers.registry import PEERS
-from fabmeter.results import RunRecord, now_iso, write_json
+from fabmeter.results import equivalent_command, execute_recorded, now_iso, write_json
 
 TOOLS = ("fabmeter", *PEERS)
 TRANSPORTS = ("tcp", "udp", "shm")
@@ -45,8 +48,10 @@ def add_parser(sub) -> None:
                    help="comma-separated, from: %(default)s (default: all)")
     p.add_argument("--transports", metavar="LIST", default=",".join(TRANSPORTS),
                    help="comma-separated, from: %(default)s (default: all)")
-    p.add_argument("-s", "--size", metavar="N", default="32", help="latency message size (default: %(default)s)")
-    p.add_argument("--bw-size", metavar="N", default="64K", help="bandwidth message size (default: %(default)s)")
+    p.add_argument("-s", "--size", metavar="N", type=_message_size, default="32",
+                   help="latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)")
+    p.add_argument("--bw-size", metavar="N", type=_message_size, default="64K",
+                   help="bandwidth message size (default: %(default)s)")
     p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
                    help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
     p.add_argument("--duration", metavar="S", type=float, default=1.0,
@@ -57,25 +62,31 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
 
 
+def _message_size(text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
+    return size
+
+
 def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     items = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
     bad = [x for x in items if x not in allowed]
     if bad or not items:
-        raise run.FabmeterError(f"--{what}: unknown '{bad[0] if bad else text}' (choose from {','.join(allowed)})",
-                                run.EXIT_USAGE)
+        raise FabmeterError(f"--{what}: unknown '{bad[0] if bad else text}' (choose from {','.join(allowed)})",
+                                EXIT_USAGE)
     return items
 
 
 def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path]) -> Params:
-    try:
-        size, bw_size = parse_size(ns.size), parse_size(ns.bw_size)
-    except ValueError as e:
-        raise run.FabmeterError(str(e), run.EXIT_USAGE) from e
     if ns.iters < 1:
-        raise run.FabmeterError("--iters must be at least 1", run.EXIT_USAGE)
+        raise FabmeterError("--iters must be at least 1", EXIT_USAGE)
     if not ns.duration > 0:
-        raise run.FabmeterError("--duration must be positive", run.EXIT_USAGE)
-    return Params(size=size, bw_size=bw_size, iterations=ns.iters, duration_s=ns.duration,
+        raise FabmeterError("--duration must be positive", EXIT_USAGE)
+    return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration,
                   cpus=tuple(cpus) if cpus else None, transports=_list(ns.transports, TRANSPORTS, "transports"),
                   raw_dir=out / "peers-raw" if out else None)
 
@@ -89,20 +100,14 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
         if transport not in params.transports:
             continue
         size = params.bw_size if experiment == "bw" else params.size
-        args = ["-t", transport, "--poll", poll, "-s", str(size), "-n", str(params.iterations)]
+        options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
-        if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-        command = ["fabmeter", experiment, *args] + (["--cpus", ",".join(map(str, params.cpus))] if params.cpus else [])
-        record = RunRecord(folder, {"experiment": experiment, "mode": "local", "server": None,
-                                    "cpus": list(params.cpus) if params.cpus else None, "options": args,
-                                    "params": None}, command=command + (["--out", str(folder)] if folder else []))
-        res = run.execute(run.RunSpec(experiment, args, cpus=params.cpus, out=folder, engine=engine),
-                          on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
-        record.finish(res.status, res.message, res.exit_code)
-        if res.exit_code == run.EXIT_INTERRUPTED:
-            raise run.FabmeterError("interrupted", run.EXIT_INTERRUPTED)
-        if res.exit_code != run.EXIT_OK or not res.points:
+        spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine)
+        command = equivalent_command(spec)
+        res = execute_recorded(spec)
+        if res.exit_code == EXIT_INTERRUPTED:
+            raise FabmeterError("interrupted", EXIT_INTERRUPTED)
+        if res.exit_code != EXIT_OK or not res.points:
             yield {"type": "failed", "peer": False, "tool": "fabmeter", "experiment": experiment,
                    "transport": transport, "poll": poll, "reason": res.message or "no point measured"}
             continue
@@ -175,12 +180,12 @@ def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: st
         write_json(out / "peers.json", {
             "fabmeter_version": __version__, "command": ["fabmeter", *sys.argv[1:]],
             "started_at": started, "finished_at": now_iso(),
-            "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iterations,
-                       "duration_s": params.duration_s, "cpus": list(params.cpus) if params.cpus else None,
+            "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iters,
+                       "duration": params.duration, "cpus": list(params.cpus) if params.cpus else None,
                        "transports": list(params.transports), "tools": list(tools)},
             "environment": envinfo.collect(),
             "points": [p for p in points if p.get("peer")],
             "skipped": [r for r in records if r.get("type") != "point"],
         })
     failed = any(r.get("type") == "failed" for r in records)
-    return run.EXIT_RUNTIME if failed and not points else run.EXIT_OK
+    return EXIT_RUNTIME if failed and not points else EXIT_OK

@@ -95,7 +95,7 @@ class FiPingpong(Peer):
 
     def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
         provider, ep = provider_ep(case)
-        argv = ["fi_pingpong", "-p", provider, "-e", ep, "-I", str(params.iterations), "-S", str(case.size(params))]
+        argv = ["fi_pingpong", "-p", provider, "-e", ep, "-I", str(params.iters), "-S", str(case.size(params))]
         if provider in LOOPBACK_DOMAIN:
             argv += ["-d", LOOPBACK_DOMAIN[provider]]
         if role == "server":
@@ -114,7 +114,7 @@ class FiPingpong(Peer):
     def run_case(self, case: Case, params: Params) -> list[dict]:
         points = super().run_case(case, params)
         for p in points:
-            p["iterations"] = params.iterations  # exact; the table rounds it
+            p["iterations"] = params.iters  # exact; the table rounds it
         return points
 
 

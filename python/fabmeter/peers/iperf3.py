@@ -28,7 +28,7 @@ class Iperf3(Peer):
         if role == "server":  # -1: serve one test, then exit
             return pinned(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], params.server_cpu)
         return pinned(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(case.size(params)),
-                       "-k", str(params.iterations), "-J"], params.client_cpu)
+                       "-k", str(params.iters), "-J"], params.client_cpu)
 
     def parse(self, text: str, case: Case) -> list[dict]:
         start, end = text.find("{"), text.rfind("}")

@@ -36,7 +36,7 @@ class Qperf(Peer):
     def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
         if role == "server":   # one server per case; it forks a child for the test
             return pinned(["qperf", "--listen_port", str(port)], params.server_cpu)
-        seconds = max(1, math.ceil(params.duration_s))
+        seconds = max(1, math.ceil(params.duration))
         # -uu -ub: plain units (ns, bits/sec) that parse exactly; -v adds msg_size, time, msg_rate.
         return pinned(["qperf", "127.0.0.1", "--listen_port", str(port), "--msg_size", str(case.size(params)),
                        "--time", str(seconds), "-uu", "-ub", "-v", TESTS[(case.experiment, case.transport)]],

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from fabmeter import run as engine_run
+from fabmeter.engine import find_engine
 from fabmeter.peers.base import PeerError, Process, free_port, wait_until_bound
 
 LIBS = ("zmq", "nng", "nanomsg")
@@ -29,7 +29,7 @@ def binary(lib: str) -> Path:
     """rawpp_<lib> beside the engine binary; PeerError if it was not built."""
     if lib not in LIBS:
         raise ValueError(f"unknown library {lib!r} (expected one of {', '.join(LIBS)})")
-    path = Path(engine_run.find_engine()).parent / f"rawpp_{lib}"
+    path = Path(find_engine()).parent / f"rawpp_{lib}"
     if not path.is_file():
         raise PeerError(f"{path} is missing: the engine was built without {lib}")
     return path

@@ -49,7 +49,7 @@ class Sockperf(Peer):
         size = case.size(params)
         if not MIN_SIZE <= size <= MAX_SIZE:
             raise Unsupported(f"sockperf takes {MIN_SIZE}..{MAX_SIZE} B messages, not {size}")
-        seconds = max(1, math.ceil(params.duration_s))
+        seconds = max(1, math.ceil(params.duration))
         return pinned(["sockperf", "ping-pong", "-i", "127.0.0.1", "-p", str(port), *proto,
                        "-m", str(size), "-t", str(seconds)], params.client_cpu)
 

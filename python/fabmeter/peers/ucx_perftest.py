@@ -43,9 +43,9 @@ class UcxPerftest(Peer):
         cpu = params.server_cpu if role == "server" else params.client_cpu
         argv = ["ucx_perftest"]
         if role == "client":  # the server takes the test and its parameters from the client
-            warmup = max(10, params.iterations // 10)
+            warmup = max(10, params.iters // 10)
             argv += ["127.0.0.1", "-t", TESTS[case.experiment], "-s", str(case.size(params)),
-                     "-n", str(params.iterations), "-w", str(warmup)]
+                     "-n", str(params.iters), "-w", str(warmup)]
         argv += ["-p", str(port)] + (["-c", str(cpu)] if cpu is not None else [])
         return with_env(argv, UCX_ENV[case.transport])
 

@@ -1,0 +1,247 @@
+"""The report's figures: matplotlib PNGs, one function each."""
+
+from __future__ import annotations
+
+import io
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+
+from fabmeter import analysis  # noqa: E402
+from fabmeter.report.model import Entry  # noqa: E402
+
+STREAM_MISSED_WARN_PCT = 10.0   # the thesis marks grid cells that missed more than 10 % in red
+DPI = 100
+
+plt.rcParams.update({"figure.constrained_layout.use": True, "font.size": 9, "axes.titlesize": 10,
+                     "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8, "figure.dpi": DPI,
+                     "savefig.dpi": DPI})
+
+
+def fmt_ns(x: Optional[float]) -> str:
+    if x is None or x != x:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} ns"
+
+
+def unit_for(ns: float) -> tuple[str, float]:
+    """An axis unit that keeps the numbers short: ns, µs or ms."""
+    if ns < 2e3:
+        return "ns", 1.0
+    if ns < 2e6:
+        return "µs", 1e3
+    return "ms", 1e6
+
+
+def _size_ticks(ax) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: analysis.fmt_size(int(round(v))) if v >= 1 else ""))
+    for t in ax.get_xticklabels():
+        t.set_rotation(30)
+
+
+def png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+class Colors:
+    """One colour per label, the same in every figure."""
+
+    def __init__(self, labels):
+        labels = sorted(set(labels))
+        cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+        self.of = {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+
+    def __call__(self, label: str):
+        return self.of.get(label, "k")
+
+
+def _threshold(point: dict) -> Optional[tuple[float, Optional[float], str]]:
+    """(threshold ns, share above in %, what it is) for oneway and stream points."""
+    if point.get("threshold_us") is not None:
+        return point["threshold_us"] * 1e3, point.get("above_threshold_pct"), "threshold"
+    if point.get("deadline_us") is not None:
+        return point["deadline_us"] * 1e3, point.get("deadline_miss_pct"), "deadline"
+    return None
+
+
+# --- figures (one function each) --------------------------------------------
+
+def fig_histogram(e: Entry, color) -> bytes:
+    """Latency histogram of one point: median and max marked, share above the threshold.
+
+    A compact distribution gets a linear axis over its body (to p50 + 4 x
+    (p99 - p50)), the far tail counted in the legend; a heavy-tailed one
+    (p99 > 5 x p50) gets log-spaced bins from min to max.
+    """
+    a = e.samples()
+    lo, mx = float(a.min()), float(a.max())
+    p50, p99 = (float(x) for x in np.percentile(a, [50, 99]))
+    heavy = p99 > 5 * p50 and lo > 0
+    hi = mx if heavy else min(mx, p50 + 4 * (p99 - p50))
+    hi = hi if hi > lo else lo + 1.0
+    unit, scale = unit_for(hi)
+    beyond = int(np.count_nonzero(a > hi))
+    bins = np.geomspace(lo, hi, 120) if heavy else np.linspace(lo, hi, 121)
+    fig, ax = plt.subplots(figsize=(6.2, 3.3))
+    ax.hist(a[a <= hi] / scale, bins=bins / scale, color=color, alpha=0.85, log=True, histtype="stepfilled")
+    ax.axvline(p50 / scale, color="k", lw=1.3, label=f"median {fmt_ns(p50)}")
+    if beyond == 0:
+        ax.axvline(mx / scale, color="#c0392b", lw=1.2, ls="--", label=f"max {fmt_ns(mx)}")
+    else:
+        ax.plot([], [], color="#c0392b", ls="--", label=f"max {fmt_ns(mx)} (off the axis, {beyond} samples beyond)")
+        ax.annotate("max \u2192", xy=(0.99, 0.03), xycoords="axes fraction", ha="right", color="#c0392b")
+    thr = _threshold(e.point)
+    if thr is not None:
+        t, pct, what = thr
+        if pct is None:
+            pct = 100.0 * np.count_nonzero(a > t) / a.size
+        text = f"{pct:.3g} % above the {fmt_ns(t)} {what}"
+        if lo <= t <= hi:
+            ax.axvline(t / scale, color="#e67e22", lw=1.2, ls=":", label=text)
+            ax.axvspan(t / scale, hi / scale, color="#e67e22", alpha=0.07)
+        else:
+            ax.plot([], [], color="#e67e22", ls=":", label=text + " (off the axis)")
+    if heavy:
+        ax.set_xscale("log")
+    ax.set_xlim(lo / scale, hi / scale)
+    ax.set_xlabel(f"{e.latency_name} [{unit}{', log scale' if heavy else ''}]")
+    ax.set_ylabel("messages (log scale)")
+    ax.set_title(f"{e.experiment}  {e.label}  {e.where()}  (n = {a.size:,})")
+    ax.legend(loc="upper right")
+    return png(fig)
+
+
+def fig_cdf(title: str, curves: list[tuple[str, np.ndarray, object, str]], xlabel: str) -> bytes:
+    """CDF overlays of one configuration across transports and modes."""
+    fig, ax = plt.subplots(figsize=(6.2, 3.6))
+    q = np.linspace(0.0, 1.0, 2001)
+    for label, a, color, style in curves:
+        ax.plot(np.quantile(a, q) / 1e3, q, color=color, ls=style, lw=1.4, label=label)
+    ax.axhline(0.5, color="0.5", lw=0.6, ls=":")
+    ax.axhline(0.99, color="0.5", lw=0.6, ls=":")
+    ax.text(1.0, 0.99, "p99", transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7, color="0.4")
+    ax.text(1.0, 0.5, "p50", transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7, color="0.4")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel(f"{xlabel} [µs, log scale]")
+    ax.set_ylabel("fraction of messages at or below")
+    ax.set_title(title)
+    entries = sum(1 for label, *_ in curves if not label.startswith("_"))
+    if entries > 6:   # beside the plot, so it hides no curve and the axes keep their size
+        fig.set_size_inches(9.0, max(3.6, 0.9 + 0.17 * entries))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
+    else:
+        ax.legend(loc="lower right")
+    return png(fig)
+
+
+def fig_latency_vs_size(title: str, series: dict[str, list[tuple]], ylabel: str, colors: Colors) -> bytes:
+    """Median latency vs message size, bars from the 10th to the 90th percentile."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    for label, rows in sorted(series.items()):
+        s, p10, p50, p90 = (np.array(c, dtype=float) for c in zip(*rows))
+        ax.errorbar(s, p50 / 1e3, yerr=[(p50 - p10) / 1e3, (p90 - p50) / 1e3], color=colors(label),
+                    marker="o", ms=3.5, lw=1.2, capsize=2.5, label=label)
+    _size_ticks(ax)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size")
+    ax.set_ylabel(f"{ylabel}, median [µs, log]")
+    ax.set_title(title + "\nmarkers: median (p50); bars: 10th to 90th percentile")
+    ax.legend(loc="upper left", ncol=2)
+    return png(fig)
+
+
+def fig_bandwidth(series: dict[str, list[tuple]], colors: Colors) -> bytes:
+    """Bandwidth and message rate vs message size."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    for label, rows in sorted(series.items()):
+        s, gbps, rate = (np.array(c, dtype=float) for c in zip(*rows))
+        ax1.plot(s, gbps, marker="o", ms=3.5, color=colors(label), label=label)
+        ax2.plot(s, rate, marker="o", ms=3.5, color=colors(label), label=label)
+    for ax in (ax1, ax2):
+        _size_ticks(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size")
+    ax1.set_ylabel("bandwidth [Gbit/s, log]")
+    ax1.set_title("bw: streaming bandwidth (payload bits / s)")
+    ax2.set_ylabel("message rate [messages/s, log]")
+    ax2.set_title("bw: message rate")
+    ax1.legend(loc="upper left", ncol=1)
+    return png(fig)
+
+
+def fig_stream_vs_rate(by_values: dict[int, dict[str, list[tuple]]], colors: Colors) -> bytes:
+    """Stream: median latency vs rate (left axis) and missed steps in % (right axis), one panel per values/sample."""
+    keys = sorted(by_values)
+    cols = 2 if len(keys) > 1 else 1
+    rows = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 3.3 * rows), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, k in zip(axes.flat, keys):
+        right = ax.twinx()
+        right.grid(False)
+        top = 0.0
+        for label, pts in sorted(by_values[k].items()):
+            r, p10, p50, p90, missed = (np.array(c, dtype=float) for c in zip(*pts))
+            c = colors(label)
+            ax.errorbar(r, p50 / 1e3, yerr=[(p50 - p10) / 1e3, (p90 - p50) / 1e3], color=c, marker="o", ms=3.5,
+                        lw=1.3, capsize=2.5, label=f"{label}: median")
+            right.plot(r, missed, color=c, ls="--", marker="x", ms=4, lw=1, label=f"{label}: missed %")
+            top = max(top, float(np.nanmax(missed)))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("sample rate [Hz, log]")
+        ax.set_ylabel("one-way latency, median [µs, log]")
+        right.set_ylabel("missed steps [%] (dashed)")
+        right.set_ylim(0, max(5.0, top * 1.15))
+        ax.set_title(f"stream, {k} value{'s' * (k != 1)} per sample ({24 + 8 * k} B); bars: p10 to p90")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = right.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=7)
+    return png(fig)
+
+
+def fig_stream_heatmap(label: str, cells: dict[tuple[int, int], tuple[float, float]]) -> bytes:
+    """Stream: rate x values grid of the median one-way latency, each cell annotated with missed steps."""
+    rates = sorted({r for r, _ in cells})
+    values = sorted({v for _, v in cells})
+    grid = np.full((len(rates), len(values)), np.nan)
+    for (r, v), (p50, _) in cells.items():
+        grid[rates.index(r), values.index(v)] = p50 / 1e3
+    fig, ax = plt.subplots(figsize=(1.0 + 0.95 * len(values) + 1.6, 0.9 + 0.62 * len(rates)))
+    finite = grid[np.isfinite(grid) & (grid > 0)]
+    norm = LogNorm(vmin=finite.min(), vmax=max(finite.max(), finite.min() * 1.01)) if finite.size else None
+    im = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto", origin="lower")
+    for (r, v), (p50, missed) in cells.items():
+        i, j = rates.index(r), values.index(v)
+        bright = norm is not None and np.isfinite(grid[i, j]) and norm(grid[i, j]) > 0.6
+        ax.text(j, i + 0.14, fmt_ns(p50).replace(" ", "\u2009"), ha="center", va="center", fontsize=7.5,
+                color="k" if bright else "w")
+        warn = missed is not None and missed > STREAM_MISSED_WARN_PCT
+        ax.text(j, i - 0.2, "-" if missed is None else f"{missed:.1f}% missed", ha="center", va="center",
+                fontsize=6.5, color="#ff4d4d" if warn else ("k" if bright else "w"),
+                fontweight="bold" if warn else "normal")
+    ax.set_xticks(range(len(values)), [str(v) for v in values])
+    ax.set_yticks(range(len(rates)), [analysis.fmt_num(r) for r in rates])
+    ax.set_xlabel("float64 values per sample")
+    ax.set_ylabel("sample rate [Hz]")
+    ax.grid(False)
+    ax.set_title(f"stream {label}: median one-way latency\nand missed steps (red: > {STREAM_MISSED_WARN_PCT:.0f} %)")
+    bar = fig.colorbar(im, ax=ax, label="median one-way latency [µs, log]")
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    return png(fig)

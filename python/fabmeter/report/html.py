@@ -1,0 +1,352 @@
+"""The report page: sections of tables and figures, one self-contained HTML file."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from fabmeter import __version__, analysis
+from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
+from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_histogram, fig_latency_vs_size,
+                                     fig_stream_heatmap, fig_stream_vs_rate)
+from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, latency_name, load, percentiles,
+                                   representative, stat)
+from fabmeter.results import now_iso
+
+
+def _img(data: bytes, alt: str, caption: str = "", wide: bool = False) -> str:
+    b64 = base64.b64encode(data).decode("ascii")
+    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
+    return (f'<figure class="{"wide" if wide else ""}"><img alt="{html.escape(alt)}" '
+            f'src="data:image/png;base64,{b64}">{cap}</figure>')
+
+
+def _idle_words(idle: Optional[dict]) -> str:
+    if not idle or not idle.get("driver"):
+        return "-"
+    words = f"cpuidle {idle['driver']}, governor {idle.get('governor') or '-'}"
+    if idle.get("guest_halt_poll_ns") is not None:
+        words += f", polls {idle['guest_halt_poll_ns']:,} ns before halting (guest_halt_poll_ns)"
+    return words
+
+
+def section_environment(runs: list[Run]) -> str:
+    """The distinct environments the runs were measured in."""
+    envs: dict[str, tuple[dict, list[str]]] = {}
+    for r in runs:
+        env = r.doc.get("environment")
+        if not isinstance(env, dict):
+            continue
+        key = json.dumps({k: env.get(k) for k in ("hostname", "cpu_model", "kernel", "isolated_cpus",
+                                                  "governors", "cpuidle", "cpu_count")}, sort_keys=True)
+        envs.setdefault(key, (env, []))[1].append(r.rel)
+    if not envs:
+        return "<p>No environment recorded.</p>"
+    out = []
+    for env, rels in envs.values():
+        eng = env.get("engine") or {}
+        kernel = env.get("kernel") or {}
+        govs = sorted({str(v) for v in (env.get("governors") or {}).values()})
+        libs = env.get("libraries") or {}
+        rows = [
+            ("host", env.get("hostname")),
+            ("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} CPUs, allowed {env.get('cpus_allowed')})"),
+            ("kernel", f"{kernel.get('release', '')} {kernel.get('version', '')}"),
+            ("frequency governors", "none (no cpufreq)" if govs == ["None"] else ", ".join(govs)),
+            ("idle", _idle_words(env.get("cpuidle"))),
+            ("isolated CPUs", env.get("isolated_cpus") or "none"),
+            ("TSC flags", " ".join(env.get("tsc_flags") or []) or "-"),
+            ("timestamps", f"{eng.get('clock_source', '-')}, TSC {eng.get('tsc_ghz', '-')} GHz, "
+                           f"{eng.get('timestamp_cost_ns', '-')} ns per timestamp" if eng else "-"),
+            ("libraries", ", ".join(f"{k} {v}" for k, v in libs.items()) +
+             (f", engine compiler {eng.get('compiler')}" if eng.get("compiler") else "")),
+            ("runs", f"{len(rels)}: " + ", ".join(rels[:8]) + (", ..." if len(rels) > 8 else "")),
+        ]
+        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+        out.append(f'<table class="env">{cells}</table>')
+    return "\n".join(out)
+
+
+def section_table(entries: list[Entry], runs: list[Run]) -> str:
+    """Every measured point (and every run that measured none), peers marked."""
+    head = ["run", "experiment", "transport / mode", "size", "latency", "p50 [ns]", "p99 [ns]", "max [ns]",
+            "Gbit/s", "msg/s", "missed steps [%]", "lost", "status"]
+    rows = []
+
+    def order(e: Entry):
+        return (e.run.peer, EXPERIMENT_ORDER.get(e.experiment, 9), e.label, e.point.get("size") or 0,
+                e.point.get("rate_hz") or 0, e.point.get("values") or 0)
+
+    for e in sorted(entries, key=order):
+        p = e.point
+        # One-way figures; a peer that reports only the round trip keeps it, labelled RTT.
+        block = "latency_ns" if p.get("latency_ns") else "rtt_ns"
+        kind = {"rtt/2": "RTT/2", "rtt": "RTT"}.get(str(p.get("latency_kind")), "") if p.get(block) else ""
+        if p.get(block) and not kind:
+            kind = "RTT/2" if e.rtt_half else "one-way"
+        status = e.run.status + (" (partial)" if p.get("partial") else "")
+        note = ""
+        if e.run.peer:   # peers.json records: points, and cases the tool skipped or failed
+            status = "peer" if p.get("type", "point") == "point" else str(p.get("type"))
+            note = str(p.get("statistic_note") or p.get("reason") or "")
+        cells = [e.run.rel, f"peer: {p.get('tool', '?')}" if e.run.peer else e.experiment,
+                 e.label, e.where(), kind,
+                 analysis.fmt_num(stat(p, block, "p50")), analysis.fmt_num(stat(p, block, "p99")),
+                 analysis.fmt_num(stat(p, block, "max")),
+                 analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0),
+                 analysis.fmt_num(p.get("missed_pct"), 2), analysis.fmt_num(p.get("lost")), status]
+        cls = ' class="peer"' if e.run.peer else ""
+        tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+        if note:
+            rows.append(f"<tr{cls}>{tds}</tr><tr{cls}><td></td><td colspan='{len(head) - 1}' class='note'>"
+                        f"note: {html.escape(note)}</td></tr>")
+        else:
+            rows.append(f"<tr{cls}>{tds}</tr>")
+    with_points = {id(e.run) for e in entries}
+    for r in runs:
+        if id(r) not in with_points:
+            msg = r.doc.get("message") or "no points measured"
+            exp = str((r.doc.get("config") or {}).get("experiment", "?"))
+            tds = (f"<td>{html.escape(r.rel)}</td><td>{html.escape(exp)}</td>"
+                   f"<td colspan='{len(head) - 3}'>{html.escape(str(msg))}</td><td>{html.escape(r.status)}</td>")
+            rows.append(f'<tr class="failed">{tds}</tr>')
+    ths = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (f'<div class="scroll"><table class="cmp"><thead><tr>{ths}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def section_histograms(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
+    figs = []
+    for run_entries in groups.values():
+        e = representative(run_entries)
+        if e.samples() is None:
+            continue
+        more = f"; the run has {len(run_entries)} points, this is its {e.where()} point" if len(run_entries) > 1 else ""
+        figs.append(_img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
+                         f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
+                         f"after {e.point.get('warmup', '?')} warm-up (excluded){more}"))
+    return figs
+
+
+def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
+    """One CDF per (experiment, latency kind, size or rate x values) shared by two or more runs."""
+    by_config: dict[tuple, list[Entry]] = {}
+    for run_entries in groups.values():
+        e = representative(run_entries)
+        if e.samples() is None:
+            continue
+        key = (EXPERIMENT_ORDER.get(e.experiment, 9), e.experiment, e.latency_name, e.point.get("size") or 0,
+               e.point.get("rate_hz") or 0, e.point.get("values") or 0)
+        by_config.setdefault(key, []).append(e)
+    figs = []
+    for key, es in sorted(by_config.items()):
+        if len(es) < 2:
+            continue
+        seen: dict[str, int] = {}
+        for e in es:
+            seen[e.label] = seen.get(e.label, 0) + 1
+        curves, nth = [], {}
+        for e in sorted(es, key=lambda e: (e.label, e.run.rel)):
+            nth[e.label] = nth.get(e.label, -1) + 1    # runs that share a label: same colour, own line style
+            # One legend entry per label, however many runs share it (a bench has dozens).
+            name = ("_" if nth[e.label] else e.label + (f" ({seen[e.label]} runs)" if seen[e.label] > 1 else ""))
+            curves.append((name, e.samples(), colors(e.label), ("-", "--", ":", "-.")[nth[e.label] % 4]))
+        e0 = es[0]
+        figs.append(_img(fig_cdf(f"{e0.experiment} {e0.where()}\nCDF of the {e0.latency_name}", curves,
+                                 e0.latency_name),
+                         f"CDF {e0.experiment} {e0.where()}",
+                         f"{e0.experiment}, {e0.where()}: {len(curves)} runs; dotted lines at p50 and p99"))
+    return figs
+
+
+def section_sizes(entries: list[Entry], colors: Colors) -> list[str]:
+    """Latency vs size per experiment (lat: RTT/2, oneway: measured), series per transport/mode."""
+    figs = []
+    for exp in ("lat", "oneway"):
+        points: dict[str, dict[int, Entry]] = {}
+        for e in entries:
+            if e.experiment != exp or e.run.peer or not e.point.get("latency_ns") or not e.point.get("size"):
+                continue
+            size = int(e.point["size"])
+            have = points.setdefault(e.label, {}).get(size)
+            # The same size twice (a baseline run and a sweep): keep the larger sample.
+            if have is None or (e.point.get("iterations") or 0) > (have.point.get("iterations") or 0):
+                points[e.label][size] = e
+        series = {}
+        for label, by_size in points.items():
+            if len(by_size) < 2:
+                continue
+            rows = []
+            for size, e in sorted(by_size.items()):
+                pct = percentiles(e)
+                if pct is not None:
+                    rows.append((size, *pct))
+            if len(rows) >= 2:
+                series[label] = rows
+        if series:
+            name = latency_name({}, exp)
+            title = f"{exp}: {name} vs message size"
+            figs.append(_img(fig_latency_vs_size(title, series, name, colors), title,
+                             f"{exp}: {name}; one line per transport/mode", wide=True))
+    return figs
+
+
+def section_bandwidth(entries: list[Entry], colors: Colors) -> list[str]:
+    series: dict[str, dict[int, tuple]] = {}
+    for e in entries:
+        p = e.point
+        if e.experiment != "bw" or e.run.peer or p.get("gbps") is None or not p.get("size"):
+            continue
+        series.setdefault(e.label, {})[int(p["size"])] = (int(p["size"]), float(p["gbps"]),
+                                                          float(p.get("msg_rate") or np.nan))
+    series_rows = {k: [v[s] for s in sorted(v)] for k, v in series.items() if len(v) >= 2}
+    if not series_rows:
+        return []
+    return [_img(fig_bandwidth(series_rows, colors), "bandwidth and message rate vs size",
+                 "bw: one line per transport/mode (bidir: both directions at once)", wide=True)]
+
+
+def section_stream(entries: list[Entry], colors: Colors) -> list[str]:
+    streams = [e for e in entries if not e.run.peer and e.point.get("rate_hz") is not None
+               and e.point.get("latency_ns")]
+    if not streams:
+        return []
+    by_values: dict[int, dict[str, dict[int, tuple]]] = {}
+    cells: dict[str, dict[tuple[int, int], tuple]] = {}
+    for e in streams:
+        p = e.point
+        rate, values = int(p["rate_hz"]), int(p.get("values") or 0)
+        pct = percentiles(e)
+        if pct is None:
+            continue
+        missed = p.get("missed_pct")
+        by_values.setdefault(values, {}).setdefault(e.label, {})[rate] = (rate, *pct, np.nan if missed is None
+                                                                          else float(missed))
+        cells.setdefault(e.label, {})[(rate, values)] = (pct[1], None if missed is None else float(missed))
+    figs = []
+    lines = {v: {lab: [pts[r] for r in sorted(pts)] for lab, pts in series.items() if len(pts) >= 2}
+             for v, series in by_values.items()}
+    lines = {v: s for v, s in lines.items() if s}
+    if lines:
+        figs.append(_img(fig_stream_vs_rate(lines, colors), "stream latency vs rate",
+                         "stream: median one-way latency (receive time minus the scheduled step time) vs sample "
+                         "rate, with the share of steps the source missed (dashed, right axis)", wide=True))
+    for label, grid in sorted(cells.items()):
+        if len({r for r, _ in grid}) >= 2 and len({v for _, v in grid}) >= 2:
+            figs.append(_img(fig_stream_heatmap(label, grid), f"stream heatmap {label}",
+                             f"stream {label}: median one-way latency over rate x values per sample"))
+    return figs
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto; max-width: 1400px;
+       padding: 1rem 2rem; color: #1d232a; background: #fff; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; border-bottom: 1px solid #d5dbe1;
+     padding-bottom: .2rem; margin-top: 2rem; }
+.meta { color: #5a6570; font-size: .9rem; } nav a { margin-right: 1rem; font-size: .9rem; }
+table { border-collapse: collapse; font-size: .76rem; } th, td { padding: .15rem .35rem; text-align: right;
+        border-bottom: 1px solid #eceff2; white-space: nowrap; }
+th { background: #f4f6f8; position: sticky; top: 0; white-space: normal; vertical-align: bottom; }
+td:nth-child(-n+5), th:nth-child(-n+5) { text-align: left; }
+table.env th { text-align: left; position: static; } table.env td { text-align: left; white-space: normal; }
+table.env { margin-bottom: 1rem; max-width: 100%; }
+tr.peer td { background: #fbf7ea; } tr.failed td { color: #a3342b; } td.note { white-space: normal; text-align: left;
+     font-style: italic; color: #6b5a21; }
+.scroll { max-height: 32rem; overflow: auto; border: 1px solid #e3e7eb; }
+.figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 1.2rem; }
+figure { margin: 0; } figure.wide { grid-column: 1 / -1; max-width: 1100px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eef0f2; }
+figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
+"""
+
+
+def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
+    entries = entries_of(runs)
+    colors = Colors([e.label for e in entries])
+    groups: dict[int, list[Entry]] = {}
+    for e in entries:
+        if not e.run.peer:
+            groups.setdefault(id(e.run), []).append(e)
+
+    sections = [
+        ("histograms", "Latency histograms (one per run)", section_histograms(groups, colors),
+         "Each run's latency distribution. Solid: median; dashed: max; dotted: the run's threshold (oneway) or "
+         "deadline (stream), with the share above it. A compact distribution is drawn on a linear axis up to "
+         "p50 + 4 x (p99 - p50), the samples beyond counted in the legend; a heavy-tailed one (p99 > 5 x p50) "
+         "on a log axis from min to max."),
+        ("cdf", "CDF overlays per transport and mode", section_cdfs(groups, colors),
+         "Runs of the same experiment and size side by side (multi-point runs: their representative point)."),
+        ("sizes", "Latency vs message size", section_sizes(entries, colors), ""),
+        ("bandwidth", "Bandwidth and message rate vs message size", section_bandwidth(entries, colors), ""),
+        ("stream", "Stream: latency vs rate, missed steps, rate x values", section_stream(entries, colors), ""),
+    ]
+    n_points = sum(1 for e in entries if not e.run.peer)
+    n_peer = sum(1 for e in entries if e.run.peer)
+    statuses: dict[str, int] = {}
+    for r in runs:
+        if not r.peer:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+    suites = []
+    for idx in sorted(root.rglob("index.json")):
+        try:
+            d = json.loads(idx.read_text())
+            suites.append(f"suite <b>{html.escape(str(d.get('suite')))}</b>: "
+                          f"{html.escape(str(d.get('description', '')))}"
+                          f" ({html.escape(str(d.get('status')))})")
+        except (OSError, ValueError, AttributeError):
+            continue
+    nav = "".join(f'<a href="#{sid}">{html.escape(title.split(":")[0])}</a>'
+                  for sid, title, figs, _ in sections if figs)
+    body = [f"<h1>fabmeter report: {html.escape(root.name or str(root))}</h1>",
+            f'<p class="meta">{html.escape(str(root))} &middot; generated {html.escape(now_iso())} by fabmeter '
+            f"{html.escape(__version__)} &middot; {sum(1 for r in runs if not r.peer)} runs "
+            f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points"
+            + (f", {n_peer} peer results" if n_peer else "") + "</p>"]
+    body += [f'<p class="meta">{s}</p>' for s in suites]
+    body.append(f'<nav><a href="#environment">Environment</a><a href="#table">Comparison table</a>{nav}</nav>')
+    if problems:
+        body.append("<p class='meta'>Not read: " + html.escape("; ".join(problems)) + "</p>")
+    body.append('<h2 id="environment">Environment</h2>' + section_environment(runs))
+    body.append('<h2 id="table">Comparison table</h2><p class="meta">The latency column says what p50, p99 and '
+                "max are: <b>RTT/2</b> (half a measured round trip, lat) or <b>one-way</b> (receive time minus the "
+                "scheduled send time, oneway and stream); a peer tool that reports only the round trip shows "
+                "<b>RTT</b>. Peer rows (shaded) come from other tools and are only as comparable as their note "
+                "says.</p>" + section_table(entries, runs))
+    for sid, title, figs, intro in sections:
+        if figs:
+            body.append(f'<h2 id="{sid}">{html.escape(title)}</h2>' + (f'<p class="meta">{html.escape(intro)}</p>'
+                                                                       if intro else "")
+                        + '<div class="figs">' + "".join(figs) + "</div>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>fabmeter report: {html.escape(root.name or str(root))}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write(root: Path, output: Optional[Path] = None) -> Path:
+    """Writes the report of everything under root; returns its path."""
+    root = root.resolve()
+    if not root.is_dir():
+        raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
+    runs, problems = load(root)
+    if not runs:
+        raise FabmeterError(f"no run.json or peers.json under {root}", EXIT_USAGE)
+    output = (output or root / "report.html").resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    text = build_html(root, runs, problems)
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(output)
+    return output
+
+
+def main(root: Path, output: Optional[Path]) -> int:
+    path = write(root, output)
+    print(path)
+    sys.stdout.flush()
+    return EXIT_OK

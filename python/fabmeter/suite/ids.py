@@ -1,0 +1,58 @@
+"""Point ids: a point is named by what sets it apart from the suite's other points."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from fabmeter.options import Option, Options
+
+ALWAYS_IN_ID = ("experiment", "transport", "poll")
+PY_KEYS = ("experiment", "cpus", "server")   # orchestration keys, not engine options
+
+# Short forms of keys in point ids (s32, r1000, v8); other numeric keys read
+# key+value (tx-depth64), other text keys key-value (timer-tsc).
+ID_PREFIX = {"size": "s", "max_size": "max", "iters": "n", "warmup": "w", "rate": "r", "values": "v",
+             "signal_every": "sig", "inline": "inline", "count": "c", "burst_size": "burst"}
+ID_BARE = {"poll", "service", "op"}          # their values name themselves: busy, rc, write
+ID_FLAG = {"all": "sweep"}                   # flags appear (only when true) under this name
+
+
+def token(key: str, value: Any, opt: Optional[Option]) -> str:
+    """One key's part of an id: s32K, r1000+10000, timer-tsc, sweep."""
+    if opt is not None and opt.type == "flag":
+        return ID_FLAG.get(key, key.replace("_", "-")) if value else ""
+    text = opt.text(value) if opt is not None else str(value)   # sizes read 32K
+    text = re.sub(r"[^A-Za-z0-9.+_-]", "_", text.replace(",", "+"))
+    if key in ALWAYS_IN_ID or key in ID_BARE:
+        return text
+    if key in ID_PREFIX:
+        return ID_PREFIX[key] + text
+    name = key.replace("_", "-")
+    numeric = opt is not None and (opt.type in ("size", "count", "duration", "rate", "list")) and value != "auto"
+    return f"{name}{text}" if numeric else f"{name}-{text}"
+
+
+def assign(points: list, table: Options) -> None:
+    """Sets each point's id: experiment, transport, poll, and each key its
+    own [[matrix]] table sets whose value varies across the suite.
+    `points`: (Point, keys of its table) pairs."""
+    def value_of(p, key: str) -> Any:
+        if key in ("cpus", "server"):
+            return getattr(p, key)
+        return p.options.get(key, table[key].default)
+
+    def applies(p, key: str) -> bool:
+        return key in PY_KEYS or table[key].applies(p.experiment, p.transport)
+
+    keys = [o.key for o in table]
+    varying = {k for k in PY_KEYS + tuple(keys) if k not in ALWAYS_IN_ID
+               and len({token(k, value_of(p, k), table.get(k)) for p, _ in points if applies(p, k)}) > 1}
+    order = [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE] + ["cpus", "server"]
+    for p, own in points:
+        tokens = [p.experiment, p.transport]
+        if "poll" in table:
+            tokens.append(token("poll", value_of(p, "poll"), table["poll"]))
+        tokens += [token(k, value_of(p, k), table.get(k))
+                   for k in order if k in own and k in varying and value_of(p, k) is not None]
+        p.id = "-".join(x for x in tokens if x)

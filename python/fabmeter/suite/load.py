@@ -1,0 +1,298 @@
+"""A suite file: read, checked against the engine's option table, expanded into points."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from difflib import get_close_matches
+from pathlib import Path
+from typing import Any, Optional
+
+from fabmeter.options import Option, Options, _csv
+from fabmeter.suite import ids
+from fabmeter.suite.ids import PY_KEYS
+
+TOP_KEYS = ("name", "description", "defaults", "matrix")
+
+
+class SuiteError(Exception):
+    """A problem in the suite file, with the line it is on (0: the file as a whole)."""
+
+    def __init__(self, message: str, line: int = 0):
+        super().__init__(message)
+        self.message, self.line = message, line
+
+
+# --- where keys are: tomllib gives no line numbers --------------------------
+
+_HEADER_RE = re.compile(r"^\s*(\[\[|\[)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_RE = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=(.*)$""")
+
+
+def _bracket_depth(text: str) -> int:
+    """Net [ minus ] in a TOML value, ignoring strings and comments."""
+    depth, quote, i = 0, None, 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c == "#":
+            break
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        i += 1
+    return depth
+
+
+class KeyLines:
+    """Line numbers of keys and table headers, from a scan of the file text.
+
+    Sections: ("", 0) is the top level, ("defaults", 0), ("matrix", i) the
+    i-th [[matrix]] table; other headers keep their name.
+    """
+
+    def __init__(self, text: str):
+        self.keys: dict[tuple[str, int, str], int] = {}
+        self.headers: dict[tuple[str, int], int] = {}
+        section, counts, depth = ("", 0), {}, 0
+        for number, line in enumerate(text.splitlines(), start=1):
+            if depth > 0:                     # inside a multi-line array
+                depth += _bracket_depth(line)
+                continue
+            m = _HEADER_RE.match(line)
+            if m:
+                name = m.group(2).strip().strip('"')
+                index = counts.get(name, 0)
+                counts[name] = index + 1 if m.group(1) == "[[" else index
+                section = (name, index)
+                self.headers.setdefault(section, number)
+                continue
+            m = _KEY_RE.match(line)
+            if m:
+                key = m.group(1).strip("\"'")
+                self.keys.setdefault((section[0], section[1], key), number)
+                depth = max(0, _bracket_depth(m.group(2)))
+
+    def key(self, section: str, index: int, key: str) -> int:
+        return self.keys.get((section, index, key)) or self.headers.get((section, index), 0)
+
+    def header(self, section: str, index: int = 0) -> int:
+        return self.headers.get((section, index), 0)
+
+
+def known_names(info: dict, table: Options) -> tuple[set[str], set[str]]:
+    """Experiments and transports fabmeter knows of: those built in plus those any option is scoped to."""
+    experiments, transports = set(info.get("experiments", [])), set(info.get("transports", []))
+    for o in table:
+        experiments.update(x for x in _csv(o.scope) if x != "all")
+        transports.update(x for x in _csv(o.transports) if x != "all")
+    return experiments, transports
+
+
+@dataclass
+class Point:
+    id: str
+    experiment: str
+    transport: str
+    options: dict                   # engine option key -> typed value, as the suite sets them
+    cpus: Optional[str] = None
+    server: Optional[str] = None
+    line: int = 0                   # its [[matrix]] header
+    skip: str = ""                  # why it cannot run on this engine ("" = it can)
+
+    def params(self, table: Options) -> dict:
+        """The engine's `params` this point runs with: its options over the engine's defaults."""
+        return {"experiment": self.experiment, **table.defaults(), **self.options}
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    path: Path
+    points: list[Point] = field(default_factory=list)
+    options: Options = None
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
+    """One scalar value, typed by the engine's table; the engine checks ranges when it runs."""
+    def bad(expected: str):
+        raise SuiteError(f"key '{key}': expected {expected}, got {_type_name(value)} ({value!r})", line)
+
+    if opt is None or key == "transport":   # python-side keys; transports are checked by name
+        if key == "cpus":
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(,\d+)?$", str(value)):
+                bad('a CPU list "A,B" (client, server)')
+            allowed = os.sched_getaffinity(0)
+            missing = [c for c in map(int, str(value).split(",")) if c not in allowed]
+            if missing:
+                raise SuiteError(f"key 'cpus': CPU {missing[0]} is not available here "
+                                 f"(allowed: {','.join(map(str, sorted(allowed)))})", line)
+            return str(value)
+        if not isinstance(value, str) or not value:
+            bad("a non-empty string")
+        return value
+    try:
+        return opt.typed(value)
+    except ValueError as e:
+        bad(str(e))
+
+
+def _unknown_key(key: str, line: int, candidates: list[str]) -> SuiteError:
+    hint = get_close_matches(key.replace("-", "_"), candidates, n=1)
+    why = " (options use the key form with '_', as in run.json)" if hint and "-" in key else ""
+    return SuiteError(f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?){why}" if hint else ""), line)
+
+
+def load(path: Path, info: dict) -> Suite:
+    """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`)."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SuiteError(f"cannot read the suite file: {e.strerror or e}")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column \d+\)", str(e))
+        raise SuiteError(f"not valid TOML: {e}", int(m.group(1)) if m else 0)
+    lines = KeyLines(text)
+    table = Options(info)
+    experiments, transports = known_names(info, table)
+    allowed_keys = list(PY_KEYS) + [o.key for o in table]
+
+    for key in doc:
+        if key not in TOP_KEYS:
+            line = lines.key("", 0, key) or lines.header(key)
+            raise SuiteError(f"unknown key '{key}' at the top level (expected: {', '.join(TOP_KEYS)})", line)
+    name = doc.get("name", re.sub(r"[^A-Za-z0-9._-]", "_", path.stem))
+    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9._-]+$", name):
+        raise SuiteError("key 'name': expected a string of letters, digits, '.', '_' or '-' "
+                         "(it names the results folder)", lines.key("", 0, "name"))
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise SuiteError("key 'description': expected a string", lines.key("", 0, "description"))
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise SuiteError("key 'defaults': expected a table: [defaults]", lines.key("", 0, "defaults"))
+    matrix = doc.get("matrix")
+    if matrix is None:
+        raise SuiteError("no [[matrix]] table: a suite needs at least one")
+    if not isinstance(matrix, list) or not all(isinstance(t, dict) for t in matrix) or not matrix:
+        raise SuiteError("key 'matrix': expected one or more [[matrix]] tables", lines.key("", 0, "matrix"))
+
+    def check_key(section: str, index: int, key: str, given: Any, allow_list: bool) -> list:
+        line = lines.key(section, index, key)
+        if key not in allowed_keys:
+            raise _unknown_key(key, line, allowed_keys)
+        values = given if isinstance(given, list) else [given]
+        if isinstance(given, list):
+            if not allow_list:
+                raise SuiteError(f"key '{key}': [defaults] take one value each; "
+                                 "put lists (matrix axes) in a [[matrix]] table", line)
+            if not given:
+                raise SuiteError(f"key '{key}': empty list", line)
+            dup = [x for pos, x in enumerate(given) if x in given[:pos]]
+            if dup:
+                raise SuiteError(f"key '{key}': {dup[0]!r} is listed twice", line)
+        typed = []
+        for x in values:
+            if not isinstance(x, (str, int, float, bool)):
+                raise SuiteError(f"key '{key}': expected a value or a list of values, got {_type_name(x)}", line)
+            typed.append(_typed(key, x, table.get(key), line))
+            if key == "experiment" and x not in experiments:
+                raise SuiteError(f"key 'experiment': unknown experiment '{x}' "
+                                 f"(known: {', '.join(sorted(experiments))})", line)
+            if key == "transport" and x not in transports:
+                raise SuiteError(f"key 'transport': unknown transport '{x}' "
+                                 f"(known: {', '.join(sorted(transports))})", line)
+        return typed
+
+    defaults = {key: check_key("defaults", 0, key, v, allow_list=False)[0] for key, v in defaults.items()}
+
+    default_transport = table["transport"].default if "transport" in table else "shm"
+    built_experiments, built_transports = set(info.get("experiments", [])), set(info.get("transports", []))
+    used_defaults: set[str] = set()
+    expanded: list[tuple[Point, list[str]]] = []   # each point with the keys its own table sets
+
+    for index, t in enumerate(matrix):
+        header = lines.header("matrix", index)
+        axes = {key: check_key("matrix", index, key, v, allow_list=True) for key, v in t.items()}
+        if "experiment" not in axes and "experiment" not in defaults:
+            raise SuiteError("[[matrix]] has no 'experiment' (set it here or in [defaults])", header)
+        axes.setdefault("experiment", [defaults.get("experiment")])
+        axes.setdefault("transport", [defaults.get("transport", default_transport)])
+        # Every key of a [[matrix]] table must apply to every point it makes.
+        for exp, tr in itertools.product(axes["experiment"], axes["transport"]):
+            for key in t:
+                opt = table.get(key)
+                if opt is not None and not opt.applies(exp, tr):
+                    if opt.scope == "all" or exp in _csv(opt.scope):
+                        bad, only = f"transport '{tr}'", f"transports {opt.transports}"
+                    else:
+                        bad, only = f"experiment '{exp}'", f"experiments {opt.scope}"
+                    raise SuiteError(f"key '{key}' does not apply to {bad} (only to {only}); "
+                                     "put it in a [[matrix]] table of its own", lines.key("matrix", index, key))
+        keys = list(axes)
+        for combo in itertools.product(*(axes[k] for k in keys)):
+            chosen = dict(zip(keys, combo))
+            exp, tr = chosen["experiment"], chosen["transport"]
+            opts: dict[str, Any] = {}
+            for key, v in defaults.items():      # defaults apply where they can
+                opt = table.get(key)
+                if opt is not None and opt.applies(exp, tr):
+                    opts[key] = v
+                    used_defaults.add(key)
+            opts.update({k: v for k, v in chosen.items() if k in table})
+            opts["transport"] = tr
+            cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
+            skip = ""
+            if exp not in built_experiments:
+                skip = f"experiment '{exp}' is not built into this engine"
+            elif tr not in built_transports:
+                skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
+            expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip),
+                             list(t)))
+    unused = [k for k in defaults if k in table and k not in used_defaults]
+    if unused:
+        opt = table[unused[0]]
+        raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
+                         f"(only to {opt.where()})", lines.key("defaults", 0, unused[0]))
+
+    ids.assign(expanded, table)
+    points: dict[str, Point] = {}   # one point per distinct configuration, the first id wins
+    by_id: dict[str, Point] = {}
+    for p, _ in expanded:
+        # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
+        config = json.dumps([p.experiment, p.cpus, p.server, p.params(table)])
+        if config in points:
+            continue
+        if p.id in by_id:
+            raise SuiteError(f"two different points get the id '{p.id}' ([[matrix]] at lines "
+                             f"{by_id[p.id].line} and {p.line}); make them differ in a matrix key", p.line)
+        points[config] = by_id[p.id] = p
+    return Suite(name, description, path, list(points.values()), table)

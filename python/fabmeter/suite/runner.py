@@ -1,0 +1,244 @@
+"""Running a suite's points, each into OUT/<point id>, with OUT/index.json."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import __version__, run
+from fabmeter.engine import engine_info
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
+from fabmeter.options import Options
+from fabmeter.results import RunRecord, equivalent_command, now_iso, run_config, write_json
+from fabmeter.suite.load import Point, Suite, SuiteError, load
+
+
+def _fmt_duration(seconds: float) -> str:
+    whole = int(round(seconds))
+    if whole >= 3600:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    if whole >= 60:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole}s"
+
+
+class Progress:
+    """`[12/84] oneway-tcp-event-s512  ETA 3m20s` on stderr: one line rewritten
+    on a terminal, one line per point otherwise (logs, CI)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.tty = sys.stderr.isatty()
+        self.times: list[float] = []
+        self._width = 0
+
+    def start(self, number: int, pid: str) -> None:
+        left = self.total - number + 1
+        eta = f"  ETA {_fmt_duration(sum(self.times) / len(self.times) * left)}" if self.times else ""
+        line = f"[{number}/{self.total}] {pid}{eta}"
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def done(self, seconds: float) -> None:
+        self.times.append(seconds)
+
+    def say(self, text: str) -> None:
+        """A line of its own (a failure, a skip) without breaking the progress line."""
+        if self.tty and self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            self._width = 0
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty and self._width:
+            sys.stderr.write("\n")
+            self._width = 0
+
+
+def _read_run(folder: Path) -> Optional[dict]:
+    try:
+        return json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_finished(folder: Path, point: Point, table: Options) -> bool:
+    """run.json says ok, and the engine ran with the very params this point
+    asks for (an edited suite reruns the point)."""
+    doc = _read_run(folder)
+    if not doc or doc.get("status") != "ok":
+        return False
+    cfg = doc.get("config") or {}
+    return cfg.get("params") == point.params(table) and (cfg.get("suite") or {}).get("point") == point.id
+
+
+def _clear(folder: Path) -> None:
+    """An unfinished point starts from an empty folder: no stale samples."""
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if f.is_file() and (f.suffix == ".npy" or f.name.startswith("run.json")):
+                f.unlink()
+
+
+def _cpus_of(point: Point, override: Optional[tuple[int, ...]],
+             default: Optional[tuple[int, ...]]) -> Optional[tuple[int, ...]]:
+    if override is not None:
+        return override
+    if point.cpus:
+        return tuple(int(x) for x in point.cpus.split(","))
+    return default
+
+
+class Index:
+    """OUT/index.json: every point with its status, rewritten after each point."""
+
+    def __init__(self, out: Path, suite: Suite):
+        self.path = out / "index.json"
+        self.doc = {"suite": suite.name, "description": suite.description, "file": str(suite.path),
+                    "fabmeter_version": __version__, "started_at": now_iso(), "updated_at": None,
+                    "status": "running", "points": []}
+        self.by_id: dict[str, dict] = {}
+        for p in suite.points:
+            doc = _read_run(out / p.id)
+            status = "skipped" if p.skip else (doc or {}).get("status", "pending")
+            entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
+                     "options": p.options, "status": status,
+                     "message": p.skip or (doc or {}).get("message", ""), "seconds": None}
+            self.doc["points"].append(entry)
+            self.by_id[p.id] = entry
+
+    def set(self, pid: str, **fields) -> None:
+        self.by_id[pid].update(fields)
+        self.write()
+
+    def write(self, status: Optional[str] = None) -> None:
+        if status:
+            self.doc["status"] = status
+        self.doc["updated_at"] = now_iso()
+        write_json(self.path, self.doc)
+
+
+def print_plan(suite: Suite, out: Path) -> None:
+    """--dry-run: every point, what would happen to it and its command."""
+    for p in suite.points:
+        state = f"skip: {p.skip}" if p.skip else ("done" if is_finished(out / p.id, p, suite.options) else "run")
+        cmd = " ".join(["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
+                       + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
+        print(f"{p.id}  [{state}]  {cmd}")
+    runnable = [p for p in suite.points if not p.skip]
+    print(f"{len(suite.points)} points: {len(runnable)} runnable, {len(suite.points) - len(runnable)} skipped "
+          f"(not built into this engine); results would go to {out}")
+
+
+def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
+              default_cpus: Optional[tuple[int, ...]]) -> int:
+    """Runs every point not finished yet; returns the exit code."""
+    out.mkdir(parents=True, exist_ok=True)
+    index = Index(out, suite)
+    index.write()
+    runnable = [p for p in suite.points if not p.skip]
+    progress = Progress(len(runnable))
+    skipped_why: dict[str, int] = {}
+    for p in suite.points:
+        if p.skip:
+            skipped_why[p.skip] = skipped_why.get(p.skip, 0) + 1
+    for why, count in skipped_why.items():
+        progress.say(f"suite: skipping {count} point{'s' * (count != 1)}: {why}")
+    done = [p for p in runnable if is_finished(out / p.id, p, suite.options)]
+    if done:
+        progress.say(f"suite: {len(done)} of {len(runnable)} points already finished in {out}, skipping them")
+    done_ids = {p.id for p in done}
+
+    failed: list[tuple[str, str]] = []
+    ran = 0
+    status = "ok"
+    current: Optional[tuple[Point, RunRecord]] = None
+    # SIGTERM between points stops the suite like Ctrl-C (during a point,
+    # run.execute forwards it to the engines).
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, signal.default_int_handler) if main_thread else None
+    try:
+        for number, p in enumerate(runnable, start=1):
+            if p.id in done_ids:
+                continue
+            progress.start(number, p.id)
+            folder = out / p.id
+            _clear(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+            cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
+                            else default_cpus[:1])
+            spec = run.RunSpec(p.experiment, p.options, cpus=cpus, server=p.server, out=folder, engine=engine)
+            config = run_config(p.experiment, cpus, p.server, engine,
+                                suite={"name": suite.name, "file": str(suite.path), "point": p.id})
+            record = RunRecord(folder, config, command=equivalent_command(spec))
+            record.flush()
+            current = (p, record)
+            index.set(p.id, status="running", message="")
+            t0 = time.monotonic()
+            res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+            seconds = time.monotonic() - t0
+            record.finish(res.status, res.message, res.exit_code)
+            current = None
+            index.set(p.id, status=res.status, message=res.message, seconds=round(seconds, 3))
+            ran += 1
+            if res.exit_code == EXIT_INTERRUPTED:
+                status = "interrupted"
+                break
+            progress.done(seconds)
+            if res.exit_code != EXIT_OK:
+                failed.append((p.id, res.message or res.status))
+                progress.say(f"suite: {p.id} failed: {res.message or res.status}")
+    except KeyboardInterrupt:
+        status = "interrupted"
+        if current is not None:   # stopped between starting the record and the engines
+            p, record = current
+            record.finish("interrupted", "interrupted", EXIT_INTERRUPTED)
+            index.set(p.id, status="interrupted", message="interrupted")
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        progress.close()
+
+    if status != "interrupted" and failed:
+        status = "failed"
+    index.write(status)
+    counts: dict[str, int] = {}
+    for e in index.doc["points"]:
+        if e["status"] != "skipped":
+            counts[e["status"]] = counts.get(e["status"], 0) + 1
+    skipped = len(suite.points) - len(runnable)
+    print(f"suite {suite.name}: {len(runnable)} points: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
+          + f" ({len(done)} finished before, {ran} run now)"
+          + (f"; {skipped} more skipped: not built into this engine" if skipped else ""))
+    for pid, why in failed:
+        print(f"  failed: {pid}: {why}")
+    print(f"results: {out}/<point>/run.json, index: {index.path}\n"
+          f"report:  fabmeter report {out}")
+    if status == "interrupted":
+        sys.stderr.write("fabmeter: interrupted; finished points are kept: run the suite again to resume\n")
+        return EXIT_INTERRUPTED
+    return EXIT_RUNTIME if failed else EXIT_OK
+
+
+def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
+         cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]]) -> int:
+    try:
+        suite = load(path, engine_info(engine))
+    except SuiteError as e:
+        where = f"{path}:{e.line}: " if e.line else f"{path}: "
+        raise FabmeterError(where + e.message, EXIT_USAGE)
+    out = (out or Path("results") / suite.name).resolve()
+    if dry_run:
+        print_plan(suite, out)
+        return EXIT_OK
+    return run_suite(suite, out, engine, cpus_override, default_cpus)
