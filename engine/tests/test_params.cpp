@@ -14,8 +14,8 @@ TEST(Params, ParsesLongShortAndSuffixes) {
   EXPECT_EQ(p.size, 65536u);
   EXPECT_EQ(p.poll, fm::Poll::event);
   EXPECT_EQ(p.iters, 500u);
-  EXPECT_TRUE(p.bidir);
-  EXPECT_EQ(p.tx_depth, 16u);
+  EXPECT_TRUE(p.bw.bidir);
+  EXPECT_EQ(p.bw.tx_depth, 16u);
   EXPECT_NO_THROW(fm::validate(p));
 }
 
@@ -25,8 +25,8 @@ TEST(Params, RoundTripsThroughControlChannelEncoding) {
   fm::parse_options(p, {"-t", "udp", "--bursts", "3", "--burst-size", "7", "--pause-us", "2.5"});
   Params q = fm::decode_params(fm::encode_params(p));
   EXPECT_EQ(fm::encode_params(p), fm::encode_params(q));
-  EXPECT_EQ(q.bursts, 3u);
-  EXPECT_DOUBLE_EQ(q.pause_us, 2.5);
+  EXPECT_EQ(q.oneway.bursts, 3u);
+  EXPECT_DOUBLE_EQ(q.oneway.pause_us, 2.5);
 }
 
 static fm::ErrorKind kind_of(std::initializer_list<std::string> args, const char* exp = "lat") {
