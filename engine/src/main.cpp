@@ -27,8 +27,8 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
-run prints JSON lines on stdout: "start", one "point" per measured size,
-"transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+run prints JSON lines on stdout: "start", one "point" per measured point (a
+size; stream: a rate x values pair), "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default

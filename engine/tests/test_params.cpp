@@ -169,8 +169,12 @@ TEST(Params, OptionTransportsComeFromTheGroupsTransportsRead) {
   EXPECT_EQ(fm::transports_reading("common"), "all");
   EXPECT_EQ(fm::transports_reading("bw"), "all");  // --tx-depth: every transport; binds where sends complete
   const auto* rq = fm::find_option("rq-depth");
-  for (const char* t : {"shm", "verbs", "ofi"}) EXPECT_TRUE(fm::in_list(rq->transports, t)) << t;
-  for (const char* t : {"tcp", "udp", "zmq"}) EXPECT_FALSE(fm::in_list(rq->transports, t)) << t;
+  for (const char* t : {"shm", "verbs", "ofi"}) {
+    EXPECT_TRUE(fm::in_list(rq->transports, t)) << t;
+  }
+  for (const char* t : {"tcp", "udp", "zmq"}) {
+    EXPECT_FALSE(fm::in_list(rq->transports, t)) << t;
+  }
   EXPECT_EQ(fm::find_option("service")->transports, "verbs");
   EXPECT_EQ(fm::find_option("endpoint")->transports, "zmq,nng,nanomsg");
 }

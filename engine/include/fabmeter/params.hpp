@@ -204,7 +204,6 @@ bool in_list(std::string_view list, std::string_view item);  // "all" or comma l
 struct TransportDecl {
   const char* name;
   const char* groups;  // comma list of kGroup names
-  bool built;          // compiled into this binary (its library was found)
 };
 const std::vector<TransportDecl>& declared_transports();
 // The transports an option of `group` applies to: those that read it, or
