@@ -110,10 +110,6 @@ struct MessagingOptions {
   bool operator==(const MessagingOptions&) const = default;
 };
 
-// Every group, in the order a transport's constructor takes those it reads.
-using OptionGroups = std::tuple<CommonOptions, OnewayOptions, BwOptions, StreamOptions, QueueOptions, RdmaOptions,
-                                VerbsOptions, OfiOptions, MessagingOptions>;
-
 // The common group is the base, so the options every part reads stay p.size,
 // p.poll, ...; each other group is a member named as the group.
 struct Params : CommonOptions {
@@ -132,21 +128,28 @@ struct Params : CommonOptions {
   std::vector<std::string> given;
 };
 
+// Every group but common, in the order a transport's constructor takes
+// those it reads. A new group: its struct, its member above, its entry here.
+inline constexpr std::tuple kGroupMembers{&Params::oneway, &Params::bw,   &Params::stream,
+                                          &Params::queue,  &Params::rdma, &Params::verbs,
+                                          &Params::ofi,    &Params::messaging};
+
+template <class>
+struct GroupsOf;
+template <class... G>
+struct GroupsOf<std::tuple<G Params::*...>> {
+  using type = std::tuple<CommonOptions, G...>;
+};
+// Every group's struct: CommonOptions, OnewayOptions, ...
+using OptionGroups = GroupsOf<std::remove_const_t<decltype(kGroupMembers)>>::type;
+
 // The group G of p: group_of<RdmaOptions>(p) is p.rdma.
 template <class G, class P>
 auto& group_of(P& p) {
-  if constexpr (std::is_same_v<G, CommonOptions>) return static_cast<std::conditional_t<std::is_const_v<P>, const CommonOptions&, CommonOptions&>>(p);
-  else if constexpr (std::is_same_v<G, OnewayOptions>) return p.oneway;
-  else if constexpr (std::is_same_v<G, BwOptions>) return p.bw;
-  else if constexpr (std::is_same_v<G, StreamOptions>) return p.stream;
-  else if constexpr (std::is_same_v<G, QueueOptions>) return p.queue;
-  else if constexpr (std::is_same_v<G, RdmaOptions>) return p.rdma;
-  else if constexpr (std::is_same_v<G, VerbsOptions>) return p.verbs;
-  else if constexpr (std::is_same_v<G, OfiOptions>) return p.ofi;
-  else {
-    static_assert(std::is_same_v<G, MessagingOptions>, "not an option group");
-    return p.messaging;
-  }
+  if constexpr (std::is_same_v<G, CommonOptions>)
+    return static_cast<std::conditional_t<std::is_const_v<P>, const CommonOptions&, CommonOptions&>>(p);
+  else
+    return p.*std::get<G Params::*>(kGroupMembers);
 }
 
 // What kind of value an option takes: the Python CLI builds argparse, the
