@@ -97,6 +97,17 @@ def test_run(fm, built, tmp_path, provider, ep, poll, experiment):
         assert p["completions"] >= 1, "the last send is signaled: its completion must be seen"
 
 
+@pytest.mark.parametrize("provider,ep", [("tcp", "msg"), ("tcp", "rdm")])
+def test_tx_depth_binds(fm, built, tmp_path, provider, ep):
+    """--tx-depth (bw) is the send window: at most that many sends outstanding,
+    with a signaled one within it; lat keeps the whole send queue."""
+    p, g = run_ok(fm, tmp_path, "bw", *ofi(provider, ep), "-n", str(BW_N), "--tx-depth", "4")
+    check(p, "bw", True, BW_N)
+    assert g["send_window"] == 4 and 1 <= g["signal_every"] <= 4 and g["sq_depth"] > 4
+    _, g = run_ok(fm, tmp_path / "lat", "lat", *ofi(provider, ep), "-n", "100")
+    assert g["send_window"] == g["sq_depth"]
+
+
 def test_transport_info_in_run_json(fm, built, tmp_path):
     p, g = run_ok(fm, tmp_path, "lat", *ofi("tcp", "msg", "--inline", "64"), "-n", "200")
     for key in ("provider", "provider_version", "fabric", "domain", "ep", "fi_version", "api_version",

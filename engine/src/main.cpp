@@ -27,8 +27,8 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
-run prints JSON lines on stdout: "start", one "point" per measured size,
-"transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+run prints JSON lines on stdout: "start", one "point" per measured point (a
+size; stream: a rate x values pair), "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default
@@ -167,7 +167,7 @@ int main_(std::vector<std::string> args) {
     return fm::run_server(o);
   }
   if (cmd == "run") {
-    if (args.empty()) fm::usage_error("run: which experiment? (lat, oneway or bw)");
+    if (args.empty()) fm::usage_error(std::string("run: which experiment? (") + fm::kExperiments + ")");
     fm::Params p;
     p.experiment = args[0];
     args.erase(args.begin());
@@ -195,7 +195,7 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--sizes", &v)) {
       fm::Params scratch;
       fm::parse_options(scratch, {"--values", v});  // the same list syntax as --values
-      o.sizes = scratch.values;
+      o.sizes = scratch.stream.values;
     }
     if (take(args, "--timer-wakeups", &v)) o.timer_wakeups = static_cast<uint64_t>(parse_int("--timer-wakeups", v));
     if (take(args, "--wakeup-round-trips", &v))

@@ -14,8 +14,8 @@ TEST(Params, ParsesLongShortAndSuffixes) {
   EXPECT_EQ(p.size, 65536u);
   EXPECT_EQ(p.poll, fm::Poll::event);
   EXPECT_EQ(p.iters, 500u);
-  EXPECT_TRUE(p.bidir);
-  EXPECT_EQ(p.tx_depth, 16u);
+  EXPECT_TRUE(p.bw.bidir);
+  EXPECT_EQ(p.bw.tx_depth, 16u);
   EXPECT_NO_THROW(fm::validate(p));
 }
 
@@ -25,8 +25,8 @@ TEST(Params, RoundTripsThroughControlChannelEncoding) {
   fm::parse_options(p, {"-t", "udp", "--bursts", "3", "--burst-size", "7", "--pause-us", "2.5"});
   Params q = fm::decode_params(fm::encode_params(p));
   EXPECT_EQ(fm::encode_params(p), fm::encode_params(q));
-  EXPECT_EQ(q.bursts, 3u);
-  EXPECT_DOUBLE_EQ(q.pause_us, 2.5);
+  EXPECT_EQ(q.oneway.bursts, 3u);
+  EXPECT_DOUBLE_EQ(q.oneway.pause_us, 2.5);
 }
 
 static fm::ErrorKind kind_of(std::initializer_list<std::string> args, const char* exp = "lat") {
@@ -125,4 +125,56 @@ TEST(Params, TypedTableIsConsistent) {
   EXPECT_NE(j.find("\"tx_depth\": 128"), std::string::npos) << j;
   EXPECT_NE(j.find("\"bidir\": false"), std::string::npos) << j;
   EXPECT_NE(j.find("\"rate\": [1000]"), std::string::npos) << j;
+}
+
+// A value other than the default for each option, as its setter takes it.
+static std::string other_value(const fm::OptSpec& o, const Params& p) {
+  switch (o.type) {
+    case fm::OptType::flag: return "1";
+    case fm::OptType::list: return "7,9";
+    case fm::OptType::choice: {
+      std::string_view values = *o.values ? o.values : "tcp,udp";  // transport: any but the default
+      while (true) {
+        auto c = values.find(',');
+        std::string v(values.substr(0, c));
+        if (v != o.get(p)) return v;
+        values.remove_prefix(c + 1);
+      }
+    }
+    case fm::OptType::text: return std::string(o.name) == "sink" ? "file:x.csv" : "something";
+    default: return "7";
+  }
+}
+
+// Every group of p other than `group` compares equal to the same group of q.
+template <class... G>
+static std::vector<std::string> changed_groups(const Params& p, const Params& q, std::tuple<G...>*) {
+  std::vector<std::string> out;
+  ((fm::group_of<G>(p) == fm::group_of<G>(q) ? void() : out.push_back(G::kGroup)), ...);
+  return out;
+}
+
+TEST(Params, EachOptionWritesOnlyItsOwnGroup) {
+  for (const auto& o : fm::option_table()) {
+    const Params before;
+    Params after;
+    o.set(after, other_value(o, before));
+    EXPECT_NE(o.get(after), o.get(before)) << o.name;
+    const auto changed = changed_groups(before, after, static_cast<fm::OptionGroups*>(nullptr));
+    EXPECT_EQ(changed, std::vector<std::string>{o.group}) << o.name;
+  }
+}
+
+TEST(Params, OptionTransportsComeFromTheGroupsTransportsRead) {
+  EXPECT_EQ(fm::transports_reading("common"), "all");
+  EXPECT_EQ(fm::transports_reading("bw"), "all");  // --tx-depth: every transport; binds where sends complete
+  const auto* rq = fm::find_option("rq-depth");
+  for (const char* t : {"shm", "verbs", "ofi"}) {
+    EXPECT_TRUE(fm::in_list(rq->transports, t)) << t;
+  }
+  for (const char* t : {"tcp", "udp", "zmq"}) {
+    EXPECT_FALSE(fm::in_list(rq->transports, t)) << t;
+  }
+  EXPECT_EQ(fm::find_option("service")->transports, "verbs");
+  EXPECT_EQ(fm::find_option("endpoint")->transports, "zmq,nng,nanomsg");
 }

@@ -1,12 +1,16 @@
-// One parameter struct for every experiment and transport (as UCX perftest).
-// The option table below is the single source of the knob names: the engine
-// CLI, the control-channel handshake, run.json and the Python CLI (which
-// reads `fabmeter-engine options`) all use it.
+// The run's parameters: one struct per option group (the option table's
+// `group` column, as fabtests groups its options), so each part of the engine
+// receives only the groups it reads (a transport: its own, see
+// transport.hpp). The option table below is the single source of the knob
+// names: the engine CLI, the control-channel handshake, run.json and the
+// Python CLI (which reads `fabmeter-engine options`) all use it.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace fm {
@@ -16,9 +20,10 @@ enum class Poll { busy, event };
 // Every experiment the engine runs, as a list for in_list() and messages.
 constexpr const char* kExperiments = "lat,oneway,bw,stream,check";
 
-struct Params {
-  std::string experiment;           // lat | oneway | bw
-  std::string transport = "shm";    // shm | tcp | udp
+// Options of every experiment and transport.
+struct CommonOptions {
+  static constexpr const char* kGroup = "common";
+  std::string transport = "shm";    // one of available_transports()
   Poll poll = Poll::busy;
 
   uint64_t size = 32;               // message size in bytes
@@ -28,53 +33,124 @@ struct Params {
   double duration = 0;              // seconds; replaces -n when > 0
   int64_t warmup = -1;              // -1 = the experiment's default
 
-  // oneway
+  uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
+  std::string clock = "tsc";        // tsc | monotonic
+  uint32_t timeout_ms = 5000;       // connect and control-channel waits
+  bool operator==(const CommonOptions&) const = default;
+};
+
+struct OnewayOptions {
+  static constexpr const char* kGroup = "oneway";
   uint64_t bursts = 10;
   uint64_t burst_size = 1000;
   double pause_us = 100;
   double threshold_us = 10;
+  bool operator==(const OnewayOptions&) const = default;
+};
 
-  // bw
+struct BwOptions {
+  static constexpr const char* kGroup = "bw";
   bool bidir = false;
-  uint32_t tx_depth = 128;
+  uint32_t tx_depth = 128;          // sends in flight: the transport's send window (transport.hpp's Use)
+  bool operator==(const BwOptions&) const = default;
+};
 
-  // transport knobs
-  uint32_t rq_depth = 256;          // receive queue depth (shm: ring slots)
-  uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
-
-  std::string clock = "tsc";        // tsc | monotonic
-  uint32_t timeout_ms = 5000;       // connect and control-channel waits
-
-  // stream (lists make a grid of points)
+// Lists make a grid of points.
+struct StreamOptions {
+  static constexpr const char* kGroup = "stream";
   std::vector<uint64_t> rate = {1000};   // samples per second
   std::vector<uint64_t> values = {1};    // float64 values per sample
   uint64_t count = 0;                    // samples per point; 0 = auto (--duration, else 1 s worth)
   std::string timer = "tsc";             // tsc | timerfd | nanosleep
   std::string sink = "memory";           // memory | file:PATH
   double deadline_us = 0;                // 0 = one period
+  bool operator==(const StreamOptions&) const = default;
+};
 
-  // RDMA-class transports (verbs, ofi)
-  std::string service = "rc";       // verbs: rc | uc | ud
+// Transports with a receive queue of their own (shm's ring, verbs, ofi).
+struct QueueOptions {
+  static constexpr const char* kGroup = "queue";
+  uint32_t rq_depth = 256;          // receive queue depth (shm: ring slots)
+  bool operator==(const QueueOptions&) const = default;
+};
+
+// RDMA-class transports (verbs, ofi).
+struct RdmaOptions {
+  static constexpr const char* kGroup = "rdma";
   std::string op = "send";          // send | write (RDMA write with immediate)
   uint32_t inline_size = 0;         // --inline: send inline up to this many bytes
   uint32_t signal_every = 0;        // 0 = auto: sq_depth / 2
   uint32_t sq_depth = 128;
   uint32_t rq_refill = 0;           // repost receives when this many are free; 0 = auto
+  bool operator==(const RdmaOptions&) const = default;
+};
+
+struct VerbsOptions {
+  static constexpr const char* kGroup = "verbs";
+  std::string service = "rc";       // rc | uc | ud
   uint32_t mtu = 0;                 // 0 = the port's active MTU
   std::string device;               // "" = the first device
   uint32_t port = 1;                // device port
   int32_t gid_index = -1;           // -1 = auto
   std::string cm = "auto";          // rdma_cm | raw | auto
-  std::string provider = "tcp";     // ofi provider
-  std::string ep = "msg";           // ofi endpoint type: msg | rdm | dgram
+  bool operator==(const VerbsOptions&) const = default;
+};
+
+struct OfiOptions {
+  static constexpr const char* kGroup = "ofi";
+  std::string provider = "tcp";     // libfabric provider
+  std::string ep = "msg";           // endpoint type: msg | rdm | dgram
+  bool operator==(const OfiOptions&) const = default;
+};
+
+// Messaging libraries (zmq, nng, nanomsg).
+struct MessagingOptions {
+  static constexpr const char* kGroup = "messaging";
+  std::string endpoint;             // tcp://HOST:PORT or ipc://PATH; "" = tcp next to the control channel
+  bool operator==(const MessagingOptions&) const = default;
+};
+
+// The common group is the base, so the options every part reads stay p.size,
+// p.poll, ...; each other group is a member named as the group.
+struct Params : CommonOptions {
+  std::string experiment;           // one of kExperiments
+  OnewayOptions oneway;
+  BwOptions bw;
+  StreamOptions stream;
+  QueueOptions queue;
+  RdmaOptions rdma;
+  VerbsOptions verbs;
+  OfiOptions ofi;
+  MessagingOptions messaging;
 
   // Options named on this end's command line, so one given at its default
   // value is still checked for applying (the peer only sees values).
   std::vector<std::string> given;
-
-  // messaging libraries (zmq, nng, nanomsg)
-  std::string endpoint;             // tcp://HOST:PORT or ipc://PATH; "" = tcp next to the control channel
 };
+
+// Every group but common, in the order a transport's constructor takes
+// those it reads. A new group: its struct, its member above, its entry here.
+inline constexpr std::tuple kGroupMembers{&Params::oneway, &Params::bw,   &Params::stream,
+                                          &Params::queue,  &Params::rdma, &Params::verbs,
+                                          &Params::ofi,    &Params::messaging};
+
+template <class>
+struct GroupsOf;
+template <class... G>
+struct GroupsOf<std::tuple<G Params::*...>> {
+  using type = std::tuple<CommonOptions, G...>;
+};
+// Every group's struct: CommonOptions, OnewayOptions, ...
+using OptionGroups = GroupsOf<std::remove_const_t<decltype(kGroupMembers)>>::type;
+
+// The group G of p: group_of<RdmaOptions>(p) is p.rdma.
+template <class G, class P>
+auto& group_of(P& p) {
+  if constexpr (std::is_same_v<G, CommonOptions>)
+    return static_cast<std::conditional_t<std::is_const_v<P>, const CommonOptions&, CommonOptions&>>(p);
+  else
+    return p.*std::get<G Params::*>(kGroupMembers);
+}
 
 // What kind of value an option takes: the Python CLI builds argparse, the
 // suite schema and typed run.json values from this, never by guessing.
@@ -93,13 +169,13 @@ struct OptSpec {
   const char* name;            // long name, with '-' (the JSON/TOML key uses '_')
   char short_name = 0;         // 0 if none
   const char* metavar = "";    // "" for flags
-  const char* group = "common";  // common | oneway | bw | stream | rdma | verbs | ofi | messaging
+  const char* group = CommonOptions::kGroup;  // the kGroup of one of OptionGroups
   OptType type = OptType::text;
   const char* unit = "";       // B, s, ms, us, Hz or ""
   const char* values = "";     // choice: its values ("busy,event"); list: the item type ("rate")
   bool accepts_auto = false;   // the word auto: the experiment or transport decides
   const char* scope = "all";   // experiments it applies to: "all" or "lat,oneway"
-  const char* transports = "all";  // transports it applies to: "all" or "verbs,ofi"
+  std::string transports = "all";  // transports it applies to, from the group (transports_reading)
   const char* help = "";
   std::function<void(Params&, std::string_view)> set;
   std::function<std::string(const Params&)> get;
@@ -124,7 +200,18 @@ Params decode_params(std::string_view text);
 // Impossible combinations and out-of-range values; throws usage_error.
 void validate(const Params& p);
 
-bool in_list(const char* list, std::string_view item);  // "all" or comma list
+bool in_list(std::string_view list, std::string_view item);  // "all" or comma list
+
+// The transports with the option groups each reads beyond common: every
+// fm_transport line of engine/CMakeLists.txt, built in or not.
+struct TransportDecl {
+  const char* name;
+  const char* groups;  // comma list of kGroup names
+};
+const std::vector<TransportDecl>& declared_transports();
+// The transports an option of `group` applies to: those that read it, or
+// "all" for a group no transport reads (common and the experiments' own).
+std::string transports_reading(std::string_view group);
 
 // Sizes of this run: one, or the sweep up to min(max_size, transport_max).
 std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max);

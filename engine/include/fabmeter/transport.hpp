@@ -3,8 +3,11 @@
 // picked from a table at run time (src/experiment/session.cpp), so the hot
 // path has no virtual call (as UCX perftest).
 //
-//   explicit T(const Params&, Role);           // allocate; no I/O yet
-//   static Caps caps(const Params&);            // what it can do, before connecting
+//   T(const G&..., const Use&);                 // allocate; no I/O yet
+//   static Caps caps(const G&...);              // what it can do, before connecting
+//        G...: the option groups it reads beyond common (params.hpp), as its
+//        fm_transport line in engine/CMakeLists.txt lists them. It never
+//        sees the whole Params: what the experiment asks of it is in Use.
 //   void connect(Ctrl&, uint64_t max_msg);      // exchange addresses over the control channel
 //   nlohmann-free description of what was granted:
 //   void describe(JsonObject&) const;           // socket buffers, ring slots, ... for run.json
@@ -32,6 +35,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "fabmeter/params.hpp"
 
 namespace fm {
 
@@ -45,6 +51,15 @@ struct Caps {
   bool supports_write;        // RDMA write with immediate
   bool send_completions;      // reports when a send finished (gives t_comp)
   bool same_host_only;        // both ends must share memory
+  std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
+};
+
+// What the experiment asks of a transport, beside the transport's own options.
+struct Use {
+  Role role;
+  Poll poll;
+  uint32_t send_window;       // most sends posted and not completed (bw: --tx-depth); 0 = as the send queue allows
+  uint32_t loss_timeout_ms;   // a reply not seen after this long is lost: waits end by then
 };
 
 enum SendFlags : uint32_t {

@@ -95,139 +95,174 @@ std::string one_of(std::string_view key, std::string_view v) {
   usage_error(flag(key) + ": expected " + list + ", got '" + std::string(v) + "'");
 }
 
-#define U64(field) \
-  .set = [](Params& p, std::string_view v) { p.field = parse_u64(#field, v); }, \
-  .get = [](const Params& p) { return std::to_string(p.field); }
-#define U32(field) \
+// Setters and getters of p's group G (params.hpp: one struct per group).
+#define U64(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_u64(#field, v); }, \
+  .get = [](const Params& p) { return std::to_string(group_of<G>(p).field); }
+#define U32(G, field) \
   .set = [](Params& p, std::string_view v) { \
     uint64_t x = parse_u64(#field, v); \
     if (x > UINT32_MAX) usage_error(flag(#field) + ": value too large"); \
-    p.field = static_cast<uint32_t>(x); }, \
-  .get = [](const Params& p) { return std::to_string(p.field); }
-#define DBL(field) \
-  .set = [](Params& p, std::string_view v) { p.field = parse_double(#field, v); }, \
-  .get = [](const Params& p) { return fmt_double(p.field); }
+    group_of<G>(p).field = static_cast<uint32_t>(x); }, \
+  .get = [](const Params& p) { return std::to_string(group_of<G>(p).field); }
+#define DBL(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_double(#field, v); }, \
+  .get = [](const Params& p) { return fmt_double(group_of<G>(p).field); }
 // A number, or "auto" (stored as `none`: the experiment or transport decides).
-#define AUTO_NUM(field, none) \
+#define AUTO_NUM(G, field, none) \
   .set = [](Params& p, std::string_view v) { \
-    p.field = parse_auto<decltype(p.field)>(#field, v, none); }, \
-  .get = [](const Params& p) { return p.field == none ? std::string("auto") : std::to_string(p.field); }
-#define FLAG(field) \
-  .set = [](Params& p, std::string_view v) { p.field = (v != "0" && v != "false"); }, \
-  .get = [](const Params& p) { return std::string(p.field ? "1" : "0"); }
+    group_of<G>(p).field = parse_auto<decltype(group_of<G>(p).field)>(#field, v, none); }, \
+  .get = [](const Params& p) { return group_of<G>(p).field == none ? std::string("auto") : std::to_string(group_of<G>(p).field); }
+#define FLAG(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = (v != "0" && v != "false"); }, \
+  .get = [](const Params& p) { return std::string(group_of<G>(p).field ? "1" : "0"); }
 // One of the option's `values`.
-#define CHOICE(field) \
-  .set = [](Params& p, std::string_view v) { p.field = one_of(#field, v); }, \
-  .get = [](const Params& p) { return p.field; }
-#define TEXT(field) \
-  .set = [](Params& p, std::string_view v) { p.field = std::string(v); }, \
-  .get = [](const Params& p) { return p.field; }
-#define LIST(field) \
-  .set = [](Params& p, std::string_view v) { p.field = parse_list(#field, v); }, \
-  .get = [](const Params& p) { return join_list(p.field); }
+#define CHOICE(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = one_of(#field, v); }, \
+  .get = [](const Params& p) { return group_of<G>(p).field; }
+#define TEXT(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = std::string(v); }, \
+  .get = [](const Params& p) { return group_of<G>(p).field; }
+#define LIST(G, field) \
+  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_list(#field, v); }, \
+  .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
 
 using T = OptType;
+using Com = CommonOptions;
+using Oneway = OnewayOptions;
+using Bw = BwOptions;
+using Stream = StreamOptions;
+using Queue = QueueOptions;
+using Rdma = RdmaOptions;
+using Verbs = VerbsOptions;
+using Ofi = OfiOptions;
+using Msg = MessagingOptions;
 
 std::vector<OptSpec> make_table() {
   return {
     // The order is the one of --help, run.json and suite ids; `group` says
-    // which part of the engine reads each option.
+    // which part of the engine reads each option, and so (the groups each
+    // fm_transport line lists) which transports it applies to.
     {.name = "transport", .short_name = 't', .metavar = "NAME", .type = T::choice,
-     .help = "transport (fabmeter-engine options lists those built in)", TEXT(transport)},
+     .help = "transport (fabmeter-engine options lists those built in)", TEXT(Com, transport)},
     {.name = "poll", .metavar = "MODE", .type = T::choice, .values = "busy,event",
      .help = "completion mode: busy (spin) or event (sleep until woken)",
      .set = [](Params& p, std::string_view v) { p.poll = one_of("poll", v) == "busy" ? Poll::busy : Poll::event; },
      .get = [](const Params& p) { return std::string(poll_name(p.poll)); }},
     {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw",
-     .help = "message size in bytes (K/M suffixes allowed)", U64(size)},
+     .help = "message size in bytes (K/M suffixes allowed)", U64(Com, size)},
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
-     .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(sweep)},
+     .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(Com, sweep)},
     {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check",
-     .help = "largest size of the -a sweep or of check (capped by the transport)", U64(max_size)},
+     .help = "largest size of the -a sweep or of check (capped by the transport)", U64(Com, max_size)},
     {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw",
-     .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(iters, 0)},
+     .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(Com, iters, 0)},
     {.name = "duration", .metavar = "SEC", .type = T::duration, .unit = "s", .scope = "lat,bw,stream",
-     .help = "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(duration)},
+     .help = "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(Com, duration)},
     {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream",
      .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
-     AUTO_NUM(warmup, -1)},
+     AUTO_NUM(Com, warmup, -1)},
     {.name = "bursts", .metavar = "B", .group = "oneway", .type = T::count, .scope = "oneway",
-     .help = "number of bursts", U64(bursts)},
+     .help = "number of bursts", U64(Oneway, bursts)},
     {.name = "burst-size", .metavar = "N", .group = "oneway", .type = T::count, .scope = "oneway",
-     .help = "messages per burst", U64(burst_size)},
+     .help = "messages per burst", U64(Oneway, burst_size)},
     {.name = "pause-us", .metavar = "P", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
-     .help = "pause between bursts, microseconds", DBL(pause_us)},
+     .help = "pause between bursts, microseconds", DBL(Oneway, pause_us)},
     {.name = "threshold-us", .metavar = "T", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
-     .help = "report the share of one-way latencies above this, microseconds", DBL(threshold_us)},
+     .help = "report the share of one-way latencies above this, microseconds", DBL(Oneway, threshold_us)},
     {.name = "bidir", .group = "bw", .type = T::flag, .scope = "bw",
-     .help = "both ends send and receive at once", FLAG(bidir)},
+     .help = "both ends send and receive at once", FLAG(Bw, bidir)},
     {.name = "tx-depth", .metavar = "N", .group = "bw", .type = T::count, .scope = "bw",
-     .help = "max sends posted but not completed (binds only on transports with send completions)", U32(tx_depth)},
-    {.name = "rq-depth", .metavar = "N", .type = T::count, .transports = "shm,verbs,ofi",
-     .help = "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(rq_depth)},
+     .help = "max sends posted but not completed (binds only on transports with send completions)", U32(Bw, tx_depth)},
+    {.name = "rq-depth", .metavar = "N", .group = "queue", .type = T::count,
+     .help = "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(Queue, rq_depth)},
     {.name = "loss-timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
-     .help = "unreliable transports: a reply not seen after this long is counted lost", U32(loss_timeout_ms)},
+     .help = "unreliable transports: a reply not seen after this long is counted lost", U32(Com, loss_timeout_ms)},
     {.name = "clock", .metavar = "SRC", .type = T::choice, .values = "tsc,monotonic",
-     .help = "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic", CHOICE(clock)},
+     .help = "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic", CHOICE(Com, clock)},
     {.name = "timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
-     .help = "connect and control-channel timeout", U32(timeout_ms)},
+     .help = "connect and control-channel timeout", U32(Com, timeout_ms)},
     {.name = "rate", .metavar = "HZ[,HZ...]", .group = "stream", .type = T::list, .unit = "Hz", .values = "rate",
-     .scope = "stream", .help = "samples per second (100 .. 1000000); a list makes a sweep", LIST(rate)},
+     .scope = "stream", .help = "samples per second (100 .. 1000000); a list makes a sweep", LIST(Stream, rate)},
     {.name = "values", .metavar = "K[,K...]", .group = "stream", .type = T::list, .values = "count", .scope = "stream",
-     .help = "float64 values per sample (plus a 24-byte header); a list makes a sweep", LIST(values)},
+     .help = "float64 values per sample (plus a 24-byte header); a list makes a sweep", LIST(Stream, values)},
     {.name = "count", .metavar = "N", .group = "stream", .type = T::count, .accepts_auto = true, .scope = "stream",
-     .help = "samples per point (auto: --duration, else one second's worth)", AUTO_NUM(count, 0)},
+     .help = "samples per point (auto: --duration, else one second's worth)", AUTO_NUM(Stream, count, 0)},
     {.name = "timer", .metavar = "KIND", .group = "stream", .type = T::choice, .values = "tsc,timerfd,nanosleep",
-     .scope = "stream", .help = "how the source waits for the next step: tsc (spin), timerfd or nanosleep", CHOICE(timer)},
+     .scope = "stream", .help = "how the source waits for the next step: tsc (spin), timerfd or nanosleep", CHOICE(Stream, timer)},
     {.name = "sink", .metavar = "WHERE", .group = "stream", .type = T::text, .scope = "stream",
      .help = "where the sink puts samples: memory, or file:PATH (CSV; the server writes it in its own --data-dir and sends it back, the client writes PATH)",
      .set = [](Params& p, std::string_view v) {
        if (v != "memory" && (v.rfind("file:", 0) != 0 || v.size() == 5))
          usage_error("--sink: expected memory or file:PATH, got '" + std::string(v) + "'");
-       p.sink = std::string(v); },
-     .get = [](const Params& p) { return p.sink; }},
+       p.stream.sink = std::string(v); },
+     .get = [](const Params& p) { return p.stream.sink; }},
     {.name = "deadline-us", .metavar = "US", .group = "stream", .type = T::duration, .unit = "us", .scope = "stream",
-     .help = "count samples slower than this as deadline misses (0: one period)", DBL(deadline_us)},
-    {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud", .transports = "verbs",
-     .help = "verbs service type: rc, uc or ud", CHOICE(service)},
-    {.name = "op", .metavar = "OP", .group = "rdma", .type = T::choice, .values = "send,write", .transports = "verbs,ofi",
-     .help = "send (send with immediate) or write (RDMA write with immediate)", CHOICE(op)},
-    {.name = "inline", .metavar = "N", .group = "rdma", .type = T::size, .unit = "B", .transports = "verbs,ofi",
-     .help = "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(inline_size)},
-    {.name = "signal-every", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
-     .help = "one signaled send every N, the rest unsignaled (0: auto, sq-depth / 2)", U32(signal_every)},
-    {.name = "sq-depth", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
-     .help = "send queue depth", U32(sq_depth)},
-    {.name = "rq-refill", .metavar = "N", .group = "rdma", .type = T::count, .transports = "verbs,ofi",
-     .help = "repost receives when this many are free (0: auto)", U32(rq_refill)},
-    {.name = "mtu", .metavar = "BYTES", .group = "verbs", .type = T::size, .unit = "B", .transports = "verbs",
-     .help = "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(mtu)},
-    {.name = "device", .metavar = "NAME", .group = "verbs", .type = T::text, .transports = "verbs",
+     .help = "count samples slower than this as deadline misses (0: one period)", DBL(Stream, deadline_us)},
+    {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud",
+     .help = "verbs service type: rc, uc or ud", CHOICE(Verbs, service)},
+    {.name = "op", .metavar = "OP", .group = "rdma", .type = T::choice, .values = "send,write",
+     .help = "send (send with immediate) or write (RDMA write with immediate)", CHOICE(Rdma, op)},
+    {.name = "inline", .metavar = "N", .group = "rdma", .type = T::size, .unit = "B",
+     .help = "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(Rdma, inline_size)},
+    {.name = "signal-every", .metavar = "N", .group = "rdma", .type = T::count,
+     .help = "one signaled send every N, the rest unsignaled (0: auto, sq-depth / 2)", U32(Rdma, signal_every)},
+    {.name = "sq-depth", .metavar = "N", .group = "rdma", .type = T::count,
+     .help = "send queue depth", U32(Rdma, sq_depth)},
+    {.name = "rq-refill", .metavar = "N", .group = "rdma", .type = T::count,
+     .help = "repost receives when this many are free (0: auto)", U32(Rdma, rq_refill)},
+    {.name = "mtu", .metavar = "BYTES", .group = "verbs", .type = T::size, .unit = "B",
+     .help = "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(Verbs, mtu)},
+    {.name = "device", .metavar = "NAME", .group = "verbs", .type = T::text,
      .help = "RDMA device (default: the one holding the control connection's address, else the first; rdma_cm: the one it routes through)",
-     TEXT(device)},
-    {.name = "port", .metavar = "N", .group = "verbs", .type = T::count, .transports = "verbs",
-     .help = "device port", U32(port)},
-    {.name = "gid-index", .metavar = "N", .group = "verbs", .type = T::count, .accepts_auto = true, .transports = "verbs",
+     TEXT(Verbs, device)},
+    {.name = "port", .metavar = "N", .group = "verbs", .type = T::count,
+     .help = "device port", U32(Verbs, port)},
+    {.name = "gid-index", .metavar = "N", .group = "verbs", .type = T::count, .accepts_auto = true,
      .help = "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
-     AUTO_NUM(gid_index, -1)},
-    {.name = "cm", .metavar = "HOW", .group = "verbs", .type = T::choice, .values = "auto,rdma_cm,raw", .transports = "verbs",
+     AUTO_NUM(Verbs, gid_index, -1)},
+    {.name = "cm", .metavar = "HOW", .group = "verbs", .type = T::choice, .values = "auto,rdma_cm,raw",
      .help = "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
-     CHOICE(cm)},
-    {.name = "provider", .metavar = "NAME", .group = "ofi", .type = T::text, .transports = "ofi",
-     .help = "libfabric provider: tcp, udp, shm, verbs, ...", TEXT(provider)},
-    {.name = "ep", .metavar = "TYPE", .group = "ofi", .type = T::choice, .values = "msg,rdm,dgram", .transports = "ofi",
-     .help = "libfabric endpoint type: msg, rdm or dgram", CHOICE(ep)},
-    {.name = "endpoint", .metavar = "URL", .group = "messaging", .type = T::text, .transports = "zmq,nng,nanomsg",
+     CHOICE(Verbs, cm)},
+    {.name = "provider", .metavar = "NAME", .group = "ofi", .type = T::text,
+     .help = "libfabric provider: tcp, udp, shm, verbs, ...", TEXT(Ofi, provider)},
+    {.name = "ep", .metavar = "TYPE", .group = "ofi", .type = T::choice, .values = "msg,rdm,dgram",
+     .help = "libfabric endpoint type: msg, rdm or dgram", CHOICE(Ofi, ep)},
+    {.name = "endpoint", .metavar = "URL", .group = "messaging", .type = T::text,
      .help = "where the server listens: tcp://HOST:PORT (HOST: the address the client reaches the server at, or *; PORT: * or 0 for a free one, else >= 1024) or ipc:// (one host; the server names the socket file); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
-     TEXT(endpoint)},
+     TEXT(Msg, endpoint)},
   };
 }
 
 }  // namespace
 
 const std::vector<OptSpec>& option_table() {
-  static const std::vector<OptSpec> table = make_table();
+  static const std::vector<OptSpec> table = [] {
+    std::vector<OptSpec> t = make_table();
+    for (OptSpec& o : t) o.transports = transports_reading(o.group);
+    return t;
+  }();
   return table;
+}
+
+const std::vector<TransportDecl>& declared_transports() {
+  // Generated by CMake: FM_TRANSPORT(name, Class, "groups") for each
+  // transport built in, FM_TRANSPORT_ABSENT(name, "groups") for the others.
+  static const std::vector<TransportDecl> list = {
+#define FM_TRANSPORT(name, cls, groups) {#name, groups},
+#define FM_TRANSPORT_ABSENT(name, groups) {#name, groups},
+#include "fabmeter/transports.def"
+#undef FM_TRANSPORT
+#undef FM_TRANSPORT_ABSENT
+  };
+  return list;
+}
+
+std::string transports_reading(std::string_view group) {
+  std::string out;
+  for (const TransportDecl& t : declared_transports())
+    if (in_list(t.groups, group)) out += (out.empty() ? "" : ",") + std::string(t.name);
+  return out.empty() ? "all" : out;
 }
 
 namespace {
@@ -358,7 +393,7 @@ Params decode_params(std::string_view text) {
   return p;
 }
 
-bool in_list(const char* list, std::string_view item) {
+bool in_list(std::string_view list, std::string_view item) {
   std::string_view s = list;
   if (s == "all") return true;
   while (!s.empty()) {
@@ -388,19 +423,19 @@ void validate(const Params& p) {
   if (p.sweep && p.max_size == 0) usage_error("--max-size must be at least 1 byte");
   if (p.iters > 0 && p.duration > 0) usage_error("give either -n or --duration, not both");
   if (p.experiment == "oneway") {
-    if (p.bursts == 0 || p.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
-    if (p.bursts * p.burst_size > (1ull << 26)) usage_error("oneway: --bursts x --burst-size is limited to 67108864 messages");
+    if (p.oneway.bursts == 0 || p.oneway.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
+    if (p.oneway.bursts * p.oneway.burst_size > (1ull << 26)) usage_error("oneway: --bursts x --burst-size is limited to 67108864 messages");
   }
   if (p.experiment == "stream") {
-    for (uint64_t r : p.rate)
+    for (uint64_t r : p.stream.rate)
       if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 Hz");
-    for (uint64_t v : p.values)
+    for (uint64_t v : p.stream.values)
       if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
-    if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
+    if (p.stream.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
   }
-  if (p.tx_depth == 0) usage_error("--tx-depth must be at least 1");
-  if (p.sq_depth == 0) usage_error("--sq-depth must be at least 1");
-  if (p.rq_depth < 2 || p.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
+  if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
+  if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
+  if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }
@@ -418,7 +453,7 @@ static uint64_t default_iters(const Params& p) {
 }
 
 uint64_t iters_for(const Params& p, uint64_t size) {
-  if (p.experiment == "oneway") return p.bursts * p.burst_size;
+  if (p.experiment == "oneway") return p.oneway.bursts * p.oneway.burst_size;
   uint64_t n = default_iters(p);
   constexpr uint64_t kFull = 64 << 10;
   if (size > kFull) n = std::max<uint64_t>(std::min<uint64_t>(n, 100), n * kFull / size);

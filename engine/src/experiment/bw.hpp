@@ -62,7 +62,7 @@ template <class T>
 Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const bool sends = c.role == Role::client || p.bidir;
+  const bool sends = c.role == Role::client || p.bw.bidir;
   const bool by_duration = p.duration > 0;
   uint64_t my_total = sends ? (by_duration ? UINT64_MAX : warmup + iters) : 0;
   const uint64_t mark = std::max<uint64_t>(warmup, 1);  // arrival that starts the receive clock
@@ -195,7 +195,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   rate(peer, &gbps, &msg_rate);
   BwLoss loss;
   loss.add(me, peer, warmup);
-  if (p.bidir) {
+  if (p.bw.bidir) {
     double g2, m2;
     rate(me, &g2, &m2);
     out.fields.add("gbps_c2s", gbps).add("gbps_s2c", g2);
@@ -208,7 +208,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("warmup_lost", loss.warmup_lost)
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
-      .add("bidir", p.bidir).add("tx_depth", p.tx_depth)
+      .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
       .add("measured_at", "receiver");
   return st;
 }

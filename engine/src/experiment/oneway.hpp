@@ -37,7 +37,7 @@ template <class T>
 Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSync& sync, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const uint64_t total = warmup + p.bursts * p.burst_size;
+  const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   SampleBuf t_subm(total);
   // t_comp only where the transport reports send completions (verbs, ofi).
   SampleBuf t_comp(c.caps.send_completions ? total : 0);
@@ -51,9 +51,9 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
   Status st = Status::ok;
 
   // Warm-up goes first, as a burst of its own, then the measured bursts.
-  const uint64_t n_bursts = p.bursts + (warmup ? 1 : 0);
+  const uint64_t n_bursts = p.oneway.bursts + (warmup ? 1 : 0);
   for (uint64_t b = 0; b < n_bursts && st == Status::ok; ++b) {
-    const uint64_t in_burst = (warmup && b == 0) ? warmup : p.burst_size;
+    const uint64_t in_burst = (warmup && b == 0) ? warmup : p.oneway.burst_size;
     for (uint64_t j = 0; j < in_burst; ++j) {
       if (stop_requested()) { st = Status::interrupted; break; }
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
@@ -67,7 +67,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       if ((st = g.tick(t)) != Status::ok) break;
     }
     // Long pauses in slices: the peer must keep hearing heartbeats.
-    for (double left = p.pause_us; st == Status::ok && left > 0; left -= 5e5) {
+    for (double left = p.oneway.pause_us; st == Status::ok && left > 0; left -= 5e5) {
       pause_for(clk, p.poll, std::min(left, 5e5));
       st = g.tick<1>(t);
     }
@@ -111,14 +111,14 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     out.fields.add("completions", static_cast<uint64_t>(comp.size()))
         .add("completion_ns", to_json(summarize(comp.data(), comp.size())));
   uint64_t above = 0;
-  for (double x : lat) above += x > p.threshold_us * 1e3;
+  for (double x : lat) above += x > p.oneway.threshold_us * 1e3;
   out.fields.add("iterations", static_cast<uint64_t>(lat.size())).add("sent", sent - std::min(sent, warmup))
       .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
       .add("latency_kind", "one-way")
       .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
-      .add("threshold_us", p.threshold_us)
+      .add("threshold_us", p.oneway.threshold_us)
       .add("above_threshold_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(lat.size()))
-      .add("bursts", p.bursts).add("burst_size", p.burst_size).add("pause_us", p.pause_us)
+      .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us)
       .add("clock_sync", sync.json())
       .add("samples_locked", t_subm.locked());
   out.arrays.emplace_back("latency_ns", std::move(lat));
@@ -130,7 +130,7 @@ template <class T>
 Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const uint64_t total = warmup + p.bursts * p.burst_size;
+  const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   uint64_t* t_recv;
   std::string blob = stamp_report<OnewayReport>(total, &t_recv);
   Guard g(c);

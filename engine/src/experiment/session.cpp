@@ -34,25 +34,8 @@
 #include "fabmeter/handshake.hpp"
 #include "fabmeter/stats.hpp"
 #include "fabmeter/trace.hpp"
+#include "fabmeter/transport_headers.hpp"  // generated: every transport built in
 #include "transport/msg/messaging.hpp"
-#include "transport/shm/shm.hpp"
-#include "transport/sock/tcp.hpp"
-#include "transport/sock/udp.hpp"
-#ifdef FM_HAVE_ZMQ
-#include "transport/msg/zmq.hpp"
-#endif
-#ifdef FM_HAVE_NNG
-#include "transport/msg/nng.hpp"
-#endif
-#ifdef FM_HAVE_NANOMSG
-#include "transport/msg/nanomsg.hpp"
-#endif
-#ifdef FM_HAVE_OFI
-#include "transport/rdma/ofi.hpp"
-#endif
-#ifdef FM_HAVE_VERBS
-#include "transport/rdma/verbs.hpp"
-#endif
 
 namespace fm {
 
@@ -77,8 +60,46 @@ int exit_code(Status s) {
   return 3;
 }
 
-template <class T>
-Caps caps_of(const Params& p) { return T::caps(p); }
+// A registry line (generated fabmeter/transports.def): the class and the
+// option groups it reads.
+template <class T, const char* Groups>
+struct TransportDef {
+  using Type = T;
+  static constexpr std::string_view kGroups = Groups;
+};
+
+constexpr bool has_group(std::string_view groups, std::string_view g) {
+  while (!groups.empty()) {
+    const auto c = groups.find(',');
+    if (groups.substr(0, c) == g) return true;
+    if (c == std::string_view::npos) break;
+    groups.remove_prefix(c + 1);
+  }
+  return false;
+}
+
+// The groups of p that D's transport reads, in OptionGroups order: the
+// arguments of its caps() and, before a Use, of its constructor.
+template <class D, class... G>
+auto groups_for(const Params& p, std::tuple<G...>*) {
+  return std::tuple_cat([&]() {
+    if constexpr (has_group(D::kGroups, G::kGroup)) return std::tuple<const G&>(group_of<G>(p));
+    else return std::tuple<>();
+  }()...);
+}
+template <class D>
+auto groups_for(const Params& p) { return groups_for<D>(p, static_cast<OptionGroups*>(nullptr)); }
+
+template <class D>
+Caps caps_of(const Params& p) {
+  return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
+}
+
+// What the experiment asks of the transport.
+Use use_of(const Params& p, Role role) {
+  return {.role = role, .poll = p.poll, .send_window = p.experiment == "bw" ? p.bw.tx_depth : 0,
+          .loss_timeout_ms = p.loss_timeout_ms};
+}
 
 // The measured points of a run: message sizes, or the stream's rate x values grid.
 struct PointSpec {
@@ -88,8 +109,8 @@ struct PointSpec {
 std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
   std::vector<PointSpec> plan;
   if (p.experiment == "stream") {
-    for (uint64_t r : p.rate)
-      for (uint64_t v : p.values) plan.push_back({stream_size(v), r, v});
+    for (uint64_t r : p.stream.rate)
+      for (uint64_t v : p.stream.values) plan.push_back({stream_size(v), r, v});
   } else if (p.experiment == "check") {
     plan.push_back({check_sizes(p, caps.max_msg_size).back(), 0, 0});
   } else {
@@ -114,13 +135,13 @@ uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) 
   for (const PointSpec& pt : plan) {
     uint64_t total = 0;
     if (p.experiment == "oneway")
-      total = sat_add(warmup_for(p, pt.size), sat_mul(p.bursts, p.burst_size));
+      total = sat_add(warmup_for(p, pt.size), sat_mul(p.oneway.bursts, p.oneway.burst_size));
     else if (p.experiment == "stream")
       total = sat_add(stream_warmup(p, pt.rate), stream_steps(p, pt.rate));
     most = std::max(most, sat_add(header, sat_mul(total, sizeof(uint64_t))));
   }
   // A file sink's CSV comes back in chunks after its point's report.
-  if (p.experiment == "stream" && p.sink != "memory") most = std::max<uint64_t>(most, kSinkChunk);
+  if (p.experiment == "stream" && p.stream.sink != "memory") most = std::max<uint64_t>(most, kSinkChunk);
   return most;
 }
 
@@ -164,14 +185,15 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
   out.fields.add("samples", files);
 }
 
-template <class T>
+template <class D>
 Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
+  using T = typename D::Type;
   std::vector<PointSpec> plan = plan_points(p, c.caps);
   uint64_t max_msg = 0;
   for (const auto& pt : plan) max_msg = std::max(max_msg, pt.size);
   const char* role = c.role == Role::client ? "client" : "server";
   trace_phase(role, "connect");
-  T t(p, c.role);
+  T t = std::make_from_tuple<T>(std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, c.role))));
   t.connect(c.ctrl, max_msg);
   if (transport_info) t.describe(*transport_info);
   ClockSync sync;
@@ -233,27 +255,18 @@ struct TransportEntry {
   CapsFn caps;
   PointsFn points;
 };
-// Optional transports are compiled in when CMake finds their library.
+// One entry per transport built in (generated fabmeter/transports.def).
+#define FM_TRANSPORT(name, cls, groups) constexpr char name##_groups[] = groups;
+#define FM_TRANSPORT_ABSENT(name, groups)
+#include "fabmeter/transports.def"
+#undef FM_TRANSPORT
+#define FM_TRANSPORT(name, cls, groups) \
+  {#name, caps_of<TransportDef<cls, name##_groups>>, run_points<TransportDef<cls, name##_groups>>},
 constexpr TransportEntry kTransports[] = {
-    {"shm", caps_of<ShmTransport>, run_points<ShmTransport>},
-    {"tcp", caps_of<TcpTransport>, run_points<TcpTransport>},
-    {"udp", caps_of<UdpTransport>, run_points<UdpTransport>},
-#ifdef FM_HAVE_ZMQ
-    {"zmq", caps_of<ZmqTransport>, run_points<ZmqTransport>},
-#endif
-#ifdef FM_HAVE_NNG
-    {"nng", caps_of<NngTransport>, run_points<NngTransport>},
-#endif
-#ifdef FM_HAVE_NANOMSG
-    {"nanomsg", caps_of<NanomsgTransport>, run_points<NanomsgTransport>},
-#endif
-#ifdef FM_HAVE_OFI
-    {"ofi", caps_of<OfiTransport>, run_points<OfiTransport>},
-#endif
-#ifdef FM_HAVE_VERBS
-    {"verbs", caps_of<VerbsTransport>, run_points<VerbsTransport>},
-#endif
+#include "fabmeter/transports.def"
 };
+#undef FM_TRANSPORT
+#undef FM_TRANSPORT_ABSENT
 
 const TransportEntry& entry_for(const std::string& name) {
   for (const auto& e : kTransports)
@@ -264,13 +277,13 @@ const TransportEntry& entry_for(const std::string& name) {
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
   if (p.experiment == "stream") {
-    for (uint64_t v : p.values)
+    for (uint64_t v : p.stream.values)
       if (stream_size(v) > caps.max_msg_size)
         usage_error(p.transport + ": a sample of " + std::to_string(v) + " values (" + std::to_string(stream_size(v)) +
                     " B) exceeds the transport's maximum message of " + std::to_string(caps.max_msg_size) + " B");
   } else if (!p.sweep && p.size > caps.max_msg_size)
     usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
-                std::to_string(caps.max_msg_size) + " B");
+                std::to_string(caps.max_msg_size) + " B" + (caps.max_msg_note.empty() ? "" : " (" + caps.max_msg_note + ")"));
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
   if (!caps.reliable && p.experiment == "oneway" && p.size < 4)
@@ -391,8 +404,11 @@ std::string seconds(double s) {
   return buf;
 }
 
-bool messaging(const std::string& transport) {
-  return transport == "zmq" || transport == "nng" || transport == "nanomsg";
+// Whether the transport reads an option group (its registry line says so).
+bool reads(const std::string& transport, std::string_view group) {
+  for (const TransportDecl& t : declared_transports())
+    if (transport == t.name) return in_list(t.groups, group);
+  return false;
 }
 
 // Removes a directory the server made and the files it made in it (no
@@ -444,8 +460,8 @@ class SessionFiles {
   SessionFiles(const SessionFiles&) = delete;
 
   void claim(Params& p, const Ctrl& ctrl) {
-    if (p.experiment == "stream" && p.sink != "memory") p.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
-    p.endpoint = msg::server_endpoint(p.transport, p.endpoint, ctrl.local_addr(), [&] {
+    if (p.experiment == "stream" && p.stream.sink != "memory") p.stream.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
+    p.messaging.endpoint = msg::server_endpoint(p.transport, p.messaging.endpoint, ctrl.local_addr(), [&] {
       return make(ipc_, session_ipc_dir(o_, getpid()), 0711) + "/" + p.transport + ".sock";
     });
   }
@@ -681,9 +697,9 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
   for (const PointSpec& pt : plan_points(p, caps)) {
     const double size = static_cast<double>(pt.size);
     double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
-    if (p.transport == "shm" || p.transport == "verbs" || p.transport == "ofi")  // receive and send rings
-      bytes += 2 * std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
-    if (messaging(p.transport)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
+    if (reads(p.transport, QueueOptions::kGroup))  // receive and send rings
+      bytes += 2 * std::min(static_cast<double>(p.queue.rq_depth) * size, std::max(2 * size, kRingCap));
+    if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
     double secs = 0;
     if (p.experiment == "lat" || p.experiment == "bw") {
       double n = p.iters ? static_cast<double>(p.iters) : p.experiment == "bw" ? 100000 : 10000;
@@ -697,15 +713,15 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
       secs = (p.duration > 0 ? p.duration : n * per_ns * 1e-9) + w * per_ns * 1e-9;
     } else if (p.experiment == "oneway") {
       double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
-                     static_cast<double>(p.bursts) * static_cast<double>(p.burst_size);
+                     static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
       bytes += 8 * total;  // the receive stamps
-      secs = static_cast<double>(p.bursts) * p.pause_us * 1e-6 + total * kMinMessageNs * 1e-9;
+      secs = static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9;
     } else if (p.experiment == "stream") {
       const double rate = static_cast<double>(pt.rate);
-      double steps = p.count ? static_cast<double>(p.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
+      double steps = p.stream.count ? static_cast<double>(p.stream.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
       double total = steps + static_cast<double>(stream_warmup(p, pt.rate));
       bytes += 8 * total;  // the receive stamps
-      if (p.sink != "memory") bytes += kFileSinkBytes;
+      if (p.stream.sink != "memory") bytes += kFileSinkBytes;
       secs = total / rate;
     } else {
       bytes += static_cast<double>(check_sizes(p, caps.max_msg_size).size() * kCheckPerSize);

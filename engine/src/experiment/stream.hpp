@@ -30,7 +30,7 @@ static_assert(sizeof(SampleHeader) == 24);
 inline uint64_t stream_size(uint64_t values) { return sizeof(SampleHeader) + 8 * values; }
 
 inline uint64_t stream_steps(const Params& p, uint64_t rate) {
-  if (p.count) return p.count;
+  if (p.stream.count) return p.stream.count;
   double sec = p.duration > 0 ? p.duration : 1.0;
   return std::max<uint64_t>(1, static_cast<uint64_t>(sec * static_cast<double>(rate)));
 }
@@ -125,7 +125,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
 
   // Start a little ahead so the first step is not already late.
   const uint64_t t0 = clk.ticks() + clk.ns_to_ticks(1e6);
-  StepTimer timer(clk, p.timer, t0, period);
+  StepTimer timer(clk, p.stream.timer, t0, period);
   for (uint64_t k = 0; k < total;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     timer.wait(k);
@@ -163,13 +163,13 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   check_sink_report(r);
   JsonObj sink = r.sink_json();
   if (r.to_file) {
-    const std::string path = p.sink.substr(5);  // "file:PATH", on this (the client's) side
+    const std::string path = p.stream.sink.substr(5);  // "file:PATH", on this (the client's) side
     SinkCopy copy = receive_sink_file(c.ctrl, path, r.file_bytes, sink_csv_max_bytes(total, values));
     sink.add("path", path).add("written_on", "server, sent back over the control channel")
         .add("sent_back_s", copy.seconds);
   }
 
-  const double deadline_ns = (p.deadline_us > 0 ? p.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
+  const double deadline_ns = (p.stream.deadline_us > 0 ? p.stream.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> lat, late;
   uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
   for (uint64_t k = 0; k < warmup; ++k) warmup_lost += t_subm[k] && !t_recv[k];
@@ -198,7 +198,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
       .add("latency_kind", "one-way (receive - scheduled step time)")
       .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
       .add("source_late_ns", to_json(summarize(late.data(), late.size())))
-      .add("timer", p.timer).add("sink", sink).add("clock_sync", sync.json());
+      .add("timer", p.stream.timer).add("sink", sink).add("clock_sync", sync.json());
   out.arrays.emplace_back("latency_ns", std::move(lat));
   return st;
 }
@@ -232,7 +232,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   const uint64_t total = stream_warmup(p, rate) + stream_steps(p, rate);
   uint64_t* t_recv;
   std::string blob = stamp_report<SinkReport>(total, &t_recv);
-  Sink sink(p.sink, clk, values);
+  Sink sink(p.stream.sink, clk, values);
   Guard g(c);
   SinkReport r{};
   r.total = total;

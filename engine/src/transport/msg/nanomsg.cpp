@@ -63,7 +63,7 @@ uint16_t free_port(const std::string& host) {
 
 }  // namespace
 
-NanomsgTransport::NanomsgTransport(const Params& p, Role role) : role_(role), endpoint_param_(p.endpoint) {}
+NanomsgTransport::NanomsgTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {}
 
 NanomsgTransport::~NanomsgTransport() {
   if (sock_ >= 0) nn_close(sock_);

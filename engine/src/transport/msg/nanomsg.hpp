@@ -19,14 +19,14 @@ namespace fm {
 
 class NanomsgTransport {
  public:
-  NanomsgTransport(const Params& p, Role role);
+  NanomsgTransport(const MessagingOptions& m, const Use& use);
   ~NanomsgTransport();
   NanomsgTransport(const NanomsgTransport&) = delete;
 
-  static Caps caps(const Params& p) {
+  static Caps caps(const MessagingOptions& m) {
     return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false,
-            .same_host_only = msg::same_host_only("nanomsg", p.endpoint)};
+            .same_host_only = msg::same_host_only("nanomsg", m.endpoint)};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;

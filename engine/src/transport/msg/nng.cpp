@@ -15,7 +15,7 @@ void check(int rv, const std::string& what) {
 
 }  // namespace
 
-NngTransport::NngTransport(const Params& p, Role role) : role_(role), endpoint_param_(p.endpoint) {}
+NngTransport::NngTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {}
 
 NngTransport::~NngTransport() {
   if (nng_socket_id(sock_) > 0) nng_close(sock_);  // also closes its listener or dialer

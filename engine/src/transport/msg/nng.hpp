@@ -20,13 +20,13 @@ namespace fm {
 
 class NngTransport {
  public:
-  NngTransport(const Params& p, Role role);
+  NngTransport(const MessagingOptions& m, const Use& use);
   ~NngTransport();
   NngTransport(const NngTransport&) = delete;
 
-  static Caps caps(const Params& p) {
+  static Caps caps(const MessagingOptions& m) {
     return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("nng", p.endpoint)};
+            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("nng", m.endpoint)};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;

@@ -19,7 +19,7 @@ void set_int(void* sock, int opt, int value, const char* name) {
 
 }  // namespace
 
-ZmqTransport::ZmqTransport(const Params& p, Role role) : role_(role), endpoint_param_(p.endpoint) {
+ZmqTransport::ZmqTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {
   zmq_msg_init(&rx_);
 }
 

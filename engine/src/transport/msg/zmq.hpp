@@ -19,13 +19,13 @@ namespace fm {
 
 class ZmqTransport {
  public:
-  ZmqTransport(const Params& p, Role role);
+  ZmqTransport(const MessagingOptions& m, const Use& use);
   ~ZmqTransport();
   ZmqTransport(const ZmqTransport&) = delete;
 
-  static Caps caps(const Params& p) {
+  static Caps caps(const MessagingOptions& m) {
     return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("zmq", p.endpoint)};
+            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("zmq", m.endpoint)};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;

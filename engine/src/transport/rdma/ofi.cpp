@@ -35,20 +35,20 @@ const char* ep_name(fi_ep_type t) {
   }
 }
 
-std::string who(const Params& p) { return "ofi: provider " + p.provider + " (" + p.ep + ")"; }
+std::string who(const OfiOptions& o) { return "ofi: provider " + o.provider + " (" + o.ep + ")"; }
 
 struct InfoPtr {
   fi_info* i = nullptr;
   ~InfoPtr() { if (i) fi_freeinfo(i); }
 };
 
-fi_info* hints_for(const Params& p) {
+fi_info* hints_for(const RdmaOptions& r, const OfiOptions& o) {
   fi_info* h = fi_allocinfo();
   if (!h) runtime_error("ofi: fi_allocinfo failed");
-  h->fabric_attr->prov_name = strdup(p.provider.c_str());
-  h->ep_attr->type = ep_type_of(p.ep);
+  h->fabric_attr->prov_name = strdup(o.provider.c_str());
+  h->ep_attr->type = ep_type_of(o.ep);
   // Remote CQ data (--op write) is no capability bit: cq_data_size says it.
-  h->caps = FI_MSG | (p.op == "write" ? FI_RMA : 0);
+  h->caps = FI_MSG | (r.op == "write" ? FI_RMA : 0);
   h->mode = kModes;
   h->domain_attr->mr_mode = kMrModes;
   h->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -58,10 +58,10 @@ fi_info* hints_for(const Params& p) {
 bool is_sockaddr(uint32_t fmt) { return fmt == FI_SOCKADDR || fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6; }
 
 // Why fi_getinfo found nothing, said in terms of what the user asked for.
-[[noreturn]] void explain_no_match(const Params& p, int rc) {
+[[noreturn]] void explain_no_match(const RdmaOptions& r, const OfiOptions& o, int rc) {
   InfoPtr broad;
   fi_info* h = fi_allocinfo();
-  h->fabric_attr->prov_name = strdup(p.provider.c_str());
+  h->fabric_attr->prov_name = strdup(o.provider.c_str());
   h->mode = ~0ull;
   h->domain_attr->mr_mode = kMrModes | FI_MR_RAW | FI_MR_MMU_NOTIFY | FI_MR_RMA_EVENT | FI_MR_ENDPOINT | FI_MR_HMEM;
   fi_getinfo(kApiVersion, nullptr, nullptr, 0, h, &broad.i);
@@ -73,7 +73,7 @@ bool is_sockaddr(uint32_t fmt) { return fmt == FI_SOCKADDR || fmt == FI_SOCKADDR
     for (fi_info* i = all.i; i; i = i->next) names.insert(i->fabric_attr->prov_name);
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    usage_error("ofi: no libfabric provider '" + p.provider + "' here (fi_getinfo: " + fi_strerror(-rc) +
+    usage_error("ofi: no libfabric provider '" + o.provider + "' here (fi_getinfo: " + fi_strerror(-rc) +
                 "; available: " + list + ")");
   }
   std::set<std::string> eps;
@@ -81,7 +81,7 @@ bool is_sockaddr(uint32_t fmt) { return fmt == FI_SOCKADDR || fmt == FI_SOCKADDR
   bool rma = false, cq_data = false;
   for (fi_info* i = broad.i; i; i = i->next) {
     eps.insert(ep_name(i->ep_attr->type));
-    if (i->ep_attr->type != ep_type_of(p.ep)) continue;
+    if (i->ep_attr->type != ep_type_of(o.ep)) continue;
     same_ep = i;
     rma |= (i->caps & FI_RMA) != 0;
     cq_data |= i->domain_attr->cq_data_size > 0;
@@ -89,15 +89,15 @@ bool is_sockaddr(uint32_t fmt) { return fmt == FI_SOCKADDR || fmt == FI_SOCKADDR
   if (!same_ep) {
     std::string list;
     for (const auto& e : eps) list += (list.empty() ? "" : ", ") + e;
-    usage_error("ofi: provider " + p.provider + " offers no " + p.ep + " endpoints (it offers: " + list + ")");
+    usage_error("ofi: provider " + o.provider + " offers no " + o.ep + " endpoints (it offers: " + list + ")");
   }
-  if (p.op == "write" && !rma) usage_error(who(p) + " cannot do --op write: it offers no RMA (FI_RMA)");
-  if (p.op == "write" && !cq_data)
-    usage_error(who(p) + " cannot do --op write: it carries no remote CQ data (FI_REMOTE_CQ_DATA, cq_data_size 0)");
+  if (r.op == "write" && !rma) usage_error(who(o) + " cannot do --op write: it offers no RMA (FI_RMA)");
+  if (r.op == "write" && !cq_data)
+    usage_error(who(o) + " cannot do --op write: it carries no remote CQ data (FI_REMOTE_CQ_DATA, cq_data_size 0)");
   // fi_tostr() returns one static buffer: copy each result before the next call.
   std::string mode = fi_tostr(&same_ep->mode, FI_TYPE_MODE);
   std::string mr_mode = fi_tostr(&same_ep->domain_attr->mr_mode, FI_TYPE_MR_MODE);
-  usage_error(who(p) + " needs modes fabmeter does not implement (mode [" + mode + "], mr_mode [" + mr_mode + "])");
+  usage_error(who(o) + " needs modes fabmeter does not implement (mode [" + mode + "], mr_mode [" + mr_mode + "])");
 }
 
 // What the provider grants for these parameters, before any connection.
@@ -108,18 +108,18 @@ struct Probe {
   bool ordered;
 };
 
-const Probe& probe(const Params& p) {
+const Probe& probe(const RdmaOptions& r, const OfiOptions& o) {
   static std::map<std::string, Probe> cache;
-  const std::string key = p.provider + "|" + p.ep + "|" + p.op;
+  const std::string key = o.provider + "|" + o.ep + "|" + r.op;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  fi_info* h = hints_for(p);
+  fi_info* h = hints_for(r, o);
   InfoPtr info;
   int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, h, &info.i);
   fi_freeinfo(h);
-  if (rc != 0 || !info.i) explain_no_match(p, rc);
+  if (rc != 0 || !info.i) explain_no_match(r, o, rc);
   const fi_info* i = info.i;
-  if (p.op == "write" && i->domain_attr->cq_data_size == 0)
-    usage_error(who(p) + " cannot do --op write: it carries no remote CQ data (cq_data_size 0)");
+  if (r.op == "write" && i->domain_attr->cq_data_size == 0)
+    usage_error(who(o) + " cannot do --op write: it carries no remote CQ data (cq_data_size 0)");
   // Utility providers (rxm, rxd) report neither FI_LOCAL_COMM nor
   // FI_REMOTE_COMM, and neither does shm: only an explicit "local only" counts.
   const bool local_only = i->ep_attr->protocol == FI_PROTO_SHM ||
@@ -144,28 +144,28 @@ void close_fid(F*& f) {
 
 }  // namespace
 
-Caps OfiTransport::caps(const Params& p) {
-  const Probe& pr = probe(p);
-  if (p.inline_size > pr.inject_size)
-    usage_error(who(p) + " injects at most " + std::to_string(pr.inject_size) + " B (inject_size); --inline " +
-                std::to_string(p.inline_size) + " is more");
-  if (!p.sweep && p.size > pr.max_msg)
-    usage_error(who(p) + " carries at most " + std::to_string(pr.max_msg) + " B per message (max_msg_size); --size " +
-                std::to_string(p.size) + " is more");
-  if (p.op == "write" && pr.inject_size < sizeof(uint64_t))
-    usage_error(who(p) + " cannot do --op write here: credits need an 8-byte fi_inject_writedata, inject_size is " +
+Caps OfiTransport::caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o) {
+  const Probe& pr = probe(r, o);
+  if (r.inline_size > pr.inject_size)
+    usage_error(who(o) + " injects at most " + std::to_string(pr.inject_size) + " B (inject_size); --inline " +
+                std::to_string(r.inline_size) + " is more");
+  if (r.op == "write" && pr.inject_size < sizeof(uint64_t))
+    usage_error(who(o) + " cannot do --op write here: credits need an 8-byte fi_inject_writedata, inject_size is " +
                 std::to_string(pr.inject_size));
-  if (p.signal_every > p.sq_depth)
-    usage_error("--signal-every " + std::to_string(p.signal_every) + " is larger than --sq-depth " +
-                std::to_string(p.sq_depth) + ": the send queue would fill with nothing signaled to free it");
-  if (p.rq_refill > p.rq_depth)
-    usage_error("--rq-refill " + std::to_string(p.rq_refill) + " is larger than --rq-depth " + std::to_string(p.rq_depth));
-  return {.max_msg_size = pr.max_msg, .max_inline = p.inline_size, .reliable = p.ep != "dgram", .ordered = pr.ordered,
-          .supports_write = p.op == "write", .send_completions = true, .same_host_only = pr.local_only};
+  if (r.signal_every > r.sq_depth)
+    usage_error("--signal-every " + std::to_string(r.signal_every) + " is larger than --sq-depth " +
+                std::to_string(r.sq_depth) + ": the send queue would fill with nothing signaled to free it");
+  if (r.rq_refill > q.rq_depth)
+    usage_error("--rq-refill " + std::to_string(r.rq_refill) + " is larger than --rq-depth " + std::to_string(q.rq_depth));
+  return {.max_msg_size = pr.max_msg, .max_inline = r.inline_size, .reliable = o.ep != "dgram", .ordered = pr.ordered,
+          .supports_write = r.op == "write", .send_completions = true, .same_host_only = pr.local_only,
+          .max_msg_note = who(o).substr(5) + "'s max_msg_size"};
 }
 
-OfiTransport::OfiTransport(const Params& p, Role role)
-    : write_(p.op == "write"), p_(p), role_(role), event_(p.poll == Poll::event) {}
+OfiTransport::OfiTransport(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o, const Use& use)
+    : write_(r.op == "write"), queue_(q), rdma_(r), ofi_(o), role_(use.role), event_(use.poll == Poll::event) {
+  send_window_ = use.send_window;
+}
 
 OfiTransport::~OfiTransport() {
   close_fid(ep_);
@@ -185,14 +185,14 @@ OfiTransport::~OfiTransport() {
 
 void OfiTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   slot_size_ = (std::max<uint64_t>(max_msg, 1) + 63) / 64 * 64;
-  if (p_.ep == "msg") connect_msg(ctrl);
+  if (ofi_.ep == "msg") connect_msg(ctrl);
   else connect_connectionless(ctrl);
   if (write_) exchange_rma(ctrl);
   ctrl.barrier("ofi receives posted");
   // rdm providers connect on the first message (rxm, rxd, shm map the peer
   // then): a ping-pong first, so no measured message waits for that. The
   // client alone starts it: both sending first would race two connections.
-  if (p_.ep == "rdm") handshake(ctrl.timeout_ms());
+  if (ofi_.ep == "rdm") handshake(ctrl.timeout_ms());
 }
 
 void OfiTransport::handshake(uint32_t timeout_ms) {
@@ -201,7 +201,7 @@ void OfiTransport::handshake(uint32_t timeout_ms) {
   auto check = [&](const char* what) {
     if (failure_) runtime_error(failure_);
     if (std::chrono::steady_clock::now() > deadline)
-      runtime_error(who(p_) + ": no " + what + " within " + std::to_string(timeout_ms) + " ms of connecting");
+      runtime_error(who(ofi_) + ": no " + what + " within " + std::to_string(timeout_ms) + " ms of connecting");
   };
   auto send = [&] {
     while (!post_send(hello, sizeof hello, kSendSignaled, 0)) check("room to send the first message");
@@ -223,8 +223,8 @@ void OfiTransport::handshake(uint32_t timeout_ms) {
 
 // This end's fi_info: for socket-addressed providers, on the address the
 // control channel uses (so two-host runs need no extra flags).
-static fi_info* local_info(const Params& p, const Ctrl& ctrl) {
-  fi_info* h = hints_for(p);
+static fi_info* local_info(const RdmaOptions& r, const OfiOptions& o, const Ctrl& ctrl) {
+  fi_info* h = hints_for(r, o);
   fi_info* info = nullptr;
   int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, h, &info);
   if (rc == 0 && is_sockaddr(info->addr_format)) {
@@ -233,12 +233,12 @@ static fi_info* local_info(const Params& p, const Ctrl& ctrl) {
     rc = fi_getinfo(kApiVersion, ctrl.local_addr().c_str(), nullptr, FI_SOURCE, h, &info);
     if (rc != 0) {
       fi_freeinfo(h);
-      runtime_error(who(p) + ": nothing on the control channel's address " + ctrl.local_addr() + " (fi_getinfo: " +
+      runtime_error(who(o) + ": nothing on the control channel's address " + ctrl.local_addr() + " (fi_getinfo: " +
                     fi_strerror(-rc) + ")");
     }
   }
   fi_freeinfo(h);
-  if (rc != 0) explain_no_match(p, rc);
+  if (rc != 0) explain_no_match(r, o, rc);
   return info;
 }
 
@@ -265,17 +265,17 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     if (rc == -FI_EAVAIL) {
       fi_eq_err_entry err{};
       fi_eq_readerr(eq_, &err, 0);
-      runtime_error(who(p_) + ": " + what + ": " + fi_strerror(err.err) + " (" +
+      runtime_error(who(ofi_) + ": " + what + ": " + fi_strerror(err.err) + " (" +
                     fi_eq_strerror(eq_, err.prov_errno, err.err_data, nullptr, 0) + ")");
     }
     if (rc == -FI_EAGAIN || rc == -FI_ETIMEDOUT)
-      runtime_error(who(p_) + ": no " + what + " within " + std::to_string(ctrl.timeout_ms()) + " ms");
-    if (rc < 0) runtime_error(who(p_) + ": " + what + ": fi_eq_sread: " + fi_strerror(static_cast<int>(-rc)));
-    if (event != expect) runtime_error(who(p_) + ": " + what + ": unexpected connection event " + std::to_string(event));
+      runtime_error(who(ofi_) + ": no " + what + " within " + std::to_string(ctrl.timeout_ms()) + " ms");
+    if (rc < 0) runtime_error(who(ofi_) + ": " + what + ": fi_eq_sread: " + fi_strerror(static_cast<int>(-rc)));
+    if (event != expect) runtime_error(who(ofi_) + ": " + what + ": unexpected connection event " + std::to_string(event));
   };
 
   if (role_ == Role::server) {
-    fi_info* pep_info = local_info(p_, ctrl);
+    fi_info* pep_info = local_info(rdma_, ofi_, ctrl);
     const uint32_t pep_info_format = pep_info->addr_format;
     int rc = fi_fabric(pep_info->fabric_attr, &fabric_, nullptr);
     if (rc == 0) rc = fi_eq_open(fabric_, &eq_attr, &eq_, nullptr);
@@ -283,7 +283,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     if (rc == 0) rc = fi_pep_bind(pep_, &eq_->fid, 0);
     if (rc == 0) rc = fi_listen(pep_);
     fi_freeinfo(pep_info);
-    if (rc != 0) runtime_error(who(p_) + ": cannot listen: " + fi_strerror(-rc));
+    if (rc != 0) runtime_error(who(ofi_) + ": cannot listen: " + fi_strerror(-rc));
     // The client needs the address format with the address (fabtests does the same).
     uint32_t fmt = pep_info_format;
     std::string blob(reinterpret_cast<const char*>(&fmt), sizeof fmt);
@@ -293,7 +293,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     info_ = entry.info;
     open_domain_and_ep(info_);
     rc = fi_accept(ep_, nullptr, 0);
-    if (rc != 0) runtime_error(who(p_) + ": fi_accept: " + fi_strerror(-rc));
+    if (rc != 0) runtime_error(who(ofi_) + ": fi_accept: " + fi_strerror(-rc));
     wait_event(FI_CONNECTED, entry, "established connection");
   } else {
     std::string blob = ctrl.exchange("", "ofi listen address");
@@ -301,7 +301,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     if (blob.size() <= sizeof fmt || blob.size() > 4096) runtime_error("ofi: malformed listen address from the server");
     std::memcpy(&fmt, blob.data(), sizeof fmt);
     std::string server = blob.substr(sizeof fmt);
-    fi_info* h = hints_for(p_);
+    fi_info* h = hints_for(rdma_, ofi_);
     h->addr_format = fmt;
     h->dest_addr = malloc(server.size());
     std::memcpy(h->dest_addr, server.data(), server.size());
@@ -309,49 +309,52 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     fi_info* info = nullptr;
     int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, h, &info);
     fi_freeinfo(h);
-    if (rc != 0) runtime_error(who(p_) + ": cannot reach the server's address (fi_getinfo: " + fi_strerror(-rc) + ")");
+    if (rc != 0) runtime_error(who(ofi_) + ": cannot reach the server's address (fi_getinfo: " + fi_strerror(-rc) + ")");
     info_ = info;
     int frc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
     if (frc == 0) frc = fi_eq_open(fabric_, &eq_attr, &eq_, nullptr);
-    if (frc != 0) runtime_error(who(p_) + ": fi_fabric/fi_eq_open: " + fi_strerror(-frc));
+    if (frc != 0) runtime_error(who(ofi_) + ": fi_fabric/fi_eq_open: " + fi_strerror(-frc));
     open_domain_and_ep(info_);
     rc = fi_connect(ep_, server.data(), nullptr, 0);
-    if (rc != 0) runtime_error(who(p_) + ": fi_connect: " + fi_strerror(-rc));
+    if (rc != 0) runtime_error(who(ofi_) + ": fi_connect: " + fi_strerror(-rc));
     fi_eq_cm_entry entry{};
     wait_event(FI_CONNECTED, entry, "connection to the server");
   }
 }
 
 void OfiTransport::connect_connectionless(Ctrl& ctrl) {
-  info_ = local_info(p_, ctrl);
+  info_ = local_info(rdma_, ofi_, ctrl);
   int rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
-  if (rc != 0) runtime_error(who(p_) + ": fi_fabric: " + fi_strerror(-rc));
+  if (rc != 0) runtime_error(who(ofi_) + ": fi_fabric: " + fi_strerror(-rc));
   open_domain_and_ep(info_);
   const std::string mine = name_of(&ep_->fid, "endpoint");
   std::string peer = ctrl.exchange(mine, "ofi endpoint address");
   // fi_av_insert reads an address of this provider's length: the same as ours.
   if (peer.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the peer");
   rc = fi_av_insert(av_, peer.data(), 1, &peer_, 0, nullptr);
-  if (rc != 1) runtime_error(who(p_) + ": fi_av_insert of the peer's address failed (" + std::to_string(rc) + ")");
+  if (rc != 1) runtime_error(who(ofi_) + ": fi_av_insert of the peer's address failed (" + std::to_string(rc) + ")");
 }
 
 void OfiTransport::open_domain_and_ep(fi_info* info) {
   auto check = [&](int rc, const char* what) {
-    if (rc != 0) runtime_error(who(p_) + ": " + what + ": " + fi_strerror(-rc));
+    if (rc != 0) runtime_error(who(ofi_) + ": " + what + ": " + fi_strerror(-rc));
   };
   check(fi_domain(fabric_, info, &domain_, nullptr), "fi_domain");
 
-  sq_depth_ = static_cast<uint32_t>(std::min<uint64_t>(p_.sq_depth, info->tx_attr->size));
-  const bool signal_every_auto = p_.signal_every == 0;
-  signal_every_ = signal_every_auto ? std::max<uint32_t>(1, sq_depth_ / 2) : std::min(p_.signal_every, sq_depth_);
+  sq_depth_ = static_cast<uint32_t>(std::min<uint64_t>(rdma_.sq_depth, info->tx_attr->size));
+  // The send window asked for (bw: --tx-depth) within the queue; a
+  // signaled send must come within it, or the window fills with none.
+  send_window_ = send_window_ ? std::min(send_window_, sq_depth_) : sq_depth_;
+  const bool signal_every_auto = rdma_.signal_every == 0;
+  signal_every_ = signal_every_auto ? std::max<uint32_t>(1, send_window_ / 2) : std::min(rdma_.signal_every, send_window_);
   selective_ = signal_every_ > 1;
-  inline_max_ = p_.inline_size;
+  inline_max_ = rdma_.inline_size;
   uint64_t ring = std::bit_ceil<uint64_t>(sq_depth_);
   tx_mask_ = ring - 1;
   tx_slots_.assign(ring, TxSlot{});
-  rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>({p_.rq_depth, info->rx_attr->size,
+  rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>({queue_.rq_depth, info->rx_attr->size,
                                                         std::max<uint64_t>(2, kMaxRegionBytes / slot_size_)}));
-  rq_refill_ = std::min(p_.rq_refill ? p_.rq_refill : std::max<uint32_t>(1, rx_slots_ / 8), rx_slots_);
+  rq_refill_ = std::min(rdma_.rq_refill ? rdma_.rq_refill : std::max<uint32_t>(1, rx_slots_ / 8), rx_slots_);
   rx_cq_data_mode_ = write_ && ((info->mode | info->rx_attr->mode) & FI_RX_CQ_DATA);
 
   if (write_) {
@@ -361,7 +364,7 @@ void OfiTransport::open_domain_and_ep(fi_info* info) {
     len_mask_ = (1ull << len_bits_) - 1;
     const uint64_t slot_bits = std::bit_width<uint64_t>(rx_slots_ - 1);
     if (len_bits_ + slot_bits + 1 > bits)
-      usage_error(who(p_) + " carries " + std::to_string(info->domain_attr->cq_data_size) +
+      usage_error(who(ofi_) + " carries " + std::to_string(info->domain_attr->cq_data_size) +
                   " B of remote CQ data: too few for slot and length at this size and --rq-depth (need " +
                   std::to_string(len_bits_ + slot_bits + 1) + " bits)");
     credit_flag_ = 1ull << (bits - 1);
@@ -382,7 +385,7 @@ void OfiTransport::open_domain_and_ep(fi_info* info) {
     rc = fi_cq_open(domain_, &cq, &rx_cq_, nullptr);
   }
   if (rc != 0 && event_)
-    usage_error(who(p_) + " has no file-descriptor wait object for its completion queues (FI_WAIT_FD: " +
+    usage_error(who(ofi_) + " has no file-descriptor wait object for its completion queues (FI_WAIT_FD: " +
                 fi_strerror(-rc) + "): --poll event is not available with it");
   check(rc, "fi_cq_open");
   if (info->ep_attr->type != FI_EP_MSG) {
@@ -397,7 +400,7 @@ void OfiTransport::open_domain_and_ep(fi_info* info) {
   rc = fi_ep_bind(ep_, &tx_cq_->fid, FI_TRANSMIT | (selective_ ? FI_SELECTIVE_COMPLETION : 0));
   if (rc != 0 && selective_) {
     if (!signal_every_auto)
-      usage_error(who(p_) + " has no selective completion (FI_SELECTIVE_COMPLETION) for --signal-every " +
+      usage_error(who(ofi_) + " has no selective completion (FI_SELECTIVE_COMPLETION) for --signal-every " +
                   std::to_string(signal_every_) + ": use --signal-every 1");
     selective_ = false;  // auto: every send signaled
     signal_every_ = 1;
@@ -418,7 +421,7 @@ void OfiTransport::register_memory() {
   rx_ctx_.assign(rx_slots_, fi_context2{});
   auto reg = [&](void* buf, size_t len, uint64_t access, uint64_t key, fid_mr** mr, const char* what) {
     int rc = fi_mr_reg(domain_, buf, len, access, 0, (mr_mode & FI_MR_PROV_KEY) ? 0 : key, 0, mr, nullptr);
-    if (rc != 0) runtime_error(who(p_) + ": cannot register " + what + ": " + fi_strerror(-rc));
+    if (rc != 0) runtime_error(who(ofi_) + ": cannot register " + what + ": " + fi_strerror(-rc));
   };
   if (write_ || (mr_mode & FI_MR_LOCAL))
     reg(rx_region_, rx_region_bytes_, FI_RECV | (write_ ? FI_REMOTE_WRITE : 0), kRxKey, &rx_mr_, "the receive slots");
@@ -442,7 +445,7 @@ void OfiTransport::post_receives() {
     if (!write_) rc = fi_recv(ep_, rx_base_ + i * slot_size_, slot_size_, desc, FI_ADDR_UNSPEC, &rx_ctx_[i]);
     else if (rx_cq_data_mode_) rc = fi_recv(ep_, nullptr, 0, nullptr, FI_ADDR_UNSPEC, &rx_ctx_[i]);
     else break;
-    if (rc != 0) runtime_error(who(p_) + ": posting receive " + std::to_string(i) + ": " + fi_strerror(static_cast<int>(-rc)));
+    if (rc != 0) runtime_error(who(ofi_) + ": posting receive " + std::to_string(i) + ": " + fi_strerror(static_cast<int>(-rc)));
   }
 }
 
@@ -523,7 +526,7 @@ void OfiTransport::wait_send() {
 
 void OfiTransport::fail_rc(ssize_t rc, const char* what) {
   if (failure_) return;
-  failure_text_ = who(p_) + ": " + what + ": " + fi_strerror(static_cast<int>(-rc));
+  failure_text_ = who(ofi_) + ": " + what + ": " + fi_strerror(static_cast<int>(-rc));
   failure_ = failure_text_.c_str();
 }
 
@@ -535,7 +538,7 @@ void OfiTransport::cq_error(fid_cq* cq, ssize_t rc, const char* what) {
   }
   fi_cq_err_entry err{};
   fi_cq_readerr(cq, &err, 0);
-  failure_text_ = who(p_) + ": " + what + " completion failed: " + fi_strerror(err.err) + " (" +
+  failure_text_ = who(ofi_) + ": " + what + " completion failed: " + fi_strerror(err.err) + " (" +
                   fi_cq_strerror(cq, err.prov_errno, err.err_data, nullptr, 0) + ")";
   failure_ = failure_text_.c_str();
 }
@@ -545,12 +548,12 @@ void OfiTransport::check_eq() const {
   fi_eq_cm_entry entry{};
   ssize_t rc = fi_eq_read(eq_, &event, &entry, sizeof entry, 0);
   if (rc >= 0 && event == FI_SHUTDOWN) {
-    failure_text_ = who(p_) + ": the peer shut the connection down (FI_SHUTDOWN)";
+    failure_text_ = who(ofi_) + ": the peer shut the connection down (FI_SHUTDOWN)";
     failure_ = failure_text_.c_str();
   } else if (rc == -FI_EAVAIL) {
     fi_eq_err_entry err{};
     fi_eq_readerr(eq_, &err, 0);
-    failure_text_ = who(p_) + ": connection error: " + fi_strerror(err.err);
+    failure_text_ = who(ofi_) + ": connection error: " + fi_strerror(err.err);
     failure_ = failure_text_.c_str();
   }
 }
@@ -579,8 +582,9 @@ void OfiTransport::describe(JsonObj& o) const {
       .add("tx_size", static_cast<uint64_t>(i->tx_attr->size))
       .add("rx_size", static_cast<uint64_t>(i->rx_attr->size))
       .add("data_progress", i->domain_attr->data_progress == FI_PROGRESS_AUTO ? "auto" : "manual")
-      .add("op", p_.op)
+      .add("op", rdma_.op)
       .add("sq_depth", sq_depth_)
+      .add("send_window", send_window_)
       .add("rx_slots", rx_slots_)
       .add("slot_size", slot_size_)
       .add("rq_refill", rq_refill_)

@@ -3,7 +3,8 @@
 // plane (fi_getinfo, fabric/domain/CQ/AV/EP/MR setup, address exchange).
 //
 // Receives: rx_slots registered buffers, pre-posted; release() reposts them
-// in batches of --rq-refill. Sends: at most sq_depth outstanding; with
+// in batches of --rq-refill. Sends: at most the send window asked for
+// (bw: --tx-depth; else sq_depth) outstanding; with
 // FI_SELECTIVE_COMPLETION only every --signal-every-th send asks for a
 // completion, which then frees it and every send before it (as verbs).
 // --inline: fi_inject (no completion) up to N bytes.
@@ -33,12 +34,12 @@ namespace fm {
 
 class OfiTransport {
  public:
-  OfiTransport(const Params& p, Role role);
+  OfiTransport(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o, const Use& use);
   ~OfiTransport();
   OfiTransport(const OfiTransport&) = delete;
 
   // Asks the provider (fi_getinfo, cached) and refuses what it cannot do.
-  static Caps caps(const Params& p);
+  static Caps caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // A CQ error, or (msg endpoints) the peer's FI_SHUTDOWN on the EQ.
@@ -63,9 +64,9 @@ class OfiTransport {
       if (write_) next_wslot();
       return true;
     }
-    if (tx_posted_ - tx_freed_ >= sq_depth_) {
+    if (tx_posted_ - tx_freed_ >= send_window_) {
       reap_tx(-1);
-      if (tx_posted_ - tx_freed_ >= sq_depth_) return false;
+      if (tx_posted_ - tx_freed_ >= send_window_) return false;
     }
     const bool signaled = !selective_ || want || unsignaled_run_ + 1 >= signal_every_;
     TxSlot& s = tx_slots_[tx_posted_ & tx_mask_];
@@ -253,6 +254,7 @@ class OfiTransport {
   bool credit_due_ = false;
   uint32_t inline_max_ = 0;
   uint32_t sq_depth_ = 0;
+  uint32_t send_window_ = 0;  // most sends outstanding: Use::send_window, within sq_depth_
   uint32_t signal_every_ = 1;
   uint32_t unsignaled_run_ = 0;
   uint32_t rq_refill_ = 1;
@@ -288,7 +290,9 @@ class OfiTransport {
   mutable std::string failure_text_;
 
   // ---- control plane ----
-  Params p_;
+  const QueueOptions queue_;
+  const RdmaOptions rdma_;
+  const OfiOptions ofi_;
   Role role_;
   bool event_;
   fi_info* info_ = nullptr;

@@ -106,7 +106,7 @@ int auto_gid_index(ibv_context* ctx, uint32_t port, const ibv_gid* want) {
   return 0;
 }
 
-bool uses_rdma_cm(const Params& p) { return p.cm == "rdma_cm" || (p.cm == "auto" && p.service != "uc"); }
+bool uses_rdma_cm(const VerbsOptions& v) { return v.cm == "rdma_cm" || (v.cm == "auto" && v.service != "uc"); }
 
 // What caps() needs before connecting, cached per (device, port).
 struct DeviceProbe {
@@ -149,52 +149,53 @@ DeviceProbe probe_device(const std::string& want, uint32_t port) {
 }
 
 // Impossible combinations, refused on both ends before anything connects.
-void check_knobs(const Params& p) {
-  const bool ud = p.service == "ud";
-  if (ud && p.op == "write")
+void check_knobs(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v) {
+  const bool ud = v.service == "ud";
+  if (ud && r.op == "write")
     usage_error("verbs: --op write needs a connected service (--service rc or uc): UD has no RDMA write");
-  if (p.cm == "rdma_cm" && p.service == "uc")
+  if (v.cm == "rdma_cm" && v.service == "uc")
     usage_error("verbs: rdma_cm cannot connect UC queue pairs; use --cm raw (the default for uc)");
-  if (p.mtu != 0 && p.mtu != 256 && p.mtu != 512 && p.mtu != 1024 && p.mtu != 2048 && p.mtu != 4096)
+  if (v.mtu != 0 && v.mtu != 256 && v.mtu != 512 && v.mtu != 1024 && v.mtu != 2048 && v.mtu != 4096)
     usage_error("verbs: --mtu must be 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)");
-  if (p.mtu != 0 && !ud && uses_rdma_cm(p))
+  if (v.mtu != 0 && !ud && uses_rdma_cm(v))
     usage_error("verbs: with rdma_cm the route decides the path MTU; --mtu needs --cm raw");
-  if (p.gid_index >= 0 && uses_rdma_cm(p))
+  if (v.gid_index >= 0 && uses_rdma_cm(v))
     usage_error("verbs: rdma_cm uses the GID of the address it binds; --gid-index needs --cm raw");
-  if (p.signal_every > p.sq_depth)
-    usage_error("verbs: --signal-every " + std::to_string(p.signal_every) + " exceeds --sq-depth " +
-                std::to_string(p.sq_depth) + " (the send queue would fill with no completion to wait for)");
-  if (p.rq_refill > p.rq_depth)
-    usage_error("verbs: --rq-refill " + std::to_string(p.rq_refill) + " exceeds --rq-depth " + std::to_string(p.rq_depth));
+  if (r.signal_every > r.sq_depth)
+    usage_error("verbs: --signal-every " + std::to_string(r.signal_every) + " exceeds --sq-depth " +
+                std::to_string(r.sq_depth) + " (the send queue would fill with no completion to wait for)");
+  if (r.rq_refill > q.rq_depth)
+    usage_error("verbs: --rq-refill " + std::to_string(r.rq_refill) + " exceeds --rq-depth " + std::to_string(q.rq_depth));
 }
 
 }  // namespace
 
-Caps VerbsTransport::caps(const Params& p) {
-  check_knobs(p);
-  const DeviceProbe d = probe_device(p.device, p.port);
+Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v) {
+  check_knobs(q, r, v);
+  const DeviceProbe d = probe_device(v.device, v.port);
   // No device at all is connect()'s error (it names the Soft-RoCE guest).
   if (!d.found && !d.names.empty())
-    usage_error("verbs: no RDMA device " + (p.device.empty() ? std::string("with") : "named '" + p.device + "' with") +
-                " port " + std::to_string(p.port) + " (this host has: " + d.names + ")");
+    usage_error("verbs: no RDMA device " + (v.device.empty() ? std::string("with") : "named '" + v.device + "' with") +
+                " port " + std::to_string(v.port) + " (this host has: " + d.names + ")");
   uint64_t max = verbs::kMaxMsg;
   if (d.found && d.max_msg_sz) max = std::min<uint64_t>(max, d.max_msg_sz);
-  if (p.service == "ud") {
+  if (v.service == "ud") {
     // One UD message is one packet: at most the path MTU (the 40 B GRH is
     // the receiver's, not counted). connect() checks the real path.
     const uint32_t active = d.found ? mtu_bytes(d.active_mtu) : 4096;
-    max = p.mtu ? std::min(p.mtu, active) : active;
-    if (!p.sweep && p.experiment != "stream" && p.size > max)
-      usage_error("verbs: a UD message is one packet: --size " + std::to_string(p.size) + " B exceeds the path MTU of " +
-                  std::to_string(max) + " B (the receiver's 40 B GRH is extra); use rc or uc for larger messages");
+    max = v.mtu ? std::min(v.mtu, active) : active;
   }
-  return {.max_msg_size = max, .max_inline = p.inline_size, .reliable = p.service == "rc",
-          .ordered = p.service != "ud", .supports_write = p.service != "ud", .send_completions = true,
-          .same_host_only = false};
+  return {.max_msg_size = max, .max_inline = r.inline_size, .reliable = v.service == "rc",
+          .ordered = v.service != "ud", .supports_write = v.service != "ud", .send_completions = true,
+          .same_host_only = false,
+          .max_msg_note = v.service == "ud" ? "the path MTU: a UD message is one packet (the receiver's 40 B GRH is extra); "
+                                              "use rc or uc for larger messages"
+                                            : "the device's max_msg_sz"};
 }
 
-VerbsTransport::VerbsTransport(const Params& p, Role role)
-    : p_(p), role_(role), ud_(p.service == "ud"), write_(p.op == "write"), event_(p.poll == Poll::event) {}
+VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
+    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), role_(use.role), ud_(v.service == "ud"),
+      write_(r.op == "write"), event_(use.poll == Poll::event) {}
 
 VerbsTransport::~VerbsTransport() {
   if (use_cm_ && cm_id_ && qp_ && !ud_) rdma_disconnect(cm_id_);
@@ -363,13 +364,13 @@ void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
   dev_list_ = ibv_get_device_list(&n);
   if (!dev_list_ || n == 0) runtime_error(kNoDevice);
   ibv_device* dev = nullptr;
-  if (!p_.device.empty()) {
+  if (!verbs_.device.empty()) {
     std::string names;
     for (int i = 0; i < n && !dev; ++i) {
-      if (p_.device == ibv_get_device_name(dev_list_[i])) dev = dev_list_[i];
+      if (verbs_.device == ibv_get_device_name(dev_list_[i])) dev = dev_list_[i];
       names += std::string(names.empty() ? "" : ", ") + ibv_get_device_name(dev_list_[i]);
     }
-    if (!dev) usage_error("verbs: no RDMA device named '" + p_.device + "' (this host has: " + names + ")");
+    if (!dev) usage_error("verbs: no RDMA device named '" + verbs_.device + "' (this host has: " + names + ")");
   } else {
     // The device that holds the control connection's address, so two ends
     // on one host (two Soft-RoCE devices) each use their own.
@@ -378,7 +379,7 @@ void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
       for (int i = 0; i < n && !dev; ++i) {
         ibv_context* c = ibv_open_device(dev_list_[i]);
         if (!c) continue;
-        for (const auto& e : port_gids(c, p_.port))
+        for (const auto& e : port_gids(c, verbs_.port))
           if (std::memcmp(e.gid.raw, want.raw, 16) == 0) dev = dev_list_[i];
         ibv_close_device(c);
       }
@@ -387,7 +388,7 @@ void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
   }
   ctx_ = ibv_open_device(dev);
   if (!ctx_) sys_error(std::string("verbs: cannot open ") + ibv_get_device_name(dev));
-  port_ = p_.port;
+  port_ = verbs_.port;
 }
 
 void VerbsTransport::setup(uint64_t max_msg) {
@@ -401,12 +402,12 @@ void VerbsTransport::setup(uint64_t max_msg) {
   if (ibv_query_device(ctx_, &da) != 0) sys_error("verbs: ibv_query_device");
   set_nonblock(ctx_->async_fd);
   // rdma_cm uses the GID of the address it bound; raw mode: --gid-index, or auto.
-  gid_index_ = p_.gid_index >= 0 ? p_.gid_index : auto_gid_index(ctx_, port_, have_local_gid_ ? &local_gid_ : nullptr);
+  gid_index_ = verbs_.gid_index >= 0 ? verbs_.gid_index : auto_gid_index(ctx_, port_, have_local_gid_ ? &local_gid_ : nullptr);
   if (ibv_query_gid(ctx_, static_cast<uint8_t>(port_), gid_index_, &gid_) != 0)
     usage_error("verbs: " + device_name_ + " port " + std::to_string(port_) + " has no GID index " + std::to_string(gid_index_));
 
   path_mtu_ = port_attr_.active_mtu;
-  if (p_.mtu) path_mtu_ = std::min(path_mtu_, mtu_enum(p_.mtu));
+  if (verbs_.mtu) path_mtu_ = std::min(path_mtu_, mtu_enum(verbs_.mtu));
   if (ud_) {
     ud_max_msg_ = mtu_bytes(path_mtu_);
     if (max_msg > ud_max_msg_)
@@ -423,8 +424,8 @@ void VerbsTransport::setup(uint64_t max_msg) {
   }
 
   // Rings: one slot per WR, cut to kRingBudget bytes for big messages.
-  const uint32_t sq_want = std::min<uint32_t>(p_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
-  const uint32_t rq_want = std::min<uint32_t>(p_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  const uint32_t sq_want = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  const uint32_t rq_want = std::min<uint32_t>(queue_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
   rx_offset_ = ud_ ? verbs::kGrhBytes : 0;
   rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg), 64);
   rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
@@ -478,12 +479,12 @@ ibv_qp_init_attr VerbsTransport::qp_init_attr() const {
   ibv_qp_init_attr a{};
   a.send_cq = send_cq_;
   a.recv_cq = recv_cq_;
-  a.cap.max_send_wr = std::min<uint32_t>(p_.sq_depth, static_cast<uint32_t>(send_cq_->cqe));
+  a.cap.max_send_wr = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(send_cq_->cqe));
   a.cap.max_recv_wr = rx_slots_;
   a.cap.max_send_sge = 1;
   a.cap.max_recv_sge = 1;
-  a.cap.max_inline_data = p_.inline_size;
-  a.qp_type = p_.service == "rc" ? IBV_QPT_RC : p_.service == "uc" ? IBV_QPT_UC : IBV_QPT_UD;
+  a.cap.max_inline_data = rdma_.inline_size;
+  a.qp_type = verbs_.service == "rc" ? IBV_QPT_RC : verbs_.service == "uc" ? IBV_QPT_UC : IBV_QPT_UD;
   a.sq_sig_all = 0;
   return a;
 }
@@ -492,15 +493,15 @@ void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
   sq_granted_ = granted.cap.max_send_wr;
   rq_granted_ = granted.cap.max_recv_wr;
   max_inline_ = granted.cap.max_inline_data;
-  inline_size_ = p_.inline_size;
-  // WRs in flight at most: the SQ, the send ring, and bw's --tx-depth.
+  inline_size_ = rdma_.inline_size;
+  // WRs in flight at most: the SQ, the send ring, and the send window asked for (bw: --tx-depth).
   sq_limit_ = std::min(sq_granted_, tx_slots_);
-  if (p_.experiment == "bw") sq_limit_ = std::min(sq_limit_, p_.tx_depth);
+  if (send_window_) sq_limit_ = std::min(sq_limit_, send_window_);
   sq_limit_ = std::max(sq_limit_, 1u);
   // A signaled WR within every sq_limit_ posts, so a full SQ always has a
   // completion coming.
-  signal_every_ = p_.signal_every ? std::min(p_.signal_every, sq_limit_) : std::max(1u, sq_limit_ / 2);
-  rq_refill_ = p_.rq_refill ? std::min(p_.rq_refill, rx_slots_) : std::max(1u, rx_slots_ / 4);
+  signal_every_ = rdma_.signal_every ? std::min(rdma_.signal_every, sq_limit_) : std::max(1u, sq_limit_ / 2);
+  rq_refill_ = rdma_.rq_refill ? std::min(rdma_.rq_refill, rx_slots_) : std::max(1u, rx_slots_ / 4);
   wr_ids_.assign(pow2_at_least(sq_limit_), 0);
   wr_mask_ = wr_ids_.size() - 1;
   done_.assign(pow2_at_least(sq_limit_), 0);
@@ -540,7 +541,7 @@ ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
   ah.dlid = peer_.lid;
   ah.port_num = static_cast<uint8_t>(port_);
   // RoCE always routes by GID; InfiniBand only when a GID index is asked for.
-  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || p_.gid_index >= 0) {
+  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || verbs_.gid_index >= 0) {
     ah.is_global = 1;
     std::memcpy(ah.grh.dgid.raw, peer_.gid, 16);
     ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
@@ -577,7 +578,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   ibv_qp_init_attr ia = qp_init_attr();
   qp_ = ibv_create_qp(pd_, &ia);
   if (!qp_)
-    sys_error("verbs: ibv_create_qp (" + p_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
+    sys_error("verbs: ibv_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
               std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
               " B: more than " + device_name_ + " grants?)");
 
@@ -608,7 +609,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     a.rq_psn = peer_.psn;
     a.ah_attr = ah_attr_to_peer();
     mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (p_.service == "rc") {
+    if (verbs_.service == "rc") {
       a.max_dest_rd_atomic = 1;
       a.min_rnr_timer = 12;  // 0.64 ms, perftest's
       mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -620,7 +621,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = psn_;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (p_.service == "rc") {
+  if (verbs_.service == "rc") {
     a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
     a.retry_cnt = 7;
     a.rnr_retry = 7;  // retry forever while the peer has no receive posted
@@ -705,13 +706,13 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   ctx_ = cm_id_->verbs;
   port_ = cm_id_->port_num;
   const std::string chosen = ibv_get_device_name(ctx_->device);
-  if (!p_.device.empty() && p_.device != chosen)
-    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + p_.device +
+  if (!verbs_.device.empty() && verbs_.device != chosen)
+    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + verbs_.device +
                 " (use --cm raw to choose the device yourself)");
   setup(max_msg);
   ibv_qp_init_attr ia = qp_init_attr();
   if (rdma_create_qp(cm_id_, pd_, &ia) != 0)
-    sys_error("verbs: rdma_create_qp (" + p_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
+    sys_error("verbs: rdma_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
               std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
               " B: more than " + device_name_ + " grants?)");
   qp_ = cm_id_->qp;
@@ -749,7 +750,7 @@ void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   int n = 0;
   if (ibv_device** list = ibv_get_device_list(&n)) ibv_free_device_list(list);
   if (n == 0) runtime_error(kNoDevice);
-  use_cm_ = uses_rdma_cm(p_);
+  use_cm_ = uses_rdma_cm(verbs_);
   have_local_gid_ = addr_to_gid(ctrl.local_addr(), &local_gid_);
   if (use_cm_) {
     connect_cm(ctrl, max_msg);
@@ -765,9 +766,9 @@ void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
 void VerbsTransport::describe(JsonObj& o) const {
   o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))
       .add("link_layer", port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband")
-      .add("service", p_.service).add("op", p_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
+      .add("service", verbs_.service).add("op", rdma_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
       .add("path_mtu", mtu_bytes(path_mtu_)).add("active_mtu", mtu_bytes(port_attr_.active_mtu))
-      .add("inline_requested", p_.inline_size).add("max_inline_granted", max_inline_)
+      .add("inline_requested", rdma_.inline_size).add("max_inline_granted", max_inline_)
       .add("sq_depth_granted", sq_granted_).add("rq_depth_granted", rq_granted_)
       .add("send_window", sq_limit_).add("signal_every", signal_every_).add("rq_refill", rq_refill_)
       .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)

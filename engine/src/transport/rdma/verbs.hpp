@@ -55,16 +55,16 @@ struct EndpointInfo {
 
 class VerbsTransport {
  public:
-  VerbsTransport(const Params& p, Role role);
+  VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use);
   ~VerbsTransport();
   VerbsTransport(const VerbsTransport&) = delete;
 
   // Refuses impossible knob combinations (usage errors); works without any
   // RDMA device (connect then says there is none).
-  static Caps caps(const Params& p);
+  static Caps caps(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
-  // Slow-path check (the experiments' guard calls it): completion errors
+  // Slow-path check (the measuring loops' guard calls it): completion errors
   // seen by the datapath, and every 16th call the device's async events and
   // rdma_cm events (QP fatal, disconnect).
   const char* failure() const {
@@ -217,7 +217,10 @@ class VerbsTransport {
   void make_ah(const ibv_ah_attr& attr);
   ibv_ah_attr ah_attr_to_peer() const;
 
-  const Params p_;
+  const QueueOptions queue_;
+  const RdmaOptions rdma_;
+  const VerbsOptions verbs_;
+  const uint32_t send_window_;  // Use::send_window
   const Role role_;
   const bool ud_, write_, event_;
   bool use_cm_ = false;

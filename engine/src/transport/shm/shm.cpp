@@ -26,8 +26,8 @@ constexpr size_t kMaxRingBytes = 256ull << 20;
 
 }  // namespace
 
-ShmTransport::ShmTransport(const Params& p, Role role)
-    : role_(role), event_(p.poll == Poll::event), rq_depth_(round_pow2(p.rq_depth)) {}
+ShmTransport::ShmTransport(const QueueOptions& q, const Use& use)
+    : role_(use.role), event_(use.poll == Poll::event), rq_depth_(round_pow2(q.rq_depth)) {}
 
 ShmTransport::~ShmTransport() {
   if (!unlinked_) shm_unlink(name_.c_str());

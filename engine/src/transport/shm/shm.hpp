@@ -43,11 +43,11 @@ struct alignas(128) Control {
 
 class ShmTransport {
  public:
-  ShmTransport(const Params& p, Role role);
+  ShmTransport(const QueueOptions& q, const Use& use);
   ~ShmTransport();
   ShmTransport(const ShmTransport&) = delete;
 
-  static Caps caps(const Params&) {
+  static Caps caps(const QueueOptions&) {
     return {.max_msg_size = 64ull << 20, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = true};
   }

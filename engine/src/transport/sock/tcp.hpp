@@ -18,11 +18,11 @@ namespace fm {
 
 class TcpTransport {
  public:
-  TcpTransport(const Params& p, Role role);
+  explicit TcpTransport(const Use& use);
   ~TcpTransport();
   TcpTransport(const TcpTransport&) = delete;
 
-  static Caps caps(const Params&) {
+  static Caps caps() {
     return {.max_msg_size = 1ull << 30, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = false};
   }

@@ -16,8 +16,8 @@ namespace fm {
 // before the receiver is slow; ask for more and record what was granted.
 constexpr int kSockBufBytes = 8 << 20;
 
-UdpTransport::UdpTransport(const Params& p, Role role)
-    : role_(role), event_(p.poll == Poll::event), loss_timeout_ms_(p.loss_timeout_ms) {}
+UdpTransport::UdpTransport(const Use& use)
+    : role_(use.role), event_(use.poll == Poll::event), loss_timeout_ms_(use.loss_timeout_ms) {}
 
 UdpTransport::~UdpTransport() {
   if (fd_ >= 0) ::close(fd_);

@@ -1,6 +1,6 @@
 // udp: one connected datagram socket per end; a message is one datagram.
 // Nothing is ever truncated: sizes above the datagram limit are refused
-// before the run. Losses are counted by the experiments, never waited on.
+// before the run. Losses are counted by the measuring loops, never waited on.
 #pragma once
 #include <sys/socket.h>
 
@@ -20,11 +20,11 @@ class UdpTransport {
  public:
   static constexpr uint64_t kMaxDatagram = 65507;  // IPv4: 65535 - 20 (IP) - 8 (UDP)
 
-  UdpTransport(const Params& p, Role role);
+  explicit UdpTransport(const Use& use);
   ~UdpTransport();
   UdpTransport(const UdpTransport&) = delete;
 
-  static Caps caps(const Params&) {
+  static Caps caps() {
     return {.max_msg_size = kMaxDatagram, .max_inline = 0, .reliable = false, .ordered = false,
             .supports_write = false, .send_completions = false, .same_host_only = false};
   }

@@ -1,0 +1,53 @@
+"""The transport registry: one fm_transport line per transport in
+engine/CMakeLists.txt decides what is compiled in, the transport table and
+which transports each option applies to; transports see only their own
+option groups."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from conftest import REPO
+from fabmeter import demo
+
+CMAKE = REPO / "engine" / "CMakeLists.txt"
+
+
+def declared() -> dict[str, list[str]]:
+    """Transport -> the option groups its fm_transport line lists."""
+    out = {}
+    for m in re.finditer(r"^fm_transport\((\w+) \w+ \S+(.*?)\)$", CMAKE.read_text(), re.M | re.S):
+        groups = re.search(r"GROUPS ((?:[a-z]+ ?)+)", m.group(2))
+        out[m.group(1)] = groups.group(1).split() if groups else []
+    return out
+
+
+def options(engine) -> dict:
+    return json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+
+
+def test_option_transports_follow_the_groups_transports_declare(engine):
+    decl = declared()
+    assert {"shm", "tcp", "udp", "ofi", "verbs", "zmq"} <= decl.keys()
+    info = options(engine)
+    assert set(info["transports"]) <= decl.keys()
+    for o in info["options"]:
+        readers = sorted(t for t, groups in decl.items() if o["group"] in groups)
+        want = readers or ["all"]
+        assert sorted(o["transports"].split(",")) == want, o["name"]
+    by_name = {o["name"]: o for o in info["options"]}
+    assert by_name["tx-depth"]["transports"] == "all" and by_name["tx-depth"]["scope"] == "bw"
+
+
+def test_transports_never_see_the_whole_params_nor_the_experiment():
+    for f in (REPO / "engine" / "src" / "transport").rglob("*.[ch]pp"):
+        text = f.read_text()
+        assert not re.search(r"\bParams\b", text), f"{f} takes the whole Params"
+        assert "experiment" not in text, f"{f} reads the experiment"
+
+
+def test_demo_runs_every_transport_the_engine_lists():
+    got = [label for label, _, _ in demo.configs(["shm", "pipe", "ofi", "verbs"])]
+    assert got == ["shm", "pipe", "ofi tcp msg", "ofi shm rdm"]
