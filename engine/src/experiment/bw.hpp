@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "fabmeter/samples.hpp"
 
 namespace fm {
@@ -58,7 +59,8 @@ struct BwLoss {
   }
 };
 
-template <class T>
+// Both ends run this: the client always sends, the server with --bidir.
+template <Transport T, Poll P>
 Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -130,13 +132,13 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (progressed) {
       idle = 0;
       if (++busy % kTickStride) continue;
-    } else if (p.poll == Poll::busy && ++idle < kGuardSpins) {
+    } else if (P == Poll::busy && ++idle < kGuardSpins) {
       cpu_relax();
       continue;
     }
     idle = 0;
     st = g.check(t);
-    if (st == Status::ctrl_message) {
+    if (st == Status::ctrl_pending) {
       st = Status::ok;
       // Only the first message is the count; a second one is the peer, done
       // already, waiting for our counts: the drain deadline below ends it.
@@ -157,7 +159,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       }
       break;  // unreliable: whatever has not arrived by now is lost
     }
-    if (p.poll == Poll::event && !progressed) {
+    if (P == Poll::event && !progressed) {
       if (me.sent < my_total) t.wait_send();
       else if (t.wait_recv(m)) {
         take(m);
@@ -212,5 +214,21 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("measured_at", "receiver");
   return st;
 }
+
+struct BwExperiment : ExperimentDefaults {
+  static constexpr const char* name = "bw";
+  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static PointCost cost(const Params& p, const Caps&, const Point& pt) {
+    return {0, counted_seconds(p, static_cast<double>(pt.size), 100000, kMinMessageNs)};
+  }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return bw_run<T, P>(t, c, pt.size, pt.iterations, pt.warmup, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return bw_run<T, P>(t, c, pt.size, pt.iterations, pt.warmup, out);
+  }
+};
 
 }  // namespace fm

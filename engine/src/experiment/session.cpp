@@ -21,12 +21,8 @@
 #include <memory>
 #include <optional>
 
-#include "experiment/bw.hpp"
-#include "experiment/check.hpp"
 #include "experiment/common.hpp"
-#include "experiment/lat.hpp"
-#include "experiment/oneway.hpp"
-#include "experiment/stream.hpp"
+#include "experiment/table.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
@@ -59,7 +55,7 @@ namespace fm {
 const char* status_name(Status s) {
   switch (s) {
     case Status::ok: return "ok";
-    case Status::ctrl_message: return "ok";
+    case Status::ctrl_pending: return "ctrl_pending";
     case Status::timeout: return "timeout";
     case Status::peer_lost: return "peer_lost";
     case Status::interrupted: return "interrupted";
@@ -70,57 +66,26 @@ const char* status_name(Status s) {
 
 namespace {
 
-
 int exit_code(Status s) {
   if (s == Status::ok) return 0;
   if (s == Status::interrupted) return 130;
   return 3;
 }
 
-template <class T>
+template <Transport T>
 Caps caps_of(const Params& p) { return T::caps(p); }
 
-// The measured points of a run: message sizes, or the stream's rate x values grid.
-struct PointSpec {
-  uint64_t size, rate, values;
-};
-
-std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
-  std::vector<PointSpec> plan;
-  if (p.experiment == "stream") {
-    for (uint64_t r : p.rate)
-      for (uint64_t v : p.values) plan.push_back({stream_size(v), r, v});
-  } else if (p.experiment == "check") {
-    plan.push_back({check_sizes(p, caps.max_msg_size).back(), 0, 0});
-  } else {
-    for (uint64_t s : sizes_for(p, caps.max_msg_size)) plan.push_back({s, 0, 0});
-  }
-  return plan;
+const ExperimentEntry& experiment_for(const std::string& name) {
+  if (const ExperimentEntry* e = find_experiment(name)) return *e;
+  usage_error("unknown experiment '" + name + "' (one of " + kExperiments + ")");
 }
-
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 // The largest control frame the client may receive in the session: the
-// per-point stamp reports (header + 8 bytes per message of the biggest point).
-// The server receives only small blobs (addresses, counts) and keeps
-// kMaxFrameDefault.
-uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) {
+// experiment's per-point reports (one-way stamps). The server receives only
+// small blobs (addresses, counts) and keeps kMaxFrameDefault.
+uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std::vector<Point>& plan) {
   uint64_t most = kMaxFrameDefault;
-  constexpr uint64_t header = std::max({sizeof(OnewayReport), sizeof(SinkReport), sizeof(CheckReport)});
-  for (const PointSpec& pt : plan) {
-    uint64_t total = 0;
-    if (p.experiment == "oneway")
-      total = sat_add(warmup_for(p, pt.size), sat_mul(p.bursts, p.burst_size));
-    else if (p.experiment == "stream")
-      total = sat_add(stream_warmup(p, pt.rate), stream_steps(p, pt.rate));
-    most = std::max(most, sat_add(header, sat_mul(total, sizeof(uint64_t))));
-  }
-  // A file sink's CSV comes back in chunks after its point's report.
-  if (p.experiment == "stream" && p.sink != "memory") most = std::max<uint64_t>(most, kSinkChunk);
+  for (const Point& pt : plan) most = std::max(most, e.report_bytes(p, pt));
   return most;
 }
 
@@ -128,8 +93,8 @@ uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) 
 // the smallest round trip bounds the error by half of it.
 ClockSync probe_clock(Ctx& c) {
   constexpr int kProbes = 64;
-  ClockSync s;
-  s.probed = true;
+  ClockSync sync;
+  sync.probed = true;
   if (c.role == Role::server) {
     for (int i = 0; i < kProbes; ++i) {
       c.ctrl.recv(CtrlType::exchange, "clock probe");
@@ -137,20 +102,20 @@ ClockSync probe_clock(Ctx& c) {
       std::snprintf(buf, sizeof buf, "%.3f", c.clk.ticks_to_mono_ns(c.clk.ticks()));
       c.ctrl.send(CtrlType::exchange, buf);
     }
-    return s;
+    return sync;
   }
   double best_rtt = 1e300;
   for (int i = 0; i < kProbes; ++i) {
-    double a = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    double srv = parse_peer_double(c.ctrl.exchange("", "clock probe"), "clock probe");
-    double b = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    if (b - a < best_rtt) {
-      best_rtt = b - a;
-      s.offset_ns = srv - (a + b) / 2;
-      s.error_bound_ns = (b - a) / 2;
+    const double sent = c.clk.ticks_to_mono_ns(c.clk.ticks());
+    const double server = parse_peer_double(c.ctrl.exchange("", "clock probe"), "clock probe");
+    const double answered = c.clk.ticks_to_mono_ns(c.clk.ticks());
+    if (answered - sent < best_rtt) {
+      best_rtt = answered - sent;
+      sync.offset_ns = server - (sent + answered) / 2;
+      sync.error_bound_ns = (answered - sent) / 2;
     }
   }
-  return s;
+  return sync;
 }
 
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
@@ -164,60 +129,54 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
   out.fields.add("samples", files);
 }
 
-template <class T>
+// A control frame arrived mid-point (Status::ctrl_pending left a loop): the
+// server's refuse when its watchdog ended the session, whose one-line
+// reason recv() throws; anything else ends the session as failed.
+Status end_mid_point(Ctx& c) {
+  c.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
+  c.failure = "the peer ended the session in the middle of a point";
+  return Status::failed;
+}
+
+template <Transport T>
 Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
-  std::vector<PointSpec> plan = plan_points(p, c.caps);
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const std::vector<Point> plan = experiment.plan(p, c.caps);
   uint64_t max_msg = 0;
-  for (const auto& pt : plan) max_msg = std::max(max_msg, pt.size);
+  for (const Point& pt : plan) max_msg = std::max(max_msg, pt.size);
   const char* role = c.role == Role::client ? "client" : "server";
   trace_phase(role, "connect");
   T t(p, c.role);
   t.connect(c.ctrl, max_msg);
   if (transport_info) t.describe(*transport_info);
-  ClockSync sync;
-  if ((p.experiment == "oneway" || p.experiment == "stream") && !c.same_host) sync = probe_clock(c);
+  if (experiment.peer_clock && !c.same_host) c.sync = probe_clock(c);
+  // Picked once: the loop is compiled for this transport and poll mode.
+  const PointLoop<T> loop = point_loop<T>(experiment, c.role, p.poll);
 
-  for (const PointSpec& pt : plan) {
+  for (const Point& pt : plan) {
     c.ctrl.barrier("start of point");
     trace_phase(role, "point");
-    const uint64_t size = pt.size;
-    const uint64_t iters = iters_for(p, size);
-    const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate)
-                            : p.experiment == "check" ? 0
-                                                      : warmup_for(p, size);
     PointOut out;
-    Status st;
-    const bool client = c.role == Role::client;
-    if (p.experiment == "lat")
-      st = client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
-    else if (p.experiment == "oneway")
-      st = client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
-    else if (p.experiment == "check")
-      st = client ? check_client(t, c, out) : check_server(t, c);
-    else if (p.experiment == "stream")
-      st = client ? stream_client(t, c, pt.rate, pt.values, sync, out) : stream_server(t, c, pt.rate, pt.values);
-    else
-      st = bw_run(t, c, size, iters, warmup, out);
+    Status st = loop(t, c, pt, out);
     trace_phase(role, "results");
 
-    if (client) {
+    if (c.role == Role::client) {
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
-          .add("poll", poll_name(p.poll)).add("size", size).add("warmup", warmup);
-      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(size) + "B";
-      if (p.experiment == "stream") stem += "-" + std::to_string(pt.rate) + "Hz";
+          .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
+      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
+      if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       write_arrays(out_dir, stem, out);
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
       // Splice the experiment's own fields after the common ones.
-      std::string s = line.str();
-      if (body.size() > 2) s = s.substr(0, s.size() - 1) + ", " + body.substr(1);
-      std::fwrite((s + "\n").data(), 1, s.size() + 1, stdout);
+      std::string text = line.str();
+      if (body.size() > 2) text = text.substr(0, text.size() - 1) + ", " + body.substr(1);
+      text += "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
-      // The server ended the session mid-point (its watchdog): its refuse
-      // frame carries the one-line reason, thrown from here.
-      if (st == Status::ctrl_message) c.ctrl.recv(CtrlType::bye, "the server's message mid-point");
     }
+    if (st == Status::ctrl_pending) st = end_mid_point(c);
     if (st != Status::ok) return st;
   }
   return Status::ok;
@@ -263,18 +222,9 @@ const TransportEntry& entry_for(const std::string& name) {
 
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
-  if (p.experiment == "stream") {
-    for (uint64_t v : p.values)
-      if (stream_size(v) > caps.max_msg_size)
-        usage_error(p.transport + ": a sample of " + std::to_string(v) + " values (" + std::to_string(stream_size(v)) +
-                    " B) exceeds the transport's maximum message of " + std::to_string(caps.max_msg_size) + " B");
-  } else if (!p.sweep && p.size > caps.max_msg_size)
-    usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
-                std::to_string(caps.max_msg_size) + " B");
+  experiment_for(p.experiment).check_caps(p, caps);
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
-  if (!caps.reliable && p.experiment == "oneway" && p.size < 4)
-    usage_error("oneway over " + p.transport + " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
 }
 
 void write_status_line(Status st, const std::string& msg) {
@@ -327,15 +277,17 @@ int run_client(const Params& p, const ClientOptions& o) {
   bool same_host = server_host == me;
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
-  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps)));
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const std::vector<Point> plan = experiment.plan(p, caps);
+  ctrl.set_max_frame(session_max_frame(p, experiment, plan));
 
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
+  Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
   JsonObj transport_info;
   Status st;
   std::string msg;
   JsonObj start;
-  start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan_points(p, caps).size()))
+  start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan.size()))
       .add("env", engine_env(clk, o.cpu))
       .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
@@ -366,12 +318,8 @@ constexpr uint32_t kHandshakeTimeoutMs = 2000;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
-// Floors no transport beats here, so a plan's run time is never overestimated.
-constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
 // shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
-// A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
-constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
 
 volatile std::sig_atomic_t g_overtime = 0;
 void on_watchdog(int) {
@@ -444,7 +392,7 @@ class SessionFiles {
   SessionFiles(const SessionFiles&) = delete;
 
   void claim(Params& p, const Ctrl& ctrl) {
-    if (p.experiment == "stream" && p.sink != "memory") p.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
+    if (experiment_for(p.experiment).writes_file(p)) p.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
     p.endpoint = msg::server_endpoint(p.transport, p.endpoint, ctrl.local_addr(), [&] {
       return make(ipc_, session_ipc_dir(o_, getpid()), 0711) + "/" + p.transport + ".sock";
     });
@@ -536,7 +484,7 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
+  Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   Status st;
   try {
     st = entry->points(p, c, "", nullptr);
@@ -677,41 +625,17 @@ class ServerDirs {
 ServerCost server_cost(const Params& p, const Caps& caps) {
   // In double: a client's numbers may be anything up to 2^64, and an
   // estimate must not wrap around to something small.
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
   ServerCost cost{0, 0};
-  for (const PointSpec& pt : plan_points(p, caps)) {
+  for (const Point& pt : experiment.plan(p, caps)) {
     const double size = static_cast<double>(pt.size);
     double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
     if (p.transport == "shm" || p.transport == "verbs" || p.transport == "ofi")  // receive and send rings
       bytes += 2 * std::min(static_cast<double>(p.rq_depth) * size, std::max(2 * size, kRingCap));
     if (messaging(p.transport)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
-    double secs = 0;
-    if (p.experiment == "lat" || p.experiment == "bw") {
-      double n = p.iters ? static_cast<double>(p.iters) : p.experiment == "bw" ? 100000 : 10000;
-      double w = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
-      constexpr double kFull = 64 << 10;  // as iters_for/warmup_for: fewer above 64 KiB
-      if (size > kFull) {
-        n = std::max(std::min(n, 100.0), n * kFull / size);
-        if (p.warmup < 0) w = std::max(10.0, w * kFull / size);
-      }
-      const double per_ns = p.experiment == "lat" ? kMinRoundTripNs : kMinMessageNs;
-      secs = (p.duration > 0 ? p.duration : n * per_ns * 1e-9) + w * per_ns * 1e-9;
-    } else if (p.experiment == "oneway") {
-      double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
-                     static_cast<double>(p.bursts) * static_cast<double>(p.burst_size);
-      bytes += 8 * total;  // the receive stamps
-      secs = static_cast<double>(p.bursts) * p.pause_us * 1e-6 + total * kMinMessageNs * 1e-9;
-    } else if (p.experiment == "stream") {
-      const double rate = static_cast<double>(pt.rate);
-      double steps = p.count ? static_cast<double>(p.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
-      double total = steps + static_cast<double>(stream_warmup(p, pt.rate));
-      bytes += 8 * total;  // the receive stamps
-      if (p.sink != "memory") bytes += kFileSinkBytes;
-      secs = total / rate;
-    } else {
-      bytes += static_cast<double>(check_sizes(p, caps.max_msg_size).size() * kCheckPerSize);
-    }
-    cost.memory_bytes = std::max(cost.memory_bytes, bytes);
-    cost.min_seconds += secs;
+    const PointCost own = experiment.cost(p, caps, pt);
+    cost.memory_bytes = std::max(cost.memory_bytes, bytes + own.memory_bytes);
+    cost.min_seconds += own.seconds;
   }
   return cost;
 }
