@@ -198,11 +198,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   BwLoss loss;
   loss.add(me, peer, warmup);
   if (p.bidir) {
-    double g2, m2;
-    rate(me, &g2, &m2);
-    out.fields.add("gbps_c2s", gbps).add("gbps_s2c", g2);
-    gbps += g2;
-    msg_rate += m2;
+    double gbps_s2c, msg_rate_s2c;
+    rate(me, &gbps_s2c, &msg_rate_s2c);
+    out.fields.add("gbps_c2s", gbps).add("gbps_s2c", gbps_s2c);
+    gbps += gbps_s2c;
+    msg_rate += msg_rate_s2c;
     loss.add(peer, me, warmup);
   }
   double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;

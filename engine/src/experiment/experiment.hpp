@@ -49,8 +49,8 @@ struct ExperimentDefaults {
 };
 
 inline uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+  uint64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
 }
 inline uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
@@ -75,14 +75,14 @@ inline std::vector<Point> sized_points(const Params& p, const Caps& caps) {
 // warmup_for count them. In double: a client's numbers may be anything up to
 // 2^64, and an estimate must not wrap around to something small.
 inline double counted_seconds(const Params& p, double size, double default_iters, double per_msg_ns) {
-  double n = p.iters ? static_cast<double>(p.iters) : default_iters;
-  double w = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
+  double iters = p.iters ? static_cast<double>(p.iters) : default_iters;
+  double warmup = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
   constexpr double kFull = 64 << 10;  // fewer above 64 KiB
   if (size > kFull) {
-    n = std::max(std::min(n, 100.0), n * kFull / size);
-    if (p.warmup < 0) w = std::max(10.0, w * kFull / size);
+    iters = std::max(std::min(iters, 100.0), iters * kFull / size);
+    if (p.warmup < 0) warmup = std::max(10.0, warmup * kFull / size);
   }
-  return (p.duration > 0 ? p.duration : n * per_msg_ns * 1e-9) + w * per_msg_ns * 1e-9;
+  return (p.duration > 0 ? p.duration : iters * per_msg_ns * 1e-9) + warmup * per_msg_ns * 1e-9;
 }
 
 }  // namespace fm

@@ -91,24 +91,24 @@ uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std:
 
 // Clock offset by round-trip probes over the control channel: the probe with
 // the smallest round trip bounds the error by half of it.
-ClockSync probe_clock(Ctx& c) {
+ClockSync probe_clock(Ctx& ctx) {
   constexpr int kProbes = 64;
   ClockSync sync;
   sync.probed = true;
-  if (c.role == Role::server) {
+  if (ctx.role == Role::server) {
     for (int i = 0; i < kProbes; ++i) {
-      c.ctrl.recv(CtrlType::exchange, "clock probe");
+      ctx.ctrl.recv(CtrlType::exchange, "clock probe");
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.3f", c.clk.ticks_to_mono_ns(c.clk.ticks()));
-      c.ctrl.send(CtrlType::exchange, buf);
+      std::snprintf(buf, sizeof buf, "%.3f", ctx.clk.ticks_to_mono_ns(ctx.clk.ticks()));
+      ctx.ctrl.send(CtrlType::exchange, buf);
     }
     return sync;
   }
   double best_rtt = 1e300;
   for (int i = 0; i < kProbes; ++i) {
-    const double sent = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    const double server = parse_peer_double(c.ctrl.exchange("", "clock probe"), "clock probe");
-    const double answered = c.clk.ticks_to_mono_ns(c.clk.ticks());
+    const double sent = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
+    const double server = parse_peer_double(ctx.ctrl.exchange("", "clock probe"), "clock probe");
+    const double answered = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
     if (answered - sent < best_rtt) {
       best_rtt = answered - sent;
       sync.offset_ns = server - (sent + answered) / 2;
@@ -132,35 +132,35 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
 // A control frame arrived mid-point (Status::ctrl_pending left a loop): the
 // server's refuse when its watchdog ended the session, whose one-line
 // reason recv() throws; anything else ends the session as failed.
-Status end_mid_point(Ctx& c) {
-  c.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
-  c.failure = "the peer ended the session in the middle of a point";
+Status end_mid_point(Ctx& ctx) {
+  ctx.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
+  ctx.failure = "the peer ended the session in the middle of a point";
   return Status::failed;
 }
 
 template <Transport T>
-Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
+Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info) {
   const ExperimentEntry& experiment = experiment_for(p.experiment);
-  const std::vector<Point> plan = experiment.plan(p, c.caps);
+  const std::vector<Point> plan = experiment.plan(p, ctx.caps);
   uint64_t max_msg = 0;
   for (const Point& pt : plan) max_msg = std::max(max_msg, pt.size);
-  const char* role = c.role == Role::client ? "client" : "server";
+  const char* role = ctx.role == Role::client ? "client" : "server";
   trace_phase(role, "connect");
-  T t(p, c.role);
-  t.connect(c.ctrl, max_msg);
+  T t(p, ctx.role);
+  t.connect(ctx.ctrl, max_msg);
   if (transport_info) t.describe(*transport_info);
-  if (experiment.peer_clock && !c.same_host) c.sync = probe_clock(c);
+  if (experiment.peer_clock && !ctx.same_host) ctx.sync = probe_clock(ctx);
   // Picked once: the loop is compiled for this transport and poll mode.
-  const PointLoop<T> loop = point_loop<T>(experiment, c.role, p.poll);
+  const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
 
   for (const Point& pt : plan) {
-    c.ctrl.barrier("start of point");
+    ctx.ctrl.barrier("start of point");
     trace_phase(role, "point");
     PointOut out;
-    Status st = loop(t, c, pt, out);
+    Status st = loop(t, ctx, pt, out);
     trace_phase(role, "results");
 
-    if (c.role == Role::client) {
+    if (ctx.role == Role::client) {
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
           .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
@@ -176,7 +176,7 @@ Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* 
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
-    if (st == Status::ctrl_pending) st = end_mid_point(c);
+    if (st == Status::ctrl_pending) st = end_mid_point(ctx);
     if (st != Status::ok) return st;
   }
   return Status::ok;
@@ -239,9 +239,9 @@ void write_status_line(Status st, const std::string& msg) {
 Caps transport_caps(const Params& p) { return entry_for(p.transport).caps(p); }
 
 std::string available_transports() {
-  std::string s;
-  for (const auto& e : kTransports) s += (s.empty() ? "" : ",") + std::string(e.name);
-  return s;
+  std::string names;
+  for (const auto& e : kTransports) names += (names.empty() ? "" : ",") + std::string(e.name);
+  return names;
 }
 
 int run_client(const Params& p, const ClientOptions& o) {
@@ -268,12 +268,12 @@ int run_client(const Params& p, const ClientOptions& o) {
     std::fprintf(stderr, "fabmeter-engine: warning: the server at %s asks for no token: it is not authenticated\n",
                  o.server.c_str());
   }
-  const Welcome w = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
-  if (server_nonce.empty() ? !w.mac.empty()
-                           : !proof_matches(server_proof(o.token, hello, server_nonce, w.body), w.mac))
+  const Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
+  if (server_nonce.empty() ? !welcome.mac.empty()
+                           : !proof_matches(server_proof(o.token, hello, server_nonce, welcome.body), welcome.mac))
     runtime_error("authentication failed: the server did not prove it knows the token");
-  const std::string& server_host = w.host;
-  const std::string& server_env = w.env;
+  const std::string& server_host = welcome.host;
+  const std::string& server_env = welcome.env;
   bool same_host = server_host == me;
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
@@ -282,7 +282,7 @@ int run_client(const Params& p, const ClientOptions& o) {
   ctrl.set_max_frame(session_max_frame(p, experiment, plan));
 
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
+  Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
   JsonObj transport_info;
   Status st;
   std::string msg;
@@ -292,8 +292,8 @@ int run_client(const Params& p, const ClientOptions& o) {
       .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
   try {
-    st = entry.points(p, c, o.out_dir, &transport_info);
-    msg = c.failure;
+    st = entry.points(p, ctx, o.out_dir, &transport_info);
+    msg = ctx.failure;
     if (st == Status::ok) ctrl.send(CtrlType::bye);
   } catch (const Error& e) {
     if (e.kind == ErrorKind::usage) throw;
@@ -348,10 +348,11 @@ bool messaging(const std::string& transport) {
 void remove_own_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
-  if (DIR* d = fdopendir(fd)) {
-    while (dirent* e = readdir(d))
-      if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+  if (DIR* listing = fdopendir(fd)) {
+    while (dirent* entry = readdir(listing))
+      if (std::string_view(entry->d_name) != "." && std::string_view(entry->d_name) != "..")
+        unlinkat(dirfd(listing), entry->d_name, 0);
+    closedir(listing);
   } else {
     ::close(fd);
   }
@@ -367,14 +368,14 @@ void clean_after(const ServerOptions& o, pid_t pid) {
   remove_own_dir(session_data_dir(o, pid));
   remove_own_dir(session_ipc_dir(o, pid));
   const std::string prefix = "fabmeter-" + std::to_string(pid) + "-";
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) {
+  if (DIR* listing = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(listing)) {
       struct stat st {};
-      if (std::string_view(e->d_name).rfind(prefix, 0) == 0 && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-          st.st_uid == geteuid())
-        shm_unlink(("/" + std::string(e->d_name)).c_str());
+      if (std::string_view(entry->d_name).rfind(prefix, 0) == 0 &&
+          fstatat(dirfd(listing), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == geteuid())
+        shm_unlink(("/" + std::string(entry->d_name)).c_str());
     }
-    closedir(d);
+    closedir(listing);
   }
 }
 
@@ -427,16 +428,16 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
   const std::string hello = ctrl.recv(CtrlType::hello, "client hello");
-  Hello h;
+  Hello decoded;
   try {
-    h = decode_hello(hello);
+    decoded = decode_hello(hello);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     throw;
   }
-  if (h.version != kProtocolVersion) {
+  if (decoded.version != kProtocolVersion) {
     ctrl.send(CtrlType::refuse, "protocol version mismatch: server speaks " + std::to_string(kProtocolVersion) +
-                                    ", client " + std::to_string(h.version));
+                                    ", client " + std::to_string(decoded.version));
     return 2;
   }
   const std::string server_nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
@@ -453,13 +454,13 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
       runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
     }
   }
-  const std::string& client_host = h.host;
+  const std::string& client_host = decoded.host;
   Params p;
   const TransportEntry* entry = nullptr;
   Caps caps{};
   bool same_host = client_host == host_id();
   try {
-    p = decode_params(h.params);
+    p = decode_params(decoded.params);
     validate(p);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
@@ -484,10 +485,10 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
+  Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   Status st;
   try {
-    st = entry->points(p, c, "", nullptr);
+    st = entry->points(p, ctx, "", nullptr);
   } catch (const Error&) {
     if (!g_overtime) throw;
     st = Status::interrupted;
@@ -506,8 +507,8 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
     ctrl.recv(CtrlType::bye, "end of session");
     return 0;
   }
-  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), c.failure.empty() ? "" : ": ",
-               c.failure.c_str());
+  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), ctx.failure.empty() ? "" : ": ",
+               ctx.failure.c_str());
   return exit_code(st);
 }
 
@@ -574,12 +575,12 @@ void stop_sessions(std::vector<Child>& kids, const ServerOptions& o) {
 }
 
 uint64_t mem_total_bytes() {
-  std::ifstream f("/proc/meminfo");
+  std::ifstream meminfo("/proc/meminfo");
   std::string key;
   uint64_t kib = 0;
-  while (f >> key >> kib) {
+  while (meminfo >> key >> kib) {
     if (key == "MemTotal:") return kib << 10;
-    f.ignore(256, '\n');
+    meminfo.ignore(256, '\n');
   }
   return 0;
 }
@@ -657,14 +658,14 @@ int run_server(const ServerOptions& opts) {
   // Calibrated once, before listening: a session's hello is answered at once.
   const Clock tsc(true), mono(false);
   ServerDirs dirs(o);
-  std::optional<Listener> l(std::in_place, o.bind, o.port);
-  if (o.token.empty() && !l->loopback_only())
+  std::optional<Listener> listener(std::in_place, o.bind, o.port);
+  if (o.token.empty() && !listener->loopback_only())
     std::fprintf(stderr,
                  "fabmeter-engine: warning: serving on %s without a token: anyone who reaches port %u can run "
                  "sessions here (use --token-file F or FABMETER_TOKEN)\n",
-                 o.bind.c_str(), unsigned(l->port()));
+                 o.bind.c_str(), unsigned(listener->port()));
   JsonObj ev;
-  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l->port()))
+  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener->port()))
       .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
       .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
   emit_line(ev);
@@ -684,7 +685,7 @@ int run_server(const ServerOptions& opts) {
       stop_sessions(kids, o);
       return 130;
     }
-    if (!l) {  // --once: the session was forked; nothing else to do but wait for it
+    if (!listener) {  // --once: the session was forked; nothing else to do but wait for it
       if (kids.empty()) return once_rc;
       int status;
       if (pid_t pid = waitpid(kids[0].pid, &status, 0); pid > 0) {  // EINTR: a signal, looked at above
@@ -701,9 +702,9 @@ int run_server(const ServerOptions& opts) {
     }
     // Woken early by a connection, SIGCHLD (a session ended) or Ctrl-C/SIGTERM;
     // rarely otherwise, so a busy-polling session on the same CPU is left alone.
-    pollfd pfd{l->fd(), POLLIN, 0};
+    pollfd pfd{listener->fd(), POLLIN, 0};
     if (::poll(&pfd, 1, 1000) <= 0) continue;
-    Ctrl ctrl = l->accept(kHandshakeTimeoutMs);
+    Ctrl ctrl = listener->accept(kHandshakeTimeoutMs);
     if (ctrl.fd() < 0) continue;
     if (kids.size() >= o.max_sessions) {
       // A fresh connection's send buffer is empty: this never blocks.
@@ -720,9 +721,9 @@ int run_server(const ServerOptions& opts) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
       continue;
     }
-    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, l->fd(), me);
+    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, listener->fd(), me);
     kids.push_back({pid, Clock::mono_ns()});
-    if (o.once) l.reset();  // one session: later connections are refused by the kernel
+    if (o.once) listener.reset();  // one session: later connections are refused by the kernel
   }
 }
 
