@@ -8,7 +8,7 @@ ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 FUZZ_BUILD := build/engine-fuzz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build test test-rdma test-sanitize fuzz soak demo bench clean
+.PHONY: all deps build test test-rdma test-sanitize fuzz soak demo bench bench-ab clean
 
 all: build
 
@@ -56,6 +56,13 @@ demo: build
 
 bench: build
 	$(VENV)/bin/fabmeter bench --out results/bench
+
+# The fabmeter side of the bench rows, the engine of BASE (a git revision,
+# built in a temporary worktree) beside this tree's, alternately; ROUNDS rounds.
+ROUNDS ?= 5
+bench-ab: build
+	@[ -n "$(BASE)" ] || { echo "usage: make bench-ab BASE=<git rev> [ROUNDS=5]" >&2; exit 2; }
+	$(VENV)/bin/python scripts/bench_ab.py --base "$(BASE)" --rounds $(ROUNDS)
 
 clean:
 	rm -rf build results

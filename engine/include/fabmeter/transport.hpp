@@ -1,43 +1,26 @@
-// The transport contract. Every transport is a concrete class with these
-// members; experiments are templates over it, instantiated per transport and
-// picked from a table at run time (src/experiment/session.cpp), so the hot
-// path has no virtual call (as UCX perftest).
+// The transport contract, checked by the compiler: the `Transport` concept
+// below. Every transport is a concrete class; experiments are templates over
+// it, instantiated per transport and picked from a table at run time
+// (src/experiment/session.cpp), so the hot path has no virtual call (as UCX
+// perftest). Construction and caps are the registry's business:
 //
 //   T(const G&..., const Use&);                 // allocate; no I/O yet
 //   static Caps caps(const G&...);              // what it can do, before connecting
-//        G...: the option groups it reads beyond common (params.hpp), as its
-//        fm_transport line in engine/CMakeLists.txt lists them. It never
-//        sees the whole Params: what the experiment asks of it is in Use.
-//   void connect(Ctrl&, uint64_t max_msg);      // exchange addresses over the control channel
-//   nlohmann-free description of what was granted:
-//   void describe(JsonObject&) const;           // socket buffers, ring slots, ... for run.json
 //
-//   Data path (never blocks, never allocates):
-//   bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id);
-//        false = no room now (ring full, socket buffer full, send still in
-//        flight): call poll_recv/poll_send_comp and retry. The caller may
-//        reuse `buf` as soon as post_send returns: a transport whose device
-//        reads the data later (verbs, ofi) sends from a copy of its own.
-//   bool poll_recv(RecvMsg&);                   // next message if one is there
-//   void release(const RecvMsg&);               // give the buffer back; before the next poll_recv
-//   int  poll_send_comp(uint64_t* wr_ids, int max); // wr_ids of completed signaled sends; also drives progress
-//        Which sends are signaled is the transport's policy (--signal-every),
-//        plus every send posted with kSendSignaled.
-//
-//   Optional: bool tx_idle() const;  false while posted bytes still wait in
-//        the transport itself (tcp's partial send); experiments flush before
-//        they announce the end of a point. Without it a transport is idle.
-//
-//   Event mode (Poll::event), each bounded by a short slice (<= kWaitSliceMs)
-//   so the caller can look at its guard between waits:
-//   bool wait_recv(RecvMsg&);                   // sleep until a message arrives; false on slice timeout
-//   void wait_send();                           // sleep until post_send may succeed
+// G...: the option groups it reads beyond common (params.hpp), as its
+// fm_transport line in engine/CMakeLists.txt lists them; the registry calls
+// both with exactly those. A transport never sees the whole Params: what the
+// experiment asks of it is in Use. connect() then exchanges addresses over
+// the control channel.
 #pragma once
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
 #include <string>
 
+#include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
 
 namespace fm {
 
@@ -74,6 +57,47 @@ struct RecvMsg {
   uint64_t slot;              // transport's own bookkeeping for release()
 };
 
+// Event-mode waits (wait_recv, wait_send) return after at most this long, so
+// the caller can look at its guard between waits.
 constexpr int kWaitSliceMs = 50;
+
+template <class T>
+concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const void* buf,
+                             uint32_t len, uint32_t flags, uint64_t wr_id, uint64_t max_msg, RecvMsg& m, const RecvMsg& cm,
+                             uint64_t* wr_ids, int max) {
+  // Exchange addresses over the control channel; max_msg: the plan's largest message.
+  t.connect(ctrl, max_msg);
+  // What was granted (socket buffers, ring slots, ...), for run.json.
+  ct.describe(info);
+  // Why the transport broke, or nullptr; the slow path (the guard) asks.
+  { ct.failure() } -> std::convertible_to<const char*>;
+
+  // Data path: never blocks, never allocates.
+  // false = no room now (ring full, socket buffer full, send still in flight):
+  // call poll_recv/poll_send_comp and retry. The caller may reuse `buf` as
+  // soon as post_send returns: a transport whose device reads the data later
+  // (verbs, ofi) sends from a copy of its own.
+  { t.post_send(buf, len, flags, wr_id) } -> std::same_as<bool>;
+  // The next message, if one is there.
+  { t.poll_recv(m) } -> std::same_as<bool>;
+  // Gives the message's buffer back; before the next poll_recv.
+  t.release(cm);
+  // wr_ids of completed signaled sends (which are signaled is the transport's
+  // policy, --signal-every, plus every send posted with kSendSignaled); also
+  // drives progress.
+  { t.poll_send_comp(wr_ids, max) } -> std::same_as<int>;
+
+  // Event mode (Poll::event), each wait bounded by kWaitSliceMs:
+  // sleep until a message arrives (false: the slice ended first) ...
+  { t.wait_recv(m) } -> std::same_as<bool>;
+  // ... or until post_send may succeed.
+  t.wait_send();
+} && (
+  // Optional: false while posted bytes still wait in the transport itself
+  // (tcp's partial send); experiments flush before they announce the end of
+  // a point. Without it a transport is always idle.
+  !requires(const T& ct) { ct.tx_idle(); } || requires(const T& ct) {
+    { ct.tx_idle() } -> std::same_as<bool>;
+  });
 
 }  // namespace fm

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "fabmeter/samples.hpp"
 
 namespace fm {
@@ -58,7 +59,8 @@ struct BwLoss {
   }
 };
 
-template <class T>
+// Both ends run this: the client always sends, the server with --bidir.
+template <Transport T, Poll P>
 Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -130,13 +132,13 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (progressed) {
       idle = 0;
       if (++busy % kTickStride) continue;
-    } else if (p.poll == Poll::busy && ++idle < kGuardSpins) {
+    } else if (P == Poll::busy && ++idle < kGuardSpins) {
       cpu_relax();
       continue;
     }
     idle = 0;
     st = g.check(t);
-    if (st == Status::ctrl_message) {
+    if (st == Status::ctrl_pending) {
       st = Status::ok;
       // Only the first message is the count; a second one is the peer, done
       // already, waiting for our counts: the drain deadline below ends it.
@@ -157,7 +159,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       }
       break;  // unreliable: whatever has not arrived by now is lost
     }
-    if (p.poll == Poll::event && !progressed) {
+    if (P == Poll::event && !progressed) {
       if (me.sent < my_total) t.wait_send();
       else if (t.wait_recv(m)) {
         take(m);
@@ -196,11 +198,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   BwLoss loss;
   loss.add(me, peer, warmup);
   if (p.bw.bidir) {
-    double g2, m2;
-    rate(me, &g2, &m2);
-    out.fields.add("gbps_c2s", gbps).add("gbps_s2c", g2);
-    gbps += g2;
-    msg_rate += m2;
+    double gbps_s2c, msg_rate_s2c;
+    rate(me, &gbps_s2c, &msg_rate_s2c);
+    out.fields.add("gbps_c2s", gbps).add("gbps_s2c", gbps_s2c);
+    gbps += gbps_s2c;
+    msg_rate += msg_rate_s2c;
     loss.add(peer, me, warmup);
   }
   double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;
@@ -212,5 +214,23 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("measured_at", "receiver");
   return st;
 }
+
+struct BwExperiment : ExperimentDefaults {
+  static constexpr const char* name = "bw";
+  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static PointCost cost(const Params& p, const Caps&, const Point& pt) {
+    return {0, counted_seconds(p, static_cast<double>(pt.size), 100000, kMinMessageNs)};
+  }
+  // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
+  static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return bw_run<T, P>(t, c, pt.size, pt.iterations, pt.warmup, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return bw_run<T, P>(t, c, pt.size, pt.iterations, pt.warmup, out);
+  }
+};
 
 }  // namespace fm

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "fabmeter/samples.hpp"
 
 namespace fm {
@@ -18,10 +19,10 @@ constexpr double kCheckSleepMs = 100;
 
 inline std::vector<uint64_t> check_sizes(const Params& p, uint64_t transport_max) {
   const uint64_t top = std::min(p.max_size, transport_max);
-  std::vector<uint64_t> s;
-  for (uint64_t x = 1; x <= top; x *= 2) s.push_back(x);
-  if (s.back() != top) s.push_back(top);  // the exact maximum, e.g. 65507 for udp
-  return s;
+  std::vector<uint64_t> sizes;
+  for (uint64_t size = 1; size <= top; size *= 2) sizes.push_back(size);
+  if (sizes.back() != top) sizes.push_back(top);  // the exact maximum, e.g. 65507 for udp
+  return sizes;
 }
 
 inline uint8_t check_byte(uint64_t seq, uint64_t j) { return static_cast<uint8_t>(seq * 131 + j * 7 + 1); }
@@ -38,15 +39,15 @@ struct CheckReport {
 };
 
 inline CheckReport read_check_report(std::string_view blob, uint64_t sent) {
-  CheckReport r;
-  if (blob.size() != sizeof r) runtime_error("check: malformed report from the server");
-  std::memcpy(&r, blob.data(), sizeof r);
-  check_clock_info(r.clock, "check");
-  if (r.received > sent) runtime_error("check: the server's report counts more arrivals than were sent");
-  return r;
+  CheckReport report;
+  if (blob.size() != sizeof report) runtime_error("check: malformed report from the server");
+  std::memcpy(&report, blob.data(), sizeof report);
+  check_clock_info(report.clock, "check");
+  if (report.received > sent) runtime_error("check: the server's report counts more arrivals than were sent");
+  return report;
 }
 
-template <class T>
+template <Transport T, Poll P>
 Status check_client(T& t, Ctx& c, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -58,7 +59,7 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
   for (uint64_t size : sizes) {
     for (uint64_t k = 0; k < kCheckPerSize && st == Status::ok; ++k, ++seq) {
       check_fill(buf.data(), size, seq);
-      st = send_one(t, buf.data(), static_cast<uint32_t>(size), 0, seq, g, p.poll);
+      st = send_one<P>(t, buf.data(), static_cast<uint32_t>(size), 0, seq, g);
       // The contract lets the caller reuse its buffer at once: a transport
       // that still reads it after post_send returns sends this instead.
       std::memset(buf.data(), 0xa5, size);
@@ -73,36 +74,38 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
   }
   check_fill(buf.data(), 8, seq);
   const uint64_t t_wake = clk.ticks();
-  if (st == Status::ok) st = send_one(t, buf.data(), 8, kSendSignaled, seq, g, p.poll);
+  if (st == Status::ok) st = send_one<P>(t, buf.data(), 8, kSendSignaled, seq, g);
   ++seq;
-  if (st == Status::ctrl_message) st = Status::ok;
-  if (st == Status::ok) st = flush_sends(t, g, p.poll);
+  if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server meanwhile
+  if (st == Status::ok) st = flush_sends<P>(t, g);
   if (st != Status::ok) {
     out.partial = true;
     return st;
   }
   c.ctrl.send(CtrlType::end_point, std::to_string(seq));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "check report");
-  const CheckReport r = read_check_report(blob, seq);
+  const CheckReport report = read_check_report(blob, seq);
 
-  const uint64_t lost = seq - std::min<uint64_t>(seq, r.received);
+  const uint64_t lost = seq - std::min<uint64_t>(seq, report.received);
   const bool delivered_all = c.caps.reliable ? lost == 0 : true;
-  const bool passed = delivered_all && r.order_errors == 0 && r.content_errors == 0 && r.size_errors == 0 &&
-                      (c.caps.reliable ? r.duplicated == 0 : true) && r.wake_recv != 0;
+  const bool passed = delivered_all && report.order_errors == 0 && report.content_errors == 0 &&
+                      report.size_errors == 0 && (c.caps.reliable ? report.duplicated == 0 : true) &&
+                      report.wake_recv != 0;
   std::string list;
-  for (uint64_t s : sizes) list += (list.empty() ? "" : ", ") + std::to_string(s);
-  out.fields.add("passed", passed).add("messages", static_cast<uint64_t>(seq)).add("received", r.received)
-      .add("lost", lost).add("order_errors", r.order_errors).add("content_errors", r.content_errors)
-      .add("size_errors", r.size_errors).add("duplicated", r.duplicated)
+  for (uint64_t size : sizes) list += (list.empty() ? "" : ", ") + std::to_string(size);
+  out.fields.add("passed", passed).add("messages", static_cast<uint64_t>(seq)).add("received", report.received)
+      .add("lost", lost).add("order_errors", report.order_errors).add("content_errors", report.content_errors)
+      .add("size_errors", report.size_errors).add("duplicated", report.duplicated)
       .add_raw("sizes_checked", "[" + list + "]")
       .add("max_msg_size", c.caps.max_msg_size).add("reliable", c.caps.reliable).add("ordered", c.caps.ordered)
       .add("wake_after_ms", kCheckSleepMs)
-      .add("wake_ns", r.wake_recv && c.same_host ? clk.to_ns(static_cast<double>(static_cast<int64_t>(r.wake_recv - t_wake)))
-                                                : NAN);
+      .add("wake_ns", report.wake_recv && c.same_host
+                          ? clk.to_ns(static_cast<double>(static_cast<int64_t>(report.wake_recv - t_wake)))
+                          : NAN);
   return st;
 }
 
-template <class T>
+template <Transport T, Poll P>
 Status check_server(T& t, Ctx& c) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -110,15 +113,15 @@ Status check_server(T& t, Ctx& c) {
   const uint64_t planned = sizes.size() * kCheckPerSize;  // then the wake-up message
   std::vector<uint8_t> seen(planned + 1);
   Guard g(c);
-  CheckReport r{};
-  r.clock = ClockInfo::of(clk);
+  CheckReport report{};
+  report.clock = ClockInfo::of(clk);
   uint64_t arrivals = 0, expected = UINT64_MAX, deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
-  while (r.received < expected) {
+  while (report.received < expected) {
     RecvMsg m;
-    Status st = recv_next(t, m, g, clk, p.poll, deadline);
-    if (st == Status::ctrl_message) {
+    Status st = recv_next<P>(t, m, g, clk, deadline);
+    if (st == Status::ctrl_pending) {
       expected = recv_count(c.ctrl, "check sent count");
       g.peer_finished();
       deadline = clk.ticks() + drain;
@@ -138,26 +141,45 @@ Status check_server(T& t, Ctx& c) {
         }
     }
     ++arrivals;
-    if (seq > planned) { ++r.content_errors; t.release(m); continue; }
-    if (seen[seq]++) { ++r.duplicated; t.release(m); continue; }
-    ++r.received;
+    if (seq > planned) { ++report.content_errors; t.release(m); continue; }
+    if (seen[seq]++) { ++report.duplicated; t.release(m); continue; }
+    ++report.received;
     const uint64_t want_len = seq == planned ? 8 : sizes[seq / kCheckPerSize];
     if (m.len != want_len) {
-      ++r.size_errors;
+      ++report.size_errors;
     } else {
       if (c.caps.ordered && get_seq(m.data, m.len) != (static_cast<uint32_t>(seq) & (m.len >= 4 ? ~0u : (1u << (8 * m.len)) - 1)))
-        ++r.order_errors;
+        ++report.order_errors;
       for (uint64_t j = 4; j < m.len; ++j)
         if (static_cast<uint8_t>(m.data[j]) != check_byte(seq, j)) {
-          ++r.content_errors;
+          ++report.content_errors;
           break;
         }
     }
-    if (seq == planned) r.wake_recv = now;
+    if (seq == planned) report.wake_recv = now;
     t.release(m);
   }
-  c.ctrl.send(CtrlType::exchange, std::string(reinterpret_cast<const char*>(&r), sizeof r));
+  c.ctrl.send(CtrlType::exchange, std::string(reinterpret_cast<const char*>(&report), sizeof report));
   return Status::ok;
 }
+
+struct CheckExperiment : ExperimentDefaults {
+  static constexpr const char* name = "check";
+  // One point: its size is the largest checked (the session sizes buffers by it).
+  static std::vector<Point> plan(const Params& p, const Caps& caps) {
+    return {{.size = check_sizes(p, caps.max_msg_size).back()}};
+  }
+  static PointCost cost(const Params& p, const Caps& caps, const Point&) {
+    return {static_cast<double>(check_sizes(p, caps.max_msg_size).size() * kCheckPerSize), 0};  // the seen flags
+  }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point&, PointOut& out) {
+    return check_client<T, P>(t, c, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point&, PointOut&) {
+    return check_server<T, P>(t, c);
+  }
+};
 
 }  // namespace fm

@@ -1,5 +1,6 @@
-// What every experiment shares: the run context, the slow-path guard that
-// notices a lost peer or Ctrl-C, and the receive helper for busy/event modes.
+// What every experiment shares: the run context, a point of the plan, the
+// slow-path guard that notices a lost peer or Ctrl-C, and the send/receive
+// helpers, instantiated per poll mode (no run-time branch on it per message).
 #pragma once
 #include <cmath>
 #include <algorithm>
@@ -21,14 +22,32 @@
 
 namespace fm {
 
-
+// How a wait, a send or a whole point ended.
 enum class Status {
   ok,
-  ctrl_message,   // the peer sent something on the control channel (e.g. end of point)
+  // Not an end: a control frame from the peer waits to be read. Loops that
+  // expect one (the peer's count at the end of a point) read it; any other
+  // loop stops and returns this, and the session reads the frame (e.g. the
+  // server's refuse when its watchdog ends the session mid-point).
+  ctrl_pending,
   timeout,        // a deadline passed (a reply counted lost on unreliable transports)
   peer_lost,      // the peer went away or stopped answering
   interrupted,    // Ctrl-C / SIGTERM
   failed,         // the transport reported an error
+};
+
+// How the peer's timestamps map onto ours: a shared TSC needs nothing;
+// across hosts an offset measured by round-trip probes, error bound stated.
+struct ClockSync {
+  bool probed = false;
+  double offset_ns = 0;     // peer mono ns - our mono ns
+  double error_bound_ns = 0;
+  JsonObj json() const {
+    JsonObj o;
+    o.add("method", probed ? "probe" : "shared_tsc");
+    if (probed) o.add("offset_ns", offset_ns).add("error_bound_ns", error_bound_ns);
+    return o;
+  }
 };
 
 struct Ctx {
@@ -38,7 +57,17 @@ struct Ctx {
   Role role;
   Caps caps;
   bool same_host;            // both ends share one TSC
+  ClockSync sync;            // set once per session where the experiment needs the peer's clock
   std::string failure;       // why the point ended early
+};
+
+// One measured point of a plan, as the experiment's plan() made it.
+struct Point {
+  uint64_t size;             // message bytes
+  uint64_t rate = 0;         // stream: samples per second
+  uint64_t values = 0;       // stream: float64 values per sample
+  uint64_t iterations = 0;   // measured messages (lat, bw; oneway: all bursts) or steps (stream)
+  uint64_t warmup = 0;       // messages before the measured ones
 };
 
 // What one measured point produced: summary fields and raw arrays to save.
@@ -70,7 +99,7 @@ class Guard {
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
         heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
 
-  template <class T>
+  template <Transport T>
   Status check(const T& t) {
     if (stop_requested()) return Status::interrupted;
     const char* f = t.failure();
@@ -89,7 +118,7 @@ class Guard {
         c_.failure = "the peer closed the control channel (process ended?)";
         return Status::peer_lost;
       case Ctrl::Peek::message:
-        return Status::ctrl_message;
+        return Status::ctrl_pending;
       case Ctrl::Peek::nothing:
         break;
     }
@@ -107,14 +136,14 @@ class Guard {
 
   // For busy loops: heartbeats and a lost peer, as check(); a pending
   // control message is left for the loop's own logic.
-  template <uint32_t Stride = kTickStride, class T>
+  template <uint32_t Stride = kTickStride, Transport T>
   Status tick(const T& t) {
     if (++ticks_ % Stride) return Status::ok;
     const uint64_t now = c_.clk.ticks();
     if (now < next_tick_) return Status::ok;
     next_tick_ = now + tick_interval_;
     Status s = check(t);
-    return s == Status::ctrl_message ? Status::ok : s;
+    return s == Status::ctrl_pending ? Status::ok : s;
   }
 
   void peer_finished() { watch_ = false; }
@@ -135,12 +164,12 @@ constexpr uint32_t kGuardSpins = 1024;
 constexpr uint32_t kHotSpins = 2048;
 
 // Waits for the next message until `deadline` (ticks). Busy: spin on
-// poll_recv; event: sleep in wait_recv slices. Returns ok with `m` filled, or
-// why it stopped waiting.
-template <class T>
-[[gnu::always_inline]] inline Status recv_next(T& t, RecvMsg& m, Guard& g, const Clock& clk, Poll poll,
+// poll_recv; event: sleep in wait_recv slices. Returns ok with `msg` filled,
+// or why it stopped waiting.
+template <Poll P, Transport T>
+[[gnu::always_inline]] inline Status recv_next(T& t, RecvMsg& m, Guard& g, const Clock& clk,
                                                uint64_t deadline = UINT64_MAX) {
-  if (poll == Poll::busy) {
+  if constexpr (P == Poll::busy) {
     for (uint32_t spins = 0, total = 0;; ++spins) {
       if (t.poll_recv(m)) return Status::ok;
       if (spins == kGuardSpins) {
@@ -151,11 +180,12 @@ template <class T>
       if (total < kHotSpins) ++total;
       else cpu_relax();
     }
-  }
-  for (;;) {
-    if (t.wait_recv(m)) return Status::ok;
-    if (Status s = g.check(t); s != Status::ok) return s;
-    if (deadline != UINT64_MAX && clk.ticks() >= deadline) return Status::timeout;
+  } else {
+    for (;;) {
+      if (t.wait_recv(m)) return Status::ok;
+      if (Status s = g.check(t); s != Status::ok) return s;
+      if (deadline != UINT64_MAX && clk.ticks() >= deadline) return Status::timeout;
+    }
   }
 }
 
@@ -165,7 +195,7 @@ struct IgnoreCompletions {
 };
 
 // Reaps up to a batch of send completions; returns how many.
-template <class T, class OnComp>
+template <Transport T, class OnComp>
 [[gnu::always_inline]] inline int reap_send_comps(T& t, OnComp& on_comp) {
   uint64_t ids[16];
   int n = t.poll_send_comp(ids, 16);
@@ -174,23 +204,23 @@ template <class T, class OnComp>
 }
 
 // Posts one send, waiting for room as the poll mode says.
-template <class T, class OnComp = IgnoreCompletions>
+template <Poll P, Transport T, class OnComp = IgnoreCompletions>
 [[gnu::always_inline]] inline Status send_one(T& t, const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
-                                              Guard& g, Poll poll, OnComp on_comp = {}) {
+                                              Guard& g, OnComp on_comp = {}) {
   if (t.post_send(buf, len, flags, wr_id)) [[likely]] return Status::ok;
   for (uint32_t spins = 0;; ++spins) {
-    if (poll == Poll::event) t.wait_send();
+    if constexpr (P == Poll::event) t.wait_send();
     else cpu_relax();
     reap_send_comps(t, on_comp);
     if (t.post_send(buf, len, flags, wr_id)) return Status::ok;
-    if (spins >= kGuardSpins || poll == Poll::event) {
+    if (P == Poll::event || spins >= kGuardSpins) {
       spins = 0;
       if (Status s = g.check(t); s != Status::ok) return s;
     }
   }
 }
 
-template <class T>
+template <Transport T>
 bool tx_idle(const T& t) {
   if constexpr (requires { t.tx_idle(); }) return t.tx_idle();
   return true;
@@ -199,17 +229,17 @@ bool tx_idle(const T& t) {
 // Until every posted byte has left the transport (a sender that announces
 // its count while tcp still holds the tail of a send would wait forever).
 // Only for ends that do not receive meanwhile; bw flushes in its own loop.
-template <class T>
-Status flush_sends(T& t, Guard& g, Poll poll) {
+template <Poll P, Transport T>
+Status flush_sends(T& t, Guard& g) {
   IgnoreCompletions none;
   for (uint32_t spins = 0; !tx_idle(t); ++spins) {
     reap_send_comps(t, none);
     if (tx_idle(t)) break;
-    if (poll == Poll::event) t.wait_send();
+    if constexpr (P == Poll::event) t.wait_send();
     else cpu_relax();
-    if (spins >= kGuardSpins || poll == Poll::event) {
+    if (P == Poll::event || spins >= kGuardSpins) {
       spins = 0;
-      if (Status s = g.check(t); s != Status::ok && s != Status::ctrl_message) return s;
+      if (Status s = g.check(t); s != Status::ok && s != Status::ctrl_pending) return s;
     }
   }
   return Status::ok;
@@ -239,20 +269,6 @@ inline void check_clock_info(const ClockInfo& ci, const char* what) {
   if (!(ci.ns_per_tick > 0 && ci.ns_per_tick < 1e6) || !std::isfinite(ci.mono_at_tick0))
     runtime_error(std::string(what) + ": the peer's report carries an impossible clock");
 }
-
-// How the peer's timestamps map onto ours: a shared TSC needs nothing;
-// across hosts an offset measured by round-trip probes, error bound stated.
-struct ClockSync {
-  bool probed = false;
-  double offset_ns = 0;     // peer mono ns - our mono ns
-  double error_bound_ns = 0;
-  JsonObj json() const {
-    JsonObj o;
-    o.add("method", probed ? "probe" : "shared_tsc");
-    if (probed) o.add("offset_ns", offset_ns).add("error_bound_ns", error_bound_ns);
-    return o;
-  }
-};
 
 // After a one-way point the receiver answers with a fixed header (with a
 // `total` field) followed by one receive stamp per message (0 = never

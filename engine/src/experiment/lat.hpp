@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/stats.hpp"
 
@@ -18,7 +19,7 @@ inline bool seq_matches(const std::byte* data, uint64_t len, uint64_t seq) {
   return get_seq(data, len) == (static_cast<uint32_t>(seq) & mask);
 }
 
-template <class T>
+template <Transport T, Poll P>
 Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -47,11 +48,11 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
 
     // ---- hot path: one round trip ----
     const uint64_t t0 = clk.ticks();
-    if ((st = send_one(t, buf.data(), len, 0, i, g, p.poll)) != Status::ok) break;
+    if ((st = send_one<P>(t, buf.data(), len, 0, i, g)) != Status::ok) break;
     ++sent;
     RecvMsg m{};
     const uint64_t deadline = t0 + reply_wait;
-    while ((st = recv_next(t, m, g, clk, p.poll, deadline)) == Status::ok && !c.caps.reliable &&
+    while ((st = recv_next<P>(t, m, g, clk, deadline)) == Status::ok && !c.caps.reliable &&
            !seq_matches(m.data, m.len, i))
       t.release(m);  // a late reply to a ping already counted lost
     const uint64_t t1 = clk.ticks();
@@ -87,27 +88,43 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   return st;
 }
 
-template <class T>
-Status lat_server(T& t, Ctx& c, uint64_t size, PointOut&) {
+template <Transport T, Poll P>
+Status lat_server(T& t, Ctx& c, uint64_t size) {
   PayloadBuf reply(size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   for (;;) {
     RecvMsg m;
-    Status st = recv_next(t, m, g, c.clk, c.p.poll);
-    if (st == Status::ctrl_message) {
+    Status st = recv_next<P>(t, m, g, c.clk);
+    if (st == Status::ctrl_pending) {
       c.ctrl.recv(CtrlType::end_point, "end of lat point");
       return Status::ok;
     }
     if (st != Status::ok) return st;
     if (!c.caps.reliable) std::memcpy(reply.data(), m.data, std::min<uint64_t>({4, m.len, size}));
     t.release(m);
-    if ((st = send_one(t, reply.data(), len, 0, 0, g, c.p.poll)) != Status::ok) {
-      if (st == Status::ctrl_message) continue;  // the client is done: read its end_point next
+    if ((st = send_one<P>(t, reply.data(), len, 0, 0, g)) != Status::ok) {
+      if (st == Status::ctrl_pending) continue;  // the client is done: read its end_point next
       return st;
     }
     if ((st = g.tick(t)) != Status::ok) return st;
   }
 }
+
+struct LatExperiment : ExperimentDefaults {
+  static constexpr const char* name = "lat";
+  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static PointCost cost(const Params& p, const Caps&, const Point& pt) {
+    return {0, counted_seconds(p, static_cast<double>(pt.size), 10000, kMinRoundTripNs)};
+  }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return lat_client<T, P>(t, c, pt.size, pt.iterations, pt.warmup, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point& pt, PointOut&) {
+    return lat_server<T, P>(t, c, pt.size);
+  }
+};
 
 }  // namespace fm

@@ -10,15 +10,17 @@
 #include <cmath>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/stats.hpp"
 
 namespace fm {
 
-
-inline void pause_for(const Clock& clk, Poll poll, double us) {
+// Event mode sleeps through pauses of 50 us and more; busy mode spins.
+template <Poll P>
+void pause_for(const Clock& clk, double us) {
   if (us <= 0) return;
-  if (poll == Poll::event && us >= 50) {
+  if (P == Poll::event && us >= 50) {
     timespec ts{static_cast<time_t>(us / 1e6), static_cast<long>(std::fmod(us, 1e6) * 1e3)};
     clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
     return;
@@ -33,10 +35,11 @@ struct OnewayReport {
   uint64_t received, duplicated, reordered, total;
 };
 
-template <class T>
-Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSync& sync, PointOut& out) {
+template <Transport T, Poll P>
+Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
+  const ClockSync& sync = c.sync;
   const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   SampleBuf t_subm(total);
   // t_comp only where the transport reports send completions (verbs, ofi).
@@ -52,8 +55,8 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
 
   // Warm-up goes first, as a burst of its own, then the measured bursts.
   const uint64_t n_bursts = p.oneway.bursts + (warmup ? 1 : 0);
-  for (uint64_t b = 0; b < n_bursts && st == Status::ok; ++b) {
-    const uint64_t in_burst = (warmup && b == 0) ? warmup : p.oneway.burst_size;
+  for (uint64_t burst = 0; burst < n_bursts && st == Status::ok; ++burst) {
+    const uint64_t in_burst = (warmup && burst == 0) ? warmup : p.oneway.burst_size;
     for (uint64_t j = 0; j < in_burst; ++j) {
       if (stop_requested()) { st = Status::interrupted; break; }
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
@@ -61,19 +64,19 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
       // The very last send asks for a completion, so the end of the run is known.
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
       t_subm[sent] = clk.ticks();
-      if ((st = send_one(t, buf.data(), len, flags, sent, g, p.poll, stamp_comp)) != Status::ok) break;
+      if ((st = send_one<P>(t, buf.data(), len, flags, sent, g, stamp_comp)) != Status::ok) break;
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
     }
     // Long pauses in slices: the peer must keep hearing heartbeats.
     for (double left = p.oneway.pause_us; st == Status::ok && left > 0; left -= 5e5) {
-      pause_for(clk, p.poll, std::min(left, 5e5));
+      pause_for<P>(clk, std::min(left, 5e5));
       st = g.tick<1>(t);
     }
   }
-  if (st == Status::ctrl_message) st = Status::ok;  // nothing is expected from the server mid-burst
-  if (st == Status::ok) st = flush_sends(t, g, p.poll);
+  if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server mid-burst
+  if (st == Status::ok) st = flush_sends<P>(t, g);
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);
@@ -87,11 +90,11 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
   }
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
-  OnewayReport r;
-  const uint64_t* t_recv = read_stamp_report(blob, total, &r, "oneway");
+  OnewayReport report;
+  const uint64_t* t_recv = read_stamp_report(blob, total, &report, "oneway");
 
-  std::vector<double> lat;
-  lat.reserve(total - warmup);
+  std::vector<double> latency;
+  latency.reserve(total - warmup);
   uint64_t lost = 0, warmup_lost = 0;
   for (uint64_t k = 0; k < warmup && k < sent; ++k) warmup_lost += t_recv[k] == 0;
   for (uint64_t k = warmup; k < sent; ++k) {
@@ -100,9 +103,9 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     if (!sync.probed) {
       ns = clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_subm[k])));
     } else {
-      ns = r.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(t_subm[k]);
+      ns = report.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(t_subm[k]);
     }
-    lat.push_back(ns);
+    latency.push_back(ns);
   }
   std::vector<double> comp;  // t_comp - t_subm: when the sender learns its send is done
   for (uint64_t k = warmup; k < t_comp.capacity() && k < sent; ++k)
@@ -111,23 +114,24 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, const ClockSy
     out.fields.add("completions", static_cast<uint64_t>(comp.size()))
         .add("completion_ns", to_json(summarize(comp.data(), comp.size())));
   uint64_t above = 0;
-  for (double x : lat) above += x > p.oneway.threshold_us * 1e3;
-  out.fields.add("iterations", static_cast<uint64_t>(lat.size())).add("sent", sent - std::min(sent, warmup))
-      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
+  for (double ns : latency) above += ns > p.oneway.threshold_us * 1e3;
+  out.fields.add("iterations", static_cast<uint64_t>(latency.size())).add("sent", sent - std::min(sent, warmup))
+      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", report.duplicated).add("reordered", report.reordered)
       .add("latency_kind", "one-way")
-      .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
+      .add("latency_ns", to_json(summarize(latency.data(), latency.size())))
       .add("threshold_us", p.oneway.threshold_us)
-      .add("above_threshold_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(lat.size()))
+      .add("above_threshold_pct",
+           latency.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(latency.size()))
       .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us)
       .add("clock_sync", sync.json())
       .add("samples_locked", t_subm.locked());
-  out.arrays.emplace_back("latency_ns", std::move(lat));
+  out.arrays.emplace_back("latency_ns", std::move(latency));
   if (c.caps.send_completions) out.arrays.emplace_back("completion_ns", std::move(comp));
   return st;
 }
 
-template <class T>
-Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
+template <Transport T, Poll P>
+Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
   const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
@@ -141,7 +145,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
   while (received - duplicated < expected) {
     RecvMsg m;
-    st = recv_next(t, m, g, clk, p.poll, deadline);
+    st = recv_next<P>(t, m, g, clk, deadline);
     if (st == Status::ok) {
       // ---- hot path ----
       const uint64_t now = clk.ticks();
@@ -155,7 +159,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
       if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
-    if (st == Status::ctrl_message) {
+    if (st == Status::ctrl_pending) {
       expected = recv_count(c.ctrl, "oneway sent count");
       g.peer_finished();
       deadline = clk.ticks() + drain;  // what is still in flight arrives by then, or is lost
@@ -167,10 +171,39 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
     }
     return st;
   }
-  OnewayReport r{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
-  std::memcpy(blob.data(), &r, sizeof r);
+  OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
+  std::memcpy(blob.data(), &report, sizeof report);
   c.ctrl.send(CtrlType::exchange, blob);
   return Status::ok;
 }
+
+struct OnewayExperiment : ExperimentDefaults {
+  static constexpr const char* name = "oneway";
+  static constexpr bool kPeerClock = true;
+  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static uint64_t report_bytes(const Params& p, const Point& pt) {
+    return stamp_report_bytes<OnewayReport>(sat_add(pt.warmup, sat_mul(p.oneway.bursts, p.oneway.burst_size)));
+  }
+  static void check_caps(const Params& p, const Caps& caps) {
+    ExperimentDefaults::check_caps(p, caps);
+    if (!caps.reliable && p.size < 4)
+      usage_error("oneway over " + p.transport +
+                  " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
+  }
+  static PointCost cost(const Params& p, const Caps&, const Point&) {
+    const double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
+                         static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
+    return {8 * total,  // the receive stamps
+            static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9};
+  }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return oneway_client<T, P>(t, c, pt.size, pt.warmup, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point& pt, PointOut&) {
+    return oneway_server<T, P>(t, c, pt.warmup);
+  }
+};
 
 }  // namespace fm

@@ -21,12 +21,8 @@
 #include <memory>
 #include <optional>
 
-#include "experiment/bw.hpp"
-#include "experiment/check.hpp"
 #include "experiment/common.hpp"
-#include "experiment/lat.hpp"
-#include "experiment/oneway.hpp"
-#include "experiment/stream.hpp"
+#include "experiment/table.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
@@ -42,7 +38,7 @@ namespace fm {
 const char* status_name(Status s) {
   switch (s) {
     case Status::ok: return "ok";
-    case Status::ctrl_message: return "ok";
+    case Status::ctrl_pending: return "ctrl_pending";
     case Status::timeout: return "timeout";
     case Status::peer_lost: return "peer_lost";
     case Status::interrupted: return "interrupted";
@@ -52,7 +48,6 @@ const char* status_name(Status s) {
 }
 
 namespace {
-
 
 int exit_code(Status s) {
   if (s == Status::ok) return 0;
@@ -95,83 +90,47 @@ Caps caps_of(const Params& p) {
   return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
 }
 
-// What the experiment asks of the transport.
-Use use_of(const Params& p, Role role) {
-  return {.role = role, .poll = p.poll, .send_window = p.experiment == "bw" ? p.bw.tx_depth : 0,
-          .loss_timeout_ms = p.loss_timeout_ms};
+const ExperimentEntry& experiment_for(const std::string& name) {
+  if (const ExperimentEntry* e = find_experiment(name)) return *e;
+  usage_error("unknown experiment '" + name + "' (one of " + kExperiments + ")");
 }
-
-// The measured points of a run: message sizes, or the stream's rate x values grid.
-struct PointSpec {
-  uint64_t size, rate, values;
-};
-
-std::vector<PointSpec> plan_points(const Params& p, const Caps& caps) {
-  std::vector<PointSpec> plan;
-  if (p.experiment == "stream") {
-    for (uint64_t r : p.stream.rate)
-      for (uint64_t v : p.stream.values) plan.push_back({stream_size(v), r, v});
-  } else if (p.experiment == "check") {
-    plan.push_back({check_sizes(p, caps.max_msg_size).back(), 0, 0});
-  } else {
-    for (uint64_t s : sizes_for(p, caps.max_msg_size)) plan.push_back({s, 0, 0});
-  }
-  return plan;
-}
-
-uint64_t sat_mul(uint64_t a, uint64_t b) {
-  uint64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
-}
-uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 // The largest control frame the client may receive in the session: the
-// per-point stamp reports (header + 8 bytes per message of the biggest point).
-// The server receives only small blobs (addresses, counts) and keeps
-// kMaxFrameDefault.
-uint64_t session_max_frame(const Params& p, const std::vector<PointSpec>& plan) {
+// experiment's per-point reports (one-way stamps). The server receives only
+// small blobs (addresses, counts) and keeps kMaxFrameDefault.
+uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std::vector<Point>& plan) {
   uint64_t most = kMaxFrameDefault;
-  constexpr uint64_t header = std::max({sizeof(OnewayReport), sizeof(SinkReport), sizeof(CheckReport)});
-  for (const PointSpec& pt : plan) {
-    uint64_t total = 0;
-    if (p.experiment == "oneway")
-      total = sat_add(warmup_for(p, pt.size), sat_mul(p.oneway.bursts, p.oneway.burst_size));
-    else if (p.experiment == "stream")
-      total = sat_add(stream_warmup(p, pt.rate), stream_steps(p, pt.rate));
-    most = std::max(most, sat_add(header, sat_mul(total, sizeof(uint64_t))));
-  }
-  // A file sink's CSV comes back in chunks after its point's report.
-  if (p.experiment == "stream" && p.stream.sink != "memory") most = std::max<uint64_t>(most, kSinkChunk);
+  for (const Point& pt : plan) most = std::max(most, e.report_bytes(p, pt));
   return most;
 }
 
 // Clock offset by round-trip probes over the control channel: the probe with
 // the smallest round trip bounds the error by half of it.
-ClockSync probe_clock(Ctx& c) {
+ClockSync probe_clock(Ctx& ctx) {
   constexpr int kProbes = 64;
-  ClockSync s;
-  s.probed = true;
-  if (c.role == Role::server) {
+  ClockSync sync;
+  sync.probed = true;
+  if (ctx.role == Role::server) {
     for (int i = 0; i < kProbes; ++i) {
-      c.ctrl.recv(CtrlType::exchange, "clock probe");
+      ctx.ctrl.recv(CtrlType::exchange, "clock probe");
       char buf[32];
-      std::snprintf(buf, sizeof buf, "%.3f", c.clk.ticks_to_mono_ns(c.clk.ticks()));
-      c.ctrl.send(CtrlType::exchange, buf);
+      std::snprintf(buf, sizeof buf, "%.3f", ctx.clk.ticks_to_mono_ns(ctx.clk.ticks()));
+      ctx.ctrl.send(CtrlType::exchange, buf);
     }
-    return s;
+    return sync;
   }
   double best_rtt = 1e300;
   for (int i = 0; i < kProbes; ++i) {
-    double a = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    double srv = parse_peer_double(c.ctrl.exchange("", "clock probe"), "clock probe");
-    double b = c.clk.ticks_to_mono_ns(c.clk.ticks());
-    if (b - a < best_rtt) {
-      best_rtt = b - a;
-      s.offset_ns = srv - (a + b) / 2;
-      s.error_bound_ns = (b - a) / 2;
+    const double sent = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
+    const double server = parse_peer_double(ctx.ctrl.exchange("", "clock probe"), "clock probe");
+    const double answered = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
+    if (answered - sent < best_rtt) {
+      best_rtt = answered - sent;
+      sync.offset_ns = server - (sent + answered) / 2;
+      sync.error_bound_ns = (answered - sent) / 2;
     }
   }
-  return s;
+  return sync;
 }
 
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
@@ -185,61 +144,61 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
   out.fields.add("samples", files);
 }
 
-template <class D>
-Status run_points(const Params& p, Ctx& c, const std::string& out_dir, JsonObj* transport_info) {
-  using T = typename D::Type;
-  std::vector<PointSpec> plan = plan_points(p, c.caps);
-  uint64_t max_msg = 0;
-  for (const auto& pt : plan) max_msg = std::max(max_msg, pt.size);
-  const char* role = c.role == Role::client ? "client" : "server";
-  trace_phase(role, "connect");
-  T t = std::make_from_tuple<T>(std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, c.role))));
-  t.connect(c.ctrl, max_msg);
-  if (transport_info) t.describe(*transport_info);
-  ClockSync sync;
-  if ((p.experiment == "oneway" || p.experiment == "stream") && !c.same_host) sync = probe_clock(c);
+// A control frame arrived mid-point (Status::ctrl_pending left a loop): the
+// server's refuse when its watchdog ended the session, whose one-line
+// reason recv() throws; anything else ends the session as failed.
+Status end_mid_point(Ctx& ctx) {
+  ctx.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
+  ctx.failure = "the peer ended the session in the middle of a point";
+  return Status::failed;
+}
 
-  for (const PointSpec& pt : plan) {
-    c.ctrl.barrier("start of point");
+// What the experiment asks of the transport.
+Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
+  return {.role = role, .poll = p.poll, .send_window = experiment.send_window(p), .loss_timeout_ms = p.loss_timeout_ms};
+}
+
+template <class D>
+Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info) {
+  using T = typename D::Type;
+  static_assert(Transport<T>);
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const std::vector<Point> plan = experiment.plan(p, ctx.caps);
+  uint64_t max_msg = 0;
+  for (const Point& pt : plan) max_msg = std::max(max_msg, pt.size);
+  const char* role = ctx.role == Role::client ? "client" : "server";
+  trace_phase(role, "connect");
+  T t = std::make_from_tuple<T>(std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+  t.connect(ctx.ctrl, max_msg);
+  if (transport_info) t.describe(*transport_info);
+  if (experiment.peer_clock && !ctx.same_host) ctx.sync = probe_clock(ctx);
+  // Picked once: the loop is compiled for this transport and poll mode.
+  const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
+
+  for (const Point& pt : plan) {
+    ctx.ctrl.barrier("start of point");
     trace_phase(role, "point");
-    const uint64_t size = pt.size;
-    const uint64_t iters = iters_for(p, size);
-    const uint64_t warmup = p.experiment == "stream" ? stream_warmup(p, pt.rate)
-                            : p.experiment == "check" ? 0
-                                                      : warmup_for(p, size);
     PointOut out;
-    Status st;
-    const bool client = c.role == Role::client;
-    if (p.experiment == "lat")
-      st = client ? lat_client(t, c, size, iters, warmup, out) : lat_server(t, c, size, out);
-    else if (p.experiment == "oneway")
-      st = client ? oneway_client(t, c, size, warmup, sync, out) : oneway_server(t, c, size, warmup);
-    else if (p.experiment == "check")
-      st = client ? check_client(t, c, out) : check_server(t, c);
-    else if (p.experiment == "stream")
-      st = client ? stream_client(t, c, pt.rate, pt.values, sync, out) : stream_server(t, c, pt.rate, pt.values);
-    else
-      st = bw_run(t, c, size, iters, warmup, out);
+    Status st = loop(t, ctx, pt, out);
     trace_phase(role, "results");
 
-    if (client) {
+    if (ctx.role == Role::client) {
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
-          .add("poll", poll_name(p.poll)).add("size", size).add("warmup", warmup);
-      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(size) + "B";
-      if (p.experiment == "stream") stem += "-" + std::to_string(pt.rate) + "Hz";
+          .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
+      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
+      if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       write_arrays(out_dir, stem, out);
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
       // Splice the experiment's own fields after the common ones.
-      std::string s = line.str();
-      if (body.size() > 2) s = s.substr(0, s.size() - 1) + ", " + body.substr(1);
-      std::fwrite((s + "\n").data(), 1, s.size() + 1, stdout);
+      std::string text = line.str();
+      if (body.size() > 2) text = text.substr(0, text.size() - 1) + ", " + body.substr(1);
+      text += "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
-      // The server ended the session mid-point (its watchdog): its refuse
-      // frame carries the one-line reason, thrown from here.
-      if (st == Status::ctrl_message) c.ctrl.recv(CtrlType::bye, "the server's message mid-point");
     }
+    if (st == Status::ctrl_pending) st = end_mid_point(ctx);
     if (st != Status::ok) return st;
   }
   return Status::ok;
@@ -276,18 +235,9 @@ const TransportEntry& entry_for(const std::string& name) {
 
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
-  if (p.experiment == "stream") {
-    for (uint64_t v : p.stream.values)
-      if (stream_size(v) > caps.max_msg_size)
-        usage_error(p.transport + ": a sample of " + std::to_string(v) + " values (" + std::to_string(stream_size(v)) +
-                    " B) exceeds the transport's maximum message of " + std::to_string(caps.max_msg_size) + " B");
-  } else if (!p.sweep && p.size > caps.max_msg_size)
-    usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
-                std::to_string(caps.max_msg_size) + " B" + (caps.max_msg_note.empty() ? "" : " (" + caps.max_msg_note + ")"));
+  experiment_for(p.experiment).check_caps(p, caps);
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
-  if (!caps.reliable && p.experiment == "oneway" && p.size < 4)
-    usage_error("oneway over " + p.transport + " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
 }
 
 void write_status_line(Status st, const std::string& msg) {
@@ -302,9 +252,9 @@ void write_status_line(Status st, const std::string& msg) {
 Caps transport_caps(const Params& p) { return entry_for(p.transport).caps(p); }
 
 std::string available_transports() {
-  std::string s;
-  for (const auto& e : kTransports) s += (s.empty() ? "" : ",") + std::string(e.name);
-  return s;
+  std::string names;
+  for (const auto& e : kTransports) names += (names.empty() ? "" : ",") + std::string(e.name);
+  return names;
 }
 
 int run_client(const Params& p, const ClientOptions& o) {
@@ -331,30 +281,32 @@ int run_client(const Params& p, const ClientOptions& o) {
     std::fprintf(stderr, "fabmeter-engine: warning: the server at %s asks for no token: it is not authenticated\n",
                  o.server.c_str());
   }
-  const Welcome w = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
-  if (server_nonce.empty() ? !w.mac.empty()
-                           : !proof_matches(server_proof(o.token, hello, server_nonce, w.body), w.mac))
+  const Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
+  if (server_nonce.empty() ? !welcome.mac.empty()
+                           : !proof_matches(server_proof(o.token, hello, server_nonce, welcome.body), welcome.mac))
     runtime_error("authentication failed: the server did not prove it knows the token");
-  const std::string& server_host = w.host;
-  const std::string& server_env = w.env;
+  const std::string& server_host = welcome.host;
+  const std::string& server_env = welcome.env;
   bool same_host = server_host == me;
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
-  ctrl.set_max_frame(session_max_frame(p, plan_points(p, caps)));
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const std::vector<Point> plan = experiment.plan(p, caps);
+  ctrl.set_max_frame(session_max_frame(p, experiment, plan));
 
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::client, caps, same_host, {}};
+  Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
   JsonObj transport_info;
   Status st;
   std::string msg;
   JsonObj start;
-  start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan_points(p, caps).size()))
+  start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan.size()))
       .add("env", engine_env(clk, o.cpu))
       .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
   try {
-    st = entry.points(p, c, o.out_dir, &transport_info);
-    msg = c.failure;
+    st = entry.points(p, ctx, o.out_dir, &transport_info);
+    msg = ctx.failure;
     if (st == Status::ok) ctrl.send(CtrlType::bye);
   } catch (const Error& e) {
     if (e.kind == ErrorKind::usage) throw;
@@ -379,12 +331,8 @@ constexpr uint32_t kHandshakeTimeoutMs = 2000;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
-// Floors no transport beats here, so a plan's run time is never overestimated.
-constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
 // shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
-// A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
-constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
 
 volatile std::sig_atomic_t g_overtime = 0;
 void on_watchdog(int) {
@@ -416,10 +364,11 @@ bool reads(const std::string& transport, std::string_view group) {
 void remove_own_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
-  if (DIR* d = fdopendir(fd)) {
-    while (dirent* e = readdir(d))
-      if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
+  if (DIR* listing = fdopendir(fd)) {
+    while (dirent* entry = readdir(listing))
+      if (std::string_view(entry->d_name) != "." && std::string_view(entry->d_name) != "..")
+        unlinkat(dirfd(listing), entry->d_name, 0);
+    closedir(listing);
   } else {
     ::close(fd);
   }
@@ -435,14 +384,14 @@ void clean_after(const ServerOptions& o, pid_t pid) {
   remove_own_dir(session_data_dir(o, pid));
   remove_own_dir(session_ipc_dir(o, pid));
   const std::string prefix = "fabmeter-" + std::to_string(pid) + "-";
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) {
+  if (DIR* listing = opendir("/dev/shm")) {
+    while (dirent* entry = readdir(listing)) {
       struct stat st {};
-      if (std::string_view(e->d_name).rfind(prefix, 0) == 0 && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-          st.st_uid == geteuid())
-        shm_unlink(("/" + std::string(e->d_name)).c_str());
+      if (std::string_view(entry->d_name).rfind(prefix, 0) == 0 &&
+          fstatat(dirfd(listing), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == geteuid())
+        shm_unlink(("/" + std::string(entry->d_name)).c_str());
     }
-    closedir(d);
+    closedir(listing);
   }
 }
 
@@ -460,7 +409,7 @@ class SessionFiles {
   SessionFiles(const SessionFiles&) = delete;
 
   void claim(Params& p, const Ctrl& ctrl) {
-    if (p.experiment == "stream" && p.stream.sink != "memory") p.stream.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
+    if (experiment_for(p.experiment).writes_file(p)) p.stream.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
     p.messaging.endpoint = msg::server_endpoint(p.transport, p.messaging.endpoint, ctrl.local_addr(), [&] {
       return make(ipc_, session_ipc_dir(o_, getpid()), 0711) + "/" + p.transport + ".sock";
     });
@@ -495,16 +444,16 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
   const std::string hello = ctrl.recv(CtrlType::hello, "client hello");
-  Hello h;
+  Hello decoded;
   try {
-    h = decode_hello(hello);
+    decoded = decode_hello(hello);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     throw;
   }
-  if (h.version != kProtocolVersion) {
+  if (decoded.version != kProtocolVersion) {
     ctrl.send(CtrlType::refuse, "protocol version mismatch: server speaks " + std::to_string(kProtocolVersion) +
-                                    ", client " + std::to_string(h.version));
+                                    ", client " + std::to_string(decoded.version));
     return 2;
   }
   const std::string server_nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
@@ -521,13 +470,13 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
       runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
     }
   }
-  const std::string& client_host = h.host;
+  const std::string& client_host = decoded.host;
   Params p;
   const TransportEntry* entry = nullptr;
   Caps caps{};
   bool same_host = client_host == host_id();
   try {
-    p = decode_params(h.params);
+    p = decode_params(decoded.params);
     validate(p);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
@@ -552,10 +501,10 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   Heartbeat beat(ctrl);
-  Ctx c{p, clk, ctrl, Role::server, caps, same_host, {}};
+  Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   Status st;
   try {
-    st = entry->points(p, c, "", nullptr);
+    st = entry->points(p, ctx, "", nullptr);
   } catch (const Error&) {
     if (!g_overtime) throw;
     st = Status::interrupted;
@@ -574,8 +523,8 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
     ctrl.recv(CtrlType::bye, "end of session");
     return 0;
   }
-  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), c.failure.empty() ? "" : ": ",
-               c.failure.c_str());
+  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), ctx.failure.empty() ? "" : ": ",
+               ctx.failure.c_str());
   return exit_code(st);
 }
 
@@ -642,12 +591,12 @@ void stop_sessions(std::vector<Child>& kids, const ServerOptions& o) {
 }
 
 uint64_t mem_total_bytes() {
-  std::ifstream f("/proc/meminfo");
+  std::ifstream meminfo("/proc/meminfo");
   std::string key;
   uint64_t kib = 0;
-  while (f >> key >> kib) {
+  while (meminfo >> key >> kib) {
     if (key == "MemTotal:") return kib << 10;
-    f.ignore(256, '\n');
+    meminfo.ignore(256, '\n');
   }
   return 0;
 }
@@ -693,41 +642,17 @@ class ServerDirs {
 ServerCost server_cost(const Params& p, const Caps& caps) {
   // In double: a client's numbers may be anything up to 2^64, and an
   // estimate must not wrap around to something small.
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
   ServerCost cost{0, 0};
-  for (const PointSpec& pt : plan_points(p, caps)) {
+  for (const Point& pt : experiment.plan(p, caps)) {
     const double size = static_cast<double>(pt.size);
     double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
     if (reads(p.transport, QueueOptions::kGroup))  // receive and send rings
       bytes += 2 * std::min(static_cast<double>(p.queue.rq_depth) * size, std::max(2 * size, kRingCap));
     if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
-    double secs = 0;
-    if (p.experiment == "lat" || p.experiment == "bw") {
-      double n = p.iters ? static_cast<double>(p.iters) : p.experiment == "bw" ? 100000 : 10000;
-      double w = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
-      constexpr double kFull = 64 << 10;  // as iters_for/warmup_for: fewer above 64 KiB
-      if (size > kFull) {
-        n = std::max(std::min(n, 100.0), n * kFull / size);
-        if (p.warmup < 0) w = std::max(10.0, w * kFull / size);
-      }
-      const double per_ns = p.experiment == "lat" ? kMinRoundTripNs : kMinMessageNs;
-      secs = (p.duration > 0 ? p.duration : n * per_ns * 1e-9) + w * per_ns * 1e-9;
-    } else if (p.experiment == "oneway") {
-      double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
-                     static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
-      bytes += 8 * total;  // the receive stamps
-      secs = static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9;
-    } else if (p.experiment == "stream") {
-      const double rate = static_cast<double>(pt.rate);
-      double steps = p.stream.count ? static_cast<double>(p.stream.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
-      double total = steps + static_cast<double>(stream_warmup(p, pt.rate));
-      bytes += 8 * total;  // the receive stamps
-      if (p.stream.sink != "memory") bytes += kFileSinkBytes;
-      secs = total / rate;
-    } else {
-      bytes += static_cast<double>(check_sizes(p, caps.max_msg_size).size() * kCheckPerSize);
-    }
-    cost.memory_bytes = std::max(cost.memory_bytes, bytes);
-    cost.min_seconds += secs;
+    const PointCost own = experiment.cost(p, caps, pt);
+    cost.memory_bytes = std::max(cost.memory_bytes, bytes + own.memory_bytes);
+    cost.min_seconds += own.seconds;
   }
   return cost;
 }
@@ -749,14 +674,14 @@ int run_server(const ServerOptions& opts) {
   // Calibrated once, before listening: a session's hello is answered at once.
   const Clock tsc(true), mono(false);
   ServerDirs dirs(o);
-  std::optional<Listener> l(std::in_place, o.bind, o.port);
-  if (o.token.empty() && !l->loopback_only())
+  std::optional<Listener> listener(std::in_place, o.bind, o.port);
+  if (o.token.empty() && !listener->loopback_only())
     std::fprintf(stderr,
                  "fabmeter-engine: warning: serving on %s without a token: anyone who reaches port %u can run "
                  "sessions here (use --token-file F or FABMETER_TOKEN)\n",
-                 o.bind.c_str(), unsigned(l->port()));
+                 o.bind.c_str(), unsigned(listener->port()));
   JsonObj ev;
-  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(l->port()))
+  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener->port()))
       .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
       .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
   emit_line(ev);
@@ -776,7 +701,7 @@ int run_server(const ServerOptions& opts) {
       stop_sessions(kids, o);
       return 130;
     }
-    if (!l) {  // --once: the session was forked; nothing else to do but wait for it
+    if (!listener) {  // --once: the session was forked; nothing else to do but wait for it
       if (kids.empty()) return once_rc;
       int status;
       if (pid_t pid = waitpid(kids[0].pid, &status, 0); pid > 0) {  // EINTR: a signal, looked at above
@@ -793,9 +718,9 @@ int run_server(const ServerOptions& opts) {
     }
     // Woken early by a connection, SIGCHLD (a session ended) or Ctrl-C/SIGTERM;
     // rarely otherwise, so a busy-polling session on the same CPU is left alone.
-    pollfd pfd{l->fd(), POLLIN, 0};
+    pollfd pfd{listener->fd(), POLLIN, 0};
     if (::poll(&pfd, 1, 1000) <= 0) continue;
-    Ctrl ctrl = l->accept(kHandshakeTimeoutMs);
+    Ctrl ctrl = listener->accept(kHandshakeTimeoutMs);
     if (ctrl.fd() < 0) continue;
     if (kids.size() >= o.max_sessions) {
       // A fresh connection's send buffer is empty: this never blocks.
@@ -812,9 +737,9 @@ int run_server(const ServerOptions& opts) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
       continue;
     }
-    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, l->fd(), me);
+    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, listener->fd(), me);
     kids.push_back({pid, Clock::mono_ns()});
-    if (o.once) l.reset();  // one session: later connections are refused by the kernel
+    if (o.once) listener.reset();  // one session: later connections are refused by the kernel
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "experiment/common.hpp"
+#include "experiment/experiment.hpp"
 #include "experiment/oneway.hpp"
 #include "experiment/stream_sink.hpp"
 #include "fabmeter/samples.hpp"
@@ -101,16 +102,17 @@ class StepTimer {
 };
 
 // Fields of the sink's report beyond the stamp-report header's.
-inline void check_sink_report(const SinkReport& r) {
-  if (!std::isfinite(r.recv_span_ns) || r.recv_span_ns < 0 || !std::isfinite(r.write_busy_ns) ||
-      !std::isfinite(r.csv_ns) || r.to_file > 1)
+inline void check_sink_report(const SinkReport& report) {
+  if (!std::isfinite(report.recv_span_ns) || report.recv_span_ns < 0 || !std::isfinite(report.write_busy_ns) ||
+      !std::isfinite(report.csv_ns) || report.to_file > 1)
     runtime_error("stream: malformed sink report from the peer");
 }
 
-template <class T>
-Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSync& sync, PointOut& out) {
+template <Transport T, Poll P>
+Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
+  const ClockSync& sync = c.sync;
   const uint64_t steps = stream_steps(p, rate), warmup = stream_warmup(p, rate);
   const uint64_t total = warmup + steps;
   const uint64_t size = stream_size(values);
@@ -133,7 +135,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
     if (now >= timer.due(k + 1)) {
       // Late past the next step: skip to the step whose slot we are in.
       uint64_t k_now = static_cast<uint64_t>(static_cast<double>(now - t0) / period);
-      for (uint64_t m = k; m < k_now && m < total; ++m) missed_measured += m >= warmup;
+      for (uint64_t step = k; step < k_now && step < total; ++step) missed_measured += step >= warmup;
       k = k_now;
       if (k >= total) break;
     }
@@ -144,13 +146,13 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
     for (uint64_t j = 0; j < values; ++j) vals[j] = stream_value(k, j);
     // ---- hot path ----
     t_subm[k] = clk.ticks();
-    if ((st = send_one(t, buf.data(), static_cast<uint32_t>(size), 0, k, g, p.poll)) != Status::ok) break;
+    if ((st = send_one<P>(t, buf.data(), static_cast<uint32_t>(size), 0, k, g)) != Status::ok) break;
     ++sent;
     ++k;
     if ((st = g.tick<1>(t)) != Status::ok) break;  // every step: at low rates steps are far apart
   }
-  if (st == Status::ctrl_message) st = Status::ok;
-  if (st == Status::ok) st = flush_sends(t, g, p.poll);
+  if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server mid-stream
+  if (st == Status::ok) st = flush_sends<P>(t, g);
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);
@@ -158,19 +160,19 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   }
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "stream sink report");
-  SinkReport r;
-  const uint64_t* t_recv = read_stamp_report(blob, total, &r, "stream");
-  check_sink_report(r);
-  JsonObj sink = r.sink_json();
-  if (r.to_file) {
+  SinkReport report;
+  const uint64_t* t_recv = read_stamp_report(blob, total, &report, "stream");
+  check_sink_report(report);
+  JsonObj sink = report.sink_json();
+  if (report.to_file) {
     const std::string path = p.stream.sink.substr(5);  // "file:PATH", on this (the client's) side
-    SinkCopy copy = receive_sink_file(c.ctrl, path, r.file_bytes, sink_csv_max_bytes(total, values));
+    SinkCopy copy = receive_sink_file(c.ctrl, path, report.file_bytes, sink_csv_max_bytes(total, values));
     sink.add("path", path).add("written_on", "server, sent back over the control channel")
         .add("sent_back_s", copy.seconds);
   }
 
   const double deadline_ns = (p.stream.deadline_us > 0 ? p.stream.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
-  std::vector<double> lat, late;
+  std::vector<double> latency, late;
   uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
   for (uint64_t k = 0; k < warmup; ++k) warmup_lost += t_subm[k] && !t_recv[k];
   for (uint64_t k = warmup; k < total; ++k) {
@@ -179,27 +181,30 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
     // Signed: a timer may wake (and the step go out) before its due time.
     late.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_subm[k] - timer.due(k)))));
     if (!t_recv[k]) { ++lost; continue; }
-    double ns = sync.probed ? r.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(timer.due(k))
+    double ns = sync.probed ? report.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(timer.due(k))
                             : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
-    lat.push_back(ns);
+    latency.push_back(ns);
     over_deadline += ns > deadline_ns;
   }
   const uint64_t steps_measured = total - warmup;
   out.fields.add("rate_hz", rate).add("values", values)
-      .add("iterations", static_cast<uint64_t>(lat.size()))
-      .add("achieved_rate_hz", r.recv_span_ns > 0 && r.received > 1 ? static_cast<double>(r.received - 1) / r.recv_span_ns * 1e9 : 0.0)
-      .add("sent", sent_measured).add("received", static_cast<uint64_t>(lat.size()))
+      .add("iterations", static_cast<uint64_t>(latency.size()))
+      .add("achieved_rate_hz", report.recv_span_ns > 0 && report.received > 1
+                                   ? static_cast<double>(report.received - 1) / report.recv_span_ns * 1e9
+                                   : 0.0)
+      .add("sent", sent_measured).add("received", static_cast<uint64_t>(latency.size()))
       .add("missed_steps", missed_measured)
       .add("missed_pct", 100.0 * static_cast<double>(missed_measured) / static_cast<double>(steps_measured))
-      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", r.duplicated).add("reordered", r.reordered)
-      .add("corrupted", r.corrupted)
+      .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", report.duplicated)
+      .add("reordered", report.reordered).add("corrupted", report.corrupted)
       .add("deadline_us", deadline_ns / 1e3)
-      .add("deadline_miss_pct", lat.empty() ? 0.0 : 100.0 * static_cast<double>(over_deadline) / static_cast<double>(lat.size()))
+      .add("deadline_miss_pct",
+           latency.empty() ? 0.0 : 100.0 * static_cast<double>(over_deadline) / static_cast<double>(latency.size()))
       .add("latency_kind", "one-way (receive - scheduled step time)")
-      .add("latency_ns", to_json(summarize(lat.data(), lat.size())))
+      .add("latency_ns", to_json(summarize(latency.data(), latency.size())))
       .add("source_late_ns", to_json(summarize(late.data(), late.size())))
       .add("timer", p.stream.timer).add("sink", sink).add("clock_sync", sync.json());
-  out.arrays.emplace_back("latency_ns", std::move(lat));
+  out.arrays.emplace_back("latency_ns", std::move(latency));
   return st;
 }
 
@@ -225,7 +230,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, const ClockSy
   last_seq = h.seq;
 }
 
-template <class T>
+template <Transport T, Poll P>
 Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
@@ -241,7 +246,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
   while (arrivals - r.duplicated < expected) {
     RecvMsg m;
-    Status st = recv_next(t, m, g, clk, p.poll, deadline);
+    Status st = recv_next<P>(t, m, g, clk, deadline);
     if (st == Status::ok) {
       // ---- hot path ----
       const uint64_t now = clk.ticks();
@@ -253,7 +258,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
       if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
-    if (st == Status::ctrl_message) {
+    if (st == Status::ctrl_pending) {
       expected = recv_count(c.ctrl, "stream sent count");
       g.peer_finished();
       deadline = clk.ticks() + drain;
@@ -270,5 +275,51 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   if (r.to_file) send_sink_file(c.ctrl, sink.path(), r.file_bytes);
   return Status::ok;
 }
+
+// A file sink's in-process ring, its two 4 MiB chunk buffers and the send-back chunk.
+constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
+
+struct StreamExperiment : ExperimentDefaults {
+  static constexpr const char* name = "stream";
+  static constexpr bool kPeerClock = true;
+  // The grid of rates x sample widths.
+  static std::vector<Point> plan(const Params& p, const Caps&) {
+    std::vector<Point> plan;
+    for (uint64_t rate : p.stream.rate)
+      for (uint64_t values : p.stream.values)
+        plan.push_back({.size = stream_size(values), .rate = rate, .values = values,
+                        .iterations = stream_steps(p, rate), .warmup = stream_warmup(p, rate)});
+    return plan;
+  }
+  static uint64_t report_bytes(const Params& p, const Point& pt) {
+    const uint64_t stamps = stamp_report_bytes<SinkReport>(sat_add(pt.warmup, pt.iterations));
+    // A file sink's CSV comes back in chunks after its point's report.
+    return writes_file(p) ? std::max<uint64_t>(stamps, kSinkChunk) : stamps;
+  }
+  static void check_caps(const Params& p, const Caps& caps) {
+    for (uint64_t values : p.stream.values)
+      if (stream_size(values) > caps.max_msg_size)
+        usage_error(p.transport + ": a sample of " + std::to_string(values) + " values (" +
+                    std::to_string(stream_size(values)) + " B) exceeds the transport's maximum message of " +
+                    std::to_string(caps.max_msg_size) + " B");
+  }
+  static bool writes_file(const Params& p) { return p.stream.sink != "memory"; }
+  static PointCost cost(const Params& p, const Caps&, const Point& pt) {
+    const double rate = static_cast<double>(pt.rate);
+    const double steps =
+        p.stream.count ? static_cast<double>(p.stream.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
+    const double total = steps + static_cast<double>(pt.warmup);
+    return {8 * total + (writes_file(p) ? kFileSinkBytes : 0),  // the receive stamps, the file sink
+            total / rate};
+  }
+  template <Transport T, Poll P>
+  static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
+    return stream_client<T, P>(t, c, pt.rate, pt.values, out);
+  }
+  template <Transport T, Poll P>
+  static Status server(T& t, Ctx& c, const Point& pt, PointOut&) {
+    return stream_server<T, P>(t, c, pt.rate, pt.values);
+  }
+};
 
 }  // namespace fm

@@ -480,7 +480,8 @@ void OfiTransport::exchange_rma(Ctrl& ctrl) {
 void OfiTransport::repost() {
   void* desc = rx_mr_ ? fi_mr_desc(rx_mr_) : nullptr;
   uint32_t done = 0;
-  for (; done < nrepost_; ++done) {
+  const uint32_t held = refill_.held();
+  for (; done < held; ++done) {
     uint32_t s = repost_[done];
     ssize_t rc = fi_recv(ep_, rx_base_ + s * slot_size_, slot_size_, desc, FI_ADDR_UNSPEC, &rx_ctx_[s]);
     if (rc == -FI_EAGAIN) break;  // try the rest at the next release
@@ -489,8 +490,8 @@ void OfiTransport::repost() {
       break;
     }
   }
-  std::copy(repost_.begin() + done, repost_.begin() + nrepost_, repost_.begin());
-  nrepost_ -= done;
+  std::copy(repost_.begin() + done, repost_.begin() + held, repost_.begin());
+  refill_.gave_back(done);
 }
 
 void OfiTransport::repost_cq_data_recv() {
@@ -501,21 +502,21 @@ void OfiTransport::repost_cq_data_recv() {
 }
 
 void OfiTransport::send_credit() {
-  credit_src_ = released_;
-  ssize_t rc = fi_inject_writedata(ep_, &credit_src_, sizeof credit_src_, credit_flag_ | (released_ & credit_mask_),
+  credit_src_ = refill_.released();
+  ssize_t rc = fi_inject_writedata(ep_, &credit_src_, sizeof credit_src_, credit_flag_ | (credit_src_ & credit_mask_),
                                    peer_, peer_credit_addr_, peer_key_);
   if (rc == 0) {
-    credit_sent_ = released_;
-    credit_due_ = false;
+    refill_.gave_back(refill_.held());
+    refill_.credit_due = false;
   } else if (rc == -FI_EAGAIN) {
-    credit_due_ = true;  // retried on the next receive poll
+    refill_.credit_due = true;  // retried on the next receive poll
   } else {
     fail_rc(rc, "fi_inject_writedata (credits)");
   }
 }
 
 void OfiTransport::wait_send() {
-  if (write_ && tx_writes_ - peer_released_ >= peer_slots_) {
+  if (write_ && credits_.full(peer_released_, peer_slots_)) {
     fill_rx(kWaitSliceMs);  // credits arrive on the receive CQ
     return;
   }

@@ -11,7 +11,8 @@
 // --op write: fi_writedata into the peer's receive slots with remote CQ data
 // carrying slot and length; the receiver returns credits (released count) as
 // 8-byte writes with CQ data, so a slot is rewritten only after the receiver
-// let go of as many messages as it has slots.
+// let go of as many messages as it has slots. Refill and credit counting are
+// shared with verbs (credits.hpp).
 #pragma once
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -29,6 +30,7 @@
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/rdma/credits.hpp"
 
 namespace fm {
 
@@ -52,16 +54,16 @@ class OfiTransport {
   [[gnu::always_inline]] bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
     uint64_t rma_addr = 0, data = 0;
     if (write_) {
-      if (tx_writes_ - peer_released_ >= peer_slots_ && !take_credits()) return false;
-      rma_addr = peer_base_ + wslot_ * peer_slot_size_;
-      data = (wslot_ << peer_len_bits_) | len;
+      if (credits_.full(peer_released_, peer_slots_) && !take_credits()) return false;
+      rma_addr = peer_base_ + credits_.slot() * peer_slot_size_;
+      data = (credits_.slot() << peer_len_bits_) | len;
     }
     const bool want = flags & kSendSignaled;
     if (len <= inline_max_ && !want) {
       ssize_t rc = write_ ? fi_inject_writedata(ep_, buf, len, data, peer_, rma_addr, peer_key_)
                           : fi_inject(ep_, buf, len, peer_);
       if (rc != 0) [[unlikely]] return post_failed(rc, "fi_inject");
-      if (write_) next_wslot();
+      if (write_) credits_.wrote(peer_slots_);
       return true;
     }
     if (tx_posted_ - tx_freed_ >= send_window_) {
@@ -102,7 +104,7 @@ class OfiTransport {
     } else {
       ++unsignaled_run_;
     }
-    if (write_) next_wslot();
+    if (write_) credits_.wrote(peer_slots_);
     return true;
   }
 
@@ -120,11 +122,11 @@ class OfiTransport {
 
   [[gnu::always_inline]] void release(const RecvMsg& m) {
     if (write_) {
-      if (++released_ - credit_sent_ >= rq_refill_) send_credit();
+      if (refill_.release(rq_refill_)) send_credit();
       return;
     }
-    repost_[nrepost_++] = static_cast<uint32_t>(m.slot);
-    if (nrepost_ >= rq_refill_) repost();
+    repost_[refill_.held()] = static_cast<uint32_t>(m.slot);
+    if (refill_.release(rq_refill_)) repost();
   }
 
   // wr_ids of completed signaled sends. nullptr/0: reap (frees the send
@@ -159,11 +161,6 @@ class OfiTransport {
     uint64_t seq;
   };
 
-  void next_wslot() {
-    ++tx_writes_;
-    if (++wslot_ == peer_slots_) wslot_ = 0;
-  }
-
   // Reads receive completions into rxq_ (timeout_ms < 0: don't wait).
   // Credits are consumed here and never reach the caller.
   bool fill_rx(int timeout_ms) {
@@ -174,7 +171,7 @@ class OfiTransport {
     ssize_t n = timeout_ms < 0 ? fi_cq_read(rx_cq_, e, want) : fi_cq_sread(rx_cq_, e, want, nullptr, timeout_ms);
     if (n <= 0) {
       if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT) [[unlikely]] cq_error(rx_cq_, n, "receive");
-      if (credit_due_) [[unlikely]] send_credit();
+      if (refill_.credit_due) [[unlikely]] send_credit();
       return false;
     }
     for (ssize_t i = 0; i < n; ++i) {
@@ -218,7 +215,7 @@ class OfiTransport {
 
   bool take_credits() {
     fill_rx(-1);
-    return tx_writes_ - peer_released_ < peer_slots_;
+    return !credits_.full(peer_released_, peer_slots_);
   }
 
   bool post_failed(ssize_t rc, const char* what) {
@@ -251,7 +248,6 @@ class OfiTransport {
   bool write_;
   bool selective_ = false;
   bool rx_cq_data_mode_ = false;
-  bool credit_due_ = false;
   uint32_t inline_max_ = 0;
   uint32_t sq_depth_ = 0;
   uint32_t send_window_ = 0;  // most sends outstanding: Use::send_window, within sq_depth_
@@ -268,8 +264,8 @@ class OfiTransport {
   uint64_t slot_size_ = 0;
   uint32_t rx_slots_ = 0;
   std::vector<fi_context2> rx_ctx_;
-  std::vector<uint32_t> repost_;
-  uint32_t nrepost_ = 0;
+  std::vector<uint32_t> repost_;      // released slots not yet reposted (send mode)
+  rdma::RecvRefill refill_;            // send: reposts; --op write: credits (released count) sent
   RecvMsg rxq_[kQueueSize];
   uint32_t rxq_head_ = 0, rxq_tail_ = 0;
   uint64_t txq_[kQueueSize];
@@ -278,9 +274,8 @@ class OfiTransport {
   // --op write
   uint64_t peer_base_ = 0, peer_key_ = 0, peer_slot_size_ = 0, peer_credit_addr_ = 0;
   uint64_t peer_slots_ = 0, peer_len_bits_ = 0;
-  uint64_t wslot_ = 0, tx_writes_ = 0;
+  rdma::WriteCredits credits_;
   uint64_t peer_released_ = 0;
-  uint64_t released_ = 0, credit_sent_ = 0;
   uint64_t credit_flag_ = 0, credit_mask_ = 0;
   uint64_t len_bits_ = 0, len_mask_ = 0;
   uint64_t credit_src_ = 0;

@@ -266,19 +266,18 @@ void VerbsTransport::check_events() const {
 // ---- slow parts of the data path ----
 
 void VerbsTransport::repost_recvs() {
-  const uint32_t k = rx_free_;
-  rx_free_ = 0;
-  for (uint32_t j = 0; j < k; ++j) {
+  const uint32_t batch = refill_.held();
+  for (uint32_t j = 0; j < batch; ++j) {
     const uint32_t i = (rx_repost_at_ + j) % rx_slots_;
-    recv_wrs_[i].next = j + 1 < k ? &recv_wrs_[(i + 1) % rx_slots_] : nullptr;
+    recv_wrs_[i].next = j + 1 < batch ? &recv_wrs_[(i + 1) % rx_slots_] : nullptr;
   }
   ibv_recv_wr* bad;
   if (int rc = ibv_post_recv(qp_, &recv_wrs_[rx_repost_at_], &bad); rc != 0) {
     fail_errno("ibv_post_recv", rc);
     return;
   }
-  rx_repost_at_ = (rx_repost_at_ + k) % rx_slots_;
-  reposted_ += k;
+  rx_repost_at_ = (rx_repost_at_ + batch) % rx_slots_;
+  refill_.gave_back(batch);
   if (write_) post_credit();
 }
 
@@ -286,12 +285,12 @@ void VerbsTransport::post_credit() {
   if (posted_ - completed_ >= sq_limit_) {
     reap_sends();
     if (posted_ - completed_ >= sq_limit_) {
-      credit_pending_ = true;  // retried from poll_recv / poll_send_comp
+      refill_.credit_due = true;  // retried from poll_recv / poll_send_comp
       return;
     }
   }
-  credit_pending_ = false;
-  credit_page_[1] = reposted_;  // monotonic: a later value overwriting an unsent one is still right
+  refill_.credit_due = false;
+  credit_page_[1] = refill_.given_back();  // monotonic: a later value overwriting an unsent one is still right
   ibv_sge sge{reinterpret_cast<uintptr_t>(&credit_page_[1]), 8, credit_mr_->lkey};
   ibv_send_wr wr{};
   wr.wr_id = posted_;

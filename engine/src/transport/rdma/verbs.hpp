@@ -14,7 +14,8 @@
 // Receives use a ring of rq_depth slots, reposted in batches of rq_refill.
 // RDMA writes target the peer's ring slot for their sequence number; a
 // writer may use a slot only after the peer reposted it, which the peer tells
-// by RDMA-writing its repost count into the writer's credit word.
+// by RDMA-writing its repost count into the writer's credit word. Refill and
+// credit counting are shared with ofi (credits.hpp).
 #pragma once
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -28,6 +29,7 @@
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/rdma/credits.hpp"
 
 namespace fm {
 
@@ -84,8 +86,8 @@ class VerbsTransport {
     wr.wr_id = posted_;
     if (write_) {
       // The peer's slot for this message must have been reposted (credits).
-      if (writes_ >= peer_.ring_slots + __atomic_load_n(credit_in_, __ATOMIC_ACQUIRE)) [[unlikely]] return false;
-      const uint32_t slot = static_cast<uint32_t>(writes_ % peer_.ring_slots);
+      if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return false;
+      const uint32_t slot = static_cast<uint32_t>(credits_.slot());
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(slot);
       wr.wr.rdma.remote_addr = peer_.ring_addr + slot * peer_.slot_size;
@@ -123,7 +125,7 @@ class VerbsTransport {
       return false;
     }
     ++posted_;
-    writes_ += write_;
+    if (write_) credits_.wrote(peer_.ring_slots);
     return true;
   }
 
@@ -131,7 +133,7 @@ class VerbsTransport {
     if (rx_next_ == rx_count_) {
       const int n = ibv_poll_cq(recv_cq_, verbs::kCqBatch, rx_wc_);
       if (n <= 0) [[likely]] {
-        if (credit_pending_) [[unlikely]] post_credit();
+        if (refill_.credit_due) [[unlikely]] post_credit();
         if (n < 0) fail_text("ibv_poll_cq on the receive CQ failed");
         return false;
       }
@@ -157,13 +159,13 @@ class VerbsTransport {
   }
 
   [[gnu::always_inline]] void release(const RecvMsg&) {
-    if (++rx_free_ >= rq_refill_) [[unlikely]] repost_recvs();
+    if (refill_.release(rq_refill_)) [[unlikely]] repost_recvs();
   }
 
   // wr_ids of completed signaled sends; nullptr/0: reap, report none.
   int poll_send_comp(uint64_t* wr_ids, int max) {
     if (posted_ != completed_) reap_sends();
-    if (credit_pending_) [[unlikely]] post_credit();
+    if (refill_.credit_due) [[unlikely]] post_credit();
     int n = 0;
     if (!wr_ids || max <= 0) {
       done_head_ = done_tail_;
@@ -197,7 +199,7 @@ class VerbsTransport {
     return n;
   }
 
-  void repost_recvs();       // rx_free_ slots back to the RQ, then credits to a writer
+  void repost_recvs();       // the held slots back to the RQ, then credits to a writer
   void post_credit();        // RDMA-write our repost count into the peer's credit word
   bool wait_channel(int ms); // one completion-channel wake-up (either CQ), acked
   void check_events() const;
@@ -229,7 +231,8 @@ class VerbsTransport {
   ibv_qp* qp_ = nullptr;
   ibv_cq* send_cq_ = nullptr;
   ibv_cq* recv_cq_ = nullptr;
-  uint64_t posted_ = 0, completed_ = 0, writes_ = 0;
+  uint64_t posted_ = 0, completed_ = 0;
+  rdma::WriteCredits credits_;
   uint32_t sq_limit_ = 1, signal_every_ = 1, unsignaled_ = 0;
   uint32_t inline_size_ = 0, max_inline_ = 0;
   std::byte* tx_ring_ = nullptr;
@@ -249,10 +252,9 @@ class VerbsTransport {
   std::byte* rx_ring_ = nullptr;
   uint64_t rx_slot_size_ = 0;
   uint32_t rx_slots_ = 0, rx_offset_ = 0;  // rx_offset_: the GRH on UD
-  uint32_t rx_free_ = 0, rq_refill_ = 1;
+  uint32_t rq_refill_ = 1;
   uint32_t rx_repost_at_ = 0;               // next slot to repost
-  uint64_t reposted_ = 0;                   // slots reposted since the start (credits)
-  bool credit_pending_ = false;
+  rdma::RecvRefill refill_;                 // given back: slots reposted since the start (credits)
 
   // control plane
   ibv_device** dev_list_ = nullptr;

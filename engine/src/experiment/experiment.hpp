@@ -1,0 +1,92 @@
+// The experiment contract. Each experiment is a struct in its own header
+// (lat.hpp, oneway.hpp, bw.hpp, stream.hpp, check.hpp) with
+//
+//   static constexpr const char* name;
+//   static std::vector<Point> plan(const Params&, const Caps&);   // its points, in order
+//   static PointCost cost(const Params&, const Caps&, const Point&);  // its share of a point's server cost
+//   template <Transport T, Poll P> static Status client(T&, Ctx&, const Point&, PointOut&);
+//   template <Transport T, Poll P> static Status server(T&, Ctx&, const Point&, PointOut&);
+//
+// and the hooks of ExperimentDefaults below, hidden where it differs. The
+// list of experiments is in table.hpp; the session (session.cpp) knows none
+// of them by name.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experiment/common.hpp"
+
+namespace fm {
+
+// What one point needs on the server beyond the transport's own buffers:
+// stamp arrays, sinks; and the least time it can take.
+struct PointCost {
+  double memory_bytes = 0;
+  double seconds = 0;
+};
+
+// Floors no transport beats here, so a plan's run time is never overestimated.
+constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
+
+struct ExperimentDefaults {
+  // One-way stamps taken by the peer: across hosts the session measures the
+  // peer's clock offset first (ClockSync).
+  static constexpr bool kPeerClock = false;
+  // The largest control frame the client receives for this point (the
+  // server's stamp report); 0: only small frames (kMaxFrameDefault).
+  static uint64_t report_bytes(const Params&, const Point&) { return 0; }
+  // Refuses (usage_error) a plan the transport cannot carry.
+  static void check_caps(const Params& p, const Caps& caps) {
+    if (!p.sweep && p.size > caps.max_msg_size)
+      usage_error(p.transport + ": message size " + std::to_string(p.size) + " B exceeds the transport's maximum of " +
+                  std::to_string(caps.max_msg_size) + " B" +
+                  (caps.max_msg_note.empty() ? "" : " (" + caps.max_msg_note + ")"));
+  }
+  // The most sends the transport may keep posted and not completed
+  // (transport.hpp's Use); 0: as many as its send queue allows.
+  static uint32_t send_window(const Params&) { return 0; }
+  // Whether the server writes a file for this run (into the session's own
+  // data directory; the client's path is replaced by one there).
+  static bool writes_file(const Params&) { return false; }
+};
+
+inline uint64_t sat_mul(uint64_t a, uint64_t b) {
+  uint64_t product;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+inline uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+// A stamp report's size: its header and one stamp per message (saturated:
+// the counts are the client's).
+template <class Header>
+uint64_t stamp_report_bytes(uint64_t messages) {
+  return sat_add(sizeof(Header), sat_mul(messages, sizeof(uint64_t)));
+}
+
+// The plan of the counted experiments (lat, bw): one point per message size,
+// each with its iteration and warm-up counts.
+inline std::vector<Point> sized_points(const Params& p, const Caps& caps) {
+  std::vector<Point> plan;
+  for (uint64_t size : sizes_for(p, caps.max_msg_size))
+    plan.push_back({.size = size, .iterations = iters_for(p, size), .warmup = warmup_for(p, size)});
+  return plan;
+}
+
+// The least time a counted point (lat, bw) takes: its messages (or
+// --duration) and its warm-up at `per_msg_ns` each, counted as iters_for and
+// warmup_for count them. In double: a client's numbers may be anything up to
+// 2^64, and an estimate must not wrap around to something small.
+inline double counted_seconds(const Params& p, double size, double default_iters, double per_msg_ns) {
+  double iters = p.iters ? static_cast<double>(p.iters) : default_iters;
+  double warmup = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
+  constexpr double kFull = 64 << 10;  // fewer above 64 KiB
+  if (size > kFull) {
+    iters = std::max(std::min(iters, 100.0), iters * kFull / size);
+    if (p.warmup < 0) warmup = std::max(10.0, warmup * kFull / size);
+  }
+  return (p.duration > 0 ? p.duration : iters * per_msg_ns * 1e-9) + warmup * per_msg_ns * 1e-9;
+}
+
+}  // namespace fm

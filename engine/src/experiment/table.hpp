@@ -1,0 +1,84 @@
+// The experiment table: one entry per experiment (its struct, experiment.hpp
+// says what it holds), and per transport the point loops of every
+// experiment, instantiated for both poll modes and picked once per point
+// (as UCX perftest picks its loops): no branch on the poll mode per message.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiment/bw.hpp"
+#include "experiment/check.hpp"
+#include "experiment/experiment.hpp"
+#include "experiment/lat.hpp"
+#include "experiment/oneway.hpp"
+#include "experiment/stream.hpp"
+
+namespace fm {
+
+template <class... E>
+struct ExperimentList {};
+// Adding an experiment: its header (with its struct) and its struct here.
+using Experiments = ExperimentList<LatExperiment, OnewayExperiment, BwExperiment, StreamExperiment, CheckExperiment>;
+
+// An experiment's hooks, without its loops (those are per transport, below).
+struct ExperimentEntry {
+  const char* name;
+  size_t index;       // into Experiments, for the loop tables
+  bool peer_clock;    // ExperimentDefaults::kPeerClock
+  std::vector<Point> (*plan)(const Params&, const Caps&);
+  uint64_t (*report_bytes)(const Params&, const Point&);
+  void (*check_caps)(const Params&, const Caps&);
+  bool (*writes_file)(const Params&);
+  PointCost (*cost)(const Params&, const Caps&, const Point&);
+  uint32_t (*send_window)(const Params&);
+};
+
+template <class... E, size_t... I>
+constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
+  return std::array<ExperimentEntry, sizeof...(E)>{
+      ExperimentEntry{E::name, I, E::kPeerClock, &E::plan, &E::report_bytes, &E::check_caps, &E::writes_file,
+                      &E::cost, &E::send_window}...};
+}
+template <class... E>
+constexpr auto make_experiment_entries(ExperimentList<E...> list) {
+  return make_experiment_entries(list, std::index_sequence_for<E...>{});
+}
+
+inline constexpr auto kExperimentTable = make_experiment_entries(Experiments{});
+
+// nullptr for a name not in the table.
+inline const ExperimentEntry* find_experiment(std::string_view name) {
+  for (const ExperimentEntry& e : kExperimentTable)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
+// One point of one experiment over transport T, on one end.
+template <Transport T>
+using PointLoop = Status (*)(T&, Ctx&, const Point&, PointOut&);
+
+// [role][poll]: client, server x busy, event.
+template <Transport T>
+using PointLoops = std::array<std::array<PointLoop<T>, 2>, 2>;
+
+template <Transport T, class E>
+constexpr PointLoops<T> loops_of() {
+  return {{{&E::template client<T, Poll::busy>, &E::template client<T, Poll::event>},
+           {&E::template server<T, Poll::busy>, &E::template server<T, Poll::event>}}};
+}
+
+template <Transport T, class... E>
+constexpr auto make_loop_table(ExperimentList<E...>) {
+  return std::array<PointLoops<T>, sizeof...(E)>{loops_of<T, E>()...};
+}
+
+template <Transport T>
+PointLoop<T> point_loop(const ExperimentEntry& e, Role role, Poll poll) {
+  static constexpr auto table = make_loop_table<T>(Experiments{});
+  return table[e.index][role == Role::server ? 1 : 0][poll == Poll::event ? 1 : 0];
+}
+
+}  // namespace fm

@@ -1,0 +1,50 @@
+// What verbs and ofi share on their data paths: receive refill and write
+// credits, both over a ring of receive slots.
+//
+// Refill: released receive buffers go back in batches of --rq-refill (one
+// post per batch, not per message). To a peer that RDMA-writes into our
+// ring, the count of buffers given back is its credit, sent after each
+// batch; a credit that finds no room in the send queue is due and is sent
+// from the next poll.
+//
+// Credits: message n goes to the peer's slot n mod slots, and may be written
+// only once the peer has given back message n - slots (its credit count).
+#pragma once
+#include <cstdint>
+
+namespace fm::rdma {
+
+class RecvRefill {
+ public:
+  // One more buffer released; true when a batch of `refill` is waiting.
+  [[gnu::always_inline]] bool release(uint32_t refill) { return ++released_ - given_back_ >= refill; }
+  // Released, not yet given back.
+  uint32_t held() const { return static_cast<uint32_t>(released_ - given_back_); }
+  void gave_back(uint32_t n) { given_back_ += n; }
+  uint64_t released() const { return released_; }
+  uint64_t given_back() const { return given_back_; }
+
+  bool credit_due = false;  // a credit to send from the next poll
+
+ private:
+  uint64_t released_ = 0, given_back_ = 0;
+};
+
+class WriteCredits {
+ public:
+  // No slot of the peer's `slots` is free until it gives back more.
+  [[gnu::always_inline]] bool full(uint64_t peer_given_back, uint64_t slots) const {
+    return written_ - peer_given_back >= slots;
+  }
+  // The peer's slot for the next message.
+  uint64_t slot() const { return slot_; }
+  void wrote(uint64_t slots) {
+    ++written_;
+    if (++slot_ == slots) slot_ = 0;
+  }
+
+ private:
+  uint64_t written_ = 0, slot_ = 0;
+};
+
+}  // namespace fm::rdma

@@ -1,0 +1,131 @@
+// The experiment table and the transport concept.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+
+#include "experiment/table.hpp"
+#include "fabmeter/session.hpp"
+#include "transport/shm/shm.hpp"
+#include "transport/sock/tcp.hpp"
+#include "transport/sock/udp.hpp"
+
+namespace {
+
+using fm::Caps;
+using fm::RecvMsg;
+
+// The least class the contract accepts.
+struct Minimal {
+  static Caps caps(const fm::Params&) { return {}; }
+  void connect(fm::Ctrl&, uint64_t) {}
+  void describe(fm::JsonObj&) const {}
+  const char* failure() const { return nullptr; }
+  bool post_send(const void*, uint32_t, uint32_t, uint64_t) { return true; }
+  bool poll_recv(RecvMsg&) { return false; }
+  void release(const RecvMsg&) {}
+  int poll_send_comp(uint64_t*, int) { return 0; }
+  bool wait_recv(RecvMsg&) { return false; }
+  void wait_send() {}
+};
+struct NoFailure : Minimal {
+  const char* failure() = delete;
+};
+struct NoWaitSend : Minimal {
+  void wait_send() = delete;
+};
+struct IdleAsInt : Minimal {
+  int tx_idle() const { return 1; }
+};
+struct Idle : Minimal {
+  bool tx_idle() const { return true; }
+};
+
+TEST(TransportConcept, AcceptsTheContractAndNothingLess) {
+  EXPECT_TRUE(fm::Transport<Minimal>);
+  EXPECT_TRUE(fm::Transport<Idle>);
+  EXPECT_FALSE(fm::Transport<NoFailure>);   // the guard asks every transport why it broke
+  EXPECT_FALSE(fm::Transport<NoWaitSend>);  // event mode needs it
+  EXPECT_FALSE(fm::Transport<IdleAsInt>);   // the optional member, when there, has its type
+  EXPECT_TRUE(fm::Transport<fm::ShmTransport>);
+  EXPECT_TRUE(fm::Transport<fm::TcpTransport>);
+  EXPECT_TRUE(fm::Transport<fm::UdpTransport>);
+}
+
+// Every experiment the option table accepts has an entry, and only those.
+TEST(ExperimentTable, MatchesTheExperimentList) {
+  std::string_view names = fm::kExperiments;
+  size_t listed = 0;
+  while (!names.empty()) {
+    const size_t comma = names.find(',');
+    const std::string_view name = names.substr(0, comma);
+    const fm::ExperimentEntry* e = fm::find_experiment(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_EQ(name, e->name);
+    EXPECT_EQ(&fm::kExperimentTable[e->index], e);
+    ++listed;
+    names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+  }
+  EXPECT_EQ(listed, fm::kExperimentTable.size());
+  EXPECT_EQ(fm::find_experiment("pingpong"), nullptr);
+}
+
+fm::Params params(const char* experiment) {
+  fm::Params p;
+  p.experiment = experiment;
+  p.transport = "tcp";
+  return p;
+}
+
+TEST(ExperimentTable, PlansAreTheExperimentsOwn) {
+  const Caps caps = fm::transport_caps(params("lat"));
+  fm::Params lat = params("lat");
+  lat.sweep = true;
+  lat.max_size = 1024;
+  EXPECT_EQ(fm::find_experiment("lat")->plan(lat, caps).size(), 11u);  // 1 B .. 1 KiB
+
+  fm::Params stream = params("stream");
+  stream.stream.rate = {100, 1000};
+  stream.stream.values = {1, 8, 64};
+  const auto grid = fm::find_experiment("stream")->plan(stream, caps);
+  ASSERT_EQ(grid.size(), 6u);
+  EXPECT_EQ(grid[4].rate, 1000u);
+  EXPECT_EQ(grid[4].values, 8u);
+  EXPECT_EQ(grid[4].size, fm::stream_size(8));
+
+  const auto check = fm::find_experiment("check")->plan(params("check"), caps);
+  ASSERT_EQ(check.size(), 1u);
+  EXPECT_EQ(check[0].warmup, 0u);
+}
+
+// Only the experiments whose peer stamps messages need its clock, and a
+// bigger control frame than the default for the stamps.
+TEST(ExperimentTable, PeerClockAndReportFrames) {
+  const Caps caps = fm::transport_caps(params("oneway"));
+  for (const fm::ExperimentEntry& e : fm::kExperimentTable) {
+    const std::string name = e.name;
+    const bool stamps = name == "oneway" || name == "stream";
+    EXPECT_EQ(e.peer_clock, stamps) << name;
+    fm::Params p = params(e.name);
+    const auto plan = e.plan(p, caps);
+    ASSERT_FALSE(plan.empty()) << name;
+    EXPECT_EQ(e.report_bytes(p, plan[0]) > 0, stamps) << name;
+  }
+  fm::Params oneway = params("oneway");
+  const auto point = fm::find_experiment("oneway")->plan(oneway, caps)[0];
+  EXPECT_EQ(fm::find_experiment("oneway")->report_bytes(oneway, point),
+            sizeof(fm::OnewayReport) + 8 * (point.warmup + oneway.oneway.bursts * oneway.oneway.burst_size));
+}
+
+// One loop per experiment, role and poll mode, each its own instantiation.
+TEST(ExperimentTable, LoopsPerPollMode) {
+  for (const fm::ExperimentEntry& e : fm::kExperimentTable)
+    for (fm::Role role : {fm::Role::client, fm::Role::server}) {
+      auto busy = fm::point_loop<fm::TcpTransport>(e, role, fm::Poll::busy);
+      auto event = fm::point_loop<fm::TcpTransport>(e, role, fm::Poll::event);
+      EXPECT_NE(busy, nullptr);
+      EXPECT_NE(busy, event) << e.name;
+    }
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+"""make bench-ab BASE=<git rev>: the fabmeter side of `make bench`'s rows, measured with the engine of BASE
+and with this tree's engine, alternately (base, new, new, base, ...), medians over rounds.
+
+BASE is built once in a temporary git worktree (kept under build/bench-ab/<commit>/ for the next run).
+Rows that measure the same thing (three shm rows are one `lat -t shm --poll busy`) are measured once per
+round and engine. Per row it prints both medians, new / base, and whether the new engine is slower by more
+than --limit (latency: a higher figure; throughput: a lower one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))
+
+from fabmeter import analysis, bench  # noqa: E402
+from fabmeter.errors import FabmeterError  # noqa: E402
+
+
+def build_base(rev: str) -> Path:
+    """The engine of `rev`, built in a temporary worktree; cached per commit."""
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", rev + "^{commit}"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    cached = REPO / "build" / "bench-ab" / sha / "fabmeter-engine"
+    if cached.exists():
+        return cached
+    tmp = Path(tempfile.mkdtemp(prefix="fabmeter-bench-ab-"))
+    tree = tmp / "tree"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), sha], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        sys.stderr.write(f"bench-ab: building {rev} ({sha[:12]}) in {tree}\n")
+        subprocess.run(["cmake", "-S", str(tree / "engine"), "-B", str(tmp / "build"), "-G", "Ninja",
+                        "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DBUILD_TESTING=OFF"], check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", str(tmp / "build"), "--target", "fabmeter-engine"], check=True,
+                       stdout=subprocess.DEVNULL)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(tmp / "build" / "fabmeter-engine", cached)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cached
+
+
+class Keyed(bench.Bench):
+    """A Bench whose fabmeter-side measurements carry a key naming what they measure."""
+
+    def fabmeter(self, experiment, options, pick):
+        fn = super().fabmeter(experiment, options, pick)
+        fn.key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))])
+        return fn
+
+    def limit(self, pick):
+        fn = super().limit(pick)
+        fn.key = None  # named after its row below: two limits of one run are different figures
+        return fn
+
+
+def rows_for(engine: str, out: Path, cpus) -> list[bench.Row]:
+    rows = Keyed(out, cpus, engine).rows()
+    for row in rows:
+        if row.fabmeter.key is None:
+            row.fabmeter.key = "limits: " + row.name
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="git revision of the base engine")
+    ap.add_argument("--engine", default=str(REPO / "build" / "engine" / "fabmeter-engine"),
+                    help="the new engine (default: this tree's build)")
+    ap.add_argument("--base-engine", help="a base engine already built (skips building --base)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (default: %(default)s, at least 3)")
+    ap.add_argument("--cpus", default="0,1", help="client and server CPUs (default: %(default)s)")
+    ap.add_argument("--only", help="measure only rows whose name contains this text")
+    ap.add_argument("--limit", type=float, default=1.05,
+                    help="flag a row whose new figure is worse than base by more than this factor (default: %(default)s)")
+    ns = ap.parse_args()
+    if ns.rounds < 3:
+        ap.error("--rounds must be at least 3")
+    cpus = tuple(int(c) for c in ns.cpus.split(",")) if ns.cpus else None
+    engines = {"base": str(ns.base_engine or build_base(ns.base)), "new": ns.engine}
+    out = Path(tempfile.mkdtemp(prefix="fabmeter-bench-ab-runs-"))
+    try:
+        rows = {side: rows_for(path, out / side, cpus) for side, path in engines.items()}
+        keep = [i for i, row in enumerate(rows["new"]) if not ns.only or ns.only in row.name]
+        # Distinct measurements, in row order: key -> (row index, samples per side).
+        measures: dict[str, dict] = {}
+        for i in keep:
+            key = rows["new"][i].fabmeter.key
+            measures.setdefault(key, {"row": i, "base": [], "new": [], "skipped": ""})
+        print(f"bench-ab: base {ns.base} ({engines['base']}), new {engines['new']}; {ns.rounds} rounds, "
+              f"{len(measures)} measurements, CPUs {list(cpus) if cpus else 'unpinned'}")
+        for r in range(ns.rounds):
+            sys.stderr.write(f"bench-ab: round {r + 1}/{ns.rounds}\n")
+            for j, (key, m) in enumerate(measures.items()):
+                if m["skipped"]:
+                    continue
+                order = ["base", "new"] if (r + j) % 2 == 0 else ["new", "base"]
+                try:
+                    for side in order:
+                        m[side].append(rows[side][m["row"]].fabmeter())
+                except bench.Skip as e:
+                    m["skipped"] = str(e)
+        table, slower = [], 0
+        for i in keep:
+            row = rows["new"][i]
+            m = measures[row.fabmeter.key]
+            base = statistics.median(m["base"]) if m["base"] else None
+            new = statistics.median(m["new"]) if m["new"] else None
+            ratio = new / base if base and new is not None else None
+            worse = ratio is not None and (ratio < 1 / ns.limit if row.higher_is_better else ratio > ns.limit)
+            slower += worse
+            verdict = ("skipped: " + m["skipped"]) if ratio is None else ("SLOWER" if worse else "ok")
+            spread = lambda xs: f"{min(xs):.4g}..{max(xs):.4g}" if xs else "-"  # noqa: E731
+            table.append([row.name, row.figure, base, new, None if ratio is None else f"{ratio:.3f}",
+                          spread(m["base"]), spread(m["new"]), verdict])
+        print(analysis.format_table(["row", "figure", "base", "new", "new/base", "base range", "new range",
+                                     "result"], table, left=2))
+        print(f"{slower} row(s) slower than base by more than {ns.limit}x" if slower else
+              f"no row slower than base by more than {ns.limit}x")
+        return 1 if slower else 0
+    except FabmeterError as e:
+        sys.stderr.write(f"bench-ab: {e}\n")
+        return e.exit_code
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
