@@ -9,6 +9,8 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from conftest import REPO
 from fabmeter import demo
 
@@ -51,3 +53,12 @@ def test_transports_never_see_the_whole_params_nor_the_experiment():
 def test_demo_runs_every_transport_the_engine_lists():
     got = [label for label, _, _ in demo.configs(["shm", "pipe", "ofi", "verbs"])]
     assert got == ["shm", "pipe", "ofi tcp msg", "ofi shm rdm"]
+
+
+def test_nanomsg_calls_go_to_libnanomsg(engine):
+    """libnng exports nanomsg's nn_* API too (its compat layer): linked first,
+    it silently takes the nanomsg transport's calls."""
+    if "nanomsg" not in options(engine)["transports"]:
+        pytest.skip("the engine was built without nanomsg")
+    libs = subprocess.run(["ldd", str(engine)], capture_output=True, text=True, check=True).stdout
+    assert "libnanomsg.so" in libs, libs
