@@ -272,6 +272,9 @@ int run_client(const Params& p, const ClientOptions& o) {
   std::string me = host_id();
   const std::string hello = encode_hello(me, random_bytes(kNonceBytes), encode_params(p));
   ctrl.send(CtrlType::hello, hello);
+  // A server answers a hello at once and beats from its proof on (serve_one):
+  // one frozen in the handshake is noticed like one frozen later.
+  ctrl.expect_heartbeats(kSilenceMs);
   const std::string server_nonce = decode_challenge(ctrl.recv(CtrlType::challenge, "server's answer to hello"));
   if (!server_nonce.empty()) {
     if (o.token.empty())
@@ -470,6 +473,9 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
       runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
     }
   }
+  // From here on the client waits for the welcome while the transport is
+  // probed (fi_getinfo, devices): beats tell it this end is alive.
+  Heartbeat beat(ctrl);
   const std::string& client_host = decoded.host;
   Params p;
   const TransportEntry* entry = nullptr;
@@ -500,7 +506,6 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
-  Heartbeat beat(ctrl);
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   Status st;
   try {
