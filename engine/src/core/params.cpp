@@ -183,7 +183,7 @@ std::vector<OptSpec> make_table() {
     {.name = "timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
      .help = "connect and control-channel timeout", U32(Com, timeout_ms)},
     {.name = "rate", .metavar = "HZ[,HZ...]", .group = "stream", .type = T::list, .unit = "Hz", .values = "rate",
-     .scope = "stream", .help = "samples per second (100 .. 1000000); a list makes a sweep", LIST(Stream, rate)},
+     .scope = "stream", .help = "samples per second (1 .. 10000000); a list makes a sweep", LIST(Stream, rate)},
     {.name = "values", .metavar = "K[,K...]", .group = "stream", .type = T::list, .values = "count", .scope = "stream",
      .help = "float64 values per sample (plus a 24-byte header); a list makes a sweep", LIST(Stream, values)},
     {.name = "count", .metavar = "N", .group = "stream", .type = T::count, .accepts_auto = true, .scope = "stream",
