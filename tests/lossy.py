@@ -116,6 +116,7 @@ table inet {TABLE} {{
         """`fabmeter serve --once` in the server namespace; yields its port."""
         proc = fm.popen("serve", "--bind", self.server_addr, "--port", "0", "--once", "--cpu", "1",
                         prefix=("ip", "netns", "exec", self.ns_server))
+        self.server_proc = proc
         try:
             line = proc.stdout.readline()
             assert line, f"server printed nothing: {proc.stderr.read() if proc.poll() is not None else ''}"
@@ -133,7 +134,16 @@ table inet {TABLE} {{
         cmd = ["ip", "netns", "exec", self.ns_client,
                *cli_cmd(*args, "--server", f"{self.server_addr}:{port}", "--cpus", "0", "--json")]
         r = subprocess.run(cmd, env=fm.env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, r.stderr
+        if r.returncode != 0:
+            server = getattr(self, "server_proc", None)
+            said = ""
+            if server is not None:
+                try:
+                    server.wait(timeout=10)
+                    said = server.stderr.read()
+                except subprocess.TimeoutExpired:
+                    said = "(still running)"
+            raise AssertionError(f"client: {r.stderr.strip()}; server: {said.strip()}")
         (point,) = json_lines(r.stdout)
         return point
 
