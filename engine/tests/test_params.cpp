@@ -108,15 +108,21 @@ TEST(Params, TypedTableIsConsistent) {
     const std::string v = fm::typed_value(o, defaults);
     SCOPED_TRACE(o.name);
     EXPECT_NE(std::string(o.group), "");
-    if (o.type == fm::OptType::choice && *o.values) EXPECT_TRUE(fm::in_list(o.values, o.get(defaults)));
+    if (o.type == fm::OptType::choice && *o.values) {
+      EXPECT_TRUE(fm::in_list(o.values, o.get(defaults)));
+    }
     if (o.type == fm::OptType::flag) {
       EXPECT_TRUE(v == "false" || v == "true");
       EXPECT_STREQ(o.metavar, "");
     } else {
       EXPECT_STRNE(o.metavar, "");
     }
-    if (o.type == fm::OptType::list) EXPECT_EQ(v.front(), '[');
-    if (o.accepts_auto && o.get(defaults) == "auto") EXPECT_EQ(v, "\"auto\"");
+    if (o.type == fm::OptType::list) {
+      EXPECT_EQ(v.front(), '[');
+    }
+    if (o.accepts_auto && o.get(defaults) == "auto") {
+      EXPECT_EQ(v, "\"auto\"");
+    }
     fm::Params back;
     o.set(back, o.get(defaults));
     EXPECT_EQ(o.get(back), o.get(defaults));

@@ -200,7 +200,17 @@ Params decode_params(std::string_view text);
 // Impossible combinations and out-of-range values; throws usage_error.
 void validate(const Params& p);
 
-bool in_list(std::string_view list, std::string_view item);  // "all" or comma list
+// "all" or a comma list; constexpr: the transport registry's groups are compile-time lists.
+constexpr bool in_list(std::string_view list, std::string_view item) {
+  if (list == "all") return true;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    if (list.substr(0, comma) == item) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
 
 // The transports with the option groups each reads beyond common: every
 // fm_transport line of engine/CMakeLists.txt, built in or not.

@@ -393,18 +393,6 @@ Params decode_params(std::string_view text) {
   return p;
 }
 
-bool in_list(std::string_view list, std::string_view item) {
-  std::string_view s = list;
-  if (s == "all") return true;
-  while (!s.empty()) {
-    auto c = s.find(',');
-    if (s.substr(0, c) == item) return true;
-    if (c == std::string_view::npos) break;
-    s = s.substr(c + 1);
-  }
-  return false;
-}
-
 void validate(const Params& p) {
   if (!in_list(kExperiments, p.experiment))
     usage_error("unknown experiment '" + p.experiment + "' (expected " + kExperiments + ")");

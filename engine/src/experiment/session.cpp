@@ -63,22 +63,12 @@ struct TransportDef {
   static constexpr std::string_view kGroups = Groups;
 };
 
-constexpr bool has_group(std::string_view groups, std::string_view g) {
-  while (!groups.empty()) {
-    const auto c = groups.find(',');
-    if (groups.substr(0, c) == g) return true;
-    if (c == std::string_view::npos) break;
-    groups.remove_prefix(c + 1);
-  }
-  return false;
-}
-
 // The groups of p that D's transport reads, in OptionGroups order: the
 // arguments of its caps() and, before a Use, of its constructor.
 template <class D, class... G>
 auto groups_for(const Params& p, std::tuple<G...>*) {
   return std::tuple_cat([&]() {
-    if constexpr (has_group(D::kGroups, G::kGroup)) return std::tuple<const G&>(group_of<G>(p));
+    if constexpr (in_list(D::kGroups, G::kGroup)) return std::tuple<const G&>(group_of<G>(p));
     else return std::tuple<>();
   }()...);
 }
