@@ -171,6 +171,17 @@ fm "refuse-rdma_cm-mtu" 2 lat -n 10 --service rc --mtu 512
 fm "refuse-no-such-device" 2 lat -n 10 --service rc --cm raw --device mlx5_9
 fm "refuse-signal-every-above-sq" 2 lat -n 10 --service rc --sq-depth 16 --signal-every 32
 
+echo "== verbs: load (open loop request/response, one point each)"
+LOAD=(--rate 2000 --count 400 --warmup 50 --loss-timeout-ms 500)
+for svc in rc uc ud; do
+  fm "load-$svc-send-busy" 0 load "${LOAD[@]}" --service $svc
+done
+fm "load-rc-write-raw-event" 0 load "${LOAD[@]}" --service rc --op write --cm raw --poll event
+fm "load-rc-send-conns2-threads2" 0 load "${LOAD[@]}" --service rc --conns 2 --threads 2 --server-threads 2
+# w1's sizes go to 100 KB: UD clamps them to its MTU (counted in `clamped`).
+fm "load-ud-send-workload-w1" 0 load "${LOAD[@]}" --service ud --workload w1
+fm "refuse-load-event-conns2" 2 load "${LOAD[@]}" --service rc --poll event --conns 2
+
 echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at random and counts them)"
 # loss NAME PERCENT EXPERIMENT OPTIONS...: while the case runs, a rule on the
 # input hook drops PERCENT % of the RoCE v2 packets (udp 4791; both ends are
@@ -233,6 +244,7 @@ if "$ENGINE" options | grep -q '"ofi"'; then
   ofi "ofi-verbs-msg-lat" lat -t ofi --provider verbs --ep msg -s 32 -n 200 --warmup 50
   ofi "ofi-verbs-rdm-lat" lat -t ofi --provider verbs --ep rdm -s 32 -n 200 --warmup 50
   ofi "ofi-verbs-msg-bw" bw -t ofi --provider verbs --ep msg -s 1K -n 2000 --warmup 100
+  ofi "ofi-verbs-msg-load" load -t ofi --provider verbs --ep msg --rate 2000 --count 400 --warmup 50
 else
   echo "skipped: this engine has no ofi transport (libfabric not found at build time)" | tee "$OUT/_ofi_skipped"
 fi

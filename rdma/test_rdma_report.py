@@ -96,6 +96,15 @@ def check_fabmeter(raw, name):
             problems.append(f"point {p.get('size')} B: no bandwidth")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
+        if p.get("experiment") == "oneway":  # the stages from t_subm: post (t_send) and completion (t_comp)
+            for key in ("post_ns", "completion_ns"):
+                if not (p.get(key) or {}).get("min", -1) >= 0:
+                    problems.append(f"oneway: no {key} stage (or a negative one): {p.get(key)!r}")
+        if p.get("experiment") == "load":
+            if p.get("sent", 0) != p.get("completed", 0) + p.get("lost", 0) or p.get("sent", 0) == 0:
+                problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")
+            if name.endswith("workload-w1") and not p.get("clamped", 0) > 0:
+                problems.append("load: w1 over UD clamped no request to the MTU")
     if name.startswith("dup-"):  # reordered and duplicated, nothing dropped
         for p in points:
             lost = p.get("lost", 0) + p.get("warmup_lost", 0)

@@ -58,6 +58,11 @@ class Keyed(bench.Bench):
         fn.key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))])
         return fn
 
+    def fabmeter_all(self, experiment, options, pick):
+        fn = super().fabmeter_all(experiment, options, pick)
+        fn.key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + " (all points)"
+        return fn
+
     def limit(self, pick):
         fn = super().limit(pick)
         fn.key = None  # named after its row below: two limits of one run are different figures

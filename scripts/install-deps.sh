@@ -22,6 +22,13 @@ pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev
 pkgs+=(zlib1g-dev)
 # Loss tests: nftables drops packets at random between namespaces and counts them.
 pkgs+=(nftables)
+# Delay tests: fabmeter-delay-line holds packets on a netfilter queue that an
+# iptables NFQUEUE rule feeds (nftables' own `queue` needs CONFIG_NFT_QUEUE,
+# which not every kernel has; iptables' target works through nft_compat).
+pkgs+=(libnetfilter-queue-dev iptables)
+# Mesh tests: Open MPI's mpirun launches `fabmeter mesh` (its rank from the
+# environment; fabmeter links no MPI library).
+pkgs+=(openmpi-bin)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang-14 libclang-rt-14-dev)
 missing=()

@@ -126,31 +126,68 @@ def veth_namespaces(name: str, net: str, *link_args: str):
     `ip link set` arguments for both ends). Yields (ns_a, ns_b, dev_a, dev_b);
     deleting the namespaces afterwards, whatever happened, removes the rest.
     Skips the test where namespaces cannot be made (not root, no iproute2)."""
-    if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("needs root and `ip` (iproute2) for network namespaces")
-
-    def sh(*cmd: str) -> None:
-        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
-
     tag = f"{name}{os.getpid() % 100000}"
     ns_a, ns_b, dev_a, dev_b = f"{tag}a", f"{tag}b", f"{tag}va", f"{tag}vb"
     created = []
     try:
-        try:
-            for ns in (ns_a, ns_b):
-                sh("ip", "netns", "add", ns)
-                created.append(ns)
-        except subprocess.CalledProcessError as e:
-            pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
-        sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
+        _add_namespaces(created, ns_a, ns_b)
+        _sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
         for ns, dev, addr in ((ns_a, dev_a, f"{net}.1/24"), (ns_b, dev_b, f"{net}.2/24")):
-            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, *link_args, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, *link_args, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
         yield ns_a, ns_b, dev_a, dev_b
     finally:
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        _del_namespaces(created)
+
+
+@contextlib.contextmanager
+def bridged_namespaces(name: str, net: str, hosts: int):
+    """`hosts` fresh network namespaces NAME<pid>h0, h1, ..., each joined by
+    a veth pair to one bridge in namespace NAME<pid>sw (a switch), with
+    NET.1/24, NET.2/24, ... Yields [(namespace, address), ...]; deleting the
+    namespaces afterwards, whatever happened, removes the rest. Skips as
+    veth_namespaces does."""
+    tag = f"{name}{os.getpid() % 100000}"
+    switch, br = f"{tag}sw", f"{tag}br"
+    nss = [f"{tag}h{i}" for i in range(hosts)]
+    created = []
+    try:
+        _add_namespaces(created, switch, *nss)
+        _sh("ip", "-n", switch, "link", "add", br, "type", "bridge")
+        _sh("ip", "-n", switch, "link", "set", br, "up")
+        for i, ns in enumerate(nss):
+            dev, port = f"{tag}v{i}", f"{tag}p{i}"
+            _sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", port, "netns", switch)
+            _sh("ip", "-n", switch, "link", "set", port, "master", br, "up")
+            _sh("ip", "-n", ns, "addr", "add", f"{net}.{i + 1}/24", "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield [(ns, f"{net}.{i + 1}") for i, ns in enumerate(nss)]
+    finally:
+        _del_namespaces(created)
+
+
+def _sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
+
+
+def _add_namespaces(created: list, *nss: str) -> None:
+    """Adds each namespace, appending it to `created` (for _del_namespaces);
+    skips the test where namespaces cannot be made (not root, no iproute2)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and `ip` (iproute2) for network namespaces")
+    try:
+        for ns in nss:
+            _sh("ip", "netns", "add", ns)
+            created.append(ns)
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"cannot create network namespaces here: {e.stderr.strip()}")
+
+
+def _del_namespaces(created: list) -> None:
+    for ns in created:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
 
 def run_with_pause(fm: Fabmeter, tmp_path: Path, args: list, after_s: float, stop_s: float):
@@ -181,6 +218,22 @@ def run_with_pause(fm: Fabmeter, tmp_path: Path, args: list, after_s: float, sto
             proc.kill()
             proc.wait()
     return proc.returncode, out, err
+
+
+def stop_serve(serve: subprocess.Popen) -> None:
+    """Ends `fabmeter serve` as Ctrl-C would, killing it if it hangs."""
+    serve.send_signal(signal.SIGTERM)
+    try:
+        serve.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        serve.kill()
+        serve.wait()
+
+
+def points_started(trace: Path) -> bool:
+    """Both engines marked the start of a point in a FABMETER_TRACE_PHASES file."""
+    text = trace.read_text() if trace.exists() else ""
+    return "client point" in text and "server point" in text
 
 
 def wait_until(pred, timeout: float) -> bool:

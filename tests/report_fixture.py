@@ -3,8 +3,9 @@
 Synthetic but schema-true (run.json as results.RunRecord writes it, raw
 samples as 1-D float64 .npy in ns): lat and oneway runs, lat and bw size
 sweeps, a stream rate x values grid on two transports (with the stream
-point keys), a failed run and a peers.json, so every section of the report
-has something to draw. Deterministic: a fixed random seed.
+point keys), two load sweeps (the load point keys, histogram samples: no
+.npy), a failed run and a peers.json, so every section of the report has
+something to draw. Deterministic: a fixed random seed.
 """
 
 from __future__ import annotations
@@ -20,13 +21,22 @@ STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 
 # Figures the report must draw from this fixture:
 #   histograms, one per run with samples: lat-shm, lat-tcp-sweep, lat-shm-sweep,
-#     oneway-shm, oneway-tcp, stream-shm, stream-tcp                        7
-#   CDF overlays: lat 32 B (3 runs), oneway 32 B (2), stream 100 kHz x 1 (2) 3
+#     oneway-shm, oneway-tcp, oneway-verbs-inline-0/188, stream-shm, stream-tcp  9
+#   CDF overlays: lat 32 B (3 runs), oneway 32 B (4), stream 100 kHz x 1 (2) 3
+#   one-way stages: oneway-shm (post), verbs inline 0 beside 188 (post,
+#     completion); oneway-tcp has no stages (a run.json from before them)     2
 #   latency vs size (lat; the oneway runs have one size each)               1
 #   bandwidth and message rate vs size                                      1
 #   stream latency vs rate (one figure, a panel per values)                 1
 #   stream heatmaps, one per transport                                      2
-EXPECTED_FIGURES = 15
+#   load, per workload (w1, w2): latency vs offered load, achieved vs
+#     offered, slowdown vs size                                             6
+#   load: completions per poll, one per run                                 2
+EXPECTED_FIGURES = 27
+LOAD_FIGURE_ALTS = ("load latency vs offered load w1", "load latency vs offered load w2",
+                    "load achieved vs offered w1", "load achieved vs offered w2", "load slowdown w1",
+                    "load slowdown w2", "load completions per poll shm busy w2",
+                    "load completions per poll tcp busy w1")
 
 
 def _summary(a: np.ndarray) -> dict:
@@ -78,6 +88,19 @@ def _latency_point(folder: Path, rng, experiment: str, transport: str, poll: str
     return p
 
 
+def _add_stages(folder: Path, rng, p: dict, one_way: np.ndarray, completions: bool) -> None:
+    """oneway's post stage (and completion, where the transport reports it), as the engine adds them."""
+    name = p["samples"]["latency_ns"].removesuffix(".latency_ns.npy")
+    post = one_way * rng.uniform(0.05, 0.4, one_way.size)
+    stages = {"post_ns": post}
+    if completions:
+        stages["completion_ns"] = one_way * rng.uniform(1.1, 1.6, one_way.size)
+    for key, a in stages.items():
+        np.save(folder / f"{name}.{key}.npy", a)
+        p[key] = _summary(a)
+        p["samples"][key] = f"{name}.{key}.npy"
+
+
 def _stream_point(folder: Path, rng, transport: str, rate: int, values: int, base_ns: float) -> dict:
     n = min(2000, rate)
     lat = rng.lognormal(np.log(base_ns * (1 + values / 32) * (1 + 1000 / rate)), 0.3, n)
@@ -95,6 +118,35 @@ def _stream_point(folder: Path, rng, transport: str, rate: int, values: int, bas
             "timer": "tsc", "sink": {"kind": "memory"}, "samples": {"latency_ns": f"{name}.latency_ns.npy"}}
 
 
+def _load_points(transport: str, rates: list[int], capacity: float, base_ns: float) -> list[dict]:
+    """A --load sweep as the engine reports it: the closed-loop capacity point, then one open-loop point per
+    rate, queueing growing as the rate nears capacity; the knee on the last point."""
+    buckets = [(1, 64), (65, 512), (513, 4096), (4097, 65536)]
+    points = []
+    for rate in [None] + rates:
+        rho = min(0.97, (rate or capacity) / capacity)
+        lat = {k: base_ns * f / (1 - rho) for k, f in (("min", 0.5), ("p50", 1.0), ("p90", 1.8), ("p99", 4.0),
+                                                        ("p999", 9.0), ("max", 30.0), ("mean", 1.4), ("stdev", 2.0))}
+        slowdown = [{"size_lo": lo, "size_hi": hi, "count": 1000 // (i + 1), "p50": (1 + i * 0.3) / (1 - rho),
+                     "p99": 4 * (1 + i * 0.3) / (1 - rho), "latency_p50_ns": 0.0, "latency_p99_ns": 0.0,
+                     "unloaded_p50_ns": base_ns * (1 + i), "unloaded_count": 50} for i, (lo, hi) in enumerate(buckets)]
+        per_poll = {str(k) + "+" * (k == 8): int(1e5 * rho ** (k - 1) * (1 - rho) + 1) for k in range(1, 9)}
+        achieved = capacity if rate is None else min(rate, capacity * 0.97)
+        points.append({"type": "point", "experiment": "load", "transport": transport, "poll": "busy", "size": 32,
+                       "warmup": 1000, "partial": False, "iterations": 10000, "latency_kind": "rtt from the intended "
+                       "send time", "phase": "capacity" if rate is None else "open loop",
+                       "arrivals": "closed loop" if rate is None else "poisson", "offered_rps": rate or capacity,
+                       "load": None, "achieved_rps": achieved, "achieved_gbps": achieved * 2000 * 8 / 1e9,
+                       "latency_ns": lat, "service_latency_ns": lat, "lag_ns": {k: 50.0 for k in STAT_KEYS},
+                       "unloaded_ns": {k: base_ns for k in STAT_KEYS}, "shed": 0, "lost": 0, "outstanding_max": 9,
+                       "slowdown": slowdown,
+                       "server": {"requests": 10000, "malformed": 0, "empty_polls": 123456,
+                                  "completions_per_poll": per_poll, "mean_per_poll": 1.0 / (1 - rho)},
+                       "samples_kind": "hist"})
+    points[-1]["knee"] = {"offered_rps": rates[-1], "reason": "p99 > 10 x unloaded p99", "last_held_rps": rates[-2]}
+    return points
+
+
 def build(root: Path) -> Path:
     rng = np.random.default_rng(20260101)
     sizes = [1 << i for i in range(13)]          # 1 B .. 4 KiB
@@ -105,7 +157,16 @@ def build(root: Path) -> Path:
         folder = root / f"{experiment}-{transport}-{poll}"
         folder.mkdir(parents=True, exist_ok=True)
         p = _latency_point(folder, rng, experiment, transport, poll, 32, median, outliers=outliers)
+        if (experiment, transport) == ("oneway", "shm"):
+            _add_stages(folder, rng, p, np.load(folder / p["samples"]["latency_ns"]), completions=False)
         _write(folder, _run_doc(experiment, {"transport": transport, "poll": poll, "size": 32}, [p]))
+    # The thesis' figure: verbs RC, the same run with and without --inline.
+    for inline, median in ((0, 1264.0), (188, 906.0)):
+        folder = root / f"oneway-verbs-busy-inline-{inline}"
+        folder.mkdir(parents=True, exist_ok=True)
+        p = _latency_point(folder, rng, "oneway", "verbs", "busy", 32, median)
+        _add_stages(folder, rng, p, np.load(folder / p["samples"]["latency_ns"]), completions=True)
+        _write(folder, _run_doc("oneway", {"transport": "verbs", "poll": "busy", "size": 32, "inline": inline}, [p]))
     for transport, base in (("tcp", 3000.0), ("shm", 140.0)):
         folder = root / f"lat-{transport}-busy-sweep"
         folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +189,12 @@ def build(root: Path) -> Path:
                for v in (1, 8, 64)]
         _write(folder, _run_doc("stream", {"transport": transport, "poll": "busy", "rate": [100, 1000, 10000, 100000],
                                            "values": [1, 8, 64]}, pts))
+
+    for transport, workload, rates, capacity, base in (("shm", "w2", [100000, 300000, 600000], 800000.0, 900.0),
+                                                       ("tcp", "w1", [10000, 30000, 60000], 80000.0, 20000.0)):
+        _write(root / "load" / f"load-{transport}-busy-{workload}",
+               _run_doc("load", {"transport": transport, "poll": "busy", "workload": workload, "load": [],
+                                 "rate": rates}, _load_points(transport, rates, capacity, base)))
 
     _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",
                                                   "the server engine exited and the client did not notice in time"))

@@ -4,6 +4,7 @@ asserted): verdicts against targets, and the Soft-RoCE table it reads."""
 from __future__ import annotations
 
 import json
+import shutil
 
 from fabmeter import bench
 
@@ -44,3 +45,71 @@ def test_fabmeter_side_records_the_engines_params(tmp_path, engine, monkeypatch)
     assert "options" not in config
     params = config["params"]
     assert (params["transport"], params["poll"], params["size"], params["iters"]) == ("tcp", "event", 64, 200)
+
+
+# --- the load rows --------------------------------------------------------------
+
+def test_load_rows_exist_with_their_targets(tmp_path, engine):
+    rows = {r.name: r for r in bench.Bench(tmp_path, None, str(engine)).rows()}
+    tcp, udp = (rows[f"load {t} p99 @ {bench.LOAD_RATE // 1000}k/s / sockperf ul"] for t in ("tcp", "udp"))
+    assert (tcp.target, tcp.higher_is_better, udp.target) == (1.0, False, 1.0)
+    assert "actual send" in tcp.figure and "--reply-every 1 --full-rtt" in tcp.versus
+    high = rows["load tcp highest rate, p99 < 10x unloaded / sockperf ul"]
+    assert (high.target, high.higher_is_better) == (1.0, True)
+    lag = rows["load generator accuracy @ 1M/s shm: lag p99"]
+    assert lag.target == 1.0 and lag.other() == bench.LAG_BUDGET_NS == 1000.0
+    assert rows["load shm achieved rate at the knee / bw message rate"].target is None   # informational
+
+
+def test_highest_held_follows_the_knee_rule():
+    def pt(rate, p99, achieved=None, unloaded=10.0):
+        return {"offered_rps": rate, "achieved_rps": achieved or rate, "latency_ns": {"p99": p99},
+                "service_latency_ns": {"p99": p99}, "unloaded_ns": {"p99": unloaded}}
+    # fabmeter: against its own unloaded probe; the first rate that breaks ends the sweep.
+    assert bench.fabmeter_highest_held([pt(1, 50), pt(2, 99), pt(4, 101), pt(8, 20)]) == 2
+    assert bench.fabmeter_highest_held([pt(1, 200)]) == 0
+    assert bench.fabmeter_highest_held([pt(1, 50), pt(2, 50, achieved=1.8)]) == 1   # achieved < 95 %
+    # sockperf: its lowest rate stands in for the unloaded p99.
+    assert bench.sockperf_highest_held([pt(4, 1001), pt(1, 100), pt(2, 999)]) == 2
+    # The knee's achieved rate; the last point's when every point held.
+    sweep = [{**pt(r, p), "phase": "open loop", "achieved_rps": r * 0.99} for r, p in ((1, 20), (2, 500))]
+    assert bench.achieved_at_knee(sweep) == 1.98
+    assert bench.achieved_at_knee(sweep[:1]) == 0.99
+
+
+def test_load_rows_measure_both_sides(tmp_path, engine, monkeypatch):
+    """Each load row once, every side real and short (sockperf's shortest run is 1 s + its 2 s pause): a figure
+    on both sides and a ratio with a verdict."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    for name, value in (("LOAD_SECONDS", 0.1), ("LOAD_SWEEP", (5000, 20000)), ("LAG_COUNT", 20000),
+                        ("KNEE_LOADS", [0.5, 1.0]), ("KNEE_SECONDS", 0.05), ("BW_MSGS", 20000)):
+        monkeypatch.setattr(bench, name, value)
+    b = bench.Bench(tmp_path, None, str(engine))
+    sockperf = shutil.which("sockperf") is not None
+    for row in b.load_rows():
+        ours = row.fabmeter()
+        assert ours >= 0 if "highest" in row.name else ours > 0, row.name
+        if "sockperf" in row.name and not sockperf:
+            continue
+        theirs = row.other()
+        assert theirs > 0, row.name
+        assert row.met(ours / theirs) in ((None,) if row.target is None else (True, False))
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert runs[0] == "001-load-tcp-busy-20000-fixed-32-0.1" and any("-load-shm-busy-0.5,1.0-" in r for r in runs)
+    if sockperf:
+        assert {(p["transport"], p["offered_rps"]) for p in b.peer_points} >= {("tcp", 20000), ("tcp", 5000)}
+
+
+def test_stream_row_measures_both_sides(tmp_path, engine, monkeypatch):
+    """The stream row once, short: stream's missed % and the schedule floor's, at the same rate and steps."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    monkeypatch.setattr(bench, "STREAM_STEPS", 5000)
+    b = bench.Bench(tmp_path, None, str(engine))
+    row = b.stream_row()
+    assert row.name == "stream 100 kHz missed % / schedule floor" and row.target == 1.1
+    assert 0 <= row.fabmeter() <= 100 and 0 <= row.other() <= 100
+    floor = b.limits[-1]["schedule_floor"]
+    assert (floor["schedule_rate"], floor["schedule_steps"]) == (100_000, 5000)
+    [run_json] = list((tmp_path / "runs").glob("*-stream-*/run.json"))
+    point = json.loads(run_json.read_text())["points"][-1]
+    assert (point["rate_hz"], point["sent"] + point["missed_steps"]) == (100_000, 5000)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ENGINE, POLLS, json_lines, one_line_error
+from conftest import ENGINE, POLLS, json_lines, one_line_error, points_started, wait_until
 
 # Transports these tests leave out: verbs needs an RDMA device (covered by
 # `make test-rdma` in the Soft-RoCE guest).
@@ -62,12 +62,17 @@ def test_refuses_message_one_byte_too_large(fm, transport):
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_peer_killed_mid_run_is_reported(fm, transport, tmp_path):
+    trace = tmp_path / "phases"
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))  # both engines mark their point's start
     server = fm.popen("serve", "--port", "0", "--once", "--cpu", "1")
     try:
         port = json.loads(server.stdout.readline())["port"]
         client = fm.popen("lat", "-t", transport, "--server", f"127.0.0.1:{port}", "--cpus", "0",
-                          "--duration", "30", "--out", str(tmp_path))
-        time.sleep(1.5)
+                          "--duration", "30", "--out", str(tmp_path / "out"))
+        # Struck once both measure, not after a fixed sleep: on a starved machine
+        # connecting alone can take longer than any sleep chosen here.
+        assert wait_until(lambda: points_started(trace), 30), "the point to start"
+        time.sleep(0.5)
         server.send_signal(signal.SIGKILL)  # the fabmeter CLI of the server: its engine follows
         _, err = client.communicate(timeout=15)
     finally:
@@ -76,5 +81,5 @@ def test_peer_killed_mid_run_is_reported(fm, transport, tmp_path):
                 p.kill()
     assert client.returncode not in (0, 2), err
     assert "peer" in err or "closed" in err, err
-    run = json.loads((tmp_path / "run.json").read_text())
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["points"] and run["points"][0]["partial"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error
+from conftest import one_line_error, points_started
 from test_twohost import read_listening
 
 
@@ -81,7 +81,7 @@ def run_json_with_start(out: Path):
 def test_peer_killed_mid_run(fm, tmp_path, transport):
     out = tmp_path / "out"
     trace = tmp_path / "phases"
-    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))  # the client marks its point's start
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))  # both engines mark their point's start
     # Pinned apart: two unpinned busy-polling peers may share one CPU and crawl.
     server = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--once", "--cpu", "1")
     client = None
@@ -90,7 +90,7 @@ def test_peer_killed_mid_run(fm, tmp_path, transport):
         # A short warm-up: on a starved machine 1000 round trips can outlast the second below.
         client = fm.popen("lat", "-t", transport, "--server", f"127.0.0.1:{port}", "--duration", "30",
                           "--warmup", "10", "--cpus", "0", "--out", out)
-        wait_for(lambda: trace.exists() and "client point" in trace.read_text(), 20, "the point to start")
+        wait_for(lambda: points_started(trace), 30, "both engines to start the point")
         time.sleep(1.0)
         server.kill()  # `fabmeter serve` became the engine itself: this is kill -9 of the server engine
         t_kill = time.monotonic()

@@ -11,7 +11,8 @@ from conftest import json_lines
 
 def test_limits_probe_reports_every_figure(engine):
     r = subprocess.run([str(engine), "limits", "--cpus", "0,1", "-n", "2000", "--sizes", "32,65536",
-                        "--timer-wakeups", "20", "--wakeup-round-trips", "20"], capture_output=True, text=True, timeout=60)
+                        "--timer-wakeups", "20", "--wakeup-round-trips", "20", "--schedule-rate", "50000",
+                        "--schedule-steps", "2000"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     (lim,) = json_lines(r.stdout)
     assert lim["cpus"] == [0, 1] and lim["cacheline_kind"] == "rtt/2"
@@ -24,13 +25,20 @@ def test_limits_probe_reports_every_figure(engine):
     assert lim["wakeup_oneway_ns"]["p50"] > cl["p50"]
     assert set(lim["memcpy_gbps"]) == {"32", "65536"} and all(v > 0 for v in lim["memcpy_gbps"].values())
     assert lim["timestamp_cost_ns"]["clock_gettime"] > 0 and lim["record_cost_ns"] > 0
+    assert lim["hist_record_cost_ns"] > 0
     for kind in ("timerfd_late_ns", "nanosleep_late_ns"):
         late = lim["timer_wakeup"][kind]
         assert late["min"] >= 0 and late["p50"] <= late["max"]
+    # The schedule floor: on CPU A, at the rate asked, after stream's default warm-up (0.1 s, at most 1000).
+    floor = lim["schedule_floor"]
+    assert (floor["cpu"], floor["schedule_rate"], floor["schedule_steps"], floor["warmup"]) == (0, 50000, 2000, 1000)
+    assert 0 <= floor["missed_steps"] <= 2000
+    assert floor["missed_pct"] == 100.0 * floor["missed_steps"] / 2000
 
 
 def test_limits_bad_arguments(engine):
-    for args in (["--cpus", "0"], ["-n", "0"], ["--wakeup-round-trips", "0"], ["--sizes", "x"], ["--bogus"]):
+    for args in (["--cpus", "0"], ["-n", "0"], ["--wakeup-round-trips", "0"], ["--sizes", "x"], ["--bogus"],
+                 ["--schedule-rate", "0"], ["--schedule-rate", "20000000"], ["--schedule-steps", "0"]):
         r = subprocess.run([str(engine), "limits", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("fabmeter-engine: error: ")
@@ -42,3 +50,4 @@ def test_every_local_run_records_limits(fm, tmp_path):
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["limits"]["cpus"] == run["config"]["cpus"]
     assert list(run["limits"]["memcpy_gbps"]) == ["64"]
+    assert run["limits"]["schedule_floor"]["schedule_steps"] == 10000

@@ -65,6 +65,24 @@ def check_point(p: dict, experiment: str, transport: str, poll: str, size: int) 
             assert isinstance(p[k], (int, float)) and math.isfinite(p[k]) and p[k] > 0, f"{k} = {p[k]!r}"
 
 
+def check_stages(p: dict, out, send_completions: bool) -> None:
+    """oneway's stages from t_subm: post (t_send) for every measured send,
+    completion (t_comp) exactly where the transport reports send completions.
+    Nothing orders post against receive: a socket's message may arrive before
+    its send call returns."""
+    check_stats(p["post_ns"], "post_ns")
+    assert ("completion_ns" in p) == send_completions == ("completion_ns" in p["samples"])
+    post = np.load(out / p["samples"]["post_ns"])
+    assert post.dtype == np.float64 and post.size == p["sent"], "one post stage per measured send, arrived or not"
+    assert post.min() >= 0, "t_send before t_subm: one thread's reads of one clock"
+    assert p["post_ns"]["p50"] == pytest.approx(np.percentile(post, 50), rel=1e-6)
+    if send_completions:
+        check_stats(p["completion_ns"], "completion_ns")
+        comp = np.load(out / p["samples"]["completion_ns"])
+        assert comp.size == p["completions"] <= post.size
+        assert comp.min() >= post.min(), "a send completes after its post returned"
+
+
 @pytest.mark.parametrize("experiment", ["lat", "oneway", "bw"])
 @pytest.mark.parametrize("poll", POLLS)
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -90,6 +108,11 @@ def test_run(fm, tmp_path, transport, poll, experiment):
     assert env["engine"], "engine env from the start line"
     assert {"glibc", "python", "numpy"} <= set(env["libraries"])
 
+    if experiment == "oneway":
+        check_stages(p, out, send_completions=False)
+        if transport in ("shm", "tcp"):   # nothing lost: every stage's raw array as long
+            assert p["sent"] == p["iterations"]
+
     kinds = {"lat": ["rtt_ns"], "oneway": ["latency_ns"], "bw": []}[experiment]
     for kind in kinds:
         name = p["samples"][kind]
@@ -109,3 +132,11 @@ def test_human_table_labels(fm):
     assert r.returncode == 0, r.stderr
     for label in ("one-way (RTT/2) ns", "RTT ns", "p50", "p99", "warm-up"):
         assert label in r.stdout, label
+
+
+def test_human_table_stage_rows(fm):
+    r = fm.run("oneway", "-t", "shm", *ARGS["oneway"], "--warmup", "100")
+    assert r.returncode == 0, r.stderr
+    for label in ("one-way ns", "one-way stage post ns (t_send - t_subm)", "p50", "p99.9"):
+        assert label in r.stdout, label
+    assert "completion" not in r.stdout, "shm reports no send completions"

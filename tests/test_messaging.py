@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import POLLS, json_lines, one_line_error
-from test_matrix import ARGS, check_point
+from test_matrix import ARGS, check_point, check_stages
 
 MESSAGING = ["zmq", "nng", "nanomsg"]
 WARMUP = ["--warmup", "100"]  # the default 1000 round trips cost more than the measured ones here
@@ -56,6 +56,8 @@ def test_run(fm, built, tmp_path, transport, poll, experiment):
         samples = np.load(out / p["samples"][kind])
         assert samples.size == p["iterations"]
         assert p[kind]["p50"] == pytest.approx(np.percentile(samples, 50), rel=1e-6)
+    if experiment == "oneway":
+        check_stages(p, out, send_completions=False)
     g = granted(out)
     assert g["library_version"] and g["library_version"][0].isdigit(), g
     assert g["endpoint"].startswith("tcp://127.0.0.1:"), "default: tcp beside the control channel"

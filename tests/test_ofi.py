@@ -19,7 +19,7 @@ import pytest
 from conftest import POLLS, json_lines, one_line_error
 from fabmeter.peers import fi_pingpong
 from fabmeter.peers.base import Params
-from test_matrix import check_stats
+from test_matrix import check_stages, check_stats
 
 COMBOS = [("tcp", "msg"), ("tcp", "rdm"), ("udp", "dgram"), ("udp", "rdm"), ("shm", "rdm")]
 WRITE_COMBOS = [c for c in COMBOS if c[1] != "dgram"]  # the udp provider has no RMA
@@ -95,6 +95,7 @@ def test_run(fm, built, tmp_path, provider, ep, poll, experiment):
         assert p["rtt_ns"]["p50"] == pytest.approx(np.percentile(rtt, 50), rel=1e-6)
     if experiment == "oneway":
         assert p["completions"] >= 1, "the last send is signaled: its completion must be seen"
+        check_stages(p, tmp_path / "out", send_completions=True)
 
 
 @pytest.mark.parametrize("provider,ep", [("tcp", "msg"), ("tcp", "rdm")])

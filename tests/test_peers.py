@@ -67,6 +67,25 @@ def test_sockperf_refusals_and_mismatch():
         sockperf.command("client", Case("lat", "tcp"), Params(size=8), 1234)
 
 
+def test_sockperf_parse_under_load():
+    # 160000 requests/s over TCP, every one answered: the round trip from the actual send.
+    p = only(sockperf.parse(recorded("sockperf-load-tcp.txt"), Case("load", "tcp")))
+    assert (p["experiment"], p["transport"], p["arrivals"]) == ("load", "tcp", "fixed")
+    assert p["latency_kind"] == "rtt from the actual send time" and "rtt_ns" not in p
+    lat = p["latency_ns"]
+    assert lat["p50"] == 40299.0 and lat["p99"] == 3354821.0 and lat["min"] == 5589.0 and lat["mean"] == 522349.0
+    assert (p["sent"], p["completed"], p["lost"], p["duration_s"]) == (88065, 88065, 0, 0.55)
+    assert p["achieved_rps"] == pytest.approx(88065 / 0.55) and p["iterations"] == 88065
+    assert "--reply-every 1" in p["statistic_note"] and "actual send" in p["statistic_note"]
+    # UDP at 40000/s lost some: counted, and the achieved rate is of replies.
+    udp = only(sockperf.parse(recorded("sockperf-load-udp.txt"), Case("load", "udp")))
+    assert udp["lost"] == 369 and (udp["sent"], udp["completed"]) == (22017, 21648)
+    assert udp["achieved_rps"] == pytest.approx(21648 / 0.55)
+    # Halved figures are not the round trip fabmeter load reports.
+    with pytest.raises(PeerError, match="expected the round trip"):
+        sockperf.parse(recorded("sockperf-lat-tcp.txt"), Case("load", "tcp"))
+
+
 def test_qperf_parse():
     tcp = only(qperf.parse(recorded("qperf-lat-tcp.txt"), Case("lat", "tcp")))
     assert tcp["latency_ns"] == {"mean": 122429.0} and tcp["latency_kind"] == "rtt/2"
@@ -121,6 +140,9 @@ def test_commands_match_params():
     assert c[:3] == ["taskset", "-c", "0"] and c[c.index("-m") + 1] == "64" and c[c.index("-t") + 1] == "2"
     assert "--tcp" not in c and "--tcp" in sockperf.command("server", Case("lat", "tcp"), params, 5000)
     assert sockperf.command("server", Case("lat", "tcp"), params, 5000)[:3] == ["taskset", "-c", "1"]
+    ul = sockperf.command("client", Case("load", "tcp"), Params(size=64, rate=25000, duration=1, cpus=(0, 1)), 5000)
+    assert ul[3:5] == ["sockperf", "under-load"] and ul[ul.index("--mps") + 1] == "25000" and "--tcp" in ul
+    assert ul[ul.index("--reply-every") + 1] == "1" and "--full-rtt" in ul and ul[ul.index("-m") + 1] == "64"
     q = qperf.command("client", Case("bw", "tcp"), params, 5000)
     assert q[-1] == "tcp_bw" and q[q.index("--msg_size") + 1] == "4096"
     i = iperf3.command("client", Case("bw", "tcp"), params, 5000)
@@ -243,6 +265,7 @@ def test_missing_tool_is_skipped_with_one_line(tmp_path):
     (["-s", "0"], "-s/--size: expected a message size of at least 1 byte, got '0'"),
     (["--bw-size", "64KiB"], "--bw-size: expected a non-negative integer with an optional K/M/G suffix"),
     (["--iters", "0"], "--iters must be at least 1"),
+    (["--rate", "0"], "--rate must be between 1 and 10000000 per second"),
 ])
 def test_bad_arguments(args, message):
     r = _cli(*args)
@@ -272,6 +295,12 @@ def test_live_run(tool, tag, tmp_path):
         assert (tmp_path / p["raw_output"]).read_text()
         if p["experiment"] == "lat":
             assert p["latency_kind"] == "rtt/2" and all(v > 0 for v in p["latency_ns"].values())
+        elif p["experiment"] == "load":   # sockperf under-load, 1 s at 10000 requests/s
+            lat = p["latency_ns"]
+            assert p["latency_kind"] == "rtt from the actual send time" and p["offered_rps"] == params.rate
+            assert all(v > 0 for v in lat.values()) and lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"]
+            assert 0 < p["completed"] <= p["sent"] and p["achieved_rps"] > 0 and p["duration_s"] > 0
+            assert p["iterations"] == p["completed"] and "load" in p["raw_output"]
         else:
             assert p["gbps"] > 0
 
@@ -283,7 +312,7 @@ def test_cli_side_by_side(engine, tmp_path):
     lines = json_lines(r.stdout)
     assert {(p["tool"], p["experiment"], p.get("poll")) for p in lines} == {
         ("fabmeter", "lat", "busy"), ("fabmeter", "lat", "event"), ("fabmeter", "bw", "busy"),
-        ("iperf3", "bw", "blocking")}
+        ("fabmeter", "load", "busy"), ("iperf3", "bw", "blocking")}
     doc = json.loads((tmp_path / "peers.json").read_text())
     assert [p["tool"] for p in doc["points"]] == ["iperf3"] and doc["params"]["iters"] == 300
     assert (tmp_path / "fabmeter" / "lat-tcp-busy" / "run.json").is_file()

@@ -66,14 +66,26 @@ def test_report_content(fixture_report):
     # Figures and columns say what the latency is.
     assert "RTT/2" in text and "one-way" in text
     for section in ("Environment", "Comparison table", "Latency histograms", "CDF overlays",
-                    "Latency vs message size", "Bandwidth and message rate", "Stream: latency vs rate"):
+                    "Latency vs message size", "Bandwidth and message rate", "Stream: latency vs rate",
+                    "Load: latency and throughput against offered load"):
         assert section in text, section
     env = json.loads((root / "lat-shm-busy" / "run.json").read_text())["environment"]
     assert env["hostname"] in text
     if env["cpuidle"]["driver"]:   # how an idle CPU waits explains event-mode figures
         assert f"cpuidle {env['cpuidle']['driver']}" in text
+    # The stage figure: verbs with and without --inline in one figure, shm's alone, none for the older tcp run.
+    assert "One-way stages" in text
+    assert re.findall(r'alt="(one-way stages[^"]*)"', text) == ["one-way stages shm busy 32 B",
+                                                               "one-way stages verbs busy inline 0 32 B"]
+    assert "32 B: oneway-verbs-busy-inline-0, oneway-verbs-busy-inline-188; a row per stage" in text
     # Stream rows: rate x values, missed-step share.
     assert "100,000 Hz x 64 values (536 B)" in text
+    # Load rows: offered rate per point, the capacity point named; every load figure drawn.
+    assert "300,000 req/s offered" in text and "capacity (closed loop)" in text
+    assert re.search(r"<td>load/load-shm-busy-w2</td><td>load</td><td>shm busy</td><td>100,000 req/s offered</td>"
+                     r"<td>RTT</td>", text)   # a round trip, never read as one-way
+    for alt in report_fixture.LOAD_FIGURE_ALTS:
+        assert f'alt="{alt}"' in text, alt
 
 
 def test_report_output_option_and_errors(tmp_path, fixture_report):
@@ -116,7 +128,9 @@ def test_labels_come_from_params(tmp_path):
     for name, params in (("ofi-tcp", {"transport": "ofi", "provider": "tcp", "ep": "msg"}),
                          ("ofi-shm", {"transport": "ofi", "provider": "shm", "ep": "rdm"}),
                          ("tcp-a", {"transport": "tcp", "poll": "event"}),
-                         ("tcp-b", {"transport": "tcp", "poll": "event", "size": 64})):
+                         ("tcp-b", {"transport": "tcp", "poll": "event", "size": 64}),
+                         ("shm-rq24", {"transport": "shm", "rq_depth": 24}),
+                         ("shm-rq48", {"transport": "shm", "rq_depth": 48})):
         folder = tmp_path / name
         folder.mkdir()
         point = report_fixture._latency_point(folder, rng, "lat", params["transport"], params.get("poll", "busy"),
@@ -126,7 +140,8 @@ def test_labels_come_from_params(tmp_path):
     assert not problems
     labels = {e.run.rel: e.label for e in model.entries_of(runs)}
     assert labels == {"ofi-tcp": "ofi busy tcp msg", "ofi-shm": "ofi busy shm rdm",
-                      "tcp-a": "tcp event", "tcp-b": "tcp event"}, labels
+                      "tcp-a": "tcp event", "tcp-b": "tcp event",
+                      "shm-rq24": "shm busy rq 24", "shm-rq48": "shm busy rq 48"}, labels
 
 
 def test_report_of_real_suite_runs(fm, tmp_path):
@@ -158,7 +173,7 @@ window.addEventListener("load", () => {
   const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0 && i.naturalHeight > 0)).map(i => i.alt);
   const pre = document.createElement("pre");
   pre.id = "fm-check";
-  pre.textContent = JSON.stringify({images: imgs.length, bad: bad, errors: window.__errors,
+  pre.textContent = JSON.stringify({images: imgs.length, alts: imgs.map(i => i.alt), bad: bad, errors: window.__errors,
                                     width: document.documentElement.scrollWidth});
   document.body.appendChild(pre);
 });
@@ -203,6 +218,8 @@ def test_report_in_headless_chromium(tmp_path, fixture_report):
     check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert check["images"] == report_fixture.EXPECTED_FIGURES
     assert check["bad"] == [], f"images that did not decode: {check['bad']}"
+    assert "one-way stages verbs busy inline 0 32 B" in check["alts"], "the stage figure (inline off beside on) is missing"
+    assert set(report_fixture.LOAD_FIGURE_ALTS) <= set(check["alts"])   # the load figures, decoded
     assert check["errors"] == [] and _console_lines(r.stderr) == [], (check["errors"], _console_lines(r.stderr))
 
     # The report itself (no checker): a screenshot, and nothing on the console.

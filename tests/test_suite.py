@@ -134,14 +134,36 @@ def test_shipped_suites_are_valid(info):
         assert s.points, f
         assert len({p.id for p in s.points}) == len(s.points)
         names[f.stem] = s
-    assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw"} <= set(names)
+    assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw", "homa-load", "ramcloud-load"} <= set(names)
     oneway = {p.id for p in names["thesis-oneway"].points}
     assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
             "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-inline188-sig1",
             "oneway-verbs-busy-uc-write"} <= oneway
+    stamps = {p.id for p in names["thesis-timestamps"].points}
+    assert {"oneway-verbs-event-ud", "oneway-verbs-busy-uc", "oneway-verbs-busy-uc-inline188-sig0",
+            "oneway-verbs-busy-ud-inline0-sig1", "oneway-verbs-busy-rc-inline188-sig1"} <= stamps
     sizes = {p.options.get("size") for p in names["thesis-oneway"].points if p.transport == "tcp"}
     assert {8, 32768} <= sizes
     assert all(p.options.get("max_size") == 8 << 20 for p in names["paper-lat-bw"].points)
+    homa = names["homa-load"].points
+    assert {p.options["workload"] for p in homa} == {"w1", "w2", "w3", "w4", "w5"}
+    assert all(p.experiment == "load" and p.options["load"] == [0.2, 0.5, 0.8] for p in homa)
+    pools = {(p.transport, p.options.get("rq_depth"), p.options.get("sq_depth")) for p in names["ramcloud-load"].points}
+    assert {("verbs", 24, 8), ("verbs", 24, 32), ("verbs", 24, 64), ("verbs", 48, 8)} <= pools
+
+
+@pytest.mark.parametrize("name", ["homa-load", "ramcloud-load"])
+def test_load_suites_run_a_point(name, info, engine, tmp_path):
+    """The load suites' first shm point, shortened: a sweep whose points carry what the report draws."""
+    s = suite.load(REPO / "suites" / f"{name}.toml", info)
+    point = next(p for p in s.points if p.transport == "shm")
+    point.options["duration"] = 0.05
+    s.points = [point]
+    out = tmp_path / name
+    assert run_suite(s, out, str(engine), None, None) == 0
+    points = _run_doc(out / point.id)["points"]
+    assert [p["phase"] for p in points] == ["capacity"] + ["open loop"] * len(point.options["load"])
+    assert all(p["slowdown"] and p["server"]["completions_per_poll"] for p in points[1:])
 
 
 def test_dry_run_lists_points_and_skips(fm, tmp_path, info):

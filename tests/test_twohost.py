@@ -77,3 +77,77 @@ def test_two_namespaces_over_veth(fm, netns_pair, transport):
 def fm_cmd(*args):
     from conftest import cli_cmd
     return cli_cmd(*args)
+
+
+# The clock-fault knob: the server's engine reads t + 5 ms + 50 ppm * t
+# (t: CLOCK_MONOTONIC_RAW ns since boot). `--clock monotonic` on both ends,
+# so the engines' clocks differ by exactly the injected skew (no TSC
+# calibration of their own) and the truth is known at every instant.
+SKEW_OFFSET_NS, SKEW_DRIFT_PPM = 5_000_000, 50
+# One point of 400 single messages 5 ms apart (no queue within a burst),
+# event mode (sleeping receivers, kind to a shared 2-CPU machine): the clock
+# probes before and after it span 2 s or more.
+ONEWAY_SPREAD = ("oneway", "-t", "tcp", "-s", "32", "--poll", "event", "--bursts", "400", "--burst-size", "1",
+                 "--pause-us", "5000", "--clock", "monotonic", "--cpus", "0", "--json")
+
+
+def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str) -> list[dict]:
+    """ONEWAY_SPREAD with `fabmeter serve` in ns_a (FABMETER_CLOCK_SKEW=skew
+    in its environment) and the client in ns_b: the client's points."""
+    env = dict(fm.env, **({"FABMETER_CLOCK_SKEW": skew} if skew else {}))
+    server = subprocess.Popen(["ip", "netns", "exec", ns_a,
+                               *fm_cmd("serve", "--bind", server_addr, "--port", "0", "--once", "--cpu", "1")],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        port = read_listening(server)["port"]
+        r = subprocess.run(["ip", "netns", "exec", ns_b, *fm_cmd(*ONEWAY_SPREAD, *more, "--server", f"{server_addr}:{port}")],
+                           env=fm.env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        assert server.wait(timeout=10) == 0
+        return json_lines(r.stdout)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+
+
+def test_clock_skew_recovered_across_namespaces(fm, netns_pair, tmp_path):
+    ns_a, ns_b, server_addr = netns_pair
+    truth = oneway_across(fm, ns_a, ns_b, server_addr, None)
+    assert all(p["clock"] == {"method": "shared_tsc"} for p in truth)   # one machine: one clock
+    skewed = oneway_across(fm, ns_a, ns_b, server_addr, f"{SKEW_OFFSET_NS},{SKEW_DRIFT_PPM}", "--out", str(tmp_path))
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["clock"] == skewed[-1]["clock"]   # the whole run's fit
+    assert run["environment"]["server_engine"]["clock_skew"] == {"offset_ns": SKEW_OFFSET_NS, "drift_ppm": SKEW_DRIFT_PPM}
+    assert len(skewed) == len(truth) == 1
+
+    clock = skewed[-1]["clock"]   # the last point's fit: every probe of the run
+    assert clock["method"] == "probe" and clock["probes"] == 2 * 64 and clock["kept"] == 2
+    bound = clock["error_bound_ns"]
+    # The injected offset at the fit's reference time, and its slope.
+    injected = SKEW_OFFSET_NS + SKEW_DRIFT_PPM * 1e-6 * clock["ref_mono_ns"]
+    assert abs(clock["offset_ns"] - injected) <= bound, clock
+    # A line through points each within +-bound can tilt by at most 2 bound / span.
+    drift_tolerance_ppm = 2 * bound / clock["span_ns"] * 1e6
+    assert abs(clock["drift_ppm"] - SKEW_DRIFT_PPM) <= drift_tolerance_ppm, (clock, drift_tolerance_ppm)
+
+    # Corrected one-way latencies against the shared clock's. Load only ever
+    # adds to a latency, so both runs' minima sit on the same floor (they
+    # agree within a few us here), while medians of a shared 2-CPU machine
+    # wander by up to milliseconds; uncorrected, both would be off by the
+    # injected 5 ms + 50 ppm of the uptime.
+    (t,), (s,) = truth, skewed
+    assert s["latency_ns"]["min"] > 0, s["clock"]   # nothing arrives before it was sent
+    assert abs(s["latency_ns"]["min"] - t["latency_ns"]["min"]) <= bound + 50e3, (t["latency_ns"], s["latency_ns"])
+    assert abs(s["latency_ns"]["p50"] - t["latency_ns"]["p50"]) <= bound + 2e6, (t["latency_ns"], s["latency_ns"])
+
+
+@pytest.mark.parametrize("value", ["5000000", "5ms,50", "1,nan", "2e12,0", "0,1e5", "1,2,3"])
+def test_bad_clock_skew_exits_2(fm, value):
+    r = subprocess.run(fm_cmd("serve", "--bind", "127.0.0.1", "--port", "0", "--once"),
+                       env=dict(fm.env, FABMETER_CLOCK_SKEW=value), capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "FABMETER_CLOCK_SKEW" in line

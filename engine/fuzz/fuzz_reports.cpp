@@ -1,5 +1,5 @@
 // Every decoder of what the peer sends after the hello: the stamp reports
-// (oneway, stream, check), bw counts, the end-of-point count, numbers
+// (oneway, stream, check), bw and load counts, the end-of-point count, numbers
 // (ports, clock probes) and the stream sink's samples. The first byte picks
 // the decoder; only fm::Error may come out, nothing may be read out of bounds.
 #include <cstddef>
@@ -11,6 +11,7 @@
 
 #include "experiment/bw.hpp"
 #include "experiment/check.hpp"
+#include "experiment/load.hpp"
 #include "experiment/oneway.hpp"
 #include "experiment/stream.hpp"
 #include "fabmeter/error.hpp"
@@ -65,15 +66,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t total = data[1];
   const std::string blob(reinterpret_cast<const char*>(data + 2), size - 2);
   try {
-    switch (which % 9) {
+    switch (which % 10) {
       case 0: stamp_report<fm::OnewayReport>(blob, total); break;
       case 1: stamp_report<fm::SinkReport>(blob, total); break;
       case 2: (void)fm::read_check_report(blob, total); break;
       case 3: (void)fm::BwSide::decode(blob); break;
       case 4: (void)fm::parse_peer_u64(blob, "count"); break;
       case 5: (void)fm::parse_peer_u64(blob, "port", 65535); break;
-      case 6: (void)fm::parse_peer_double(blob, "clock probe"); break;
+      case 6: (void)fm::read_probe_answer(blob, 0, 1e9); break;
       case 7: sink_samples(blob); break;
+      case 9: (void)fm::LoadServerStats::decode(blob); break;
       case 8: {
         // A valid-length report around fuzzed stamps and counts.
         std::string r(sizeof(fm::OnewayReport) + total * 8, '\0');

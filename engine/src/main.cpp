@@ -21,14 +21,15 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F] [OPTIONS]
+  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
+                         [--schedule-rate HZ] [--schedule-steps N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured point (a
-size; stream: a rate x values pair), "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+size; stream: a rate x values pair; load: an offered rate), "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default
@@ -200,9 +201,13 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--timer-wakeups", &v)) o.timer_wakeups = static_cast<uint64_t>(parse_int("--timer-wakeups", v));
     if (take(args, "--wakeup-round-trips", &v))
       o.wakeup_round_trips = static_cast<uint64_t>(parse_int("--wakeup-round-trips", v));
+    if (take(args, "--schedule-rate", &v)) o.schedule_rate = static_cast<uint64_t>(parse_int("--schedule-rate", v));
+    if (take(args, "--schedule-steps", &v)) o.schedule_steps = static_cast<uint64_t>(parse_int("--schedule-steps", v));
     if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
-    if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0)
-      fm::usage_error("-n, --timer-wakeups and --wakeup-round-trips must be at least 1");
+    if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0 || o.schedule_steps == 0)
+      fm::usage_error("-n, --timer-wakeups, --wakeup-round-trips and --schedule-steps must be at least 1");
+    if (o.schedule_rate == 0 || o.schedule_rate > 10'000'000)
+      fm::usage_error("--schedule-rate: expected 1 .. 10000000 steps per second (stream's --rate range)");
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }

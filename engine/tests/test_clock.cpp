@@ -2,7 +2,10 @@
 
 #include <time.h>
 
+#include <cstdlib>
+
 #include "fabmeter/clock.hpp"
+#include "fabmeter/error.hpp"
 
 // A busy interval measured in ticks must agree with CLOCK_MONOTONIC_RAW.
 static void check_against_monotonic(const fm::Clock& clk) {
@@ -40,4 +43,40 @@ TEST(Clock, MonoConversionTracksRealTime) {
   double a = clk.ticks_to_mono_ns(clk.ticks());
   double m = static_cast<double>(fm::Clock::mono_ns());
   EXPECT_NEAR(a, m, 1e6);  // within 1 ms right after calibration
+}
+
+// FABMETER_CLOCK_SKEW: every reading of either source is t + offset + drift * t.
+TEST(Clock, SkewKnobSkewsBothSources) {
+  setenv("FABMETER_CLOCK_SKEW", "5000000,50", 1);
+  const fm::Clock tsc(true), mono(false);
+  unsetenv("FABMETER_CLOCK_SKEW");
+  auto skewed = [](double t) { return t + 5e6 + 50e-6 * t; };
+  for (const fm::Clock* clk : {&tsc, &mono}) {
+    const double before = static_cast<double>(fm::Clock::mono_ns());
+    const double reading = clk->ticks_to_mono_ns(clk->ticks());
+    const double after = static_cast<double>(fm::Clock::mono_ns());
+    // Between the skewed times around it; the TSC's calibration may add a few us.
+    EXPECT_GE(reading, skewed(before) - 10e3) << clk->source_name();
+    EXPECT_LE(reading, skewed(after) + 10e3) << clk->source_name();
+  }
+  EXPECT_NEAR(mono.ns_per_tick(), 1 + 50e-6, 1e-12);
+}
+
+TEST(Clock, SkewKnobRefusesMalformedValues) {
+  for (const char* bad : {"5000000", "5ms,50", "1,nan", "2e12,0", "0,1e5", "1,2,3", ",", "1,"}) {
+    setenv("FABMETER_CLOCK_SKEW", bad, 1);
+    try {
+      fm::clock_skew_from_env();
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const fm::Error& e) {
+      EXPECT_EQ(e.kind, fm::ErrorKind::usage) << bad;
+    }
+  }
+  setenv("FABMETER_CLOCK_SKEW", "-1.5e3,-0.25", 1);
+  const std::optional<fm::ClockSkew> skew = fm::clock_skew_from_env();
+  unsetenv("FABMETER_CLOCK_SKEW");
+  ASSERT_TRUE(skew);
+  EXPECT_EQ(skew->offset_ns, -1.5e3);
+  EXPECT_EQ(skew->drift_ppm, -0.25);
+  EXPECT_FALSE(fm::clock_skew_from_env());
 }

@@ -1,6 +1,7 @@
 // The control channel's frame check, heartbeats and the handshake pieces.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,29 @@ TEST(Ctrl, FailIsARuntimeErrorOnOneLine) {
     EXPECT_EQ(e.kind, fm::ErrorKind::runtime);
     EXPECT_STREQ(e.what(), "bad?thing?!");
   }
+}
+
+// A wait outside recv() ends when the peer's channel closes, or when it
+// stays silent past the heartbeat bound; heartbeats keep it going.
+TEST(PeerWatch, EndsOnCloseAndOnSilence) {
+  {
+    Pair p;
+    fm::Ctrl c(p.sv[0], 1000);
+    fm::PeerWatch watch(c);
+    EXPECT_NO_THROW(watch.check("test"));
+    ::close(p.sv[1]);
+    p.sv[1] = ::open("/dev/null", O_WRONLY);  // the destructor's close has something to close
+    EXPECT_THROW(watch.check("test"), fm::Error);
+  }
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  c.expect_heartbeats(100);
+  fm::PeerWatch watch(c);
+  usleep(150'000);
+  p.put(header(0, fm::CtrlType::heartbeat));
+  EXPECT_NO_THROW(watch.check("test"));  // silent for 150 ms, but the beat counts from now
+  usleep(150'000);
+  EXPECT_THROW(watch.check("test"), fm::Error);
 }
 
 TEST(Handshake, ProofsBindTokenNoncesAndParameters) {

@@ -85,7 +85,7 @@ TEST(ExperimentTable, PlansAreTheExperimentsOwn) {
   EXPECT_EQ(fm::find_experiment("lat")->plan(lat, caps).size(), 11u);  // 1 B .. 1 KiB
 
   fm::Params stream = params("stream");
-  stream.stream.rate = {100, 1000};
+  stream.rate = {100, 1000};
   stream.stream.values = {1, 8, 64};
   const auto grid = fm::find_experiment("stream")->plan(stream, caps);
   ASSERT_EQ(grid.size(), 6u);
@@ -109,7 +109,8 @@ TEST(ExperimentTable, PeerClockAndReportFrames) {
     fm::Params p = params(e.name);
     const auto plan = e.plan(p, caps);
     ASSERT_FALSE(plan.empty()) << name;
-    EXPECT_EQ(e.report_bytes(p, plan[0]) > 0, stamps) << name;
+    // Larger frames: the stamp reports, and load's server counts with its pool series.
+    EXPECT_EQ(e.report_bytes(p, plan[0]) > 0, stamps || name == "load") << name;
   }
   fm::Params oneway = params("oneway");
   const auto point = fm::find_experiment("oneway")->plan(oneway, caps)[0];

@@ -90,6 +90,20 @@ TEST(Histogram, SummaryIsTheUsualPercentileObject) {
   EXPECT_NEAR(s.stdev, 288.6749902572095, 1e-9);
 }
 
+TEST(Histogram, SummaryPercentilesNeverExceedTheMax) {
+  // 100'000 lies in a bucket 64 wide (3 digits): its highest equivalent value is above it.
+  Histogram h;
+  for (int i = 0; i < 999; i++) h.record(10);
+  h.record(100'000);
+  ASSERT_GT(h.value_at_percentile(99.95), 100'000);
+  fm::Summary s = fm::summarize(h);
+  EXPECT_EQ(s.max, 100'000);
+  EXPECT_EQ(s.p999, 10);
+  h.record(100'000);
+  s = fm::summarize(h);
+  EXPECT_EQ(s.p999, 100'000);  // rank 1000 of 1001: the bucket of the max, capped at it
+}
+
 TEST(Histogram, PercentilesReportTheBucket) {
   // Coarse buckets: p0 is the lowest equivalent value, others the highest;
   // min and max stay exact.

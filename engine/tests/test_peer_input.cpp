@@ -94,6 +94,20 @@ TEST(PeerParse, BwCountsAreChecked) {
     fm_error([&] { fm::BwSide::decode(bad); });
 }
 
+TEST(PeerParse, ClockProbeAnswersAreChecked) {
+  const fm::ClockProbe ok = fm::read_probe_answer("123456789.250 800.000", 1000, 21000);
+  EXPECT_EQ(ok.peer_ns, 123456789.25);
+  EXPECT_EQ(ok.turnaround_ns, 800);
+  EXPECT_EQ(ok.delay_ns(), 19200);
+  EXPECT_NE(fm_error([] { fm::read_probe_answer("123456789.250", 0, 1e4); }).find("TIME TURNAROUND"), std::string::npos);
+  fm_error([] { fm::read_probe_answer("", 0, 1e4); });
+  fm_error([] { fm::read_probe_answer("nan 1", 0, 1e4); });
+  fm_error([] { fm::read_probe_answer("1 2 3", 0, 1e4); });
+  fm_error([] { fm::read_probe_answer("1  2", 0, 1e4); });
+  EXPECT_NE(fm_error([] { fm::read_probe_answer("1 -5", 0, 1e4); }).find("does not fit"), std::string::npos);
+  fm_error([] { fm::read_probe_answer("1 20000", 0, 1e4); });  // longer than the round trip
+}
+
 TEST(PeerParse, StampReportsAreChecked) {
   const fm::Clock clk(false);
   fm::OnewayReport r{fm::ClockInfo::of(clk), 2, 0, 0, 3};

@@ -16,6 +16,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/histogram.hpp"
 #include "fabmeter/results.hpp"
+#include "tool_main.hpp"
 
 namespace {
 
@@ -86,13 +87,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const fm::Error& e) {
-    std::fprintf(stderr, "hist-tool: error: %s\n", e.what());
-    return static_cast<int>(e.kind);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hist-tool: error: %s\n", e.what());
-    return 2;
-  }
+  return tool_main("hist-tool", [&] { return run(argc, argv); });
 }

@@ -18,6 +18,13 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 STAT_LABELS = {"min": "min", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9",
                "max": "max", "mean": "mean", "stdev": "stdev"}
 
+# oneway's stages, each from the submit stamp t_subm (docs/results.md): the
+# point's key, the stage's name, the stamps it spans. Completion exists only
+# where the transport reports send completions.
+ONEWAY_STAGES = (("post_ns", "post", "t_send - t_subm"),
+                 ("latency_ns", "receive", "t_recv - t_subm"),
+                 ("completion_ns", "completion", "t_comp - t_subm"))
+
 
 def summarize(samples: np.ndarray) -> dict:
     """The engine's summary of a sample array (population stdev)."""
@@ -100,6 +107,9 @@ def point_block(point: dict) -> str:
         rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in STAT_KEYS])
     if point.get("rtt_ns"):
         rows.append(["RTT ns"] + [point["rtt_ns"].get(k) for k in STAT_KEYS])
+    for key, name, stamps in ONEWAY_STAGES:
+        if key != "latency_ns" and point.get(key):
+            rows.append([f"one-way stage {name} ns ({stamps})"] + [point[key].get(k) for k in STAT_KEYS])
     if rows:
         parts.append(format_table(["figure"] + [STAT_LABELS[k] for k in STAT_KEYS], rows))
     extra = []
@@ -180,11 +190,84 @@ def stream_table(points: list[dict]) -> str:
     return title + "\n" + format_table(headers, rows)
 
 
+# The knee of a load sweep: the first offered rate whose p99 exceeds this
+# many times the unloaded p99, or whose achieved rate falls below this
+# share of the offered one.
+KNEE_P99_FACTOR = 10.0
+KNEE_ACHIEVED_SHARE = 0.95
+
+
+def load_knee(points: list[dict]) -> dict:
+    """Where a load sweep's open-loop points stop holding (by offered rate)."""
+    open_loop = sorted((p for p in points if p.get("phase") == "open loop" and not p.get("partial")),
+                       key=lambda p: p.get("offered_rps") or 0)
+    held = None
+    for p in open_loop:
+        p99 = (p.get("latency_ns") or {}).get("p99")
+        unloaded = (p.get("unloaded_ns") or {}).get("p99")
+        offered, achieved = p.get("offered_rps") or 0, p.get("achieved_rps") or 0
+        reason = None
+        if p99 and unloaded and p99 > KNEE_P99_FACTOR * unloaded:
+            reason = f"p99 {fmt_num(p99, 0)} ns > {KNEE_P99_FACTOR:g} x unloaded p99 {fmt_num(unloaded, 0)} ns"
+        elif offered and achieved < KNEE_ACHIEVED_SHARE * offered:
+            reason = f"achieved {fmt_num(achieved, 0)}/s < {KNEE_ACHIEVED_SHARE:.0%} of offered {fmt_num(offered, 0)}/s"
+        if reason:
+            return {"offered_rps": offered, "reason": reason, "last_held_rps": held}
+        held = offered
+    return {"offered_rps": None, "reason": "every point held", "last_held_rps": held}
+
+
+def load_table(points: list[dict]) -> str:
+    """A load run: one row per offered rate; latency from the intended send time."""
+    headers = ["offered /s", "achieved /s", "Gbit/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns",
+               "unloaded p99 ns", "service p99 ns", "lag p99 ns", "shed", "lost", "outstanding max"]
+    rows = []
+    for p in points:
+        lat, svc, lag = (p.get(k) or {} for k in ("latency_ns", "service_latency_ns", "lag_ns"))
+        label = fmt_num(p.get("offered_rps"), 0)
+        if p.get("phase") == "capacity":
+            label = "capacity (closed)"
+        elif p.get("load"):
+            label += f" ({p['load']:.0%})"
+        if p.get("partial"):
+            label += " (partial)"
+        rows.append([label, fmt_num(p.get("achieved_rps"), 0), fmt_num(p.get("achieved_gbps"), 3),
+                     lat.get("p50"), lat.get("p99"), lat.get("p999"), lat.get("max"),
+                     (p.get("unloaded_ns") or {}).get("p99"), svc.get("p99"), lag.get("p99"),
+                     p.get("shed"), p.get("lost"), p.get("outstanding_max")])
+    first = next((p for p in points if p.get("phase") != "capacity"), points[0])
+    title = (f"load  {first.get('transport', '?')}/{first.get('poll', '?')}  {first.get('arrivals', '')} arrivals, "
+             f"mean request {fmt_num(first.get('mean_req_bytes'), 0)} B  "
+             "(latency = reply - intended send time, round trip; percentiles of a 3-digit histogram)")
+    out = title + "\n" + format_table(headers, rows)
+    knee = points[-1].get("knee")
+    if knee and len(points) > 1:
+        where = f"at {fmt_num(knee['offered_rps'], 0)}/s: {knee['reason']}" if knee.get("offered_rps") else knee["reason"]
+        out += f"\nknee: {where}"
+    return out
+
+
+def clock_line(points: list[dict]) -> str:
+    """Where the peer's clock was probed: the last point's fit, the one over the most probes."""
+    probed = [p["clock"] for p in points if (p.get("clock") or {}).get("method") == "probe"]
+    if not probed:
+        return ""
+    c = probed[-1]
+    return (f"clock: peer - local offset {fmt_num(c.get('offset_ns'))} ns, drift {fmt_num(c.get('drift_ppm'), 3)} ppm,"
+            f" error bound +-{fmt_num(c.get('error_bound_ns'))} ns ({fmt_num(c.get('probes'), 0)} probes;"
+            f" a path asymmetry is invisible to probes)")
+
+
 def run_report(points: list[dict]) -> str:
     if not points:
         return "no points measured"
+    if points[0].get("experiment") == "load":
+        return load_table(points)
     if len(points) == 1:
-        return point_block(points[0])
-    if points[0].get("experiment") == "stream":
-        return stream_table(points)
-    return sweep_table(points)
+        table = point_block(points[0])
+    elif points[0].get("experiment") == "stream":
+        table = stream_table(points)
+    else:
+        table = sweep_table(points)
+    clock = clock_line(points)
+    return table + ("\n" + clock if clock else "")

@@ -34,6 +34,22 @@ SIZE = 32
 BW_SIZE = 64 * 1024
 ITERS = 20000
 
+# The load rows (fabmeter load beside sockperf under-load, the generator's
+# own accuracy, the knee beside bw).
+LOAD_RATE = 20000                 # requests/s of the p99 rows: moderate for a 2-CPU VM
+LOAD_SWEEP = (10000, 80000, 320000)  # the highest-rate row; the lowest is sockperf's unloaded reference
+LOAD_SECONDS = 0.55               # fabmeter per point: sockperf's valid window of its shortest run (1 s)
+LAG_RATE = 1_000_000              # the issue's goal: lag p99 <= 1 us at 1 M requests/s over shm
+LAG_COUNT = 500_000
+LAG_BUDGET_NS = 1000.0
+KNEE_LOADS = [0.25, 0.5, 0.75, 1.0]  # shm sweep as fractions of its closed-loop capacity
+KNEE_SECONDS = 0.3
+BW_MSGS = 1_000_000               # bw beside the knee: long enough to be more than its warm-up
+
+# The stream row: missed steps beside the schedule floor, same rate, steps and CPU.
+STREAM_RATE = 100_000
+STREAM_STEPS = 100_000            # 1 s, stream's default at this rate
+
 
 class Skip(Exception):
     """This side of a row cannot be measured here (tool or transport missing)."""
@@ -69,26 +85,29 @@ class Bench:
 
     # --- one side of a row ----------------------------------------------------
 
+    def _points(self, experiment: str, options: dict, words: str) -> list[dict]:
+        """One recorded fabmeter run (under runs/, named by `words`), its points."""
+        if options["transport"] not in self.info.get("transports", []):
+            raise Skip(f"transport {options['transport']} is not built into this engine")
+        self.runs += 1
+        folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{words}"
+        res = execute_recorded(run.RunSpec(experiment, options, cpus=self.cpus, out=folder, engine=self.engine))
+        if res.exit_code == EXIT_INTERRUPTED:
+            raise FabmeterError("interrupted", EXIT_INTERRUPTED)
+        if res.exit_code != EXIT_OK or not res.points:
+            raise Skip(f"fabmeter {experiment} {options} failed: {res.message}")
+        return res.points
+
     def fabmeter(self, experiment: str, options: dict, pick: Callable[[dict], float]) -> Callable[[], float]:
-        transport = options["transport"]
+        words = "-".join(str(v) for k, v in options.items() if k not in ("size", "iters"))
 
         def measure() -> float:
-            if transport not in self.info.get("transports", []):
-                raise Skip(f"transport {transport} is not built into this engine")
-            self.runs += 1
-            words = "-".join(str(v) for k, v in options.items() if k not in ("size", "iters"))
-            folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{words}"
-            res = execute_recorded(run.RunSpec(experiment, options, cpus=self.cpus, out=folder, engine=self.engine))
-            if res.exit_code == EXIT_INTERRUPTED:
-                raise FabmeterError("interrupted", EXIT_INTERRUPTED)
-            if res.exit_code != EXIT_OK or not res.points:
-                raise Skip(f"fabmeter {experiment} {options} failed: {res.message}")
-            return pick(res.points[-1])
+            return pick(self._points(experiment, options, words)[-1])
         return measure
 
-    def limit(self, pick: Callable[[dict], float]) -> Callable[[], float]:
+    def limit(self, pick: Callable[[dict], float], args: tuple[str, ...] = ()) -> Callable[[], float]:
         def measure() -> float:
-            lim = run.run_limits(self.cpus, engine=self.engine)
+            lim = run.run_limits(self.cpus, engine=self.engine, args=args)
             self.limits.append(lim)
             return pick(lim)
         return measure
@@ -107,6 +126,34 @@ class Bench:
                 raise Skip(f"{tool} {experiment} {transport}: {e}") from e
             self.peer_points += points
             return pick(points[0])
+        return measure
+
+    def fabmeter_all(self, experiment: str, options: dict, pick: Callable[[list[dict]], float]) -> Callable[[], float]:
+        """As fabmeter(), `pick` given every point of the run (a sweep)."""
+        words = "-".join(",".join(map(str, v)) if isinstance(v, list) else str(v) for v in options.values())
+
+        def measure() -> float:
+            return pick(self._points(experiment, options, words))
+        return measure
+
+    def sockperf_load(self, transport: str, rates: tuple[int, ...],
+                      pick: Callable[[list[dict]], float]) -> Callable[[], float]:
+        """sockperf under-load at each rate (1 s each, the shortest it runs), `pick` given the points."""
+        adapter = registry.PEERS.get("sockperf")
+
+        def measure() -> float:
+            if adapter is None or not adapter.available():
+                raise Skip("sockperf is not installed")
+            points = []
+            for rate in rates:
+                params = peer_base.Params(size=SIZE, rate=rate, duration=1.0,
+                                          cpus=tuple(self.cpus) if self.cpus else None)
+                try:
+                    points += adapter.run_case(peer_base.Case("load", transport), params)
+                except peer_base.PeerError as e:
+                    raise Skip(f"sockperf load {transport} at {rate}/s: {e}") from e
+            self.peer_points += points
+            return pick(points)
         return measure
 
     def rawpp(self, lib: str, mode: str) -> Callable[[], float]:
@@ -151,6 +198,8 @@ class Bench:
                 "Gbit/s at the receiver", 1.0, higher_is_better=True),
             Row("measuring cost", self.limit(lambda lim: lim["record_cost_ns"]), "20 ns budget",
                 lambda: 20.0, "ns to take and store one timestamp", 1.0),
+            Row("histogram record cost", self.limit(lambda lim: lim["hist_record_cost_ns"]), "5 ns budget",
+                lambda: 5.0, "ns to record one latency in the histogram (load, --samples hist)", 1.0),
         ]
         fi = registry.PEERS.get("fi_pingpong")
         if fi is not None:
@@ -172,7 +221,87 @@ class Bench:
         for lib in rawpp.LIBS:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
+        return rows + [self.stream_row()] + self.load_rows()
+
+    def stream_row(self) -> Row:
+        """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
+        schedule floor): timer interrupts make both miss slots, so only their ratio, measured back to back, says
+        what the stream source adds."""
+        return Row(f"stream {STREAM_RATE // 1000} kHz missed % / schedule floor",
+                   self.fabmeter_all("stream", {"transport": "shm", "poll": "busy", "timer": "tsc",
+                                                "rate": [STREAM_RATE], "count": STREAM_STEPS},
+                                     lambda ps: ps[-1]["missed_pct"]),
+                   "limits: bare TSC spin schedule, the stream source's step rule",
+                   self.limit(lambda lim: lim["schedule_floor"]["missed_pct"],
+                              ("--schedule-rate", str(STREAM_RATE), "--schedule-steps", str(STREAM_STEPS))),
+                   f"missed steps % of {STREAM_STEPS:,} (after the default warm-up), timer tsc, shm 32 B", 1.1)
+
+    def load_rows(self) -> list[Row]:
+        """fabmeter load beside sockperf under-load (same CPUs, size, rate and a send every 1/rate; both figures
+        the round trip from the *actual* send, sockperf's definition: fabmeter's service latency), the
+        generator's accuracy against the issue's budget, and the shm knee beside bw's message rate."""
+        def load(t: str, rates, **extra) -> dict:
+            return {"transport": t, "poll": "busy", "rate": list(rates), "arrivals": "fixed", "req_size": SIZE,
+                    "duration": LOAD_SECONDS, **extra}
+
+        service_p99 = lambda ps: ps[-1]["service_latency_ns"]["p99"]  # noqa: E731
+        peer_p99 = lambda ps: ps[-1]["latency_ns"]["p99"]  # noqa: E731
+        rows = [Row(f"load {t} p99 @ {LOAD_RATE // 1000}k/s / sockperf ul",
+                    self.fabmeter_all("load", load(t, [LOAD_RATE]), service_p99),
+                    f"sockperf under-load --mps {LOAD_RATE} --reply-every 1 --full-rtt",
+                    self.sockperf_load(t, (LOAD_RATE,), peer_p99),
+                    "RTT p99 ns from the actual send (fabmeter: service latency), fixed arrivals", 1.0)
+                for t in ("tcp", "udp")]
+        rows.append(Row("load tcp highest rate, p99 < 10x unloaded / sockperf ul",
+                        self.fabmeter_all("load", load("tcp", LOAD_SWEEP), fabmeter_highest_held),
+                        f"sockperf under-load at {','.join(map(str, LOAD_SWEEP))}/s",
+                        self.sockperf_load("tcp", LOAD_SWEEP, sockperf_highest_held),
+                        f"highest offered req/s of {','.join(map(str, LOAD_SWEEP))} before the first whose RTT p99 "
+                        f"(from the actual send) > {analysis.KNEE_P99_FACTOR:g}x the tool's unloaded p99 or achieved "
+                        f"< {analysis.KNEE_ACHIEVED_SHARE:.0%}", 1.0, higher_is_better=True))
+        rows.append(Row(f"load generator accuracy @ {LAG_RATE / 1e6:g}M/s shm: lag p99",
+                        self.fabmeter_all("load", {"transport": "shm", "poll": "busy", "rate": [LAG_RATE],
+                                                   "req_size": SIZE, "count": LAG_COUNT},
+                                          lambda ps: ps[-1]["lag_ns"]["p99"]),
+                        f"{LAG_BUDGET_NS / 1000:g} us budget", lambda: LAG_BUDGET_NS,
+                        "ns from the scheduled to the actual send, p99 (poisson arrivals)", 1.0))
+        rows.append(Row("load shm achieved rate at the knee / bw message rate",
+                        self.fabmeter_all("load", {"transport": "shm", "poll": "busy", "load": KNEE_LOADS,
+                                                   "req_size": SIZE, "duration": KNEE_SECONDS}, achieved_at_knee),
+                        f"fabmeter bw -t shm -s {SIZE}",
+                        self.fabmeter("bw", {"transport": "shm", "size": SIZE, "iters": BW_MSGS},
+                                      lambda p: p["msg_rate"]),
+                        "requests/s (round trips) at the knee beside messages/s one way", None,
+                        higher_is_better=True))
         return rows
+
+
+def _highest_held(points: list[dict], p99: Callable[[dict], float], unloaded_p99: Callable[[dict], float]) -> float:
+    """The highest offered rate below the first that does not hold, by analysis.load_knee's rule on the given
+    p99 and unloaded p99; 0 when the first does not."""
+    held = analysis.load_knee([{"phase": "open loop", "offered_rps": p["offered_rps"],
+                                "achieved_rps": p["achieved_rps"], "latency_ns": {"p99": p99(p)},
+                                "unloaded_ns": {"p99": unloaded_p99(p)}} for p in points])["last_held_rps"]
+    return float(held or 0)
+
+
+def fabmeter_highest_held(points: list[dict]) -> float:
+    # Service latency: from the actual send, as sockperf measures; unloaded: fabmeter's one-in-flight probe.
+    return _highest_held(points, lambda p: p["service_latency_ns"]["p99"], lambda p: p["unloaded_ns"]["p99"])
+
+
+def sockperf_highest_held(points: list[dict]) -> float:
+    # sockperf has no unloaded probe: its lowest-rate run stands in for one.
+    base = min(points, key=lambda p: p["offered_rps"])["latency_ns"]["p99"]
+    return _highest_held(points, lambda p: p["latency_ns"]["p99"], lambda p: base)
+
+
+def achieved_at_knee(points: list[dict]) -> float:
+    """The achieved rate of the sweep's knee point (fabmeter's own knee: latency from the intended send), or of
+    its last point if every point held."""
+    knee = analysis.load_knee(points)
+    at = [p for p in points if p.get("phase") == "open loop" and p.get("offered_rps") == knee["offered_rps"]]
+    return (at[0] if at else points[-1])["achieved_rps"]
 
 
 def _measure(fn: Callable[[], float], into: list[float]) -> None:

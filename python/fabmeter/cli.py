@@ -1,10 +1,10 @@
 """The `fabmeter` command.
 
-The experiment subcommands (lat, oneway, bw, stream, check) get their
+The experiment subcommands (lat, oneway, bw, stream, check, load) get their
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
---out, --server, --token-file (and serve's own).
+--out, --server, --token-file, --slo (slo.py; and serve's and mesh's own).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, run
+from fabmeter import __version__, analysis, run, search, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
-from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FabmeterError)
+from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
+from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns, rendezvous as mesh_rendezvous
+from fabmeter.mesh import run as mesh_run
 from fabmeter.options import Options
 from fabmeter.results import RunRecord, run_config
 
@@ -28,8 +30,11 @@ EXPERIMENTS_HELP = {
     "bw": "streaming bandwidth and message rate",
     "stream": "a real-time stream at a fixed rate: latency, missed steps, deadline misses",
     "check": "conformance: sizes up to the transport's maximum, content, order, event-mode wake-up",
+    "load": "open-loop request/response: tail latency against offered load (workloads W1-W5, server pools)",
 }
-PY_ONLY = {"cpus", "json", "out", "server", "help"}
+PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
+EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
+              "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,8 +54,8 @@ def die(message: str, code: int):
 def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     parser = _Parser(prog="fabmeter", allow_abbrev=False,
                      description="Measure one-way/round-trip latency, bandwidth and real-time streams over real transports.",
-                     epilog=f"note: {engine_problem}" if info is None else
-                     "`fabmeter COMMAND --help` lists a command's options.")
+                     epilog=(f"note: {engine_problem} " if info is None else
+                             "`fabmeter COMMAND --help` lists a command's options. ") + EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"fabmeter {__version__}"
                         + (f" (engine {info.get('version')})" if info else ""))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -72,6 +77,34 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
         command.add_argument("--token-file", metavar="F",
                        help="with --server: the server's shared secret (default: $FABMETER_TOKEN)")
+        if slo.applies(exp):
+            command.add_argument("--slo", metavar="OBJECTIVES", help=slo.HELP)
+        if exp == "load":
+            command.add_argument("--search", metavar="OBJECTIVES", help=search.HELP)
+
+    command = sub.add_parser("mesh", help="oneway, lat or bw between every pair of a pattern over N hosts, "
+                                          "run once per host",
+                             allow_abbrev=False,
+                             description="Run once per host (by mpirun, srun or by hand with --rank): rank 0 "
+                                         "coordinates, every rank serves its incoming pairs and runs its outgoing "
+                                         "ones; rank 0 prints one result per directed pair (docs/cli.md).")
+    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first")
+    command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
+    command.add_argument("--rank", metavar="R", type=int,
+                         help="this host's rank (default: from mpirun's, PMI's or Slurm's environment)")
+    command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
+                         help="what each pair runs, with that experiment's options (default: %(default)s)")
+    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS, default="all-to-all",
+                         help="which directed pairs (default: %(default)s)")
+    command.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
+                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
+                              "(default: %(default)s)")
+    command.add_argument("--mesh-port", metavar="N", type=int, default=mesh_run.DEFAULT_MESH_PORT,
+                         help="rank 0's coordination port on the first host (default: %(default)s)")
+    command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
+    command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
+    if info is not None:
+        Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
 
     command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                        description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
@@ -166,6 +199,12 @@ class _Progress:
 
 
 def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
+    if getattr(ns, "search", None) is not None:
+        return cmd_search(ns, engine)
+    try:
+        objectives = slo.parse(ns.slo) if getattr(ns, "slo", None) is not None else None
+    except slo.SloError as e:
+        die(f"--slo: {e}", EXIT_USAGE)
     given = engine_options(engine).given(ns)
     remote = ns.server is not None
     if ns.token_file is not None and not remote:
@@ -174,7 +213,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    record = RunRecord(out, run_config(experiment, cpus, ns.server, engine))
+    record = RunRecord(out, run_config(experiment, cpus, ns.server, engine,
+                                       slo=slo.canonical(objectives) if objectives else None))
     progress = _Progress(enabled=sys.stderr.isatty() and bool(given.get("all")))
 
     def on_start(start):
@@ -185,23 +225,137 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         record.on_point(point)
         progress.point(point)
         if ns.json:
-            print(json.dumps(point), flush=True)
+            print(json.dumps({**point, "slo": slo.evaluate_point(objectives, point)} if objectives else point),
+                  flush=True)
 
     res = run.execute(run.RunSpec(experiment, given, cpus=cpus, server=ns.server, out=out, engine=engine,
                                    token_file=ns.token_file),
                       on_start=on_start, on_point=on_point, on_event=record.on_event)
     progress.done()
+    verdict = slo.evaluate(objectives, res.points) if objectives and res.start is not None else None
+    code = slo.exit_code(res.exit_code, verdict)
     if not (res.exit_code == EXIT_USAGE and res.start is None):
-        record.finish(res.status, res.message, res.exit_code)
+        record.finish(res.status, res.message, code, slo=verdict)
     if not ns.json and res.points:
         print(analysis.run_report(res.points), flush=True)
+    if verdict is not None and not ns.json:
+        print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
         where = f"; partial results in {out / 'run.json'}" if out else ""
         sys.stderr.write(f"fabmeter: interrupted{where}\n")
     elif res.exit_code != EXIT_OK:
         where = f" (partial results in {out / 'run.json'})" if out and res.points else ""
         sys.stderr.write(f"fabmeter: error: {res.message}{where}\n")
-    return res.exit_code
+    elif code == EXIT_SLO:
+        sys.stderr.write(f"fabmeter: {slo.summary(verdict)}\n")
+    return code
+
+
+def cmd_search(ns: argparse.Namespace, engine: str) -> int:
+    """`load --search`: one engine run per step (search.py), every point into one run.json."""
+    try:
+        objectives = slo.parse(ns.search)
+    except slo.SloError as e:
+        die(f"--search: {e}", EXIT_USAGE)
+    given = engine_options(engine).given(ns)
+    clash = [f"--{k}" for k in ("rate", "load") if given.get(k) is not None] + (["--slo"] if ns.slo else [])
+    if clash:
+        die(f"--search finds the rate itself: not with {', '.join(clash)}", EXIT_USAGE)
+    if ns.token_file is not None and ns.server is None:
+        die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
+    cpus = parse_cpus(ns.cpus, ns.server is not None)
+    out = Path(ns.out).resolve() if ns.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(out, run_config("load", cpus, ns.server, engine, search=slo.canonical(objectives)))
+    failed: list = []
+
+    def on_point(point):
+        record.on_point(point)
+        if ns.json:
+            print(json.dumps({**point, "slo": slo.evaluate_point(objectives, point)}), flush=True)
+
+    def run_point(options: dict) -> Optional[dict]:
+        spec = run.RunSpec("load", {**given, **options}, cpus=cpus, server=ns.server, out=out, engine=engine,
+                           token_file=ns.token_file)
+        res = run.execute(spec, on_start=record.on_start, on_point=on_point, on_event=record.on_event)
+        if res.exit_code != EXIT_OK or not res.points:
+            failed.append(res)
+            return None
+        return res.points[-1]
+
+    def say(line: str) -> None:
+        (sys.stderr if ns.json else sys.stdout).write(line + "\n")
+        (sys.stderr if ns.json else sys.stdout).flush()
+
+    outcome = search.search(objectives, run_point, say)
+    record.doc["search"] = outcome
+    res = failed[0] if failed else None
+    code = res.exit_code if res else (EXIT_OK if outcome["rate_rps"] else EXIT_SLO)
+    record.finish(res.status if res else "ok", res.message if res else "", code)
+    if ns.json:
+        print(json.dumps({"type": "search", **{k: v for k, v in outcome.items() if k != "steps"}}), flush=True)
+    found = (f"{analysis.fmt_num(outcome['rate_rps'], 0)} requests/s" if outcome["rate_rps"] else "none")
+    say(f"search: the highest offered rate holding {outcome['objectives']}: {found} "
+        f"(capacity {analysis.fmt_num(outcome['capacity_rps'], 0)}/s; {len(outcome['steps'])} runs; {outcome['why']})")
+    if res:
+        sys.stderr.write(f"fabmeter: error: {res.message}\n")
+    return code
+
+
+def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
+    if (ns.hosts is None) == (ns.hostfile is None):
+        die("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
+    if ns.hosts is not None:
+        hosts = [h.strip() for h in ns.hosts.split(",")]
+    else:
+        try:
+            lines = Path(ns.hostfile).read_text().splitlines()
+        except OSError as e:
+            die(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE)
+        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+    if len(hosts) < 2 or not all(hosts):
+        die(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
+    if ns.rank is not None:
+        rank = ns.rank
+    else:
+        launched = mesh_run.launcher_rank(dict(os.environ))
+        if launched is None:
+            die("mesh: no rank: give --rank R, or run under mpirun, srun or a PMI launcher", EXIT_USAGE)
+        rank, size, var = launched
+        if size != len(hosts):
+            die(f"mesh: the launcher started {size} ranks (${var}) for {len(hosts)} hosts", EXIT_USAGE)
+    if not 0 <= rank < len(hosts):
+        die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
+    table = engine_options(engine)
+    given = table.given(ns)
+    if given.get("transport") is None:
+        die("mesh: choose a transport with -t", EXIT_USAGE)
+    for key in given:
+        if not table[key].for_experiment(ns.experiment):
+            die(f"--{table[key].name} does not apply to '{ns.experiment}' (only to {table[key].scope})", EXIT_USAGE)
+    token = mesh_rendezvous.read_token(ns.token_file, dict(os.environ))
+    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
+        die("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file", EXIT_USAGE)
+    if not token:
+        sys.stderr.write("fabmeter: warning: mesh without a token: its channel and engines are not authenticated\n")
+        os.environ.pop("FABMETER_TOKEN", None)
+    else:
+        os.environb[b"FABMETER_TOKEN"] = token   # the engines (server and clients) read it from there
+    timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
+    spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
+                             timeout_ms / 1000.0)
+    pairs: list[dict] = []
+
+    def emit(obj: dict) -> None:
+        if ns.json:
+            print(json.dumps(obj), flush=True)
+        elif obj["type"] == "pair":
+            pairs.append(obj)
+        else:
+            print(mesh_output.matrix(obj, pairs), flush=True)
+
+    return mesh_run.main(spec, emit, lambda line: sys.stderr.write(f"fabmeter: warning: {line}\n"))
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
@@ -232,6 +386,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if extras:
         # Say why an engine option is refused here rather than just "unrecognized".
         for word in extras:
+            if word.split("=", 1)[0] == "--slo" and not slo.applies(ns.command):
+                die(slo.refusal(ns.command), EXIT_USAGE)
             opt = Options(info).find(word) if info and word.startswith("-") else None
             if opt is not None:
                 die(f"{word.split('=', 1)[0]} does not apply to '{ns.command}' (only to {opt.scope})", EXIT_USAGE)
@@ -240,6 +396,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         if ns.command in EXPERIMENTS_HELP or (info and ns.command in info.get("experiments", [])):
             code = cmd_experiment(ns, ns.command, engine)
+        elif ns.command == "mesh":
+            if info is None:
+                die(problem, EXIT_INTERNAL)
+            code = cmd_mesh(ns, engine)
         elif ns.command == "serve":
             code = cmd_serve(ns)
         elif ns.command == "demo":

@@ -1,6 +1,7 @@
 """Errors and exit codes, shared by the engine and every command.
 
 One line on stderr; exit 2 for bad input, 3 for runtime or peer failures,
+4 when a run went well but missed a latency objective (--slo, slo.py),
 130 when interrupted, 1 when the engine is missing or crashed (or a bug).
 """
 
@@ -10,6 +11,7 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1   # engine missing or crashed, or our own bug
 EXIT_USAGE = 2
 EXIT_RUNTIME = 3    # peer unreachable or lost mid-run
+EXIT_SLO = 4        # the run went well and missed a latency objective (--slo); never the engine's
 EXIT_INTERRUPTED = 130
 
 

@@ -99,9 +99,12 @@ class Option:
             if text not in self.choices:
                 raise ValueError(f"expected {'|'.join(self.choices)}, got '{text}'")
             return text
-        if self.type == "list":   # the engine reads every list item as an integer (K/M/G allowed)
-            return [parse_size(x) for x in text.split(",")]
+        if self.type == "list":   # integers (K/M/G allowed), or fractions (item "fraction")
+            return [self._item(x) for x in text.split(",")]
         return _parse_scalar(self.type, text)
+
+    def _item(self, text: str) -> Any:
+        return _number(text) if self.item == "fraction" else parse_size(text)
 
     # --- from a suite (TOML values) --------------------------------------------
 
@@ -112,7 +115,8 @@ class Option:
         if self.type == "choice":
             return "one of " + ", ".join(f'"{c}"' for c in self.choices)
         if self.type == "list":
-            return 'a non-negative integer, or a string "A,B,..." for one run that sweeps them'
+            kind = "number" if self.item == "fraction" else "integer"
+            return f'a non-negative {kind}, or a string "A,B,..." for one run that sweeps them'
         if self.type in ("size", "count"):
             return f'a non-negative integer (or a string with a K/M/G suffix, e.g. "64K"){auto}'
         if self.type in NUMBER_TYPES:
@@ -143,10 +147,11 @@ class Option:
                 raise bad from None
         if isinstance(value, (int, float)):
             whole = float(value).is_integer()
-            if value < 0 or value != value or (self.type in ("size", "count", "list") and not whole):
+            whole_only = self.type in ("size", "count") or (self.type == "list" and self.item != "fraction")
+            if value < 0 or value != value or (whole_only and not whole):
                 raise bad
             if self.type == "list":
-                return [int(value)]
+                return [value if self.item == "fraction" else int(value)]
             return int(value) if self.type in ("size", "count") else value
         raise bad
 
@@ -219,10 +224,12 @@ class Options:
 
     # --- argparse ------------------------------------------------------------------
 
-    def add_arguments(self, parser: argparse.ArgumentParser, experiment: str, skip: set[str] = frozenset()) -> None:
-        """The experiment's options; each lands typed in ns.<key> only when given."""
+    def add_arguments(self, parser: argparse.ArgumentParser, experiment: str | tuple[str, ...],
+                      skip: set[str] = frozenset()) -> None:
+        """The experiment's options (or those of any of several); each lands typed in ns.<key> only when given."""
+        experiments = (experiment,) if isinstance(experiment, str) else experiment
         for o in self.rows:
-            if not o.for_experiment(experiment) or o.name in skip:
+            if not any(o.for_experiment(e) for e in experiments) or o.name in skip:
                 continue
             flags = ([f"-{o.short}"] if o.short else []) + [f"--{o.name}"]
             help_text = o.help

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, envinfo, run
+from fabmeter import __version__, analysis, envinfo, run
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import EXIT_RUNTIME, FabmeterError
 
@@ -46,11 +46,12 @@ def write_json(path: Path, obj) -> None:
 
 
 def run_config(experiment: str, cpus: Optional[tuple[int, ...]], server: Optional[str], engine: str,
-               **more) -> dict:
-    """run.json's "config": how the run was set up; `params` comes with the engine's start line."""
+               slo: Optional[str] = None, **more) -> dict:
+    """run.json's "config": how the run was set up; `params` comes with the engine's start line;
+    `slo` (only when there are latency objectives) is slo.py's canonical text of them."""
     return {"experiment": experiment, "mode": "remote" if server else "local", "server": server,
             "cpus": list(cpus) if cpus else None, "engine_version": engine_info(engine).get("version"),
-            "params": None, **more}
+            "params": None, **({"slo": slo} if slo else {}), **more}
 
 
 class RunRecord:
@@ -58,6 +59,7 @@ class RunRecord:
 
     def __init__(self, out: Optional[Path], config: dict, command: Optional[list[str]] = None):
         self.out = out
+        self.planned: Optional[int] = None   # points the engine's start line announced
         self.doc = {
             "fabmeter_version": __version__,
             "command": list(command if command is not None else sys.argv),
@@ -70,23 +72,32 @@ class RunRecord:
         }
 
     def on_start(self, start: dict) -> None:
+        self.planned = start.get("points")
         self.doc["config"]["params"] = start.get("params")
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
         self.flush()
 
     def on_point(self, point: dict) -> None:
+        """Records a point; a load sweep's last one also gets the sweep's `knee` (analysis.load_knee)."""
         self.doc["points"].append(point)
+        if point.get("experiment") == "load" and self.planned and len(self.doc["points"]) >= self.planned:
+            ours = self.doc["points"][-self.planned:]  # a search records several runs: this run's points
+            point["knee"] = analysis.load_knee(ours)
         self.flush()
 
     def on_event(self, event: dict) -> None:
         if event.get("type") == "limits":
             self.doc["limits"] = event   # machine limits between the run's two CPUs
+        elif event.get("type") == "clock":
+            self.doc["clock"] = event.get("clock")   # the peer's clock fitted over the whole run
         else:
             self.doc["engine_events"].append(event)
         self.flush()
 
-    def finish(self, status: str, message: str = "", exit_code: int = 0) -> None:
+    def finish(self, status: str, message: str = "", exit_code: int = 0, slo: Optional[dict] = None) -> None:
+        if slo is not None:
+            self.doc["slo"] = slo   # the verdict on config.slo's objectives (slo.evaluate)
         self.doc["status"] = status
         self.doc["message"] = message
         self.doc["exit_code"] = exit_code
@@ -98,10 +109,11 @@ class RunRecord:
             write_json(self.out / "run.json", self.doc)
 
 
-def equivalent_command(spec: "run.RunSpec") -> list[str]:
-    """The `fabmeter` command line that makes the same run."""
+def equivalent_command(spec: "run.RunSpec", slo: Optional[str] = None) -> list[str]:
+    """The `fabmeter` command line that makes the same run (`slo`: its --slo)."""
     engine = spec.engine or find_engine()
     return (["fabmeter", spec.experiment, *engine_options(engine).engine_argv(spec.options)]
+            + (["--slo", slo] if slo else [])
             + (["--cpus", ",".join(map(str, spec.cpus))] if spec.cpus else [])
             + (["--server", spec.server] if spec.server else [])
             + (["--out", str(spec.out)] if spec.out else []))

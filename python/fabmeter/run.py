@@ -56,12 +56,14 @@ class RunResult:
 
 
 class LocalServer:
-    """`fabmeter-engine serve --bind 127.0.0.1 --port 0 --once ...`, port read from its first line."""
+    """`fabmeter-engine serve --bind 127.0.0.1 --port 0 --once ...`, port read from its first line
+    (`max_sessions`: serve that many sessions at once until stopped, instead of one)."""
 
     def __init__(self, engine: str, cpu: Optional[int], forwarder: procs.SignalForwarder,
-                 bind: str = "127.0.0.1", env: Optional[dict] = None):
+                 bind: str = "127.0.0.1", env: Optional[dict] = None, max_sessions: Optional[int] = None):
         # The user's own server for one run: no time limit (memory keeps the default).
-        cmd = [engine, "serve", "--bind", bind, "--port", "0", "--once", "--max-duration", "0"]
+        cmd = [engine, "serve", "--bind", bind, "--port", "0", "--max-duration", "0"]
+        cmd += ["--once"] if max_sessions is None else ["--max-sessions", str(max_sessions)]
         if cpu is not None:
             cmd += ["--cpu", str(cpu)]
         self.proc = procs.spawn(cmd, env)
@@ -110,9 +112,9 @@ def _parse_json(line: str) -> Optional[dict]:
     return obj if isinstance(obj, dict) else None
 
 
-# The limits recorded with every run: about 0.3 s, cheap enough for that.
+# The limits recorded with every run: about 0.4 s, cheap enough for that.
 RECORD_LIMITS_ITERS = 20000
-RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100"]
+RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "--schedule-steps", "10000"]
 
 
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:

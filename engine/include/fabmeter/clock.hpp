@@ -3,6 +3,7 @@
 // nanoseconds happens after the run.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <time.h>
 #include <x86intrin.h>
@@ -10,6 +11,21 @@
 namespace fm {
 
 enum class ClockSource { tsc, monotonic };
+
+// A test hook, like FABMETER_TRACE_PHASES: FABMETER_CLOCK_SKEW=OFFSET_NS,DRIFT_PPM
+// in an engine's environment (set by whoever starts it, never by a peer)
+// makes every time it reads run off as a bad oscillator's would: at
+// CLOCK_MONOTONIC_RAW time t (ns since boot) it reads
+// t + OFFSET_NS + DRIFT_PPM * 1e-6 * t. TSC and clock_gettime alike, as the
+// skew is folded into the conversion of ticks to ns (nothing on the hot
+// path). Such an engine counts as another host (host_id), so its peer
+// synchronises clocks with it even on one machine.
+struct ClockSkew {
+  double offset_ns;
+  double drift_ppm;
+};
+// The variable's value, checked: a usage error (exit 2) if malformed.
+std::optional<ClockSkew> clock_skew_from_env();
 
 class Clock {
  public:

@@ -83,6 +83,7 @@ class Ctrl {
   // the peer for `ms` (its Heartbeat thread beats even while it computes):
   // a frozen peer is noticed without waiting out the whole timeout. 0: off.
   void expect_heartbeats(uint32_t ms) { silence_ms_ = ms; }
+  uint32_t silence_ms() const { return silence_ms_; }
 
   // Largest hello/exchange body accepted (see kMaxFrameDefault); the
   // session raises it to what its plan's reports need.
@@ -104,6 +105,23 @@ class Ctrl {
   uint32_t silence_ms_ = 0;
   // Frames go out whole: the Heartbeat thread and the session share the socket.
   std::unique_ptr<std::mutex> send_mu_ = std::make_unique<std::mutex>();
+};
+
+// For a wait outside recv() (a data listener's accept, a library's
+// connection handshake): check() ends it, as recv() would, when the peer
+// closes the control channel or, heartbeats expected, falls silent; so a
+// peer that dies or freezes while transports connect costs the other side
+// kSilenceMs, not the whole --timeout-ms. Call check() between short waits
+// (transport.hpp's kWaitSliceMs); it polls the channel without blocking.
+class PeerWatch {
+ public:
+  explicit PeerWatch(const Ctrl& ctrl);
+  void check(const std::string& what);
+
+ private:
+  const Ctrl& ctrl_;
+  uint64_t frames_;
+  uint64_t heard_ns_;
 };
 
 // A session's proof of life: a thread that sends a heartbeat frame every

@@ -108,7 +108,7 @@ class Histogram {
 
 // The usual percentile object (stats.hpp's Summary, to_json) from a
 // histogram: count, min, max and mean exact, percentiles as
-// value_at_percentile, stdev from the buckets' middles (HdrHistogram's
+// value_at_percentile but never above max, stdev from the buckets' middles (HdrHistogram's
 // getStdDeviation), with the values out of range taken at min() and max().
 Summary summarize(const Histogram& h);
 

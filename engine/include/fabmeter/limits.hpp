@@ -15,6 +15,8 @@ struct LimitsOptions {
   uint64_t timer_wakeups = 200;                       // per timer kind
   uint64_t wakeup_round_trips = 1000;                 // futex wake-up ping-pong
   double timer_period_us = 100;
+  uint64_t schedule_rate = 100000;                    // schedule floor: steps per second (stream's --rate)
+  uint64_t schedule_steps = 100000;                   // measured steps, after stream's default warm-up
 };
 
 // - cache line bounced between threads pinned to cpu_a and cpu_b: RTT/2 with a
@@ -23,7 +25,9 @@ struct LimitsOptions {
 // - a sleeping thread woken from the other CPU (futex ping-pong), RTT/2;
 // - memcpy bandwidth for each size; the cost of one timestamp and of recording
 //   one (timestamp + store into prefaulted storage); wake-up lateness of
-//   timerfd and clock_nanosleep at a fixed period.
+//   timerfd and clock_nanosleep at a fixed period;
+// - the schedule floor: the steps a bare TSC spin on cpu_a (the stream
+//   source's CPU) misses at schedule_rate, counted as stream counts them.
 JsonObj measure_limits(const LimitsOptions& o);
 
 }  // namespace fm

@@ -18,7 +18,7 @@ namespace fm {
 enum class Poll { busy, event };
 
 // Every experiment the engine runs, as a list for in_list() and messages.
-constexpr const char* kExperiments = "lat,oneway,bw,stream,check";
+constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load";
 
 // Options of every experiment and transport.
 struct CommonOptions {
@@ -32,6 +32,11 @@ struct CommonOptions {
   uint64_t iters = 0;               // -n; 0 = the experiment's default
   double duration = 0;              // seconds; replaces -n when > 0
   int64_t warmup = -1;              // -1 = the experiment's default
+
+  // Scheduled experiments (stream, load): lists make a sweep.
+  std::vector<uint64_t> rate = {1000};   // stream: samples per second; load: requests per second
+  uint64_t count = 0;               // samples or requests per point; 0 = auto (--duration, else 1 s worth)
+  std::string samples = "auto";     // raw | hist | auto (load: hist, the rest raw)
 
   uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
   std::string clock = "tsc";        // tsc | monotonic
@@ -58,13 +63,29 @@ struct BwOptions {
 // Lists make a grid of points.
 struct StreamOptions {
   static constexpr const char* kGroup = "stream";
-  std::vector<uint64_t> rate = {1000};   // samples per second
   std::vector<uint64_t> values = {1};    // float64 values per sample
-  uint64_t count = 0;                    // samples per point; 0 = auto (--duration, else 1 s worth)
   std::string timer = "tsc";             // tsc | timerfd | nanosleep
   std::string sink = "memory";           // memory | file:PATH
   double deadline_us = 0;                // 0 = one period
   bool operator==(const StreamOptions&) const = default;
+};
+
+// load: open-loop request/response (experiment/load.hpp).
+struct LoadOptions {
+  static constexpr const char* kGroup = "load";
+  static constexpr uint64_t kMaxOutstanding = 1'000'000;  // a slot index fits the request's tag (load.hpp)
+  std::string arrivals = "poisson";      // poisson | uniform | fixed
+  std::vector<double> load;              // fractions of the measured capacity; replaces --rate when set
+  uint64_t req_size = 32;                // request bytes (without --workload)
+  uint64_t resp_size = 0;                // response bytes; 0 = auto: as large as its request (echo)
+  std::string workload;                  // w1..w5 or a CSV file (client side only); "" = --req-size
+  uint64_t max_outstanding = 256;        // requests in flight per client; past it a request is shed
+  uint32_t conns = 1;                    // connections (one transport each)
+  uint32_t threads = 1;                  // client threads, the connections dealt among them
+  uint32_t server_threads = 1;
+  double service_ns = 0;                 // the server's busy-wait per request (a synthetic service time)
+  uint64_t seed = 1;                     // arrivals and sizes
+  bool operator==(const LoadOptions&) const = default;
 };
 
 // Transports with a receive queue of their own (shm's ring, verbs, ofi).
@@ -117,6 +138,7 @@ struct Params : CommonOptions {
   OnewayOptions oneway;
   BwOptions bw;
   StreamOptions stream;
+  LoadOptions load;
   QueueOptions queue;
   RdmaOptions rdma;
   VerbsOptions verbs;
@@ -131,8 +153,8 @@ struct Params : CommonOptions {
 // Every group but common, in the order a transport's constructor takes
 // those it reads. A new group: its struct, its member above, its entry here.
 inline constexpr std::tuple kGroupMembers{&Params::oneway, &Params::bw,   &Params::stream,
-                                          &Params::queue,  &Params::rdma, &Params::verbs,
-                                          &Params::ofi,    &Params::messaging};
+                                          &Params::load,   &Params::queue, &Params::rdma,
+                                          &Params::verbs,  &Params::ofi,  &Params::messaging};
 
 template <class>
 struct GroupsOf;

@@ -57,6 +57,15 @@ struct RecvMsg {
   uint64_t slot;              // transport's own bookkeeping for release()
 };
 
+// A transport's buffer pools at one moment (the optional pools(), below):
+// receive buffers holding data or waiting to be reposted, and sends not yet
+// completed, each beside its capacity, in the transport's own unit.
+struct Pools {
+  const char* unit;        // "work requests" (verbs, ofi) or "bytes" (socket buffers)
+  uint64_t rx_used, rx_capacity;
+  uint64_t tx_used, tx_capacity;
+};
+
 // Event-mode waits (wait_recv, wait_send) return after at most this long, so
 // the caller can look at its guard between waits.
 constexpr int kWaitSliceMs = 50;
@@ -98,6 +107,11 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // a point. Without it a transport is always idle.
   !requires(const T& ct) { ct.tx_idle(); } || requires(const T& ct) {
     { ct.tx_idle() } -> std::same_as<bool>;
+  }) && (
+  // Optional: the pools now (load's server samples them on its slow path,
+  // as the RAMCloud notes watch their buffer pools). Without it, none.
+  !requires(const T& ct) { ct.pools(); } || requires(const T& ct) {
+    { ct.pools() } -> std::same_as<Pools>;
   });
 
 }  // namespace fm

@@ -38,6 +38,8 @@ class Workload {
   // Inverse CDF: the first size whose cumulative weight exceeds a uniform
   // draw. O(log points), no allocation.
   uint64_t sample(Rng& rng) const;
+  // The size at cumulative probability u in [0, 1): sample() with a given draw.
+  uint64_t at(double u) const;
 
   const std::string& name() const { return name_; }
   double mean_size() const { return mean_; }

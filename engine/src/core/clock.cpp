@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "fabmeter/error.hpp"
 
@@ -37,7 +40,35 @@ Clock::Clock(bool want_tsc) {
   }
   mono0_ns_ = static_cast<double>(mono_ns());
   tick0_ = ticks();
+  if (const std::optional<ClockSkew> skew = clock_skew_from_env()) {
+    // t -> (1 + drift) t + offset, in both the rate and the origin.
+    const double k = 1 + skew->drift_ppm * 1e-6;
+    ns_per_tick_ *= k;
+    mono0_ns_ = mono0_ns_ * k + skew->offset_ns;
+  }
   cost_ns_ = measure_cost_ns(*this, 200000);
+}
+
+std::optional<ClockSkew> clock_skew_from_env() {
+  const char* env = std::getenv("FABMETER_CLOCK_SKEW");
+  if (!env || !*env) return std::nullopt;
+  const std::string_view text(env);
+  auto bad = [&]() -> std::optional<ClockSkew> {
+    usage_error("FABMETER_CLOCK_SKEW='" + std::string(text.substr(0, 40)) +
+                "': expected OFFSET_NS,DRIFT_PPM (|offset| <= 1e12 ns, |drift| <= 1e4 ppm), e.g. 5000000,50");
+  };
+  const size_t comma = text.find(',');
+  if (comma == std::string_view::npos) return bad();
+  double v[2];
+  const std::string_view parts[2] = {text.substr(0, comma), text.substr(comma + 1)};
+  for (int i = 0; i < 2; ++i) {
+    const std::string part(parts[i]);
+    char* end = nullptr;
+    v[i] = std::strtod(part.c_str(), &end);
+    if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(v[i])) return bad();
+  }
+  if (std::abs(v[0]) > 1e12 || std::abs(v[1]) > 1e4) return bad();
+  return ClockSkew{v[0], v[1]};
 }
 
 double Clock::measure_cost_ns(const Clock& c, int n) {

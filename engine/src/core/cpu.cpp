@@ -25,6 +25,8 @@ std::string host_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(f, id);
+  // A skewed clock (FABMETER_CLOCK_SKEW) shares nothing with its peer's.
+  if (clock_skew_from_env()) id += "+clock-skew";
   return id;
 }
 
@@ -49,6 +51,8 @@ JsonObj engine_env(const Clock& clk, int cpu) {
       .add("timestamp_cost_ns", clk.timestamp_cost_ns())
       .add("compiler", __VERSION__)
       .add("glibc", gnu_get_libc_version());
+  if (const std::optional<ClockSkew> skew = clock_skew_from_env())
+    o.add("clock_skew", JsonObj().add("offset_ns", skew->offset_ns).add("drift_ppm", skew->drift_ppm));
   return o;
 }
 

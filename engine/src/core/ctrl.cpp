@@ -320,6 +320,21 @@ Heartbeat::~Heartbeat() {
   ctrl_.expect_heartbeats(0);
 }
 
+PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), frames_(ctrl.frames_in()), heard_ns_(Clock::mono_ns()) {}
+
+void PeerWatch::check(const std::string& what) {
+  if (ctrl_.peek() == Ctrl::Peek::closed)
+    runtime_error("the peer closed the control channel (while waiting for " + what + ")");
+  const uint64_t now = Clock::mono_ns();
+  if (ctrl_.frames_in() != frames_) {
+    frames_ = ctrl_.frames_in();
+    heard_ns_ = now;
+  }
+  if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
+    runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
+                  " s; frozen?) (while waiting for " + what + ")");
+}
+
 Ctrl::Peek Ctrl::peek() const {
   // Bounded, so a peer flooding heartbeats cannot keep the caller here.
   for (int beats = 0; beats < 64; ++beats) {

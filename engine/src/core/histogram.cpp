@@ -194,10 +194,10 @@ Summary summarize(const Histogram& h) {
   s.max = static_cast<double>(h.max());
   s.mean = h.mean();
   s.stdev = h.stdev();
-  s.p50 = static_cast<double>(h.value_at_percentile(50));
-  s.p90 = static_cast<double>(h.value_at_percentile(90));
-  s.p99 = static_cast<double>(h.value_at_percentile(99));
-  s.p999 = static_cast<double>(h.value_at_percentile(99.9));
+  // A bucket's highest equivalent value may lie above the largest value
+  // recorded: a percentile never reads above the (exact) max.
+  auto at = [&](double p) { return std::min(static_cast<double>(h.value_at_percentile(p)), s.max); };
+  s.p50 = at(50), s.p90 = at(90), s.p99 = at(99), s.p999 = at(99.9);
   return s;
 }
 

@@ -14,7 +14,9 @@
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/futex.hpp"
+#include "fabmeter/histogram.hpp"
 #include "fabmeter/samples.hpp"
+#include "fabmeter/schedule.hpp"
 #include "fabmeter/stats.hpp"
 
 namespace fm {
@@ -134,6 +136,25 @@ double record_cost_ns(const Clock& clk) {
   return static_cast<double>(Clock::mono_ns() - m0) / kN;
 }
 
+// What recording one latency into a histogram costs (load's hot path, and
+// --samples hist): values spread over four decades, as latencies are, so the
+// bucket index and the branch predictor see a realistic mix.
+double hist_record_cost_ns() {
+  constexpr uint64_t kN = 1 << 20;
+  std::vector<int64_t> values(kN);
+  uint64_t x = 88172645463325252ull;  // xorshift: cheap, fixed
+  for (int64_t& v : values) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    v = static_cast<int64_t>(100 << (x % 14)) + static_cast<int64_t>(x >> 52);
+  }
+  Histogram h;
+  const uint64_t m0 = Clock::mono_ns();
+  for (int64_t v : values) h.record(v);
+  const uint64_t m1 = Clock::mono_ns();
+  asm volatile("" : : "r"(h.count()) : "memory");
+  return static_cast<double>(m1 - m0) / kN;
+}
+
 // Lateness of each wake-up against an absolute schedule.
 Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
   std::vector<double> late;
@@ -169,6 +190,24 @@ Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
   return summarize(late.data(), late.size());
 }
 
+// The stream source's schedule with nothing to send: spin on the TSC to each
+// step's due time on the source's CPU and skip late steps as stream --timer
+// tsc does (StepSchedule). What stream misses there is at least this.
+JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps) {
+  pin_to_cpu(cpu);
+  const uint64_t warmup = default_step_warmup(rate), total = warmup + steps;
+  const StepSchedule s = StepSchedule::starting_soon(clk, rate);
+  uint64_t missed = 0;
+  for (uint64_t k = 0; k < total; ++k) {
+    s.spin_until_due(clk, k);
+    k = s.catch_up(k, clk.ticks(), warmup, total, missed);
+  }
+  JsonObj o;
+  o.add("cpu", static_cast<uint64_t>(cpu)).add("schedule_rate", rate).add("schedule_steps", steps).add("warmup", warmup)
+      .add("missed_steps", missed).add("missed_pct", 100.0 * static_cast<double>(missed) / static_cast<double>(steps));
+  return o;
+}
+
 }  // namespace
 
 JsonObj measure_limits(const LimitsOptions& o) {
@@ -198,7 +237,9 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add("memcpy_gbps", copy)
       .add("timestamp_cost_ns", cost)
       .add("record_cost_ns", record_cost_ns(clk))
+      .add("hist_record_cost_ns", hist_record_cost_ns())
       .add("timer_wakeup", timers)
+      .add("schedule_floor", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps))
       .add("clock_source", clk.source_name());
   return out;
 }

@@ -78,6 +78,23 @@ std::vector<uint64_t> parse_list(std::string_view opt, std::string_view v) {
   return out;
 }
 
+std::vector<double> parse_double_list(std::string_view opt, std::string_view v) {
+  std::vector<double> out;
+  while (true) {
+    auto c = v.find(',');
+    out.push_back(parse_double(opt, v.substr(0, c)));
+    if (c == std::string_view::npos) break;
+    v = v.substr(c + 1);
+  }
+  return out;
+}
+
+std::string join_list(const std::vector<double>& xs) {
+  std::string s;
+  for (double x : xs) s += (s.empty() ? "" : ",") + fmt_double(x);
+  return s;
+}
+
 std::string join_list(const std::vector<uint64_t>& xs) {
   std::string s;
   for (uint64_t x : xs) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -126,12 +143,18 @@ std::string one_of(std::string_view key, std::string_view v) {
 #define LIST(G, field) \
   .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_list(#field, v); }, \
   .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
+// A list of fractions; empty (the default) is off.
+#define DBL_LIST(G, field) \
+  .set = [](Params& p, std::string_view v) { \
+    group_of<G>(p).field = v.empty() ? std::vector<double>{} : parse_double_list(#field, v); }, \
+  .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
 
 using T = OptType;
 using Com = CommonOptions;
 using Oneway = OnewayOptions;
 using Bw = BwOptions;
 using Stream = StreamOptions;
+using Load = LoadOptions;
 using Queue = QueueOptions;
 using Rdma = RdmaOptions;
 using Verbs = VerbsOptions;
@@ -153,14 +176,15 @@ std::vector<OptSpec> make_table() {
      .help = "message size in bytes (K/M suffixes allowed)", U64(Com, size)},
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
      .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(Com, sweep)},
-    {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check",
-     .help = "largest size of the -a sweep or of check (capped by the transport)", U64(Com, max_size)},
+    {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check,load",
+     .help = "largest size of the -a sweep or of check (capped by the transport); load: larger workload sizes are clamped to it, and counted",
+     U64(Com, max_size)},
     {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw",
      .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(Com, iters, 0)},
-    {.name = "duration", .metavar = "SEC", .type = T::duration, .unit = "s", .scope = "lat,bw,stream",
-     .help = "run for this many seconds instead of -n (stream: instead of --count; 0: off)", DBL(Com, duration)},
-    {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream",
-     .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream: 0.1 s worth, at most 1000)",
+    {.name = "duration", .metavar = "SEC", .type = T::duration, .unit = "s", .scope = "lat,bw,stream,load",
+     .help = "run for this many seconds instead of -n (stream, load: per point, instead of --count; 0: off)", DBL(Com, duration)},
+    {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream,load",
+     .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream, load: 0.1 s worth, at most 1000)",
      AUTO_NUM(Com, warmup, -1)},
     {.name = "bursts", .metavar = "B", .group = "oneway", .type = T::count, .scope = "oneway",
      .help = "number of bursts", U64(Oneway, bursts)},
@@ -182,12 +206,14 @@ std::vector<OptSpec> make_table() {
      .help = "timestamp source: tsc (invariant TSC, falls back if absent) or monotonic", CHOICE(Com, clock)},
     {.name = "timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
      .help = "connect and control-channel timeout", U32(Com, timeout_ms)},
-    {.name = "rate", .metavar = "HZ[,HZ...]", .group = "stream", .type = T::list, .unit = "Hz", .values = "rate",
-     .scope = "stream", .help = "samples per second (1 .. 10000000); a list makes a sweep", LIST(Stream, rate)},
+    {.name = "rate", .metavar = "HZ[,HZ...]", .type = T::list, .unit = "Hz", .values = "rate", .scope = "stream,load",
+     .help = "stream: samples per second; load: requests per second (1 .. 10000000); a list makes a sweep",
+     LIST(Com, rate)},
     {.name = "values", .metavar = "K[,K...]", .group = "stream", .type = T::list, .values = "count", .scope = "stream",
      .help = "float64 values per sample (plus a 24-byte header); a list makes a sweep", LIST(Stream, values)},
-    {.name = "count", .metavar = "N", .group = "stream", .type = T::count, .accepts_auto = true, .scope = "stream",
-     .help = "samples per point (auto: --duration, else one second's worth)", AUTO_NUM(Stream, count, 0)},
+    {.name = "count", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "stream,load",
+     .help = "samples (stream) or requests (load) per point (auto: --duration, else one second's worth)",
+     AUTO_NUM(Com, count, 0)},
     {.name = "timer", .metavar = "KIND", .group = "stream", .type = T::choice, .values = "tsc,timerfd,nanosleep",
      .scope = "stream", .help = "how the source waits for the next step: tsc (spin), timerfd or nanosleep", CHOICE(Stream, timer)},
     {.name = "sink", .metavar = "WHERE", .group = "stream", .type = T::text, .scope = "stream",
@@ -199,6 +225,38 @@ std::vector<OptSpec> make_table() {
      .get = [](const Params& p) { return p.stream.sink; }},
     {.name = "deadline-us", .metavar = "US", .group = "stream", .type = T::duration, .unit = "us", .scope = "stream",
      .help = "count samples slower than this as deadline misses (0: one period)", DBL(Stream, deadline_us)},
+    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "fraction", .scope = "load",
+     .help = "offered load as fractions of the path's capacity (0 < F <= 1; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
+     DBL_LIST(Load, load)},
+    {.name = "arrivals", .metavar = "KIND", .group = "load", .type = T::choice, .values = "poisson,uniform,fixed",
+     .scope = "load", .help = "send times: poisson (exponential gaps), uniform (gaps in [0, 2/rate]) or fixed (every 1/rate)",
+     CHOICE(Load, arrivals)},
+    {.name = "req-size", .metavar = "BYTES", .group = "load", .type = T::size, .unit = "B", .scope = "load",
+     .help = "request size, at least 8 (its sequence number and response size ride in it); not with --workload",
+     U64(Load, req_size)},
+    {.name = "resp-size", .metavar = "BYTES", .group = "load", .type = T::size, .unit = "B", .accepts_auto = true,
+     .scope = "load", .help = "response size, at least 8 (auto: as large as its request)", AUTO_NUM(Load, resp_size, 0)},
+    {.name = "workload", .metavar = "NAME", .group = "load", .type = T::text, .scope = "load",
+     .help = "request sizes drawn from a size distribution: w1..w5 (Homa's, built in) or a CSV file of length_bytes,weight rows (read by the client only)",
+     TEXT(Load, workload)},
+    {.name = "max-outstanding", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
+     .help = "requests in flight per client thread; a request due while this many are outstanding is shed (counted, never sent late)",
+     U64(Load, max_outstanding)},
+    {.name = "conns", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
+     .help = "connections (one transport each), dealt round-robin among the client's and the server's threads",
+     U32(Load, conns)},
+    {.name = "threads", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
+     .help = "client threads; each sends its share of the rate on its own connections", U32(Load, threads)},
+    {.name = "server-threads", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
+     .help = "server threads, each serving its own connections", U32(Load, server_threads)},
+    {.name = "service-ns", .metavar = "NS", .group = "load", .type = T::duration, .unit = "ns", .scope = "load",
+     .help = "the server busy-waits this long per request before it replies (a synthetic service time)",
+     DBL(Load, service_ns)},
+    {.name = "samples", .metavar = "KIND", .type = T::choice, .values = "auto,raw,hist", .scope = "lat,oneway,stream,load",
+     .help = "raw: every latency, saved as .npy (--out), percentiles exact; hist: a log-linear histogram (HdrHistogram layout, 3 significant digits, bounded memory, merged across threads), encoded in the point; auto: load hist, the others raw",
+     CHOICE(Com, samples)},
+    {.name = "seed", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
+     .help = "seed of the send times and sizes (the same seed, the same schedule)", U64(Load, seed)},
     {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud",
      .help = "verbs service type: rc, uc or ud", CHOICE(Verbs, service)},
     {.name = "op", .metavar = "OP", .group = "rdma", .type = T::choice, .values = "send,write",
@@ -393,6 +451,31 @@ Params decode_params(std::string_view text) {
   return p;
 }
 
+namespace {
+// Bounds keep a client's numbers from making either end allocate or run without limit.
+void validate_load(const Params& p) {
+  const LoadOptions& l = p.load;
+  if (l.load.size() > 64) usage_error("--load takes at most 64 values");
+  for (double f : l.load)
+    if (!(f > 0 && f <= 1)) usage_error("--load must be a fraction of the capacity: above 0 and at most 1.0");
+  const bool req_given = std::find(p.given.begin(), p.given.end(), "req-size") != p.given.end();
+  if (!l.workload.empty() && req_given) usage_error("give either --req-size or --workload, not both");
+  if (l.req_size < 8) usage_error("--req-size must be at least 8 bytes (its sequence number and response size ride in it)");
+  if (l.resp_size != 0 && l.resp_size < 8) usage_error("--resp-size must be at least 8 bytes");
+  if (l.req_size > (1ull << 30) || l.resp_size > (1ull << 30)) usage_error("--req-size and --resp-size are limited to 1 GiB");
+  if (l.max_outstanding < 1 || l.max_outstanding > LoadOptions::kMaxOutstanding)
+    usage_error("--max-outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
+  if (l.conns < 1 || l.conns > 64) usage_error("--conns must be between 1 and 64");
+  if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || l.server_threads > l.conns)
+    usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its own)");
+  if (p.poll == Poll::event && (l.threads != l.conns || l.server_threads != l.conns))
+    usage_error("event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
+  if (l.service_ns > 1e9) usage_error("--service-ns must be at most 1e9 (one second)");
+  if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
+  if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
+}
+}  // namespace
+
 void validate(const Params& p) {
   if (!in_list(kExperiments, p.experiment))
     usage_error("unknown experiment '" + p.experiment + "' (expected " + kExperiments + ")");
@@ -414,13 +497,17 @@ void validate(const Params& p) {
     if (p.oneway.bursts == 0 || p.oneway.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
     if (p.oneway.bursts * p.oneway.burst_size > (1ull << 26)) usage_error("oneway: --bursts x --burst-size is limited to 67108864 messages");
   }
+  if (p.experiment == "stream" || p.experiment == "load") {
+    if (p.rate.empty() || p.rate.size() > 64) usage_error("--rate takes 1 to 64 values");
+    for (uint64_t r : p.rate)
+      if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 per second");
+    if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
+  }
   if (p.experiment == "stream") {
-    for (uint64_t r : p.stream.rate)
-      if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 Hz");
     for (uint64_t v : p.stream.values)
       if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
-    if (p.stream.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
   }
+  if (p.experiment == "load") validate_load(p);
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");

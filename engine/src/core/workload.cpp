@@ -113,10 +113,11 @@ std::vector<std::string> Workload::builtin_names() {
   return names;
 }
 
-uint64_t Workload::sample(Rng& rng) const {
-  double u = rng.uniform();
+uint64_t Workload::sample(Rng& rng) const { return at(rng.uniform()); }
+
+uint64_t Workload::at(double u) const {
   size_t i = static_cast<size_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-  return lengths_[i];
+  return lengths_[std::min(i, lengths_.size() - 1)];
 }
 
 }  // namespace fm

@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "fabmeter/clock.hpp"
+#include "fabmeter/clock_sync.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/histogram.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
+#include "fabmeter/stats.hpp"
 #include "fabmeter/transport.hpp"
 
 namespace fm {
@@ -37,15 +40,22 @@ enum class Status {
 };
 
 // How the peer's timestamps map onto ours: a shared TSC needs nothing;
-// across hosts an offset measured by round-trip probes, error bound stated.
+// across hosts, offset and drift fitted to round-trip probes over the
+// control channel (probe_clock), taken at the start and after every point,
+// so each point is corrected by a fit whose probes bracket it.
 struct ClockSync {
   bool probed = false;
-  double offset_ns = 0;     // peer mono ns - our mono ns
-  double error_bound_ns = 0;
+  ClockEstimator estimator;
+  ClockFit fit;  // over every probe so far
   JsonObj json() const {
     JsonObj o;
     o.add("method", probed ? "probe" : "shared_tsc");
-    if (probed) o.add("offset_ns", offset_ns).add("error_bound_ns", error_bound_ns);
+    // Times in whole ns: JSON doubles carry 10 digits, too few for a time
+    // since boot or two hosts' offset (their boots are days apart).
+    if (probed)
+      o.add("offset_ns", static_cast<int64_t>(std::llround(fit.offset_ns))).add("drift_ppm", fit.drift_ppm())
+          .add("error_bound_ns", fit.error_bound_ns).add("probes", fit.probes).add("kept", fit.kept)
+          .add("ref_mono_ns", static_cast<uint64_t>(std::llround(fit.ref_ns))).add("span_ns", fit.span_ns);
     return o;
   }
 };
@@ -57,9 +67,17 @@ struct Ctx {
   Role role;
   Caps caps;
   bool same_host;            // both ends share one TSC
-  ClockSync sync;            // set once per session where the experiment needs the peer's clock
+  ClockSync sync;            // probed where the experiment needs the peer's clock and it is not ours
   std::string failure;       // why the point ended early
+  double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
 };
+
+// One burst of clock probes, both roles at the same place in the session
+// (the client probes and refits ctx.sync, the server answers).
+void probe_clock(Ctx& ctx);
+// The server's answer to a probe sent at sent_ns and answered at
+// received_ns (our clock): "TIME TURNAROUND", each checked.
+ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double received_ns);
 
 // One measured point of a plan, as the experiment's plan() made it.
 struct Point {
@@ -68,6 +86,8 @@ struct Point {
   uint64_t values = 0;       // stream: float64 values per sample
   uint64_t iterations = 0;   // measured messages (lat, bw; oneway: all bursts) or steps (stream)
   uint64_t warmup = 0;       // messages before the measured ones
+  double load = 0;           // load: the offered load as a fraction of the capacity (0: `rate` is the offered rate)
+  bool capacity = false;     // load: the closed-loop point that measures the capacity --load refers to
 };
 
 // What one measured point produced: summary fields and raw arrays to save.
@@ -295,6 +315,40 @@ const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Heade
 // The peer's count at the end of a point (how many it sent), checked.
 inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_MAX) {
   return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
+}
+
+// --samples: raw keeps every latency (.npy under --out; exact percentiles),
+// hist only a log-linear histogram (3 significant digits, nearest-rank
+// percentiles, bounded memory), encoded in the point so runs and hosts merge.
+inline bool keep_raw(const Params& p, bool hist_by_default = false) {
+  return p.samples == "raw" || (p.samples == "auto" && !hist_by_default);
+}
+
+inline JsonObj histogram_info(const HistogramConfig& cfg) {
+  JsonObj o;
+  o.add("digits", cfg.digits).add("lowest_ns", cfg.lowest).add("highest_ns", cfg.highest)
+      .add("percentiles", "nearest rank (HdrHistogram)");
+  return o;
+}
+
+// Says once per point how its latencies were kept.
+inline void add_samples_kind(PointOut& out, bool raw) {
+  out.fields.add("samples_kind", raw ? "raw" : "hist");
+  if (!raw) out.fields.add("histogram", histogram_info(HistogramConfig{}));
+}
+
+// A latency figure of a point, `name` (e.g. "latency_ns"): its summary, and
+// its samples as the run asked: the raw array, or NAME_hist (HdrHistogram's
+// encoding, values outside it counted in the summary only).
+inline void add_latency(PointOut& out, const Params& p, const std::string& name, std::vector<double>&& ns) {
+  if (keep_raw(p)) {
+    out.fields.add(name, to_json(summarize(ns.data(), ns.size())));
+    out.arrays.emplace_back(name, std::move(ns));
+    return;
+  }
+  Histogram h;
+  for (double v : ns) h.record(std::llround(v));
+  out.fields.add(name, to_json(summarize(h))).add(name.substr(0, name.rfind("_ns")) + "_hist", h.encode());
 }
 
 const char* status_name(Status s);

@@ -7,12 +7,15 @@
 //   template <Transport T, Poll P> static Status client(T&, Ctx&, const Point&, PointOut&);
 //   template <Transport T, Poll P> static Status server(T&, Ctx&, const Point&, PointOut&);
 //
+// (with kManyConnections, client and server take Conns<T> instead of T&)
+//
 // and the hooks of ExperimentDefaults below, hidden where it differs. The
 // list of experiments is in table.hpp; the session (session.cpp) knows none
 // of them by name.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,12 +30,17 @@ struct PointCost {
   double seconds = 0;
 };
 
+// A point's connections, for experiments with kManyConnections.
+template <class T>
+using Conns = std::span<T* const>;
+
 // Floors no transport beats here, so a plan's run time is never overestimated.
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
 
 struct ExperimentDefaults {
-  // One-way stamps taken by the peer: across hosts the session measures the
-  // peer's clock offset first (ClockSync).
+  // One-way stamps taken by the peer: across hosts the session probes the
+  // peer's clock first, and the experiment calls probe_clock after each
+  // point's report, in both roles (ClockSync).
   static constexpr bool kPeerClock = false;
   // The largest control frame the client receives for this point (the
   // server's stamp report); 0: only small frames (kMaxFrameDefault).
@@ -50,6 +58,13 @@ struct ExperimentDefaults {
   // Whether the server writes a file for this run (into the session's own
   // data directory; the client's path is replaced by one there).
   static bool writes_file(const Params&) { return false; }
+  // Transports (connections) a point's loops get. With kManyConnections the
+  // loops take them all (Conns<T>); otherwise one (T&).
+  static constexpr bool kManyConnections = false;
+  static uint32_t connections(const Params&) { return 1; }
+  // The client's chance to fill in, before the hello, what only it can know
+  // (load: the largest message of a workload file the server never reads).
+  static void resolve(Params&, const Caps&) {}
 };
 
 inline uint64_t sat_mul(uint64_t a, uint64_t b) {

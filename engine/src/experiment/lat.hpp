@@ -3,6 +3,7 @@
 // labelled so. Statistics cover every measured iteration, never a window.
 #pragma once
 #include <algorithm>
+#include <optional>
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
@@ -14,6 +15,12 @@ namespace fm {
 // Duration runs keep at most this many samples (256 MiB) and say so if they stop early.
 constexpr uint64_t kMaxDurationSamples = 1ull << 25;
 
+// One-way = RTT/2 of every figure of a round-trip summary.
+inline Summary halved(Summary s) {
+  for (double* v : {&s.min, &s.p50, &s.p90, &s.p99, &s.p999, &s.max, &s.mean, &s.stdev}) *v /= 2;
+  return s;
+}
+
 inline bool seq_matches(const std::byte* data, uint64_t len, uint64_t seq) {
   uint32_t mask = len >= 4 ? 0xffffffffu : (1u << (8 * len)) - 1;
   return get_seq(data, len) == (static_cast<uint32_t>(seq) & mask);
@@ -24,9 +31,14 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   const Params& p = c.p;
   const Clock& clk = c.clk;
   const bool by_duration = p.duration > 0;
-  const uint64_t cap = by_duration ? std::min<uint64_t>(kMaxDurationSamples, static_cast<uint64_t>(p.duration * 1e7) + 1)
-                                   : iters;
-  SampleBuf rtt(cap);
+  // --samples hist: a histogram of bounded size, so --duration has no cap.
+  const bool raw = keep_raw(p);
+  const uint64_t cap = !raw ? UINT64_MAX
+                       : by_duration ? std::min<uint64_t>(kMaxDurationSamples, static_cast<uint64_t>(p.duration * 1e7) + 1)
+                                     : iters;
+  SampleBuf rtt(raw ? cap : 0);
+  std::optional<Histogram> hist;
+  if (!raw) hist.emplace();
   PayloadBuf buf(size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
@@ -69,18 +81,29 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     }
     if (st != Status::ok) break;
     t.release(m);
-    if (i >= warmup) rtt[measured++] = t1 - t0;
+    if (i < warmup) continue;
+    if (raw) [[likely]] {
+      rtt[measured++] = t1 - t0;
+    } else {
+      hist->record(std::llround(clk.to_ns(static_cast<double>(t1 - t0))));
+      ++measured;
+    }
   }
   if (st == Status::ok) c.ctrl.send(CtrlType::end_point, std::to_string(sent));
 
+  out.fields.add("iterations", measured).add("lost", lost).add("warmup_lost", warmup_lost).add("latency_kind", "rtt/2");
+  add_samples_kind(out, raw);
+  if (!raw) {
+    const Summary s = summarize(*hist);
+    out.fields.add("latency_ns", to_json(halved(s))).add("rtt_ns", to_json(s)).add("rtt_hist", hist->encode());
+    return st;
+  }
   std::vector<double> rtt_ns(measured), half(measured);
   for (uint64_t k = 0; k < measured; ++k) {
     rtt_ns[k] = clk.to_ns(static_cast<double>(rtt[k]));
     half[k] = rtt_ns[k] / 2;
   }
-  out.fields.add("iterations", measured).add("lost", lost).add("warmup_lost", warmup_lost)
-      .add("latency_kind", "rtt/2")
-      .add("latency_ns", to_json(summarize(half.data(), measured)))
+  out.fields.add("latency_ns", to_json(summarize(half.data(), measured)))
       .add("rtt_ns", to_json(summarize(rtt_ns.data(), measured)))
       .add("samples_locked", rtt.locked());
   if (capped) out.fields.add("note", "stopped at the sample capacity of " + std::to_string(cap) + " round trips");

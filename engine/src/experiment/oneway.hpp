@@ -1,8 +1,10 @@
 // oneway: the thesis' custom one-way benchmark. The client sends bursts of
-// messages, stamping t_subm just before each post; the server stamps t_recv
-// as it sees each one. Both ends on one host read the same TSC, so
+// messages, stamping t_subm just before each post and t_send as the post
+// returns; the server stamps t_recv as it sees each one; where the transport
+// reports send completions the client stamps t_comp as it reaps each. Both ends on one host read the same TSC, so
 // t_recv - t_subm needs no clock correction; across hosts the server's clock
-// is mapped onto the client's by the offset measured at connect.
+// is mapped onto the client's by the offset and drift fitted to the clock
+// probes so far, the last burst taken right after this point's report.
 #pragma once
 #include <time.h>
 
@@ -39,9 +41,9 @@ template <Transport T, Poll P>
 Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const ClockSync& sync = c.sync;
   const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   SampleBuf t_subm(total);
+  SampleBuf t_send(total);
   // t_comp only where the transport reports send completions (verbs, ofi).
   SampleBuf t_comp(c.caps.send_completions ? total : 0);
   auto stamp_comp = [&](uint64_t wr_id) {
@@ -65,6 +67,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
       t_subm[sent] = clk.ticks();
       if ((st = send_one<P>(t, buf.data(), len, flags, sent, g, stamp_comp)) != Status::ok) break;
+      t_send[sent] = clk.ticks();
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
@@ -92,6 +95,8 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
   OnewayReport report;
   const uint64_t* t_recv = read_stamp_report(blob, total, &report, "oneway");
+  if (c.sync.probed) probe_clock(c);
+  const ClockFit& fit = c.sync.fit;
 
   std::vector<double> latency;
   latency.reserve(total - warmup);
@@ -100,33 +105,38 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   for (uint64_t k = warmup; k < sent; ++k) {
     if (t_recv[k] == 0) { ++lost; continue; }
     double ns;
-    if (!sync.probed) {
+    if (!c.sync.probed) {
       ns = clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_subm[k])));
     } else {
-      ns = report.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(t_subm[k]);
+      ns = fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(t_subm[k]);
     }
     latency.push_back(ns);
   }
+  // Both on the client's clock: no correction.
+  std::vector<double> post;  // t_send - t_subm: how long the post call took
+  post.reserve(sent - std::min(sent, warmup));
+  for (uint64_t k = warmup; k < sent; ++k)
+    post.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_send[k] - t_subm[k]))));
   std::vector<double> comp;  // t_comp - t_subm: when the sender learns its send is done
   for (uint64_t k = warmup; k < t_comp.capacity() && k < sent; ++k)
     if (t_comp[k]) comp.push_back(clk.to_ns(static_cast<double>(t_comp[k] - t_subm[k])));
   if (c.caps.send_completions)
-    out.fields.add("completions", static_cast<uint64_t>(comp.size()))
-        .add("completion_ns", to_json(summarize(comp.data(), comp.size())));
+    out.fields.add("completions", static_cast<uint64_t>(comp.size()));
   uint64_t above = 0;
   for (double ns : latency) above += ns > p.oneway.threshold_us * 1e3;
   out.fields.add("iterations", static_cast<uint64_t>(latency.size())).add("sent", sent - std::min(sent, warmup))
       .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", report.duplicated).add("reordered", report.reordered)
       .add("latency_kind", "one-way")
-      .add("latency_ns", to_json(summarize(latency.data(), latency.size())))
       .add("threshold_us", p.oneway.threshold_us)
       .add("above_threshold_pct",
            latency.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(latency.size()))
       .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us)
-      .add("clock_sync", sync.json())
-      .add("samples_locked", t_subm.locked());
-  out.arrays.emplace_back("latency_ns", std::move(latency));
-  if (c.caps.send_completions) out.arrays.emplace_back("completion_ns", std::move(comp));
+      .add("clock", c.sync.json())
+      .add("samples_locked", t_subm.locked() && t_send.locked());
+  add_latency(out, p, "latency_ns", std::move(latency));
+  add_latency(out, p, "post_ns", std::move(post));
+  if (c.caps.send_completions) add_latency(out, p, "completion_ns", std::move(comp));
+  add_samples_kind(out, keep_raw(p));
   return st;
 }
 
@@ -174,6 +184,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
   OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
   std::memcpy(blob.data(), &report, sizeof report);
   c.ctrl.send(CtrlType::exchange, blob);
+  if (c.sync.probed) probe_clock(c);
   return Status::ok;
 }
 

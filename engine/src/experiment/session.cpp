@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -94,35 +96,6 @@ uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std:
   return most;
 }
 
-// Clock offset by round-trip probes over the control channel: the probe with
-// the smallest round trip bounds the error by half of it.
-ClockSync probe_clock(Ctx& ctx) {
-  constexpr int kProbes = 64;
-  ClockSync sync;
-  sync.probed = true;
-  if (ctx.role == Role::server) {
-    for (int i = 0; i < kProbes; ++i) {
-      ctx.ctrl.recv(CtrlType::exchange, "clock probe");
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.3f", ctx.clk.ticks_to_mono_ns(ctx.clk.ticks()));
-      ctx.ctrl.send(CtrlType::exchange, buf);
-    }
-    return sync;
-  }
-  double best_rtt = 1e300;
-  for (int i = 0; i < kProbes; ++i) {
-    const double sent = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
-    const double server = parse_peer_double(ctx.ctrl.exchange("", "clock probe"), "clock probe");
-    const double answered = ctx.clk.ticks_to_mono_ns(ctx.clk.ticks());
-    if (answered - sent < best_rtt) {
-      best_rtt = answered - sent;
-      sync.offset_ns = server - (sent + answered) / 2;
-      sync.error_bound_ns = (answered - sent) / 2;
-    }
-  }
-  return sync;
-}
-
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
   if (out_dir.empty() || out.arrays.empty()) return;
   JsonObj files;
@@ -143,6 +116,25 @@ Status end_mid_point(Ctx& ctx) {
   return Status::failed;
 }
 
+// The data path failed on the client: a server whose watchdog ended the
+// session closes its transports first and then sends its reason, so give
+// the reason a moment to arrive. True if a control frame is waiting.
+bool reason_follows(const Ctrl& ctrl) {
+  constexpr int kReasonGraceMs = 500;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReasonGraceMs);
+  for (;;) {
+    switch (ctrl.peek()) {
+      case Ctrl::Peek::message: return true;
+      case Ctrl::Peek::closed: return false;
+      case Ctrl::Peek::nothing: break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{ctrl.fd(), POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(left.count()));
+  }
+}
+
 // What the experiment asks of the transport.
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
   return {.role = role, .poll = p.poll, .send_window = experiment.send_window(p), .loss_timeout_ms = p.loss_timeout_ms};
@@ -158,10 +150,24 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   for (const Point& pt : plan) max_msg = std::max(max_msg, pt.size);
   const char* role = ctx.role == Role::client ? "client" : "server";
   trace_phase(role, "connect");
-  T t = std::make_from_tuple<T>(std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
-  t.connect(ctx.ctrl, max_msg);
-  if (transport_info) t.describe(*transport_info);
-  if (experiment.peer_clock && !ctx.same_host) ctx.sync = probe_clock(ctx);
+  // One transport per connection (load's --conns), connected in turn; a
+  // deque, as transports are neither copied nor moved.
+  std::deque<T> transports;
+  std::vector<T*> conns;
+  const uint32_t n_conns = experiment.connections(p);
+  for (uint32_t i = 0; i < n_conns; ++i) {
+    T& t = std::apply([&](const auto&... args) -> T& { return transports.emplace_back(args...); },
+                      std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+    t.connect(ctx.ctrl, max_msg);
+    conns.push_back(&t);
+  }
+  if (transport_info) {
+    conns[0]->describe(*transport_info);
+    if (n_conns > 1) transport_info->add("connections", static_cast<uint64_t>(n_conns));
+  }
+  // The first burst of clock probes; the experiment probes again after each point.
+  ctx.sync.probed = experiment.peer_clock && !ctx.same_host;
+  if (ctx.sync.probed) probe_clock(ctx);
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
 
@@ -169,7 +175,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     ctx.ctrl.barrier("start of point");
     trace_phase(role, "point");
     PointOut out;
-    Status st = loop(t, ctx, pt, out);
+    Status st = loop(Conns<T>(conns), ctx, pt, out);
     trace_phase(role, "results");
 
     if (ctx.role == Role::client) {
@@ -178,6 +184,8 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
           .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
+      if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
+      if (pt.capacity) stem += "-capacity";
       write_arrays(out_dir, stem, out);
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
@@ -188,7 +196,9 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
-    if (st == Status::ctrl_pending) st = end_mid_point(ctx);
+    if (st == Status::ctrl_pending ||
+        (ctx.role == Role::client && (st == Status::peer_lost || st == Status::failed) && reason_follows(ctx.ctrl)))
+      st = end_mid_point(ctx);
     if (st != Status::ok) return st;
   }
   return Status::ok;
@@ -247,10 +257,12 @@ std::string available_transports() {
   return names;
 }
 
-int run_client(const Params& p, const ClientOptions& o) {
-  validate(p);
-  const TransportEntry& entry = entry_for(p.transport);
-  Caps caps = entry.caps(p);
+int run_client(const Params& requested, const ClientOptions& o) {
+  validate(requested);
+  const TransportEntry& entry = entry_for(requested.transport);
+  Caps caps = entry.caps(requested);
+  Params p = requested;
+  experiment_for(p.experiment).resolve(p, caps);
   check_against_caps(p, caps, true);
   if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
     sys_error("cannot create " + o.out_dir);
@@ -307,6 +319,7 @@ int run_client(const Params& p, const ClientOptions& o) {
     msg = e.what();
   }
   if (st == Status::interrupted && msg.empty()) msg = "interrupted";
+  if (ctx.sync.probed) emit_line(JsonObj().add("type", "clock").add("clock", ctx.sync.json()));  // the whole run's fit
   JsonObj tinfo;
   tinfo.add("type", "transport").add("transport", p.transport).add("granted", transport_info);
   emit_line(tinfo);
@@ -645,6 +658,7 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
     if (reads(p.transport, QueueOptions::kGroup))  // receive and send rings
       bytes += 2 * std::min(static_cast<double>(p.queue.rq_depth) * size, std::max(2 * size, kRingCap));
     if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
+    bytes *= experiment.connections(p);
     const PointCost own = experiment.cost(p, caps, pt);
     cost.memory_bytes = std::max(cost.memory_bytes, bytes + own.memory_bytes);
     cost.min_seconds += own.seconds;

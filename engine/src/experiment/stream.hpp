@@ -15,6 +15,7 @@
 #include "experiment/oneway.hpp"
 #include "experiment/stream_sink.hpp"
 #include "fabmeter/samples.hpp"
+#include "fabmeter/schedule.hpp"
 #include "fabmeter/stats.hpp"
 
 namespace fm {
@@ -31,32 +32,32 @@ static_assert(sizeof(SampleHeader) == 24);
 inline uint64_t stream_size(uint64_t values) { return sizeof(SampleHeader) + 8 * values; }
 
 inline uint64_t stream_steps(const Params& p, uint64_t rate) {
-  if (p.stream.count) return p.stream.count;
+  if (p.count) return p.count;
   double sec = p.duration > 0 ? p.duration : 1.0;
   return std::max<uint64_t>(1, static_cast<uint64_t>(sec * static_cast<double>(rate)));
 }
 
 inline uint64_t stream_warmup(const Params& p, uint64_t rate) {
-  return p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : std::min<uint64_t>(1000, rate / 10);
+  return p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : default_step_warmup(rate);
 }
 
 // Waits for the schedule: spinning on the TSC, on a periodic timerfd, or in
 // clock_nanosleep to an absolute CLOCK_MONOTONIC time.
 class StepTimer {
  public:
-  StepTimer(const Clock& clk, const std::string& kind, uint64_t t0, double period_ticks)
-      : clk_(clk), kind_(kind), t0_(t0), period_(period_ticks) {
+  StepTimer(const Clock& clk, const std::string& kind, const StepSchedule& schedule)
+      : clk_(clk), kind_(kind), s_(schedule) {
     if (kind_ == "tsc") return;
     // CLOCK_MONOTONIC at t0 (the tick clock is MONOTONIC_RAW based; over a
     // run the two drift by ppm at most).
     timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     double now_ns = static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec);
-    mono_t0_ns_ = now_ns + clk_.to_ns(static_cast<double>(t0_) - static_cast<double>(clk_.ticks()));
+    mono_t0_ns_ = now_ns + clk_.to_ns(static_cast<double>(s_.t0) - static_cast<double>(clk_.ticks()));
     if (kind_ == "timerfd") {
       fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
       if (fd_ < 0) sys_error("timerfd_create");
-      double period_ns = clk_.to_ns(period_);
+      double period_ns = clk_.to_ns(s_.period);
       itimerspec its{};
       its.it_value = to_ts(mono_t0_ns_);
       its.it_interval = to_ts(period_ns);
@@ -67,24 +68,25 @@ class StepTimer {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  uint64_t due(uint64_t k) const { return t0_ + static_cast<uint64_t>(std::llround(static_cast<double>(k) * period_)); }
+  const StepSchedule& schedule() const { return s_; }
+  uint64_t due(uint64_t k) const { return s_.due(k); }
 
   void wait(uint64_t k) {
     const uint64_t d = due(k);
     if (kind_ == "tsc") {
-      while (clk_.ticks() < d) cpu_relax();
+      s_.spin_until_due(clk_, k);
     } else if (kind_ == "timerfd") {
       if (clk_.ticks() >= d) return;  // already due: the timer fired while we worked
       // A read returns at once while expirations of steps already past are
       // pending: read again until this step's. Half a period of slack, as
       // CLOCK_MONOTONIC and the tick clock may differ by a little.
-      const uint64_t early = d - std::min<uint64_t>(d, static_cast<uint64_t>(period_ / 2));
+      const uint64_t early = d - std::min<uint64_t>(d, static_cast<uint64_t>(s_.period / 2));
       do {
         uint64_t expirations;
         if (::read(fd_, &expirations, sizeof expirations) < 0 && errno != EINTR) sys_error("read timerfd");
       } while (clk_.ticks() < early && !stop_requested());
     } else {
-      timespec ts = to_ts(mono_t0_ns_ + clk_.to_ns(static_cast<double>(d - t0_)));
+      timespec ts = to_ts(mono_t0_ns_ + clk_.to_ns(static_cast<double>(d - s_.t0)));
       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
     }
   }
@@ -95,8 +97,7 @@ class StepTimer {
   }
   const Clock& clk_;
   std::string kind_;
-  uint64_t t0_;
-  double period_;
+  StepSchedule s_;
   double mono_t0_ns_ = 0;
   int fd_ = -1;
 };
@@ -112,11 +113,9 @@ template <Transport T, Poll P>
 Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const ClockSync& sync = c.sync;
   const uint64_t steps = stream_steps(p, rate), warmup = stream_warmup(p, rate);
   const uint64_t total = warmup + steps;
   const uint64_t size = stream_size(values);
-  const double period = static_cast<double>(clk.ns_to_ticks(1e9)) / static_cast<double>(rate);
   SampleBuf t_subm(total);  // 0 = step missed
   PayloadBuf buf(size);
   auto* hdr = reinterpret_cast<SampleHeader*>(buf.data());
@@ -125,20 +124,12 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
   uint64_t sent = 0, missed_measured = 0;
   Status st = Status::ok;
 
-  // Start a little ahead so the first step is not already late.
-  const uint64_t t0 = clk.ticks() + clk.ns_to_ticks(1e6);
-  StepTimer timer(clk, p.stream.timer, t0, period);
+  StepTimer timer(clk, p.stream.timer, StepSchedule::starting_soon(clk, rate));
   for (uint64_t k = 0; k < total;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     timer.wait(k);
-    const uint64_t now = clk.ticks();
-    if (now >= timer.due(k + 1)) {
-      // Late past the next step: skip to the step whose slot we are in.
-      uint64_t k_now = static_cast<uint64_t>(static_cast<double>(now - t0) / period);
-      for (uint64_t step = k; step < k_now && step < total; ++step) missed_measured += step >= warmup;
-      k = k_now;
-      if (k >= total) break;
-    }
+    k = timer.schedule().catch_up(k, clk.ticks(), warmup, total, missed_measured);
+    if (k >= total) break;
     hdr->seq = k;
     hdr->origin = timer.due(k);
     hdr->values = static_cast<uint32_t>(values);
@@ -171,6 +162,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
         .add("sent_back_s", copy.seconds);
   }
 
+  if (c.sync.probed) probe_clock(c);
+  const ClockFit& fit = c.sync.fit;
   const double deadline_ns = (p.stream.deadline_us > 0 ? p.stream.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> latency, late;
   uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
@@ -181,7 +174,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
     // Signed: a timer may wake (and the step go out) before its due time.
     late.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_subm[k] - timer.due(k)))));
     if (!t_recv[k]) { ++lost; continue; }
-    double ns = sync.probed ? report.clock.mono_ns(t_recv[k]) - sync.offset_ns - clk.ticks_to_mono_ns(timer.due(k))
+    double ns = c.sync.probed ? fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(timer.due(k))
                             : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
     latency.push_back(ns);
     over_deadline += ns > deadline_ns;
@@ -201,10 +194,10 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
       .add("deadline_miss_pct",
            latency.empty() ? 0.0 : 100.0 * static_cast<double>(over_deadline) / static_cast<double>(latency.size()))
       .add("latency_kind", "one-way (receive - scheduled step time)")
-      .add("latency_ns", to_json(summarize(latency.data(), latency.size())))
       .add("source_late_ns", to_json(summarize(late.data(), late.size())))
-      .add("timer", p.stream.timer).add("sink", sink).add("clock_sync", sync.json());
-  out.arrays.emplace_back("latency_ns", std::move(latency));
+      .add("timer", p.stream.timer).add("sink", sink).add("clock", c.sync.json());
+  add_latency(out, p, "latency_ns", std::move(latency));
+  add_samples_kind(out, keep_raw(p));
   return st;
 }
 
@@ -273,6 +266,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   std::memcpy(blob.data(), &r, sizeof r);
   c.ctrl.send(CtrlType::exchange, blob);
   if (r.to_file) send_sink_file(c.ctrl, sink.path(), r.file_bytes);
+  if (c.sync.probed) probe_clock(c);
   return Status::ok;
 }
 
@@ -285,7 +279,7 @@ struct StreamExperiment : ExperimentDefaults {
   // The grid of rates x sample widths.
   static std::vector<Point> plan(const Params& p, const Caps&) {
     std::vector<Point> plan;
-    for (uint64_t rate : p.stream.rate)
+    for (uint64_t rate : p.rate)
       for (uint64_t values : p.stream.values)
         plan.push_back({.size = stream_size(values), .rate = rate, .values = values,
                         .iterations = stream_steps(p, rate), .warmup = stream_warmup(p, rate)});
@@ -307,7 +301,7 @@ struct StreamExperiment : ExperimentDefaults {
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
     const double rate = static_cast<double>(pt.rate);
     const double steps =
-        p.stream.count ? static_cast<double>(p.stream.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
+        p.count ? static_cast<double>(p.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
     const double total = steps + static_cast<double>(pt.warmup);
     return {8 * total + (writes_file(p) ? kFileSinkBytes : 0),  // the receive stamps, the file sink
             total / rate};

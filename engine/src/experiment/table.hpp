@@ -13,6 +13,7 @@
 #include "experiment/check.hpp"
 #include "experiment/experiment.hpp"
 #include "experiment/lat.hpp"
+#include "experiment/load.hpp"
 #include "experiment/oneway.hpp"
 #include "experiment/stream.hpp"
 
@@ -21,7 +22,8 @@ namespace fm {
 template <class... E>
 struct ExperimentList {};
 // Adding an experiment: its header (with its struct) and its struct here.
-using Experiments = ExperimentList<LatExperiment, OnewayExperiment, BwExperiment, StreamExperiment, CheckExperiment>;
+using Experiments =
+    ExperimentList<LatExperiment, OnewayExperiment, BwExperiment, StreamExperiment, CheckExperiment, LoadExperiment>;
 
 // An experiment's hooks, without its loops (those are per transport, below).
 struct ExperimentEntry {
@@ -34,13 +36,15 @@ struct ExperimentEntry {
   bool (*writes_file)(const Params&);
   PointCost (*cost)(const Params&, const Caps&, const Point&);
   uint32_t (*send_window)(const Params&);
+  uint32_t (*connections)(const Params&);
+  void (*resolve)(Params&, const Caps&);
 };
 
 template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
       ExperimentEntry{E::name, I, E::kPeerClock, &E::plan, &E::report_bytes, &E::check_caps, &E::writes_file,
-                      &E::cost, &E::send_window}...};
+                      &E::cost, &E::send_window, &E::connections, &E::resolve}...};
 }
 template <class... E>
 constexpr auto make_experiment_entries(ExperimentList<E...> list) {
@@ -58,16 +62,29 @@ inline const ExperimentEntry* find_experiment(std::string_view name) {
 
 // One point of one experiment over transport T, on one end.
 template <Transport T>
-using PointLoop = Status (*)(T&, Ctx&, const Point&, PointOut&);
+using PointLoop = Status (*)(Conns<T>, Ctx&, const Point&, PointOut&);
 
 // [role][poll]: client, server x busy, event.
 template <Transport T>
 using PointLoops = std::array<std::array<PointLoop<T>, 2>, 2>;
 
+// An experiment's loop for one end; one-connection experiments get the
+// point's only transport (a call per point, none per message).
+template <Transport T, class E, Role R, Poll P>
+Status run_loop(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
+  if constexpr (E::kManyConnections) {
+    if constexpr (R == Role::client) return E::template client<T, P>(conns, c, pt, out);
+    else return E::template server<T, P>(conns, c, pt, out);
+  } else {
+    if constexpr (R == Role::client) return E::template client<T, P>(*conns[0], c, pt, out);
+    else return E::template server<T, P>(*conns[0], c, pt, out);
+  }
+}
+
 template <Transport T, class E>
 constexpr PointLoops<T> loops_of() {
-  return {{{&E::template client<T, Poll::busy>, &E::template client<T, Poll::event>},
-           {&E::template server<T, Poll::busy>, &E::template server<T, Poll::event>}}};
+  return {{{&run_loop<T, E, Role::client, Poll::busy>, &run_loop<T, E, Role::client, Poll::event>},
+           {&run_loop<T, E, Role::server, Poll::busy>, &run_loop<T, E, Role::server, Poll::event>}}};
 }
 
 template <Transport T, class... E>

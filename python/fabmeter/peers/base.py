@@ -45,10 +45,11 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 @dataclass(frozen=True)
 class Params:
     """One `fabmeter peers` run, as every adapter reads it (the engine's key
-    names where the engine has the knob: size, iters, duration)."""
+    names where the engine has the knob: size, iters, duration, rate)."""
     size: int = 32                        # latency message size, bytes
     bw_size: int = 64 * 1024              # bandwidth message size, bytes
     iters: int = 10000                    # for tools that count messages
+    rate: int = 10000                     # load: requests per second offered (fabmeter load's --rate)
     duration: float = 1.0                 # seconds, for tools that only stop on a timer
     cpus: Optional[tuple[int, int]] = None  # (client CPU, server CPU); None = unpinned
     transports: tuple[str, ...] = ("tcp", "udp", "shm")
@@ -66,7 +67,7 @@ class Params:
 
 @dataclass(frozen=True)
 class Case:
-    experiment: str   # lat | bw
+    experiment: str   # lat | bw | load
     transport: str    # tcp | udp | shm
 
     def size(self, params: Params) -> int:

@@ -1,11 +1,12 @@
 """`fabmeter peers`: the established tools beside fabmeter, on this host.
 
 Each selected tool measures what it can among the chosen transports
-(loopback only): sockperf lat tcp/udp, qperf lat tcp/udp and bw tcp, iperf3
-bw tcp, ucx_perftest lat and bw over shm and tcp, fi_pingpong lat over each
+(loopback only): sockperf lat and load (under-load at --rate) tcp/udp, qperf
+lat tcp/udp and bw tcp, iperf3 bw tcp, ucx_perftest lat and bw over shm and tcp, fi_pingpong lat over each
 transport's libfabric provider (tcp msg, udp dgram, shm rdm). fabmeter
-itself (tool "fabmeter") runs lat for every transport x poll (busy, event)
-and bw over tcp, with the same sizes, iterations and CPUs. One table, every row saying
+itself (tool "fabmeter") runs lat for every transport x poll (busy, event),
+bw over tcp and load over tcp and udp (busy, fixed arrivals at --rate), with
+the same sizes, iterations, rate and CPUs. One table, every row saying
 which statistic it is; notes where a tool's statistic differs.
 
 --out DIR writes DIR/peers.json (the peer points, and a record for every
@@ -30,11 +31,16 @@ from fabmeter.peers.registry import PEERS
 from fabmeter.results import equivalent_command, execute_recorded, now_iso, write_json
 
 TOOLS = ("fabmeter", *PEERS)
+EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
 TRANSPORTS = ("tcp", "udp", "shm")
-FABMETER_RUNS = [("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
+FABMETER_RUNS = ([("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
+                 + [("load", t, "busy") for t in ("tcp", "udp")])
 FABMETER_NOTE = {
     "lat": "fabmeter lat: percentiles (linear interpolation) and mean over every sample of RTT/2, warm-up excluded",
     "bw": "fabmeter bw: messages received after warm-up / the receiver's time from the first to the last of them",
+    "load": "fabmeter load, fixed arrivals at --rate: the RTT from the intended send time (from the actual send: "
+            "service_latency_ns, sockperf under-load's definition); nearest-rank percentiles of a 3-digit "
+            "histogram over every request after warm-up",
 }
 
 
@@ -56,7 +62,10 @@ def add_parser(sub) -> None:
                    help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
     p.add_argument("--duration", metavar="S", type=float, default=1.0,
                    help="seconds, for the tools that only stop on a timer: sockperf, qperf; "
-                        "whole seconds, rounded up (default: %(default)s)")
+                        "whole seconds, rounded up; fabmeter load runs this long (default: %(default)s)")
+    p.add_argument("--rate", metavar="HZ", type=int, default=10000,
+                   help="load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
+                        "(default: %(default)s)")
     p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs)")
     p.add_argument("--json", action="store_true", help="print one JSON object per point or skipped/failed case")
     p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
@@ -86,7 +95,9 @@ def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path]) -> Par
         raise FabmeterError("--iters must be at least 1", EXIT_USAGE)
     if not ns.duration > 0:
         raise FabmeterError("--duration must be positive", EXIT_USAGE)
-    return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration,
+    if not 1 <= ns.rate <= 10_000_000:   # fabmeter load's bounds
+        raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
+    return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
                   cpus=tuple(cpus) if cpus else None, transports=_list(ns.transports, TRANSPORTS, "transports"),
                   raw_dir=out / "peers-raw" if out else None)
 
@@ -100,7 +111,11 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
         if transport not in params.transports:
             continue
         size = params.bw_size if experiment == "bw" else params.size
-        options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
+        if experiment == "load":   # sockperf under-load's schedule: a send every 1/rate
+            options = {"transport": transport, "poll": poll, "rate": [params.rate], "arrivals": "fixed",
+                       "req_size": size, "duration": params.duration}
+        else:
+            options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine)
         command = equivalent_command(spec)
@@ -128,7 +143,7 @@ def table(points: list[dict], params: Params) -> str:
     notes: dict[str, int] = {}
     rows = []
     order = {t: i for i, t in enumerate(TOOLS)}
-    for p in sorted(points, key=lambda p: (p.get("experiment") != "lat", TRANSPORTS.index(p["transport"])
+    for p in sorted(points, key=lambda p: (EXPERIMENTS.get(p.get("experiment"), 9), TRANSPORTS.index(p["transport"])
                                            if p.get("transport") in TRANSPORTS else 9, order.get(p.get("tool"), 99))):
         lat = p.get("latency_ns") or p.get("rtt_ns") or {}
         note = p.get("statistic_note")
@@ -136,10 +151,11 @@ def table(points: list[dict], params: Params) -> str:
         rows.append([p.get("tool", "?"), p.get("experiment", "?"), p.get("transport", "?"), p.get("poll") or "-",
                      analysis.fmt_size(p.get("size")), _figure(p) if lat else "-",
                      lat.get("p50"), lat.get("p99"), lat.get("mean"),
-                     analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0), mark])
+                     analysis.fmt_num(p.get("gbps"), 3),
+                     analysis.fmt_num(p.get("msg_rate") or p.get("achieved_rps"), 0), mark])
     cpus = f"client CPU {params.cpus[0]}, server CPU {params.cpus[1]}" if params.cpus else "unpinned"
     head = (f"fabmeter peers: loopback, {cpus}; latency in ns as each tool defines it (see notes), "
-            f"bandwidth in Gbit/s (10^9 bit/s)")
+            f"bandwidth in Gbit/s (10^9 bit/s); load: msg/s is the achieved request rate")
     text = [head, analysis.format_table(["tool", "experiment", "transport", "poll", "size", "latency figure",
                                          "p50 ns", "p99 ns", "mean ns", "Gbit/s", "msg/s", "note"], rows, left=6)]
     if notes:
@@ -180,7 +196,7 @@ def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: st
         write_json(out / "peers.json", {
             "fabmeter_version": __version__, "command": ["fabmeter", *sys.argv[1:]],
             "started_at": started, "finished_at": now_iso(),
-            "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iters,
+            "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iters, "rate": params.rate,
                        "duration": params.duration, "cpus": list(params.cpus) if params.cpus else None,
                        "transports": list(params.transports), "tools": list(tools)},
             "environment": envinfo.collect(),

@@ -1,11 +1,23 @@
-"""sockperf ping-pong over TCP and UDP (blocking sockets).
+"""sockperf over TCP and UDP (blocking sockets): ping-pong (lat) and
+under-load (load).
 
 What sockperf reports (client_statistics() in sockperf's client.cpp): every
 sample is half a round trip (RTT/2, its "latency"; --full-rtt would give the
 RTT). Messages sent in the first 400 ms (warm-up) and the last 50 ms of the
 run are dropped; the rest, the "valid" window, are sorted and each
 percentile is the nearest rank (sample at round(p * n) - 1). avg-latency is
-the mean RTT / 2. sockperf 3.7 runs for whole seconds only (-t).
+the mean RTT / 2. sockperf 3.7 runs for whole seconds only (-t), after a
+fixed 2 s pause behind its warm-up messages.
+
+Under load (`sockperf under-load --mps N`), a sender thread busy-waits to
+the start of each 1/N cycle (an absolute schedule: a late sender catches up
+in a burst) and stamps each message just before its sendto; a receiver
+thread blocks in recvfrom. So its latency is measured from the *actual*
+send, as fabmeter load's service_latency_ns, not from the intended one as
+fabmeter load's latency_ns. By default the server answers one message in
+100 (--reply-every 100); the adapter asks a reply to every message
+(--reply-every 1), so each message is a request as in fabmeter load, and
+the round trip (--full-rtt), the figure fabmeter load reports.
 """
 
 from __future__ import annotations
@@ -19,6 +31,11 @@ from fabmeter.peers.base import (ANSI_ESCAPE, Case, Params, Peer, PeerError, Uns
 
 NOTE = ("sockperf ping-pong, blocking sockets: each sample is RTT/2; nearest-rank percentiles and the mean "
         "(avg-latency) over all messages of sockperf's valid window (its first 400 ms and last 50 ms excluded)")
+LOAD_NOTE = ("sockperf under-load --mps RATE --reply-every 1 --full-rtt: a sender thread spinning to each 1/RATE "
+             "cycle, a receiver thread blocking in recvfrom (both on the client CPU); each sample is the RTT from "
+             "the actual send (as fabmeter load's service latency, not its latency from the intended send); "
+             "nearest-rank percentiles over sockperf's valid window (first 400 ms and last 50 ms excluded)")
+LOAD_KIND = "rtt from the actual send time"
 MIN_SIZE, MAX_SIZE = 14, 65507   # sockperf's -m limits (its header; one UDP datagram)
 
 _PCT = re.compile(r"---> percentile\s+([\d.]+)\s*=\s*([\d.]+)")
@@ -26,7 +43,7 @@ _EDGE = re.compile(r"---> <(MAX|MIN)> observation\s*=\s*([\d.]+)")
 _AVG = re.compile(r"avg-(latency|rtt)=([\d.]+) \(std-dev=([\d.]+)")
 _TOTAL = re.compile(r"Total (\d+) observations")
 _LOSS = re.compile(r"# dropped messages = (\d+); # duplicated messages = (\d+); # out-of-order messages = (\d+)")
-_VALID = re.compile(r"\[Valid Duration\] RunTime=([\d.]+) sec")
+_VALID = re.compile(r"\[Valid Duration\] RunTime=([\d.]+) sec; SentMessages=(\d+); ReceivedMessages=(\d+)")
 _PROTO = re.compile(r"PORT =\s*\d+ # (TCP|UDP)")
 _ERROR = re.compile(r"^sockperf: (?:'-\w' Invalid .*|ERROR.*)$", re.M)
 
@@ -34,7 +51,7 @@ _ERROR = re.compile(r"^sockperf: (?:'-\w' Invalid .*|ERROR.*)$", re.M)
 class Sockperf(Peer):
     def __init__(self):
         super().__init__(tool="sockperf", package="sockperf",
-                         cases=(Case("lat", "tcp"), Case("lat", "udp")))
+                         cases=(Case("lat", "tcp"), Case("lat", "udp"), Case("load", "tcp"), Case("load", "udp")))
 
     def version(self) -> Optional[str]:
         return probe_version(("sockperf", "--version"), r"version (\S+)")
@@ -50,8 +67,11 @@ class Sockperf(Peer):
         if not MIN_SIZE <= size <= MAX_SIZE:
             raise Unsupported(f"sockperf takes {MIN_SIZE}..{MAX_SIZE} B messages, not {size}")
         seconds = max(1, math.ceil(params.duration))
-        return pinned(["sockperf", "ping-pong", "-i", "127.0.0.1", "-p", str(port), *proto,
-                       "-m", str(size), "-t", str(seconds)], params.client_cpu)
+        common = ["-i", "127.0.0.1", "-p", str(port), *proto, "-m", str(size), "-t", str(seconds)]
+        if case.experiment == "load":
+            return pinned(["sockperf", "under-load", *common, "--mps", str(params.rate), "--reply-every", "1",
+                           "--full-rtt"], params.client_cpu)
+        return pinned(["sockperf", "ping-pong", *common], params.client_cpu)
 
     def parse(self, text: str, case: Case) -> list[dict]:
         text = ANSI_ESCAPE.sub("", text)
@@ -68,17 +88,38 @@ class Sockperf(Peer):
         stats.update({percentile_key(m.group(1)): us_to_ns(m.group(2)) for m in _PCT.finditer(text)})
         stats.update(mean=us_to_ns(avg.group(2)), stdev=us_to_ns(avg.group(3)))
         rtt = avg.group(1) == "rtt"   # --full-rtt: the same figures, not halved
-        p = point(self.tool, case, iterations=int(total.group(1)),
-                  latency_kind="rtt" if rtt else "rtt/2",
-                  statistic_note=NOTE.replace("RTT/2", "the RTT") if rtt else NOTE,
-                  **{"rtt_ns" if rtt else "latency_ns": stats})
-        loss = _LOSS.search(text)
+        valid, loss = _VALID.search(text), _LOSS.search(text)
+        if case.experiment == "load":
+            if not rtt:
+                raise PeerError("sockperf under-load printed RTT/2, expected the round trip (--full-rtt)")
+            if not valid:
+                return []
+            # fabmeter load's keys: latency_ns is the round trip there too.
+            p = point(self.tool, case, iterations=int(total.group(1)), latency_kind=LOAD_KIND,
+                      statistic_note=LOAD_NOTE, latency_ns=stats, arrivals="fixed",
+                      sent=int(valid.group(2)), completed=int(valid.group(3)),
+                      achieved_rps=round(int(valid.group(3)) / float(valid.group(1)), 3))
+        else:
+            p = point(self.tool, case, iterations=int(total.group(1)),
+                      latency_kind="rtt" if rtt else "rtt/2",
+                      statistic_note=NOTE.replace("RTT/2", "the RTT") if rtt else NOTE,
+                      **{"rtt_ns" if rtt else "latency_ns": stats})
         if loss:
             p["lost"] = int(loss.group(1))
-        valid = _VALID.search(text)
         if valid:
             p["duration_s"] = float(valid.group(1))
         return [p]
+
+    def run_case(self, case: Case, params: Params) -> list[dict]:
+        points = super().run_case(case, params)
+        if case.experiment == "load":
+            for p in points:
+                p["offered_rps"] = params.rate
+        return points
+
+    def _raw_name(self, case: Case, params: Params) -> str:
+        name = super()._raw_name(case, params)
+        return name.replace(".txt", f"-{params.rate}rps.txt") if case.experiment == "load" else name
 
 
 PEER = Sockperf()

@@ -11,6 +11,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from fabmeter import analysis  # noqa: E402
@@ -68,6 +69,16 @@ class Colors:
         return self.of.get(label, "k")
 
 
+def _legend(fig, ax, entries: int, loc: str, width: float, **kw) -> None:
+    """At `loc` inside the axes; beside the plot when it has more than 6 entries, so it hides no line and
+    the axes keep their size."""
+    if entries > 6:
+        fig.set_size_inches(width, max(fig.get_size_inches()[1], 0.9 + 0.17 * entries))
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, **kw)
+    else:
+        ax.legend(loc=loc, fontsize=7, **kw)
+
+
 def _threshold(point: dict) -> Optional[tuple[float, Optional[float], str]]:
     """(threshold ns, share above in %, what it is) for oneway and stream points."""
     if point.get("threshold_us") is not None:
@@ -78,6 +89,12 @@ def _threshold(point: dict) -> Optional[tuple[float, Optional[float], str]]:
 
 
 # --- figures (one function each) --------------------------------------------
+
+def _body_end(a: np.ndarray) -> float:
+    """Where a compact distribution's body ends: p50 + 4 x (p99 - p50), at most the max."""
+    p50, p99 = (float(x) for x in np.percentile(a, [50, 99]))
+    return min(float(a.max()), p50 + 4 * (p99 - p50))
+
 
 def fig_histogram(e: Entry, color) -> bytes:
     """Latency histogram of one point: median and max marked, share above the threshold.
@@ -90,7 +107,7 @@ def fig_histogram(e: Entry, color) -> bytes:
     lo, mx = float(a.min()), float(a.max())
     p50, p99 = (float(x) for x in np.percentile(a, [50, 99]))
     heavy = p99 > 5 * p50 and lo > 0
-    hi = mx if heavy else min(mx, p50 + 4 * (p99 - p50))
+    hi = mx if heavy else _body_end(a)
     hi = hi if hi > lo else lo + 1.0
     unit, scale = unit_for(hi)
     beyond = int(np.count_nonzero(a > hi))
@@ -139,12 +156,7 @@ def fig_cdf(title: str, curves: list[tuple[str, np.ndarray, object, str]], xlabe
     ax.set_xlabel(f"{xlabel} [µs, log scale]")
     ax.set_ylabel("fraction of messages at or below")
     ax.set_title(title)
-    entries = sum(1 for label, *_ in curves if not label.startswith("_"))
-    if entries > 6:   # beside the plot, so it hides no curve and the axes keep their size
-        fig.set_size_inches(9.0, max(3.6, 0.9 + 0.17 * entries))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7)
-    else:
-        ax.legend(loc="lower right")
+    _legend(fig, ax, sum(1 for label, *_ in curves if not label.startswith("_")), "lower right", 9.0)
     return png(fig)
 
 
@@ -244,4 +256,146 @@ def fig_stream_heatmap(label: str, cells: dict[tuple[int, int], tuple[float, flo
     bar = fig.colorbar(im, ax=ax, label="median one-way latency [µs, log]")
     bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    return png(fig)
+
+
+def fig_stages(title: str, stages: list[tuple[str, str]], columns: list[tuple[str, dict[str, np.ndarray]]],
+               colors: list) -> bytes:
+    """oneway's stages (the thesis' timestamps): a histogram per stage (rows, each
+    `(key, what it is)`), one column per run (inline off and on side by side);
+    a stage shares its axis across the columns, from the lowest sample over
+    the body of each (the samples beyond counted in the legend)."""
+    fig, axes = plt.subplots(len(stages), len(columns), figsize=(4.4 * len(columns) + 1.0, 2.5 * len(stages)),
+                             squeeze=False, sharex="row")
+    for row, (key, what) in enumerate(stages):
+        present = [c[key] for _, c in columns if key in c]
+        lo = min(float(a.min()) for a in present)
+        hi = max(_body_end(a) for a in present)
+        hi = hi if hi > lo else lo + 1.0
+        unit, scale = unit_for(hi)
+        bins = np.linspace(lo, hi, 101) / scale
+        for col, ((name, samples), color) in enumerate(zip(columns, colors)):
+            ax = axes[row, col]
+            a = samples.get(key)
+            if a is None:
+                ax.text(0.5, 0.5, "not measured here\n(no send completions)", transform=ax.transAxes,
+                        ha="center", va="center", color="0.4")
+                ax.set_yticks([])
+            else:
+                p50 = float(np.median(a))
+                beyond = int(np.count_nonzero(a > hi))
+                ax.hist(a[a <= hi] / scale, bins=bins, color=color, alpha=0.85, log=True, histtype="stepfilled")
+                ax.axvline(p50 / scale, color="k", lw=1.2, label=f"median {fmt_ns(p50)}")
+                if beyond:
+                    ax.plot([], [], " ", label=f"{beyond} beyond the axis (max {fmt_ns(float(a.max()))})")
+                ax.legend(loc="upper right")
+            ax.set_xlim(lo / scale, hi / scale)
+            if row == 0:
+                ax.set_title(name)
+            ax.set_xlabel(f"{what} [{unit}]")
+            if col == 0:
+                ax.set_ylabel("messages (log)")
+    fig.suptitle(title)
+    return png(fig)
+
+
+# --- load (open loop): one function per figure --------------------------------
+
+LOAD_PERCENTILES = (("p50", "-", "o"), ("p99", "--", "s"), ("p999", ":", "^"))
+
+
+def fig_load_latency(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """Latency from the intended send time (p50, p99, p99.9) against offered load: a colour per run, a line
+    style per percentile; each run's knee marked."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.9))
+    for label, points in sorted(series.items()):
+        x = np.array([p["offered_rps"] for p in points], dtype=float)
+        for key, style, marker in LOAD_PERCENTILES:
+            y = np.array([(p.get("latency_ns") or {}).get(key, np.nan) for p in points], dtype=float)
+            ax.plot(x, y / 1e3, color=colors(label), ls=style, marker=marker, ms=3.5, lw=1.3)
+        knee = (points[-1].get("knee") or {}).get("offered_rps")
+        if knee:
+            ax.axvline(knee, color=colors(label), lw=0.8, alpha=0.6)
+            ax.annotate("knee", xy=(knee, 0.97), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                        ha="right", fontsize=7, color=colors(label))
+    # One entry per run (its colour) and one per percentile (its line style).
+    handles = [Line2D([], [], color=colors(label), lw=2) for label in sorted(series)]
+    handles += [Line2D([], [], color="k", ls=style, marker=marker, ms=3.5) for _, style, marker in LOAD_PERCENTILES]
+    labels = sorted(series) + [key.replace("p999", "p99.9") for key, _, _ in LOAD_PERCENTILES]
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_ylabel("RTT from the intended send [µs, log]")
+    ax.set_title(f"{title}: latency against offered load\nsolid p50, dashed p99, dotted p99.9; vertical line: the knee")
+    _legend(fig, ax, len(labels), "upper left", 9.0, handles=handles, labels=labels)
+    return png(fig)
+
+
+def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """Achieved against offered request rate; the diagonal is a path that keeps up."""
+    fig, ax = plt.subplots(figsize=(6.2, 3.9))
+    lo, top = np.inf, 0.0
+    for label, points in sorted(series.items()):
+        x = np.array([p["offered_rps"] for p in points], dtype=float)
+        y = np.array([p.get("achieved_rps") or 0 for p in points], dtype=float)
+        ax.plot(x, y, color=colors(label), marker="o", ms=3.5, lw=1.3, label=label)
+        lo, top = min(lo, float(x.min())), max(top, float(x.max()), float(y.max()))
+    ax.plot([lo / 1.5, top * 1.5], [lo / 1.5, top * 1.5], color="0.5", lw=0.8, ls=":", label="achieved = offered")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_ylabel("achieved [requests/s, log]")
+    ax.set_title(f"{title}: achieved against offered throughput")
+    _legend(fig, ax, len(series) + 1, "upper left", 8.5)
+    return png(fig)
+
+
+def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
+    """Homa's plot: slowdown (latency / the unloaded p50 of that size) against message size, p50 solid and
+    p99 dashed. `series`: run label -> [(offered rps, [(size_hi, p50, p99)])], a colour per run, darker
+    as the offered load rises."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.9))
+    lines = 0
+    for label, by_rate in sorted(series.items()):
+        for i, (rate, rows) in enumerate(sorted(by_rate)):
+            size, p50, p99 = (np.array(c, dtype=float) for c in zip(*rows))
+            alpha = 0.35 + 0.65 * (i + 1) / len(by_rate)
+            name = f"{label} @ {analysis.fmt_num(rate, 0)}/s"
+            ax.plot(size, p99, color=colors(label), alpha=alpha, ls="--", marker="s", ms=3, lw=1.2,
+                    label=f"{name} p99")
+            ax.plot(size, p50, color=colors(label), alpha=alpha, ls="-", marker="o", ms=3, lw=1.2,
+                    label=f"{name} p50")
+            lines += 2
+    ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
+    _size_ticks(ax)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (upper bound of the size bucket)")
+    ax.set_ylabel("slowdown [latency / unloaded p50, log]")
+    ax.set_title(f"{title}: slowdown against message size\n"
+                 "solid p50, dashed p99; darker: higher offered load; 1 = as fast as unloaded")
+    _legend(fig, ax, lines, "upper left", 9.5)
+    return png(fig)
+
+
+def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
+    """The server's completions (messages) per non-empty poll as a histogram, a line per offered load
+    (RAMCloud's measure of batching: more per poll as load rises). Buckets as the engine names them, the
+    last "N+"."""
+    buckets = sorted({b for per in series.values() for b in per}, key=lambda b: int(b.rstrip("+")))
+    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    cmap = plt.get_cmap("viridis")
+    for i, (label, per) in enumerate(series.items()):
+        polls = sum(per.values()) or 1
+        share = np.array([100.0 * per.get(b, 0) / polls for b in buckets])
+        share[share == 0] = np.nan   # a bucket no poll reached: a gap, not a drop to zero on a log axis
+        ax.plot(range(len(buckets)), share, color=cmap(i / max(1, len(series) - 1) * 0.9), marker="o", ms=3,
+                lw=1.2, label=label)
+    step = max(1, len(buckets) // 16)
+    ticks = sorted(set(range(0, len(buckets), step)) | {len(buckets) - 1})   # the last, "N+", always named
+    ax.set_xticks(ticks, [buckets[i] for i in ticks])
+    ax.set_yscale("log")
+    ax.set_xlabel("completions returned by one poll")
+    ax.set_ylabel("share of non-empty polls [%, log]")
+    ax.set_title(title)
+    ax.legend(loc="upper right", fontsize=7, title="offered load")
     return png(fig)

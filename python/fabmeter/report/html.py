@@ -13,10 +13,11 @@ import numpy as np
 
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
-from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_histogram, fig_latency_vs_size,
-                                     fig_stream_heatmap, fig_stream_vs_rate)
-from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, latency_name, load, percentiles,
-                                   representative, stat)
+from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_completions_per_poll, fig_histogram,
+                                     fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_slowdown,
+                                     fig_stages, fig_stream_heatmap, fig_stream_vs_rate)
+from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
+                                   load_sweeps, percentiles, representative, stat)
 from fabmeter.results import now_iso
 
 
@@ -87,7 +88,8 @@ def section_table(entries: list[Entry], runs: list[Run]) -> str:
         p = e.point
         # One-way figures; a peer that reports only the round trip keeps it, labelled RTT.
         block = "latency_ns" if p.get("latency_ns") else "rtt_ns"
-        kind = {"rtt/2": "RTT/2", "rtt": "RTT"}.get(str(p.get("latency_kind")), "") if p.get(block) else ""
+        named = str(p.get("latency_kind"))
+        kind = ("RTT/2" if named == "rtt/2" else "RTT" if named.startswith("rtt") else "") if p.get(block) else ""
         if p.get(block) and not kind:
             kind = "RTT/2" if e.rtt_half else "one-way"
         status = e.run.status + (" (partial)" if p.get("partial") else "")
@@ -162,6 +164,31 @@ def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
                                  e0.latency_name),
                          f"CDF {e0.experiment} {e0.where()}",
                          f"{e0.experiment}, {e0.where()}: {len(curves)} runs; dotted lines at p50 and p99"))
+    return figs
+
+
+def section_stages(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
+    """oneway's stages, one figure per configuration (each run's representative
+    point); runs that differ only by --inline side by side, inline off first."""
+    by_config: dict[tuple, list[Entry]] = {}
+    for run_entries in groups.values():
+        e = representative(run_entries)
+        if e.experiment == "oneway" and e.raw_samples("post_ns") is not None:
+            by_config.setdefault(inline_pair_key(e), []).append(e)
+    figs = []
+    for es in (by_config[k] for k in sorted(by_config)):
+        es.sort(key=lambda e: (e.inline, e.run.rel))
+        columns = [(f"{e.run.rel}: inline {f'on (--inline {e.inline})' if e.inline else 'off'}",
+                    {key: a for key, *_ in analysis.ONEWAY_STAGES if (a := e.raw_samples(key)) is not None})
+                   for e in es]
+        stages = [(key, f"{name}: {stamps}") for key, name, stamps in analysis.ONEWAY_STAGES
+                  if any(key in c for _, c in columns)]
+        e0 = es[0]
+        title = f"oneway {e0.label} {e0.where()}: one-way stages from the submit stamp t_subm"
+        figs.append(_img(fig_stages(title, stages, columns, [colors(e.label) for e in es]),
+                         f"one-way stages {e0.label} {e0.where()}",
+                         f"{e0.where()}: " + ", ".join(e.run.rel for e in es) + "; a row per stage, a column per run",
+                         wide=len(es) > 1))
     return figs
 
 
@@ -244,6 +271,58 @@ def section_stream(entries: list[Entry], colors: Colors) -> list[str]:
     return figs
 
 
+FIXED_SIZES = "fixed sizes"   # a load run without --workload
+
+
+def _load_title(workload: str) -> str:
+    return "load, " + (workload if workload == FIXED_SIZES else f"workload {workload}")
+
+
+def section_load(entries: list[Entry]) -> list[str]:
+    """Open-loop load sweeps: per workload latency and achieved against offered load and slowdown against
+    size; each run's completions per poll."""
+    sweeps = load_sweeps(entries)
+    if not sweeps:
+        return []
+    colors = Colors([s.label for s in sweeps])    # a sweep's label names its workload too: colours of their own
+    figs = []
+    # Per workload, as Homa plots them: one run per transport and mode in each.
+    for workload in sorted({s.workload or FIXED_SIZES for s in sweeps}):
+        curves = {s.label: s.points for s in sweeps if (s.workload or FIXED_SIZES) == workload and len(s.points) >= 2}
+        if not curves:
+            continue
+        title = _load_title(workload)
+        figs.append(_img(fig_load_latency(title, curves, colors), f"load latency vs offered load {workload}",
+                         f"{title}: p50, p99 and p99.9 of the round trip from the intended send time (queueing "
+                         "included: coordinated omission cannot hide it) against the offered request rate; the "
+                         "knee: the first offered load whose p99 exceeds 10x the unloaded p99 or whose achieved "
+                         "rate falls below 95 % of offered", wide=True))
+        figs.append(_img(fig_load_throughput(title, curves, colors), f"load achieved vs offered {workload}",
+                         f"{title}: achieved request rate (completed round trips per second) against offered"))
+    by_workload: dict[str, dict[str, list]] = {}
+    for s in sweeps:
+        for p in s.points:
+            rows = [(b["size_hi"], b["p50"], b["p99"]) for b in p.get("slowdown") or []
+                    if b.get("count") and b.get("p50")]
+            if len(rows) >= 2:
+                by_workload.setdefault(s.workload or FIXED_SIZES, {}).setdefault(s.label, []).append(
+                    (p["offered_rps"], rows))
+    for workload, series in sorted(by_workload.items()):
+        title = _load_title(workload)
+        figs.append(_img(fig_slowdown(title, series, colors), f"load slowdown {workload}",
+                         f"{title}: slowdown per message-size bucket (latency from the intended send / the unloaded "
+                         "p50 of that size, Homa's metric), p50 and p99", wide=True))
+    for s in sorted(sweeps, key=lambda s: s.label):
+        per = {f"{analysis.fmt_num(p['offered_rps'], 0)}/s, mean {p['server'].get('mean_per_poll', 0):.2g}":
+               p["server"]["completions_per_poll"] for p in s.points if (p.get("server") or {}).get("completions_per_poll")}
+        if per:
+            figs.append(_img(fig_completions_per_poll(f"load {s.label}: the server's completions per poll", per),
+                             f"load completions per poll {s.label}",
+                             f"load {s.label}: messages one poll of the server's transport returned, as a share of "
+                             "the polls that returned any (RAMCloud's batching measure)"))
+    return figs
+
+
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto; max-width: 1400px;
        padding: 1rem 2rem; color: #1d232a; background: #fff; }
@@ -282,9 +361,19 @@ def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
          "on a log axis from min to max."),
         ("cdf", "CDF overlays per transport and mode", section_cdfs(groups, colors),
          "Runs of the same experiment and size side by side (multi-point runs: their representative point)."),
+        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", section_stages(groups, colors),
+         "oneway's four timestamps, each stage from t_subm, just before the post: post (t_send, the post call "
+         "returned), receive (t_recv, the receiver saw the message) and, where the transport reports send "
+         "completions, completion (t_comp, the sender saw it). Runs that differ only by the inline option side by "
+         "side. Each row's axis runs from its lowest sample to p50 + 4 x (p99 - p50) of the widest run, the samples "
+         "beyond counted in the legend; solid: median."),
         ("sizes", "Latency vs message size", section_sizes(entries, colors), ""),
         ("bandwidth", "Bandwidth and message rate vs message size", section_bandwidth(entries, colors), ""),
         ("stream", "Stream: latency vs rate, missed steps, rate x values", section_stream(entries, colors), ""),
+        ("load", "Load: latency and throughput against offered load, slowdown, completions per poll",
+         section_load(entries),
+         "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
+         "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
     ]
     n_points = sum(1 for e in entries if not e.run.peer)
     n_peer = sum(1 for e in entries if e.run.peer)
@@ -314,10 +403,10 @@ def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
         body.append("<p class='meta'>Not read: " + html.escape("; ".join(problems)) + "</p>")
     body.append('<h2 id="environment">Environment</h2>' + section_environment(runs))
     body.append('<h2 id="table">Comparison table</h2><p class="meta">The latency column says what p50, p99 and '
-                "max are: <b>RTT/2</b> (half a measured round trip, lat) or <b>one-way</b> (receive time minus the "
-                "scheduled send time, oneway and stream); a peer tool that reports only the round trip shows "
-                "<b>RTT</b>. Peer rows (shaded) come from other tools and are only as comparable as their note "
-                "says.</p>" + section_table(entries, runs))
+                "max are: <b>RTT/2</b> (half a measured round trip, lat), <b>one-way</b> (receive time minus the "
+                "scheduled send time, oneway and stream) or <b>RTT</b> (a whole round trip: load, from the intended "
+                "send time, and a peer tool that reports only the round trip). Peer rows (shaded) come from other "
+                "tools and are only as comparable as their note says.</p>" + section_table(entries, runs))
     for sid, title, figs, intro in sections:
         if figs:
             body.append(f'<h2 id="{sid}">{html.escape(title)}</h2>' + (f'<p class="meta">{html.escape(intro)}</p>'

@@ -12,8 +12,8 @@ import numpy as np
 from fabmeter import analysis
 
 # Options that tell runs of one transport apart in labels ("verbs busy uc write").
-MODE_KEYS = ("service", "op", "inline", "signal_every", "provider", "ep", "bidir", "timer")
-EXPERIMENT_ORDER = {"lat": 0, "oneway": 1, "bw": 2, "stream": 3}
+MODE_KEYS = ("service", "op", "inline", "signal_every", "provider", "ep", "bidir", "timer", "rq_depth", "sq_depth")
+EXPERIMENT_ORDER = {"lat": 0, "oneway": 1, "bw": 2, "stream": 3, "load": 4}
 
 
 @dataclass
@@ -59,21 +59,36 @@ class Entry:
     def samples(self) -> Optional[np.ndarray]:
         """One-way latency samples in ns (RTT/2 for ping-pong runs), or None."""
         if self._samples is None:
-            names = self.point.get("samples") or {}
-            try:
-                if "latency_ns" in names:
-                    self._samples = np.load(self.run.folder / names["latency_ns"])
-                elif "rtt_ns" in names:
-                    self._samples = np.load(self.run.folder / names["rtt_ns"]) / 2.0
-            except (OSError, ValueError):
-                return None
-        if self._samples is None or self._samples.size == 0:
-            return None
+            if "latency_ns" in (self.point.get("samples") or {}):
+                self._samples = self.raw_samples("latency_ns")
+            elif (rtt := self.raw_samples("rtt_ns")) is not None:
+                self._samples = rtt / 2.0
         return self._samples
 
+    def raw_samples(self, key: str) -> Optional[np.ndarray]:
+        """The non-empty raw samples the point names under `key` (e.g. a
+        oneway stage of analysis.ONEWAY_STAGES), in ns, or None."""
+        name = (self.point.get("samples") or {}).get(key)
+        try:
+            a = np.load(self.run.folder / name) if name else None
+        except (OSError, ValueError):
+            return None
+        return a if a is not None and a.size else None
+
+    @property
+    def inline(self) -> int:
+        """The bytes sent inline (--inline), 0 when the message is not."""
+        limit = int(self.run.params.get("inline") or 0)
+        return limit if 0 < int(self.point.get("size") or 0) <= limit else 0
+
     def where(self) -> str:
-        """The point's size, or rate and values for a stream."""
+        """The point's size, rate and values for a stream, offered rate for load."""
         p = self.point
+        if p.get("offered_rps") is not None:
+            if p.get("phase") == "capacity":
+                return "capacity (closed loop)"
+            return f"{analysis.fmt_num(p['offered_rps'], 0)} req/s offered" + (f" ({p['load']:.0%})" if p.get("load")
+                                                                               else "")
         if p.get("rate_hz") is not None:
             return (f"{analysis.fmt_num(p['rate_hz'])} Hz x {p.get('values')} values "
                     f"({analysis.fmt_size(p.get('size'))})")
@@ -84,6 +99,8 @@ def latency_name(point: dict, experiment: str) -> str:
     kind = point.get("latency_kind") or ("rtt/2" if experiment == "lat" else "one-way")
     if kind == "rtt/2":
         return "one-way latency = RTT/2"
+    if kind.startswith("rtt"):   # load: "rtt from the intended send time"
+        return "RTT" + kind[len("rtt"):]
     return "one-way latency" + (f" {kind[len('one-way'):].strip()}" if kind.startswith("one-way ") else "")
 
 
@@ -108,7 +125,7 @@ def load(root: Path) -> tuple[list[Run], list[str]]:
 
 
 def mode_words(params: dict, keys: list[str]) -> list[str]:
-    """A run's values of `keys`, as label words: rc, write, inline 188, sig 1, bidir."""
+    """A run's values of `keys`, as label words: rc, write, inline 188, sig 1, bidir, rq 24."""
     words = []
     for key in keys:
         value = params.get(key)
@@ -120,6 +137,8 @@ def mode_words(params: dict, keys: list[str]) -> list[str]:
             words.append(f"inline {value}")
         elif key == "signal_every":
             words.append(f"sig {value}")
+        elif key in ("rq_depth", "sq_depth"):   # the pools of the RAMCloud study: "rq 24 sq 8"
+            words.append(f"{key[:2]} {value}")
         else:
             words.append(str(value))
     return words
@@ -157,6 +176,13 @@ def entries_of(runs: list[Run]) -> list[Entry]:
     return out
 
 
+def inline_pair_key(e: Entry) -> tuple:
+    """Everything that sets a point apart but its inline option: points equal
+    in it are drawn side by side, inline off and on (the thesis' figure)."""
+    words = mode_words(e.run.params, [k for k in MODE_KEYS if k != "inline"])
+    return str(e.point.get("transport")), str(e.point.get("poll")), int(e.point.get("size") or 0), tuple(words)
+
+
 def representative(entries: list[Entry]) -> Entry:
     """The point of a multi-point run that stands for it: 32 B if measured,
     for a stream the highest rate with the fewest values, else the first."""
@@ -167,6 +193,34 @@ def representative(entries: list[Entry]) -> Entry:
         if e.point.get("size") == 32:
             return e
     return entries[0]
+
+
+@dataclass
+class LoadSweep:
+    """One load run's open-loop points, by offered rate."""
+    label: str                 # transport, mode and workload: "tcp busy w2"
+    workload: Optional[str]    # None: fixed sizes
+    points: list[dict]
+
+
+def load_sweeps(entries: list[Entry]) -> list[LoadSweep]:
+    """Each load run's open-loop points by offered rate (a --load sweep's capacity point left out); runs that
+    would share a label get their folder added."""
+    runs: dict[int, tuple[Run, LoadSweep]] = {}
+    for e in entries:
+        p = e.point
+        if e.run.peer or e.experiment != "load" or p.get("phase") != "open loop" or not p.get("offered_rps"):
+            continue
+        if id(e.run) not in runs:
+            workload = e.run.params.get("workload") or None
+            runs[id(e.run)] = (e.run, LoadSweep(e.label + (f" {workload}" if workload else ""), workload, []))
+        runs[id(e.run)][1].points.append(p)
+    labels = [sweep.label for _, sweep in runs.values()]
+    for run, sweep in runs.values():
+        sweep.points.sort(key=lambda p: p["offered_rps"])
+        if labels.count(sweep.label) > 1:
+            sweep.label += f" ({run.rel})"
+    return [sweep for _, sweep in runs.values()]
 
 
 def stat(point: dict, block: str, key: str) -> Optional[float]:

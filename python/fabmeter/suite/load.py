@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
 
+from fabmeter import slo as slo_mod
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids
 from fabmeter.suite.ids import PY_KEYS
@@ -110,6 +111,7 @@ class Point:
     server: Optional[str] = None
     line: int = 0                   # its [[matrix]] header
     skip: str = ""                  # why it cannot run on this engine ("" = it can)
+    slo: Optional[str] = None       # latency objectives, canonical (slo.py), as --slo takes them
 
     def params(self, table: Options) -> dict:
         """The engine's `params` this point runs with: its options over the engine's defaults."""
@@ -183,7 +185,7 @@ def load(path: Path, info: dict) -> Suite:
     lines = KeyLines(text)
     table = Options(info)
     experiments, transports = known_names(info, table)
-    allowed_keys = list(PY_KEYS) + [o.key for o in table]
+    allowed_keys = list(PY_KEYS) + ["slo"] + [o.key for o in table]
 
     for key in doc:
         if key not in TOP_KEYS:
@@ -209,6 +211,14 @@ def load(path: Path, info: dict) -> Suite:
         line = lines.key(section, index, key)
         if key not in allowed_keys:
             raise _unknown_key(key, line, allowed_keys)
+        if key == "slo":   # one objective list per table, as --slo takes it; not a matrix axis
+            if not isinstance(given, str):
+                raise SuiteError(f"key 'slo': expected a string such as \"p99<=20us,p999<=100us\" (one per table, "
+                                 f"not a matrix axis), got {_type_name(given)}", line)
+            try:
+                return [slo_mod.canonical(slo_mod.parse(given))]
+            except slo_mod.SloError as e:
+                raise SuiteError(f"key 'slo': {e}", line) from None
         values = given if isinstance(given, list) else [given]
         if isinstance(given, list):
             if not allow_list:
@@ -248,6 +258,9 @@ def load(path: Path, info: dict) -> Suite:
         axes.setdefault("transport", [defaults.get("transport", default_transport)])
         # Every key of a [[matrix]] table must apply to every point it makes.
         for exp, tr in itertools.product(axes["experiment"], axes["transport"]):
+            if "slo" in t and not slo_mod.applies(exp):
+                raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
+                                 "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
             for key in t:
                 opt = table.get(key)
                 if opt is not None and not opt.applies(exp, tr):
@@ -270,18 +283,22 @@ def load(path: Path, info: dict) -> Suite:
             opts.update({k: v for k, v in chosen.items() if k in table})
             opts["transport"] = tr
             cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
+            objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
+            if objectives and "slo" not in chosen:
+                used_defaults.add("slo")
             skip = ""
             if exp not in built_experiments:
                 skip = f"experiment '{exp}' is not built into this engine"
             elif tr not in built_transports:
                 skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
-            expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip),
-                             list(t)))
-    unused = [k for k in defaults if k in table and k not in used_defaults]
+            expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
+                                   objectives), list(t)))
+    unused = [k for k in defaults if (k in table or k == "slo") and k not in used_defaults]
     if unused:
-        opt = table[unused[0]]
+        where = table[unused[0]].where() if unused[0] in table else \
+            "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
-                         f"(only to {opt.where()})", lines.key("defaults", 0, unused[0]))
+                         f"(only to {where})", lines.key("defaults", 0, unused[0]))
 
     ids.assign(expanded, table)
     points: dict[str, Point] = {}   # one point per distinct configuration, the first id wins
@@ -290,6 +307,10 @@ def load(path: Path, info: dict) -> Suite:
         # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
         config = json.dumps([p.experiment, p.cpus, p.server, p.params(table)])
         if config in points:
+            first = points[config]
+            if first.slo != p.slo:
+                raise SuiteError(f"the point '{first.id}' is made by the [[matrix]] tables at lines {first.line} "
+                                 f"and {p.line} with different slo ({first.slo!r}, {p.slo!r}); give it one", p.line)
             continue
         if p.id in by_id:
             raise SuiteError(f"two different points get the id '{p.id}' ([[matrix]] at lines "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 import threading
@@ -10,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, run
+from fabmeter import __version__, run, slo
 from fabmeter.engine import engine_info
-from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.options import Options
 from fabmeter.results import RunRecord, equivalent_command, now_iso, run_config, write_json
 from fabmeter.suite.load import Point, Suite, SuiteError, load
@@ -90,6 +91,34 @@ def _clear(folder: Path) -> None:
                 f.unlink()
 
 
+def _recorded_verdict(folder: Path, point: Point) -> Optional[dict]:
+    """A finished point's verdict on its objectives as the suite now states them: the one its
+    run.json holds, or, when the objectives were edited, a new one from its recorded points
+    (written back: an objective is analysis, not a reason to measure again)."""
+    doc = _read_run(folder) or {}
+    if (doc.get("config") or {}).get("slo") == point.slo:
+        return doc.get("slo")
+    verdict = slo.evaluate(slo.parse(point.slo), doc.get("points") or []) if point.slo else None
+    doc["config"].pop("slo", None)
+    doc.pop("slo", None)
+    command = list(doc.get("command") or [])
+    if "--slo" in command:
+        del command[command.index("--slo"):command.index("--slo") + 2]
+    if point.slo:
+        doc["config"]["slo"], doc["slo"] = point.slo, verdict
+        at = min([command.index(o) for o in ("--cpus", "--server", "--out") if o in command] or [len(command)])
+        command[at:at] = ["--slo", point.slo]
+    doc["command"] = command
+    doc["exit_code"] = slo.exit_code(EXIT_OK, verdict)
+    write_json(folder / "run.json", doc)
+    return verdict
+
+
+def _slo_entry(point: Point, verdict: Optional[dict]) -> Optional[dict]:
+    """index.json's `slo` of a point: its objectives and whether they were met."""
+    return {"objectives": point.slo, "met": bool(verdict and verdict["met"])} if point.slo else None
+
+
 def _cpus_of(point: Point, override: Optional[tuple[int, ...]],
              default: Optional[tuple[int, ...]]) -> Optional[tuple[int, ...]]:
     if override is not None:
@@ -113,7 +142,8 @@ class Index:
             status = "skipped" if p.skip else (doc or {}).get("status", "pending")
             entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
                      "options": p.options, "status": status,
-                     "message": p.skip or (doc or {}).get("message", ""), "seconds": None}
+                     "message": p.skip or (doc or {}).get("message", ""), "seconds": None,
+                     "slo": {"objectives": p.slo, "met": None} if p.slo else None}
             self.doc["points"].append(entry)
             self.by_id[p.id] = entry
 
@@ -132,8 +162,9 @@ def print_plan(suite: Suite, out: Path) -> None:
     """--dry-run: every point, what would happen to it and its command."""
     for p in suite.points:
         state = f"skip: {p.skip}" if p.skip else ("done" if is_finished(out / p.id, p, suite.options) else "run")
-        cmd = " ".join(["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
-                       + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
+        cmd = shlex.join(["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
+                         + (["--slo", p.slo] if p.slo else [])
+                         + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
         print(f"{p.id}  [{state}]  {cmd}")
     runnable = [p for p in suite.points if not p.skip]
     print(f"{len(suite.points)} points: {len(runnable)} runnable, {len(suite.points) - len(runnable)} skipped "
@@ -158,6 +189,12 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
     if done:
         progress.say(f"suite: {len(done)} of {len(runnable)} points already finished in {out}, skipping them")
     done_ids = {p.id for p in done}
+    missed: list[tuple[str, str]] = []    # points that missed their objectives (slo)
+    for p in done:
+        verdict = _recorded_verdict(out / p.id, p)
+        index.by_id[p.id]["slo"] = _slo_entry(p, verdict)
+        if p.slo and not (verdict and verdict["met"]):
+            missed.append((p.id, slo.summary(verdict) if verdict else "no verdict recorded"))
 
     failed: list[tuple[str, str]] = []
     ran = 0
@@ -178,18 +215,24 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
             spec = run.RunSpec(p.experiment, p.options, cpus=cpus, server=p.server, out=folder, engine=engine)
-            config = run_config(p.experiment, cpus, p.server, engine,
+            config = run_config(p.experiment, cpus, p.server, engine, slo=p.slo,
                                 suite={"name": suite.name, "file": str(suite.path), "point": p.id})
-            record = RunRecord(folder, config, command=equivalent_command(spec))
+            record = RunRecord(folder, config, command=equivalent_command(spec, p.slo))
             record.flush()
             current = (p, record)
             index.set(p.id, status="running", message="")
             t0 = time.monotonic()
             res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
             seconds = time.monotonic() - t0
-            record.finish(res.status, res.message, res.exit_code)
+            verdict = slo.evaluate(slo.parse(p.slo), res.points) if p.slo and res.start is not None else None
+            code = slo.exit_code(res.exit_code, verdict)
+            record.finish(res.status, res.message, code, slo=verdict)
             current = None
-            index.set(p.id, status=res.status, message=res.message, seconds=round(seconds, 3))
+            index.set(p.id, status=res.status, message=res.message, seconds=round(seconds, 3),
+                      slo=_slo_entry(p, verdict))
+            if code == EXIT_SLO:
+                missed.append((p.id, slo.summary(verdict)))
+                progress.say(f"suite: {p.id}: {slo.summary(verdict)}")
             ran += 1
             if res.exit_code == EXIT_INTERRUPTED:
                 status = "interrupted"
@@ -211,6 +254,8 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
 
     if status != "interrupted" and failed:
         status = "failed"
+    if any(p.slo for p in runnable):
+        index.doc["slo"] = {"met": not missed, "missed": [pid for pid, _ in missed]}
     index.write(status)
     counts: dict[str, int] = {}
     for e in index.doc["points"]:
@@ -219,15 +264,18 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
     skipped = len(suite.points) - len(runnable)
     print(f"suite {suite.name}: {len(runnable)} points: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
           + f" ({len(done)} finished before, {ran} run now)"
-          + (f"; {skipped} more skipped: not built into this engine" if skipped else ""))
+          + (f"; {skipped} more skipped: not built into this engine" if skipped else "")
+          + (f"; {len(missed)} missed their latency objectives (slo)" if missed else ""))
     for pid, why in failed:
         print(f"  failed: {pid}: {why}")
+    for pid, why in missed:
+        print(f"  {pid}: {why}")
     print(f"results: {out}/<point>/run.json, index: {index.path}\n"
           f"report:  fabmeter report {out}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted; finished points are kept: run the suite again to resume\n")
         return EXIT_INTERRUPTED
-    return EXIT_RUNTIME if failed else EXIT_OK
+    return EXIT_RUNTIME if failed else EXIT_SLO if missed else EXIT_OK
 
 
 def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,

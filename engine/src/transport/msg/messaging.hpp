@@ -150,10 +150,11 @@ inline std::string dial_url(const std::string& transport, const std::string& ser
 template <class T>
 void data_handshake(T& t, const Ctrl& ctrl, Role role, const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctrl.timeout_ms());
+  PeerWatch watch(ctrl);
   auto check = [&] {
     if (const char* f = t.failure()) runtime_error(f);
     if (stop_requested()) runtime_error(what + ": interrupted while connecting");
-    if (ctrl.peek() == Ctrl::Peek::closed) runtime_error(what + ": the peer closed the control channel while connecting");
+    watch.check(what + "'s first message");
     if (std::chrono::steady_clock::now() > deadline)
       runtime_error(what + ": no message on the data connection within " + std::to_string(ctrl.timeout_ms()) + " ms");
   };

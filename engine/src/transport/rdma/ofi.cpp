@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 
 namespace fm {
@@ -192,14 +193,17 @@ void OfiTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   // rdm providers connect on the first message (rxm, rxd, shm map the peer
   // then): a ping-pong first, so no measured message waits for that. The
   // client alone starts it: both sending first would race two connections.
-  if (ofi_.ep == "rdm") handshake(ctrl.timeout_ms());
+  if (ofi_.ep == "rdm") handshake(ctrl);
 }
 
-void OfiTransport::handshake(uint32_t timeout_ms) {
+void OfiTransport::handshake(const Ctrl& ctrl) {
   static const std::byte hello[1]{};
+  const uint32_t timeout_ms = ctrl.timeout_ms();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  PeerWatch watch(ctrl);  // a peer that died or froze is noticed, not waited for
   auto check = [&](const char* what) {
     if (failure_) runtime_error(failure_);
+    watch.check(who(ofi_) + " " + what);
     if (std::chrono::steady_clock::now() > deadline)
       runtime_error(who(ofi_) + ": no " + what + " within " + std::to_string(timeout_ms) + " ms of connecting");
   };
@@ -261,7 +265,16 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
   eq_attr.wait_obj = FI_WAIT_UNSPEC;
   auto wait_event = [&](uint32_t expect, fi_eq_cm_entry& entry, const char* what) {
     uint32_t event = 0;
-    ssize_t rc = fi_eq_sread(eq_, &event, &entry, sizeof entry, static_cast<int>(ctrl.timeout_ms()), 0);
+    // In slices: a peer that died or froze before its connect is noticed on
+    // the control channel, not after the whole timeout.
+    PeerWatch watch(ctrl);
+    const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
+    ssize_t rc;
+    while ((rc = fi_eq_sread(eq_, &event, &entry, sizeof entry, kWaitSliceMs, 0)) == -FI_EAGAIN ||
+           rc == -FI_ETIMEDOUT) {
+      watch.check(who(ofi_) + " " + what);
+      if (Clock::mono_ns() > deadline) break;
+    }
     if (rc == -FI_EAVAIL) {
       fi_eq_err_entry err{};
       fi_eq_readerr(eq_, &err, 0);

@@ -44,6 +44,8 @@ class OfiTransport {
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // Receives given back but not yet reposted; sends posted, not yet seen completed.
+  Pools pools() const { return {"work requests", refill_.held(), rx_slots_, tx_posted_ - tx_freed_, send_window_}; }
   // A CQ error, or (msg endpoints) the peer's FI_SHUTDOWN on the EQ.
   const char* failure() const {
     if (eq_ && !failure_) check_eq();
@@ -238,7 +240,7 @@ class OfiTransport {
   void connect_msg(Ctrl& ctrl);
   void connect_connectionless(Ctrl& ctrl);
   void exchange_rma(Ctrl& ctrl);
-  void handshake(uint32_t timeout_ms);
+  void handshake(const Ctrl& ctrl);
 
   // Hot members first.
   fid_ep* ep_ = nullptr;

@@ -641,8 +641,7 @@ rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_typ
   const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
   // rdma_cm never hears of a peer that died or froze before its connect: the
   // control channel (EOF, or no heartbeat for kSilenceMs) tells.
-  auto heard = now();
-  uint64_t frames = ctrl.frames_in();
+  PeerWatch watch(ctrl);
   for (;;) {
     rdma_cm_event* ev;
     if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
@@ -653,15 +652,7 @@ rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_typ
       runtime_error(msg);
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) sys_error("verbs: rdma_get_cm_event");
-    if (ctrl.peek() == Ctrl::Peek::closed)
-      runtime_error(std::string("verbs: the peer closed the control channel (while waiting for ") + what + ")");
-    if (ctrl.frames_in() != frames) {
-      frames = ctrl.frames_in();
-      heard = now();
-    }
-    if (now() - heard > std::chrono::milliseconds(kSilenceMs))
-      runtime_error(std::string("verbs: the peer stopped answering (no heartbeat for ") +
-                    std::to_string(kSilenceMs / 1000) + " s, while waiting for " + what + ")");
+    watch.check(std::string("verbs: rdma_cm ") + what);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now());
     if (left.count() <= 0)
       runtime_error(std::string("verbs: rdma_cm: no ") + what + " within " + std::to_string(timeout_ms) + " ms");

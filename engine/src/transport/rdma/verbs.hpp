@@ -66,6 +66,8 @@ class VerbsTransport {
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // Receives given back but not yet reposted; sends posted, not yet seen completed.
+  Pools pools() const { return {"work requests", refill_.held(), rq_granted_, posted_ - completed_, sq_limit_}; }
   // Slow-path check (the measuring loops' guard calls it): completion errors
   // seen by the datapath, and every 16th call the device's async events and
   // rdma_cm events (QP fatal, disconnect).

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -63,6 +65,14 @@ int get_int_opt(int fd, int level, int opt) {
   socklen_t len = sizeof v;
   getsockopt(fd, level, opt, &v, &len);
   return v;
+}
+
+Pools pools(int fd, int rcvbuf, int sndbuf) {
+  int in = 0, out = 0;
+  if (ioctl(fd, SIOCINQ, &in) != 0) in = 0;
+  if (ioctl(fd, SIOCOUTQ, &out) != 0) out = 0;
+  return {"bytes", static_cast<uint64_t>(in), static_cast<uint64_t>(rcvbuf), static_cast<uint64_t>(out),
+          static_cast<uint64_t>(sndbuf)};
 }
 
 }  // namespace fm::sock

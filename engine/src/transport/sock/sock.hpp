@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
+#include "fabmeter/transport.hpp"
 
 namespace fm::sock {
 
@@ -19,5 +20,7 @@ void set_rcv_timeout_ms(int fd, int ms);
 // Asks for `bytes` (forcing past rmem_max when privileged); returns what was granted.
 int set_buf(int fd, int opt, int force_opt, int bytes);
 int get_int_opt(int fd, int level, int opt);
+// Bytes waiting in fd's receive and send buffers, beside their sizes.
+Pools pools(int fd, int rcvbuf, int sndbuf);
 
 }  // namespace fm::sock

@@ -26,10 +26,21 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     int lfd = sock::bind_near(ctrl, SOCK_STREAM, &port);
     if (::listen(lfd, 1) != 0) sys_error("listen on data socket");
     ctrl.exchange(std::to_string(port), "tcp data port");
-    pollfd pfd{lfd, POLLIN, 0};
-    if (::poll(&pfd, 1, static_cast<int>(ctrl.timeout_ms())) != 1) {
-      ::close(lfd);
-      runtime_error("tcp: the client did not open the data connection in time");
+    // In slices: a client that died or froze before connecting is noticed
+    // on the control channel, not after the whole timeout.
+    PeerWatch watch(ctrl);
+    const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
+    for (pollfd pfd{lfd, POLLIN, 0}; ::poll(&pfd, 1, kWaitSliceMs) != 1;) {
+      try {
+        watch.check("the tcp data connection");
+      } catch (const Error&) {
+        ::close(lfd);
+        throw;
+      }
+      if (Clock::mono_ns() > deadline) {
+        ::close(lfd);
+        runtime_error("tcp: the client did not open the data connection in time");
+      }
     }
     fd_ = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     ::close(lfd);

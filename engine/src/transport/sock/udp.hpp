@@ -13,6 +13,7 @@
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/sock/sock.hpp"
 
 namespace fm {
 
@@ -30,6 +31,8 @@ class UdpTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // Bytes queued in the socket's receive and send buffers (SIOCINQ, SIOCOUTQ: two system calls, slow path only).
+  Pools pools() const { return sock::pools(fd_, rcvbuf_, sndbuf_); }
   const char* failure() const { return failure_; }
 
   // ---- data path ----

@@ -1,0 +1,57 @@
+#include "fabmeter/clock_sync.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace fm {
+
+namespace {
+// When the peer stamped, on our clock, and the offset then: symmetric delays assumed.
+double local_time(const ClockProbe& p) { return p.sent_ns + p.delay_ns() / 2; }
+double offset_of(const ClockProbe& p) { return p.peer_ns - local_time(p); }
+}  // namespace
+
+void ClockEstimator::add(const ClockProbe& probe) {
+  ++probes_;
+  if (!best_ || probe.delay_ns() < best_->delay_ns()) best_ = probe;
+}
+
+void ClockEstimator::close_window() {
+  if (best_) kept_.push_back(*best_);
+  best_.reset();
+}
+
+ClockFit ClockEstimator::fit() const {
+  ClockFit f;
+  f.probes = probes_;
+  f.kept = kept_.size();
+  if (kept_.empty()) return f;
+  const double n = static_cast<double>(kept_.size());
+  // Centre both axes (times around their mean, offsets around the first) so
+  // the sums stay small numbers whatever the clocks read.
+  const double y0 = offset_of(kept_.front());
+  double mean_t = 0, mean_y = 0;
+  for (const ClockProbe& p : kept_) {
+    mean_t += (local_time(p) - local_time(kept_.front())) / n;
+    mean_y += (offset_of(p) - y0) / n;
+  }
+  f.ref_ns = local_time(kept_.front()) + mean_t;
+  double stt = 0, sty = 0;
+  for (const ClockProbe& p : kept_) {
+    const double t = local_time(p) - f.ref_ns, y = offset_of(p) - y0 - mean_y;
+    stt += t * t;
+    sty += t * y;
+  }
+  f.drift = stt > 0 ? sty / stt : 0;
+  f.offset_ns = y0 + mean_y;
+  f.span_ns = local_time(kept_.back()) - local_time(kept_.front());  // windows come in time order
+  // At each kept probe the truth lies within half its delay of its offset,
+  // and the fit within its residual of that offset; between probes both
+  // are lines, so the largest sum bounds the error over the whole span.
+  for (const ClockProbe& p : kept_)
+    f.error_bound_ns = std::max(f.error_bound_ns, std::max(0.0, p.delay_ns()) / 2 +
+                                                      std::abs(offset_of(p) - f.offset_at(local_time(p))));
+  return f;
+}
+
+}  // namespace fm

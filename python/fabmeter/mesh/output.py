@@ -1,0 +1,122 @@
+"""What rank 0 prints: one object per directed pair, the `mesh` summary,
+and the human matrix. Pair figures cross the coordination channel, so
+rank 0 takes only numbers from them (valid_pair)."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from fabmeter import analysis
+
+CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
+CLOCK_METHODS = ("shared_tsc", "probe")
+LATENCY_KINDS = ("one-way", "rtt/2")
+MAX_STAT_KEYS = 16
+
+
+def pair_figures(point: dict) -> dict:
+    """The figures of a pair from the engine client's point (empty point: a failed run)."""
+    clock = point.get("clock") or {}
+    shared = clock.get("method") == "shared_tsc"     # one host: the same clock on both ends, nothing to fit
+    return {"latency_ns": point.get("latency_ns"), "latency_kind": point.get("latency_kind"),
+            "gbps": point.get("gbps"), "lost": point.get("lost"),
+            "clock": None if not clock else {"method": clock.get("method"),
+                                             **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
+
+
+def failed_pair(src: int, dst: int, message: str) -> dict:
+    return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
+            "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "clock": None}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _stats(v) -> bool:
+    return v is None or (isinstance(v, dict) and len(v) <= MAX_STAT_KEYS and all(
+        isinstance(k, str) and len(k) <= 16 and (x is None or _number(x)) for k, x in v.items()))
+
+
+def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
+    """A pair result from `rank` if it is one rank 0 waits for and holds only what it may; else None."""
+    src, dst, clock = body.get("src"), body.get("dst"), body.get("clock")
+    ok = (body.get("type") == "pair" and src == rank and (src, dst) in pending
+          and body.get("status") in ("ok", "failed") and isinstance(body.get("message"), str)
+          and body.get("latency_kind") in (None, *LATENCY_KINDS)
+          and (body.get("started_ns") is None or isinstance(body.get("started_ns"), int))
+          and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost"))
+          and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
+                                 and all(clock.get(k) is None or _number(clock.get(k)) for k in CLOCK_KEYS))))
+    if not ok:
+        return None
+    return {"type": "pair", "src": src, "dst": dst, "status": body["status"], "message": body["message"][:300],
+            "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
+            "gbps": body.get("gbps"), "lost": body.get("lost"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", *CLOCK_KEYS)},
+            "started_ns": body.get("started_ns")}
+
+
+class Summary:
+    """The pairs as they come and the rounds' start skew, for the `mesh` object and the matrix."""
+
+    def __init__(self, hosts: list[str], pattern: str, schedule: str, experiment: str, options: dict,
+                 start_clock_error_ns: int):
+        self.hosts, self.pattern, self.schedule = hosts, pattern, schedule
+        self.experiment, self.options = experiment, options
+        self.start_clock_error_ns = start_clock_error_ns
+        self.pairs: list[dict] = []
+        self.rounds: list[dict] = []
+
+    def add(self, emit: Callable[[dict], None], pair: dict) -> None:
+        self.pairs.append(pair)
+        emit(pair)
+
+    def add_round(self, index: int, pairs: list, started_ns: list[int]) -> None:
+        # The instants each engine client printed its `start` line (connected, plan accepted), on rank 0's clock.
+        skew = max(started_ns) - min(started_ns) if len(started_ns) > 1 else 0 if started_ns else None
+        self.rounds.append({"round": index, "pairs": [list(p) for p in pairs], "start_skew_ns": skew})
+
+    def all_ok(self) -> bool:
+        return all(p["status"] == "ok" for p in self.pairs)
+
+    def as_json(self) -> dict:
+        skews = [r["start_skew_ns"] for r in self.rounds if r["start_skew_ns"] is not None]
+        return {"type": "mesh", "experiment": self.experiment, "transport": self.options.get("transport"),
+                "pattern": self.pattern, "schedule": self.schedule, "hosts": self.hosts,
+                "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
+                "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
+                "start_clock_error_ns": self.start_clock_error_ns}
+
+
+MATRIX_FIGURE = {"oneway": "one-way p50 us (synchronised clocks)", "lat": "one-way (RTT/2) p50 us",
+                 "bw": "Gbit/s"}
+
+
+def _cell(experiment: str, pair: dict) -> str:
+    if pair["status"] != "ok":
+        return "failed"
+    value = pair["gbps"] if experiment == "bw" else (pair.get("latency_ns") or {}).get("p50")
+    if value is None:
+        return "n/a"
+    return analysis.fmt_num(value, 2) if experiment == "bw" else analysis.fmt_num(value / 1000.0, 1)
+
+
+def matrix(summary: dict, pairs: list[dict]) -> str:
+    """The p50 latency (bw: Gbit/s), source rows by destination columns; '-' not in the pattern."""
+    n = len(summary["hosts"])
+    cells = [["-"] * n for _ in range(n)]
+    for p in pairs:
+        cells[p["src"]][p["dst"]] = _cell(summary["experiment"], p)
+    head = ["src \\ dst"] + [f"{d} {h}" for d, h in enumerate(summary["hosts"])]
+    rows = [[f"{s} {summary['hosts'][s]}"] + cells[s] for s in range(n)]
+    widths = [max(len(r[i]) for r in [head] + rows) for i in range(n + 1)]
+    line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    skew = summary["round_start_skew_ns"]
+    out = [f"mesh {summary['experiment']}  {summary['transport'] or ''}  {summary['pattern']}, {summary['schedule']}"
+           f"  {MATRIX_FIGURE[summary['experiment']]}",
+           line(head), line(["-" * w for w in widths]), *map(line, rows),
+           f"rounds {len(summary['rounds'])}; round start skew max "
+           f"{'n/a' if skew is None else analysis.fmt_num(skew / 1000.0, 1) + ' us'} "
+           f"(rank clocks known within {analysis.fmt_num(summary['start_clock_error_ns'] / 1000.0, 1)} us)"]
+    out += [f"failed {p['src']}->{p['dst']}: {p['message']}" for p in pairs if p["status"] != "ok"]
+    return "\n".join(out)

@@ -1,0 +1,353 @@
+"""One rank of `fabmeter mesh`: an engine server for the incoming pairs,
+engine clients for the outgoing ones, and the coordination channel.
+
+Rank 0 listens on HOSTS[0]:--mesh-port; every other rank connects to it and
+joins with its engine server's port (each engine server binds port 0, so
+ranks that share an address, as under mpirun on one machine, never
+collide; only rank 0's coordination port is fixed). Rank 0 then estimates
+each rank's CLOCK_MONOTONIC offset over the channel (lowest-delay ping of
+a few), and starts every round by sending each rank its pairs and a start
+time ahead on that rank's own clock (ROUND_LEAD_S), so the round starts
+together however late the frames arrive. Every pair's result comes back to
+rank 0, which prints it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from fabmeter import procs, run
+from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
+from fabmeter.mesh import output, patterns, rendezvous
+from fabmeter.mesh.rendezvous import Channel, ChannelError
+
+DEFAULT_MESH_PORT = 18516       # the engine's default (perftest's 18515) + 1
+EXPERIMENTS = ("oneway", "lat", "bw")
+CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
+ROUND_LEAD_S = 0.25              # a round's start time is sent this far ahead
+HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
+LAUNCHER_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
+                ("SLURM_PROCID", "SLURM_NTASKS"))
+MAX_MESSAGE = 300                # characters of a pair's error message kept
+
+
+@dataclass
+class MeshSpec:
+    hosts: list[str]
+    rank: int
+    experiment: str              # one of EXPERIMENTS
+    pattern: str
+    schedule: str
+    mesh_port: int               # rank 0's coordination port
+    options: dict                # engine options of the experiment (options.py)
+    token: bytes
+    engine: str
+    timeout_s: float             # rendezvous and control timeout (the engine's --timeout-ms)
+
+
+@dataclass
+class Peer:
+    rank: int
+    channel: Channel
+    engine_port: int
+    offset_ns: int = 0           # its CLOCK_MONOTONIC minus rank 0's
+    offset_error_ns: int = 0     # half the round trip of the ping that set it
+    alive: bool = True
+    last_heard: float = 0.0      # time.monotonic() of its last frame
+
+
+def launcher_rank(environ: dict) -> Optional[tuple[int, int, str]]:
+    """(rank, size, variable) from mpirun's, a PMI launcher's or Slurm's environment."""
+    for rank_var, size_var in LAUNCHER_ENV:
+        if rank_var in environ and size_var in environ:
+            try:
+                return int(environ[rank_var]), int(environ[size_var]), rank_var
+            except ValueError:
+                raise FabmeterError(f"${rank_var}/${size_var} are not numbers", EXIT_USAGE) from None
+    return None
+
+
+def host_port(host: str, port: int) -> str:
+    """HOST:PORT as the engine's --server takes it ([v6]:PORT)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
+    """Runs this rank to the end; rank 0 emits the pair objects and the summary. The exit code."""
+    # No signal handler here (a forwarder left unentered): Ctrl-C must raise KeyboardInterrupt in
+    # whatever wait the main thread is in; the engines, in their own process groups, then get
+    # SIGTERM from the finally below or from the kernel as we exit (PR_SET_PDEATHSIG).
+    server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
+                             max_sessions=len(spec.hosts))
+    server.start_draining()
+    try:
+        if spec.rank == 0:
+            return _coordinate(spec, server.port, emit, warn)
+        return _follow(spec, server.port)
+    finally:
+        server.stop()
+
+
+# --- every rank -------------------------------------------------------------
+
+def _run_pair(spec: MeshSpec, dst: int, dst_port: int, start_ns: int) -> dict:
+    """One experiment run from this rank to `dst`, started at `start_ns` on our clock: its result body."""
+    time.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
+    started: list[int] = []
+    try:
+        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=host_port(spec.hosts[dst], dst_port),
+                                      engine=spec.engine),
+                          on_start=lambda _: started.append(time.monotonic_ns()))
+    except FabmeterError as e:      # rank 0 must hear of every pair, whatever happened
+        return output.failed_pair(spec.rank, dst, e.message)
+    point = res.points[-1] if res.points else {}
+    return {"type": "pair", "src": spec.rank, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
+            "message": res.message[:MAX_MESSAGE], "started_ns": started[0] if started else None,
+            **output.pair_figures(point)}
+
+
+def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
+    """This rank's pairs of one round, each in a thread (several at once when chaotic)."""
+    threads = [threading.Thread(target=lambda d=d, p=p: report(_run_pair(spec, d, p, start_ns)), daemon=True)
+               for d, p in dsts]
+    for t in threads:
+        t.start()
+    return threads
+
+
+# --- ranks 1..n-1 -----------------------------------------------------------
+
+def _follow(spec: MeshSpec, engine_port: int) -> int:
+    channel = rendezvous.connect(spec.hosts[0], spec.mesh_port, spec.token, spec.timeout_s)
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    try:
+        channel.send({"type": "join", "rank": spec.rank, "size": len(spec.hosts), "engine_port": engine_port})
+        ports: list[int] = []
+        while True:
+            body = channel.recv(None)
+            kind = body.get("type")
+            if kind == "ping":
+                channel.send({"type": "pong", "mono_ns": time.monotonic_ns()})
+            elif kind == "welcome":
+                ports = _valid_ports(body.get("engine_ports"), len(spec.hosts))
+                # Only now: before the welcome rank 0 reads pongs and nothing else.
+                threading.Thread(target=_heartbeat, args=(channel, stop), daemon=True).start()
+            elif kind == "round" and ports:
+                dsts = _valid_dsts(body.get("dsts"), len(spec.hosts), spec.rank)
+                start_ns = body.get("start_ns")
+                if not isinstance(start_ns, int):
+                    raise ChannelError("malformed round")
+                threads = [t for t in threads if t.is_alive()]
+                threads += _run_round(spec, [(d, ports[d]) for d in dsts], start_ns, lambda b: _report(channel, b))
+            elif kind == "done":
+                for t in threads:       # every pair was reported: they are ending
+                    t.join(timeout=spec.timeout_s)
+                return EXIT_OK
+            elif kind == "abort":
+                raise FabmeterError(f"rank 0 ended the mesh: {str(body.get('message'))[:MAX_MESSAGE]}", EXIT_RUNTIME)
+            else:
+                raise ChannelError(f"unexpected frame from rank 0: {str(kind)[:40]}")
+    except ChannelError as e:
+        raise FabmeterError(f"rank 0 ({host_port(spec.hosts[0], spec.mesh_port)}): {e}", EXIT_RUNTIME) from e
+    finally:
+        stop.set()      # on an error, pairs still running end with us (their engines get SIGTERM as we exit)
+        channel.close()
+
+
+def _heartbeat(channel: Channel, stop: threading.Event) -> None:
+    """Lets rank 0 tell a rank that hangs (stopped, wedged) from one whose pairs run long."""
+    while not stop.wait(HEARTBEAT_S):
+        _report(channel, {"type": "alive"})
+
+
+def _report(channel: Channel, body: dict) -> None:
+    try:
+        channel.send(body)
+    except ChannelError:
+        pass        # rank 0 is gone: the main loop sees it on its next read
+
+
+def _valid_ports(value, n: int) -> list[int]:
+    if not (isinstance(value, list) and len(value) == n
+            and all(isinstance(p, int) and 0 < p < 65536 for p in value)):
+        raise ChannelError("malformed welcome")
+    return value
+
+
+def _valid_dsts(value, n: int, me: int) -> list[int]:
+    if not (isinstance(value, list) and len(value) < n
+            and all(isinstance(d, int) and 0 <= d < n and d != me for d in value) and len(set(value)) == len(value)):
+        raise ChannelError("malformed round")
+    return value
+
+
+# --- rank 0 -----------------------------------------------------------------
+
+def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
+    n = len(spec.hosts)
+    peers = _gather(spec, warn)
+    try:
+        ports = [engine_port] + [peers[r].engine_port for r in range(1, n)]
+        for peer in peers.values():
+            try:
+                _estimate_offset(peer, spec.timeout_s)
+                peer.channel.send({"type": "welcome", "engine_ports": ports})
+            except ChannelError as e:
+                raise FabmeterError(f"rank {peer.rank} ({spec.hosts[peer.rank]}): {e}", EXIT_RUNTIME) from e
+        inbox: queue.Queue = queue.Queue()
+        for peer in peers.values():
+            threading.Thread(target=_read_results, args=(peer, inbox), daemon=True).start()
+        summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
+                                 max((p.offset_error_ns for p in peers.values()), default=0))
+        for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
+            _one_round(spec, index, pairs, peers, ports, inbox, summary, emit)
+        for peer in peers.values():
+            if peer.alive:
+                _try_send(peer, {"type": "done"})
+        emit(summary.as_json())
+        return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
+    finally:
+        for peer in peers.values():
+            peer.channel.close()
+
+
+def _gather(spec: MeshSpec, warn: Callable[[str], None]) -> dict[int, Peer]:
+    """Every other rank's join within the timeout; else exit 3 naming the missing ones."""
+    n = len(spec.hosts)
+    family = socket.AF_INET6 if ":" in spec.hosts[0] else socket.AF_INET
+    listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family)
+    peers: dict[int, Peer] = {}
+    deadline = time.monotonic() + spec.timeout_s
+    try:
+        while len(peers) < n - 1:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = [f"rank {r} ({spec.hosts[r]})" for r in range(1, n) if r not in peers]
+                for peer in peers.values():
+                    _try_send(peer, {"type": "abort", "message": f"{', '.join(missing)} did not join"})
+                    peer.channel.close()
+                raise FabmeterError(f"{', '.join(missing)} did not join within {spec.timeout_s:g} s", EXIT_RUNTIME)
+            listener.settimeout(left)
+            try:
+                channel = rendezvous.accept(listener, spec.token, min(left, 5.0))
+            except (socket.timeout, ChannelError, OSError):
+                continue
+            try:
+                body = channel.recv(min(deadline - time.monotonic(), 5.0))
+                rank, port = body.get("rank"), body.get("engine_port")
+                if (body.get("type") != "join" or not isinstance(rank, int) or not 0 < rank < n or rank in peers
+                        or body.get("size") != n or not isinstance(port, int) or not 0 < port < 65536):
+                    raise ChannelError(f"bad join {str(body)[:80]}")
+            except ChannelError as e:
+                warn(f"mesh: refused a connection: {e}")
+                channel.close()
+                continue
+            peers[rank] = Peer(rank, channel, port)
+    finally:
+        listener.close()
+    return peers
+
+
+def _estimate_offset(peer: Peer, timeout_s: float) -> None:
+    best = None
+    for _ in range(CLOCK_PINGS):
+        t0 = time.monotonic_ns()
+        peer.channel.send({"type": "ping"})
+        body = peer.channel.recv(timeout_s)
+        t1 = time.monotonic_ns()
+        mono = body.get("mono_ns")
+        if body.get("type") != "pong" or not isinstance(mono, int):
+            raise ChannelError("malformed pong")
+        if best is None or t1 - t0 < best[0]:
+            best = (t1 - t0, mono - (t0 + t1) // 2)
+    peer.offset_error_ns, peer.offset_ns = (best[0] + 1) // 2, best[1]
+
+
+def _read_results(peer: Peer, inbox: queue.Queue) -> None:
+    peer.last_heard = time.monotonic()
+    try:
+        while True:
+            body = peer.channel.recv(None)
+            peer.last_heard = time.monotonic()
+            inbox.put((peer.rank, body))
+    except ChannelError as e:
+        inbox.put((peer.rank, e))
+
+
+def _try_send(peer: Peer, body: dict) -> None:
+    try:
+        peer.channel.send(body)
+    except ChannelError:
+        peer.alive = False
+
+
+def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], ports: list[int],
+               inbox: queue.Queue, summary: "output.Summary", emit: Callable[[dict], None]) -> None:
+    start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
+    pending = set()
+    for src in sorted({s for s, _ in pairs}):
+        dsts = [d for s, d in pairs if s == src]
+        for dst in dsts:
+            dead = [r for r in (src, dst) if r in peers and not peers[r].alive]
+            if dead:
+                summary.add(emit, output.failed_pair(src, dst, f"rank {dead[0]} ({spec.hosts[dead[0]]}) is gone"))
+            else:
+                pending.add((src, dst))
+        live = [d for d in dsts if (src, d) in pending]
+        if not live:
+            continue
+        if src == 0:
+            _run_round(spec, [(d, ports[d]) for d in live], start_ns, lambda body: inbox.put((0, body)))
+        else:
+            _try_send(peers[src], {"type": "round", "round": index, "dsts": live,
+                                   "start_ns": start_ns + peers[src].offset_ns})
+    started: list[int] = []
+    while pending:
+        # Checked at every frame too: the others' heartbeats keep the queue from ever being empty for long.
+        _give_up_on_silent(spec, peers, pending, inbox)
+        try:
+            rank, body = inbox.get(timeout=HEARTBEAT_S)
+        except queue.Empty:
+            continue
+        if isinstance(body, ChannelError):
+            peers[rank].alive = False
+            for src, dst in sorted(p for p in pending if p[0] == rank):
+                pending.discard((src, dst))
+                summary.add(emit, output.failed_pair(src, dst, f"rank {rank} ({spec.hosts[rank]}) lost: {body}"))
+            continue
+        pair = output.valid_pair(body, rank, pending)
+        if pair is None:
+            continue        # a malformed or unexpected frame counts for nothing
+        pending.discard((pair["src"], pair["dst"]))
+        started_ns = pair.pop("started_ns")
+        if started_ns is not None:
+            started.append(started_ns - (peers[rank].offset_ns if rank else 0))
+        summary.add(emit, pair)
+    summary.add_round(index, pairs, started)
+
+
+def _give_up_on_silent(spec: MeshSpec, peers: dict[int, Peer], pending: set, inbox: queue.Queue) -> None:
+    """A rank with pairs pending that has not been heard for the control timeout is lost."""
+    for rank in sorted({src for src, _ in pending if src != 0}):
+        peer = peers[rank]
+        silent = time.monotonic() - peer.last_heard
+        if peer.alive and silent > spec.timeout_s + HEARTBEAT_S:
+            peer.alive = False
+            inbox.put((rank, ChannelError(f"silent for {silent:.0f} s")))
+            peer.channel.shutdown()     # its reader ends too

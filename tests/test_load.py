@@ -1,0 +1,207 @@
+"""The load experiment: open-loop request/response.
+
+Counts add up on every transport and poll mode; a server with a synthetic
+service time saturates where the arithmetic says (1 / service time); a full
+--max-outstanding sheds instead of sending late; the histogram a point
+carries decodes with the hdrhistogram package to the point's own figures;
+raw samples agree with the histogram to its resolution; between two
+namespaces exactly the requests whose packet the kernel dropped are lost;
+bad input gets one line and exit 2. Timing values are never asserted: the
+saturation bounds are arithmetic (a server cannot answer faster than its
+service time allows), with room for a loaded machine below them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import json_lines, one_line_error
+from test_samples import java_percentile
+from lossy import lossy_pair  # noqa: F401  (the fixture)
+
+KEYS = {"offered_rps", "achieved_rps", "achieved_gbps", "latency_ns", "service_latency_ns", "lag_ns",
+        "outstanding_max", "shed", "lost", "slowdown", "server", "unloaded_ns", "latency_hist"}
+
+
+def built_transports(engine) -> list[str]:
+    import subprocess
+    out = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True).stdout
+    return json.loads(out)["transports"]
+
+
+TRANSPORT_ARGS = {"shm": [], "tcp": [], "udp": [], "zmq": [], "nng": [], "nanomsg": [],
+                  "ofi": ["--provider", "tcp"]}
+
+
+@pytest.mark.parametrize("poll", ["busy", "event"])
+@pytest.mark.parametrize("transport", list(TRANSPORT_ARGS))
+def test_every_transport_runs_a_point(fm, engine, transport, poll):
+    if transport not in built_transports(engine):
+        pytest.skip(f"the engine was built without {transport}")
+    r = fm.run("load", "-t", transport, *TRANSPORT_ARGS[transport], "--poll", poll, "--rate", "4000",
+               "--count", "1000", "--warmup", "100", "--workload", "w1", "--max-size", "1K", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert KEYS <= set(p), KEYS - set(p)
+    assert p["requests"] == 1000 and p["warmup_sent"] + p["warmup_shed"] == 100
+    assert p["requests"] == p["sent"] + p["shed"] and p["sent"] == p["completed"] + p["lost"], p
+    if transport != "udp":  # reliable: nothing may be lost
+        assert p["lost"] == 0 and p["completed"] == p["sent"], p
+    assert p["latency_ns"]["min"] >= p["service_latency_ns"]["min"] > 0
+    assert p["lag_ns"]["min"] >= 0
+    # The server answered every request it was sent, probes and warm-up included.
+    assert p["server"]["requests"] >= p["completed"] + p["warmup_sent"] - p["warmup_lost"]
+    assert sum(b["count"] for b in p["slowdown"]) == p["completed"]
+    assert p["slowdown"][-1]["size_hi"] <= 1024 and p["clamped"] > 0  # 3 % of w1 is above 1 KiB: clamped to --max-size
+    # The server's pools, where the transport reports them: occupancy over time, within capacity.
+    pools = p["server"].get("pools")
+    if transport in ("tcp", "udp", "ofi"):
+        assert pools["unit"] == ("work requests" if transport == "ofi" else "bytes"), pools
+        assert pools["samples"] > 0 and 0 < len(pools["series"]["t_us"]) <= pools["samples"]
+        assert pools["rx_used_max"] <= pools["rx_capacity"] and max(pools["series"]["rx_used"]) <= pools["rx_used_max"]
+        assert pools["series"]["t_us"] == sorted(pools["series"]["t_us"])
+        if transport == "ofi":
+            assert pools["rx_posted_min"] == pools["rx_capacity"] - pools["rx_used_max"]
+    else:
+        assert pools is None
+
+
+def test_service_time_saturates_at_its_arithmetic(fm):
+    # 20 us per request on one server thread: at most 50 000 replies/s. The
+    # lower rate asks a fifth of that, so a server sharing its CPU still keeps up.
+    service_ns, offered = 20_000, 100_000
+    limit = 1e9 / service_ns
+    r = fm.run("load", "-t", "shm", "--service-ns", str(service_ns), "--rate", f"{limit // 5:.0f},{offered}",
+               "--duration", "0.4", "--max-outstanding", "4096", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    below, over = json_lines(r.stdout)
+    for p in (below, over):
+        assert p["service_latency_ns"]["min"] >= service_ns, p["service_latency_ns"]
+    # Below the limit the server keeps up; above it the achieved rate is held at 1 / service time.
+    assert below["achieved_rps"] > 0.8 * below["offered_rps"], below
+    assert over["achieved_rps"] <= 1.05 * limit, over
+    assert over["achieved_rps"] > 0.3 * limit, over
+    assert over["knee"]["offered_rps"] is not None, over["knee"]  # the overloaded point is past the knee
+
+
+def test_capacity_point_measures_the_service_limit(fm):
+    service_ns = 50_000
+    r = fm.run("load", "-t", "tcp", "--service-ns", str(service_ns), "--load", "0.5", "--duration", "0.3", "--json")
+    assert r.returncode == 0, r.stderr
+    capacity, half = json_lines(r.stdout)
+    assert capacity["phase"] == "capacity" and half["phase"] == "open loop" and half["load"] == 0.5
+    assert capacity["achieved_rps"] <= 1.05 * 1e9 / service_ns, capacity
+    assert half["offered_rps"] == pytest.approx(0.5 * capacity["achieved_rps"], rel=1e-6)
+    assert capacity["outstanding_max"] <= 256
+
+
+def test_capacity_window_opens_after_the_warm_up(fm):
+    """A warm-up longer than --duration (1000 requests x 200 us of service: 0.2 s, against 0.05 s; W4 and W5's
+    megabyte requests do this over tcp) leaves the capacity point its whole window: it completes requests, so
+    --load has a rate to scale."""
+    r = fm.run("load", "-t", "shm", "--service-ns", "200000", "--load", "0.5", "--duration", "0.05", "--json")
+    assert r.returncode == 0, r.stderr
+    capacity, half = json_lines(r.stdout)
+    assert capacity["warmup_sent"] == 1000 and capacity["completed"] > 0 and half["completed"] > 0
+
+
+def test_full_window_sheds_instead_of_sending_late(fm):
+    # One request in flight, 100 us each at the server, 20 000 due per second: most are shed.
+    r = fm.run("load", "-t", "shm", "--service-ns", "100000", "--max-outstanding", "1", "--rate", "20000",
+               "--count", "2000", "--warmup", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["outstanding_max"] == 1
+    assert p["requests"] == 2000 and p["shed"] > 1000 and p["sent"] + p["shed"] == 2000, p
+    assert p["completed"] == p["sent"] and p["lost"] == 0
+
+
+def test_threads_and_connections(fm):
+    r = fm.run("load", "-t", "tcp", "--conns", "4", "--threads", "2", "--server-threads", "2", "--rate", "20000",
+               "--count", "4000", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert (p["conns"], p["threads"], p["server_threads"]) == (4, 2, 2)
+    assert p["requests"] == 4000 and p["completed"] == p["sent"], p
+
+
+def test_histogram_decodes_to_the_points_figures(fm, tmp_path):
+    hdrh = pytest.importorskip("hdrh.histogram")
+    # A window as large as the count: nothing is shed however starved the machine is.
+    r = fm.run("load", "-t", "shm", "--rate", "50000", "--count", "20000", "--max-outstanding", "20000",
+               "--samples", "raw", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    h = hdrh.HdrHistogram.decode(p["latency_hist"])
+    assert h.get_total_count() == p["completed"] == 20000
+    for key, q in (("p50", 50), ("p99", 99), ("p999", 99.9)):
+        assert p["latency_ns"][key] == java_percentile(h, q, p["latency_ns"]["max"]), key
+    # The raw samples: every completed request, and the histogram's percentile
+    # is the nearest-rank sample to its 3 significant digits.
+    lat = np.load(tmp_path / p["samples"]["latency_ns"])
+    assert len(lat) == 20000 and len(np.load(tmp_path / p["samples"]["size_bytes"])) == 20000
+    nearest = np.sort(lat)[int(np.ceil(0.99 * len(lat))) - 1]
+    assert abs(p["latency_ns"]["p99"] - nearest) <= max(1.0, nearest * 2e-3), (p["latency_ns"]["p99"], nearest)
+    assert p["latency_ns"]["max"] == lat.max() and p["latency_ns"]["min"] == lat.min()
+
+
+def test_same_seed_same_schedule(fm):
+    runs = []
+    for _ in range(2):
+        r = fm.run("load", "-t", "shm", "--workload", "w3", "--max-size", "64K", "--rate", "20000", "--count", "3000",
+                   "--max-outstanding", "3000", "--seed", "7", "--json")
+        assert r.returncode == 0, r.stderr
+        (p,) = json_lines(r.stdout)
+        runs.append(p)
+    # The sizes are drawn from the seed: the same requests fall in each size bucket.
+    assert [b["count"] for b in runs[0]["slowdown"]] == [b["count"] for b in runs[1]["slowdown"]]
+    assert runs[0]["clamped"] == runs[1]["clamped"]
+
+
+@pytest.mark.parametrize("percent", [1])
+def test_lost_is_what_the_kernel_dropped(fm, lossy_pair, percent):
+    with lossy_pair.server(fm) as port:
+        lossy_pair.drop("udp", percent)
+        p = lossy_pair.client(fm, port, "load", "-t", "udp", "--rate", "20000", "--count", "10000",
+                              "--loss-timeout-ms", "50")
+    d = lossy_pair.dropped()
+    print({k: p.get(k) for k in ("sent", "completed", "lost", "warmup_lost", "probes_lost", "stale_replies")}, d)
+    assert d["rule"] > 0, d
+    # One dropped datagram (request or reply) is one request without its reply.
+    assert p["lost"] + p["warmup_lost"] + p["probes_lost"] == d["rule"] + d["rule_warmup"] + d["other"], (p, d)
+    assert p["stale_replies"] == 0
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rate", "0"], "--rate must be between"),
+    (["--load", "1.5"], "--load must be a fraction"),
+    (["--load", "0"], "--load must be a fraction"),
+    (["--req-size", "4"], "--req-size must be at least 8"),
+    (["--req-size", "64", "--workload", "w1"], "either --req-size or --workload"),
+    (["--threads", "2"], "--threads and --server-threads must be between 1 and --conns"),
+    (["--poll", "event", "--conns", "2", "--threads", "1", "--server-threads", "1"], "event mode sleeps on one connection"),
+    (["--workload", "w9"], "w9"),
+    (["--arrivals", "bursty"], "--arrivals"),
+])
+def test_bad_input_one_line_exit_2(fm, args, says):
+    r = fm.run("load", "-t", "shm", *args)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in one_line_error(r.stderr)
+
+
+@pytest.mark.parametrize("rows, says", [
+    ("length_bytes,weight\n100,1\n50,1\n", "must increase"),
+    ("length_bytes,weight\n100,0\n200,0\n", "weight"),
+    ("size,weight\n100,1\n", "header"),
+    ("", "header"),
+])
+def test_workload_file_that_is_not_a_cdf(fm, tmp_path, rows, says):
+    f = tmp_path / "w.csv"
+    f.write_text(rows)
+    r = fm.run("load", "-t", "shm", "--workload", str(f))
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert says in one_line_error(r.stderr)
+    assert str(f) in r.stderr

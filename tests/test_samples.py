@@ -1,0 +1,78 @@
+"""--samples: raw keeps every latency as .npy, hist a bounded histogram
+encoded in the point (HdrHistogram's V2 form, 3 significant digits). Each
+latency experiment in hist mode writes no sample file, and its histogram
+decodes with the PyPI hdrhistogram package to the point's own count and
+percentiles."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import json_lines
+
+RUNS = {
+    "lat": (["-n", "3000"], "rtt_hist", "rtt_ns"),
+    "oneway": (["--bursts", "3", "--burst-size", "500"], "latency_hist", "latency_ns"),
+    "stream": (["--rate", "20000", "--count", "3000"], "latency_hist", "latency_ns"),
+    "load": (["--rate", "20000", "--count", "3000"], "latency_hist", "latency_ns"),
+}
+
+
+def java_percentile(h, q: float, top: float) -> int:
+    """HdrHistogram's (Java, and the engine's) rule: the bucket of rank
+    ceil(q n / 100), reported as its highest equivalent value, which the
+    engine's summaries cap at the exact max `top`. (The PyPI package rounds
+    the rank to nearest instead, one rank apart.)"""
+    rank, seen = max(math.ceil(q * h.get_total_count() / 100), 1), 0
+    for item in h.get_recorded_iterator():
+        seen += item.count_at_value_iterated_to
+        if seen >= rank:
+            return min(h.get_highest_equivalent_value(item.value_iterated_to), top)
+    raise AssertionError("rank beyond the histogram")
+
+
+@pytest.mark.parametrize("experiment", list(RUNS))
+def test_hist_mode_keeps_a_histogram_not_samples(fm, tmp_path, experiment):
+    hdrh = pytest.importorskip("hdrh.histogram")
+    args, hist_key, figure = RUNS[experiment]
+    r = fm.run(experiment, "-t", "shm", *args, "--samples", "hist", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["samples_kind"] == "hist" and "samples" not in p
+    assert not list(tmp_path.glob("*.npy"))
+    h = hdrh.HdrHistogram.decode(p[hist_key])
+    assert h.get_total_count() == p["iterations"] > 0
+    for key, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+        assert p[figure][key] == java_percentile(h, q, p[figure]["max"]), (key, p[figure])
+    if experiment == "lat":  # one-way is RTT/2 of the same histogram
+        assert p["latency_ns"]["p50"] == p["rtt_ns"]["p50"] / 2
+
+
+def test_hist_mode_keeps_oneway_stages(fm, tmp_path):
+    """oneway's post stage in hist mode: its own histogram, one value per measured send."""
+    hdrh = pytest.importorskip("hdrh.histogram")
+    r = fm.run("oneway", "-t", "shm", *RUNS["oneway"][0], "--samples", "hist", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    h = hdrh.HdrHistogram.decode(p["post_hist"])
+    assert h.get_total_count() == p["sent"] > 0
+    assert p["post_ns"]["p50"] == java_percentile(h, 50, p["post_ns"]["max"])
+    assert "completion_hist" not in p   # shm reports no send completions
+
+
+@pytest.mark.parametrize("experiment", ["lat", "oneway", "stream"])
+def test_raw_stays_the_default(fm, tmp_path, experiment):
+    args, hist_key, figure = RUNS[experiment]
+    r = fm.run(experiment, "-t", "shm", *args, "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["samples_kind"] == "raw" and hist_key not in p and p["samples"]
+
+
+def test_load_defaults_to_hist(fm):
+    r = fm.run("load", "-t", "shm", "--rate", "20000", "--count", "1000", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["samples_kind"] == "hist" and "latency_hist" in p
