@@ -20,6 +20,15 @@ def test_verdicts_follow_the_direction_of_the_target():
     assert row(None).met(0.5) is None  # a floor row explains, it has no verdict
 
 
+def test_a_zero_beside_a_zero_is_parity():
+    """The stream row on a quiet machine: when the schedule floor misses no step, a stream that misses none
+    meets the target and one that misses any does not (there is no finite ratio)."""
+    assert bench.ratio_of(0.0, 0.0) == 1.0 and row(1.1).met(bench.ratio_of(0.0, 0.0))
+    assert not row(1.1).met(bench.ratio_of(0.2, 0.0))
+    assert row(1.0, higher=True).met(bench.ratio_of(5.0, 0.0))
+    assert bench.ratio_of(3.0, 2.0) == 1.5 and bench.ratio_of(None, 2.0) is None
+
+
 def test_rdma_table_from_the_last_test_rdma(tmp_path, monkeypatch):
     f = tmp_path / "results.json"
     monkeypatch.setattr(bench, "RDMA_RESULTS", f)

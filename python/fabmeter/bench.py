@@ -17,6 +17,7 @@ Figures are compared like with like: where a peer gives only a mean
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -304,6 +305,16 @@ def achieved_at_knee(points: list[dict]) -> float:
     return (at[0] if at else points[-1])["achieved_rps"]
 
 
+def ratio_of(ours: Optional[float], theirs: Optional[float]) -> Optional[float]:
+    """ours / theirs. A zero beside a zero is parity (the stream row: neither missed a step); anything beside a
+    zero is infinitely worse, or better, whichever way the row counts."""
+    if ours is None or theirs is None:
+        return None
+    if theirs == 0:
+        return 1.0 if ours == 0 else math.inf
+    return ours / theirs
+
+
 def _measure(fn: Callable[[], float], into: list[float]) -> None:
     into.append(fn())
 
@@ -370,8 +381,9 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
     for row in rows:
         ours = statistics.median(row.ours) if row.ours else None
         theirs = statistics.median(row.theirs) if row.theirs else None
-        ratio = ours / theirs if ours is not None and theirs else None
+        ratio = ratio_of(ours, theirs)
         met = row.met(ratio)
+        ratio = None if ratio == math.inf else ratio
         goal = "-" if row.target is None else f"{'>=' if row.higher_is_better else '<='} {row.target:.2f}x"
         verdict = "floor, no target" if row.target is None else "met" if met else "NOT met"
         table.append([row.name, row.figure, ours, theirs, None if ratio is None else f"{ratio:.2f}x", goal,

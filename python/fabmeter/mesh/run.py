@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import queue
+import signal
 import socket
 import threading
 import time
@@ -89,9 +90,11 @@ def is_loopback(host: str) -> bool:
 
 def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
     """Runs this rank to the end; rank 0 emits the pair objects and the summary. The exit code."""
-    # No signal handler here (a forwarder left unentered): Ctrl-C must raise KeyboardInterrupt in
-    # whatever wait the main thread is in; the engines, in their own process groups, then get
-    # SIGTERM from the finally below or from the kernel as we exit (PR_SET_PDEATHSIG).
+    # No forwarder here (one left unentered): Ctrl-C must raise KeyboardInterrupt in whatever wait the
+    # main thread is in; the engines, in their own process groups, then get SIGTERM from the finally
+    # below or from the kernel as we exit (PR_SET_PDEATHSIG). Set explicitly, as every other command
+    # sets its own: Python leaves SIGINT ignored when it starts with it ignored (a background job).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
                              max_sessions=len(spec.hosts))
     server.start_draining()
