@@ -18,6 +18,7 @@ import pytest
 
 from conftest import bridged_namespaces, cli_cmd, json_lines, one_line_error, tagged_engine_procs, wait_until
 from delay_line import delay_line
+from fabmeter import run
 from fabmeter.mesh import patterns, rendezvous
 
 SMALL = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
@@ -95,6 +96,34 @@ def test_channel_refuses_an_oversized_frame():
     with pytest.raises(rendezvous.ChannelError, match="limit"):
         coord.recv(5)
     rank.close(), coord.close()
+
+
+# --- a round's start: the engine connects first, then waits for the instant -------
+
+@pytest.mark.parametrize("poll", ["busy", "event"])
+def test_the_engine_starts_its_first_point_at_the_given_instant(fm, engine, poll):
+    """`fabmeter-engine run --start-at NS`, as mesh starts a round's pairs: the
+    connection is made at once, the first point's measured part waits for NS
+    on CLOCK_MONOTONIC (Python's time.monotonic_ns) and its point line says
+    when it went on; the second point does not wait again."""
+    start = time.monotonic_ns() + 600_000_000
+    res = run.execute(run.RunSpec("lat", {"transport": "tcp", "poll": poll, "all": True, "max_size": 2, "iters": 200,
+                                          "warmup": 20}, engine=str(engine), start_at_ns=start))
+    assert res.exit_code == 0, res.message
+    first, second = res.points
+    assert first["started_mono_ns"] >= start and first["start_late_ns"] == first["started_mono_ns"] - start
+    assert "started_mono_ns" not in second
+    past = time.monotonic_ns() - 1_000_000_000       # an instant gone by: at once, and said how late
+    res = run.execute(run.RunSpec("lat", {"transport": "tcp", "iters": 100}, engine=str(engine), start_at_ns=past))
+    assert res.exit_code == 0 and res.points[0]["start_late_ns"] >= 1_000_000_000
+
+
+@pytest.mark.parametrize("value,why", [("soon", "expected CLOCK_MONOTONIC nanoseconds"), ("0", "expected"),
+                                      (str(10**18), "more than 600 s ahead")])
+def test_the_engine_refuses_a_bad_start_instant(engine, value, why):
+    r = subprocess.run([str(engine), "run", "lat", "--server", "127.0.0.1:9", "--start-at", value],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and why in r.stderr, r.stderr
 
 
 # --- ranks in namespaces --------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fabmeter/clock.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/handshake.hpp"
@@ -21,7 +22,8 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F] [OPTIONS]
+  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F]
+                      [--start-at NS] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
@@ -29,7 +31,11 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
 
 run prints JSON lines on stdout: "start", one "point" per measured point (a
-size; stream: a rate x values pair; load: an offered rate), "transport", "end". Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+size; stream: a rate x values pair; load: an offered rate), "transport", "end".
+--start-at NS: the first point's measured part starts at CLOCK_MONOTONIC NS
+(ns since boot; at once if past), however soon the connection was made; its
+point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
+starts the pairs of a round so. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default
@@ -52,6 +58,20 @@ int parse_int(const std::string& opt, const std::string& v) {
   long x = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end || x < 0 || x > 1'000'000'000) fm::usage_error(opt + ": expected a non-negative integer, got '" + v + "'");
   return static_cast<int>(x);
+}
+
+// --start-at: CLOCK_MONOTONIC ns, no more than kMaxStartLeadNs ahead (a
+// mistyped instant would hold the session for days).
+constexpr int64_t kMaxStartLeadNs = 600'000'000'000;
+int64_t parse_start_at(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || errno || x <= 0)
+    fm::usage_error("--start-at: expected CLOCK_MONOTONIC nanoseconds, got '" + v + "'");
+  if (x > fm::monotonic_ns() + kMaxStartLeadNs)
+    fm::usage_error("--start-at: " + v + " is more than 600 s ahead of CLOCK_MONOTONIC");
+  return x;
 }
 
 // BYTES with an optional K/M/G/T suffix (powers of two); at least 1.
@@ -177,6 +197,7 @@ int main_(std::vector<std::string> args) {
     if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     take(args, "--out", &o.out_dir);
+    if (take(args, "--start-at", &v)) o.start_at_ns = parse_start_at(v);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);

@@ -41,6 +41,7 @@ class RunSpec:
     out: Optional[Path] = None           # results folder (the engine writes .npy there)
     engine: Optional[str] = None
     token_file: Optional[str] = None     # remote server's secret (else $FABMETER_TOKEN)
+    start_at_ns: Optional[int] = None    # time.monotonic_ns() instant the first point starts (engine --start-at)
 
 
 @dataclass
@@ -180,6 +181,8 @@ def execute(spec: RunSpec,
                 cmd += ["--out", str(spec.out)]
             if spec.server is not None and spec.token_file is not None:
                 cmd += ["--token-file", spec.token_file]
+            if spec.start_at_ns is not None:
+                cmd += ["--start-at", str(spec.start_at_ns)]
             cmd += table.engine_argv(spec.options)
             client = procs.spawn(cmd, env)
             fwd.procs.append(client)

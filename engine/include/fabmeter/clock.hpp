@@ -74,4 +74,17 @@ class Clock {
 
 inline void cpu_relax() { _mm_pause(); }
 
+// CLOCK_MONOTONIC in ns: the clock Python's time.monotonic_ns() reads, so an
+// instant a coordinator names (mesh's round start) means the same here.
+inline int64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+// Waits until monotonic_ns() reaches `ns`, sleeping, and when `spin` (busy
+// mode) spinning the last kSpinTailNs, as a sleeper wakes tens of us late on a
+// VM. Returns monotonic_ns() when it went on; ends early on Ctrl-C.
+constexpr int64_t kSpinTailNs = 200'000;
+int64_t wait_until_monotonic(int64_t ns, bool spin);
+
 }  // namespace fm

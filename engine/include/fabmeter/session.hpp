@@ -16,6 +16,9 @@ struct ClientOptions {
   std::string out_dir;  // raw samples go here when set
   int cpu = -1;
   std::string token;    // shared secret (load_token); empty: none
+  // CLOCK_MONOTONIC ns (0: none): the first point's measured part starts no
+  // earlier, whenever the connection was made (mesh starts a round's pairs so).
+  int64_t start_at_ns = 0;
 };
 
 struct ServerOptions {

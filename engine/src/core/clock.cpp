@@ -1,6 +1,7 @@
 #include "fabmeter/clock.hpp"
 
 #include <cpuid.h>
+#include <sys/prctl.h>
 #include <algorithm>
 #include <cstring>
 #include <cerrno>
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/signals.hpp"
 
 namespace fm {
 
@@ -78,6 +80,26 @@ double Clock::measure_cost_ns(const Clock& c, int n) {
   uint64_t m1 = mono_ns();
   asm volatile("" : : "r"(sink));
   return static_cast<double>(m1 - m0) / n;
+}
+
+int64_t wait_until_monotonic(int64_t ns, bool spin) {
+  const int64_t wake = spin ? ns - kSpinTailNs : ns;
+  // The default 50 us timer slack would let the kernel wake us that much late.
+  const int slack = prctl(PR_GET_TIMERSLACK);
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  for (int64_t now = monotonic_ns(); now < wake && !stop_requested(); now = monotonic_ns()) {
+    // Slices of at most 50 ms: Ctrl-C is seen even where EINTR is not.
+    const int64_t until = std::min(wake, now + 50'000'000);
+    timespec ts{static_cast<time_t>(until / 1000000000), static_cast<long>(until % 1000000000)};
+    clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+  }
+  int64_t now = monotonic_ns();
+  while (now < ns && !stop_requested()) {
+    cpu_relax();
+    now = monotonic_ns();
+  }
+  if (slack > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack));
+  return now;
 }
 
 }  // namespace fm

@@ -70,6 +70,7 @@ struct Ctx {
   ClockSync sync;            // probed where the experiment needs the peer's clock and it is not ours
   std::string failure;       // why the point ended early
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
+  int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
 };
 
 // One burst of clock probes, both roles at the same place in the session

@@ -171,8 +171,11 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
 
+  int64_t started_ns = 0;  // when the first point went on after waiting for --start-at
   for (const Point& pt : plan) {
     ctx.ctrl.barrier("start of point");
+    if (ctx.start_at_ns && &pt == &plan.front())
+      started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
     trace_phase(role, "point");
     PointOut out;
     Status st = loop(Conns<T>(conns), ctx, pt, out);
@@ -182,6 +185,8 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
           .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
+      if (started_ns && &pt == &plan.front())
+        line.add("started_mono_ns", started_ns).add("start_late_ns", started_ns - ctx.start_at_ns);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
@@ -301,6 +306,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
 
   Heartbeat beat(ctrl);
   Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
+  ctx.start_at_ns = o.start_at_ns;
   JsonObj transport_info;
   Status st;
   std::string msg;

@@ -7,9 +7,11 @@ ranks that share an address, as under mpirun on one machine, never
 collide; only rank 0's coordination port is fixed). Rank 0 then estimates
 each rank's CLOCK_MONOTONIC offset over the channel (lowest-delay ping of
 a few), and starts every round by sending each rank its pairs and a start
-time ahead on that rank's own clock (ROUND_LEAD_S), so the round starts
-together however late the frames arrive. Every pair's result comes back to
-rank 0, which prints it.
+time ahead on that rank's own clock (ROUND_LEAD_S); the rank's engine
+clients connect at once and wait for that instant (--start-at), so the
+round starts together however late the frames arrive and however long an
+engine takes to connect. Every pair's result comes back to rank 0, which
+prints it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fabmeter.mesh.rendezvous import Channel, ChannelError
 DEFAULT_MESH_PORT = 18516       # the engine's default (perftest's 18515) + 1
 EXPERIMENTS = ("oneway", "lat", "bw")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
-ROUND_LEAD_S = 0.25              # a round's start time is sent this far ahead
+ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
 LAUNCHER_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
                 ("SLURM_PROCID", "SLURM_NTASKS"))
@@ -109,19 +111,18 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
 # --- every rank -------------------------------------------------------------
 
 def _run_pair(spec: MeshSpec, dst: int, dst_port: int, start_ns: int) -> dict:
-    """One experiment run from this rank to `dst`, started at `start_ns` on our clock: its result body."""
-    time.sleep(max(0, start_ns - time.monotonic_ns()) / 1e9)
-    started: list[int] = []
+    """One experiment run from this rank to `dst`, its measured part started at `start_ns` on our clock (the
+    engine connects first, then waits for that instant: --start-at): its result body."""
     try:
         res = run.execute(run.RunSpec(spec.experiment, spec.options, server=host_port(spec.hosts[dst], dst_port),
-                                      engine=spec.engine),
-                          on_start=lambda _: started.append(time.monotonic_ns()))
+                                      engine=spec.engine, start_at_ns=start_ns))
     except FabmeterError as e:      # rank 0 must hear of every pair, whatever happened
         return output.failed_pair(spec.rank, dst, e.message)
-    point = res.points[-1] if res.points else {}
+    point = res.points[0] if res.points else {}
+    started = point.get("started_mono_ns")
     return {"type": "pair", "src": spec.rank, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
-            "message": res.message[:MAX_MESSAGE], "started_ns": started[0] if started else None,
-            **output.pair_figures(point)}
+            "message": res.message[:MAX_MESSAGE], "started_ns": started if isinstance(started, int) else None,
+            **output.pair_figures(res.points[-1] if res.points else {})}
 
 
 def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
