@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fabmeter import envinfo
+from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns
 
 STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 
@@ -32,11 +33,13 @@ STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 #   load, per workload (w1, w2): latency vs offered load, achieved vs
 #     offered, slowdown vs size                                             6
 #   load: completions per poll, one per run                                 2
-EXPECTED_FIGURES = 27
+#   mesh: p50 and p99 matrices of the one mesh.json                          2
+EXPECTED_FIGURES = 29
 LOAD_FIGURE_ALTS = ("load latency vs offered load w1", "load latency vs offered load w2",
                     "load achieved vs offered w1", "load achieved vs offered w2", "load slowdown w1",
                     "load slowdown w2", "load completions per poll shm busy w2",
                     "load completions per poll tcp busy w1")
+MESH_FIGURE_ALTS = ("mesh oneway udp all-to-all scheduled p50", "mesh oneway udp all-to-all scheduled p99")
 
 
 def _summary(a: np.ndarray) -> dict:
@@ -147,6 +150,29 @@ def _load_points(transport: str, rates: list[int], capacity: float, base_ns: flo
     return points
 
 
+def _mesh(folder: Path, rng) -> None:
+    """A 4-host oneway mesh.json as `fabmeter mesh --out` writes it (mesh/output.py's record), one pair failed."""
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    pairs = []
+    for src, dst in mesh_patterns.pairs("all-to-all", 4):
+        if (src, dst) == (3, 1):
+            pairs.append(mesh_output.failed_pair(src, dst, "rank 3 (10.0.0.4) lost: silent for 6 s"))
+            continue
+        a = rng.lognormal(np.log(40000.0 + 60000.0 * ((src, dst) in ((0, 2), (2, 0)))), 0.1, 1000)  # a slow link
+        pairs.append({"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "latency_ns": _summary(a),
+                      "latency_kind": "one-way", "gbps": None, "lost": 0,
+                      "clock": {"method": "probe", "offset_ns": 120.0, "drift_ppm": 0.4, "error_bound_ns": 900.0,
+                                "probes": 640}})
+    summary = {"type": "mesh", "experiment": "oneway", "transport": "udp", "pattern": "all-to-all",
+               "schedule": "scheduled", "hosts": hosts, "pairs": len(pairs), "failed": 1,
+               "rounds": [{"round": i, "pairs": [], "start_skew_ns": 500000 + i} for i in range(3)],
+               "round_start_skew_ns": 500002, "start_clock_error_ns": 80000}
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = mesh_output.record(summary, pairs, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:09+00:00",
+                             ["fabmeter", "mesh"], {"transport": "udp"}, envinfo.collect())
+    (folder / mesh_output.MESH_FILE).write_text(json.dumps(doc, indent=2))
+
+
 def build(root: Path) -> Path:
     rng = np.random.default_rng(20260101)
     sizes = [1 << i for i in range(13)]          # 1 B .. 4 KiB
@@ -198,6 +224,7 @@ def build(root: Path) -> Path:
 
     _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",
                                                   "the server engine exited and the client did not notice in time"))
+    _mesh(root / "mesh-udp-all-to-all", rng)
     peers = root / "peers"
     peers.mkdir(parents=True, exist_ok=True)
     (peers / "peers.json").write_text(json.dumps({"points": [

@@ -6,6 +6,7 @@ one link; mpirun on loopback; a host that never starts."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -319,7 +320,7 @@ def test_a_host_that_dies_mid_run(fm, token_file):
 @pytest.mark.parametrize("experiment,hosts,args", [
     ("lat", ["::1"] * 3, ["-n", "300"]),        # an odd mesh on IPv6: 3 rounds, a rank resting in each
     ("bw", LOOPBACK4.split(","), ["-n", "3000", "--schedule", "chaotic"])])
-def test_lat_and_bw_on_loopback(fm, token_file, experiment, hosts, args):
+def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, args):
     if ":" in hosts[0]:
         try:
             with socket.socket(socket.AF_INET6) as s:
@@ -327,7 +328,7 @@ def test_lat_and_bw_on_loopback(fm, token_file, experiment, hosts, args):
         except OSError:
             pytest.skip("no IPv6 loopback here")
     args = ["-t", "tcp", "--experiment", experiment, "--mesh-port", free_port(), "--token-file", token_file,
-            "--json", "--warmup", "50", *args]
+            "--json", "--warmup", "50", "--out", tmp_path / "mesh", *args]
     rc, out, err, others = run_ranks(fm, hosts, args, [()] * len(hosts))
     assert rc == 0 and set(others.values()) == {0}, err
     lines = json_lines(out)
@@ -340,6 +341,18 @@ def test_lat_and_bw_on_loopback(fm, token_file, experiment, hosts, args):
             assert p["gbps"] > 0 and p["latency_ns"] is None, p
         else:
             assert p["latency_kind"] == "rtt/2" and p["latency_ns"]["p50"] > 0 and p["gbps"] is None, p
+    # --out: rank 0's mesh.json holds the same pairs, their N x N matrices and per-host figures; the report draws them.
+    doc = json.loads((tmp_path / "mesh" / "mesh.json").read_text())
+    assert doc["status"] == "ok" and doc["mesh"] == lines[-1] and doc["pairs"] == pairs
+    key = "gbps" if experiment == "bw" else "latency_p50_ns"
+    for p in pairs:
+        assert doc["matrix"][key][p["src"]][p["dst"]] == (p["gbps"] if experiment == "bw" else p["latency_ns"]["p50"])
+    assert all(doc["matrix"][key][i][i] is None for i in range(len(hosts)))
+    assert [h["out"]["pairs"] for h in doc["per_host"]] == [len(hosts) - 1] * len(hosts)
+    r = fm.run("report", tmp_path / "mesh")
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "mesh" / "report.html").read_text()
+    assert text.count("<img ") == (1 if experiment == "bw" else 2) and "Mesh: every directed pair" in text
 
 
 def test_a_rank_with_the_wrong_token_is_refused(fm, token_file, tmp_path):

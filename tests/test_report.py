@@ -86,6 +86,11 @@ def test_report_content(fixture_report):
                      r"<td>RTT</td>", text)   # a round trip, never read as one-way
     for alt in report_fixture.LOAD_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
+    # The mesh: its matrices and per-host table, the failed pair counted, the slow link's p50 in its cell.
+    assert "Mesh: every directed pair of N hosts" in text and ", 1 mesh runs" in text
+    for alt in report_fixture.MESH_FIGURE_ALTS:
+        assert f'alt="{alt}"' in text, alt
+    assert "12 pairs (1 failed)" in text and "<td>3</td><td>10.0.0.4</td><td>3 (1)</td>" in text
 
 
 def test_report_output_option_and_errors(tmp_path, fixture_report):
@@ -98,7 +103,7 @@ def test_report_output_option_and_errors(tmp_path, fixture_report):
     assert r.returncode == 2 and "is not a folder" in one_line_error(r.stderr)
     (tmp_path / "empty").mkdir()
     r = fm.run("report", tmp_path / "empty")
-    assert r.returncode == 2 and "no run.json or peers.json" in one_line_error(r.stderr)
+    assert r.returncode == 2 and "no run.json, peers.json or mesh.json" in one_line_error(r.stderr)
 
 
 def test_cdf_of_a_bench_sized_overlay(tmp_path):
@@ -220,6 +225,7 @@ def test_report_in_headless_chromium(tmp_path, fixture_report):
     assert check["bad"] == [], f"images that did not decode: {check['bad']}"
     assert "one-way stages verbs busy inline 0 32 B" in check["alts"], "the stage figure (inline off beside on) is missing"
     assert set(report_fixture.LOAD_FIGURE_ALTS) <= set(check["alts"])   # the load figures, decoded
+    assert set(report_fixture.MESH_FIGURE_ALTS) <= set(check["alts"])   # the mesh matrices, decoded
     assert check["errors"] == [] and _console_lines(r.stderr) == [], (check["errors"], _console_lines(r.stderr))
 
     # The report itself (no checker): a screenshot, and nothing on the console.

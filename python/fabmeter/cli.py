@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, run, search, slo
+from fabmeter import __version__, analysis, envinfo, run, search, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns, rendezvous as mesh_rendezvous
 from fabmeter.mesh import run as mesh_run
 from fabmeter.options import Options
-from fabmeter.results import RunRecord, run_config
+from fabmeter.results import RunRecord, now_iso, run_config, write_json
 
 EXPERIMENTS_HELP = {
     "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
@@ -103,6 +103,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="rank 0's coordination port on the first host (default: %(default)s)")
     command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
     command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
+    command.add_argument("--out", metavar="DIR",
+                         help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
+                              "(`fabmeter report DIR` draws them); other ranks ignore it")
     if info is not None:
         Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
 
@@ -346,14 +349,20 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
                              timeout_ms / 1000.0)
     pairs: list[dict] = []
+    started_at = now_iso()
 
     def emit(obj: dict) -> None:
+        if obj["type"] == "pair":
+            pairs.append(obj)
         if ns.json:
             print(json.dumps(obj), flush=True)
-        elif obj["type"] == "pair":
-            pairs.append(obj)
-        else:
+        elif obj["type"] != "pair":
             print(mesh_output.matrix(obj, pairs), flush=True)
+        if obj["type"] == "mesh" and ns.out:     # rank 0, at the end: failed pairs are kept and marked
+            path = Path(ns.out) / mesh_output.MESH_FILE
+            write_json(path, mesh_output.record(obj, pairs, started_at, now_iso(), sys.argv, given,
+                                                envinfo.collect()))
+            sys.stderr.write(f"fabmeter: results: {path}\n")
 
     return mesh_run.main(spec, emit, lambda line: sys.stderr.write(f"fabmeter: warning: {line}\n"))
 

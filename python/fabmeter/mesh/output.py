@@ -120,3 +120,50 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
            f"(rank clocks known within {analysis.fmt_num(summary['start_clock_error_ns'] / 1000.0, 1)} us)"]
     out += [f"failed {p['src']}->{p['dst']}: {p['message']}" for p in pairs if p["status"] != "ok"]
     return "\n".join(out)
+
+
+# --- mesh.json: what `fabmeter mesh --out DIR` writes (docs/results.md) ---------
+
+MESH_FILE = "mesh.json"
+MATRIX_KEYS = ("latency_p50_ns", "latency_p99_ns", "gbps", "lost")
+
+
+def matrices(summary: dict, pairs: list[dict]) -> dict:
+    """N x N matrices, source rows by destination columns: a pair's p50 and p99 latency (ns, of the kind its
+    `latency_kind` says), Gbit/s and lost messages; null where the pattern has no pair or the pair failed."""
+    n = len(summary["hosts"])
+    out = {k: [[None] * n for _ in range(n)] for k in MATRIX_KEYS}
+    for p in pairs:
+        if p["status"] != "ok":
+            continue
+        latency = p.get("latency_ns") or {}
+        for key, value in zip(MATRIX_KEYS, (latency.get("p50"), latency.get("p99"), p.get("gbps"), p.get("lost"))):
+            out[key][p["src"]][p["dst"]] = value
+    return out
+
+
+def _side(pairs: list[dict]) -> dict:
+    ok = [p for p in pairs if p["status"] == "ok"]
+    p50s = [p["latency_ns"]["p50"] for p in ok if (p.get("latency_ns") or {}).get("p50") is not None]
+    p99s = [p["latency_ns"]["p99"] for p in ok if (p.get("latency_ns") or {}).get("p99") is not None]
+    gbps = [p["gbps"] for p in ok if p.get("gbps") is not None]
+    return {"pairs": len(pairs), "failed": len(pairs) - len(ok),
+            "p50_ns_median_of_pairs": float(sorted(p50s)[len(p50s) // 2]) if p50s else None,
+            "p99_ns_max_of_pairs": max(p99s) if p99s else None,
+            "gbps_sum": sum(gbps) if gbps else None,
+            "lost_sum": sum(p["lost"] for p in ok if p.get("lost") is not None) if ok else None}
+
+
+def per_host(summary: dict, pairs: list[dict]) -> list[dict]:
+    """Per host, its pairs as the source (`out`) and as the destination (`in`): counts, the median of the pairs'
+    p50 and the largest p99 (pair figures are not re-sampled), summed Gbit/s and lost messages."""
+    return [{"rank": r, "host": h, "out": _side([p for p in pairs if p["src"] == r]),
+             "in": _side([p for p in pairs if p["dst"] == r])} for r, h in enumerate(summary["hosts"])]
+
+
+def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, command: list[str],
+           options: dict, environment: dict) -> dict:
+    """The whole mesh run as one document: the summary, every pair, the matrices and the per-host figures."""
+    return {"type": "mesh", "command": command, "started_at": started_at, "finished_at": finished_at,
+            "status": "ok" if summary["failed"] == 0 else "failed", "params": options, "environment": environment,
+            "mesh": summary, "pairs": pairs, "matrix": matrices(summary, pairs), "per_host": per_host(summary, pairs)}

@@ -399,3 +399,39 @@ def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> b
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=7, title="offered load")
     return png(fig)
+
+
+def fig_mesh_matrix(title: str, hosts: list[str], grid: list[list[Optional[float]]], what: str,
+                    latency: bool, failed: set[tuple[int, int]]) -> bytes:
+    """A mesh's N x N matrix, source rows by destination columns, each cell annotated; blank: no pair in the
+    pattern; "failed" in red: a failed pair. Latency on a log colour scale in ns, Gbit/s on a linear one."""
+    n = len(hosts)
+    values = np.array([[np.nan if v is None else float(v) for v in row] for row in grid], dtype=float)
+    fig, ax = plt.subplots(figsize=(2.6 + 0.95 * n, 1.6 + 0.62 * n))
+    finite = values[np.isfinite(values) & (values > 0)]
+    norm = (LogNorm(vmin=finite.min(), vmax=max(finite.max(), finite.min() * 1.01))
+            if latency and finite.size else None)
+    im = ax.imshow(values, cmap="viridis" if latency else "cividis", norm=norm, aspect="auto")
+    lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    for i in range(n):
+        for j in range(n):
+            v = values[i, j]
+            if (i, j) in failed:
+                ax.text(j, i, "failed", ha="center", va="center", fontsize=7.5, color="#d62728", fontweight="bold")
+            if not np.isfinite(v):
+                continue
+            frac = norm(v) if norm is not None else ((v - lo) / (hi - lo) if hi > lo else 0.5)
+            ax.text(j, i, fmt_ns(v).replace(" ", "\u2009") if latency else f"{v:.3g}", ha="center", va="center",
+                    fontsize=7.5, color="k" if frac > 0.6 else "w")
+    labels = [f"{r} {h}" for r, h in enumerate(hosts)]
+    ax.set_xticks(range(n), labels, rotation=30, ha="right")
+    ax.set_yticks(range(n), labels)
+    ax.set_xlabel("destination")
+    ax.set_ylabel("source")
+    ax.grid(False)
+    ax.set_title(title)
+    bar = fig.colorbar(im, ax=ax, label=what)
+    if latency:
+        bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    return png(fig)

@@ -14,10 +14,10 @@ import numpy as np
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_completions_per_poll, fig_histogram,
-                                     fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_slowdown,
-                                     fig_stages, fig_stream_heatmap, fig_stream_vs_rate)
+                                     fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_mesh_matrix,
+                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fmt_ns)
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_sweeps, percentiles, representative, stat)
+                                   load_meshes, load_sweeps, percentiles, representative, stat)
 from fabmeter.results import now_iso
 
 
@@ -323,6 +323,51 @@ def section_load(entries: list[Entry]) -> list[str]:
     return figs
 
 
+MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-way latency = RTT/2"}
+
+
+def _mesh_hosts_table(doc: dict) -> str:
+    head = ["rank", "host", "out pairs (failed)", "out p50 (median of pairs)", "out p99 (max of pairs)",
+            "out Gbit/s (sum)", "in pairs (failed)", "in p99 (max of pairs)", "in Gbit/s (sum)"]
+    rows = []
+    for h in doc.get("per_host") or []:
+        o, i = h.get("out") or {}, h.get("in") or {}
+        gbps = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        rows.append([h.get("rank"), h.get("host"), f"{o.get('pairs')} ({o.get('failed')})",
+                     fmt_ns(o.get("p50_ns_median_of_pairs")), fmt_ns(o.get("p99_ns_max_of_pairs")),
+                     gbps(o.get("gbps_sum")), f"{i.get('pairs')} ({i.get('failed')})",
+                     fmt_ns(i.get("p99_ns_max_of_pairs")), gbps(i.get("gbps_sum"))])
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return ('<figure class="wide"><table class="mesh"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + f"</tr>{cells}</table><figcaption>per host: its pairs as source (out) and as destination (in)"
+            "</figcaption></figure>")
+
+
+def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
+    """Each `fabmeter mesh --out` run: its matrices (p50 and p99 latency, or Gbit/s) and per-host figures."""
+    figs = []
+    for rel, doc in meshes:
+        summary, matrix = doc["mesh"], doc["matrix"]
+        hosts = [str(h) for h in summary.get("hosts") or []]
+        experiment = str(summary.get("experiment"))
+        skew = summary.get("round_start_skew_ns")
+        name = (f"mesh {experiment} {summary.get('transport') or ''} {summary.get('pattern')} "
+                f"{summary.get('schedule')}").replace("  ", " ")
+        failed = {(p.get("src"), p.get("dst")) for p in doc.get("pairs") or [] if p.get("status") != "ok"}
+        about = (f"{rel}: {len(hosts)} hosts, {summary.get('pairs')} pairs ({summary.get('failed')} failed), "
+                 f"{len(summary.get('rounds') or [])} rounds, round start skew max {fmt_ns(skew)}")
+        if experiment == "bw":
+            figs.append(_img(fig_mesh_matrix(f"{name}: Gbit/s", hosts, matrix["gbps"], "Gbit/s at the receiver",
+                                             False, failed), f"{name} gbps", about))
+        else:
+            kind = MESH_LATENCY.get(experiment, "latency")
+            for q in ("p50", "p99"):
+                figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[f"latency_{q}_ns"],
+                                                 f"{q} {kind}", True, failed), f"{name} {q}", about))
+        figs.append(_mesh_hosts_table(doc))
+    return figs
+
+
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0 auto; max-width: 1400px;
        padding: 1rem 2rem; color: #1d232a; background: #fff; }
@@ -345,7 +390,7 @@ figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
 """
 
 
-def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
+def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]]) -> str:
     entries = entries_of(runs)
     colors = Colors([e.label for e in entries])
     groups: dict[int, list[Entry]] = {}
@@ -374,6 +419,9 @@ def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
          section_load(entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
          "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
+        ("mesh", "Mesh: every directed pair of N hosts", section_mesh(meshes),
+         "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
+         "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
     ]
     n_points = sum(1 for e in entries if not e.run.peer)
     n_peer = sum(1 for e in entries if e.run.peer)
@@ -396,7 +444,8 @@ def build_html(root: Path, runs: list[Run], problems: list[str]) -> str:
             f'<p class="meta">{html.escape(str(root))} &middot; generated {html.escape(now_iso())} by fabmeter '
             f"{html.escape(__version__)} &middot; {sum(1 for r in runs if not r.peer)} runs "
             f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points"
-            + (f", {n_peer} peer results" if n_peer else "") + "</p>"]
+            + (f", {n_peer} peer results" if n_peer else "") + (f", {len(meshes)} mesh runs" if meshes else "")
+            + "</p>"]
     body += [f'<p class="meta">{s}</p>' for s in suites]
     body.append(f'<nav><a href="#environment">Environment</a><a href="#table">Comparison table</a>{nav}</nav>')
     if problems:
@@ -423,11 +472,12 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
     if not root.is_dir():
         raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
     runs, problems = load(root)
-    if not runs:
-        raise FabmeterError(f"no run.json or peers.json under {root}", EXIT_USAGE)
+    meshes, mesh_problems = load_meshes(root)
+    if not runs and not meshes:
+        raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}", EXIT_USAGE)
     output = (output or root / "report.html").resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = build_html(root, runs, problems)
+    text = build_html(root, runs, problems + mesh_problems, meshes)
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(output)

@@ -124,6 +124,23 @@ def load(root: Path) -> tuple[list[Run], list[str]]:
     return runs, problems
 
 
+def load_meshes(root: Path) -> tuple[list[tuple[str, dict]], list[str]]:
+    """Every mesh.json below root (`fabmeter mesh --out`), as (folder relative to root, document), sorted, and
+    what could not be read."""
+    meshes, problems = [], []
+    for path in sorted(root.rglob("mesh.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            problems.append(f"{path.relative_to(root)}: {e}")
+            continue
+        if not (isinstance(doc, dict) and isinstance(doc.get("mesh"), dict) and isinstance(doc.get("matrix"), dict)):
+            problems.append(f"{path.relative_to(root)}: not a mesh record")
+            continue
+        meshes.append((str(path.parent.relative_to(root)) or ".", doc))
+    return meshes, problems
+
+
 def mode_words(params: dict, keys: list[str]) -> list[str]:
     """A run's values of `keys`, as label words: rc, write, inline 188, sig 1, bidir, rq 24."""
     words = []
