@@ -355,6 +355,25 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
     assert text.count("<img ") == (1 if experiment == "bw" else 2) and "Mesh: every directed pair" in text
 
 
+@pytest.mark.parametrize("experiment,args,kind", [
+    ("stream", ["--rate", "2000", "--count", "400"], "one-way (receive - scheduled step time)"),
+    ("load", ["--rate", "1000,3000", "--count", "300"], "rtt from the intended send time")])
+def test_stream_and_load_in_a_mesh(fm, token_file, experiment, args, kind):
+    """Each pair runs the experiment with its options; a sweep's last point is the pair's figure."""
+    hosts = ["127.0.0.1"] * 3
+    rc, out, err, others = run_ranks(fm, hosts, ["-t", "tcp", "--experiment", experiment, "--mesh-port", free_port(),
+                                                 "--token-file", token_file, "--json", "--warmup", "20", *args],
+                                     [()] * 3)
+    assert rc == 0 and set(others.values()) == {0}, err
+    lines = json_lines(out)
+    pairs = [p for p in lines if p["type"] == "pair"]
+    assert sorted((p["src"], p["dst"]) for p in pairs) == patterns.pairs("all-to-all", 3)
+    for p in pairs:
+        assert p["status"] == "ok" and p["latency_kind"] == kind and p["latency_ns"]["p50"] > 0, p
+        assert (p["gbps"] is not None and p["gbps"] > 0) == (experiment == "load") and p["lost"] == 0, p
+    assert lines[-1]["experiment"] == experiment
+
+
 def test_a_rank_with_the_wrong_token_is_refused(fm, token_file, tmp_path):
     """A `--rank 1` with another token is refused (one warning at rank 0, exit
     3 for it); the real rank 1 joins after it and the mesh completes."""

@@ -82,8 +82,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         if exp == "load":
             command.add_argument("--search", metavar="OBJECTIVES", help=search.HELP)
 
-    command = sub.add_parser("mesh", help="oneway, lat or bw between every pair of a pattern over N hosts, "
-                                          "run once per host",
+    command = sub.add_parser("mesh", help="oneway, lat, bw, stream or load between every pair of a pattern over "
+                                          "N hosts, run once per host",
                              allow_abbrev=False,
                              description="Run once per host (by mpirun, srun or by hand with --rank): rank 0 "
                                          "coordinates, every rank serves its incoming pairs and runs its outgoing "

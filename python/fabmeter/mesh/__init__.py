@@ -1,4 +1,4 @@
-"""`fabmeter mesh`: one experiment (oneway, lat or bw) between every chosen pair of N hosts.
+"""`fabmeter mesh`: one experiment (oneway, lat, bw, stream or load) between every chosen pair of N hosts.
 
 patterns.py: which directed pairs, in which rounds; rendezvous.py: the
 authenticated coordination channel between ranks; run.py: what each rank

@@ -10,16 +10,17 @@ from fabmeter import analysis
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
-LATENCY_KINDS = ("one-way", "rtt/2")
+LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
 MAX_STAT_KEYS = 16
 
 
 def pair_figures(point: dict) -> dict:
-    """The figures of a pair from the engine client's point (empty point: a failed run)."""
+    """The figures of a pair from the engine client's point (empty point: a failed run); for a multi-point run
+    (stream's rates, load's sweep) its last point."""
     clock = point.get("clock") or {}
     shared = clock.get("method") == "shared_tsc"     # one host: the same clock on both ends, nothing to fit
     return {"latency_ns": point.get("latency_ns"), "latency_kind": point.get("latency_kind"),
-            "gbps": point.get("gbps"), "lost": point.get("lost"),
+            "gbps": point.get("gbps", point.get("achieved_gbps")), "lost": point.get("lost"),
             "clock": None if not clock else {"method": clock.get("method"),
                                              **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
 
@@ -89,7 +90,8 @@ class Summary:
 
 
 MATRIX_FIGURE = {"oneway": "one-way p50 us (synchronised clocks)", "lat": "one-way (RTT/2) p50 us",
-                 "bw": "Gbit/s"}
+                 "bw": "Gbit/s", "stream": "one-way p50 us (receive - scheduled step, synchronised clocks)",
+                 "load": "RTT p50 us from the intended send"}
 
 
 def _cell(experiment: str, pair: dict) -> str:

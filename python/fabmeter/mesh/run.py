@@ -31,7 +31,7 @@ from fabmeter.mesh import output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_MESH_PORT = 18516       # the engine's default (perftest's 18515) + 1
-EXPERIMENTS = ("oneway", "lat", "bw")
+EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
 ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost

@@ -323,7 +323,8 @@ def section_load(entries: list[Entry]) -> list[str]:
     return figs
 
 
-MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-way latency = RTT/2"}
+MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-way latency = RTT/2",
+                "stream": "one-way latency from the scheduled step", "load": "RTT from the intended send"}
 
 
 def _mesh_hosts_table(doc: dict) -> str:
