@@ -29,6 +29,10 @@ pkgs+=(libnetfilter-queue-dev iptables)
 # Mesh tests: Open MPI's mpirun launches `fabmeter mesh` (its rank from the
 # environment; fabmeter links no MPI library).
 pkgs+=(openmpi-bin)
+# ... and `--launch ssh` starts the ranks over ssh: the client, and dropbear as
+# the namespaces' ssh server in the tests (a binary only: it starts no
+# service at install, unlike openssh-server).
+pkgs+=(openssh-client dropbear-bin)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang-14 libclang-rt-14-dev)
 missing=()

@@ -57,8 +57,8 @@ class Fabmeter:
         self.tag = tag
         self.env = cli_env(tag)
 
-    def run(self, *args, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(cli_cmd(*args), env=self.env, stdin=subprocess.DEVNULL,
+    def run(self, *args, timeout: float = 120, prefix: tuple = (), **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([*prefix, *cli_cmd(*args)], env=self.env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=timeout, **kw)
 
     def popen(self, *args, prefix: tuple = (), **kw) -> subprocess.Popen:

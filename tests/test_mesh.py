@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -185,6 +186,97 @@ def test_mesh_in_four_namespaces(fm, four_hosts, token_file, transport, pattern,
     assert others == {1: 0, 2: 0, 3: 0}
     _, summary = check_pairs(out, pattern)
     assert summary["schedule"] == schedule and summary["round_start_skew_ns"] is not None
+
+
+# --- --launch ssh: dropbear in each namespace but rank 0's ------------------------
+
+@pytest.fixture
+def ssh_hosts(four_hosts, tmp_path):
+    """An ssh server (dropbear) on port 22 of hosts 1 and 2 (not 3: nothing
+    listens there) admitting root with a key made here: its authorized_keys
+    is bind-mounted over /root/.ssh in the server's own mount namespace, so
+    the machine's is never touched. Yields (hosts, the --ssh command)."""
+    for tool in ("dropbear", "dropbearkey", "ssh", "ssh-keygen", "unshare"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} missing (scripts/install-deps.sh installs dropbear-bin and openssh-client)")
+    dot = tmp_path / "dotssh"
+    dot.mkdir(mode=0o700)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", tmp_path / "id"], check=True)
+    (dot / "authorized_keys").write_text((tmp_path / "id.pub").read_text())
+    (dot / "authorized_keys").chmod(0o600)
+    subprocess.run(["dropbearkey", "-t", "ed25519", "-f", tmp_path / "hostkey"], check=True, capture_output=True)
+    made_dot = not os.path.isdir("/root/.ssh")
+    if made_dot:
+        os.makedirs("/root/.ssh", mode=0o700)
+    servers = []
+    try:
+        for ns, addr in four_hosts[1:3]:
+            servers.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c",
+                 f"mount --bind {dot} /root/.ssh && exec dropbear -F -E -s -p {addr}:22 -r {tmp_path / 'hostkey'} "
+                 f"-P {tmp_path / ns}.pid"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True))
+        listening = lambda ns: ":22 " in subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltnH"],  # noqa: E731
+                                                         capture_output=True, text=True).stdout
+        assert wait_until(lambda: all(listening(ns) for ns, _ in four_hosts[1:3]), 20), "dropbear did not start"
+        yield four_hosts, (f"ssh -i {tmp_path / 'id'} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                           "-o LogLevel=ERROR")
+    finally:
+        for proc in servers:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        if made_dot:
+            os.rmdir("/root/.ssh")
+
+
+def remote_fabmeter(fm) -> str:
+    """How the ranks' shells run this checkout's fabmeter (ssh passes no environment)."""
+    return " ".join(["env", f"PYTHONPATH={fm.env['PYTHONPATH']}", f"FABMETER_ENGINE={fm.env['FABMETER_ENGINE']}",
+                     f"FABMETER_TEST_TAG={fm.env['FABMETER_TEST_TAG']}", sys.executable, "-m", "fabmeter"])
+
+
+def test_launch_over_ssh(fm, ssh_hosts, token_file):
+    """`--launch ssh` run once, in rank 0's namespace: ranks 1 and 2 come up
+    over ssh (the token down ssh's stdin), the mesh completes, they end."""
+    hosts, ssh = ssh_hosts
+    r = fm.run("mesh", "--launch", "ssh", "--hosts", ",".join(a for _, a in hosts[:3]), "-t", "udp", "--ssh", ssh,
+               "--remote-fabmeter", remote_fabmeter(fm), "--token-file", token_file, "--json", *SMALL,
+               prefix=("ip", "netns", "exec", hosts[0][0]), timeout=120)
+    assert r.returncode == 0, r.stderr
+    check_pairs(r.stdout, "all-to-all", 3)
+    assert not [ln for ln in r.stderr.splitlines() if "token" in ln and ln.startswith("fabmeter: warning")]
+
+
+def test_launch_over_ssh_to_a_host_without_sshd(fm, ssh_hosts, token_file):
+    """Rank 3's host has no ssh server: one line naming it and what ssh said, exit 3, well within the
+    control timeout; the ranks that did start are told and end."""
+    hosts, ssh = ssh_hosts
+    t0 = time.monotonic()
+    r = fm.run("mesh", "--launch", "ssh", "--hosts", ",".join(a for _, a in hosts), "-t", "udp", "--ssh", ssh,
+               "--remote-fabmeter", remote_fabmeter(fm), "--token-file", token_file, "--timeout-ms", "20000",
+               *SMALL, prefix=("ip", "netns", "exec", hosts[0][0]), timeout=120)
+    assert r.returncode == 3 and time.monotonic() - t0 < 15, (r.returncode, r.stderr)
+    line = one_line_error(r.stderr)
+    assert f"rank 3 ({hosts[3][1]}): ssh ended before the rank joined" in line and "refused" in line, line
+
+
+def test_ranks_launched_over_ssh_end_with_rank_0(fm, ssh_hosts, token_file):
+    """rank 0 killed (SIGKILL: no word to anyone) mid-run: its ssh clients see
+    their input close, the remote shells end their ranks, and no engine is
+    left on any host (the fm fixture checks, the remote ones carry its tag)."""
+    hosts, ssh = ssh_hosts
+    rank0 = fm.popen("mesh", "--launch", "ssh", "--hosts", ",".join(a for _, a in hosts[:3]), "-t", "tcp",
+                     "--ssh", ssh, "--remote-fabmeter", remote_fabmeter(fm), "--token-file", token_file,
+                     "--bursts", "40", "--pause-us", "250000", "--warmup", "10",
+                     prefix=("ip", "netns", "exec", hosts[0][0]))
+    try:
+        assert wait_until(lambda: sum(" run oneway " in p for p in tagged_engine_procs(fm.tag)) >= 2, 60)
+        rank0.kill()
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+        rank0.communicate()
+    assert wait_until(lambda: not tagged_engine_procs(fm.tag), 15), tagged_engine_procs(fm.tag)
 
 
 def test_a_skewed_clock_is_fitted_per_pair(fm, four_hosts, token_file):

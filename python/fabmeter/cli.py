@@ -103,6 +103,13 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="rank 0's coordination port on the first host (default: %(default)s)")
     command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
     command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
+    command.add_argument("--launch", choices=["ssh"],
+                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh")
+    command.add_argument("--ssh", metavar="CMD", default="ssh",
+                         help="--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and "
+                              "a ConnectTimeout of the control timeout are added)")
+    command.add_argument("--remote-fabmeter", metavar="CMD", default="fabmeter",
+                         help="--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)")
     command.add_argument("--out", metavar="DIR",
                          help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
                               "(`fabmeter report DIR` draws them); other ranks ignore it")
@@ -319,7 +326,12 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
     if len(hosts) < 2 or not all(hosts):
         die(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
-    if ns.rank is not None:
+    if ns.launch == "ssh":
+        if ns.rank not in (None, 0):
+            die("mesh: --launch ssh runs rank 0 here (the first host); the other ranks are started over ssh",
+                EXIT_USAGE)
+        rank = 0
+    elif ns.rank is not None:
         rank = ns.rank
     else:
         launched = mesh_run.launcher_rank(dict(os.environ))
@@ -346,8 +358,12 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     else:
         os.environb[b"FABMETER_TOKEN"] = token   # the engines (server and clients) read it from there
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
+    ssh = None
+    if ns.launch == "ssh":
+        ssh = (ns.ssh, ns.remote_fabmeter, ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule",
+                                            ns.schedule, "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)])
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
-                             timeout_ms / 1000.0)
+                             timeout_ms / 1000.0, ssh)
     pairs: list[dict] = []
     started_at = now_iso()
 

@@ -27,7 +27,7 @@ from typing import Callable, Optional
 
 from fabmeter import procs, run
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import output, patterns, rendezvous
+from fabmeter.mesh import launch, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_MESH_PORT = 18516       # the engine's default (perftest's 18515) + 1
@@ -38,6 +38,7 @@ HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent fo
 LAUNCHER_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
                 ("SLURM_PROCID", "SLURM_NTASKS"))
 MAX_MESSAGE = 300                # characters of a pair's error message kept
+SSH_CHECK_S = 0.5                # --launch ssh: how often a rank's ssh is checked while waiting for joins
 
 
 @dataclass
@@ -52,6 +53,8 @@ class MeshSpec:
     token: bytes
     engine: str
     timeout_s: float             # rendezvous and control timeout (the engine's --timeout-ms)
+    ssh: Optional[tuple[str, str, list]] = None  # --launch ssh: (ssh command, remote fabmeter, every rank's args
+                                                 # but --hosts and --rank)
 
 
 @dataclass
@@ -100,11 +103,22 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
                              max_sessions=len(spec.hosts))
     server.start_draining()
+    launched = None
+    finished = False
     try:
         if spec.rank == 0:
-            return _coordinate(spec, server.port, emit, warn)
+            if spec.ssh:
+                ssh, remote, args = spec.ssh
+                launched = launch.start(spec.hosts,
+                                        lambda r: ["--hosts", ",".join(spec.hosts), "--rank", str(r), *args],
+                                        ssh, remote, spec.token, spec.timeout_s)
+            code = _coordinate(spec, server.port, emit, warn, launched)
+            finished = True
+            return code
         return _follow(spec, server.port)
     finally:
+        if launched:        # after "done" each rank ends by itself; else now
+            launched.stop(spec.timeout_s if finished else 0)
         server.stop()
 
 
@@ -203,9 +217,10 @@ def _valid_dsts(value, n: int, me: int) -> list[int]:
 
 # --- rank 0 -----------------------------------------------------------------
 
-def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
+def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], warn: Callable[[str], None],
+                launched: Optional[launch.Launched]) -> int:
     n = len(spec.hosts)
-    peers = _gather(spec, warn)
+    peers = _gather(spec, warn, launched)
     try:
         ports = [engine_port] + [peers[r].engine_port for r in range(1, n)]
         for peer in peers.values():
@@ -231,8 +246,9 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
             peer.channel.close()
 
 
-def _gather(spec: MeshSpec, warn: Callable[[str], None]) -> dict[int, Peer]:
-    """Every other rank's join within the timeout; else exit 3 naming the missing ones."""
+def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[launch.Launched]) -> dict[int, Peer]:
+    """Every other rank's join within the timeout; else exit 3 naming the missing ones (at once for a rank
+    whose ssh ended)."""
     n = len(spec.hosts)
     family = socket.AF_INET6 if ":" in spec.hosts[0] else socket.AF_INET
     listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family)
@@ -240,6 +256,14 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None]) -> dict[int, Peer]:
     deadline = time.monotonic() + spec.timeout_s
     try:
         while len(peers) < n - 1:
+            if launched:
+                try:
+                    launched.check(peers)
+                except FabmeterError as e:
+                    for peer in peers.values():
+                        _try_send(peer, {"type": "abort", "message": e.message})
+                        peer.channel.close()
+                    raise
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = [f"rank {r} ({spec.hosts[r]})" for r in range(1, n) if r not in peers]
@@ -247,7 +271,7 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None]) -> dict[int, Peer]:
                     _try_send(peer, {"type": "abort", "message": f"{', '.join(missing)} did not join"})
                     peer.channel.close()
                 raise FabmeterError(f"{', '.join(missing)} did not join within {spec.timeout_s:g} s", EXIT_RUNTIME)
-            listener.settimeout(left)
+            listener.settimeout(min(left, SSH_CHECK_S) if launched else left)
             try:
                 channel = rendezvous.accept(listener, spec.token, min(left, 5.0))
             except (socket.timeout, ChannelError, OSError):
