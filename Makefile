@@ -22,7 +22,7 @@ build: deps
 
 test: build
 	ctest --test-dir $(ENGINE_BUILD) --output-on-failure
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/python -m pytest --durations=20 tests
 
 # The engine under ASan+UBSan (build/engine-asan: GoogleTest and the
 # end-to-end tests) and TSan (build/engine-tsan: shm and the file sink's

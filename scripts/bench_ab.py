@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
 from fabmeter import analysis, bench  # noqa: E402
-from fabmeter.errors import FabmeterError  # noqa: E402
+from fabmeter.errors import EXIT_INTERRUPTED, FabmeterError  # noqa: E402
 
 
 def build_base(rev: str) -> Path:
@@ -110,11 +110,16 @@ def main() -> int:
                 if m["skipped"]:
                     continue
                 order = ["base", "new"] if (r + j) % 2 == 0 else ["new", "base"]
+                side = order[0]
                 try:
                     for side in order:
                         m[side].append(rows[side][m["row"]].fabmeter())
                 except bench.Skip as e:
                     m["skipped"] = str(e)
+                except (KeyError, FabmeterError) as e:  # a row newer than the base engine (an option it lacks)
+                    if isinstance(e, FabmeterError) and e.exit_code == EXIT_INTERRUPTED:
+                        raise
+                    m["skipped"] = f"the {side} engine cannot measure it: {e}"
         table, slower = [], 0
         for i in keep:
             row = rows["new"][i]
