@@ -3,8 +3,9 @@ and with this tree's engine, alternately (base, new, new, base, ...), medians ov
 
 BASE is built once in a temporary git worktree (kept under build/bench-ab/<commit>/ for the next run).
 Rows that measure the same thing (three shm rows are one `lat -t shm --poll busy`) are measured once per
-round and engine. Per row it prints both medians, new / base, and whether the new engine is slower by more
-than --limit (latency: a higher figure; throughput: a lower one).
+round and engine, each row taking its own figure (p50, mean) from that run. Per row it prints both
+medians, new / base, and whether the new engine is slower by more than --limit (latency: a higher figure;
+throughput: a lower one). Rows newer than BASE (options its engine lacks) are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -50,26 +51,35 @@ def build_base(rev: str) -> Path:
     return cached
 
 
+class Measure:
+    """A row's fabmeter side split in two: `fetch` runs the measurement (keyed by what it measures, so rows that
+    measure the same run share it) and `pick` takes the row's own figure from it (p50 for one, mean for another)."""
+
+    def __init__(self, key, fetch, pick):
+        self.key, self.fetch, self.pick = key, fetch, pick
+
+    def __call__(self) -> float:
+        return self.pick(self.fetch())
+
+
 class Keyed(bench.Bench):
-    """A Bench whose fabmeter-side measurements carry a key naming what they measure."""
+    """A Bench whose fabmeter-side measurements are Measures."""
 
     def fabmeter(self, experiment, options, pick):
-        fn = super().fabmeter(experiment, options, pick)
-        fn.key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))])
-        return fn
+        key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))])
+        return Measure(key, super().fabmeter(experiment, options, lambda point: point), pick)
 
     def fabmeter_all(self, experiment, options, pick):
-        fn = super().fabmeter_all(experiment, options, pick)
-        fn.key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + " (all points)"
-        return fn
+        key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + " (all points)"
+        return Measure(key, super().fabmeter_all(experiment, options, lambda points: points), pick)
 
-    def limit(self, pick):
-        fn = super().limit(pick)
-        fn.key = None  # named after its row below: two limits of one run are different figures
-        return fn
+    def limit(self, pick, args=()):
+        # Keyed after its row below: two limits rows of one run are measured apart, as the bench does.
+        return Measure(None, super().limit(lambda lim: lim, args), pick)
 
 
 def rows_for(engine: str, out: Path, cpus) -> list[bench.Row]:
+    """The bench's rows, each fabmeter side a Measure with a key."""
     rows = Keyed(out, cpus, engine).rows()
     for row in rows:
         if row.fabmeter.key is None:
@@ -97,11 +107,11 @@ def main() -> int:
     try:
         rows = {side: rows_for(path, out / side, cpus) for side, path in engines.items()}
         keep = [i for i, row in enumerate(rows["new"]) if not ns.only or ns.only in row.name]
-        # Distinct measurements, in row order: key -> (row index, samples per side).
+        # Distinct measurements, in row order: key -> the rows taking a figure from it; per row, samples per side.
         measures: dict[str, dict] = {}
         for i in keep:
-            key = rows["new"][i].fabmeter.key
-            measures.setdefault(key, {"row": i, "base": [], "new": [], "skipped": ""})
+            measures.setdefault(rows["new"][i].fabmeter.key, {"rows": [], "skipped": ""})["rows"].append(i)
+        samples = {i: {"base": [], "new": []} for i in keep}
         print(f"bench-ab: base {ns.base} ({engines['base']}), new {engines['new']}; {ns.rounds} rounds, "
               f"{len(measures)} measurements, CPUs {list(cpus) if cpus else 'unpinned'}")
         for r in range(ns.rounds):
@@ -113,7 +123,9 @@ def main() -> int:
                 side = order[0]
                 try:
                     for side in order:
-                        m[side].append(rows[side][m["row"]].fabmeter())
+                        raw = rows[side][m["rows"][0]].fabmeter.fetch()
+                        for i in m["rows"]:
+                            samples[i][side].append(rows[side][i].fabmeter.pick(raw))
                 except bench.Skip as e:
                     m["skipped"] = str(e)
                 except (KeyError, FabmeterError) as e:  # a row newer than the base engine (an option it lacks)
@@ -123,16 +135,16 @@ def main() -> int:
         table, slower = [], 0
         for i in keep:
             row = rows["new"][i]
-            m = measures[row.fabmeter.key]
-            base = statistics.median(m["base"]) if m["base"] else None
-            new = statistics.median(m["new"]) if m["new"] else None
+            m, got = measures[row.fabmeter.key], samples[i]
+            base = statistics.median(got["base"]) if got["base"] else None
+            new = statistics.median(got["new"]) if got["new"] else None
             ratio = new / base if base and new is not None else None
             worse = ratio is not None and (ratio < 1 / ns.limit if row.higher_is_better else ratio > ns.limit)
             slower += worse
             verdict = ("skipped: " + m["skipped"]) if ratio is None else ("SLOWER" if worse else "ok")
             spread = lambda xs: f"{min(xs):.4g}..{max(xs):.4g}" if xs else "-"  # noqa: E731
             table.append([row.name, row.figure, base, new, None if ratio is None else f"{ratio:.3f}",
-                          spread(m["base"]), spread(m["new"]), verdict])
+                          spread(got["base"]), spread(got["new"]), verdict])
         print(analysis.format_table(["row", "figure", "base", "new", "new/base", "base range", "new range",
                                      "result"], table, left=2))
         print(f"{slower} row(s) slower than base by more than {ns.limit}x" if slower else

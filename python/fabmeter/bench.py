@@ -266,6 +266,13 @@ class Bench:
                                           lambda ps: ps[-1]["lag_ns"]["p99"]),
                         f"{LAG_BUDGET_NS / 1000:g} us budget", lambda: LAG_BUDGET_NS,
                         "ns from the scheduled to the actual send, p99 (poisson arrivals)", 1.0))
+        # Beneath it: how often a bare spin to 1 us slots on the sender's CPU is a slot or more late. Past 1 %
+        # of the slots, any sender's p99 lies in such a stall: the budget cannot be met on this machine.
+        rows.append(Row(f"load generator accuracy floor: bare {LAG_RATE / 1e6:g} MHz schedule",
+                        self.limit(lambda lim: lim["schedule_floor"]["missed_pct"],
+                                   ("--schedule-rate", str(LAG_RATE), "--schedule-steps", str(LAG_COUNT))),
+                        "1 % of the slots (the p99's share)", lambda: 1.0,
+                        f"% of {LAG_COUNT:,} 1 us slots a bare TSC spin on the client CPU missed", None))
         rows.append(Row("load shm achieved rate at the knee / bw message rate",
                         self.fabmeter_all("load", {"transport": "shm", "poll": "busy", "load": KNEE_LOADS,
                                                    "req_size": SIZE, "duration": KNEE_SECONDS}, achieved_at_knee),
