@@ -44,6 +44,22 @@
 
 namespace fm {
 
+// The back-off of load's polling loops (client and server): true while the
+// loop should go round again without its slow path, i.e. between ticks while
+// it makes progress, or through a busy poll's empty spins before a check.
+template <Poll P>
+[[gnu::always_inline]] inline bool stay_hot(bool progressed, uint32_t& idle, uint32_t& busy) {
+  if (progressed) {
+    idle = 0;
+    if (++busy % kTickStride) return true;
+  } else if (P == Poll::busy && ++idle < kGuardSpins) {
+    if (idle > kHotSpins / 64) cpu_relax();
+    return true;
+  }
+  idle = 0;
+  return false;
+}
+
 // A request's first bytes: a tag the reply echoes in its first four (the
 // outstanding slot, and the sequence number's low bits against stale
 // replies) and the size of the reply it asks for.
@@ -345,14 +361,7 @@ class LoadSender {
         }
       }
       if (done()) return Status::ok;
-      if (progressed) {
-        idle = 0;
-        if (++busy % kTickStride) continue;
-      } else if (P == Poll::busy && ++idle < kGuardSpins) {
-        if (idle > kHotSpins / 64) cpu_relax();
-        continue;
-      }
-      idle = 0;
+      if (stay_hot<P>(progressed, idle, busy)) continue;
       // ---- slow path: the peer, Ctrl-C, the other threads, losses ----
       const uint64_t now = clk_.ticks();
       if (Status st = check(g, stop, failure); st != Status::ok) return st;
@@ -776,14 +785,7 @@ class LoadResponder {
         note_poll(n);
         progressed |= n > 0;
       }
-      if (progressed) {
-        idle = 0;
-        if (++busy % kTickStride) continue;
-      } else if (P == Poll::busy && ++idle < kGuardSpins) {
-        if (idle > kHotSpins / 64) cpu_relax();
-        continue;
-      }
-      idle = 0;
+      if (stay_hot<P>(progressed, idle, busy)) continue;
       if (stop.load(std::memory_order_relaxed)) return Status::ok;
       sample_pools();
       if (g) {
