@@ -260,16 +260,12 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
                 try:
                     launched.check(peers)
                 except FabmeterError as e:
-                    for peer in peers.values():
-                        _try_send(peer, {"type": "abort", "message": e.message})
-                        peer.channel.close()
+                    _abort_joined(peers, e.message)
                     raise
             left = deadline - time.monotonic()
             if left <= 0:
                 missing = [f"rank {r} ({spec.hosts[r]})" for r in range(1, n) if r not in peers]
-                for peer in peers.values():
-                    _try_send(peer, {"type": "abort", "message": f"{', '.join(missing)} did not join"})
-                    peer.channel.close()
+                _abort_joined(peers, f"{', '.join(missing)} did not join")
                 raise FabmeterError(f"{', '.join(missing)} did not join within {spec.timeout_s:g} s", EXIT_RUNTIME)
             listener.settimeout(min(left, SSH_CHECK_S) if launched else left)
             try:
@@ -290,6 +286,13 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
     finally:
         listener.close()
     return peers
+
+
+def _abort_joined(peers: dict[int, Peer], message: str) -> None:
+    """The rendezvous failed: the ranks that joined are told why and let go."""
+    for peer in peers.values():
+        _try_send(peer, {"type": "abort", "message": message})
+        peer.channel.close()
 
 
 def _estimate_offset(peer: Peer, timeout_s: float) -> None:
