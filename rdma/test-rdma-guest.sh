@@ -102,15 +102,17 @@ pt() {
   printf '%-58s rc=%s\n' "$name" "$rc"
 }
 
-# rdma_cm cannot connect UC; UD has no RDMA write.
+# rdma_cm cannot connect UC; UD has no RDMA write. The matrix runs the ops
+# that receive completions (--poll event applies); plain write, read and
+# atomics have their own section below.
 cms_for() { case $1 in uc) echo raw ;; *) echo rdma_cm raw ;; esac; }
-ops_for() { case $1 in ud) echo send ;; *) echo send write ;; esac; }
+ops_for() { case $1 in ud) echo send ;; *) echo send write-imm ;; esac; }
 
 SMALL_LAT=(-s 32 -n 200 --warmup 50)
 ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
 BW=(-s 1K -n 2000 --warmup 100)
 
-echo "== verbs: lat over every knob (RC/UC/UD x send/write x inline x signaling x poll x cm)"
+echo "== verbs: lat over every knob (RC/UC/UD x send/write-imm x inline x signaling x poll x cm)"
 for svc in rc uc ud; do
   for cm in $(cms_for $svc); do
     for op in $(ops_for $svc); do
@@ -138,34 +140,64 @@ for svc in rc uc ud; do
   done
 done
 fm "oneway-rc-send-rdma_cm-event-inline64" 0 oneway "${ONEWAY[@]}" --service rc --poll event --inline 64
-fm "oneway-uc-write-raw-event-sig1" 0 oneway "${ONEWAY[@]}" --service uc --op write --poll event --signal-every 1
-fm "bw-rc-write-raw-event" 0 bw "${BW[@]}" --service rc --op write --cm raw --poll event
+fm "oneway-uc-write-imm-raw-event-sig1" 0 oneway "${ONEWAY[@]}" --service uc --op write-imm --poll event --signal-every 1
+fm "bw-rc-write-imm-raw-event" 0 bw "${BW[@]}" --service rc --op write-imm --cm raw --poll event
 fm "bw-ud-send-rdma_cm-event" 0 bw "${BW[@]}" --service ud --poll event
+
+echo "== verbs: perftest's ops (plain write polled at the receiver; read and atomics, one-sided, RC)"
+for cm in raw rdma_cm; do
+  for inl in 0 64; do
+    fm "lat-rc-write-$cm-inline$inl" 0 lat "${SMALL_LAT[@]}" --service rc --op write --cm $cm --inline $inl
+  done
+  fm "lat-rc-read-$cm" 0 lat "${SMALL_LAT[@]}" --service rc --op read --cm $cm
+  fm "lat-rc-atomic-fadd-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-fadd --cm $cm
+  fm "lat-rc-atomic-cswap-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-cswap --cm $cm
+  fm "bw-rc-write-$cm" 0 bw "${BW[@]}" --service rc --op write --cm $cm
+  fm "bw-rc-read-$cm" 0 bw "${BW[@]}" --service rc --op read --cm $cm
+done
+fm "lat-uc-write-raw-inline64-sig1" 0 lat "${SMALL_LAT[@]}" --service uc --op write --inline 64 --signal-every 1
+fm "oneway-rc-write-raw" 0 oneway "${ONEWAY[@]}" --service rc --op write --cm raw
+fm "bw-uc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service uc --op write --rq-depth 16 --rq-refill 4
+fm "bw-rc-read-raw-bidir" 0 bw "${BW[@]}" --service rc --op read --cm raw --bidir
+fm "bw-rc-atomic-fadd-raw" 0 bw -s 8 -n 2000 --warmup 100 --service rc --op atomic-fadd --cm raw
+fm "bw-rc-atomic-cswap-rdma_cm-bidir" 0 bw -s 8 -n 2000 --warmup 100 --service rc --op atomic-cswap --bidir
+fm "lat-rc-read-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service rc --op read --cm raw
+fm "lat-rc-write-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service rc --op write --cm raw
 
 echo "== verbs: check (length, content and order of every size to 256 KiB; UD to the MTU)"
 CHECK=(--max-size 256K)
 fm "check-rc-send-rdma_cm" 0 check "${CHECK[@]}" --service rc
-fm "check-rc-write-raw" 0 check "${CHECK[@]}" --service rc --op write --cm raw
-fm "check-rc-write-rdma_cm-event-inline64" 0 check "${CHECK[@]}" --service rc --op write --poll event --inline 64
+fm "check-rc-write-imm-raw" 0 check "${CHECK[@]}" --service rc --op write-imm --cm raw
+fm "check-rc-write-imm-rdma_cm-event-inline64" 0 check "${CHECK[@]}" --service rc --op write-imm --poll event --inline 64
 fm "check-uc-send-raw-inline64" 0 check "${CHECK[@]}" --service uc --inline 64
-fm "check-uc-write-raw-event" 0 check "${CHECK[@]}" --service uc --op write --poll event
+fm "check-uc-write-imm-raw-event" 0 check "${CHECK[@]}" --service uc --op write-imm --poll event
 fm "check-ud-send-rdma_cm-event" 0 check "${CHECK[@]}" --service ud --poll event
 fm "check-ud-send-raw-inline64" 0 check "${CHECK[@]}" --service ud --cm raw --inline 64
+fm "check-rc-write-raw-inline64" 0 check "${CHECK[@]}" --service rc --op write --cm raw --inline 64
+fm "check-uc-write-raw-smallring" 0 check "${CHECK[@]}" --service uc --op write --rq-depth 4 --rq-refill 1
 
 echo "== verbs: queue knobs, multi-packet messages, one device for both ends"
-fm "bw-rc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service rc --op write --cm raw --rq-depth 16 --rq-refill 4
-fm "bw-uc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service uc --op write --rq-depth 16 --rq-refill 4
+fm "bw-rc-write-imm-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service rc --op write-imm --cm raw --rq-depth 16 --rq-refill 4
+fm "bw-uc-write-imm-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service uc --op write-imm --rq-depth 16 --rq-refill 4
 fm "bw-rc-send-rdma_cm-smallq" 0 bw -s 256 -n 1000 --warmup 100 --service rc --sq-depth 8 --rq-depth 8 --rq-refill 2 --signal-every 4
 fm "bw-rc-send-raw-bidir" 0 bw -s 1K -n 2000 --warmup 100 --service rc --cm raw --bidir
 fm "lat-rc-send-raw-sweep" 0 lat -a --max-size 16K -n 50 --warmup 10 --service rc --cm raw
-fm "lat-rc-write-rdma_cm-sweep" 0 lat -a --max-size 16K -n 50 --warmup 10 --service rc --op write
+fm "lat-rc-write-imm-rdma_cm-sweep" 0 lat -a --max-size 16K -n 50 --warmup 10 --service rc --op write-imm
 fm "lat-uc-send-raw-mtu512-3K" 0 lat -s 3K -n 100 --warmup 10 --service uc --mtu 512
 fm "lat-ud-send-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service ud --cm raw
 fm "lat-rc-send-raw-device-rxe0-both-ends" 0 lat "${SMALL_LAT[@]}" --service rc --cm raw --device rxe0 --gid-index 1
 
 echo "== verbs: refused combinations (exit 2, one line)"
 fm "refuse-ud-above-mtu" 2 lat -s 2048 -n 10 --service ud
+fm "refuse-ud-write-imm" 2 lat -n 10 --service ud --op write-imm
 fm "refuse-ud-write" 2 lat -n 10 --service ud --op write
+fm "refuse-ud-read" 2 lat -n 10 --service ud --op read
+fm "refuse-ud-atomic-fadd" 2 lat -s 8 -n 10 --service ud --op atomic-fadd
+fm "refuse-uc-read" 2 lat -n 10 --service uc --op read
+fm "refuse-uc-atomic-cswap" 2 lat -s 8 -n 10 --service uc --op atomic-cswap
+fm "refuse-write-event" 2 lat -n 10 --service rc --op write --poll event
+fm "refuse-atomic-64B" 2 lat -s 64 -n 10 --service rc --op atomic-fadd
+fm "refuse-read-oneway" 2 oneway --bursts 1 --burst-size 10 --service rc --op read
 fm "refuse-uc-rdma_cm" 2 lat -n 10 --service uc --cm rdma_cm
 fm "refuse-rdma_cm-mtu" 2 lat -n 10 --service rc --mtu 512
 fm "refuse-no-such-device" 2 lat -n 10 --service rc --cm raw --device mlx5_9
@@ -176,7 +208,7 @@ LOAD=(--rate 2000 --count 400 --warmup 50 --loss-timeout-ms 500)
 for svc in rc uc ud; do
   fm "load-$svc-send-busy" 0 load "${LOAD[@]}" --service $svc
 done
-fm "load-rc-write-raw-event" 0 load "${LOAD[@]}" --service rc --op write --cm raw --poll event
+fm "load-rc-write-imm-raw-event" 0 load "${LOAD[@]}" --service rc --op write-imm --cm raw --poll event
 fm "load-rc-send-conns2-threads2" 0 load "${LOAD[@]}" --service rc --conns 2 --threads 2 --server-threads 2
 # w1's sizes go to 100 KB: UD clamps them to its MTU (counted in `clamped`).
 fm "load-ud-send-workload-w1" 0 load "${LOAD[@]}" --service ud --workload w1
@@ -228,15 +260,36 @@ dup() {
 dup "dup-ud-oneway" oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us 1000 --service ud
 dup "dup-ud-check" check --max-size 1K --cm raw --loss-timeout-ms 1000 --service ud
 
-echo "== comparison: fabmeter lat vs perftest, 32 B, 2000 iterations, inline 64, raw connection"
-CMP=(-s 32 -n 2000 --warmup 200 --inline 64 --cm raw)
-for svc in rc uc ud; do
-  fm "cmp-fabmeter-$svc-send" 0 lat "${CMP[@]}" --service $svc
-  pt "cmp-perftest-$svc-send" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
-done
-for svc in rc uc; do
-  fm "cmp-fabmeter-$svc-write" 0 lat "${CMP[@]}" --service $svc --op write
-  pt "cmp-perftest-$svc-write" ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+echo "== comparison: fabmeter vs perftest, alternated (fabmeter, perftest, ...) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
+# cmp ROUND ROW "FABMETER ARGS" PERFTEST-TOOL PERFTEST-ARGS...: one round of
+# one row, fabmeter first. Rows: lat-* at 32 B (atomics 8 B) with 2000
+# iterations, inline 64 where the op allows it; bw-* at 1 KiB (atomics 8 B),
+# 5000 messages, 128 in flight (perftest's -t default). The report takes
+# each row's median over the rounds.
+cmp() {
+  local round=$1 row=$2 fmargs=$3 tool=$4
+  shift 4
+  fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw
+  pt "cmp-r$round-perftest-$row" "$tool" "$@"
+}
+LATC=(-n 2000 --warmup 200)
+BWC=(-n 5000 --warmup 200 --tx-depth 128)
+for ((round = 1; round <= ${FM_CMP_ROUNDS:-3}; round++)); do
+  for svc in rc uc ud; do
+    cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+  done
+  for svc in rc uc; do
+    cmp $round "lat-$svc-write" "lat -s 32 ${LATC[*]} --inline 64 --service $svc --op write" \
+      ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+  done
+  cmp $round lat-rc-read "lat -s 32 ${LATC[*]} --service rc --op read" ib_read_lat -s 32 -n 2000
+  cmp $round lat-rc-atomic-fadd "lat -s 8 ${LATC[*]} --service rc --op atomic-fadd" ib_atomic_lat -A FETCH_AND_ADD -n 2000
+  cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
+  for op in send write read; do
+    cmp $round "bw-rc-$op" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op}_bw" -s 1024 -n 5000
+  done
+  cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
+  cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --bidir" ib_write_bw -s 1024 -n 5000 -b
 done
 
 echo "== libfabric verbs provider through fabmeter's ofi transport"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks what rdma/test-rdma-guest.sh left in OUTDIR/raw and prints the
-comparison of fabmeter's verbs latency with perftest's.
+alternated comparison of fabmeter's verbs rows with their perftest twins
+(latency and message rate, medians over the rounds, each with its ratio).
 
     rdma/test_rdma_report.py OUTDIR      (OUTDIR = build/rdma-results)
 
@@ -124,7 +125,7 @@ def check_fabmeter(raw, name):
         p = points[0]
         summary.update(experiment=p.get("experiment"), size=p.get("size"), iterations=p.get("iterations"),
                        lost=p.get("lost"), latency_kind=p.get("latency_kind"), latency_ns=p.get("latency_ns"),
-                       gbps=p.get("gbps"), points=len(points))
+                       gbps=p.get("gbps"), msg_rate=p.get("msg_rate"), points=len(points))
     if is_ofi:
         return problems, summary
     # The knobs must show in what the transport was granted.
@@ -145,7 +146,7 @@ def check_fabmeter(raw, name):
     inline = int(option(cmd, "inline") or 0)
     if granted.get("max_inline_granted", 0) < inline:
         problems.append(f"--inline {inline} but the device granted {granted.get('max_inline_granted')}")
-    if want["op"] == "write" and "write_credits" not in granted:
+    if want["op"] in ("write", "write-imm") and "write_credits" not in granted:
         problems.append("write mode without credits in granted")
     if "device" not in want and granted.get("device") != "rxe0":
         problems.append(f"the client should be on rxe0 (its control address), got {granted.get('device')}")
@@ -153,6 +154,8 @@ def check_fabmeter(raw, name):
 
 
 PERFTEST_COLS = ["bytes", "iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999"]
+# ib_*_bw: MB/sec columns (perftest's MB), and the message rate in millions per second.
+PERFTEST_BW_COLS = ["bytes", "iterations", "bw_peak_mb", "bw_avg_mb", "msg_rate_mpps"]
 
 
 def check_perftest(raw, name):
@@ -178,12 +181,16 @@ def check_perftest(raw, name):
 def perftest_result(text):
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if "t_typical" not in line:
+        if "t_typical" in line:
+            cols = PERFTEST_COLS
+        elif "MsgRate" in line:
+            cols = PERFTEST_BW_COLS
+        else:
             continue
         for row in lines[i + 1:]:
             nums = row.split()
             if len(nums) >= 5 and all(re.fullmatch(r"[\d.]+", x) for x in nums[:5]):
-                return dict(zip(PERFTEST_COLS, map(float, nums)))
+                return dict(zip(cols, map(float, nums)))
     return None
 
 
@@ -269,8 +276,77 @@ def check_fault(raw, name):
     return problems, summary
 
 
-def fmt_us(ns):
-    return f"{ns / 1000:.1f}" if isinstance(ns, (int, float)) else "-"
+def median(xs):
+    xs = sorted(x for x in xs if isinstance(x, (int, float)))
+    if not xs:
+        return None
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+# A row's figure from each side: lat in microseconds as perftest prints it
+# (send and write: RTT/2; read and atomics: the whole operation, which
+# perftest does not halve), bw as messages per second.
+def fabmeter_figure(row, r):
+    if row.startswith("bw-"):
+        return r.get("msg_rate")
+    lat = r.get("latency_ns") or {}
+    one_sided = "-read" in row or "-atomic" in row
+    p50 = lat.get("p50")
+    return None if p50 is None else (p50 * 2 if one_sided else p50) / 1000
+
+
+def perftest_figure(row, r):
+    res = r.get("result_us") or {}
+    if row.startswith("bw-"):
+        return res["msg_rate_mpps"] * 1e6 if "msg_rate_mpps" in res else None
+    return res.get("t_typical")
+
+
+def comparison(results):
+    """The alternated rounds, a row each: every round's figure on both sides,
+    their medians and the ratio fabmeter/perftest."""
+    by_row = {}
+    for r in results:
+        m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|perftest)-(.+)", r["name"])
+        if m:
+            by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}})[m.group(2)][int(m.group(1))] = r
+    rows = []
+    for row, sides in by_row.items():
+        fm = {k: fabmeter_figure(row, v) for k, v in sorted(sides["fabmeter"].items())}
+        pt = {k: perftest_figure(row, v) for k, v in sorted(sides["perftest"].items())}
+        fm_med, pt_med = median(fm.values()), median(pt.values())
+        bw = row.startswith("bw-")
+        ratio = fm_med / pt_med if fm_med and pt_med else None
+        rows.append({"row": row, "kind": "bw" if bw else "lat",
+                     "unit": "messages/s" if bw else "us (perftest's convention: RTT/2 for send and write, "
+                                                     "the whole operation for read and atomics)",
+                     "rounds": len(fm), "fabmeter": list(fm.values()), "perftest": list(pt.values()),
+                     "fabmeter_median": fm_med, "perftest_median": pt_med, "ratio": ratio,
+                     "at_target": None if ratio is None else (ratio >= 1.0 if bw else ratio <= 1.0)})
+    order = {"lat": 0, "bw": 1}
+    return sorted(rows, key=lambda r: (order[r["kind"]], r["row"]))
+
+
+def print_comparison(rows):
+    if not rows:
+        return
+    rounds = max(r["rounds"] for r in rows)
+    print()
+    print(f"fabmeter vs perftest in the Soft-RoCE guest (qemu TCG), client rxe0 -> server rxe1, raw QP setup,")
+    print(f"alternated over {rounds} rounds (fabmeter, perftest, fabmeter, ...); medians of the rounds.")
+    print("lat: microseconds as perftest prints them: send and write one-way = RTT/2, read and atomics the whole")
+    print("operation; fabmeter = lat p50 over 2000, perftest = t_typical (its median). Target: ratio <= 1.00.")
+    print("bw: messages per second (perftest's MsgRate); 1 KiB (atomics 8 B), 5000 messages, 128 in flight.")
+    print("Target: ratio >= 1.00. write = plain RDMA write polled at the receiver (ib_write_*).")
+    print(f"{'row':<22}{'fabmeter':>12}{'perftest':>12}{'ratio':>8}  target  rounds (fabmeter / perftest)")
+    for r in rows:
+        fmt = (lambda v: f"{v:,.0f}") if r["kind"] == "bw" else (lambda v: f"{v:.1f}")
+        show = lambda v: fmt(v) if isinstance(v, (int, float)) else "-"
+        verdict = "-" if r["at_target"] is None else "yes" if r["at_target"] else "BEHIND"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
+        print(f"{r['row']:<22}{show(r['fabmeter_median']):>12}{show(r['perftest_median']):>12}{ratio:>8}  {verdict:<6}  "
+              f"{' '.join(show(v) for v in r['fabmeter'])} / {' '.join(show(v) for v in r['perftest'])}")
 
 
 def main():
@@ -322,30 +398,8 @@ def main():
     if ofi_skipped:
         print(f"ofi verbs provider: {ofi_skipped}")
 
-    by_name = {r["name"]: r for r in results}
-    rows = []
-    for svc, op in [("rc", "send"), ("uc", "send"), ("ud", "send"), ("rc", "write"), ("uc", "write")]:
-        fm = by_name.get(f"cmp-fabmeter-{svc}-{op}", {})
-        pt = by_name.get(f"cmp-perftest-{svc}-{op}", {}).get("result_us", {})
-        lat = fm.get("latency_ns") or {}
-        rows.append({"service": svc, "op": op,
-                     "fabmeter_p50_ns": lat.get("p50"), "fabmeter_min_ns": lat.get("min"), "fabmeter_p99_ns": lat.get("p99"),
-                     "perftest_typical_us": pt.get("t_typical"), "perftest_min_us": pt.get("t_min"),
-                     "perftest_p99_us": pt.get("p99"),
-                     "perftest_tool": "ib_send_lat" if op == "send" else "ib_write_lat"})
-    print()
-    print("32 B ping-pong in the Soft-RoCE guest (qemu TCG), client rxe0 -> server rxe1, inline 64, raw QP setup.")
-    print("Both columns are one-way = RTT/2 (perftest's *_lat report half the round trip), microseconds:")
-    print("fabmeter = lat p50 over 2000 round trips; perftest = t_typical (its median).")
-    print("ib_write_lat polls the last byte of a plain RDMA write; fabmeter writes with immediate.")
-    print(f"{'service/op':<12}{'fabmeter p50':>14}{'fabmeter min':>14}{'perftest typ':>14}{'perftest min':>14}{'ratio':>8}")
-    for r in rows:
-        ratio = (r["fabmeter_p50_ns"] / 1000 / r["perftest_typical_us"]
-                 if r["fabmeter_p50_ns"] and r["perftest_typical_us"] else None)
-        print(f"{r['service'].upper() + ' ' + r['op']:<12}{fmt_us(r['fabmeter_p50_ns']):>14}{fmt_us(r['fabmeter_min_ns']):>14}"
-              f"{r['perftest_typical_us'] if r['perftest_typical_us'] is not None else '-':>14}"
-              f"{r['perftest_min_us'] if r['perftest_min_us'] is not None else '-':>14}"
-              f"{f'{ratio:.2f}' if ratio else '-':>8}")
+    rows = comparison(results)
+    print_comparison(rows)
 
     loss = [r for r in results if r["name"].startswith("loss-")]
     if loss:

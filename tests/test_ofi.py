@@ -124,15 +124,15 @@ def test_transport_info_in_run_json(fm, built, tmp_path):
 @pytest.mark.parametrize("provider,ep", WRITE_COMBOS)
 def test_write(fm, built, tmp_path, provider, ep):
     for experiment in ("lat", "bw"):
-        p, g = run_ok(fm, tmp_path, experiment, *ofi(provider, ep, "--op", "write"), *ARGS[experiment])
+        p, g = run_ok(fm, tmp_path, experiment, *ofi(provider, ep, "--op", "write-imm"), *ARGS[experiment])
         check(p, experiment, True, EXPECTED[experiment])
-        assert g["op"] == "write" and g["remote_cq_data"] is True and g["cq_data_size"] > 0
+        assert g["op"] == "write-imm" and g["remote_cq_data"] is True and g["cq_data_size"] > 0
 
 
 def test_write_event_and_small_window(fm, built, tmp_path):
     # Two receive slots, credits after every one: the sender must wait for
     # credits all the time and still get every message through.
-    p, g = run_ok(fm, tmp_path, "bw", *ofi("tcp", "msg", "--op", "write", "--poll", "event", "--rq-depth", "2",
+    p, g = run_ok(fm, tmp_path, "bw", *ofi("tcp", "msg", "--op", "write-imm", "--poll", "event", "--rq-depth", "2",
                                            "--rq-refill", "1"), "-n", "1000")
     check(p, "bw", True, 1000)
     assert g["rx_slots"] == 2 and g["rq_refill"] == 1
@@ -170,12 +170,13 @@ def test_dgram_sweep_stops_at_max_msg_size(fm, built, tmp_path):
 @pytest.mark.parametrize("args,words", [
     (["--provider", "shm", "--ep", "msg"], ["provider shm", "no msg endpoints", "rdm"]),
     (["--provider", "udp", "--ep", "dgram", "-s", "2000"], ["provider udp (dgram)", "max_msg_size", "2000"]),
-    (["--provider", "udp", "--ep", "dgram", "--op", "write"], ["provider udp (dgram)", "--op write", "FI_RMA"]),
+    (["--provider", "udp", "--ep", "dgram", "--op", "write-imm"], ["provider udp (dgram)", "--op write-imm", "FI_RMA"]),
+    (["--provider", "tcp", "--ep", "msg", "--op", "read"], ["ofi takes --op send or write-imm", "verbs"]),
     (["--provider", "tcp", "--ep", "msg", "--inline", "100000"], ["provider tcp (msg)", "inject_size", "100000"]),
     (["--provider", "shm", "--ep", "rdm", "--poll", "event"], ["provider shm (rdm)", "FI_WAIT_FD", "--poll event"]),
     (["--provider", "no-such-provider"], ["no libfabric provider 'no-such-provider'", "tcp"]),
     (["--provider", "tcp", "--signal-every", "200"], ["--signal-every 200", "--sq-depth 128"]),
-], ids=["shm-msg", "dgram-too-large", "dgram-write", "inline-too-large", "shm-event", "unknown", "signal-every"])
+], ids=["shm-msg", "dgram-too-large", "dgram-write", "read", "inline-too-large", "shm-event", "unknown", "signal-every"])
 def test_refused(fm, built, args, words):
     r = fm.run("lat", "-t", "ofi", *args, "-n", "100")
     assert r.returncode == 2, r.stderr

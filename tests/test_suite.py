@@ -134,11 +134,16 @@ def test_shipped_suites_are_valid(info):
         assert s.points, f
         assert len({p.id for p in s.points}) == len(s.points)
         names[f.stem] = s
-    assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw", "homa-load", "ramcloud-load"} <= set(names)
+    assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw", "homa-load", "ramcloud-load",
+            "perftest-parity"} <= set(names)
+    parity = {p.id: p for p in names["perftest-parity"].points}
+    assert {"lat-verbs-busy-rc-write-s32-n2000-inline64", "lat-verbs-busy-rc-read-s32-n2000",
+            "lat-verbs-busy-rc-atomic-cswap-s8-n2000", "bw-verbs-busy-rc-read-s1K-n5000-bidir"} <= set(parity)
+    assert all(p.options["cm"] == "raw" for p in parity.values())
     oneway = {p.id for p in names["thesis-oneway"].points}
     assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
             "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-inline188-sig1",
-            "oneway-verbs-busy-uc-write"} <= oneway
+            "oneway-verbs-busy-uc-write-imm"} <= oneway
     stamps = {p.id for p in names["thesis-timestamps"].points}
     assert {"oneway-verbs-event-ud", "oneway-verbs-busy-uc", "oneway-verbs-busy-uc-inline188-sig0",
             "oneway-verbs-busy-ud-inline0-sig1", "oneway-verbs-busy-rc-inline188-sig1"} <= stamps

@@ -66,7 +66,10 @@ def test_no_device_engine(fm, no_device, verbs_engine, service):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--service", "ud", "--op", "write"], "UD has no RDMA write"),
+    (["--service", "ud", "--op", "write-imm"], "UD has only send"),
+    (["--service", "ud", "--op", "write"], "UD has only send"),
+    (["--service", "uc", "--op", "read"], "UC has no RDMA read or atomics"),
+    (["--service", "uc", "--op", "atomic-fadd"], "UC has no RDMA read or atomics"),
     (["--service", "uc", "--cm", "rdma_cm"], "--cm raw"),
     (["--service", "rc", "--mtu", "512"], "--mtu needs --cm raw"),
     (["--service", "rc", "--cm", "raw", "--mtu", "1000"], "--mtu must be"),
@@ -74,9 +77,21 @@ def test_no_device_engine(fm, no_device, verbs_engine, service):
     (["--sq-depth", "16", "--signal-every", "32"], "exceeds --sq-depth"),
     (["--rq-depth", "16", "--rq-refill", "32"], "exceeds --rq-depth"),
     (["--service", "tcp"], "expected rc|uc|ud"),
+    (["--op", "write", "--poll", "event"], "--poll event: --op write completes nothing at the receiver"),
+    (["--op", "read", "--poll", "event"], "--poll event: one-sided ops are polled"),
+    (["--op", "atomic-fadd", "-s", "64"], "--op atomic-fadd moves exactly 8 B: give -s 8"),
+    (["--op", "atomic-cswap", "-s", "4"], "--op atomic-cswap moves exactly 8 B: give -s 8 (not 4)"),
+    (["--op", "atomic-cswap", "-a", "--max-size", "64"], "moves exactly 8 B"),
+    (["--op", "read", "--experiment", "oneway"], "--op read is one-sided"),
+    (["--op", "atomic-fadd", "--experiment", "stream"], "runs lat and bw, not stream"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
 def test_refused_combinations(fm, verbs_engine, args, says):
-    r = fm.run("lat", "-t", "verbs", "-n", "10", *args, timeout=30)
+    experiment = "lat"
+    if "--experiment" in args:  # (a pseudo-option of this table: the experiment to run)
+        i = args.index("--experiment")
+        experiment, args = args[i + 1], args[:i] + args[i + 2:]
+    extra = [] if experiment in ("oneway", "stream") else ["-n", "10"]
+    r = fm.run(experiment, "-t", "verbs", *extra, *args, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert says in one_line_error(r.stderr)
     assert r.stdout == ""

@@ -90,6 +90,11 @@ class Ctrl {
   void set_max_frame(uint64_t bytes) { max_frame_ = bytes > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(bytes); }
   uint32_t max_frame() const { return max_frame_; }
 
+  // Ends the connection so that our last frames reach the peer: a plain
+  // close() with unread input (its heartbeats) resets the connection, and
+  // the peer's kernel then drops what it had not read yet (our reason).
+  // Stops sending, discards input until the peer closes or `ms` passes.
+  void close_draining(uint32_t ms) noexcept;
   int fd() const { return fd_; }
   // The local address this connection uses (where data sockets should bind).
   std::string local_addr() const;

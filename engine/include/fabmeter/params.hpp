@@ -98,7 +98,7 @@ struct QueueOptions {
 // RDMA-class transports (verbs, ofi).
 struct RdmaOptions {
   static constexpr const char* kGroup = "rdma";
-  std::string op = "send";          // send | write (RDMA write with immediate)
+  std::string op = "send";          // send | write-imm | write | read | atomic-fadd | atomic-cswap
   uint32_t inline_size = 0;         // --inline: send inline up to this many bytes
   uint32_t signal_every = 0;        // 0 = auto: sq_depth / 2
   uint32_t sq_depth = 128;

@@ -31,9 +31,14 @@ struct Caps {
   uint32_t max_inline;        // 0 = no inline sends
   bool reliable;              // every message arrives (or the run fails)
   bool ordered;               // in the order sent
-  bool supports_write;        // RDMA write with immediate
+  bool supports_write;        // RDMA write (--op write-imm, write)
   bool send_completions;      // reports when a send finished (gives t_comp)
   bool same_host_only;        // both ends must share memory
+  // One-sided ops (--op read, atomics): the client's poll_recv returns each
+  // post's own answer, the server's CPU sees nothing; only lat and bw run.
+  bool one_sided = false;
+  uint64_t fixed_msg_size = 0;      // atomics: every message is exactly this many bytes
+  const char* busy_only = nullptr;  // why --poll event cannot work here (nullptr: it can)
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
 };
 
@@ -112,6 +117,11 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // as the RAMCloud notes watch their buffer pools). Without it, none.
   !requires(const T& ct) { ct.pools(); } || requires(const T& ct) {
     { ct.pools() } -> std::same_as<Pools>;
+  }) && (
+  // Optional: every message from now on has this many bytes, both ways
+  // (lat and bw call it before each point; common.hpp's fix_message_size).
+  !requires(T& t) { t.fix_message_size(uint32_t{}); } || requires(T& t) {
+    { t.fix_message_size(uint32_t{}) } -> std::same_as<void>;
   });
 
 }  // namespace fm

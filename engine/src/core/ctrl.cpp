@@ -174,6 +174,24 @@ Ctrl::~Ctrl() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void Ctrl::close_draining(uint32_t ms) noexcept {
+  if (fd_ < 0) return;
+  ::shutdown(fd_, SHUT_WR);
+  const uint64_t deadline = Clock::mono_ns() + uint64_t(ms) * 1000000;
+  char sink[4096];
+  for (uint64_t now = Clock::mono_ns();; now = Clock::mono_ns()) {  // once at least: what is there already
+    pollfd pfd{fd_, POLLIN, 0};
+    const int left_ms = now < deadline ? static_cast<int>((deadline - now + 999999) / 1000000) : 0;
+    const int ready = ::poll(&pfd, 1, left_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    const ssize_t k = ::recv(fd_, sink, sizeof sink, 0);
+    if (k == 0 || (k < 0 && errno != EINTR) || now >= deadline) break;
+  }
+  ::close(fd_);
+  fd_ = -1;
+}
+
 Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms) {
   std::string host;
   uint16_t port;

@@ -2,6 +2,8 @@
 // messages; throughput is measured where it matters, at the receiver, from
 // the arrival of the last warm-up message to the arrival of the last one.
 // --bidir: both ends send and receive at once and both directions count.
+// One-sided ops (read, atomics) are answered at their sender: each end then
+// counts its own answers, and the client's are direction c2s.
 // Each end announces how many it sent on the control channel, so the receiver
 // knows when it has everything (or, on unreliable transports, what was lost).
 #pragma once
@@ -70,11 +72,13 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   const uint64_t mark = std::max<uint64_t>(warmup, 1);  // arrival that starts the receive clock
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   PayloadBuf buf(size);
+  fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   // Unreliable transports carry the sequence number, so lost warm-up
   // messages are told apart from lost measured ones (where it fits).
   const bool seq = !c.caps.reliable && size >= 4;
+  const bool own_answers = c.caps.one_sided;
 
   BwSide me;
   uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
@@ -127,7 +131,8 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       stamp();
       progressed = true;
     }
-    if (announced && peer_sent != UINT64_MAX && me.received >= peer_sent) break;
+    const uint64_t expected = own_answers ? me.sent : peer_sent;
+    if (announced && peer_sent != UINT64_MAX && me.received >= expected) break;
     // Busy or idle, the guard runs now and then: heartbeats, the peer's count.
     if (progressed) {
       idle = 0;
@@ -154,7 +159,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     // must not count against the drain deadline.
     if (announced && peer_sent != UINT64_MAX && clk.ticks() > std::max({t_last, t_peer_done, t_send_end}) + drain) {
       if (c.caps.reliable) {
-        c.failure = "bw: " + std::to_string(peer_sent - me.received) + " messages missing on a reliable transport";
+        c.failure = "bw: " + std::to_string(expected - me.received) + " messages missing on a reliable transport";
         st = Status::failed;
       }
       break;  // unreliable: whatever has not arrived by now is lost
@@ -193,17 +198,19 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
     *gbps = *msgs * static_cast<double>(size) * 8 / 1e9;
   };
+  const BwSide& rx_c2s = own_answers ? me : peer;
+  const BwSide& rx_s2c = own_answers ? peer : me;
   double gbps, msg_rate;
-  rate(peer, &gbps, &msg_rate);
+  rate(rx_c2s, &gbps, &msg_rate);
   BwLoss loss;
-  loss.add(me, peer, warmup);
+  loss.add(me, rx_c2s, warmup);
   if (p.bw.bidir) {
     double gbps_s2c, msg_rate_s2c;
-    rate(me, &gbps_s2c, &msg_rate_s2c);
+    rate(rx_s2c, &gbps_s2c, &msg_rate_s2c);
     out.fields.add("gbps_c2s", gbps).add("gbps_s2c", gbps_s2c);
     gbps += gbps_s2c;
     msg_rate += msg_rate_s2c;
-    loss.add(peer, me, warmup);
+    loss.add(peer, rx_s2c, warmup);
   }
   double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;
   out.fields.add("iterations", me.sent - std::min(me.sent, warmup)).add("lost", loss.lost)
@@ -211,7 +218,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
-      .add("measured_at", "receiver");
+      .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
   return st;
 }
 

@@ -241,6 +241,15 @@ template <Poll P, Transport T, class OnComp = IgnoreCompletions>
   }
 }
 
+// Every message of this point, both ways, has `size` bytes (lat, bw). A
+// transport may then carry no length (verbs' plain write: the write is the
+// payload alone, as perftest's); the point's content beyond what the
+// experiment reads is the transport's. Both ends call it before the point.
+template <Transport T>
+void fix_message_size(T& t, uint64_t size) {
+  if constexpr (requires { t.fix_message_size(uint32_t{}); }) t.fix_message_size(static_cast<uint32_t>(size));
+}
+
 template <Transport T>
 bool tx_idle(const T& t) {
   if constexpr (requires { t.tx_idle(); }) return t.tx_idle();
@@ -338,6 +347,13 @@ inline void add_samples_kind(PointOut& out, bool raw) {
   if (!raw) out.fields.add("histogram", histogram_info(HistogramConfig{}));
 }
 
+// A histogram's encoding and, beside it, the values the encoding cannot
+// hold (below 0: a one-way figure on a clock that stepped or a timer that
+// woke early; above its highest), so its counts add up to the point's.
+inline void add_hist(JsonObj& f, const std::string& key, const Histogram& h) {
+  f.add(key, h.encode()).add(key + "_below", h.below()).add(key + "_above", h.above());
+}
+
 // A latency figure of a point, `name` (e.g. "latency_ns"): its summary, and
 // its samples as the run asked: the raw array, or NAME_hist (HdrHistogram's
 // encoding, values outside it counted in the summary only).
@@ -349,7 +365,8 @@ inline void add_latency(PointOut& out, const Params& p, const std::string& name,
   }
   Histogram h;
   for (double v : ns) h.record(std::llround(v));
-  out.fields.add(name, to_json(summarize(h))).add(name.substr(0, name.rfind("_ns")) + "_hist", h.encode());
+  out.fields.add(name, to_json(summarize(h)));
+  add_hist(out.fields, name.substr(0, name.rfind("_ns")) + "_hist", h);
 }
 
 const char* status_name(Status s);

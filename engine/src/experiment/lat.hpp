@@ -40,6 +40,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   std::optional<Histogram> hist;
   if (!raw) hist.emplace();
   PayloadBuf buf(size);
+  fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   const uint64_t reply_wait = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
@@ -95,7 +96,8 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   add_samples_kind(out, raw);
   if (!raw) {
     const Summary s = summarize(*hist);
-    out.fields.add("latency_ns", to_json(halved(s))).add("rtt_ns", to_json(s)).add("rtt_hist", hist->encode());
+    out.fields.add("latency_ns", to_json(halved(s))).add("rtt_ns", to_json(s));
+    add_hist(out.fields, "rtt_hist", *hist);
     return st;
   }
   std::vector<double> rtt_ns(measured), half(measured);
@@ -114,6 +116,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
 template <Transport T, Poll P>
 Status lat_server(T& t, Ctx& c, uint64_t size) {
   PayloadBuf reply(size);
+  fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   for (;;) {

@@ -732,9 +732,9 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
       .add("mean_req_bytes", sizes.mean_request())
       .add("conns", static_cast<uint64_t>(l.conns)).add("threads", static_cast<uint64_t>(l.threads))
       .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("service_ns", l.service_ns)
-      .add("latency_hist", rec.latency.encode())
       .add("histogram", histogram_info(rec.latency.config()))
       .add("samples_kind", keep_raw(p, true) ? "raw" : "hist");
+  add_hist(out.fields, "latency_hist", rec.latency);
   if (keep_raw(p, true)) {
     uint64_t kept = 0;
     for (uint32_t k = 0; k < threads; ++k) kept += senders[k]->record().raw_n;

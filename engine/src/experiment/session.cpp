@@ -240,6 +240,15 @@ const TransportEntry& entry_for(const std::string& name) {
 
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
+  if (caps.one_sided && p.experiment != "lat" && p.experiment != "bw")
+    usage_error("--op " + p.rdma.op + " is one-sided (the server's CPU never sees it): it runs lat and bw, not " +
+                p.experiment);
+  if (caps.busy_only && p.poll == Poll::event) usage_error(std::string("--poll event: ") + caps.busy_only);
+  if (caps.fixed_msg_size)
+    for (uint64_t size : sizes_for(p, UINT64_MAX))
+      if (size != caps.fixed_msg_size)
+        usage_error("--op " + p.rdma.op + " moves exactly " + std::to_string(caps.fixed_msg_size) + " B: give -s " +
+                    std::to_string(caps.fixed_msg_size) + " (not " + std::to_string(size) + ")");
   experiment_for(p.experiment).check_caps(p, caps);
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
@@ -342,6 +351,7 @@ namespace {
 constexpr uint32_t kHandshakeTimeoutMs = 2000;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
+constexpr uint32_t kDrainMs = 1000;         // then the client has this long to read our last frame and close
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
 // shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
@@ -451,7 +461,7 @@ void arm_watchdog(double after_s) {
 }
 
 // One session on the server side. Returns the exit code it would have.
-int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
+int serve_one(Ctrl& ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
@@ -551,7 +561,7 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
   ::close(listen_fd);
   int rc;
   try {
-    rc = serve_one(std::move(ctrl), o, tsc, mono);
+    rc = serve_one(ctrl, o, tsc, mono);
   } catch (const Error& e) {
     std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
     rc = static_cast<int>(e.kind);
@@ -560,6 +570,7 @@ int serve_one(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& 
     rc = 3;
   }
   if (g_stop_signal && !g_overtime && rc != 0) rc = 130;
+  ctrl.close_draining(kDrainMs);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(rc);
@@ -743,6 +754,7 @@ int run_server(const ServerOptions& opts) {
         ctrl.send(CtrlType::refuse, "busy: " + std::to_string(kids.size()) + " sessions running (the server's --max-sessions)");
       } catch (const Error&) {
       }
+      ctrl.close_draining(0);  // no wait here: a hello already in is read, so the reason is not reset away
       continue;
     }
     std::fflush(stdout);

@@ -38,6 +38,7 @@ class WriteCredits {
   }
   // The peer's slot for the next message.
   uint64_t slot() const { return slot_; }
+  uint64_t written() const { return written_; }
   void wrote(uint64_t slots) {
     ++written_;
     if (++slot_ == slots) slot_ = 0;

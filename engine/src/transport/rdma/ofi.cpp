@@ -48,8 +48,8 @@ fi_info* hints_for(const RdmaOptions& r, const OfiOptions& o) {
   if (!h) runtime_error("ofi: fi_allocinfo failed");
   h->fabric_attr->prov_name = strdup(o.provider.c_str());
   h->ep_attr->type = ep_type_of(o.ep);
-  // Remote CQ data (--op write) is no capability bit: cq_data_size says it.
-  h->caps = FI_MSG | (r.op == "write" ? FI_RMA : 0);
+  // Remote CQ data (--op write-imm) is no capability bit: cq_data_size says it.
+  h->caps = FI_MSG | (r.op == "write-imm" ? FI_RMA : 0);
   h->mode = kModes;
   h->domain_attr->mr_mode = kMrModes;
   h->domain_attr->threading = FI_THREAD_DOMAIN;
@@ -92,9 +92,9 @@ bool is_sockaddr(uint32_t fmt) { return fmt == FI_SOCKADDR || fmt == FI_SOCKADDR
     for (const auto& e : eps) list += (list.empty() ? "" : ", ") + e;
     usage_error("ofi: provider " + o.provider + " offers no " + o.ep + " endpoints (it offers: " + list + ")");
   }
-  if (r.op == "write" && !rma) usage_error(who(o) + " cannot do --op write: it offers no RMA (FI_RMA)");
-  if (r.op == "write" && !cq_data)
-    usage_error(who(o) + " cannot do --op write: it carries no remote CQ data (FI_REMOTE_CQ_DATA, cq_data_size 0)");
+  if (r.op == "write-imm" && !rma) usage_error(who(o) + " cannot do --op write-imm: it offers no RMA (FI_RMA)");
+  if (r.op == "write-imm" && !cq_data)
+    usage_error(who(o) + " cannot do --op write-imm: it carries no remote CQ data (FI_REMOTE_CQ_DATA, cq_data_size 0)");
   // fi_tostr() returns one static buffer: copy each result before the next call.
   std::string mode = fi_tostr(&same_ep->mode, FI_TYPE_MODE);
   std::string mr_mode = fi_tostr(&same_ep->domain_attr->mr_mode, FI_TYPE_MR_MODE);
@@ -119,8 +119,8 @@ const Probe& probe(const RdmaOptions& r, const OfiOptions& o) {
   fi_freeinfo(h);
   if (rc != 0 || !info.i) explain_no_match(r, o, rc);
   const fi_info* i = info.i;
-  if (r.op == "write" && i->domain_attr->cq_data_size == 0)
-    usage_error(who(o) + " cannot do --op write: it carries no remote CQ data (cq_data_size 0)");
+  if (r.op == "write-imm" && i->domain_attr->cq_data_size == 0)
+    usage_error(who(o) + " cannot do --op write-imm: it carries no remote CQ data (cq_data_size 0)");
   // Utility providers (rxm, rxd) report neither FI_LOCAL_COMM nor
   // FI_REMOTE_COMM, and neither does shm: only an explicit "local only" counts.
   const bool local_only = i->ep_attr->protocol == FI_PROTO_SHM ||
@@ -146,12 +146,14 @@ void close_fid(F*& f) {
 }  // namespace
 
 Caps OfiTransport::caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o) {
+  if (r.op != "send" && r.op != "write-imm")
+    usage_error("ofi takes --op send or write-imm; --op " + r.op + " (plain write, read, atomics) is the verbs transport's");
   const Probe& pr = probe(r, o);
   if (r.inline_size > pr.inject_size)
     usage_error(who(o) + " injects at most " + std::to_string(pr.inject_size) + " B (inject_size); --inline " +
                 std::to_string(r.inline_size) + " is more");
-  if (r.op == "write" && pr.inject_size < sizeof(uint64_t))
-    usage_error(who(o) + " cannot do --op write here: credits need an 8-byte fi_inject_writedata, inject_size is " +
+  if (r.op == "write-imm" && pr.inject_size < sizeof(uint64_t))
+    usage_error(who(o) + " cannot do --op write-imm here: credits need an 8-byte fi_inject_writedata, inject_size is " +
                 std::to_string(pr.inject_size));
   if (r.signal_every > r.sq_depth)
     usage_error("--signal-every " + std::to_string(r.signal_every) + " is larger than --sq-depth " +
@@ -159,12 +161,12 @@ Caps OfiTransport::caps(const QueueOptions& q, const RdmaOptions& r, const OfiOp
   if (r.rq_refill > q.rq_depth)
     usage_error("--rq-refill " + std::to_string(r.rq_refill) + " is larger than --rq-depth " + std::to_string(q.rq_depth));
   return {.max_msg_size = pr.max_msg, .max_inline = r.inline_size, .reliable = o.ep != "dgram", .ordered = pr.ordered,
-          .supports_write = r.op == "write", .send_completions = true, .same_host_only = pr.local_only,
+          .supports_write = r.op == "write-imm", .send_completions = true, .same_host_only = pr.local_only,
           .max_msg_note = who(o).substr(5) + "'s max_msg_size"};
 }
 
 OfiTransport::OfiTransport(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o, const Use& use)
-    : write_(r.op == "write"), queue_(q), rdma_(r), ofi_(o), role_(use.role), event_(use.poll == Poll::event) {
+    : write_(r.op == "write-imm"), queue_(q), rdma_(r), ofi_(o), role_(use.role), event_(use.poll == Poll::event) {
   send_window_ = use.send_window;
 }
 

@@ -8,7 +8,7 @@
 // FI_SELECTIVE_COMPLETION only every --signal-every-th send asks for a
 // completion, which then frees it and every send before it (as verbs).
 // --inline: fi_inject (no completion) up to N bytes.
-// --op write: fi_writedata into the peer's receive slots with remote CQ data
+// --op write-imm: fi_writedata into the peer's receive slots with remote CQ data
 // carrying slot and length; the receiver returns credits (released count) as
 // 8-byte writes with CQ data, so a slot is rewritten only after the receiver
 // let go of as many messages as it has slots. Refill and credit counting are
@@ -267,13 +267,13 @@ class OfiTransport {
   uint32_t rx_slots_ = 0;
   std::vector<fi_context2> rx_ctx_;
   std::vector<uint32_t> repost_;      // released slots not yet reposted (send mode)
-  rdma::RecvRefill refill_;            // send: reposts; --op write: credits (released count) sent
+  rdma::RecvRefill refill_;            // send: reposts; --op write-imm: credits (released count) sent
   RecvMsg rxq_[kQueueSize];
   uint32_t rxq_head_ = 0, rxq_tail_ = 0;
   uint64_t txq_[kQueueSize];
   uint32_t txq_head_ = 0, txq_tail_ = 0;
 
-  // --op write
+  // --op write-imm
   uint64_t peer_base_ = 0, peer_key_ = 0, peer_slot_size_ = 0, peer_credit_addr_ = 0;
   uint64_t peer_slots_ = 0, peer_len_bits_ = 0;
   rdma::WriteCredits credits_;

@@ -113,6 +113,7 @@ struct DeviceProbe {
   bool found = false;
   uint64_t max_msg_sz = 0;
   ibv_mtu active_mtu = IBV_MTU_4096;
+  ibv_atomic_cap atomic_cap = IBV_ATOMIC_HCA;
   std::string names;  // every device on the host, for messages
 };
 
@@ -137,6 +138,7 @@ DeviceProbe probe_device(const std::string& want, uint32_t port) {
         d.max_msg_sz = pa.max_msg_sz;
         d.active_mtu = pa.active_mtu;
       }
+      if (ibv_device_attr da; ibv_query_device(ctx, &da) == 0) d.atomic_cap = da.atomic_cap;
       ibv_close_device(ctx);
     }
   }
@@ -151,8 +153,13 @@ DeviceProbe probe_device(const std::string& want, uint32_t port) {
 // Impossible combinations, refused on both ends before anything connects.
 void check_knobs(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v) {
   const bool ud = v.service == "ud";
-  if (ud && r.op == "write")
-    usage_error("verbs: --op write needs a connected service (--service rc or uc): UD has no RDMA write");
+  const verbs::Op op = verbs::op_of(r.op);
+  const bool one_sided = op == verbs::Op::read || op == verbs::Op::fadd || op == verbs::Op::cswap;
+  if (ud && op != verbs::Op::send)
+    usage_error("verbs: --op " + r.op + " needs a connected service (--service rc" + (one_sided ? "" : " or uc") +
+                "): UD has only send");
+  if (v.service == "uc" && one_sided)
+    usage_error("verbs: --op " + r.op + " needs --service rc: UC has no RDMA read or atomics");
   if (v.cm == "rdma_cm" && v.service == "uc")
     usage_error("verbs: rdma_cm cannot connect UC queue pairs; use --cm raw (the default for uc)");
   if (v.mtu != 0 && v.mtu != 256 && v.mtu != 512 && v.mtu != 1024 && v.mtu != 2048 && v.mtu != 4096)
@@ -185,17 +192,42 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
     const uint32_t active = d.found ? mtu_bytes(d.active_mtu) : 4096;
     max = v.mtu ? std::min(v.mtu, active) : active;
   }
-  return {.max_msg_size = max, .max_inline = r.inline_size, .reliable = v.service == "rc",
-          .ordered = v.service != "ud", .supports_write = v.service != "ud", .send_completions = true,
-          .same_host_only = false,
-          .max_msg_note = v.service == "ud" ? "the path MTU: a UD message is one packet (the receiver's 40 B GRH is extra); "
-                                              "use rc or uc for larger messages"
-                                            : "the device's max_msg_sz"};
+  const verbs::Op op = verbs::op_of(r.op);
+  const bool atomic = op == verbs::Op::fadd || op == verbs::Op::cswap;
+  if (atomic && d.found && d.atomic_cap == IBV_ATOMIC_NONE)
+    usage_error("verbs: " + (v.device.empty() ? std::string("the device") : v.device) + " has no atomics (atomic_cap none)");
+  if (op == verbs::Op::write) max -= verbs::kTrailerBytes;  // the trailer shares the message's slot
+  Caps c{.max_msg_size = atomic ? verbs::kAtomicBytes : max, .max_inline = r.inline_size,
+         .reliable = v.service == "rc", .ordered = v.service != "ud", .supports_write = v.service != "ud",
+         .send_completions = true, .same_host_only = false,
+         .max_msg_note = atomic ? "an atomic: 8 bytes"
+                         : v.service == "ud" ? "the path MTU: a UD message is one packet (the receiver's 40 B GRH is "
+                                               "extra); use rc or uc for larger messages"
+                                             : "the device's max_msg_sz"};
+  c.one_sided = op == verbs::Op::read || atomic;
+  c.fixed_msg_size = atomic ? verbs::kAtomicBytes : 0;
+  if (op == verbs::Op::write)
+    c.busy_only = "--op write completes nothing at the receiver, which polls memory (use --op write-imm to sleep on completions)";
+  else if (c.one_sided)
+    c.busy_only = "one-sided ops are polled, as perftest's";
+  return c;
+}
+
+verbs::Op verbs::op_of(const std::string& name) {
+  if (name == "send") return Op::send;
+  if (name == "write-imm") return Op::write_imm;
+  if (name == "write") return Op::write;
+  if (name == "read") return Op::read;
+  if (name == "atomic-fadd") return Op::fadd;
+  if (name == "atomic-cswap") return Op::cswap;
+  usage_error("verbs: no --op " + name);
 }
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
     : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), role_(use.role), ud_(v.service == "ud"),
-      write_(r.op == "write"), event_(use.poll == Poll::event) {}
+      event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
+      one_sided_(op_ == verbs::Op::read || op_ == verbs::Op::fadd || op_ == verbs::Op::cswap),
+      reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {
   if (use_cm_ && cm_id_ && qp_ && !ud_) rdma_disconnect(cm_id_);
@@ -267,18 +299,32 @@ void VerbsTransport::check_events() const {
 
 void VerbsTransport::repost_recvs() {
   const uint32_t batch = refill_.held();
-  for (uint32_t j = 0; j < batch; ++j) {
-    const uint32_t i = (rx_repost_at_ + j) % rx_slots_;
-    recv_wrs_[i].next = j + 1 < batch ? &recv_wrs_[(i + 1) % rx_slots_] : nullptr;
+  if (op_ != verbs::Op::write) {  // a plain write's slot needs no receive WR, only the credit
+    for (uint32_t j = 0; j < batch; ++j) {
+      const uint32_t i = (rx_repost_at_ + j) % rx_slots_;
+      recv_wrs_[i].next = j + 1 < batch ? &recv_wrs_[(i + 1) % rx_slots_] : nullptr;
+    }
+    ibv_recv_wr* bad;
+    if (int rc = ibv_post_recv(qp_, &recv_wrs_[rx_repost_at_], &bad); rc != 0) {
+      fail_errno("ibv_post_recv", rc);
+      return;
+    }
+    rx_repost_at_ = (rx_repost_at_ + batch) % rx_slots_;
   }
-  ibv_recv_wr* bad;
-  if (int rc = ibv_post_recv(qp_, &recv_wrs_[rx_repost_at_], &bad); rc != 0) {
-    fail_errno("ibv_post_recv", rc);
-    return;
-  }
-  rx_repost_at_ = (rx_repost_at_ + batch) % rx_slots_;
   refill_.gave_back(batch);
-  if (write_) post_credit();
+  if (op_ != verbs::Op::send) post_credit();
+}
+
+// UC plain write: if one of the next few slots holds its message, the ones
+// before it were lost; they are given back as if taken.
+bool VerbsTransport::skip_lost() {
+  for (uint64_t ahead = 1; ahead <= verbs::kSkipAhead; ++ahead) {
+    if (!slot_marked(rx_seq_ + ahead)) continue;
+    for (uint64_t k = 0; k < ahead; ++k) release(RecvMsg{});
+    rx_seq_ += ahead;
+    return true;
+  }
+  return false;
 }
 
 void VerbsTransport::post_credit() {
@@ -426,9 +472,13 @@ void VerbsTransport::setup(uint64_t max_msg) {
   const uint32_t sq_want = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
   const uint32_t rq_want = std::min<uint32_t>(queue_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
   rx_offset_ = ud_ ? verbs::kGrhBytes : 0;
-  rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg), 64);
+  const uint64_t trailer = op_ == verbs::Op::write ? verbs::kTrailerBytes : 0;
+  rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg + trailer), 64);
   rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
-  tx_slot_size_ = round_up(max_msg, 64);
+  tx_slot_size_ = round_up(max_msg + trailer, 64);
+  if (one_sided_)
+    rd_atomic_ = std::max(1u, std::min({verbs::kMaxRdAtomic, static_cast<uint32_t>(da.max_qp_rd_atom),
+                                      static_cast<uint32_t>(da.max_qp_init_rd_atom)}));
   tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
 
   send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want), nullptr, channel_, 0);
@@ -455,7 +505,7 @@ void VerbsTransport::setup(uint64_t max_msg) {
   rx_ring_ = static_cast<std::byte*>(rx_mem_);
   tx_ring_ = static_cast<std::byte*>(tx_mem_);
   credit_in_ = &credit_page_[0];
-  rx_mr_ = reg(rx_mem_, rx_bytes_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "receive ring");
+  rx_mr_ = reg(rx_mem_, rx_bytes_, remote_access(), "receive ring");
   tx_mr_ = reg(tx_mem_, tx_bytes_, IBV_ACCESS_LOCAL_WRITE, "send ring");
   credit_mr_ = reg(credit_page_, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "credit word");
 
@@ -468,9 +518,10 @@ void VerbsTransport::setup(uint64_t max_msg) {
                      rx_mr_->lkey};
     recv_wrs_[i] = {};
     recv_wrs_[i].wr_id = i;
-    recv_wrs_[i].sg_list = write_ ? nullptr : &recv_sges_[i];
-    recv_wrs_[i].num_sge = write_ ? 0 : 1;
+    recv_wrs_[i].sg_list = op_ == verbs::Op::write_imm ? nullptr : &recv_sges_[i];
+    recv_wrs_[i].num_sge = op_ == verbs::Op::write_imm ? 0 : 1;
   }
+  os_len_.assign(rx_slots_, 0);
   psn_ = std::random_device{}() & 0xffffff;
 }
 
@@ -506,6 +557,7 @@ void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
   done_.assign(pow2_at_least(sq_limit_), 0);
   done_mask_ = done_.size() - 1;
 
+  if (op_ != verbs::Op::send && op_ != verbs::Op::write_imm) return;  // nothing consumes a receive WR
   recv_wrs_.back().next = nullptr;
   for (uint32_t i = 0; i + 1 < rx_slots_; ++i) recv_wrs_[i].next = &recv_wrs_[i + 1];
   ibv_recv_wr* bad;
@@ -590,7 +642,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     a.qkey = kRawQkey;
     mask |= IBV_QP_QKEY;
   } else {
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    a.qp_access_flags = remote_access() & ~IBV_ACCESS_LOCAL_WRITE;
     mask |= IBV_QP_ACCESS_FLAGS;
   }
   modify(qp_, a, mask, "INIT");
@@ -609,7 +661,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     a.ah_attr = ah_attr_to_peer();
     mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (verbs_.service == "rc") {
-      a.max_dest_rd_atomic = 1;
+      a.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
       a.min_rnr_timer = 12;  // 0.64 ms, perftest's
       mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     }
@@ -624,7 +676,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
     a.retry_cnt = 7;
     a.rnr_retry = 7;  // retry forever while the peer has no receive posted
-    a.max_rd_atomic = 1;
+    a.max_rd_atomic = static_cast<uint8_t>(rd_atomic_);
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
   modify(qp_, a, mask, "RTS");
@@ -709,8 +761,8 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   after_qp_created(ia);
 
   rdma_conn_param cp{};
-  cp.responder_resources = 1;
-  cp.initiator_depth = 1;
+  cp.responder_resources = static_cast<uint8_t>(rd_atomic_);
+  cp.initiator_depth = static_cast<uint8_t>(rd_atomic_);
   cp.retry_count = 7;
   cp.rnr_retry_count = 7;
   ibv_ah_attr cm_ah{};
@@ -764,7 +816,11 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
-  if (write_) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
+  if (op_ == verbs::Op::write_imm) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
+  if (op_ == verbs::Op::write)
+    o.add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages")
+        .add("write_completion", "receiver polls the slot's last byte (a lap mark after length and payload)");
+  if (one_sided_) o.add("rd_atomic", rd_atomic_);
   o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);
 }
 

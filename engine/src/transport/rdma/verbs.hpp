@@ -1,7 +1,16 @@
 // verbs: RDMA through libibverbs, the thesis' InfiniBand node-type. Service
-// RC, UC or UD; send with immediate, or RDMA write with immediate into the
-// peer's receive ring (RC/UC); connected by rdma_cm, or "raw": QP numbers,
-// GIDs and rkeys over the control channel and the QP moved to RTS by hand.
+// RC, UC or UD; connected by rdma_cm, or "raw": QP numbers, GIDs and rkeys
+// over the control channel and the QP moved to RTS by hand. Ops (--op):
+//   send       send with immediate (every service);
+//   write-imm  RDMA write with immediate into the peer's ring slot: the
+//              immediate names the slot, a receive WR is consumed (RC/UC);
+//   write      plain RDMA write, as perftest's ib_write_*: no receive WR, no
+//              receive completion; the receiver polls the slot's last byte,
+//              which the write sets last (RC/UC, busy polling);
+//   read, atomic-fadd, atomic-cswap
+//              one-sided (RC): the client reads (or adds to, compares and
+//              swaps) the server's ring, its poll_recv returns each op's
+//              answer from the send CQ; the server's CPU takes no part.
 //
 // This header is the datapath (post_send, poll_recv, release,
 // poll_send_comp: inline, no allocation or system call of ours in busy mode;
@@ -13,9 +22,19 @@
 // free again when post_send returns; inline sends go straight from it.
 // Receives use a ring of rq_depth slots, reposted in batches of rq_refill.
 // RDMA writes target the peer's ring slot for their sequence number; a
-// writer may use a slot only after the peer reposted it, which the peer tells
-// by RDMA-writing its repost count into the writer's credit word. Refill and
-// credit counting are shared with ofi (credits.hpp).
+// writer may use a slot only after the peer reposted (write: released) it,
+// which the peer tells by RDMA-writing its count into the writer's credit
+// word. Refill and credit counting are shared with ofi (credits.hpp).
+//
+// A plain write ends where the peer's slot ends, and its last byte is a lap
+// mark: message n's is (n / slots) % 255 + 1, never the mark of the slot's
+// last lap nor the zeroed ring's. The receiver sees the mark change only
+// after the rest of the write: RC and UC place a message's bytes in order
+// (perftest relies on it too). When both ends know every message's size
+// (fix_message_size: lat, bw) the write is the payload alone, its last byte
+// replaced by the mark, as perftest's; otherwise a trailer follows the
+// payload: [... payload | len u32 | 3 B | mark u8]. One-sided answers land in
+// the client's own ring, slot n mod slots.
 #pragma once
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -40,6 +59,15 @@ constexpr int kCqBatch = 16;                // completions taken per ibv_poll_cq
 constexpr uint64_t kRingBudget = 64ull << 20;  // bytes per buffer ring; deeper rings for big messages are cut
 constexpr uint64_t kMaxMsg = 1ull << 30;    // RC/UC, unless the device allows less
 constexpr uint64_t kNoReport = UINT64_MAX;  // send-ring entry of an internal WR (credit write)
+constexpr uint32_t kTrailerBytes = 8;       // a plain write's length and lap mark, after its payload
+constexpr uint32_t kMinFixedBytes = 8;      // smaller fixed sizes keep the trailer (the mark would hit UC's sequence number)
+constexpr uint32_t kAtomicBytes = 8;
+constexpr uint32_t kMaxRdAtomic = 255;      // reads/atomics in flight: the device's most, as perftest's -o default (a u8 in rdma_cm)
+constexpr uint32_t kSkipAhead = 4;          // UC plain write: later slots looked at when one is missing
+
+enum class Op : uint8_t { send, write_imm, write, read, fadd, cswap };
+Op op_of(const std::string& name);
+inline uint8_t lap_mark(uint64_t n, uint64_t slots) { return static_cast<uint8_t>((n / slots) % 255 + 1); }
 
 // What one end tells the other over the control channel: raw mode needs all
 // of it; with rdma_cm, writes use the ring and credit addresses and a UD
@@ -86,7 +114,9 @@ class VerbsTransport {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr_id = posted_;
-    if (write_) {
+    if (one_sided_) return post_one_sided(len, wr, sge);
+    if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
+    if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
       if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return false;
       const uint32_t slot = static_cast<uint32_t>(credits_.slot());
@@ -115,23 +145,12 @@ class VerbsTransport {
       sge.addr = reinterpret_cast<uintptr_t>(slot);
       sge.lkey = tx_mr_->lkey;
     }
-    const bool signaled = (flags & kSendSignaled) || ++unsignaled_ >= signal_every_;
-    if (signaled) {
-      wr.send_flags |= IBV_SEND_SIGNALED;
-      unsignaled_ = 0;
-    }
-    wr_ids_[posted_ & wr_mask_] = signaled ? wr_id : verbs::kNoReport;
-    ibv_send_wr* bad;
-    if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]] {
-      fail_errno("ibv_post_send", rc);
-      return false;
-    }
-    ++posted_;
-    if (write_) credits_.wrote(peer_.ring_slots);
-    return true;
+    return post(wr, flags, wr_id);
   }
 
   [[gnu::always_inline]] bool poll_recv(RecvMsg& m) {
+    if (op_ == verbs::Op::write) return poll_plain_write(m);
+    if (one_sided_) return poll_answer(m);
     if (rx_next_ == rx_count_) {
       const int n = ibv_poll_cq(recv_cq_, verbs::kCqBatch, rx_wc_);
       if (n <= 0) [[likely]] {
@@ -148,7 +167,7 @@ class VerbsTransport {
       return false;
     }
     // Send: the data is in the WQE's own slot. Write: the immediate names the slot.
-    const uint32_t slot = write_ ? ntohl(wc.imm_data) : static_cast<uint32_t>(wc.wr_id);
+    const uint32_t slot = op_ == verbs::Op::write_imm ? ntohl(wc.imm_data) : static_cast<uint32_t>(wc.wr_id);
     if (slot >= rx_slots_) [[unlikely]] {
       fail_text("verbs: a received immediate names no ring slot (peer mismatch?)");
       return false;
@@ -161,6 +180,7 @@ class VerbsTransport {
   }
 
   [[gnu::always_inline]] void release(const RecvMsg&) {
+    if (one_sided_) return;  // an answer's slot is free once taken (post_one_sided counts them)
     if (refill_.release(rq_refill_)) [[unlikely]] repost_recvs();
   }
 
@@ -177,10 +197,139 @@ class VerbsTransport {
     return n;
   }
 
+  // lat and bw: every message has `len` bytes until the next call.
+  void fix_message_size(uint32_t len) { msg_size_ = op_ == verbs::Op::write && len >= verbs::kMinFixedBytes ? len : 0; }
+
   bool wait_recv(RecvMsg& m);
   void wait_send();
 
  private:
+  // Signals per --signal-every (or when asked) and posts.
+  [[gnu::always_inline]] bool post(ibv_send_wr& wr, uint32_t flags, uint64_t wr_id) {
+    const bool signaled = (flags & kSendSignaled) || ++unsignaled_ >= signal_every_;
+    if (signaled) {
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      unsignaled_ = 0;
+    }
+    wr_ids_[posted_ & wr_mask_] = signaled ? wr_id : verbs::kNoReport;
+    ibv_send_wr* bad;
+    if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]] {
+      fail_errno("ibv_post_send", rc);
+      return false;
+    }
+    ++posted_;
+    if (op_ != verbs::Op::send) credits_.wrote(peer_.ring_slots);
+    return true;
+  }
+
+  // Plain write: copied into the send slot with its mark (and trailer, if the
+  // size is not fixed), ending where the peer's slot ends (inline if it fits).
+  [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
+                                               ibv_send_wr& wr, ibv_sge& sge) {
+    if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return false;
+    const uint64_t slot = credits_.slot();
+    std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
+    std::memcpy(src, buf, len);
+    const uint8_t mark = verbs::lap_mark(credits_.written(), peer_.ring_slots);
+    uint32_t total = len;
+    if (msg_size_) {
+      if (len != msg_size_) [[unlikely]] {
+        fail_text("verbs: a message of " + std::to_string(len) + " B in a point of " + std::to_string(msg_size_) + " B");
+        return false;
+      }
+      src[len - 1] = static_cast<std::byte>(mark);
+    } else {
+      const uint32_t trailer[2] = {len, static_cast<uint32_t>(mark) << 24};
+      std::memcpy(src + len, trailer, sizeof trailer);
+      total += verbs::kTrailerBytes;
+    }
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = peer_.ring_addr + (slot + 1) * peer_.slot_size - total;
+    wr.wr.rdma.rkey = peer_.ring_rkey;
+    sge.addr = reinterpret_cast<uintptr_t>(src);
+    sge.length = total;
+    sge.lkey = tx_mr_->lkey;
+    wr.send_flags = total <= inline_size_ || ((flags & kSendInline) && total <= max_inline_) ? IBV_SEND_INLINE : 0;
+    return post(wr, flags, wr_id);
+  }
+
+  // Read or atomic on the peer's slot n mod slots, answered into ours; every
+  // one signaled (its completion is the answer).
+  [[gnu::always_inline]] bool post_one_sided(uint32_t len, ibv_send_wr& wr, ibv_sge& sge) {
+    if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return false;  // answers not yet taken fill our ring
+    const uint64_t mine = os_posted_ % rx_slots_;
+    const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
+    if (op_ == verbs::Op::read) {
+      wr.opcode = IBV_WR_RDMA_READ;
+      wr.wr.rdma.remote_addr = remote;
+      wr.wr.rdma.rkey = peer_.ring_rkey;
+    } else {
+      wr.opcode = op_ == verbs::Op::fadd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+      wr.wr.atomic.remote_addr = remote;
+      wr.wr.atomic.rkey = peer_.ring_rkey;
+      wr.wr.atomic.compare_add = op_ == verbs::Op::fadd ? 1 : 0;
+      wr.wr.atomic.swap = 0;  // compare 0, swap 0: always succeeds, the same work every time (as perftest)
+    }
+    sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
+    sge.length = len;
+    sge.lkey = rx_mr_->lkey;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr_ids_[posted_ & wr_mask_] = verbs::kNoReport;  // answers go to poll_recv, not poll_send_comp
+    os_len_[mine] = len;
+    ibv_send_wr* bad;
+    if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]] {
+      fail_errno("ibv_post_send", rc);
+      return false;
+    }
+    ++posted_;
+    ++os_posted_;
+    return true;
+  }
+
+  // The next slot's mark says a plain write is complete in it. On UC a lost
+  // write never comes: a later slot complete says the ones before are lost.
+  [[gnu::always_inline]] bool poll_plain_write(RecvMsg& m) {
+    if (!slot_marked(rx_seq_)) [[likely]] {
+      if (refill_.credit_due) [[unlikely]] post_credit();
+      if (reliable_ || !skip_lost()) return false;
+    }
+    const uint64_t slot = rx_seq_ % rx_slots_;
+    const std::byte* end = rx_ring_ + (slot + 1) * rx_slot_size_;
+    uint32_t len = msg_size_;
+    if (!msg_size_) {
+      std::memcpy(&len, end - verbs::kTrailerBytes, sizeof len);
+      if (len > rx_slot_size_ - verbs::kTrailerBytes) [[unlikely]] {
+        fail_text("verbs: a plain write's length exceeds its ring slot (peer mismatch?)");
+        return false;
+      }
+      end -= verbs::kTrailerBytes;
+    }
+    m.data = end - len;
+    m.len = len;
+    m.imm = 0;
+    m.slot = slot;
+    ++rx_seq_;
+    return true;
+  }
+  [[gnu::always_inline]] bool slot_marked(uint64_t n) const {
+    const auto* mark = reinterpret_cast<const uint8_t*>(rx_ring_ + (n % rx_slots_ + 1) * rx_slot_size_ - 1);
+    return __atomic_load_n(mark, __ATOMIC_ACQUIRE) == verbs::lap_mark(n, rx_slots_);
+  }
+  bool skip_lost();
+
+  [[gnu::always_inline]] bool poll_answer(RecvMsg& m) {
+    if (os_taken_ == os_done_) {
+      if (posted_ != completed_) reap_sends();
+      if (os_taken_ == os_done_) return false;
+    }
+    const uint64_t slot = os_taken_++ % rx_slots_;
+    m.data = rx_ring_ + slot * rx_slot_size_;
+    m.len = os_len_[slot];
+    m.imm = 0;
+    m.slot = slot;
+    return true;
+  }
+
   // Send CQ -> completed_ (a signaled WR completes every WR before it) and
   // the caller's ids of signaled sends into done_. Returns completions seen.
   int reap_sends() {
@@ -192,6 +341,7 @@ class VerbsTransport {
         continue;
       }
       completed_ = wc[i].wr_id + 1;
+      os_done_ += one_sided_;  // every one-sided WR is signaled: one completion, one answer
       const uint64_t id = wr_ids_[wc[i].wr_id & wr_mask_];
       if (id == verbs::kNoReport) continue;
       if (done_tail_ - done_head_ > done_mask_) ++done_head_;  // nobody collects: drop the oldest
@@ -210,6 +360,12 @@ class VerbsTransport {
   void fail_text(const std::string& text) const;
 
   // control plane (verbs.cpp)
+  int remote_access() const {
+    int a = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    if (op_ == verbs::Op::read) a |= IBV_ACCESS_REMOTE_READ;
+    if (op_ == verbs::Op::fadd || op_ == verbs::Op::cswap) a |= IBV_ACCESS_REMOTE_ATOMIC;
+    return a;
+  }
   void open_raw_device(const Ctrl& ctrl);
   void setup(uint64_t max_msg);
   ibv_qp_init_attr qp_init_attr() const;
@@ -226,7 +382,9 @@ class VerbsTransport {
   const VerbsOptions verbs_;
   const uint32_t send_window_;  // Use::send_window
   const Role role_;
-  const bool ud_, write_, event_;
+  const bool ud_, event_;
+  const verbs::Op op_;
+  const bool one_sided_, reliable_;
   bool use_cm_ = false;
 
   // data-path state, hot members first
@@ -249,6 +407,10 @@ class VerbsTransport {
   std::vector<uint64_t> done_;              // completed signaled sends not yet collected
   uint64_t done_head_ = 0, done_tail_ = 0, done_mask_ = 0;
 
+  uint64_t rx_seq_ = 0;                     // plain write: the next message's number
+  uint32_t msg_size_ = 0;                   // plain write: every message's size (0: each carries its own)
+  uint64_t os_posted_ = 0, os_done_ = 0, os_taken_ = 0;  // one-sided: posted, answered, taken by poll_recv
+  std::vector<uint32_t> os_len_;            // one-sided: each answer slot's length
   ibv_wc rx_wc_[verbs::kCqBatch];
   int rx_next_ = 0, rx_count_ = 0;
   std::byte* rx_ring_ = nullptr;
@@ -284,6 +446,7 @@ class VerbsTransport {
   ibv_mtu path_mtu_ = IBV_MTU_1024;
   uint32_t sq_granted_ = 0, rq_granted_ = 0, ud_max_msg_ = 0;
   uint32_t psn_ = 0;
+  uint32_t rd_atomic_ = 1;       // reads/atomics in flight (initiator depth and responder resources)
 
   mutable unsigned checks_ = 0;
   mutable const char* failure_ = nullptr;

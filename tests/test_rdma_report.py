@@ -1,0 +1,71 @@
+"""rdma/test_rdma_report.py's alternated comparison, on results shaped as
+the guest leaves them: rounds paired by row, medians per side, the ratio
+against the target's direction (lat lower, bw higher), and the units
+perftest prints (read and atomics not halved)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def report_module():
+    spec = importlib.util.spec_from_file_location("test_rdma_report_mod", REPO / "rdma" / "test_rdma_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fm_lat(name, p50_ns):
+    return {"name": name, "latency_ns": {"p50": p50_ns}}
+
+
+def pt(name, **result):
+    return {"name": name, "result_us": result}
+
+
+def test_rounds_make_medians_and_ratios():
+    m = report_module()
+    results = [
+        # RC send: fabmeter RTT/2 p50s 30, 50, 31 us -> median 31; perftest 30, 29, 40 -> 30.
+        fm_lat("cmp-r1-fabmeter-lat-rc-send", 30000), pt("cmp-r1-perftest-lat-rc-send", t_typical=30.0),
+        fm_lat("cmp-r2-fabmeter-lat-rc-send", 50000), pt("cmp-r2-perftest-lat-rc-send", t_typical=29.0),
+        fm_lat("cmp-r3-fabmeter-lat-rc-send", 31000), pt("cmp-r3-perftest-lat-rc-send", t_typical=40.0),
+        # A read's figure is the whole operation on both sides: fabmeter's RTT (2 x p50).
+        fm_lat("cmp-r1-fabmeter-lat-rc-read", 20000), pt("cmp-r1-perftest-lat-rc-read", t_typical=41.0),
+        # bw: messages per second against perftest's MsgRate in Mpps.
+        {"name": "cmp-r1-fabmeter-bw-rc-write", "msg_rate": 90000.0},
+        pt("cmp-r1-perftest-bw-rc-write", msg_rate_mpps=0.1),
+        {"name": "lat-rc-send-raw-inline0-sig1-busy", "latency_ns": {"p50": 1.0}},  # not a comparison row
+    ]
+    rows = {r["row"]: r for r in m.comparison(results)}
+    assert set(rows) == {"lat-rc-send", "lat-rc-read", "bw-rc-write"}
+    send = rows["lat-rc-send"]
+    assert send["rounds"] == 3 and send["fabmeter_median"] == 31.0 and send["perftest_median"] == 30.0
+    assert abs(send["ratio"] - 31 / 30) < 1e-12 and send["at_target"] is False
+    read = rows["lat-rc-read"]
+    assert read["fabmeter_median"] == 40.0 and read["at_target"] is True  # 40 us vs 41 us
+    bw = rows["bw-rc-write"]
+    assert bw["kind"] == "bw" and abs(bw["ratio"] - 0.9) < 1e-12 and bw["at_target"] is False
+    assert [r["row"] for r in m.comparison(results)] == ["lat-rc-read", "lat-rc-send", "bw-rc-write"]
+
+
+def test_a_missing_side_has_no_ratio():
+    m = report_module()
+    (row,) = m.comparison([fm_lat("cmp-r1-fabmeter-lat-uc-write", 40000), {"name": "cmp-r1-perftest-lat-uc-write"}])
+    assert row["perftest_median"] is None and row["ratio"] is None and row["at_target"] is None
+
+
+def test_perftest_bw_and_lat_lines_parse():
+    m = report_module()
+    lat = m.perftest_result(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
+        "   99% percentile[usec]   99.9% percentile[usec] \n"
+        " 32      2000          20.42          298.08       43.30    \t       42.28       \t24.81  \t\t214.04  \t\t298.08 \n")
+    assert lat["t_typical"] == 43.30 and lat["p999"] == 298.08
+    bw = m.perftest_result(
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+        " 1024       5000             6.52               6.31  \t\t   0.006461\n")
+    assert bw == {"bytes": 1024, "iterations": 5000, "bw_peak_mb": 6.52, "bw_avg_mb": 6.31, "msg_rate_mpps": 0.006461}
