@@ -102,6 +102,26 @@ pt() {
   printf '%-58s rc=%s\n' "$name" "$rc"
 }
 
+# fpp NAME OPTIONS...: a fi_pingpong pair (libfabric's util/pingpong.c), the
+# server on rxe1, the client on rxe0 (verbs domains are device names).
+fpp() {
+  local name=$1 f=$OUT/$1
+  shift
+  PORT=$((PORT + 1))
+  echo "fi_pingpong $*" >"$f.cmd"
+  taskset -c 1 timeout 120 fi_pingpong "$@" -d "${FM_RDMA_DEV1:-rxe1}" -B "$PORT" >"$f.server.out" 2>&1 &
+  local spid=$! rc try
+  for try in 1 2 3; do  # the server needs a moment to listen
+    sleep 1
+    taskset -c 0 timeout 120 fi_pingpong "$@" -d "${FM_RDMA_DEV0:-rxe0}" -P "$PORT" "$SERVER" >"$f.out" 2>&1
+    rc=$?
+    ((rc == 0)) && break
+  done
+  echo $rc >"$f.rc"
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%s\n' "$name" "$rc"
+}
+
 # rdma_cm cannot connect UC; UD has no RDMA write. The matrix runs the ops
 # that receive completions (--poll event applies); plain write, read and
 # atomics have their own section below.
@@ -111,6 +131,52 @@ ops_for() { case $1 in ud) echo send ;; *) echo send write-imm ;; esac; }
 SMALL_LAT=(-s 32 -n 200 --warmup 50)
 ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
 BW=(-s 1K -n 2000 --warmup 100)
+
+# cmp ROUND ROW "FABMETER ARGS" PERFTEST-TOOL PERFTEST-ARGS...: one round of
+# one row, fabmeter first. Rows: lat-* at 32 B (atomics 8 B) with 2000
+# iterations, inline 64 where the op allows it; bw-* at 1 KiB (atomics 8 B),
+# 5000 messages, 128 in flight (perftest's -t default). The report takes
+# each row's median over the rounds.
+cmp() {
+  local round=$1 row=$2 fmargs=$3 tool=$4
+  shift 4
+  fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw
+  pt "cmp-r$round-perftest-$row" "$tool" "$@"
+}
+LATC=(-n 2000 --warmup 200)
+BWC=(-n 5000 --warmup 200 --tx-depth 128)
+run_comparison() {
+  echo "== comparison: fabmeter vs perftest, alternated (fabmeter, perftest, ...) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
+  for ((round = 1; round <= ${FM_CMP_ROUNDS:-3}; round++)); do
+    for svc in rc uc ud; do
+      cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+    done
+    for svc in rc uc; do
+      cmp $round "lat-$svc-write" "lat -s 32 ${LATC[*]} --inline 64 --service $svc --op write" \
+        ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
+    done
+    cmp $round lat-rc-read "lat -s 32 ${LATC[*]} --service rc --op read" ib_read_lat -s 32 -n 2000
+    cmp $round lat-rc-atomic-fadd "lat -s 8 ${LATC[*]} --service rc --op atomic-fadd" ib_atomic_lat -A FETCH_AND_ADD -n 2000
+    cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
+    for op in send write read; do
+      cmp $round "bw-rc-$op" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op}_bw" -s 1024 -n 5000
+    done
+    cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
+    cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --bidir" ib_write_bw -s 1024 -n 5000 -b
+    if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
+      ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}"
+      fpp "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" -p verbs -e msg -S 32 -I 2000
+    fi
+  done
+}
+
+# FM_RDMA_COMPARE_ONLY=1 (rdma/test-rdma.sh --compare-only): the comparison alone.
+if [[ ${FM_RDMA_COMPARE_ONLY:-0} == 1 ]]; then
+  run_comparison
+  echo compare-only >"$OUT/_compare_only"
+  echo "$EPOCHREALTIME" >"$OUT/_finished"
+  exit 0
+fi
 
 echo "== verbs: lat over every knob (RC/UC/UD x send/write-imm x inline x signaling x poll x cm)"
 for svc in rc uc ud; do
@@ -260,37 +326,7 @@ dup() {
 dup "dup-ud-oneway" oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us 1000 --service ud
 dup "dup-ud-check" check --max-size 1K --cm raw --loss-timeout-ms 1000 --service ud
 
-echo "== comparison: fabmeter vs perftest, alternated (fabmeter, perftest, ...) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
-# cmp ROUND ROW "FABMETER ARGS" PERFTEST-TOOL PERFTEST-ARGS...: one round of
-# one row, fabmeter first. Rows: lat-* at 32 B (atomics 8 B) with 2000
-# iterations, inline 64 where the op allows it; bw-* at 1 KiB (atomics 8 B),
-# 5000 messages, 128 in flight (perftest's -t default). The report takes
-# each row's median over the rounds.
-cmp() {
-  local round=$1 row=$2 fmargs=$3 tool=$4
-  shift 4
-  fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw
-  pt "cmp-r$round-perftest-$row" "$tool" "$@"
-}
-LATC=(-n 2000 --warmup 200)
-BWC=(-n 5000 --warmup 200 --tx-depth 128)
-for ((round = 1; round <= ${FM_CMP_ROUNDS:-3}; round++)); do
-  for svc in rc uc ud; do
-    cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
-  done
-  for svc in rc uc; do
-    cmp $round "lat-$svc-write" "lat -s 32 ${LATC[*]} --inline 64 --service $svc --op write" \
-      ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
-  done
-  cmp $round lat-rc-read "lat -s 32 ${LATC[*]} --service rc --op read" ib_read_lat -s 32 -n 2000
-  cmp $round lat-rc-atomic-fadd "lat -s 8 ${LATC[*]} --service rc --op atomic-fadd" ib_atomic_lat -A FETCH_AND_ADD -n 2000
-  cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
-  for op in send write read; do
-    cmp $round "bw-rc-$op" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op}_bw" -s 1024 -n 5000
-  done
-  cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
-  cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --bidir" ib_write_bw -s 1024 -n 5000 -b
-done
+run_comparison
 
 echo "== libfabric verbs provider through fabmeter's ofi transport"
 if "$ENGINE" options | grep -q '"ofi"'; then

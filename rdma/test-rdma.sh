@@ -7,7 +7,11 @@
 # (rdma/test_rdma_report.py). Results: build/rdma-results/ (raw/ per case,
 # results.json).
 #
-#   rdma/test-rdma.sh [--allow-skip] [--engine PATH]
+#   rdma/test-rdma.sh [--allow-skip] [--engine PATH] [--rounds N] [--compare-only]
+#
+# --rounds N: rounds of the alternated comparison with perftest and
+# fi_pingpong (default $FM_CMP_ROUNDS, else 3); --compare-only: that
+# comparison alone (about 80 s a round), e.g. more rounds for a steadier median.
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
 # built or booted on this machine (with --allow-skip: a "skipped" line and 0).
@@ -18,11 +22,15 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=$REPO/build/rdma-results
 ENGINE=$REPO/build/engine/fabmeter-engine
 ALLOW_SKIP=0
+ROUNDS=${FM_CMP_ROUNDS:-3}
+COMPARE_ONLY=0
 
 while (($#)); do
   case $1 in
     --allow-skip) ALLOW_SKIP=1; shift ;;
     --engine) ENGINE=$(realpath "${2:?}"); shift 2 ;;
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
+    --compare-only) COMPARE_ONLY=1; shift ;;
     *) echo "test-rdma: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -45,8 +53,9 @@ echo "test-rdma: guest ready after $((SECONDS - T0)) s; booting it once for all 
 rm -rf "$OUT"
 mkdir -p "$OUT/raw"
 rc=0
+[[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "test-rdma: --rounds wants 1..99, got '$ROUNDS'" >&2; exit 2; }
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
+  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then
   ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"

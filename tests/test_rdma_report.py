@@ -69,3 +69,33 @@ def test_perftest_bw_and_lat_lines_parse():
         " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
         " 1024       5000             6.52               6.31  \t\t   0.006461\n")
     assert bw == {"bytes": 1024, "iterations": 5000, "bw_peak_mb": 6.52, "bw_avg_mb": 6.31, "msg_rate_mpps": 0.006461}
+
+
+def test_fi_pingpong_rows_compare_means():
+    m = report_module()
+    res = m.perftest_result("bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n"
+                            "32      2k      =2k      125k        0.16s      0.82      39.14       0.03\n")
+    assert res == {"usec_per_xfer": 39.14}
+    (row,) = m.comparison([{"name": "cmp-r1-fabmeter-lat-ofi-verbs-msg", "latency_ns": {"p50": 1.0, "mean": 40000.0}},
+                           {"name": "cmp-r1-fi_pingpong-lat-ofi-verbs-msg", "result_us": res}])
+    assert row["peer"] == "fi_pingpong" and row["fabmeter_median"] == 40.0 and row["perftest_median"] == 39.14
+    assert row["at_target"] is False
+
+
+def test_a_comparison_round_perftest_could_not_time_fails_nothing(tmp_path):
+    m = report_module()
+    inf = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
+           "   99% percentile[usec]   99.9% percentile[usec] \n"
+           " 32      2000          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf\n")
+    for name in ("cmp-r1-perftest-lat-uc-write", "pt-uc-write"):
+        (tmp_path / f"{name}.cmd").write_text("ib_write_lat -c UC -s 32\n")
+        (tmp_path / f"{name}.rc").write_text("0\n")
+        (tmp_path / f"{name}.out").write_text(inf)
+        (tmp_path / f"{name}.server.out").write_text(inf)
+    problems, summary = m.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
+    assert problems == [] and "result_us" not in summary and "note" in summary
+    problems, _ = m.check_perftest(str(tmp_path), "pt-uc-write")
+    assert problems == ["no finite result line in perftest's output"]
+    (tmp_path / "cmp-r1-perftest-lat-uc-write.rc").write_text("1\n")  # a peer that failed still fails
+    problems, _ = m.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
+    assert problems and problems[0].startswith("exit 1")

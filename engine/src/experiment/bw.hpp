@@ -93,7 +93,18 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (!t_mark && me.received >= mark) t_mark = t_last;
   };
 
-  for (uint32_t idle = 0, busy = 0;;) {
+  // A one-sided point's server (no --bidir): nothing arrives, nothing goes out.
+  const bool idle_server = own_answers && !sends;
+  if (idle_server) {
+    c.ctrl.send(CtrlType::end_point, "0");
+    st = sleep_until_ctrl(t, c);
+    if (st == Status::ctrl_pending) {
+      st = Status::ok;
+      peer_sent = recv_count(c.ctrl, "bw sent count");
+    }
+  }
+
+  for (uint32_t idle = 0, busy = 0; !idle_server;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {

@@ -2,6 +2,8 @@
 // slow-path guard that notices a lost peer or Ctrl-C, and the send/receive
 // helpers, instantiated per poll mode (no run-time branch on it per message).
 #pragma once
+#include <poll.h>
+
 #include <cmath>
 #include <algorithm>
 #include <csignal>
@@ -238,6 +240,20 @@ template <Poll P, Transport T, class OnComp = IgnoreCompletions>
       spins = 0;
       if (Status s = g.check(t); s != Status::ok) return s;
     }
+  }
+}
+
+// The server of a one-sided point (read, atomics) has nothing to poll: it
+// sleeps on the control channel, as perftest's server does, rather than
+// spin on a CPU the device's work (rxe: the kernel's) may need. Returns
+// ctrl_pending when the client's next message is there, or why it stopped.
+template <Transport T>
+Status sleep_until_ctrl(T& t, Ctx& c) {
+  Guard g(c);
+  for (;;) {
+    pollfd pfd{c.ctrl.fd(), POLLIN, 0};
+    ::poll(&pfd, 1, kWaitSliceMs);
+    if (Status st = g.check(t); st != Status::ok) return st;
   }
 }
 

@@ -115,6 +115,12 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
 
 template <Transport T, Poll P>
 Status lat_server(T& t, Ctx& c, uint64_t size) {
+  if (c.caps.one_sided) {
+    const Status st = sleep_until_ctrl(t, c);
+    if (st != Status::ctrl_pending) return st;
+    c.ctrl.recv(CtrlType::end_point, "end of lat point");
+    return Status::ok;
+  }
   PayloadBuf reply(size);
   fix_message_size(t, size);
   Guard g(c);
