@@ -154,7 +154,7 @@ DeviceProbe probe_device(const std::string& want, uint32_t port) {
 void check_knobs(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v) {
   const bool ud = v.service == "ud";
   const verbs::Op op = verbs::op_of(r.op);
-  const bool one_sided = op == verbs::Op::read || op == verbs::Op::fadd || op == verbs::Op::cswap;
+  const bool one_sided = verbs::is_one_sided(op);
   if (ud && op != verbs::Op::send)
     usage_error("verbs: --op " + r.op + " needs a connected service (--service rc" + (one_sided ? "" : " or uc") +
                 "): UD has only send");
@@ -193,7 +193,7 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
     max = v.mtu ? std::min(v.mtu, active) : active;
   }
   const verbs::Op op = verbs::op_of(r.op);
-  const bool atomic = op == verbs::Op::fadd || op == verbs::Op::cswap;
+  const bool atomic = verbs::is_atomic(op);
   if (atomic && d.found && d.atomic_cap == IBV_ATOMIC_NONE)
     usage_error("verbs: " + (v.device.empty() ? std::string("the device") : v.device) + " has no atomics (atomic_cap none)");
   if (op == verbs::Op::write) max -= verbs::kTrailerBytes;  // the trailer shares the message's slot
@@ -204,7 +204,7 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
                          : v.service == "ud" ? "the path MTU: a UD message is one packet (the receiver's 40 B GRH is "
                                                "extra); use rc or uc for larger messages"
                                              : "the device's max_msg_sz"};
-  c.one_sided = op == verbs::Op::read || atomic;
+  c.one_sided = verbs::is_one_sided(op);
   c.fixed_msg_size = atomic ? verbs::kAtomicBytes : 0;
   if (op == verbs::Op::write)
     c.busy_only = "--op write completes nothing at the receiver, which polls memory (use --op write-imm to sleep on completions)";
@@ -226,7 +226,7 @@ verbs::Op verbs::op_of(const std::string& name) {
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
     : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), role_(use.role), ud_(v.service == "ud"),
       event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
-      one_sided_(op_ == verbs::Op::read || op_ == verbs::Op::fadd || op_ == verbs::Op::cswap),
+      one_sided_(verbs::is_one_sided(op_)),
       reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {

@@ -67,6 +67,8 @@ constexpr uint32_t kSkipAhead = 4;          // UC plain write: later slots looke
 
 enum class Op : uint8_t { send, write_imm, write, read, fadd, cswap };
 Op op_of(const std::string& name);
+inline bool is_atomic(Op op) { return op == Op::fadd || op == Op::cswap; }
+inline bool is_one_sided(Op op) { return op == Op::read || is_atomic(op); }
 inline uint8_t lap_mark(uint64_t n, uint64_t slots) { return static_cast<uint8_t>((n / slots) % 255 + 1); }
 
 // What one end tells the other over the control channel: raw mode needs all
@@ -363,7 +365,7 @@ class VerbsTransport {
   int remote_access() const {
     int a = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     if (op_ == verbs::Op::read) a |= IBV_ACCESS_REMOTE_READ;
-    if (op_ == verbs::Op::fadd || op_ == verbs::Op::cswap) a |= IBV_ACCESS_REMOTE_ATOMIC;
+    if (verbs::is_atomic(op_)) a |= IBV_ACCESS_REMOTE_ATOMIC;
     return a;
   }
   void open_raw_device(const Ctrl& ctrl);
