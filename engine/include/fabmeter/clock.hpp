@@ -1,6 +1,13 @@
 // Timestamps for the data path: invariant TSC when the CPU has one, otherwise
 // CLOCK_MONOTONIC_RAW. Ticks are what the hot path records; conversion to
 // nanoseconds happens after the run.
+//
+// A TSC without the invariant bit (most VMs hide it, and the guest kernel
+// may then also serve clock_gettime by a system call: 0.8 us a read in the
+// Soft-RoCE guest) still serves one pinned process whose figures are two
+// stamps read on its own CPU (lat's RTT, bw's duration): tsc_cpu. What it
+// cannot promise is agreement between CPUs, so ticks read by two processes
+// are never compared on it.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -10,7 +17,7 @@
 
 namespace fm {
 
-enum class ClockSource { tsc, monotonic };
+enum class ClockSource { tsc, tsc_cpu, monotonic };
 
 // A test hook, like FABMETER_TRACE_PHASES: FABMETER_CLOCK_SKEW=OFFSET_NS,DRIFT_PPM
 // in an engine's environment (set by whoever starts it, never by a peer)
@@ -29,16 +36,20 @@ std::optional<ClockSkew> clock_skew_from_env();
 
 class Clock {
  public:
-  // Calibrates the TSC against CLOCK_MONOTONIC_RAW (about 50 ms) unless the
-  // TSC is not invariant or `want_tsc` is false, in which case ticks are ns.
-  explicit Clock(bool want_tsc = true);
+  // Calibrates the TSC against CLOCK_MONOTONIC_RAW (about 50 ms) unless
+  // `want_tsc` is false or the TSC is not invariant, in which case ticks are
+  // ns. With `one_cpu` (the caller is pinned and compares only its own
+  // stamps) a TSC that is not invariant is taken too, as tsc_cpu, when its
+  // rate held within kTscCpuSpread over the calibration windows.
+  explicit Clock(bool want_tsc = true, bool one_cpu = false);
+  static constexpr double kTscCpuSpread = 1e-3;
 
   // Plain rdtsc, not rdtscp: it costs about half as much here, and the
   // ordering rdtscp would add is not needed where we stamp. A receive stamp
   // follows the exit of a spin loop, which resolves a mispredicted branch on
   // the very load that saw the message, so it cannot run before that load.
   [[gnu::always_inline]] uint64_t ticks() const {
-    if (source_ == ClockSource::tsc) return __rdtsc();
+    if (source_ != ClockSource::monotonic) return __rdtsc();
     return mono_ns();
   }
 
@@ -51,9 +62,12 @@ class Clock {
   uint64_t ns_to_ticks(double ns) const { return static_cast<uint64_t>(ns / ns_per_tick_); }
 
   ClockSource source() const { return source_; }
-  const char* source_name() const { return source_ == ClockSource::tsc ? "tsc" : "clock_gettime"; }
+  const char* source_name() const {
+    return source_ == ClockSource::tsc ? "tsc" : source_ == ClockSource::tsc_cpu ? "tsc_cpu" : "clock_gettime";
+  }
+  bool reads_tsc() const { return source_ != ClockSource::monotonic; }
   double ns_per_tick() const { return ns_per_tick_; }
-  double tsc_ghz() const { return source_ == ClockSource::tsc ? 1.0 / ns_per_tick_ : 0.0; }
+  double tsc_ghz() const { return reads_tsc() ? 1.0 / ns_per_tick_ : 0.0; }
   // Measured cost of one ticks() call, in ns.
   double timestamp_cost_ns() const { return cost_ns_; }
   static bool tsc_invariant();

@@ -25,20 +25,27 @@ bool Clock::tsc_invariant() {
   return (d >> 8) & 1;
 }
 
-Clock::Clock(bool want_tsc) {
-  source_ = (want_tsc && tsc_invariant()) ? ClockSource::tsc : ClockSource::monotonic;
-  if (source_ == ClockSource::tsc) {
+Clock::Clock(bool want_tsc, bool one_cpu) {
+  const bool invariant = tsc_invariant();
+  source_ = !want_tsc ? ClockSource::monotonic : invariant ? ClockSource::tsc : one_cpu ? ClockSource::tsc_cpu
+                                                                                      : ClockSource::monotonic;
+  if (source_ != ClockSource::monotonic) {
     // Median of several short windows: one preempted window must not skew the rate.
     double rates[5];
     for (double& r : rates) {
-      uint64_t m0 = mono_ns(), t0 = ticks();
+      uint64_t m0 = mono_ns(), t0 = __rdtsc();
       uint64_t m1;
       do { m1 = mono_ns(); } while (m1 - m0 < 10'000'000);
-      uint64_t t1 = ticks();
+      uint64_t t1 = __rdtsc();
       r = static_cast<double>(m1 - m0) / static_cast<double>(t1 - t0);
     }
     std::sort(rates, rates + 5);
     ns_per_tick_ = rates[2];
+    // The middle three: a window preempted between its two reads is the outlier the median is for.
+    if (source_ == ClockSource::tsc_cpu && (rates[3] - rates[1]) / rates[2] > kTscCpuSpread) {
+      source_ = ClockSource::monotonic;
+      ns_per_tick_ = 1.0;
+    }
   }
   mono0_ns_ = static_cast<double>(mono_ns());
   tick0_ = ticks();

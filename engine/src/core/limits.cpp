@@ -219,7 +219,10 @@ JsonObj measure_limits(const LimitsOptions& o) {
   JsonObj copy;
   for (uint64_t s : o.sizes) copy.add(std::to_string(s), memcpy_gbps(clk, s));
   JsonObj cost;
-  cost.add(clk.source_name(), clk.timestamp_cost_ns()).add("clock_gettime", mono.timestamp_cost_ns());
+  // Where the TSC is not invariant, what a pinned lat or bw would read instead (tsc_cpu).
+  const Clock tsc = clk.reads_tsc() ? clk : Clock(true, true);
+  if (tsc.reads_tsc()) cost.add(tsc.source_name(), tsc.timestamp_cost_ns());
+  cost.add("clock_gettime", mono.timestamp_cost_ns());
   JsonObj timers;
   timers.add("period_us", o.timer_period_us)
       .add("timerfd_late_ns", to_json(timer_lateness("timerfd", o.timer_wakeups, o.timer_period_us)))

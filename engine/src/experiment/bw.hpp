@@ -235,6 +235,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
 
 struct BwExperiment : ExperimentDefaults {
   static constexpr const char* name = "bw";
+  static constexpr bool kOneCpuTicks = true;  // each end times its own sends and receives
   static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
     return {0, counted_seconds(p, static_cast<double>(pt.size), 100000, kMinMessageNs)};

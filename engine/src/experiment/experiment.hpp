@@ -42,6 +42,10 @@ struct ExperimentDefaults {
   // peer's clock first, and the experiment calls probe_clock after each
   // point's report, in both roles (ClockSync).
   static constexpr bool kPeerClock = false;
+  // Every figure is two stamps read by one process: pinned, it may read a
+  // TSC that is not invariant (Clock's tsc_cpu) and skip the system call a
+  // VM's clock_gettime can cost.
+  static constexpr bool kOneCpuTicks = false;
   // The largest control frame the client receives for this point (the
   // server's stamp report); 0: only small frames (kMaxFrameDefault).
   static uint64_t report_bytes(const Params&, const Point&) { return 0; }

@@ -281,7 +281,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
   if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
     sys_error("cannot create " + o.out_dir);
   pin_to_cpu(o.cpu);
-  Clock clk(p.clock == "tsc");
+  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
 
   trace_phase("client", "hello");
@@ -448,6 +448,22 @@ class SessionFiles {
   std::string data_, ipc_;
 };
 
+// The server's clocks, calibrated once before it listens (a session's hello
+// is answered at once); tsc_cpu only where the TSC is not invariant and the
+// server is pinned (Clock).
+struct ServerClocks {
+  Clock tsc{true}, mono{false};
+  std::optional<Clock> tsc_cpu;
+  explicit ServerClocks(int cpu) {
+    if (!tsc.reads_tsc() && cpu >= 0) tsc_cpu.emplace(true, true);
+  }
+  // Both ends must read the same clock for one-way stamps: the client's choice.
+  const Clock& of(const Params& p) const {
+    if (p.clock != "tsc") return mono;
+    return tsc_cpu && experiment_for(p.experiment).one_cpu_ticks ? *tsc_cpu : tsc;
+  }
+};
+
 // A session that outlives --max-duration ends as on Ctrl-C, then says why.
 void arm_watchdog(double after_s) {
   struct sigaction sa {};
@@ -461,7 +477,7 @@ void arm_watchdog(double after_s) {
 }
 
 // One session on the server side. Returns the exit code it would have.
-int serve_one(Ctrl& ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono) {
+int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
@@ -520,8 +536,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const Clock& tsc, const Clock&
   }
   if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
   ctrl.set_timeout_ms(p.timeout_ms);
-  // Both ends must read the same clock for one-way stamps: the client's choice.
-  const Clock& clk = p.clock == "tsc" ? tsc : mono;
+  const Clock& clk = clocks.of(p);
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
@@ -553,7 +568,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const Clock& tsc, const Clock&
 }
 
 // A session child: dies with the server, serves one connection, exits.
-[[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const Clock& tsc, const Clock& mono, int listen_fd,
+[[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const ServerClocks& clocks, int listen_fd,
                                 pid_t server) {
   signal(SIGCHLD, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -561,7 +576,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const Clock& tsc, const Clock&
   ::close(listen_fd);
   int rc;
   try {
-    rc = serve_one(ctrl, o, tsc, mono);
+    rc = serve_one(ctrl, o, clocks);
   } catch (const Error& e) {
     std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
     rc = static_cast<int>(e.kind);
@@ -697,8 +712,7 @@ int run_server(const ServerOptions& opts) {
   ServerOptions o = opts;
   if (!o.max_memory) o.max_memory = mem_total_bytes() / 4;
   pin_to_cpu(o.cpu);
-  // Calibrated once, before listening: a session's hello is answered at once.
-  const Clock tsc(true), mono(false);
+  const ServerClocks clocks(o.cpu);
   ServerDirs dirs(o);
   std::optional<Listener> listener(std::in_place, o.bind, o.port);
   if (o.token.empty() && !listener->loopback_only())
@@ -764,7 +778,7 @@ int run_server(const ServerOptions& opts) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
       continue;
     }
-    if (pid == 0) session_child(std::move(ctrl), o, tsc, mono, listener->fd(), me);
+    if (pid == 0) session_child(std::move(ctrl), o, clocks, listener->fd(), me);
     kids.push_back({pid, Clock::mono_ns()});
     if (o.once) listener.reset();  // one session: later connections are refused by the kernel
   }

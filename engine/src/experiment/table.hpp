@@ -30,6 +30,7 @@ struct ExperimentEntry {
   const char* name;
   size_t index;       // into Experiments, for the loop tables
   bool peer_clock;    // ExperimentDefaults::kPeerClock
+  bool one_cpu_ticks;  // ExperimentDefaults::kOneCpuTicks
   std::vector<Point> (*plan)(const Params&, const Caps&);
   uint64_t (*report_bytes)(const Params&, const Point&);
   void (*check_caps)(const Params&, const Caps&);
@@ -43,7 +44,7 @@ struct ExperimentEntry {
 template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
-      ExperimentEntry{E::name, I, E::kPeerClock, &E::plan, &E::report_bytes, &E::check_caps, &E::writes_file,
+      ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, &E::plan, &E::report_bytes, &E::check_caps, &E::writes_file,
                       &E::cost, &E::send_window, &E::connections, &E::resolve}...};
 }
 template <class... E>
