@@ -138,6 +138,8 @@ def check_fabmeter(raw, name):
         want["device"] = option(cmd, "device")
     if option(cmd, "signal-every"):
         want["signal_every"] = int(option(cmd, "signal-every"))
+    if summary.get("experiment") == "bw":
+        want["post_list"] = int(option(cmd, "post-list") or 1)
     if service == "ud":
         want["grh_bytes"] = 40
     for k, v in want.items():

@@ -114,6 +114,7 @@ struct VerbsOptions {
   uint32_t port = 1;                // device port
   int32_t gid_index = -1;           // -1 = auto
   std::string cm = "auto";          // rdma_cm | raw | auto
+  uint32_t post_list = 1;           // bw: work requests per ibv_post_send
   bool operator==(const VerbsOptions&) const = default;
 };
 

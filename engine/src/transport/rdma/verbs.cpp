@@ -171,6 +171,9 @@ void check_knobs(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions
   if (r.signal_every > r.sq_depth)
     usage_error("verbs: --signal-every " + std::to_string(r.signal_every) + " exceeds --sq-depth " +
                 std::to_string(r.sq_depth) + " (the send queue would fill with no completion to wait for)");
+  if (v.post_list == 0 || v.post_list > r.sq_depth)
+    usage_error("verbs: --post-list must be between 1 and --sq-depth (" + std::to_string(r.sq_depth) + "), got " +
+                std::to_string(v.post_list));
   if (r.rq_refill > q.rq_depth)
     usage_error("verbs: --rq-refill " + std::to_string(r.rq_refill) + " exceeds --rq-depth " + std::to_string(q.rq_depth));
 }
@@ -327,7 +330,21 @@ bool VerbsTransport::skip_lost() {
   return false;
 }
 
+bool VerbsTransport::post_listed() {
+  const uint32_t n = listed_;
+  if (!n) return true;
+  listed_ = 0;
+  list_wr_[n - 1].next = nullptr;
+  ibv_send_wr* bad;
+  if (int rc = ibv_post_send(qp_, list_wr_.data(), &bad); rc != 0) {
+    fail_errno("ibv_post_send (a list)", rc);
+    return false;
+  }
+  return true;
+}
+
 void VerbsTransport::post_credit() {
+  post_listed();  // the credit's WR number comes after theirs: completions must come in that order
   if (posted_ - completed_ >= sq_limit_) {
     reap_sends();
     if (posted_ - completed_ >= sq_limit_) {
@@ -551,6 +568,9 @@ void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
   // A signaled WR within every sq_limit_ posts, so a full SQ always has a
   // completion coming.
   signal_every_ = rdma_.signal_every ? std::min(rdma_.signal_every, sq_limit_) : std::max(1u, sq_limit_ / 2);
+  post_list_ = std::min(verbs_.post_list, sq_limit_);
+  list_wr_.assign(post_list_, ibv_send_wr{});
+  list_sge_.assign(post_list_, ibv_sge{});
   rq_refill_ = rdma_.rq_refill ? std::min(rdma_.rq_refill, rx_slots_) : std::max(1u, rx_slots_ / 4);
   wr_ids_.assign(pow2_at_least(sq_limit_), 0);
   wr_mask_ = wr_ids_.size() - 1;
@@ -812,7 +832,7 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("path_mtu", mtu_bytes(path_mtu_)).add("active_mtu", mtu_bytes(port_attr_.active_mtu))
       .add("inline_requested", rdma_.inline_size).add("max_inline_granted", max_inline_)
       .add("sq_depth_granted", sq_granted_).add("rq_depth_granted", rq_granted_)
-      .add("send_window", sq_limit_).add("signal_every", signal_every_).add("rq_refill", rq_refill_)
+      .add("send_window", sq_limit_).add("signal_every", signal_every_).add("post_list", post_list_).add("rq_refill", rq_refill_)
       .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);

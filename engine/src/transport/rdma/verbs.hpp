@@ -109,7 +109,7 @@ class VerbsTransport {
   // ---- data path ----
 
   [[gnu::always_inline]] bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
-    if (posted_ - completed_ >= sq_limit_) [[unlikely]] return false;  // the SQ never overflows
+    if (posted_ - completed_ >= sq_limit_) [[unlikely]] return held_back();  // the SQ never overflows
     ibv_sge sge;
     ibv_send_wr wr;
     wr.next = nullptr;
@@ -120,7 +120,7 @@ class VerbsTransport {
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
-      if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return false;
+      if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return held_back();
       const uint32_t slot = static_cast<uint32_t>(credits_.slot());
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(slot);
@@ -136,14 +136,15 @@ class VerbsTransport {
       }
     }
     sge.length = len;
-    if (len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_)) {
+    const bool inl = len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_);
+    if (inl && post_list_ == 1) {
       wr.send_flags = IBV_SEND_INLINE;  // the provider copies the payload into the WQE
       sge.addr = reinterpret_cast<uintptr_t>(buf);
       sge.lkey = 0;
-    } else {
+    } else {  // a listed WR is posted later: its payload must not be the caller's buffer
       std::byte* slot = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
       std::memcpy(slot, buf, len);
-      wr.send_flags = 0;
+      wr.send_flags = inl ? IBV_SEND_INLINE : 0;
       sge.addr = reinterpret_cast<uintptr_t>(slot);
       sge.lkey = tx_mr_->lkey;
     }
@@ -188,6 +189,7 @@ class VerbsTransport {
 
   // wr_ids of completed signaled sends; nullptr/0: reap, report none.
   int poll_send_comp(uint64_t* wr_ids, int max) {
+    if (listed_) [[unlikely]] post_listed();
     if (posted_ != completed_) reap_sends();
     if (refill_.credit_due) [[unlikely]] post_credit();
     int n = 0;
@@ -202,6 +204,9 @@ class VerbsTransport {
   // lat and bw: every message has `len` bytes until the next call.
   void fix_message_size(uint32_t len) { msg_size_ = op_ == verbs::Op::write && len >= verbs::kMinFixedBytes ? len : 0; }
 
+  // --post-list: nothing held back in a list not yet posted.
+  bool tx_idle() const { return listed_ == 0; }
+
   bool wait_recv(RecvMsg& m);
   void wait_send();
 
@@ -214,21 +219,43 @@ class VerbsTransport {
       unsignaled_ = 0;
     }
     wr_ids_[posted_ & wr_mask_] = signaled ? wr_id : verbs::kNoReport;
+    if (!submit(wr)) [[unlikely]] return false;
+    if (op_ != verbs::Op::send) credits_.wrote(peer_.ring_slots);
+    return true;
+  }
+
+  // One WR to the SQ, or (--post-list) into the list, posted as one chain
+  // when full. A listed WR counts as posted: its slot and SQ entry are taken.
+  [[gnu::always_inline]] bool submit(const ibv_send_wr& wr) {
+    if (post_list_ > 1) {
+      ibv_send_wr& w = list_wr_[listed_];
+      list_sge_[listed_] = *wr.sg_list;
+      w = wr;
+      w.sg_list = &list_sge_[listed_];
+      if (listed_) list_wr_[listed_ - 1].next = &w;
+      ++posted_;
+      return ++listed_ < post_list_ || post_listed();
+    }
     ibv_send_wr* bad;
-    if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]] {
+    if (int rc = ibv_post_send(qp_, const_cast<ibv_send_wr*>(&wr), &bad); rc != 0) [[unlikely]] {
       fail_errno("ibv_post_send", rc);
       return false;
     }
     ++posted_;
-    if (op_ != verbs::Op::send) credits_.wrote(peer_.ring_slots);
     return true;
+  }
+  bool post_listed();  // the list so far, as one chain
+  // No room for another WR: what a list holds back must go, or no room ever comes.
+  bool held_back() {
+    if (listed_) post_listed();
+    return false;
   }
 
   // Plain write: copied into the send slot with its mark (and trailer, if the
   // size is not fixed), ending where the peer's slot ends (inline if it fits).
   [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                                ibv_send_wr& wr, ibv_sge& sge) {
-    if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return false;
+    if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return held_back();
     const uint64_t slot = credits_.slot();
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
     std::memcpy(src, buf, len);
@@ -258,7 +285,7 @@ class VerbsTransport {
   // Read or atomic on the peer's slot n mod slots, answered into ours; every
   // one signaled (its completion is the answer).
   [[gnu::always_inline]] bool post_one_sided(uint32_t len, ibv_send_wr& wr, ibv_sge& sge) {
-    if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return false;  // answers not yet taken fill our ring
+    if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
     const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
     if (op_ == verbs::Op::read) {
@@ -278,14 +305,8 @@ class VerbsTransport {
     wr.send_flags = IBV_SEND_SIGNALED;
     wr_ids_[posted_ & wr_mask_] = verbs::kNoReport;  // answers go to poll_recv, not poll_send_comp
     os_len_[mine] = len;
-    ibv_send_wr* bad;
-    if (int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) [[unlikely]] {
-      fail_errno("ibv_post_send", rc);
-      return false;
-    }
-    ++posted_;
     ++os_posted_;
-    return true;
+    return submit(wr);
   }
 
   // The next slot's mark says a plain write is complete in it. On UC a lost
@@ -396,6 +417,9 @@ class VerbsTransport {
   uint64_t posted_ = 0, completed_ = 0;
   rdma::WriteCredits credits_;
   uint32_t sq_limit_ = 1, signal_every_ = 1, unsignaled_ = 0;
+  uint32_t post_list_ = 1, listed_ = 0;     // --post-list; WRs in list_wr_ not yet posted
+  std::vector<ibv_send_wr> list_wr_;
+  std::vector<ibv_sge> list_sge_;
   uint32_t inline_size_ = 0, max_inline_ = 0;
   std::byte* tx_ring_ = nullptr;
   uint64_t tx_slot_size_ = 0;
