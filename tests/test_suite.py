@@ -305,3 +305,29 @@ def test_interrupt_keeps_finished_points_and_resumes(fm, tmp_path):
     assert [ln.split()[1] for ln in r.stderr.splitlines() if ln.startswith("[")] == ["lat-tcp-busy", "lat-udp-busy"]
     assert [e["status"] for e in _index(out)["points"]] == ["ok", "ok", "ok"]
     assert (out / "lat-shm-busy" / "run.json").stat().st_mtime_ns == finished
+
+
+def test_suite_against_a_running_server(fm, tmp_path):
+    """--server: every point runs as a session of one `fabmeter serve` (as the
+    Soft-RoCE guest runs the verbs suites), the client pinned by --cpus A."""
+    server = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0")
+    try:
+        listening = json.loads(server.stdout.readline())
+        address = f"127.0.0.1:{listening['port']}"
+        f = tmp_path / "remote.toml"
+        f.write_text('name = "remote"\n[defaults]\ntransport = "tcp"\nwarmup = 20\n'
+                     '[[matrix]]\nexperiment = "lat"\niters = 200\n'
+                     '[[matrix]]\nexperiment = "oneway"\nbursts = 1\nburst_size = 100\n')
+        out = tmp_path / "out"
+        cpu = sorted(os.sched_getaffinity(0))[0]
+        r = fm.run("suite", f, "--out", out, "--server", address, "--cpus", str(cpu), timeout=120)
+        assert r.returncode == 0, r.stderr
+        for i in ("lat-tcp-busy", "oneway-tcp-busy"):
+            doc = _run_doc(out / i)
+            assert doc["status"] == "ok" and doc["config"]["server"] == address, doc["config"]
+            assert doc["config"]["cpus"] == [cpu] and "--server" in doc["command"]
+            assert doc["environment"]["server_engine"], doc["environment"]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=20)
+    assert server.returncode is not None

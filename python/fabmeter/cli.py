@@ -153,6 +153,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--out", metavar="DIR", help="results folder (default: results/<suite name>)")
     command.add_argument("--dry-run", action="store_true", help="check the suite and list its points; run nothing")
     command.add_argument("--cpus", metavar="A,B", help="client and server CPUs for every point (overrides the suite)")
+    command.add_argument("--server", metavar="HOST[:PORT]",
+                         help="run every point against a server started elsewhere with `fabmeter serve` (overrides "
+                              "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only")
 
     command = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
     command.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
@@ -440,7 +443,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             if info is None:
                 die(problem, EXIT_INTERNAL)
             code = runner.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, engine,
-                              parse_cpus(ns.cpus) if ns.cpus else None, parse_cpus(None))
+                               parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
+                               server=ns.server)
         elif ns.command == "report":
             from fabmeter.report import html as report_html
             code = report_html.main(Path(ns.results), Path(ns.output) if ns.output else None)

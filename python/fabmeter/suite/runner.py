@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import signal
@@ -279,12 +280,15 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
 
 
 def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
-         cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]]) -> int:
+         cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]],
+         server: Optional[str] = None) -> int:
     try:
         suite = load(path, engine_info(engine))
     except SuiteError as e:
         where = f"{path}:{e.line}: " if e.line else f"{path}: "
         raise FabmeterError(where + e.message, EXIT_USAGE)
+    if server:  # --server: one serve for every point (the point ids stay the suite's)
+        suite.points = [dataclasses.replace(p, server=server) for p in suite.points]
     out = (out or Path("results") / suite.name).resolve()
     if dry_run:
         print_plan(suite, out)
