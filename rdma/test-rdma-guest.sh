@@ -42,6 +42,11 @@ serve() {
   done
 }
 
+# fabmeter's Python CLI in the guest: Debian's python3 with the repository's
+# package and the host venv's (numpy, matplotlib; the same Python minor).
+REPO=${FM_RDMA_REPO:-$(cd "$(dirname "$0")/.." && pwd)}
+PY=(env FABMETER_ENGINE="$ENGINE" PYTHONPATH="$REPO/python:$(echo "$REPO"/.venv/lib/python3*/site-packages)" python3)
+
 # A starved guest must not turn into a timeout failure: generous waits.
 TIMEOUT=(--timeout-ms 15000)
 
@@ -163,6 +168,8 @@ run_comparison() {
     done
     cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
     cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --bidir" ib_write_bw -s 1024 -n 5000 -b
+    cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --post-list 8" \
+      ib_write_bw -s 1024 -n 5000 -l 8
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
       ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}"
       fpp "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" -p verbs -e msg -S 32 -I 2000
@@ -178,18 +185,20 @@ if [[ ${FM_RDMA_COMPARE_ONLY:-0} == 1 ]]; then
   exit 0
 fi
 
-echo "== verbs: lat over every knob (RC/UC/UD x send/write-imm x inline x signaling x poll x cm)"
+# Inline and signaling are independent knobs (one decides how the payload
+# goes, the other which WRs complete): their pairs are covered, not their
+# product, which keeps CI within its time (32 cases instead of 64).
+echo "== verbs: lat over every knob (RC/UC/UD x send/write-imm x (inline, signaling) pairs x poll x cm)"
 for svc in rc uc ud; do
   for cm in $(cms_for $svc); do
     for op in $(ops_for $svc); do
-      for inl in 0 64; do
-        for sig in 1 auto; do
-          for poll in busy event; do
-            sigopt=()
-            [[ $sig == 1 ]] && sigopt=(--signal-every 1)
-            fm "lat-$svc-$op-$cm-inline$inl-sig$sig-$poll" 0 lat "${SMALL_LAT[@]}" --service $svc --op $op \
-              --cm $cm --inline $inl "${sigopt[@]}" --poll $poll
-          done
+      for pair in 0:1 64:auto; do
+        inl=${pair%:*} sig=${pair#*:}
+        for poll in busy event; do
+          sigopt=()
+          [[ $sig == 1 ]] && sigopt=(--signal-every 1)
+          fm "lat-$svc-$op-$cm-inline$inl-sig$sig-$poll" 0 lat "${SMALL_LAT[@]}" --service $svc --op $op \
+            --cm $cm --inline $inl "${sigopt[@]}" --poll $poll
         done
       done
     done
@@ -340,6 +349,37 @@ dup "dup-ud-oneway" 5 oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us
 dup "dup-ud-check" 25 check --max-size 1K --cm raw --loss-timeout-ms 1000 --service ud
 
 run_comparison
+
+# suite NAME FILE: a shipped suite through `fabmeter suite --server`, every
+# point a session of one serve on rxe1, then `fabmeter report` on it.
+suite() {
+  local name=$1 file=$2 f=$OUT/$1 spid i
+  PORT=$((PORT + 1))
+  echo "fabmeter suite $file" >"$f.cmd"
+  echo 0 >"$f.expect"
+  timeout 900 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --cpu 1 >"$f.server.out" 2>"$f.server.err" &
+  spid=$!
+  for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
+  local t0=$EPOCHREALTIME
+  timeout 900 "${PY[@]}" -m fabmeter suite "$REPO/$file" --server "$SERVER:$PORT" --cpus 0 --out "$f.results" \
+    >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  timeout 300 "${PY[@]}" -m fabmeter report "$f.results" >>"$f.err" 2>&1
+  echo $? >"$f.report.rc"
+  kill -INT $spid 2>/dev/null
+  wait $spid
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
+echo "== suites through fabmeter's Python CLI (${FM_RDMA_SUITES:-perftest-parity})"
+if "${PY[@]}" -c 'import numpy, matplotlib' 2>"$OUT/_python_skipped"; then
+  rm -f "$OUT/_python_skipped"
+  for s in ${FM_RDMA_SUITES:-perftest-parity}; do
+    suite "suite-$s" "suites/$s.toml"
+  done
+else
+  echo "suites skipped: the host venv's packages do not import under the guest's $(python3 -V 2>&1)" |
+    tee -a "$OUT/_python_skipped"
+fi
 
 echo "== libfabric verbs provider through fabmeter's ofi transport"
 if "$ENGINE" options | grep -q '"ofi"'; then

@@ -55,7 +55,7 @@ mkdir -p "$OUT/raw"
 rc=0
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "test-rdma: --rounds wants 1..99, got '$ROUNDS'" >&2; exit 2; }
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
+  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then
   ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"

@@ -155,6 +155,30 @@ def check_fabmeter(raw, name):
     return problems, summary
 
 
+def check_suite(raw, name):
+    """A shipped suite run in the guest by fabmeter's Python CLI: every point
+    ran and finished ok, and the report was written."""
+    problems = []
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0":
+        problems.append(f"fabmeter suite exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}")
+    try:
+        with open(f"{raw}/{name}.results/index.json") as f:
+            index = json.load(f)
+    except (OSError, ValueError) as e:
+        return problems + [f"no index.json: {e}"], {"name": name, "tool": "fabmeter suite"}
+    points = index.get("points", [])
+    bad = [f"{p['id']}: {p.get('status')} {p.get('message', '')}".strip() for p in points if p.get("status") != "ok"]
+    if not points:
+        problems.append("the suite ran no point")
+    problems += [f"point {b}" for b in bad]
+    if read(f"{raw}/{name}.report.rc").strip() != "0":
+        problems.append("fabmeter report failed: " + read(f"{raw}/{name}.err").strip()[-300:])
+    elif not os.path.exists(f"{raw}/{name}.results/report.html"):
+        problems.append("fabmeter report wrote no report.html")
+    return problems, {"name": name, "tool": "fabmeter suite", "points": len(points), "failed_points": len(bad)}
+
+
 PERFTEST_COLS = ["bytes", "iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999"]
 # ib_*_bw: MB/sec columns (perftest's MB), and the message rate in millions per second.
 PERFTEST_BW_COLS = ["bytes", "iterations", "bw_peak_mb", "bw_avg_mb", "msg_rate_mpps"]
@@ -378,8 +402,10 @@ def main():
     names = sorted({f[: -len(".rc")] for f in os.listdir(raw) if f.endswith(".rc") and not f.endswith(".server.rc")})
     results, failed = [], []
     for name in names:
-        is_perftest = read(f"{raw}/{name}.cmd").startswith(("ib_", "fi_pingpong"))
-        problems, summary = (check_perftest if is_perftest else check_fabmeter)(raw, name)
+        cmd = read(f"{raw}/{name}.cmd")
+        check = (check_perftest if cmd.startswith(("ib_", "fi_pingpong"))
+                 else check_suite if cmd.startswith("fabmeter suite") else check_fabmeter)
+        problems, summary = check(raw, name)
         summary["passed"] = not problems
         summary["problems"] = problems
         results.append(summary)
@@ -417,6 +443,10 @@ def main():
     if not os.path.exists(f"{raw}/_finished"):
         failed.append("_driver")
         print("FAIL the in-guest driver did not finish (timeout or crash: see console.log)")
+    python_skipped = read(f"{raw}/_python_skipped").strip()
+    if python_skipped:
+        failed.append("_python")
+        print(f"FAIL {python_skipped}")
     ofi_skipped = read(f"{raw}/_ofi_skipped").strip()
     if ofi_skipped:
         print(f"ofi verbs provider: {ofi_skipped}")

@@ -99,3 +99,32 @@ def test_a_comparison_round_perftest_could_not_time_fails_nothing(tmp_path):
     (tmp_path / "cmp-r1-perftest-lat-uc-write.rc").write_text("1\n")  # a peer that failed still fails
     problems, _ = m.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
     assert problems and problems[0].startswith("exit 1")
+
+
+def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
+    """A suite run in the guest (`fabmeter suite --server`): its exit code, each
+    point's status in index.json, and the report must all be there."""
+    m = report_module()
+    import json
+
+    def case(name, rc="0", statuses=("ok", "ok"), report=True):
+        res = tmp_path / f"{name}.results"
+        res.mkdir()
+        (tmp_path / f"{name}.cmd").write_text("fabmeter suite suites/perftest-parity.toml\n")
+        (tmp_path / f"{name}.rc").write_text(rc + "\n")
+        (tmp_path / f"{name}.err").write_text("boom\n" if rc != "0" else "")
+        (tmp_path / f"{name}.report.rc").write_text("0\n")
+        (res / "index.json").write_text(json.dumps(
+            {"points": [{"id": f"p{i}", "status": s} for i, s in enumerate(statuses)]}))
+        if report:
+            (res / "report.html").write_text("<html></html>")
+        return m.check_suite(str(tmp_path), name)
+
+    problems, summary = case("suite-good")
+    assert problems == [] and summary["points"] == 2
+    problems, _ = case("suite-failed-point", rc="1", statuses=("ok", "failed"))
+    assert any("exited 1" in p for p in problems) and any("point p1: failed" in p for p in problems)
+    problems, _ = case("suite-no-report", report=False)
+    assert problems == ["fabmeter report wrote no report.html"]
+    problems, _ = case("suite-empty", statuses=())
+    assert problems == ["the suite ran no point"]

@@ -28,6 +28,7 @@ PACKAGES=(
   libfabric-bin libfabric1 iproute2 kmod procps
   libstdc++6 libzmq5 libnng1 libnanomsg5
   nftables
+  python3   # fabmeter's Python side (suites, report) with the host venv's packages: PYTHONPATH
 )
 # Kernel modules wanted in the guest; their dependencies are added from
 # modules.dep. crc32 crypto drivers are requested by name (crypto_alloc_shash
