@@ -26,8 +26,8 @@ def recv_frame(s: socket.socket) -> tuple[int, bytes]:
 
 
 def start_session(s: socket.socket, host: str, params: str) -> None:
-    """Protocol 2 against a server without a token: hello, an empty challenge, welcome."""
-    s.sendall(frame(HELLO, f"2\n{host}\n{os.urandom(32).hex()}\n{params}".encode()))
+    """Protocol 3 against a server without a token: hello (no relay), an empty challenge, welcome."""
+    s.sendall(frame(HELLO, f"3\n{host}\n{os.urandom(32).hex()}\n\n{params}".encode()))
     kind, nonce = recv_frame(s)
     assert (kind, nonce) == (CHALLENGE, b""), "a server without a token challenges with nothing"
     assert recv_frame(s)[0] == WELCOME

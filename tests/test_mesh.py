@@ -530,3 +530,100 @@ def test_mesh_refuses_without_a_rank_or_a_token_beyond_loopback(fm):
     assert r.returncode == 2 and "no rank" in one_line_error(r.stderr)
     r = fm.run("mesh", "--hosts", LOOPBACK4, "--rank", "0", "-t", "udp", "--experiment", "bw", "--bursts", "3")
     assert r.returncode == 2 and "--bursts does not apply to 'bw'" in one_line_error(r.stderr)
+
+
+# --- --launch serve: a `fabmeter serve --peers` on every host, no ranks ------------
+
+def start_serves(fm, hosts: list[str], port: int, token_file: str, prefixes=None, peers: str | None = None):
+    """`fabmeter serve` on each host (in its namespace), all on one port; returns them once each listens."""
+    peers = ",".join(hosts) if peers is None else peers
+    serves = []
+    for i, host in enumerate(hosts):
+        args = ["serve", "--bind", host, "--port", port, "--token-file", token_file]
+        serves.append(fm.popen(*args, *(["--peers", peers] if peers else []),
+                               prefix=prefixes[i] if prefixes else ()))
+    try:
+        for s in serves:
+            assert json.loads(s.stdout.readline())["event"] == "listening"
+    except BaseException:
+        stop_serves(serves)
+        raise
+    return serves
+
+
+def stop_serves(serves) -> None:
+    for s in serves:
+        s.send_signal(signal.SIGINT)
+    for s in serves:
+        try:
+            s.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            s.kill()
+            s.communicate()
+
+
+def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_file):
+    """One `fabmeter mesh --launch serve` and a serve per namespace: every pair
+    is run by its source host's serve (relayed), so a delay on A's packets to C
+    shows on A->C and not on C->A; every round's start skew is measured on the
+    coordinator's clock."""
+    (ns_a, _), _, (_, addr_c), _ = four_hosts
+    hosts = [addr for _, addr in four_hosts]
+    prefixes = [("ip", "netns", "exec", ns) for ns, _ in four_hosts]
+    serves = start_serves(fm, hosts, 18515, token_file, prefixes)
+    try:
+        with delay_line(ns_a, DELAY_US, ["-p", "udp", "-d", addr_c]):
+            r = fm.run("mesh", "--launch", "serve", "--hosts", ",".join(hosts), "-t", "udp", "--pattern", "all-to-all",
+                       "--schedule", "scheduled", "--token-file", token_file, "--json", "--poll", "event", *SMALL,
+                       prefix=prefixes[0], timeout=180)
+    finally:
+        stop_serves(serves)
+    assert r.returncode == 0, r.stderr
+    pairs, summary = check_pairs(r.stdout, "all-to-all")
+    assert len(summary["rounds"]) == 3 and all(x["start_skew_ns"] is not None for x in summary["rounds"])
+    assert 0 < summary["start_clock_error_ns"] < 50e6, summary   # half the relay's best ping round trip
+    p50_us = {k: p["latency_ns"]["p50"] / 1000 for k, p in pairs.items()}
+    print("p50 one-way us", p50_us, "round skew", [x["start_skew_ns"] for x in summary["rounds"]])
+    # Loose, as in test_delay_on_one_link_shows_on_that_pair_only: most of the delay, on that direction only.
+    assert p50_us[(0, 2)] > p50_us[(2, 0)] + 0.5 * DELAY_US, p50_us
+    assert pairs[(0, 2)]["latency_ns"]["min"] / 1000 >= 0.8 * DELAY_US
+
+
+def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file):
+    """Three serves on 127.0.0.1-3 (one port): lat all-to-all relayed; a serve
+    without --peers refuses to run pairs (the pairs fail with the reason); a
+    host with no serve is named at once, exit 3; --rank has no place here."""
+    port = free_port()
+    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    serves = start_serves(fm, hosts, port, token_file)
+    try:
+        r = fm.run("mesh", "--launch", "serve", "--serve-port", port, "--hosts", ",".join(hosts), "--experiment",
+                   "lat", "-t", "tcp", "-n", "300", "--warmup", "30", "--token-file", token_file, "--json")
+        assert r.returncode == 0, r.stderr
+        lines = json_lines(r.stdout)
+        pairs = {(p["src"], p["dst"]): p for p in lines if p["type"] == "pair"}
+        assert sorted(pairs) == patterns.pairs("all-to-all", 3)
+        assert all(p["status"] == "ok" and p["latency_ns"]["p50"] > 0 for p in pairs.values()), pairs
+        # Relaying needs the target among the serve's --peers: an engine asked for another host is refused.
+        bad = subprocess.run([str(engine), "run", "lat", "--server", f"127.0.0.9:{port}", "--via",
+                              f"127.0.0.1:{port}", "--token-file", token_file, "-t", "tcp"],
+                             capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert bad.returncode == 2 and "not among its --peers" in bad.stderr, bad.stderr
+    finally:
+        stop_serves(serves)
+    t0 = time.monotonic()
+    r = fm.run("mesh", "--launch", "serve", "--serve-port", port, "--hosts", "127.0.0.1,127.0.0.5", "-t", "tcp",
+               "--timeout-ms", "3000", "--token-file", token_file)
+    assert r.returncode == 3 and f"127.0.0.5:{port}" in one_line_error(r.stderr), r.stderr
+    assert time.monotonic() - t0 < 20
+    serves = start_serves(fm, hosts[:2], port, token_file, peers="")
+    try:
+        r = fm.run("mesh", "--launch", "serve", "--serve-port", port, "--hosts", ",".join(hosts[:2]),
+                   "--experiment", "lat", "-t", "tcp", "-n", "100", "--token-file", token_file, "--json")
+    finally:
+        stop_serves(serves)
+    assert r.returncode == 3
+    failed = [p for p in json_lines(r.stdout) if p["type"] == "pair"]
+    assert len(failed) == 2 and all("--peers" in p["message"] and p["status"] == "failed" for p in failed), failed
+    r = fm.run("mesh", "--launch", "serve", "--rank", "0", "--hosts", "127.0.0.1,127.0.0.2", "-t", "tcp")
+    assert r.returncode == 2 and "no ranks" in r.stderr

@@ -23,9 +23,9 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F]
-                      [--start-at NS] [OPTIONS]
+                      [--start-at NS] [--via HOST[:PORT]] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
-                        [--max-memory BYTES] [--max-duration SEC] [--max-sessions N]
+                        [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
@@ -35,7 +35,10 @@ size; stream: a rate x values pair; load: an offered rate), "transport", "end".
 --start-at NS: the first point's measured part starts at CLOCK_MONOTONIC NS
 (ns since boot; at once if past), however soon the connection was made; its
 point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
-starts the pairs of a round so. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
+this client (against --server) and sends its output back, the same lines as
+if run there (that serve must list the --server host in its --peers); no
+--out or --cpu then. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default
@@ -51,6 +54,10 @@ K/M/G/T suffixes) or states a run longer than --max-duration (default 3600 s;
 least 16 bytes, in a file other users cannot read. A server with a token
 admits only clients that prove they know it (HMAC-SHA-256 challenge-response;
 the secret never crosses the wire), and proves it to them in turn.
+--peers HOST,...: the servers (hosts as clients name them, any port) this one
+may run a client against when an authenticated client asks (run --via,
+fabmeter mesh --launch serve); it proves its own token to them. Without
+--peers, or without a token, it runs no client for anyone.
 )";
 
 int parse_int(const std::string& opt, const std::string& v) {
@@ -72,6 +79,18 @@ int64_t parse_start_at(const std::string& v) {
   if (x > fm::monotonic_ns() + kMaxStartLeadNs)
     fm::usage_error("--start-at: " + v + " is more than 600 s ahead of CLOCK_MONOTONIC");
   return x;
+}
+
+// HOST,HOST,...: none empty.
+std::vector<std::string> split_hosts(const std::string& opt, const std::string& v) {
+  std::vector<std::string> hosts;
+  for (size_t from = 0;;) {
+    const size_t comma = v.find(',', from);
+    hosts.push_back(v.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (hosts.back().empty()) fm::usage_error(opt + ": expected HOST,HOST,..., got '" + v + "'");
+    if (comma == std::string::npos) return hosts;
+    from = comma + 1;
+  }
 }
 
 // BYTES with an optional K/M/G/T suffix (powers of two); at least 1.
@@ -181,6 +200,7 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--max-duration", &v)) o.max_duration = parse_seconds("--max-duration", v);
     if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
     if (o.max_sessions == 0) fm::usage_error("--max-sessions must be at least 1");
+    if (take(args, "--peers", &v)) o.peers = split_hosts("--peers", v);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);
@@ -198,6 +218,7 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
     take(args, "--out", &o.out_dir);
     if (take(args, "--start-at", &v)) o.start_at_ns = parse_start_at(v);
+    take(args, "--via", &o.via);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);

@@ -103,14 +103,16 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
 
 TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
   const std::string nc(fm::kNonceBytes, 'c'), ns(fm::kNonceBytes, 's');
-  const std::string hello = fm::encode_hello("host-a", nc, "experiment=lat\n");
+  const std::string hello = fm::encode_hello("host-a", nc, "", "experiment=lat\n");
   const std::string token = "0123456789abcdef0123";
   const std::string p = fm::client_proof(token, hello, ns);
   EXPECT_EQ(p.size(), fm::kMacBytes);
   EXPECT_TRUE(fm::proof_matches(p, fm::client_proof(token, hello, ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token + "x", hello, ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, hello, std::string(fm::kNonceBytes, 't'))));
-  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "experiment=bw\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", "experiment=bw\n"), ns)));
+  // The relay target is part of what the proof covers: no one can redirect a client's run.
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "10.0.0.9", "experiment=lat\n"), ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::server_proof(token, hello, ns, "")));  // roles differ
   EXPECT_FALSE(fm::proof_matches(p, p.substr(1)));
   EXPECT_EQ(p.find(token), std::string::npos);
@@ -118,12 +120,21 @@ TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
 
 TEST(Handshake, DecodersRejectMalformedInput) {
   const std::string nc(fm::kNonceBytes, '\x01');
-  fm::Hello h = fm::decode_hello(fm::encode_hello("host-a", nc, "experiment=lat\n"));
+  fm::Hello h = fm::decode_hello(fm::encode_hello("host-a", nc, "", "experiment=lat\n"));
   EXPECT_EQ(h.host, "host-a");
   EXPECT_EQ(h.nonce, nc);
+  EXPECT_EQ(h.relay, "");
   EXPECT_EQ(h.params, "experiment=lat\n");
+  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "[fd00::3]:7000", "")).relay, "[fd00::3]:7000");
   EXPECT_EQ(fm::decode_hello("1\nold format\n").version, 1u);
-  for (const char* bad : {"", "2", "x\n", "99999999999\n", "2\nhost\nabc\n", "2\n\n" "00\n", "2\nho st\n"})
+  EXPECT_EQ(fm::decode_hello("2\nhost\n" + std::string(64, '0') + "\nexperiment=lat\n").version, 2u);  // only the version read
+  const std::string nonce_hex(64, '0');
+  for (const std::string& bad :
+       {std::string(), std::string("3"), std::string("x\n"), std::string("99999999999\n"), std::string("3\nhost\nabc\n"),
+        std::string("3\n\n00\n"), std::string("3\nho st\n"),
+        "3\nhost\n" + nonce_hex + "\n",                                  // no relay line
+        "3\nhost\n" + nonce_hex + "\nbad host\nexperiment=lat\n",        // relay not printable
+        "3\nhost\n" + nonce_hex + "\n" + std::string(fm::kMaxRelay + 1, 'a') + "\n"})  // relay too long
     EXPECT_THROW(fm::decode_hello(bad), fm::Error) << bad;
   EXPECT_THROW(fm::decode_challenge("short"), fm::Error);
   EXPECT_EQ(fm::decode_challenge(""), "");

@@ -87,7 +87,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                              allow_abbrev=False,
                              description="Run once per host (by mpirun, srun or by hand with --rank): rank 0 "
                                          "coordinates, every rank serves its incoming pairs and runs its outgoing "
-                                         "ones; rank 0 prints one result per directed pair (docs/cli.md).")
+                                         "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
+                                         "anywhere, with --launch serve: every host already runs `fabmeter serve "
+                                         "--peers HOSTS`, which runs that host's outgoing pairs.")
     command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first")
     command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
     command.add_argument("--rank", metavar="R", type=int,
@@ -103,8 +105,12 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="rank 0's coordination port on the first host (default: %(default)s)")
     command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
     command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
-    command.add_argument("--launch", choices=["ssh"],
-                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh")
+    command.add_argument("--launch", choices=["ssh", "serve"],
+                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh; "
+                              "serve: coordinate from here (any host), every pair run by its source host's "
+                              "`fabmeter serve --peers ...` (already running on each host)")
+    command.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
+                         help="--launch serve: the port every host's serve listens on (default: %(default)s)")
     command.add_argument("--ssh", metavar="CMD", default="ssh",
                          help="--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and "
                               "a ConnectTimeout of the control timeout are added)")
@@ -135,6 +141,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                    help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
     command.add_argument("--token-file", metavar="F",
                    help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
+    command.add_argument("--peers", metavar="HOST,...",
+                   help="the servers (hosts as clients name them) this one may run a client against for an "
+                        "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)")
 
     command = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
@@ -334,6 +343,11 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
             die("mesh: --launch ssh runs rank 0 here (the first host); the other ranks are started over ssh",
                 EXIT_USAGE)
         rank = 0
+    elif ns.launch == "serve":
+        if ns.rank is not None:
+            die("mesh: --launch serve has no ranks: it coordinates from here, the hosts' serves run the pairs",
+                EXIT_USAGE)
+        rank = None
     elif ns.rank is not None:
         rank = ns.rank
     else:
@@ -343,8 +357,10 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         rank, size, var = launched
         if size != len(hosts):
             die(f"mesh: the launcher started {size} ranks (${var}) for {len(hosts)} hosts", EXIT_USAGE)
-    if not 0 <= rank < len(hosts):
+    if rank is not None and not 0 <= rank < len(hosts):
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
+    if not 0 < ns.serve_port < 65536:
+        die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
     table = engine_options(engine)
     given = table.given(ns)
     if given.get("transport") is None:
@@ -366,7 +382,7 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         ssh = (ns.ssh, ns.remote_fabmeter, ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule",
                                             ns.schedule, "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)])
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
-                             timeout_ms / 1000.0, ssh)
+                             timeout_ms / 1000.0, ssh, ns.serve_port if ns.launch == "serve" else None)
     pairs: list[dict] = []
     started_at = now_iso()
 
@@ -388,7 +404,7 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
 
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
-    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file"):
+    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file", "peers"):
         value = getattr(ns, name)
         if value is not None:
             args += [f"--{name.replace('_', '-')}", str(value)]

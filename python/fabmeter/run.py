@@ -42,6 +42,7 @@ class RunSpec:
     engine: Optional[str] = None
     token_file: Optional[str] = None     # remote server's secret (else $FABMETER_TOKEN)
     start_at_ns: Optional[int] = None    # time.monotonic_ns() instant the first point starts (engine --start-at)
+    via: Optional[str] = None            # HOST[:PORT] of a `fabmeter serve` that runs the client against `server`
 
 
 @dataclass
@@ -183,6 +184,8 @@ def execute(spec: RunSpec,
                 cmd += ["--token-file", spec.token_file]
             if spec.start_at_ns is not None:
                 cmd += ["--start-at", str(spec.start_at_ns)]
+            if spec.via is not None:
+                cmd += ["--via", spec.via]
             cmd += table.engine_argv(spec.options)
             client = procs.spawn(cmd, env)
             fwd.procs.append(client)

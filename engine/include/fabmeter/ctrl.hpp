@@ -168,7 +168,8 @@ class Listener {
 
 constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rules carry over
 // 2: challenge-response authentication, heartbeats, bounded frames.
-constexpr uint32_t kProtocolVersion = 2;
+// 3: the hello's relay line (a session that runs a client elsewhere).
+constexpr uint32_t kProtocolVersion = 3;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

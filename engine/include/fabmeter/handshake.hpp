@@ -1,5 +1,5 @@
-// The opening of a session (protocol 2), as iperf3 and OWAMP authenticate:
-//   client -> server  hello      "2\n" host id "\n" client nonce (hex) "\n" parameters
+// The opening of a session (protocol 3), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "3\n" host id "\n" client nonce (hex) "\n" relay "\n" parameters
 //   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
 //   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
 //   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
@@ -7,6 +7,9 @@
 // proof also covers SHA-256 of the welcome body. The token never crosses the
 // wire; proofs are compared in constant time. Every decoder here rejects
 // malformed input with a one-line fm::Error and nothing else.
+// relay is empty, or HOST[:PORT] of another server: the client asks this
+// server to run the client role against that one and to carry the run's
+// output back (session.cpp; only to servers its operator allows).
 #pragma once
 #include <string>
 #include <string_view>
@@ -18,6 +21,7 @@ constexpr size_t kMacBytes = 32;
 constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kMaxTokenBytes = 4096;
 constexpr size_t kMaxHostId = 128;
+constexpr size_t kMaxRelay = 300;  // HOST[:PORT]: a DNS name is at most 253 bytes
 
 // The shared secret: `token_file` when given, else $FABMETER_TOKEN, else ""
 // (no authentication). Refuses a file others may read, and secrets shorter
@@ -28,9 +32,10 @@ std::string random_bytes(size_t n);  // RAND_bytes
 
 struct Hello {
   unsigned long version = 0;
-  std::string host, nonce, params;  // nonce raw; empty fields when the version is not ours
+  std::string host, nonce, relay, params;  // nonce raw; empty fields when the version is not ours
 };
-std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view params);
+std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
+                         std::string_view params);
 // Only the version line is read when the version is not kProtocolVersion.
 Hello decode_hello(std::string_view payload);
 

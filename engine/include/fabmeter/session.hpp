@@ -2,6 +2,7 @@
 // points, and the end. main.cpp only parses the command line and calls these.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "fabmeter/params.hpp"
 #include "fabmeter/transport.hpp"
@@ -19,6 +20,9 @@ struct ClientOptions {
   // CLOCK_MONOTONIC ns (0: none): the first point's measured part starts no
   // earlier, whenever the connection was made (mesh starts a round's pairs so).
   int64_t start_at_ns = 0;
+  // HOST[:PORT] of a `fabmeter serve` that runs this client there, against
+  // `server`, and relays its output (relay.hpp); "": run it here.
+  std::string via;
 };
 
 struct ServerOptions {
@@ -36,6 +40,9 @@ struct ServerOptions {
   // session makes its ipc sockets (short paths: sun_path holds 108 bytes).
   std::string ipc_root;
   std::string token;    // shared secret (load_token); empty: clients are not authenticated
+  // Hosts (as clients name them) this server may run a client against for
+  // an authenticated client (`run --via`, mesh --launch serve); none: never.
+  std::vector<std::string> peers;
 };
 
 // Refuses (usage_error with the reason for the client) a plan that needs more

@@ -144,8 +144,10 @@ std::string random_bytes(size_t n) {
   return out;
 }
 
-std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view params) {
-  return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(params);
+std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
+                         std::string_view params) {
+  return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(relay) + "\n" +
+         std::string(params);
 }
 
 Hello decode_hello(std::string_view s) {
@@ -159,6 +161,11 @@ Hello decode_hello(std::string_view s) {
   if (h.version != kProtocolVersion) return h;
   h.host = check_host(take_line(s, "hello", "host id"), "hello");
   h.nonce = unhex(take_line(s, "hello", "nonce"), kNonceBytes, "hello");
+  const std::string_view relay = take_line(s, "hello", "relay");
+  if (relay.size() > kMaxRelay) malformed("hello", "relay target of " + std::to_string(relay.size()) + " bytes");
+  for (unsigned char c : relay)
+    if (c <= 0x20 || c >= 0x7f) malformed("hello", "relay target is not printable");
+  h.relay = std::string(relay);
   h.params = std::string(s);
   return h;
 }

@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "experiment/common.hpp"
+#include "experiment/relay.hpp"
 #include "experiment/table.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
@@ -271,22 +272,12 @@ std::string available_transports() {
   return names;
 }
 
-int run_client(const Params& requested, const ClientOptions& o) {
-  validate(requested);
-  const TransportEntry& entry = entry_for(requested.transport);
-  Caps caps = entry.caps(requested);
-  Params p = requested;
-  experiment_for(p.experiment).resolve(p, caps);
-  check_against_caps(p, caps, true);
-  if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
-    sys_error("cannot create " + o.out_dir);
-  pin_to_cpu(o.cpu);
-  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
-  Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
-
+// The client's side of the opening (handshake.hpp): hello, proof, welcome.
+// `relay`: the server is asked to run the client against that server (relay.hpp).
+Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
+                     const std::string& relay) {
   trace_phase("client", "hello");
-  std::string me = host_id();
-  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), encode_params(p));
+  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, encode_params(p));
   ctrl.send(CtrlType::hello, hello);
   // A server answers a hello at once and beats from its proof on (serve_one):
   // one frozen in the handshake is noticed like one frozen later.
@@ -298,12 +289,36 @@ int run_client(const Params& requested, const ClientOptions& o) {
     ctrl.send(CtrlType::auth, client_proof(o.token, hello, server_nonce));
   } else if (!o.token.empty()) {
     std::fprintf(stderr, "fabmeter-engine: warning: the server at %s asks for no token: it is not authenticated\n",
-                 o.server.c_str());
+                 relay.empty() ? o.server.c_str() : o.via.c_str());
   }
-  const Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
+  Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
   if (server_nonce.empty() ? !welcome.mac.empty()
                            : !proof_matches(server_proof(o.token, hello, server_nonce, welcome.body), welcome.mac))
     runtime_error("authentication failed: the server did not prove it knows the token");
+  return welcome;
+}
+
+int run_client(const Params& requested, const ClientOptions& o) {
+  validate(requested);
+  const TransportEntry& entry = entry_for(requested.transport);
+  Caps caps = entry.caps(requested);
+  Params p = requested;
+  experiment_for(p.experiment).resolve(p, caps);
+  check_against_caps(p, caps, true);
+  if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
+    if (!o.out_dir.empty()) usage_error("--via: the raw samples would stay on the relay host; run without --out");
+    if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
+    Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
+    open_session(ctrl, p, o, host_id(), o.server);
+    return run_relayed(ctrl, o);
+  }
+  if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    sys_error("cannot create " + o.out_dir);
+  pin_to_cpu(o.cpu);
+  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
+  Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
+  const std::string me = host_id();
+  const Welcome welcome = open_session(ctrl, p, o, me, "");
   const std::string& server_host = welcome.host;
   const std::string& server_env = welcome.env;
   bool same_host = server_host == me;
@@ -516,20 +531,23 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
   const TransportEntry* entry = nullptr;
   Caps caps{};
   bool same_host = client_host == host_id();
+  const bool relaying = !decoded.relay.empty();
   try {
     p = decode_params(decoded.params);
     validate(p);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
-    check_against_caps(p, caps, same_host);
+    // A relay's run is a client here: as `run` checks it (the run checks the rest against its server).
+    check_against_caps(p, caps, relaying || same_host);
     check_server_limits(p, caps, o);
+    if (relaying) check_relay(decoded.relay, o);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return 2;
   }
   SessionFiles files(o);
   try {
-    files.claim(p, ctrl);
+    if (!relaying) files.claim(p, ctrl);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return e.kind == ErrorKind::usage ? 2 : 3;
@@ -540,6 +558,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
+  if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   Status st;
   try {

@@ -12,6 +12,13 @@ clients connect at once and wait for that instant (--start-at), so the
 round starts together however late the frames arrive and however long an
 engine takes to connect. Every pair's result comes back to rank 0, which
 prints it.
+
+With --launch serve there are no ranks: every host already runs `fabmeter
+serve --peers HOSTS`, and this process, anywhere, runs each pair as
+`fabmeter-engine run ... --server DST --via SRC`: SRC's serve runs the client
+and relays its output here (engine/src/experiment/relay.hpp). The relay puts
+the round's start time on SRC's clock and says by how much it differs from
+ours, so the rounds start together and their skew is measured as in rank mode.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import launch, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
-DEFAULT_MESH_PORT = 18516       # the engine's default (perftest's 18515) + 1
+DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
+DEFAULT_MESH_PORT = DEFAULT_SERVE_PORT + 1
 EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
 ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
@@ -55,6 +63,7 @@ class MeshSpec:
     timeout_s: float             # rendezvous and control timeout (the engine's --timeout-ms)
     ssh: Optional[tuple[str, str, list]] = None  # --launch ssh: (ssh command, remote fabmeter, every rank's args
                                                  # but --hosts and --rank)
+    serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
 
 
 @dataclass
@@ -100,6 +109,8 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     # below or from the kernel as we exit (PR_SET_PDEATHSIG). Set explicitly, as every other command
     # sets its own: Python leaves SIGINT ignored when it starts with it ignored (a background job).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if spec.serve_port is not None:
+        return _coordinate_serves(spec, emit)
     server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
                              max_sessions=len(spec.hosts))
     server.start_draining()
@@ -124,24 +135,33 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
 
 # --- every rank -------------------------------------------------------------
 
-def _run_pair(spec: MeshSpec, dst: int, dst_port: int, start_ns: int) -> dict:
-    """One experiment run from this rank to `dst`, its measured part started at `start_ns` on our clock (the
-    engine connects first, then waits for that instant: --start-at): its result body."""
+def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, via: Optional[str] = None) -> dict:
+    """One experiment run from `src` to `dst`, its measured part started at `start_ns` on our clock (the engine
+    connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body."""
     try:
-        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=host_port(spec.hosts[dst], dst_port),
-                                      engine=spec.engine, start_at_ns=start_ns))
-    except FabmeterError as e:      # rank 0 must hear of every pair, whatever happened
-        return output.failed_pair(spec.rank, dst, e.message)
+        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
+                                      start_at_ns=start_ns, via=via))
+    except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
+        return output.failed_pair(src, dst, e.message)
     point = res.points[0] if res.points else {}
     started = point.get("started_mono_ns")
-    return {"type": "pair", "src": spec.rank, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
-            "message": res.message[:MAX_MESSAGE], "started_ns": started if isinstance(started, int) else None,
+    started = started if isinstance(started, int) else None
+    clock_error = 0
+    if via is not None:             # the run stamped its start on the relay's clock
+        relay = next((e for e in res.events if e.get("type") == "relay"), {})
+        offset, clock_error = relay.get("clock_offset_ns"), relay.get("clock_error_ns")
+        started = started - offset if started is not None and isinstance(offset, int) else None
+        clock_error = clock_error if isinstance(clock_error, int) else 0
+    return {"type": "pair", "src": src, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
+            "message": res.message[:MAX_MESSAGE], "started_ns": started, "clock_error_ns": clock_error,
             **output.pair_figures(res.points[-1] if res.points else {})}
 
 
 def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
     """This rank's pairs of one round, each in a thread (several at once when chaotic)."""
-    threads = [threading.Thread(target=lambda d=d, p=p: report(_run_pair(spec, d, p, start_ns)), daemon=True)
+    threads = [threading.Thread(target=lambda d=d, p=p: report(_run_pair(spec, spec.rank, d,
+                                                                          host_port(spec.hosts[d], p), start_ns)),
+                                daemon=True)
                for d, p in dsts]
     for t in threads:
         t.start()
@@ -382,3 +402,51 @@ def _give_up_on_silent(spec: MeshSpec, peers: dict[int, Peer], pending: set, inb
             peer.alive = False
             inbox.put((rank, ChannelError(f"silent for {silent:.0f} s")))
             peer.channel.shutdown()     # its reader ends too
+
+
+# --- --launch serve -----------------------------------------------------------
+
+def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
+    n = len(spec.hosts)
+    address = [host_port(h, spec.serve_port) for h in spec.hosts]
+    _check_serves(spec, address)
+    summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options, 0)
+    for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
+        start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
+        done: queue.Queue = queue.Queue()
+        for src, dst in pairs:
+            threading.Thread(target=lambda s=src, d=dst: done.put(_run_pair(spec, s, d, address[d], start_ns,
+                                                                            via=address[s])),
+                             daemon=True).start()
+        started: list[int] = []
+        for _ in pairs:
+            pair = done.get()
+            summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns"))
+            started_ns = pair.pop("started_ns")
+            if started_ns is not None:
+                started.append(started_ns)
+            summary.add(emit, pair)
+        summary.add_round(index, pairs, started)
+    emit(summary.as_json())
+    return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
+
+
+def _check_serves(spec: MeshSpec, address: list[str]) -> None:
+    """Every host's serve takes a connection within the control timeout, else exit 3 naming the ones that do
+    not (before any pair runs, as a rank that does not join ends rank mode)."""
+    def unreachable(i: int) -> Optional[str]:
+        try:
+            socket.create_connection((spec.hosts[i], spec.serve_port), timeout=spec.timeout_s).close()
+            return None
+        except OSError as e:
+            return f"{address[i]} ({e.strerror or e})"
+    results: list[Optional[str]] = [None] * len(address)
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, unreachable(i)), daemon=True)
+               for i in range(len(address))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    missing = [r for r in results if r]
+    if missing:
+        raise FabmeterError(f"no fabmeter serve answers at {', '.join(missing)}", EXIT_RUNTIME)

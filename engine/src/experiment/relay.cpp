@@ -1,0 +1,230 @@
+#include "experiment/relay.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <vector>
+
+#include "fabmeter/clock.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/signals.hpp"
+
+extern char** environ;
+
+namespace fm {
+
+namespace {
+
+constexpr int kPollMs = 100;          // how often the relay looks at the client while the run goes on
+constexpr uint32_t kByeTimeoutMs = 5000;
+constexpr int64_t kMaxStartLeadNs = 600'000'000'000;  // as run --start-at takes it
+
+std::string self_exe() {
+  char path[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0) sys_error("relay: cannot find this engine's binary (/proc/self/exe)");
+  return std::string(path, static_cast<size_t>(n));
+}
+
+// The relay's command line: every option that differs from its default, so
+// the run sees exactly the parameters the client validated and sent.
+std::vector<std::string> run_args(const Params& p, const std::string& target, const ServerOptions& o,
+                                  int64_t start_at) {
+  std::vector<std::string> args{self_exe(), "run", p.experiment, "--server", target};
+  const Params defaults;
+  for (const OptSpec& opt : option_table())
+    if (opt.get(p) != opt.get(defaults)) args.push_back("--" + std::string(opt.name) + "=" + opt.get(p));
+  if (o.cpu >= 0) args.insert(args.end(), {"--cpu", std::to_string(o.cpu)});
+  if (start_at > 0) args.insert(args.end(), {"--start-at", std::to_string(start_at)});
+  return args;
+}
+
+// fork + execve with stdout and stderr to pipes; everything the child needs
+// is built before fork (the session has a heartbeat thread: nothing that
+// allocates may run between fork and exec).
+pid_t spawn(const std::vector<std::string>& args, const std::string& token, int out_w, int err_w) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("FABMETER_TOKEN=", 0) != 0) env_strings.emplace_back(*e);
+  env_strings.push_back("FABMETER_TOKEN=" + token);
+  std::vector<char*> argv, envp;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) sys_error("relay: fork");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the run ends with its session
+    if (::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) ::_exit(127);
+    ::close_range(3, ~0U, 0);           // the control socket and the server's listener stay ours
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Lines from one of the run's pipes, each sent as "<tag><line>".
+struct LinePipe {
+  int fd;
+  const char* tag;
+  std::string pending;
+  bool open = true;
+
+  void read_into(Ctrl& ctrl) {
+    char chunk[65536];
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) return;
+      sys_error("relay: reading the run's output");
+    }
+    if (n == 0) {
+      open = false;
+      if (!pending.empty()) send_line(ctrl, pending);
+      pending.clear();
+      return;
+    }
+    pending.append(chunk, static_cast<size_t>(n));
+    size_t from = 0;
+    for (size_t nl; (nl = pending.find('\n', from)) != std::string::npos; from = nl + 1)
+      send_line(ctrl, std::string_view(pending).substr(from, nl - from));
+    pending.erase(0, from);
+    if (pending.size() > kMaxRelayLine) runtime_error("relay: the run wrote a line longer than the relay carries");
+  }
+  void send_line(Ctrl& ctrl, std::string_view line) const {
+    if (line.size() > kMaxRelayLine) runtime_error("relay: the run wrote a line longer than the relay carries");
+    ctrl.send(CtrlType::exchange, tag + std::string(line));
+  }
+};
+
+}  // namespace
+
+void check_relay(const std::string& target, const ServerOptions& o) {
+  std::string host;
+  uint16_t port;
+  split_host_port(target, kDefaultPort, host, port);
+  if (o.peers.empty())
+    usage_error("this server runs no client for others (it was started without --peers), so it cannot relay to " +
+                target);
+  if (o.token.empty())
+    usage_error("this server relays only with a token of its own (serve --token-file), which it proves to " + target);
+  if (std::find(o.peers.begin(), o.peers.end(), host) == o.peers.end())
+    usage_error("this server may not relay to " + host + " (not among its --peers)");
+}
+
+int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {
+  int64_t start_at = 0;
+  for (int pings = 0;; ++pings) {
+    const std::string frame = ctrl.recv(CtrlType::exchange, "relay start");
+    if (frame == "ping" && pings < kRelayPings) {
+      ctrl.send(CtrlType::exchange, std::to_string(monotonic_ns()));
+      continue;
+    }
+    if (frame.rfind("start ", 0) != 0)
+      runtime_error("relay: expected 'start NS' from the client, got '" + peer_excerpt(frame) + "'");
+    start_at = static_cast<int64_t>(
+        parse_peer_u64(std::string_view(frame).substr(6), "relay start time", monotonic_ns() + kMaxStartLeadNs));
+    break;
+  }
+  const std::vector<std::string> args = run_args(p, target, o, start_at);
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) sys_error("relay: pipe");
+  const pid_t pid = spawn(args, o.token, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  LinePipe pipes[2] = {{out[0], "out ", {}}, {err[0], "err ", {}}};
+  bool stopping = false;
+  try {
+    PeerWatch watch(ctrl);
+    while (pipes[0].open || pipes[1].open) {
+      pollfd pfd[2] = {{pipes[0].open ? pipes[0].fd : -1, POLLIN, 0}, {pipes[1].open ? pipes[1].fd : -1, POLLIN, 0}};
+      if (::poll(pfd, 2, kPollMs) < 0 && errno != EINTR) sys_error("relay: poll");
+      if (stop_requested() && !stopping) {  // Ctrl-C, SIGTERM or --max-duration: the run ends as ours would
+        ::kill(pid, SIGTERM);
+        stopping = true;
+      }
+      watch.check("the relaying client");
+      for (int i = 0; i < 2; ++i)
+        if (pfd[i].revents) pipes[i].read_into(ctrl);
+    }
+  } catch (...) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(out[0]);
+    ::close(err[0]);
+    throw;
+  }
+  ::close(out[0]);
+  ::close(err[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  ctrl.send(CtrlType::exchange, "exit " + std::to_string(code));
+  ctrl.set_timeout_ms(kByeTimeoutMs);
+  ctrl.recv(CtrlType::bye, "end of the relayed run");
+  return code;
+}
+
+int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
+  Heartbeat beat(ctrl);  // the relay kills the run when we fall silent
+  // --start-at is on our clock; the relay needs it on its own: the offset
+  // from the ping with the shortest round trip (within half of it).
+  int64_t start_there = 0;
+  if (o.start_at_ns) {
+    int64_t best = INT64_MAX, offset = 0;
+    for (int i = 0; i < kRelayPings; ++i) {
+      const int64_t t0 = monotonic_ns();
+      ctrl.send(CtrlType::exchange, "ping");
+      const int64_t there = static_cast<int64_t>(
+          parse_peer_u64(ctrl.recv(CtrlType::exchange, "the relay's clock"), "relay clock", INT64_MAX));
+      const int64_t t1 = monotonic_ns();
+      if (t1 - t0 < best) {
+        best = t1 - t0;
+        offset = there - (t0 + (t1 - t0) / 2);
+      }
+    }
+    start_there = std::max<int64_t>(1, o.start_at_ns + offset);
+    // The run's point lines stamp times on the relay's clock (started_mono_ns): this puts them on ours.
+    emit_line(JsonObj().add("type", "relay").add("via", o.via).add("clock_offset_ns", offset)
+                  .add("clock_error_ns", (best + 1) / 2));
+  }
+  ctrl.send(CtrlType::exchange, "start " + std::to_string(start_there));
+  // The run may go on for long between lines: its heartbeats, not a timeout, say the relay is alive.
+  ctrl.set_max_frame(kMaxRelayLine + 8);
+  ctrl.set_timeout_ms(UINT32_MAX);
+  for (;;) {
+    std::string frame;
+    try {
+      frame = ctrl.recv(CtrlType::exchange, "the relayed run's output");
+    } catch (const Error&) {
+      if (stop_requested()) return 130;  // the relay kills the run when we close
+      throw;
+    }
+    const std::string_view v(frame);
+    if (v.rfind("out ", 0) == 0 || v.rfind("err ", 0) == 0) {
+      std::FILE* to = v[0] == 'o' ? stdout : stderr;
+      std::fwrite(v.data() + 4, 1, v.size() - 4, to);
+      std::fputc('\n', to);
+      std::fflush(to);
+    } else if (v.rfind("exit ", 0) == 0) {
+      const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
+      ctrl.send(CtrlType::bye);
+      return static_cast<int>(code);
+    } else {
+      runtime_error("relay: unexpected frame '" + peer_excerpt(v) + "'");
+    }
+  }
+}
+
+}  // namespace fm

@@ -1,0 +1,45 @@
+// A relayed run: `fabmeter-engine run EXP --server DST --via SRC` asks the
+// server on SRC to run the client role against the server on DST, as
+// `fabmeter-engine run EXP --server DST` would there, and to carry the run's
+// output back; the output is the same as if it had been run on SRC. So a
+// mesh of hosts that each run `fabmeter serve` needs nothing else on them
+// (fabmeter mesh --launch serve).
+//
+// After the welcome (the hello's relay line names DST), on the control
+// channel, all `exchange` frames:
+//   client -> relay   "ping"           at most kRelayPings times
+//   relay -> client   "<ns>"           its CLOCK_MONOTONIC
+//   client -> relay   "start <ns>"     --start-at on the relay's clock (0: none);
+//                                      the client prints a "relay" line: that clock's offset
+//   relay -> client   "out <line>"     a line of the run's stdout
+//                     "err <line>"     a line of its stderr
+//                     "exit <code>"    the run ended with that exit code
+//   client -> relay   bye
+// The relay runs only to servers its operator listed (serve --peers), only
+// when it has a token (which it then proves to DST), and kills the run when
+// the client goes away or falls silent.
+#pragma once
+#include <string>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/session.hpp"
+
+namespace fm {
+
+constexpr int kRelayPings = 8;
+// Bytes of one relayed line: a point's line with its histogram fits (load's
+// hist mode carries a few hundred KiB); longer ones end the run.
+constexpr uint32_t kMaxRelayLine = 8u << 20;
+
+// Server: refuses (usage_error, the reason for the client) a relay this
+// server may not make. Nothing is opened.
+void check_relay(const std::string& target, const ServerOptions& o);
+// Server, after the welcome: runs the client against `target` and relays
+// its output. Returns the session's exit code (the run's).
+int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o);
+// Client, after the welcome: starts the run and prints what comes back.
+// Returns the run's exit code.
+int run_relayed(Ctrl& ctrl, const ClientOptions& o);
+
+}  // namespace fm
