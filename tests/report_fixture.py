@@ -33,13 +33,26 @@ STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 #   load, per workload (w1, w2): latency vs offered load, achieved vs
 #     offered, slowdown vs size                                             6
 #   load: completions per poll, one per run                                 2
-#   mesh: p50 and p99 matrices of the one mesh.json                          2
-EXPECTED_FIGURES = 29
+#   bw: throughput over time per connection (the 1 KiB and 64 KiB points)    1
+#   mesh: p50 and p99 matrices of the oneway mesh.json                       2
+#   mesh bw all-to-one chaotic: the Gbit/s matrix, throughput over time      2
+EXPECTED_FIGURES = 32
 LOAD_FIGURE_ALTS = ("load latency vs offered load w1", "load latency vs offered load w2",
                     "load achieved vs offered w1", "load achieved vs offered w2", "load slowdown w1",
                     "load slowdown w2", "load completions per poll shm busy w2",
                     "load completions per poll tcp busy w1")
-MESH_FIGURE_ALTS = ("mesh oneway udp all-to-all scheduled p50", "mesh oneway udp all-to-all scheduled p99")
+MESH_FIGURE_ALTS = ("mesh oneway udp all-to-all scheduled p50", "mesh oneway udp all-to-all scheduled p99",
+                    "mesh bw tcp all-to-one chaotic gbps")
+THROUGHPUT_FIGURE_ALTS = ("bw throughput over time", "mesh bw tcp all-to-one chaotic throughput over time")
+
+
+def _series(rng, msg_rate: float, bins: int = 60, bin_ns: float = 1e6, swing: float = 0.5) -> dict:
+    """One direction's throughput_series: arrivals per bin swinging by +-swing around msg_rate (the uDAPL
+    study's 1 KiB connections), the last bin cut short by the end of the run."""
+    per_bin = msg_rate * bin_ns / 1e9 * (1 + swing * np.sin(np.arange(bins) / 4 + rng.uniform(0, 6)))
+    msgs = [int(x) for x in per_bin]
+    msgs[-1] //= 3
+    return {"bin_ns": bin_ns, "msgs": msgs}
 
 
 def _summary(a: np.ndarray) -> dict:
@@ -173,6 +186,26 @@ def _mesh(folder: Path, rng) -> None:
     (folder / mesh_output.MESH_FILE).write_text(json.dumps(doc, indent=2))
 
 
+def _mesh_bw(folder: Path, rng) -> None:
+    """A 4-host bw mesh, all-to-one and chaotic: three senders share rank 0, each with its throughput_series."""
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    pairs = []
+    for src, dst in mesh_patterns.pairs("all-to-one", 4):
+        series = _series(rng, 1e5 * src)
+        gbps = sum(series["msgs"][:-1]) * 1024 * 8 / (len(series["msgs"][:-1]) * series["bin_ns"])
+        pairs.append({"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "latency_ns": None,
+                      "latency_kind": None, "gbps": gbps, "lost": 0, "size": 1024,
+                      "throughput_series": {"c2s": series}, "clock": None})
+    summary = {"type": "mesh", "experiment": "bw", "transport": "tcp", "pattern": "all-to-one",
+               "schedule": "chaotic", "hosts": hosts, "pairs": len(pairs), "failed": 0,
+               "rounds": [{"round": 0, "pairs": [[p["src"], p["dst"]] for p in pairs], "start_skew_ns": 400000}],
+               "round_start_skew_ns": 400000, "start_clock_error_ns": 80000}
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = mesh_output.record(summary, pairs, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:03+00:00",
+                             ["fabmeter", "mesh"], {"transport": "tcp", "size": 1024}, envinfo.collect())
+    (folder / mesh_output.MESH_FILE).write_text(json.dumps(doc, indent=2))
+
+
 def build(root: Path) -> Path:
     rng = np.random.default_rng(20260101)
     sizes = [1 << i for i in range(13)]          # 1 B .. 4 KiB
@@ -206,6 +239,8 @@ def build(root: Path) -> Path:
         bw.append({"type": "point", "experiment": "bw", "transport": "shm", "poll": "busy", "size": s,
                    "warmup": 1000, "partial": False, "iterations": 100000, "lost": 0,
                    "gbps": rate * s * 8 / 1e9, "msg_rate": rate})
+        if s in (1024, 65536):
+            bw[-1]["throughput_series"] = {"c2s": _series(rng, rate)}
     _write(folder, _run_doc("bw", {"transport": "shm", "poll": "busy", "all": True, "max_size": 65536}, bw))
 
     for transport, base in (("shm", 250.0), ("tcp", 6000.0)):
@@ -225,6 +260,7 @@ def build(root: Path) -> Path:
     _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",
                                                   "the server engine exited and the client did not notice in time"))
     _mesh(root / "mesh-udp-all-to-all", rng)
+    _mesh_bw(root / "mesh-tcp-bw-all-to-one", rng)
     peers = root / "peers"
     peers.mkdir(parents=True, exist_ok=True)
     (peers / "peers.json").write_text(json.dumps({"points": [

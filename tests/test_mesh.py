@@ -411,7 +411,7 @@ def test_a_host_that_dies_mid_run(fm, token_file):
 
 @pytest.mark.parametrize("experiment,hosts,args", [
     ("lat", ["::1"] * 3, ["-n", "300"]),        # an odd mesh on IPv6: 3 rounds, a rank resting in each
-    ("bw", LOOPBACK4.split(","), ["-n", "3000", "--schedule", "chaotic"])])
+    ("bw", LOOPBACK4.split(","), ["-n", "3000", "--schedule", "chaotic", "--series-ms", "0.1"])])
 def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, args):
     if ":" in hosts[0]:
         try:
@@ -431,6 +431,7 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
     for p in pairs:
         if experiment == "bw":
             assert p["gbps"] > 0 and p["latency_ns"] is None, p
+            check_series(p["throughput_series"]["c2s"], 3000, 0.1e6)
         else:
             assert p["latency_kind"] == "rtt/2" and p["latency_ns"]["p50"] > 0 and p["gbps"] is None, p
     # --out: rank 0's mesh.json holds the same pairs, their N x N matrices and per-host figures; the report draws them.
@@ -444,7 +445,40 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
     r = fm.run("report", tmp_path / "mesh")
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "mesh" / "report.html").read_text()
-    assert text.count("<img ") == (1 if experiment == "bw" else 2) and "Mesh: every directed pair" in text
+    assert text.count("<img ") == 2 and "Mesh: every directed pair" in text   # bw: Gbit/s and throughput over time
+    if experiment == "bw":
+        assert 'throughput over time"' in text     # the figure's alt
+
+
+def check_series(series: dict, measured: int, bin_ns: float) -> None:
+    """A receiver's throughput_series: every measured arrival in a bin of --series-ms (wider only past 512 bins;
+    the clock's tick rate is known within a few per cent)."""
+    assert sum(series["msgs"]) == measured, series
+    assert 1 <= len(series["msgs"]) <= 512 and series["bin_ns"] >= 0.95 * bin_ns, series
+    assert series["msgs"][0] > 0 and all(n >= 0 for n in series["msgs"]), series
+
+
+def test_launch_local(fm, token_file, tmp_path):
+    """--launch local --ranks 3: rank 0 starts ranks 1 and 2 here; each pair's throughput over time in mesh.json."""
+    r = fm.run("mesh", "--launch", "local", "--ranks", "3", "-t", "tcp", "--experiment", "bw", "--pattern",
+               "all-to-one", "--schedule", "chaotic", "--mesh-port", free_port(), "--token-file", token_file,
+               "-s", "1K", "-n", "5000", "--warmup", "100", "--series-ms", "0.5", "--out", tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    assert doc["mesh"]["hosts"] == ["127.0.0.1"] * 3
+    assert sorted((p["src"], p["dst"]) for p in doc["pairs"]) == [(1, 0), (2, 0)]
+    for p in doc["pairs"]:
+        assert p["status"] == "ok" and p["size"] == 1024, p
+        check_series(p["throughput_series"]["c2s"], 5000, 0.5e6)
+
+
+def test_launch_local_refusals(fm):
+    for args, why in ((["--launch", "local", "-t", "tcp"], "--launch local and --ranks N go together"),
+                      (["--ranks", "3", "--hosts", LOOPBACK4, "-t", "tcp"], "--launch local and --ranks N go together"),
+                      (["--launch", "local", "--ranks", "3", "--hosts", LOOPBACK4, "-t", "tcp"], "no --hosts"),
+                      (["--launch", "local", "--ranks", "1", "-t", "tcp"], "needs at least 2 hosts")):
+        r = fm.run("mesh", *args)
+        assert r.returncode == 2 and why in one_line_error(r.stderr), (args, r.stderr)
 
 
 @pytest.mark.parametrize("experiment,args,kind", [

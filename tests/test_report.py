@@ -87,10 +87,13 @@ def test_report_content(fixture_report):
     for alt in report_fixture.LOAD_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
     # The mesh: its matrices and per-host table, the failed pair counted, the slow link's p50 in its cell.
-    assert "Mesh: every directed pair of N hosts" in text and ", 1 mesh runs" in text
+    assert "Mesh: every directed pair of N hosts" in text and ", 2 mesh runs" in text
     for alt in report_fixture.MESH_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
     assert "12 pairs (1 failed)" in text and "<td>3</td><td>10.0.0.4</td><td>3 (1)</td>" in text
+    # Throughput over time per connection: for the plain bw run's points and for the bw mesh's pairs.
+    for alt in report_fixture.THROUGHPUT_FIGURE_ALTS:
+        assert f'alt="{alt}"' in text, alt
 
 
 def test_report_output_option_and_errors(tmp_path, fixture_report):
@@ -226,6 +229,7 @@ def test_report_in_headless_chromium(tmp_path, fixture_report):
     assert "one-way stages verbs busy inline 0 32 B" in check["alts"], "the stage figure (inline off beside on) is missing"
     assert set(report_fixture.LOAD_FIGURE_ALTS) <= set(check["alts"])   # the load figures, decoded
     assert set(report_fixture.MESH_FIGURE_ALTS) <= set(check["alts"])   # the mesh matrices, decoded
+    assert set(report_fixture.THROUGHPUT_FIGURE_ALTS) <= set(check["alts"])   # throughput over time, decoded
     assert check["errors"] == [] and _console_lines(r.stderr) == [], (check["errors"], _console_lines(r.stderr))
 
     # The report itself (no checker): a screenshot, and nothing on the console.

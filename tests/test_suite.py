@@ -70,6 +70,19 @@ BAD_SUITES = [
      "duration", 4, "expected a non-negative number (s)"),
     ('[[matrix]]\nexperiment = "lat"\ntransport = "shm"\nsize = 1.5\n',
      "size", 4, "expected a non-negative integer"),
+    # Mesh points: their own keys, only on them, with the values fabmeter mesh takes.
+    ('[[matrix]]\nexperiment = "bw"\ntransport = "tcp"\npattern = "all-to-one"\n',
+     "pattern", 4, "applies only to mesh points"),
+    ('[[matrix]]\nexperiment = "mesh"\nranks = 3\ntransport = "tcp"\npattern = "star"\n',
+     "pattern", 5, "expected one of all-to-all"),
+    ('[[matrix]]\nexperiment = "mesh"\nranks = 3\ntransport = "tcp"\nmesh_experiment = "bw"\nbursts = 3\n',
+     "bursts", 6, "does not apply to experiment 'bw'"),
+    ('[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nranks = 3\nhostfile = "h"\n',
+     "hostfile", 5, 'does not go with launch = "local"'),
+    ('[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nranks = 1\n',
+     "ranks", 4, "expected a number from 2 to 64"),
+    ('[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nranks = 3\ncpus = "0,1"\n',
+     "cpus", 5, "does not apply to mesh points"),
 ]
 
 
@@ -135,7 +148,13 @@ def test_shipped_suites_are_valid(info):
         assert len({p.id for p in s.points}) == len(s.points)
         names[f.stem] = s
     assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw", "homa-load", "ramcloud-load",
-            "perftest-parity"} <= set(names)
+            "perftest-parity", "udapl-patterns"} <= set(names)
+    udapl = names["udapl-patterns"].points
+    assert all(p.experiment == "mesh" and p.mesh["mesh_experiment"] == "bw" for p in udapl)
+    assert {p.mesh["pattern"] for p in udapl} == {"all-to-all", "fixed-target", "one-to-all", "all-to-one"}
+    chaotic = {(p.transport, p.options.get("rq_depth")) for p in udapl if p.mesh["schedule"] == "chaotic"}
+    assert {("shm", 11), ("shm", 20), ("shm", 100), ("verbs", 11), ("verbs", 20), ("verbs", 100)} == chaotic
+    assert {p.options.get("op") for p in udapl if p.transport == "verbs"} == {None, "send", "write-imm"}
     parity = {p.id: p for p in names["perftest-parity"].points}
     assert {"lat-verbs-busy-rc-write-s32-n2000-inline64", "lat-verbs-busy-rc-read-s32-n2000",
             "lat-verbs-busy-rc-atomic-cswap-s8-n2000", "bw-verbs-busy-rc-read-s1K-n5000-bidir"} <= set(parity)
@@ -331,3 +350,32 @@ def test_suite_against_a_running_server(fm, tmp_path):
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=20)
     assert server.returncode is not None
+
+
+def test_udapl_suite_dry_run_and_a_shortened_run(fm, tmp_path, info, engine):
+    """suites/udapl-patterns.toml: --dry-run lists its mesh commands; two of its points (a scheduled tcp
+    all-to-one, a chaotic shm all-to-all into an 11-entry receive queue), on 3 local ranks and shortened, run
+    and keep each pair's throughput over time."""
+    f = REPO / "suites" / "udapl-patterns.toml"
+    r = fm.run("suite", f, "--dry-run", "--out", tmp_path / "dry")
+    assert r.returncode == 0, r.stderr
+    assert "mesh-bw-tcp-busy-all-to-one-scheduled-s1K  [run]  fabmeter mesh --launch local --ranks 4 " in r.stdout
+    s = suite.load(f, info)
+    wanted = ("mesh-bw-tcp-busy-all-to-one-scheduled-s1K", "mesh-bw-shm-busy-all-to-all-chaotic-s1K-tx-depth10-rq-depth11")
+    s.points = [p for p in s.points if p.id in wanted]
+    assert len(s.points) == 2
+    for p in s.points:
+        p.mesh["ranks"] = 3
+        p.options.update(iters=2000, warmup=50)
+    out = tmp_path / "run"
+    assert run_suite(s, out, str(engine), None, None) == 0
+    index = json.loads((out / "index.json").read_text())
+    assert [e["status"] for e in index["points"]] == ["ok", "ok"]
+    for p in s.points:
+        doc = json.loads((out / p.id / "mesh.json").read_text())
+        assert doc["mesh"]["pattern"] == p.mesh["pattern"] and doc["params"]["rq_depth" if p.transport == "shm"
+                                                                                else "iters"]
+        for pair in doc["pairs"]:
+            assert sum(pair["throughput_series"]["c2s"]["msgs"]) == 2000, pair
+    # Finished mesh points are not run again.
+    assert run_suite(s, out, str(engine), None, None) == 0

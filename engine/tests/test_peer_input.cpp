@@ -84,13 +84,17 @@ TEST(PeerParse, ZeroIsNotAuto) {
 }
 
 TEST(PeerParse, BwCountsAreChecked) {
-  fm::BwSide b{5, 4, 3, 1.5, 2.5};
+  fm::BwSide b{5, 4, 3, 1.5, 2.5, 0, 1e6, {1, 2}};
   fm::BwSide d = fm::BwSide::decode(b.encode());
   EXPECT_EQ(d.sent, 5u);
   EXPECT_EQ(d.measured, 3u);
   EXPECT_DOUBLE_EQ(d.send_ns, 2.5);
+  EXPECT_EQ(d.series, (std::vector<uint64_t>{1, 2}));
+  EXPECT_DOUBLE_EQ(d.series_bin_ns, 1e6);
+  // The series must hold exactly its announced bins and sum to the measured count.
   for (const char* bad : {"", "1 2 3 4", "1 2 3 4 5 6", "a b c d e", "1 2 3 4 nan", "1 2 3 -4 5", "1 2 9 4 5",
-                          "1  2 3 4 5", "-1 2 3 4 5"})
+                          "1  2 3 4 5", "-1 2 3 4 5", "5 4 3 1 2 0 1000 2 1 1", "5 4 3 1 2 0 1000 2 1 2 0",
+                          "5 4 3 1 2 0 1000 1 3 3", "5 4 3 1 2 0 1000 513 3"})
     fm_error([&] { fm::BwSide::decode(bad); });
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -105,10 +106,13 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="rank 0's coordination port on the first host (default: %(default)s)")
     command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
     command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
-    command.add_argument("--launch", choices=["ssh", "serve"],
+    command.add_argument("--launch", choices=["ssh", "local", "serve"],
                          help="ssh: run here as rank 0 (the first host) and start every other rank over ssh; "
+                              "local: run all --ranks here on 127.0.0.1, rank 0 starting the others; "
                               "serve: coordinate from here (any host), every pair run by its source host's "
                               "`fabmeter serve --peers ...` (already running on each host)")
+    command.add_argument("--ranks", metavar="N", type=int,
+                         help="--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1")
     command.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
                          help="--launch serve: the port every host's serve listens on (default: %(default)s)")
     command.add_argument("--ssh", metavar="CMD", default="ssh",
@@ -326,9 +330,15 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
 
 
 def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
-    if (ns.hosts is None) == (ns.hostfile is None):
+    if (ns.launch == "local") != (ns.ranks is not None):
+        die("mesh: --launch local and --ranks N go together", EXIT_USAGE)
+    if ns.launch == "local":
+        if ns.hosts is not None or ns.hostfile is not None:
+            die("mesh: --launch local runs every rank on 127.0.0.1: no --hosts or --hostfile", EXIT_USAGE)
+        hosts = ["127.0.0.1"] * ns.ranks
+    elif (ns.hosts is None) == (ns.hostfile is None):
         die("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
-    if ns.hosts is not None:
+    elif ns.hosts is not None:
         hosts = [h.strip() for h in ns.hosts.split(",")]
     else:
         try:
@@ -338,16 +348,16 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
     if len(hosts) < 2 or not all(hosts):
         die(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
-    if ns.launch == "ssh":
-        if ns.rank not in (None, 0):
-            die("mesh: --launch ssh runs rank 0 here (the first host); the other ranks are started over ssh",
-                EXIT_USAGE)
-        rank = 0
-    elif ns.launch == "serve":
+    if ns.launch == "serve":
         if ns.rank is not None:
             die("mesh: --launch serve has no ranks: it coordinates from here, the hosts' serves run the pairs",
                 EXIT_USAGE)
         rank = None
+    elif ns.launch:
+        if ns.rank not in (None, 0):
+            die(f"mesh: --launch {ns.launch} runs rank 0 here (the first host) and starts the other ranks",
+                EXIT_USAGE)
+        rank = 0
     elif ns.rank is not None:
         rank = ns.rank
     else:
@@ -377,12 +387,16 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     else:
         os.environb[b"FABMETER_TOKEN"] = token   # the engines (server and clients) read it from there
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
-    ssh = None
-    if ns.launch == "ssh":
-        ssh = (ns.ssh, ns.remote_fabmeter, ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule",
-                                            ns.schedule, "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)])
+    launch = None
+    if ns.launch in ("ssh", "local"):
+        rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
+                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+        # local: this interpreter, this fabmeter and this engine, whatever PATH says.
+        here = (f"FABMETER_ENGINE={shlex.quote(engine)} PYTHONPATH={shlex.quote(str(Path(__file__).parent.parent))} "
+                f"{shlex.quote(sys.executable)} -m fabmeter")
+        launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
-                             timeout_ms / 1000.0, ssh, ns.serve_port if ns.launch == "serve" else None)
+                             timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None)
     pairs: list[dict] = []
     started_at = now_iso()
 

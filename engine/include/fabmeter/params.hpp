@@ -57,6 +57,7 @@ struct BwOptions {
   static constexpr const char* kGroup = "bw";
   bool bidir = false;
   uint32_t tx_depth = 128;          // sends in flight: the transport's send window (transport.hpp's Use)
+  double series_ms = 1;             // width of the receiver's arrival bins (throughput over time); doubles past 512 bins
   bool operator==(const BwOptions&) const = default;
 };
 

@@ -198,6 +198,9 @@ std::vector<OptSpec> make_table() {
      .help = "both ends send and receive at once", FLAG(Bw, bidir)},
     {.name = "tx-depth", .metavar = "N", .group = "bw", .type = T::count, .scope = "bw",
      .help = "max sends posted but not completed (binds only on transports with send completions)", U32(Bw, tx_depth)},
+    {.name = "series-ms", .metavar = "MS", .group = "bw", .type = T::duration, .unit = "ms", .scope = "bw",
+     .help = "throughput over time: the receiver counts arrivals in bins this wide from the end of the warm-up (the width doubles while a run would need more than 512 bins)",
+     DBL(Bw, series_ms)},
     {.name = "rq-depth", .metavar = "N", .group = "queue", .type = T::count,
      .help = "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(Queue, rq_depth)},
     {.name = "loss-timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
@@ -514,6 +517,7 @@ void validate(const Params& p) {
   }
   if (p.experiment == "load") validate_load(p);
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
+  if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");

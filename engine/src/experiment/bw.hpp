@@ -8,6 +8,7 @@
 // knows when it has everything (or, on unreliable transports, what was lost).
 #pragma once
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 #include "experiment/common.hpp"
@@ -16,26 +17,62 @@
 
 namespace fm {
 
+// Throughput over time at a receiver: arrivals per bin of --series-ms from
+// the end of the warm-up, counted where bw stamps the clock (once per batch
+// of receives), into a buffer that lives on the stack before the run. A run
+// that outlasts kMaxBins bins merges neighbours and doubles the width, so
+// nothing is allocated or dropped whatever the run's length.
+struct BwSeries {
+  static constexpr size_t kMaxBins = 512;
+  uint64_t bin_ticks = 1;
+  size_t used = 0;
+  std::array<uint64_t, kMaxBins> msgs{};
+
+  void add(uint64_t since_mark_ticks, uint64_t n) {
+    uint64_t i = since_mark_ticks / bin_ticks;
+    while (i >= kMaxBins) {
+      for (size_t k = 0; k < kMaxBins / 2; ++k) msgs[k] = msgs[2 * k] + msgs[2 * k + 1];
+      std::fill(msgs.begin() + kMaxBins / 2, msgs.end(), 0);
+      bin_ticks *= 2;
+      used = (used + 1) / 2;
+      i = since_mark_ticks / bin_ticks;
+    }
+    msgs[i] += n;
+    used = std::max<size_t>(used, i + 1);
+  }
+};
+
 struct BwSide {
   uint64_t sent = 0, received = 0, measured = 0;
   double recv_ns = 0, send_ns = 0;
   uint64_t warmup_received = 0;  // of `received`, how many were warm-up messages
+  double series_bin_ns = 0;      // BwSeries, as the receiver ended it
+  std::vector<uint64_t> series;
 
   std::string encode() const {
     std::ostringstream o;
     o.precision(17);
-    o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns << ' ' << warmup_received;
+    o << sent << ' ' << received << ' ' << measured << ' ' << recv_ns << ' ' << send_ns << ' ' << warmup_received
+      << ' ' << series_bin_ns << ' ' << series.size();
+    for (uint64_t n : series) o << ' ' << n;
     return o.str();
   }
-  // Six space-separated fields, each checked: the peer's text is untrusted.
-  static BwSide decode(std::string_view s) {
-    std::string_view f[6];
-    for (int i = 0; i < 6; ++i) {
-      const size_t sp = i < 5 ? s.find(' ') : s.size();
-      if (sp == std::string_view::npos) runtime_error("bw: malformed counts from the peer: '" + peer_excerpt(s) + "'");
-      f[i] = s.substr(0, sp);
+  // {"bin_ns": W, "msgs": [...]}: the point's throughput_series of one direction.
+  std::string series_json() const {
+    std::string msgs;
+    for (uint64_t n : series) msgs += (msgs.empty() ? "" : ",") + std::to_string(n);
+    return JsonObj().add("bin_ns", series_bin_ns).add_raw("msgs", "[" + msgs + "]").str();
+  }
+  // Space-separated fields, each checked: the peer's text is untrusted.
+  static BwSide decode(std::string_view text) {
+    std::string_view s = text;
+    std::vector<std::string_view> f;
+    while (!s.empty() && f.size() < 8 + BwSeries::kMaxBins + 1) {
+      const size_t sp = std::min(s.find(' '), s.size());
+      f.push_back(s.substr(0, sp));
       s = s.substr(std::min(sp + 1, s.size()));
     }
+    if (f.size() < 8) runtime_error("bw: malformed counts from the peer: '" + peer_excerpt(text) + "'");
     BwSide b;
     b.sent = parse_peer_u64(f[0], "bw sent count");
     b.received = parse_peer_u64(f[1], "bw received count");
@@ -43,7 +80,17 @@ struct BwSide {
     b.recv_ns = parse_peer_double(f[3], "bw receive time");
     b.send_ns = parse_peer_double(f[4], "bw send time");
     b.warmup_received = parse_peer_u64(f[5], "bw warm-up received count");
-    if (b.measured > b.received || b.warmup_received > b.received || b.recv_ns < 0 || b.send_ns < 0)
+    b.series_bin_ns = parse_peer_double(f[6], "bw series bin width");
+    const uint64_t bins = parse_peer_u64(f[7], "bw series bins", BwSeries::kMaxBins);
+    if (f.size() != 8 + bins) runtime_error("bw: the peer's series has " + std::to_string(f.size() - 8) + " bins, not " +
+                                            std::to_string(bins));
+    uint64_t in_bins = 0;
+    for (uint64_t i = 0; i < bins; ++i) {
+      b.series.push_back(parse_peer_u64(f[8 + i], "bw series count", b.measured));
+      in_bins += b.series.back();
+    }
+    if (b.measured > b.received || b.warmup_received > b.received || b.recv_ns < 0 || b.send_ns < 0 ||
+        in_bins != b.measured)
       runtime_error("bw: impossible counts from the peer: '" + peer_excerpt(f[0]) + " " + peer_excerpt(f[1]) + " " +
                     peer_excerpt(f[2]) + "'");
     return b;
@@ -88,9 +135,14 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
 
   // Arrival times are taken once per batch of receives, not per message: the
   // clock stays out of the per-message path, and the error is one batch.
+  BwSeries series;
+  series.bin_ticks = std::max<uint64_t>(1, clk.ns_to_ticks(p.bw.series_ms * 1e6));
+  uint64_t binned = 0;  // arrivals already in the series or before the mark
   auto stamp = [&] {
     t_last = clk.ticks();
     if (!t_mark && me.received >= mark) t_mark = t_last;
+    if (t_mark && me.received > std::max(binned, mark)) series.add(t_last - t_mark, me.received - std::max(binned, mark));
+    binned = me.received;
   };
 
   // A one-sided point's server (no --bidir): nothing arrives, nothing goes out.
@@ -188,6 +240,8 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
   me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
   me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
+  me.series_bin_ns = clk.to_ns(static_cast<double>(series.bin_ticks));
+  me.series.assign(series.msgs.begin(), series.msgs.begin() + static_cast<std::ptrdiff_t>(series.used));
   if (st != Status::ok) {
     out.partial = true;
     return st;
@@ -213,12 +267,15 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   const BwSide& rx_s2c = own_answers ? peer : me;
   double gbps, msg_rate;
   rate(rx_c2s, &gbps, &msg_rate);
+  JsonObj series_json;
+  series_json.add_raw("c2s", rx_c2s.series_json());
   BwLoss loss;
   loss.add(me, rx_c2s, warmup);
   if (p.bw.bidir) {
     double gbps_s2c, msg_rate_s2c;
     rate(rx_s2c, &gbps_s2c, &msg_rate_s2c);
     out.fields.add("gbps_c2s", gbps).add("gbps_s2c", gbps_s2c);
+    series_json.add_raw("s2c", rx_s2c.series_json());
     gbps += gbps_s2c;
     msg_rate += msg_rate_s2c;
     loss.add(peer, rx_s2c, warmup);
@@ -229,6 +286,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
+      .add("throughput_series", series_json)
       .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
   return st;
 }

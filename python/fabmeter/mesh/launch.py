@@ -1,4 +1,5 @@
-"""`fabmeter mesh --launch ssh`: rank 0 starts every other rank over ssh.
+"""`fabmeter mesh --launch ssh|local`: rank 0 starts every other rank, over
+ssh or (local) as processes on this machine.
 
 Each rank r > 0 is `fabmeter mesh --hosts ... --rank r` with rank 0's
 experiment, pattern, schedule, port and options, run on hosts[r] by the
@@ -8,7 +9,9 @@ shell's FABMETER_TOKEN, never onto a command line another user could read
 in ps. ssh's standard input then stays open: the remote shell ends its rank
 when it closes, so a rank never outlives rank 0 or its ssh (without a
 terminal nothing else would tell it). A rank whose ssh ends before it
-joined fails the mesh at once with what ssh said.
+joined fails the mesh at once with what ssh said. --launch local runs the
+same remote command under `sh -c` here instead of ssh: the same token
+handling, the same watcher, the same checks.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import shlex
 import subprocess
 import threading
 from dataclasses import dataclass, field
+from typing import Optional
 
 from fabmeter import procs
 from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
@@ -33,7 +37,7 @@ class Remote:
 
     def last_words(self) -> str:
         lines = [ln.strip() for ln in self.stderr if ln.strip()]
-        return lines[-1] if lines else f"ssh exited with {self.proc.returncode}"
+        return lines[-1] if lines else f"exited with {self.proc.returncode}"
 
 
 def remote_command(remote_fabmeter: str, mesh_args: list[str], with_token: bool) -> str:
@@ -58,17 +62,17 @@ def ssh_argv(ssh: str, host: str, timeout_s: float, command: str) -> list[str]:
 
 
 class Launched:
-    """The ssh processes of ranks 1..n-1."""
+    """The ssh (or local sh) processes of ranks 1..n-1."""
 
-    def __init__(self, remotes: list[Remote]):
-        self.remotes = remotes
+    def __init__(self, remotes: list[Remote], how: str = "ssh"):
+        self.remotes, self.how = remotes, how
 
     def check(self, joined) -> None:
         """Raises (exit 3) if a rank that has not joined has already lost its ssh."""
         for r in self.remotes:
             if r.rank not in joined and r.proc.poll() is not None:
-                raise FabmeterError(f"rank {r.rank} ({r.host}): ssh ended before the rank joined: {r.last_words()}",
-                                    EXIT_RUNTIME)
+                raise FabmeterError(f"rank {r.rank} ({r.host}): {self.how} ended before the rank joined: "
+                                    f"{r.last_words()}", EXIT_RUNTIME)
 
     def stop(self, wait_s: float) -> None:
         """Waits up to wait_s for each rank to end by itself (it does once rank 0 says done; 0: not at all),
@@ -84,16 +88,20 @@ class Launched:
             procs.reap(r.proc, 2.0)
 
 
-def start(hosts: list[str], mesh_args, ssh: str, remote_fabmeter: str, token: bytes, timeout_s: float) -> Launched:
-    """ssh to hosts[1:], each running its rank; `mesh_args(rank)` is that rank's argument list."""
+def start(hosts: list[str], mesh_args, ssh: Optional[str], remote_fabmeter: str, token: bytes,
+          timeout_s: float) -> Launched:
+    """ssh to hosts[1:] (ssh None: a local shell here), each running its rank; `mesh_args(rank)` is that rank's
+    argument list."""
+    how = "ssh" if ssh is not None else "local"
     if b"\n" in token or b"\r" in token:
-        raise FabmeterError("--launch ssh: the token must be one line (it goes down ssh's standard input)",
+        raise FabmeterError(f"--launch {how}: the token must be one line (it goes down the rank's standard input)",
                             EXIT_USAGE)
     remotes = []
     try:
         for rank, host in enumerate(hosts[1:], start=1):
             command = remote_command(remote_fabmeter, mesh_args(rank), bool(token))
-            proc = subprocess.Popen(ssh_argv(ssh, host, timeout_s, command), stdin=subprocess.PIPE,
+            argv = ssh_argv(ssh, host, timeout_s, command) if ssh is not None else ["sh", "-c", command]
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             remote = Remote(rank, host, proc)
             remotes.append(remote)
@@ -104,10 +112,10 @@ def start(hosts: list[str], mesh_args, ssh: str, remote_fabmeter: str, token: by
                 pass        # ssh already gone: check() reports it
             threading.Thread(target=_keep_stderr, args=(remote,), daemon=True).start()
     except OSError as e:
-        Launched(remotes).stop(0)
-        raise FabmeterError(f"--ssh: cannot run {ssh.split()[0] if ssh.split() else ssh!r}: {e.strerror}",
-                            EXIT_USAGE) from e
-    return Launched(remotes)
+        Launched(remotes, how).stop(0)
+        what = (ssh.split() or [ssh])[0] if ssh is not None else "sh"
+        raise FabmeterError(f"--launch {how}: cannot run {what!r}: {e.strerror}", EXIT_USAGE) from e
+    return Launched(remotes, how)
 
 
 def _close(stream) -> None:

@@ -12,6 +12,7 @@ CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
 LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
 MAX_STAT_KEYS = 16
+MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
 
 
 def pair_figures(point: dict) -> dict:
@@ -21,13 +22,15 @@ def pair_figures(point: dict) -> dict:
     shared = clock.get("method") == "shared_tsc"     # one host: the same clock on both ends, nothing to fit
     return {"latency_ns": point.get("latency_ns"), "latency_kind": point.get("latency_kind"),
             "gbps": point.get("gbps", point.get("achieved_gbps")), "lost": point.get("lost"),
+            "size": point.get("size"), "throughput_series": point.get("throughput_series"),
             "clock": None if not clock else {"method": clock.get("method"),
                                              **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
 
 
 def failed_pair(src: int, dst: int, message: str) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
-            "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "clock": None}
+            "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
+            "throughput_series": None, "clock": None}
 
 
 def _number(v) -> bool:
@@ -39,6 +42,14 @@ def _stats(v) -> bool:
         isinstance(k, str) and len(k) <= 16 and (x is None or _number(x)) for k, x in v.items()))
 
 
+def _series(v) -> bool:
+    """bw's throughput_series: per direction (c2s, s2c) a bin width and at most MAX_SERIES_BINS counts."""
+    return v is None or (isinstance(v, dict) and set(v) <= {"c2s", "s2c"} and all(
+        isinstance(d, dict) and set(d) == {"bin_ns", "msgs"} and _number(d["bin_ns"]) and d["bin_ns"] > 0
+        and isinstance(d["msgs"], list) and len(d["msgs"]) <= MAX_SERIES_BINS
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in d["msgs"]) for d in v.values()))
+
+
 def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     """A pair result from `rank` if it is one rank 0 waits for and holds only what it may; else None."""
     src, dst, clock = body.get("src"), body.get("dst"), body.get("clock")
@@ -46,14 +57,16 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
           and body.get("status") in ("ok", "failed") and isinstance(body.get("message"), str)
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
           and (body.get("started_ns") is None or isinstance(body.get("started_ns"), int))
-          and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost"))
+          and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
+          and _series(body.get("throughput_series"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
                                  and all(clock.get(k) is None or _number(clock.get(k)) for k in CLOCK_KEYS))))
     if not ok:
         return None
     return {"type": "pair", "src": src, "dst": dst, "status": body["status"], "message": body["message"][:300],
             "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
-            "gbps": body.get("gbps"), "lost": body.get("lost"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", *CLOCK_KEYS)},
+            "gbps": body.get("gbps"), "lost": body.get("lost"), "size": body.get("size"),
+            "throughput_series": body.get("throughput_series"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", *CLOCK_KEYS)},
             "started_ns": body.get("started_ns")}
 
 

@@ -61,8 +61,9 @@ class MeshSpec:
     token: bytes
     engine: str
     timeout_s: float             # rendezvous and control timeout (the engine's --timeout-ms)
-    ssh: Optional[tuple[str, str, list]] = None  # --launch ssh: (ssh command, remote fabmeter, every rank's args
-                                                 # but --hosts and --rank)
+    launch: Optional[tuple[Optional[str], str, list]] = None  # --launch: (ssh command, None for local; how the
+                                                              # rank's host runs fabmeter; every rank's args but
+                                                              # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
 
 
@@ -118,8 +119,8 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     finished = False
     try:
         if spec.rank == 0:
-            if spec.ssh:
-                ssh, remote, args = spec.ssh
+            if spec.launch:
+                ssh, remote, args = spec.launch
                 launched = launch.start(spec.hosts,
                                         lambda r: ["--hosts", ",".join(spec.hosts), "--rank", str(r), *args],
                                         ssh, remote, spec.token, spec.timeout_s)

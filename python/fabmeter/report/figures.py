@@ -195,6 +195,19 @@ def fig_bandwidth(series: dict[str, list[tuple]], colors: Colors) -> bytes:
     return png(fig)
 
 
+def fig_throughput_over_time(title: str, lines: dict[str, tuple[np.ndarray, np.ndarray]], colors: Colors) -> bytes:
+    """Gbit/s per arrival bin against time since the end of the warm-up, one line per connection (direction)."""
+    fig, ax = plt.subplots(figsize=(10.5, 3.6))
+    for label, (t_ms, gbps) in sorted(lines.items()):
+        ax.step(t_ms, gbps, where="post", lw=1.1, color=colors(label), label=label)
+    ax.set_xlabel("time since the end of the warm-up [ms]")
+    ax.set_ylabel("Gbit/s in the bin")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    _legend(fig, ax, len(lines), "lower right", 12.0)
+    return png(fig)
+
+
 def fig_stream_vs_rate(by_values: dict[int, dict[str, list[tuple]]], colors: Colors) -> bytes:
     """Stream: median latency vs rate (left axis) and missed steps in % (right axis), one panel per values/sample."""
     keys = sorted(by_values)

@@ -15,9 +15,11 @@ from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_completions_per_poll, fig_histogram,
                                      fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_mesh_matrix,
-                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fmt_ns)
+                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_throughput_over_time,
+                                     fmt_ns)
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_meshes, load_sweeps, percentiles, representative, stat)
+                                   load_meshes, load_sweeps, percentiles, representative, stat,
+                                   throughput_over_time)
 from fabmeter.results import now_iso
 
 
@@ -233,10 +235,26 @@ def section_bandwidth(entries: list[Entry], colors: Colors) -> list[str]:
         series.setdefault(e.label, {})[int(p["size"])] = (int(p["size"]), float(p["gbps"]),
                                                           float(p.get("msg_rate") or np.nan))
     series_rows = {k: [v[s] for s in sorted(v)] for k, v in series.items() if len(v) >= 2}
-    if not series_rows:
-        return []
-    return [_img(fig_bandwidth(series_rows, colors), "bandwidth and message rate vs size",
-                 "bw: one line per transport/mode (bidir: both directions at once)", wide=True)]
+    figs = []
+    if series_rows:
+        figs.append(_img(fig_bandwidth(series_rows, colors), "bandwidth and message rate vs size",
+                         "bw: one line per transport/mode (bidir: both directions at once)", wide=True))
+    lines = {}
+    for e in entries:
+        if e.experiment == "bw" and not e.run.peer:
+            for direction, s in (e.point.get("throughput_series") or {}).items():
+                line = throughput_over_time(s, e.point.get("size"))
+                if line is not None:
+                    lines[f"{e.run.rel} {e.label} {analysis.fmt_size(int(e.point['size']))} {direction}"] = line
+    if lines:
+        figs.append(_img(fig_throughput_over_time("bw: throughput over time per connection", lines, Colors(lines)),
+                         "bw throughput over time", THROUGHPUT_CAPTION, wide=True))
+    return figs
+
+
+THROUGHPUT_CAPTION = ("Gbit/s of each bin of arrivals counted at the receiver (throughput_series; bins of --series-ms, "
+                      "wider when the run outlasted 512 of them), from the end of the warm-up; the last bin, cut short "
+                      "by the end of the run, is left out.")
 
 
 def section_stream(entries: list[Entry], colors: Colors) -> list[str]:
@@ -360,6 +378,18 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         if experiment == "bw":
             figs.append(_img(fig_mesh_matrix(f"{name}: Gbit/s", hosts, matrix["gbps"], "Gbit/s at the receiver",
                                              False, failed), f"{name} gbps", about))
+            lines = {}
+            for p in doc.get("pairs") or []:
+                for direction, s in (p.get("throughput_series") or {}).items():
+                    src, dst = (p.get("src"), p.get("dst")) if direction == "c2s" else (p.get("dst"), p.get("src"))
+                    line = throughput_over_time(s, p.get("size"))
+                    if line is not None:
+                        lines[f"{src}->{dst}"] = line
+            if lines:
+                figs.append(_img(fig_throughput_over_time(f"{name}: throughput over time per connection", lines,
+                                                          Colors(lines)),
+                                 f"{name} throughput over time", f"{rel}: one line per directed pair. "
+                                 + THROUGHPUT_CAPTION, wide=True))
         else:
             kind = MESH_LATENCY.get(experiment, "latency")
             for q in ("p50", "p99"):

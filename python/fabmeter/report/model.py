@@ -253,3 +253,15 @@ def percentiles(entry: Entry) -> Optional[tuple[float, float, float]]:
         return float(p10), float(p50), float(p90)
     p50, p90 = stat(entry.point, "latency_ns", "p50"), stat(entry.point, "latency_ns", "p90")
     return (p50, p50, p90) if p50 is not None and p90 is not None else None
+
+
+def throughput_over_time(series, size) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """One direction of a bw point's `throughput_series` ({bin_ns, msgs}) as (bin start ms, Gbit/s): the full bins
+    only (the last one ends with the run, part-way through its width); None if there is nothing to draw."""
+    if not isinstance(series, dict) or not isinstance(size, (int, float)):
+        return None
+    bin_ns, msgs = series.get("bin_ns"), series.get("msgs")
+    if not isinstance(bin_ns, (int, float)) or bin_ns <= 0 or not isinstance(msgs, list) or len(msgs) < 3:
+        return None
+    counts = np.array(msgs[:-1], dtype=float)
+    return np.arange(len(counts)) * bin_ns / 1e6, counts * float(size) * 8 / bin_ns

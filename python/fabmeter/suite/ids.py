@@ -14,7 +14,7 @@ PY_KEYS = ("experiment", "cpus", "server")   # orchestration keys, not engine op
 # key+value (tx-depth64), other text keys key-value (timer-tsc).
 ID_PREFIX = {"size": "s", "max_size": "max", "iters": "n", "warmup": "w", "rate": "r", "values": "v",
              "signal_every": "sig", "inline": "inline", "count": "c", "burst_size": "burst"}
-ID_BARE = {"poll", "service", "op"}          # their values name themselves: busy, rc, write
+ID_BARE = {"poll", "service", "op", "pattern", "schedule", "mesh_experiment"}          # their values name themselves: busy, rc, write
 ID_FLAG = {"all": "sweep"}                   # flags appear (only when true) under this name
 
 
@@ -37,20 +37,28 @@ def assign(points: list, table: Options) -> None:
     """Sets each point's id: experiment, transport, poll, and each key its
     own [[matrix]] table sets whose value varies across the suite.
     `points`: (Point, keys of its table) pairs."""
+    # A mesh point's own keys; its mesh_experiment is always in its id, after "mesh".
+    mesh_keys = tuple(k for k in next((p.mesh for p, _ in points if p.mesh), {}) if k != "mesh_experiment")
+
     def value_of(p, key: str) -> Any:
         if key in ("cpus", "server"):
             return getattr(p, key)
+        if key in mesh_keys:
+            return p.mesh[key] if p.mesh else None
         return p.options.get(key, table[key].default)
 
     def applies(p, key: str) -> bool:
-        return key in PY_KEYS or table[key].applies(p.experiment, p.transport)
+        if key in mesh_keys:
+            return p.mesh is not None
+        return key in PY_KEYS or table[key].applies(p.engine_experiment, p.transport)
 
     keys = [o.key for o in table]
-    varying = {k for k in PY_KEYS + tuple(keys) if k not in ALWAYS_IN_ID
+    varying = {k for k in PY_KEYS + mesh_keys + tuple(keys) if k not in ALWAYS_IN_ID
                and len({token(k, value_of(p, k), table.get(k)) for p, _ in points if applies(p, k)}) > 1}
-    order = [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE] + ["cpus", "server"]
+    order = ([k for k in mesh_keys] + [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE]
+             + ["cpus", "server"])
     for p, own in points:
-        tokens = [p.experiment, p.transport]
+        tokens = [p.experiment, *([p.mesh["mesh_experiment"]] if p.mesh else []), p.transport]
         if "poll" in table:
             tokens.append(token("poll", value_of(p, "poll"), table["poll"]))
         tokens += [token(k, value_of(p, k), table.get(k))

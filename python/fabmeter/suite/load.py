@@ -13,11 +13,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fabmeter import slo as slo_mod
+from fabmeter.mesh import patterns as mesh_patterns
+from fabmeter.mesh import run as mesh_run
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids
 from fabmeter.suite.ids import PY_KEYS
 
 TOP_KEYS = ("name", "description", "defaults", "matrix")
+MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
+# A mesh point's own keys (fabmeter mesh's options, `mesh_experiment` its --experiment) and the values each takes.
+MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS,
+             "schedule": mesh_patterns.SCHEDULES, "launch": ("local", "ssh"), "ranks": int, "hostfile": str,
+             "mesh_port": int, "ssh": str, "remote_fabmeter": str, "token_file": str}
 
 
 class SuiteError(Exception):
@@ -112,10 +119,16 @@ class Point:
     line: int = 0                   # its [[matrix]] header
     skip: str = ""                  # why it cannot run on this engine ("" = it can)
     slo: Optional[str] = None       # latency objectives, canonical (slo.py), as --slo takes them
+    mesh: Optional[dict] = None     # a mesh point's MESH_KEYS (launch, pattern, ...), defaults filled in
+
+    @property
+    def engine_experiment(self) -> str:
+        """What the engines run: the experiment, or a mesh point's mesh_experiment (its pairs')."""
+        return self.mesh["mesh_experiment"] if self.mesh else self.experiment
 
     def params(self, table: Options) -> dict:
         """The engine's `params` this point runs with: its options over the engine's defaults."""
-        return {"experiment": self.experiment, **table.defaults(), **self.options}
+        return {"experiment": self.engine_experiment, **table.defaults(), **self.options}
 
 
 @dataclass
@@ -146,6 +159,15 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
     def bad(expected: str):
         raise SuiteError(f"key '{key}': expected {expected}, got {_type_name(value)} ({value!r})", line)
 
+    if key in MESH_KEYS:
+        kind = MESH_KEYS[key]
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                    2 <= value <= 64 if key == "ranks" else 0 < value < 65536):
+                bad("a number from 2 to 64" if key == "ranks" else "a port number")
+        elif not isinstance(value, str) or not value or (kind is not str and value not in kind):
+            bad("one of " + ", ".join(kind) if kind is not str else "a non-empty string")
+        return value
     if opt is None or key == "transport":   # python-side keys; transports are checked by name
         if key == "cpus":
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(,\d+)?$", str(value)):
@@ -171,6 +193,28 @@ def _unknown_key(key: str, line: int, candidates: list[str]) -> SuiteError:
     return SuiteError(f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?){why}" if hint else ""), line)
 
 
+def _check_mesh_point(t: dict, defaults: dict, lines: KeyLines, index: int) -> None:
+    """A mesh point runs its ranks here (launch = "local", ranks = N) or on a cluster (launch = "ssh",
+    hostfile = F)."""
+    def given(key):
+        return t.get(key, defaults.get(key))
+
+    def where(key):
+        return lines.key("matrix", index, key) if key in t else lines.key("defaults", 0, key)
+
+    launches = given("launch") or "local"
+    for launch in (launches if isinstance(launches, list) else [launches]):
+        need, refuse = ("ranks", "hostfile") if launch == "local" else ("hostfile", "ranks")
+        if given(need) is None:
+            raise SuiteError(f"a mesh point with launch = \"{launch}\" needs '{need}'", lines.header("matrix", index))
+        if given(refuse) is not None:
+            raise SuiteError(f"key '{refuse}' does not go with launch = \"{launch}\" (it takes '{need}')",
+                             where(refuse))
+        for key in ("ssh", "remote_fabmeter"):
+            if launch == "local" and given(key) is not None:
+                raise SuiteError(f"key '{key}' is for launch = \"ssh\"", where(key))
+
+
 def load(path: Path, info: dict) -> Suite:
     """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`)."""
     try:
@@ -185,7 +229,8 @@ def load(path: Path, info: dict) -> Suite:
     lines = KeyLines(text)
     table = Options(info)
     experiments, transports = known_names(info, table)
-    allowed_keys = list(PY_KEYS) + ["slo"] + [o.key for o in table]
+    allowed_keys = list(PY_KEYS) + ["slo"] + list(MESH_KEYS) + [o.key for o in table]
+    experiments.add(MESH)
 
     for key in doc:
         if key not in TOP_KEYS:
@@ -258,10 +303,21 @@ def load(path: Path, info: dict) -> Suite:
         axes.setdefault("transport", [defaults.get("transport", default_transport)])
         # Every key of a [[matrix]] table must apply to every point it makes.
         for exp, tr in itertools.product(axes["experiment"], axes["transport"]):
+            for key in t:
+                if key in MESH_KEYS and exp != MESH:
+                    raise SuiteError(f"key '{key}' applies only to mesh points (experiment = \"{MESH}\"), not to "
+                                     f"'{exp}'", lines.key("matrix", index, key))
+            if exp == MESH:
+                _check_mesh_point(t, defaults, lines, index)
+                for key in ("cpus", "server", "slo"):
+                    if key in t:
+                        raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
+                                         "engines)", lines.key("matrix", index, key))
             if "slo" in t and not slo_mod.applies(exp):
                 raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
                                  "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
-            for key in t:
+            pair_exps = axes.get("mesh_experiment") or [defaults.get("mesh_experiment", "oneway")]
+            for key, exp in itertools.product(t, pair_exps if exp == MESH else [exp]):
                 opt = table.get(key)
                 if opt is not None and not opt.applies(exp, tr):
                     if opt.scope == "all" or exp in _csv(opt.scope):
@@ -274,10 +330,16 @@ def load(path: Path, info: dict) -> Suite:
         for combo in itertools.product(*(axes[k] for k in keys)):
             chosen = dict(zip(keys, combo))
             exp, tr = chosen["experiment"], chosen["transport"]
+            mesh = None
+            if exp == MESH:
+                mesh = {k: chosen.get(k, defaults.get(k)) for k in MESH_KEYS}
+                mesh["mesh_experiment"] = mesh["mesh_experiment"] or "oneway"
+                mesh["launch"] = mesh["launch"] or "local"
+                used_defaults.update(k for k in MESH_KEYS if k in defaults)
             opts: dict[str, Any] = {}
             for key, v in defaults.items():      # defaults apply where they can
                 opt = table.get(key)
-                if opt is not None and opt.applies(exp, tr):
+                if opt is not None and opt.applies(mesh["mesh_experiment"] if mesh else exp, tr):
                     opts[key] = v
                     used_defaults.add(key)
             opts.update({k: v for k, v in chosen.items() if k in table})
@@ -287,15 +349,15 @@ def load(path: Path, info: dict) -> Suite:
             if objectives and "slo" not in chosen:
                 used_defaults.add("slo")
             skip = ""
-            if exp not in built_experiments:
+            if (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
                 skip = f"experiment '{exp}' is not built into this engine"
             elif tr not in built_transports:
                 skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
             expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
-                                   objectives), list(t)))
-    unused = [k for k in defaults if (k in table or k == "slo") and k not in used_defaults]
+                                   objectives, mesh), list(t)))
+    unused = [k for k in defaults if (k in table or k == "slo" or k in MESH_KEYS) and k not in used_defaults]
     if unused:
-        where = table[unused[0]].where() if unused[0] in table else \
+        where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
                          f"(only to {where})", lines.key("defaults", 0, unused[0]))
@@ -305,7 +367,7 @@ def load(path: Path, info: dict) -> Suite:
     by_id: dict[str, Point] = {}
     for p, _ in expanded:
         # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
-        config = json.dumps([p.experiment, p.cpus, p.server, p.params(table)])
+        config = json.dumps([p.experiment, p.cpus, p.server, p.params(table), p.mesh])
         if config in points:
             first = points[config]
             if first.slo != p.slo:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -15,6 +17,7 @@ from typing import Optional
 from fabmeter import __version__, run, slo
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
+from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
 from fabmeter.results import RunRecord, equivalent_command, now_iso, run_config, write_json
 from fabmeter.suite.load import Point, Suite, SuiteError, load
@@ -74,9 +77,48 @@ def _read_run(folder: Path) -> Optional[dict]:
         return None
 
 
+def _read_mesh(folder: Path) -> Optional[dict]:
+    try:
+        return json.loads((folder / MESH_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def mesh_argv(point: Point, table: Options, out: Optional[Path] = None) -> list[str]:
+    """The `fabmeter mesh` arguments of a mesh point (OUT/mesh.json with `out`)."""
+    m = point.mesh
+    argv = ["mesh", "--launch", m["launch"], *(["--ranks", str(m["ranks"])] if m["launch"] == "local"
+                                               else ["--hostfile", m["hostfile"]]),
+            "--experiment", m["mesh_experiment"]]
+    for key in ("pattern", "schedule", "mesh_port", "ssh", "remote_fabmeter", "token_file"):
+        if m.get(key) is not None:
+            argv += ["--" + key.replace("_", "-"), str(m[key])]
+    return argv + table.engine_argv(point.options) + (["--out", str(out)] if out else [])
+
+
+def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[str, str, int]:
+    """Runs a mesh point as `fabmeter mesh` (this interpreter, this fabmeter, this engine): (status, message,
+    exit code)."""
+    env = {**os.environ, "FABMETER_ENGINE": engine, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    r = subprocess.run([sys.executable, "-m", "fabmeter", *mesh_argv(point, table, folder)], env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode == EXIT_INTERRUPTED:
+        return "interrupted", "interrupted", r.returncode
+    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    message = errors[-1].split("error: ", 1)[-1] if errors else ""
+    return ("ok", "", r.returncode) if r.returncode == EXIT_OK else ("failed", message or f"exit {r.returncode}",
+                                                                    r.returncode)
+
+
 def is_finished(folder: Path, point: Point, table: Options) -> bool:
     """run.json says ok, and the engine ran with the very params this point
-    asks for (an edited suite reruns the point)."""
+    asks for (an edited suite reruns the point); for a mesh point its mesh.json."""
+    if point.mesh:
+        doc = _read_mesh(folder) or {}
+        summary = doc.get("mesh") or {}
+        return (doc.get("status") == "ok" and doc.get("params") == point.options
+                and [summary.get(k) for k in ("experiment", "pattern", "schedule")]
+                == [point.mesh[k] for k in ("mesh_experiment", "pattern", "schedule")])
     doc = _read_run(folder)
     if not doc or doc.get("status") != "ok":
         return False
@@ -88,7 +130,7 @@ def _clear(folder: Path) -> None:
     """An unfinished point starts from an empty folder: no stale samples."""
     if folder.is_dir():
         for f in folder.iterdir():
-            if f.is_file() and (f.suffix == ".npy" or f.name.startswith("run.json")):
+            if f.is_file() and (f.suffix == ".npy" or f.name.startswith("run.json") or f.name == MESH_FILE):
                 f.unlink()
 
 
@@ -139,7 +181,7 @@ class Index:
                     "status": "running", "points": []}
         self.by_id: dict[str, dict] = {}
         for p in suite.points:
-            doc = _read_run(out / p.id)
+            doc = _read_mesh(out / p.id) if p.mesh else _read_run(out / p.id)
             status = "skipped" if p.skip else (doc or {}).get("status", "pending")
             entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
                      "options": p.options, "status": status,
@@ -163,7 +205,8 @@ def print_plan(suite: Suite, out: Path) -> None:
     """--dry-run: every point, what would happen to it and its command."""
     for p in suite.points:
         state = f"skip: {p.skip}" if p.skip else ("done" if is_finished(out / p.id, p, suite.options) else "run")
-        cmd = shlex.join(["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
+        cmd = shlex.join(["fabmeter", *mesh_argv(p, suite.options)] if p.mesh else
+                         ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
                          + (["--slo", p.slo] if p.slo else [])
                          + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
         print(f"{p.id}  [{state}]  {cmd}")
@@ -213,6 +256,21 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             folder = out / p.id
             _clear(folder)
             folder.mkdir(parents=True, exist_ok=True)
+            if p.mesh:
+                index.set(p.id, status="running", message="")
+                t0 = time.monotonic()
+                state, message, code = _run_mesh(p, folder, suite.options, engine)
+                seconds = time.monotonic() - t0
+                index.set(p.id, status=state, message=message, seconds=round(seconds, 3))
+                ran += 1
+                if code == EXIT_INTERRUPTED:
+                    status = "interrupted"
+                    break
+                progress.done(seconds)
+                if code != EXIT_OK:
+                    failed.append((p.id, message))
+                    progress.say(f"suite: {p.id} failed: {message}")
+                continue
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
             spec = run.RunSpec(p.experiment, p.options, cpus=cpus, server=p.server, out=folder, engine=engine)
