@@ -329,6 +329,10 @@ for svc in uc ud; do
   loss "loss-$svc-lat-10pct" 10 lat "${LOSS[@]}" -n 60 --service $svc
   loss "loss-$svc-bw-10pct" 10 bw "${LOSS[@]}" -n 400 --service $svc
 done
+# UC is ordered but may lose: check must number arrivals by their payload, not
+# their count, or one drop turns every later message into a size error (20 %:
+# check sends 46 single-packet messages, 0.8^46 that none is dropped).
+loss "loss-uc-check-20pct" 20 check --max-size 1K --cm raw --loss-timeout-ms 1000 --service uc
 
 # dup NAME PERCENT EXPERIMENT OPTIONS...: netem on veth0 (client -> server)
 # delays every packet 5 ms +- 5 ms, which reorders them (and the control

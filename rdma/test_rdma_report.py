@@ -399,7 +399,9 @@ def print_comparison(rows):
 def main():
     out_dir = sys.argv[1]
     raw = os.path.join(out_dir, "raw")
-    names = sorted({f[: -len(".rc")] for f in os.listdir(raw) if f.endswith(".rc") and not f.endswith(".server.rc")})
+    # A case's exit code is NAME.rc; its server's and a suite's report's are beside it.
+    names = sorted({f[: -len(".rc")] for f in os.listdir(raw)
+                    if f.endswith(".rc") and not f.endswith((".server.rc", ".report.rc"))})
     results, failed = [], []
     for name in names:
         cmd = read(f"{raw}/{name}.cmd")
