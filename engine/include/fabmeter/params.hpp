@@ -58,6 +58,7 @@ struct BwOptions {
   bool bidir = false;
   uint32_t tx_depth = 128;          // sends in flight: the transport's send window (transport.hpp's Use)
   double series_ms = 1;             // width of the receiver's arrival bins (throughput over time); doubles past 512 bins
+  uint32_t size_spread = 0;         // percent: each message's size uniform in -s +- this (0: all -s)
   bool operator==(const BwOptions&) const = default;
 };
 

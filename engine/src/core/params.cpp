@@ -201,6 +201,9 @@ std::vector<OptSpec> make_table() {
     {.name = "series-ms", .metavar = "MS", .group = "bw", .type = T::duration, .unit = "ms", .scope = "bw",
      .help = "throughput over time: the receiver counts arrivals in bins this wide from the end of the warm-up (the width doubles while a run would need more than 512 bins)",
      DBL(Bw, series_ms)},
+    {.name = "size-spread", .metavar = "PCT", .group = "bw", .type = T::count, .unit = "%", .scope = "bw",
+     .help = "vary each message's size uniformly within -s +- PCT % (0 .. 90; drawn once from a fixed seed, the same every run; Gbit/s from the mean of the sizes sent)",
+     U32(Bw, size_spread)},
     {.name = "rq-depth", .metavar = "N", .group = "queue", .type = T::count,
      .help = "receive queue depth (shm: ring slots, rounded up to a power of two)", U32(Queue, rq_depth)},
     {.name = "loss-timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
@@ -518,6 +521,7 @@ void validate(const Params& p) {
   if (p.experiment == "load") validate_load(p);
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
+  if (p.bw.size_spread > 90) usage_error("--size-spread must be 0 .. 90 (percent)");
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");

@@ -13,6 +13,7 @@
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
+#include "fabmeter/rng.hpp"
 #include "fabmeter/samples.hpp"
 
 namespace fm {
@@ -97,6 +98,37 @@ struct BwSide {
   }
 };
 
+// --size-spread PCT: message n's size is sizes[n mod kSlots], drawn once
+// before the run, uniform in size +- PCT % from a fixed seed. Both ends draw
+// the same table, so each can tell the bytes of any run of messages from
+// their numbers (the receiver counts messages, not bytes).
+struct SpreadSizes {
+  static constexpr uint64_t kSlots = 4096;  // a power of two: the hot path masks
+  static constexpr uint64_t kSeed = 1;
+  std::vector<uint32_t> sizes;              // empty: every message is `size`
+  uint64_t total = 0;                       // bytes of one pass over the table
+
+  static uint64_t low(uint64_t size, uint32_t pct) { return std::max<uint64_t>(1, (size * (100 - pct) + 99) / 100); }
+  static uint64_t high(uint64_t size, uint32_t pct) { return size * (100 + pct) / 100; }
+  SpreadSizes(uint64_t size, uint32_t pct) {
+    if (pct == 0) return;
+    Rng rng(kSeed);
+    const uint64_t lo = low(size, pct), span = high(size, pct) - lo + 1;
+    sizes.resize(kSlots);
+    for (uint32_t& n : sizes) {
+      n = static_cast<uint32_t>(lo + std::min(span - 1, static_cast<uint64_t>(rng.uniform() * static_cast<double>(span))));
+      total += n;
+    }
+  }
+  // Mean bytes of messages first .. first + count - 1.
+  double mean(uint64_t first, uint64_t count, uint64_t size) const {
+    if (sizes.empty() || count == 0) return static_cast<double>(size);
+    double bytes = static_cast<double>(total) * static_cast<double>(count / kSlots);
+    for (uint64_t n = first + count / kSlots * kSlots; n < first + count; ++n) bytes += sizes[n & (kSlots - 1)];
+    return bytes / static_cast<double>(count);
+  }
+};
+
 // Messages a sender sent but the receiver never saw, measured and warm-up apart.
 struct BwLoss {
   uint64_t lost = 0, warmup_lost = 0;
@@ -118,13 +150,15 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   uint64_t my_total = sends ? (by_duration ? UINT64_MAX : warmup + iters) : 0;
   const uint64_t mark = std::max<uint64_t>(warmup, 1);  // arrival that starts the receive clock
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
-  PayloadBuf buf(size);
-  fix_message_size(t, size);
+  const uint32_t spread_pct = p.bw.size_spread;
+  const SpreadSizes spread(size, spread_pct);
+  PayloadBuf buf(spread_pct ? SpreadSizes::high(size, spread_pct) : size);
+  if (!spread_pct) fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   // Unreliable transports carry the sequence number, so lost warm-up
   // messages are told apart from lost measured ones (where it fits).
-  const bool seq = !c.caps.reliable && size >= 4;
+  const bool seq = !c.caps.reliable && (spread_pct ? SpreadSizes::low(size, spread_pct) : size) >= 4;
   const bool own_answers = c.caps.one_sided;
 
   BwSide me;
@@ -160,10 +194,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {
-      if (seq) put_seq(buf.data(), size, static_cast<uint32_t>(me.sent));
+      const uint32_t n = spread.sizes.empty() ? len : spread.sizes[me.sent & (SpreadSizes::kSlots - 1)];
+      if (seq) put_seq(buf.data(), n, static_cast<uint32_t>(me.sent));
       if (by_duration && me.sent >= warmup && clk.ticks() >= t_stop) {
         my_total = me.sent;
-      } else if (t.post_send(buf.data(), len, 0, me.sent)) {
+      } else if (t.post_send(buf.data(), n, 0, me.sent)) {
         // ---- hot path: one message out ----
         if (++me.sent == warmup && by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
         if (me.sent == warmup) t_send0 = clk.ticks();
@@ -259,9 +294,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   if (c.role == Role::server) return st;
 
   // Client: direction c2s was received by the server, s2c by us.
+  // The measured arrivals are messages mark .. mark + measured - 1 (in order;
+  // with losses on an unreliable transport their mean size is estimated so).
   auto rate = [&](const BwSide& rx, double* gbps, double* msgs) {
     *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
-    *gbps = *msgs * static_cast<double>(size) * 8 / 1e9;
+    *gbps = *msgs * spread.mean(mark, rx.measured, size) * 8 / 1e9;
   };
   const BwSide& rx_c2s = own_answers ? me : peer;
   const BwSide& rx_s2c = own_answers ? peer : me;
@@ -286,6 +323,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
+      .add("size_spread", static_cast<uint64_t>(spread_pct)).add("mean_size", spread.mean(mark, rx_c2s.measured, size))
       .add("throughput_series", series_json)
       .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
   return st;
@@ -294,9 +332,25 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
 struct BwExperiment : ExperimentDefaults {
   static constexpr const char* name = "bw";
   static constexpr bool kOneCpuTicks = true;  // each end times its own sends and receives
-  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static std::vector<Point> plan(const Params& p, const Caps& caps) {
+    std::vector<Point> plan = sized_points(p, caps);
+    if (p.bw.size_spread)
+      for (Point& pt : plan) pt.max_size = SpreadSizes::high(pt.size, p.bw.size_spread);
+    return plan;
+  }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
     return {0, counted_seconds(p, static_cast<double>(pt.size), 100000, kMinMessageNs)};
+  }
+  static void check_caps(const Params& p, const Caps& caps) {
+    ExperimentDefaults::check_caps(p, caps);
+    if (!p.bw.size_spread) return;
+    if (p.sweep) usage_error("--size-spread varies one size (-s), not a sweep (-a)");
+    if (caps.fixed_msg_size || caps.one_sided)
+      usage_error("--size-spread: this op moves messages of one size (a plain write, a read or an atomic)");
+    if (SpreadSizes::high(p.size, p.bw.size_spread) > caps.max_msg_size)
+      usage_error(p.transport + ": -s " + std::to_string(p.size) + " with --size-spread " +
+                  std::to_string(p.bw.size_spread) + " reaches " + std::to_string(SpreadSizes::high(p.size, p.bw.size_spread)) +
+                  " B, above the transport's maximum of " + std::to_string(caps.max_msg_size) + " B");
   }
   // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
   static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }

@@ -148,7 +148,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   const ExperimentEntry& experiment = experiment_for(p.experiment);
   const std::vector<Point> plan = experiment.plan(p, ctx.caps);
   uint64_t max_msg = 0;
-  for (const Point& pt : plan) max_msg = std::max(max_msg, pt.size);
+  for (const Point& pt : plan) max_msg = std::max(max_msg, pt.largest());
   const char* role = ctx.role == Role::client ? "client" : "server";
   trace_phase(role, "connect");
   // One transport per connection (load's --conns), connected in turn; a
@@ -704,11 +704,11 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
   const ExperimentEntry& experiment = experiment_for(p.experiment);
   ServerCost cost{0, 0};
   for (const Point& pt : experiment.plan(p, caps)) {
-    const double size = static_cast<double>(pt.size);
+    const double size = static_cast<double>(pt.largest());
     double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
     if (reads(p.transport, QueueOptions::kGroup))  // receive and send rings
       bytes += 2 * std::min(static_cast<double>(p.queue.rq_depth) * size, std::max(2 * size, kRingCap));
-    if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.size) * size;  // the library's queues
+    if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.largest()) * size;  // the library's queues
     bytes *= experiment.connections(p);
     const PointCost own = experiment.cost(p, caps, pt);
     cost.memory_bytes = std::max(cost.memory_bytes, bytes + own.memory_bytes);
