@@ -167,7 +167,10 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   }
   // The first burst of clock probes; the experiment probes again after each point.
   ctx.sync.probed = experiment.peer_clock && !ctx.same_host;
-  if (ctx.sync.probed) probe_clock(ctx);
+  if (ctx.sync.probed) {
+    open_clock_probes(ctx);
+    probe_clock(ctx);
+  }
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
 
