@@ -206,3 +206,12 @@ def test_bad_clock_skew_exits_2(fm, value):
     assert r.returncode == 2, (r.stdout, r.stderr)
     (line,) = r.stderr.strip().splitlines()
     assert "FABMETER_CLOCK_SKEW" in line
+
+
+def test_bad_clock_probes_hook_exits_2(fm):
+    r = subprocess.run(fm_cmd("serve", "--bind", "127.0.0.1", "--port", "0", "--once"),
+                       env=dict(fm.env, FABMETER_CLOCK_PROBES="udp"), capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "FABMETER_CLOCK_PROBES" in line

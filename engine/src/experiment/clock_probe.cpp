@@ -34,6 +34,15 @@ constexpr double kSpinNs = 1e6;
 // in a row the burst ends (a peer gone quiet costs ~0.2 s, not 64 waits).
 constexpr double kProbeWaitNs = 20e6;
 constexpr int kMaxLostInARow = 8;
+// The server's turnaround is measured on its clock, the round trip on
+// ours: their rates differ (up to 1e4 ppm with FABMETER_CLOCK_SKEW, ~100
+// ppm between real oscillators), so a probe's delay is off by that times
+// its turnaround. Probes the server held longer than this (descheduled)
+// are not used: at 100 ppm they would be 20 ns off, unseen by the bound.
+constexpr double kMaxTurnaroundNs = 200e3;
+// The peer's turnaround may exceed our round trip by this fraction (the
+// rates' difference) before it counts as a lie.
+constexpr double kMaxRateDifference = 1e-2;
 
 // The one datagram of the UDP path, both ways: the probe's index in its
 // burst and the burst's nonce (sent over the control channel), so a stray
@@ -76,7 +85,8 @@ void probe_over_control_channel(Ctx& ctx) {
     spin_for_frame(ctx);
     const std::string answer = ctx.ctrl.recv(CtrlType::exchange, "clock probe answer");
     const double received = clk.ticks_to_mono_ns(clk.ticks());
-    ctx.sync.estimator.add(read_probe_answer(answer, sent, received));
+    const ClockProbe probe = read_probe_answer(answer, sent, received);
+    if (probe.delay_ns() >= 0) ctx.sync.estimator.add(probe);  // else the clocks' rates, not the path (kMaxRateDifference)
   }
 }
 
@@ -224,25 +234,15 @@ bool probe_udp_burst(Ctx& ctx) {
     }
   }
   ctx.ctrl.send(CtrlType::exchange, "end");
-  const std::vector<ClockProbe> probes =
+  std::vector<ClockProbe> probes =
       read_probe_stamps(ctx.ctrl.recv(CtrlType::exchange, "clock probe stamps"), mine, &sync.datagrams_dropped);
-  sync.probes_lost += stamped - probes.size();  // answered, but the server had no stamp of its own
+  std::erase_if(probes, [](const ClockProbe& p) { return p.turnaround_ns > kMaxTurnaroundNs || p.delay_ns() < 0; });
+  sync.probes_lost += stamped - probes.size();  // answered, but the server had no stamp of its own or held it long
   ctx.ctrl.send(CtrlType::exchange, probes.empty() ? kControlChannel : kUdpKernelTimestamps);
   for (const ClockProbe& p : probes) sync.estimator.add(p);
   return !probes.empty();
 }
 
-// FABMETER_CLOCK_PROBES=control_channel (a test hook, like
-// FABMETER_CLOCK_SKEW): this engine offers no UDP probe socket.
-bool udp_probes_wanted() {
-  const char* env = std::getenv("FABMETER_CLOCK_PROBES");
-  if (!env || !*env) return true;
-  const std::string_view v(env);
-  if (v == kControlChannel) return false;
-  if (v == kUdpKernelTimestamps) return true;
-  usage_error("FABMETER_CLOCK_PROBES='" + std::string(v.substr(0, 40)) + "': expected " + kControlChannel + " or " +
-              kUdpKernelTimestamps);
-}
 }  // namespace
 
 ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double received_ns) {
@@ -251,7 +251,7 @@ ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double rec
     runtime_error("clock probe: the peer's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
   const double peer = parse_peer_double(answer.substr(0, space), "clock probe time");
   const double turnaround = parse_peer_double(answer.substr(space + 1), "clock probe turnaround");
-  if (!(turnaround >= 0 && turnaround <= received_ns - sent_ns))
+  if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxRateDifference)))
     runtime_error("clock probe: the peer's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
                   " ns) does not fit in the round trip");
   return {sent_ns, peer, received_ns, turnaround};
@@ -282,11 +282,21 @@ std::vector<ClockProbe> read_probe_stamps(std::string_view frame, std::span<cons
   return probes;
 }
 
+bool udp_clock_probes_wanted() {
+  const char* env = std::getenv("FABMETER_CLOCK_PROBES");
+  if (!env || !*env) return true;
+  const std::string_view v(env);
+  if (v == kControlChannel) return false;
+  if (v == kUdpKernelTimestamps) return true;
+  usage_error("FABMETER_CLOCK_PROBES='" + std::string(v.substr(0, 40)) + "': expected " + kControlChannel + " or " +
+              kUdpKernelTimestamps);
+}
+
 void open_clock_probes(Ctx& ctx) {
   sockaddr_storage local{}, peer{};
   socklen_t len = sizeof local;
   std::string mine = "none";
-  if (udp_probes_wanted() && ::getsockname(ctx.ctrl.fd(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+  if (udp_clock_probes_wanted() && ::getsockname(ctx.ctrl.fd(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
     try {
       ctx.sync.udp = std::make_unique<StampedUdp>(local);
       mine = std::to_string(ctx.sync.udp->port());

@@ -96,6 +96,11 @@ struct Ctx {
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
 };
 
+// FABMETER_CLOCK_PROBES=control_channel (a test hook, like
+// FABMETER_CLOCK_SKEW; set by whoever starts the engine): this engine
+// offers no UDP probe socket. A value other than that or
+// udp_kernel_timestamps is a usage error (exit 2).
+bool udp_clock_probes_wanted();
 // Both roles, once before the first burst: opens the UDP probe socket and
 // tells the peer its port, or settles on the control channel.
 void open_clock_probes(Ctx& ctx);

@@ -285,6 +285,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
     sys_error("cannot create " + o.out_dir);
   pin_to_cpu(o.cpu);
   Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
+  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not at the first probe
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
 
   trace_phase("client", "hello");
@@ -716,6 +717,7 @@ int run_server(const ServerOptions& opts) {
   if (!o.max_memory) o.max_memory = mem_total_bytes() / 4;
   pin_to_cpu(o.cpu);
   const ServerClocks clocks(o.cpu);
+  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not in every session
   ServerDirs dirs(o);
   std::optional<Listener> listener(std::in_place, o.bind, o.port);
   if (o.token.empty() && !listener->loopback_only())
