@@ -15,20 +15,25 @@ namespace fm {
 
 class Clock;
 
-// One reading of CLOCK_REALTIME and of the engine's clock, back to back
-// (the tightest of a few reads): a kernel stamp taken near it maps onto the
-// engine's clock as engine_ns + (stamp - realtime_ns) x the engine's skew
-// rate (FABMETER_CLOCK_SKEW's drift applies to the stamps as to every
-// reading). Taken per probe, so the slewing of CLOCK_REALTIME (NTP, a few
-// ppm) cannot build up between pair and stamp: microseconds apart.
+// One reading of CLOCK_REALTIME bracketed by two of the engine's clock
+// (the narrowest of a few brackets): a kernel stamp taken near it maps onto
+// the engine's clock as engine_ns + (stamp - realtime_ns) x the engine's
+// skew rate (FABMETER_CLOCK_SKEW's drift applies to the stamps as to every
+// reading), within +- width_ns / 2 (where in the bracket the realtime read
+// fell). Taken per probe, so the slewing of CLOCK_REALTIME (NTP, a few ppm)
+// cannot build up between pair and stamp: microseconds apart.
 struct ClockPair {
-  double engine_ns;     // Clock::ticks_to_mono_ns
+  double engine_ns;     // the bracket's middle (Clock::ticks_to_mono_ns)
+  double width_ns;      // the bracket's width
   int64_t realtime_ns;
   double rate;          // Clock::skew_rate
   static ClockPair read(const Clock& clk);
   double to_engine(int64_t stamp_ns) const {
     return engine_ns + static_cast<double>(stamp_ns - realtime_ns) * rate;
   }
+  // The earliest and the latest engine time the stamp may have been.
+  double earliest(int64_t stamp_ns) const { return to_engine(stamp_ns) - width_ns / 2; }
+  double latest(int64_t stamp_ns) const { return to_engine(stamp_ns) + width_ns / 2; }
 };
 
 class StampedUdp {

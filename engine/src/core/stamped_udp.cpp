@@ -54,7 +54,7 @@ ClockPair ClockPair::read(const Clock& clk) {
     const double w = clk.to_ns(static_cast<double>(after - before));
     if (i == 0 || w < width) {
       width = w;
-      best = {(clk.ticks_to_mono_ns(before) + clk.ticks_to_mono_ns(after)) / 2, rt, clk.skew_rate()};
+      best = {(clk.ticks_to_mono_ns(before) + clk.ticks_to_mono_ns(after)) / 2, w, rt, clk.skew_rate()};
     }
   }
   return best;

@@ -176,9 +176,12 @@ void serve_udp_burst(Ctx& ctx) {
   for (uint32_t i = 0; i < kProbesPerBurst; ++i) {
     const Answer& a = answers[i];
     if (!answered[i] || !a.left) continue;
-    const double arrived = a.pair.to_engine(a.arrived);
+    // The latest the arrival and the earliest the departure may have been
+    // on our clock: the client's bound then covers the pair's width too.
+    // The pair was read between the two, so the turnaround stays >= 0.
+    const double arrived = a.pair.latest(a.arrived);
     char line[80];
-    std::snprintf(line, sizeof line, "\n%u %.3f %.3f", i, arrived, a.pair.to_engine(a.left) - arrived);
+    std::snprintf(line, sizeof line, "\n%u %.3f %.3f", i, arrived, std::max(0.0, a.pair.earliest(a.left) - arrived));
     frame += line;
   }
   ctx.ctrl.send(CtrlType::exchange, frame);
@@ -225,7 +228,7 @@ bool probe_udp_burst(Ctx& ctx) {
       }
     }
     if (sent && received) {
-      mine[i] = {pair.to_engine(sent), pair.to_engine(received)};
+      mine[i] = {pair.earliest(sent), pair.latest(received)};  // the round trip widened by the pair's width
       ++stamped;
       lost_in_a_row = 0;
     } else {
