@@ -60,7 +60,7 @@ struct ClockSync {
   std::unique_ptr<StampedUdp> udp;   // the session's probe socket; null: control channel only
   uint64_t udp_bursts = 0;           // bursts whose probes came from the kernel's stamps
   uint64_t control_bursts = 0;       // bursts over the control channel (fallbacks included)
-  uint64_t probes_lost = 0;          // UDP probes without an answer or a stamp
+  uint64_t probes_lost = 0;          // UDP probes without an answer or a stamp, or held long by the server
   uint64_t datagrams_dropped = 0;    // by either end: wrong length, nonce, index, a repeat
   const char* path() const {
     return udp_bursts && control_bursts ? "mixed" : udp_bursts ? kUdpKernelTimestamps : kControlChannel;
