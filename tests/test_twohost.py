@@ -91,10 +91,12 @@ ONEWAY_SPREAD = ("oneway", "-t", "tcp", "-s", "32", "--poll", "event", "--bursts
                  "--pause-us", "5000", "--clock", "monotonic", "--cpus", "0", "--json")
 
 
-def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str) -> list[dict]:
+def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str, server_env: dict | None = None,
+                  client_env: dict | None = None) -> list[dict]:
     """ONEWAY_SPREAD with `fabmeter serve` in ns_a (FABMETER_CLOCK_SKEW=skew
-    in its environment) and the client in ns_b: the client's points."""
-    env = dict(fm.env, **({"FABMETER_CLOCK_SKEW": skew} if skew else {}))
+    and `server_env` in its environment) and the client in ns_b (with
+    `client_env`): the client's points."""
+    env = dict(fm.env, **({"FABMETER_CLOCK_SKEW": skew} if skew else {}), **(server_env or {}))
     server = subprocess.Popen(["ip", "netns", "exec", ns_a,
                                *fm_cmd("serve", "--bind", server_addr, "--port", "0", "--once", "--cpu", "1")],
                               env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -102,7 +104,8 @@ def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str) -> 
     try:
         port = read_listening(server)["port"]
         r = subprocess.run(["ip", "netns", "exec", ns_b, *fm_cmd(*ONEWAY_SPREAD, *more, "--server", f"{server_addr}:{port}")],
-                           env=fm.env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+                           env=dict(fm.env, **(client_env or {})), capture_output=True, text=True, timeout=90,
+                           stdin=subprocess.DEVNULL)
         assert r.returncode == 0, r.stderr
         assert server.wait(timeout=10) == 0
         return json_lines(r.stdout)
@@ -110,6 +113,18 @@ def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str) -> 
         if server.poll() is None:
             server.kill()
         server.wait()
+
+
+def assert_skew_recovered(clock: dict) -> None:
+    """The fit holds the injected offset within its bound, and its slope
+    within what that bound allows over its span."""
+    bound = clock["error_bound_ns"]
+    # The injected offset at the fit's reference time, and its slope.
+    injected = SKEW_OFFSET_NS + SKEW_DRIFT_PPM * 1e-6 * clock["ref_mono_ns"]
+    assert abs(clock["offset_ns"] - injected) <= bound, clock
+    # A line through points each within +-bound can tilt by at most 2 bound / span.
+    drift_tolerance_ppm = 2 * bound / clock["span_ns"] * 1e6
+    assert abs(clock["drift_ppm"] - SKEW_DRIFT_PPM) <= drift_tolerance_ppm, (clock, drift_tolerance_ppm)
 
 
 def test_clock_skew_recovered_across_namespaces(fm, netns_pair, tmp_path):
@@ -123,14 +138,12 @@ def test_clock_skew_recovered_across_namespaces(fm, netns_pair, tmp_path):
     assert len(skewed) == len(truth) == 1
 
     clock = skewed[-1]["clock"]   # the last point's fit: every probe of the run
-    assert clock["method"] == "probe" and clock["probes"] == 2 * 64 and clock["kept"] == 2
+    # Over UDP a probe may be lost (a loaded machine outwaits its 20 ms): fewer, never more.
+    assert clock["method"] == "probe" and clock["path"] == "udp_kernel_timestamps", clock
+    assert clock["probes"] + clock["probes_lost"] == 2 * 64 and clock["kept"] == 2, clock
+    assert clock["fallback_bursts"] == 0, clock
+    assert_skew_recovered(clock)
     bound = clock["error_bound_ns"]
-    # The injected offset at the fit's reference time, and its slope.
-    injected = SKEW_OFFSET_NS + SKEW_DRIFT_PPM * 1e-6 * clock["ref_mono_ns"]
-    assert abs(clock["offset_ns"] - injected) <= bound, clock
-    # A line through points each within +-bound can tilt by at most 2 bound / span.
-    drift_tolerance_ppm = 2 * bound / clock["span_ns"] * 1e6
-    assert abs(clock["drift_ppm"] - SKEW_DRIFT_PPM) <= drift_tolerance_ppm, (clock, drift_tolerance_ppm)
 
     # Corrected one-way latencies against the shared clock's. Load only ever
     # adds to a latency, so both runs' minima sit on the same floor (they
@@ -143,6 +156,48 @@ def test_clock_skew_recovered_across_namespaces(fm, netns_pair, tmp_path):
     assert abs(s["latency_ns"]["p50"] - t["latency_ns"]["p50"]) <= bound + 2e6, (t["latency_ns"], s["latency_ns"])
 
 
+def test_kernel_timestamps_narrow_the_clock_bound(fm, netns_pair):
+    """The same skewed run with the UDP probes (kernel stamps at the veth
+    devices) and with them refused by the client (FABMETER_CLOCK_PROBES):
+    both fits hold the truth within their bounds; the kernel stamps' bound
+    is the narrower, as they leave both hosts' socket layers out."""
+    ns_a, ns_b, server_addr = netns_pair
+    skew = f"{SKEW_OFFSET_NS},{SKEW_DRIFT_PPM}"
+    kernel = oneway_across(fm, ns_a, ns_b, server_addr, skew)[-1]["clock"]
+    control = oneway_across(fm, ns_a, ns_b, server_addr, skew,
+                            client_env={"FABMETER_CLOCK_PROBES": "control_channel"})[-1]["clock"]
+    assert kernel["path"] == "udp_kernel_timestamps" and kernel["fallback_bursts"] == 0, kernel
+    assert control["path"] == "control_channel" and control["probes"] == 2 * 64, control
+    assert "fallback_bursts" not in control   # no UDP socket was opened at all
+    assert_skew_recovered(kernel)
+    assert_skew_recovered(control)
+    # Measured here 0.32-0.39 us against 7.8-10.4 us (docs/performance.md); the
+    # absolute limit (3 us) leaves a loaded shared 2-CPU machine ~8x the worst seen.
+    assert kernel["error_bound_ns"] < control["error_bound_ns"], (kernel, control)
+    assert kernel["error_bound_ns"] < 3000, kernel
+
+
+def test_clock_probes_fall_back_when_udp_is_dropped(fm, netns_pair):
+    """Every UDP datagram into the server's namespace dropped (the data
+    transport is tcp): each burst gives up after 8 probes lost in a row and
+    is taken again over the control channel; the fit is still right."""
+    ns_a, ns_b, server_addr = netns_pair
+    subprocess.run(["ip", "netns", "exec", ns_a, "iptables", "-A", "INPUT", "-p", "udp", "-j", "DROP"], check=True,
+                   capture_output=True, timeout=30)
+    clock = oneway_across(fm, ns_a, ns_b, server_addr, f"{SKEW_OFFSET_NS},{SKEW_DRIFT_PPM}")[-1]["clock"]
+    assert clock["path"] == "control_channel" and clock["fallback_bursts"] == 2, clock
+    assert clock["probes_lost"] == 2 * 8 and clock["probes"] == 2 * 64, clock
+    assert_skew_recovered(clock)
+
+
+def test_a_server_without_udp_probes_is_probed_over_the_control_channel(fm, netns_pair):
+    ns_a, ns_b, server_addr = netns_pair
+    clock = oneway_across(fm, ns_a, ns_b, server_addr, f"{SKEW_OFFSET_NS},{SKEW_DRIFT_PPM}",
+                          server_env={"FABMETER_CLOCK_PROBES": "control_channel"})[-1]["clock"]
+    assert clock["path"] == "control_channel" and "fallback_bursts" not in clock, clock
+    assert_skew_recovered(clock)
+
+
 @pytest.mark.parametrize("value", ["5000000", "5ms,50", "1,nan", "2e12,0", "0,1e5", "1,2,3"])
 def test_bad_clock_skew_exits_2(fm, value):
     r = subprocess.run(fm_cmd("serve", "--bind", "127.0.0.1", "--port", "0", "--once"),
@@ -151,3 +206,12 @@ def test_bad_clock_skew_exits_2(fm, value):
     assert r.returncode == 2, (r.stdout, r.stderr)
     (line,) = r.stderr.strip().splitlines()
     assert "FABMETER_CLOCK_SKEW" in line
+
+
+def test_bad_clock_probes_hook_exits_2(fm):
+    r = subprocess.run(fm_cmd("serve", "--bind", "127.0.0.1", "--port", "0", "--once"),
+                       env=dict(fm.env, FABMETER_CLOCK_PROBES="udp"), capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert "FABMETER_CLOCK_PROBES" in line

@@ -1,7 +1,8 @@
 // Every decoder of what the peer sends after the hello: the stamp reports
 // (oneway, stream, check), bw and load counts, the end-of-point count, numbers
-// (ports, clock probes) and the stream sink's samples. The first byte picks
+// (ports, clock probes and the server's UDP probe stamps) and the stream sink's samples. The first byte picks
 // the decoder; only fm::Error may come out, nothing may be read out of bounds.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -57,6 +58,15 @@ void sink_samples(std::string_view in) {
   if (r.received > total) __builtin_trap();
 }
 
+// Every third of our probes lost, the rest 10 us round trips.
+void probe_stamps(const std::string& blob, uint64_t probes) {
+  std::vector<fm::ProbeStamps> mine(probes);
+  for (uint64_t i = 0; i < probes; ++i)
+    mine[i] = i % 3 ? fm::ProbeStamps{1e6 * i, 1e6 * i + 1e4} : fm::ProbeStamps{NAN, NAN};
+  uint64_t dropped = 0;
+  (void)fm::read_probe_stamps(blob, mine, &dropped);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,7 +83,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3: (void)fm::BwSide::decode(blob); break;
       case 4: (void)fm::parse_peer_u64(blob, "count"); break;
       case 5: (void)fm::parse_peer_u64(blob, "port", 65535); break;
-      case 6: (void)fm::read_probe_answer(blob, 0, 1e9); break;
+      case 6:
+        // The second byte odd: the server's stamps after a UDP burst, against that many probes of ours.
+        if (total & 1) probe_stamps(blob, total / 2 % 64 + 1);
+        else (void)fm::read_probe_answer(blob, 0, 1e9);
+        break;
       case 7: sink_samples(blob); break;
       case 9: (void)fm::LoadServerStats::decode(blob); break;
       case 8: {

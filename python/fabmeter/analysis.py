@@ -254,8 +254,8 @@ def clock_line(points: list[dict]) -> str:
         return ""
     c = probed[-1]
     return (f"clock: peer - local offset {fmt_num(c.get('offset_ns'))} ns, drift {fmt_num(c.get('drift_ppm'), 3)} ppm,"
-            f" error bound +-{fmt_num(c.get('error_bound_ns'))} ns ({fmt_num(c.get('probes'), 0)} probes;"
-            f" a path asymmetry is invisible to probes)")
+            f" error bound +-{fmt_num(c.get('error_bound_ns'))} ns ({fmt_num(c.get('probes'), 0)} probes"
+            f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
 def run_report(points: list[dict]) -> str:

@@ -67,6 +67,8 @@ class Clock {
   }
   bool reads_tsc() const { return source_ != ClockSource::monotonic; }
   double ns_per_tick() const { return ns_per_tick_; }
+  // Our nanoseconds per true one: 1 + DRIFT_PPM * 1e-6 under FABMETER_CLOCK_SKEW, else 1.
+  double skew_rate() const { return skew_rate_; }
   double tsc_ghz() const { return reads_tsc() ? 1.0 / ns_per_tick_ : 0.0; }
   // Measured cost of one ticks() call, in ns.
   double timestamp_cost_ns() const { return cost_ns_; }
@@ -84,6 +86,7 @@ class Clock {
   uint64_t tick0_ = 0;
   double mono0_ns_ = 0;
   double cost_ns_ = 0;
+  double skew_rate_ = 1;
 };
 
 inline void cpu_relax() { _mm_pause(); }

@@ -52,6 +52,7 @@ Clock::Clock(bool want_tsc, bool one_cpu) {
   if (const std::optional<ClockSkew> skew = clock_skew_from_env()) {
     // t -> (1 + drift) t + offset, in both the rate and the origin.
     const double k = 1 + skew->drift_ppm * 1e-6;
+    skew_rate_ = k;
     ns_per_tick_ *= k;
     mono0_ns_ = mono0_ns_ * k + skew->offset_ns;
   }

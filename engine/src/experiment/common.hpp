@@ -9,6 +9,8 @@
 #include <csignal>
 #include <cstring>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
+#include "fabmeter/stamped_udp.hpp"
 #include "fabmeter/stats.hpp"
 #include "fabmeter/transport.hpp"
 
@@ -42,22 +45,40 @@ enum class Status {
 };
 
 // How the peer's timestamps map onto ours: a shared TSC needs nothing;
-// across hosts, offset and drift fitted to round-trip probes over the
-// control channel (probe_clock), taken at the start and after every point,
-// so each point is corrected by a fit whose probes bracket it.
+// across hosts, offset and drift fitted to round-trip probes (probe_clock),
+// taken at the start and after every point, so each point is corrected by a
+// fit whose probes bracket it. A probe travels as a UDP datagram stamped by
+// both kernels at their network devices (kUdpKernelTimestamps), or, where
+// that socket cannot be had or a burst got no usable probe, over the
+// control channel (kControlChannel).
+inline constexpr const char* kUdpKernelTimestamps = "udp_kernel_timestamps";
+inline constexpr const char* kControlChannel = "control_channel";
 struct ClockSync {
   bool probed = false;
   ClockEstimator estimator;
-  ClockFit fit;  // over every probe so far
+  ClockFit fit;                      // over every probe so far
+  std::unique_ptr<StampedUdp> udp;   // the session's probe socket; null: control channel only
+  uint64_t udp_bursts = 0;           // bursts whose probes came from the kernel's stamps
+  uint64_t control_bursts = 0;       // bursts over the control channel (fallbacks included)
+  uint64_t probes_lost = 0;          // UDP probes without an answer or a stamp, or held long by the server
+  uint64_t datagrams_dropped = 0;    // by either end: wrong length, nonce, index, a repeat
+  const char* path() const {
+    return udp_bursts && control_bursts ? "mixed" : udp_bursts ? kUdpKernelTimestamps : kControlChannel;
+  }
   JsonObj json() const {
     JsonObj o;
     o.add("method", probed ? "probe" : "shared_tsc");
     // Times in whole ns: JSON doubles carry 10 digits, too few for a time
     // since boot or two hosts' offset (their boots are days apart).
-    if (probed)
-      o.add("offset_ns", static_cast<int64_t>(std::llround(fit.offset_ns))).add("drift_ppm", fit.drift_ppm())
-          .add("error_bound_ns", fit.error_bound_ns).add("probes", fit.probes).add("kept", fit.kept)
-          .add("ref_mono_ns", static_cast<uint64_t>(std::llround(fit.ref_ns))).add("span_ns", fit.span_ns);
+    if (probed) {
+      o.add("path", path()).add("offset_ns", static_cast<int64_t>(std::llround(fit.offset_ns)))
+          .add("drift_ppm", fit.drift_ppm()).add("error_bound_ns", fit.error_bound_ns).add("probes", fit.probes)
+          .add("kept", fit.kept).add("ref_mono_ns", static_cast<uint64_t>(std::llround(fit.ref_ns)))
+          .add("span_ns", fit.span_ns);
+      if (udp)
+        o.add("fallback_bursts", control_bursts).add("probes_lost", probes_lost)
+            .add("datagrams_dropped", datagrams_dropped);
+    }
     return o;
   }
 };
@@ -75,12 +96,32 @@ struct Ctx {
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
 };
 
+// FABMETER_CLOCK_PROBES=control_channel (a test hook, like
+// FABMETER_CLOCK_SKEW; set by whoever starts the engine): this engine
+// offers no UDP probe socket. A value other than that or
+// udp_kernel_timestamps is a usage error (exit 2).
+bool udp_clock_probes_wanted();
+// Both roles, once before the first burst: opens the UDP probe socket and
+// tells the peer its port, or settles on the control channel.
+void open_clock_probes(Ctx& ctx);
 // One burst of clock probes, both roles at the same place in the session
 // (the client probes and refits ctx.sync, the server answers).
 void probe_clock(Ctx& ctx);
 // The server's answer to a probe sent at sent_ns and answered at
 // received_ns (our clock): "TIME TURNAROUND", each checked.
 ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double received_ns);
+// The client's own stamps of one UDP probe (NaN: it has none, lost).
+struct ProbeStamps {
+  double sent_ns;      // t1: when it left our device
+  double received_ns;  // t4: when its answer came in at our device
+};
+// The server's stamps after a UDP burst: "DROPPED" (datagrams it dropped),
+// then per probe it answered a line "INDEX TIME TURNAROUND" (its arrival
+// stamp t2 and t3 - t2), each index of `mine` at most once. The probes the
+// client has stamps for, each checked as read_probe_answer does; adds the
+// server's dropped count to `dropped`.
+std::vector<ClockProbe> read_probe_stamps(std::string_view frame, std::span<const ProbeStamps> mine,
+                                          uint64_t* dropped);
 
 // One measured point of a plan, as the experiment's plan() made it.
 struct Point {

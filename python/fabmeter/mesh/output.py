@@ -10,6 +10,7 @@ from fabmeter import analysis
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
+CLOCK_PATHS = (None, "udp_kernel_timestamps", "control_channel", "mixed")   # how a probe fit's probes travelled
 LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
 MAX_STAT_KEYS = 16
 MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
@@ -24,6 +25,7 @@ def pair_figures(point: dict) -> dict:
             "gbps": point.get("gbps", point.get("achieved_gbps")), "lost": point.get("lost"),
             "size": point.get("size"), "throughput_series": point.get("throughput_series"),
             "clock": None if not clock else {"method": clock.get("method"),
+                                             "path": clock.get("path"),
                                              **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
 
 
@@ -60,13 +62,14 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
           and _series(body.get("throughput_series"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
+                                 and clock.get("path") in CLOCK_PATHS
                                  and all(clock.get(k) is None or _number(clock.get(k)) for k in CLOCK_KEYS))))
     if not ok:
         return None
     return {"type": "pair", "src": src, "dst": dst, "status": body["status"], "message": body["message"][:300],
             "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
             "gbps": body.get("gbps"), "lost": body.get("lost"), "size": body.get("size"),
-            "throughput_series": body.get("throughput_series"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", *CLOCK_KEYS)},
+            "throughput_series": body.get("throughput_series"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "started_ns": body.get("started_ns")}
 
 
