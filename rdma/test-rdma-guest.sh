@@ -385,6 +385,32 @@ else
     tee -a "$OUT/_python_skipped"
 fi
 
+# mesh NAME OPTIONS...: `fabmeter mesh` of two ranks, rank 0 on rxe0's address
+# and rank 1 on rxe1's (each pair's client leaves by its own device), every
+# pair over verbs; rank 0's JSON lines are the case's output.
+mesh() {
+  local name=$1 f=$OUT/$1 r1
+  shift
+  PORT=$((PORT + 1))
+  echo "fabmeter mesh $*" >"$f.cmd"
+  echo 0 >"$f.expect"
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f.token"
+  chmod 600 "$f.token"
+  local args=(mesh --hosts "${FM_RDMA_ADDR0:-10.77.0.1},$SERVER" --mesh-port "$PORT" --token-file "$f.token" -t verbs "$@")
+  timeout 300 "${PY[@]}" -m fabmeter "${args[@]}" --rank 1 >"$f.rank1.out" 2>"$f.rank1.err" &
+  r1=$!
+  timeout 300 "${PY[@]}" -m fabmeter "${args[@]}" --rank 0 --json >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  wait $r1
+  echo $? >"$f.rank1.rc"
+  printf '%-58s rc=%s\n' "$name" "$(cat "$f.rc")"
+}
+if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== fabmeter mesh over verbs (two ranks, one per rxe device)"
+  mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
+  mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic
+fi
+
 echo "== libfabric verbs provider through fabmeter's ofi transport"
 if "$ENGINE" options | grep -q '"ofi"'; then
   ofi "ofi-verbs-msg-lat" lat -t ofi --provider verbs --ep msg -s 32 -n 200 --warmup 50

@@ -179,6 +179,32 @@ def check_suite(raw, name):
     return problems, {"name": name, "tool": "fabmeter suite", "points": len(points), "failed_points": len(bad)}
 
 
+def check_mesh(raw, name):
+    """`fabmeter mesh` of two ranks in the guest: both ranks ended 0, and rank 0
+    printed both directed pairs, ok, over verbs, and a summary with none failed."""
+    problems = []
+    for who, rc_file in (("rank 0", f"{name}.rc"), ("rank 1", f"{name}.rank1.rc")):
+        rc = read(f"{raw}/{rc_file}").strip()
+        if rc != "0":
+            err = read(f"{raw}/{rc_file[:-len('.rc')]}.err").strip()[-300:]
+            problems.append(f"{who} exited {rc or '?'}: {err}")
+    lines = []
+    for line in read(f"{raw}/{name}.out").splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:
+            continue
+    pairs = [x for x in lines if x.get("type") == "pair"]
+    summary = next((x for x in lines if x.get("type") == "mesh"), None)
+    if sorted((p.get("src"), p.get("dst")) for p in pairs) != [(0, 1), (1, 0)]:
+        problems.append(f"pairs {[(p.get('src'), p.get('dst')) for p in pairs]}, want (0, 1) and (1, 0)")
+    problems += [f"pair {p.get('src')}->{p.get('dst')}: {p.get('status')} {p.get('message', '')}".strip()
+                 for p in pairs if p.get("status") != "ok"]
+    if summary is None or summary.get("failed") != 0 or summary.get("transport") != "verbs":
+        problems.append(f"mesh summary: {summary}")
+    return problems, {"name": name, "tool": "fabmeter mesh", "pairs": len(pairs)}
+
+
 PERFTEST_COLS = ["bytes", "iterations", "t_min", "t_max", "t_typical", "t_avg", "t_stdev", "p99", "p999"]
 # ib_*_bw: MB/sec columns (perftest's MB), and the message rate in millions per second.
 PERFTEST_BW_COLS = ["bytes", "iterations", "bw_peak_mb", "bw_avg_mb", "msg_rate_mpps"]
@@ -399,14 +425,15 @@ def print_comparison(rows):
 def main():
     out_dir = sys.argv[1]
     raw = os.path.join(out_dir, "raw")
-    # A case's exit code is NAME.rc; its server's and a suite's report's are beside it.
+    # A case's exit code is NAME.rc; its server's, a suite's report's and a mesh's rank 1's are beside it.
     names = sorted({f[: -len(".rc")] for f in os.listdir(raw)
-                    if f.endswith(".rc") and not f.endswith((".server.rc", ".report.rc"))})
+                    if f.endswith(".rc") and not f.endswith((".server.rc", ".report.rc", ".rank1.rc"))})
     results, failed = [], []
     for name in names:
         cmd = read(f"{raw}/{name}.cmd")
         check = (check_perftest if cmd.startswith(("ib_", "fi_pingpong"))
-                 else check_suite if cmd.startswith("fabmeter suite") else check_fabmeter)
+                 else check_suite if cmd.startswith("fabmeter suite")
+                 else check_mesh if cmd.startswith("fabmeter mesh") else check_fabmeter)
         problems, summary = check(raw, name)
         summary["passed"] = not problems
         summary["problems"] = problems

@@ -473,6 +473,18 @@ def test_launch_local(fm, token_file, tmp_path):
         check_series(p["throughput_series"]["c2s"], 5000, 0.5e6)
 
 
+@pytest.mark.parametrize("schedule", ["scheduled", "chaotic"])
+def test_shm_mesh_on_one_host(fm, token_file, schedule):
+    """Shared memory applies where every rank is on one host: oneway between every pair of 3 local ranks, on
+    the one clock they share."""
+    r = fm.run("mesh", "--launch", "local", "--ranks", "3", "-t", "shm", "--schedule", schedule, "--mesh-port",
+               free_port(), "--token-file", token_file, "--json", *SMALL, timeout=120)
+    assert r.returncode == 0, r.stderr
+    pairs, summary = check_pairs(r.stdout, "all-to-all", 3)
+    assert all(p["clock"]["method"] == "shared_tsc" for p in pairs.values())
+    assert summary["transport"] == "shm" and summary["schedule"] == schedule
+
+
 def test_launch_local_refusals(fm):
     for args, why in ((["--launch", "local", "-t", "tcp"], "--launch local and --ranks N go together"),
                       (["--ranks", "3", "--hosts", LOOPBACK4, "-t", "tcp"], "--launch local and --ranks N go together"),

@@ -128,3 +128,31 @@ def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
     assert problems == ["fabmeter report wrote no report.html"]
     problems, _ = case("suite-empty", statuses=())
     assert problems == ["the suite ran no point"]
+
+
+def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
+    """A two-rank mesh in the guest: both exit codes 0, both directed pairs ok over verbs, none failed."""
+    m = report_module()
+    import json
+
+    def case(name, rc="0", rc1="0", pairs=((0, 1), (1, 0)), status="ok", transport="verbs"):
+        (tmp_path / f"{name}.cmd").write_text("fabmeter mesh --service rc\n")
+        (tmp_path / f"{name}.rc").write_text(rc + "\n")
+        (tmp_path / f"{name}.rank1.rc").write_text(rc1 + "\n")
+        (tmp_path / f"{name}.err").write_text("")
+        (tmp_path / f"{name}.rank1.err").write_text("rank 0 is gone\n" if rc1 != "0" else "")
+        lines = [{"type": "pair", "src": s, "dst": d, "status": status, "message": ""} for s, d in pairs]
+        lines.append({"type": "mesh", "transport": transport, "failed": sum(status != "ok" for _ in pairs)})
+        (tmp_path / f"{name}.out").write_text("fabmeter: warning\n" + "\n".join(json.dumps(x) for x in lines))
+        return m.check_mesh(str(tmp_path), name)
+
+    problems, summary = case("mesh-good")
+    assert problems == [] and summary["pairs"] == 2
+    problems, _ = case("mesh-rank1-died", rc1="3")
+    assert problems == ["rank 1 exited 3: rank 0 is gone"]
+    problems, _ = case("mesh-one-pair", pairs=((0, 1),))
+    assert len(problems) == 1 and "want (0, 1) and (1, 0)" in problems[0]
+    problems, _ = case("mesh-failed", status="failed")
+    assert any("pair 0->1: failed" in p for p in problems) and any("mesh summary" in p for p in problems)
+    problems, _ = case("mesh-tcp", transport="tcp")
+    assert problems and "mesh summary" in problems[0]
