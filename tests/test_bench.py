@@ -112,15 +112,17 @@ def test_load_rows_measure_both_sides(tmp_path, engine, monkeypatch):
 
 
 def test_stream_row_measures_both_sides(tmp_path, engine, monkeypatch):
-    """The stream row once, short: stream's missed % and the schedule floor's, at the same rate and steps."""
+    """The stream rows once, short: stream's missed % beside the schedule floor's with the sink's CPU spinning,
+    at the same rate and steps; beneath it the floor with that CPU idle."""
     monkeypatch.setenv("FABMETER_ENGINE", str(engine))
     monkeypatch.setattr(bench, "STREAM_STEPS", 5000)
     b = bench.Bench(tmp_path, None, str(engine))
-    row = b.stream_row()
+    row, floor_row = b.stream_rows()
     assert row.name == "stream 100 kHz missed % / schedule floor" and row.target == 1.1
+    assert floor_row.target is None and "idle" in floor_row.name
     assert 0 <= row.fabmeter() <= 100 and 0 <= row.other() <= 100
-    floor = b.limits[-1]["schedule_floor"]
-    assert (floor["schedule_rate"], floor["schedule_steps"]) == (100_000, 5000)
+    floor = b.limits[-1]["schedule_floor_busy_peer"]
+    assert (floor["schedule_rate"], floor["schedule_steps"]) == (100_000, 5000) and "busy_cpu" in floor
     [run_json] = list((tmp_path / "runs").glob("*-stream-*/run.json"))
     point = json.loads(run_json.read_text())["points"][-1]
     assert (point["rate_hz"], point["sent"] + point["missed_steps"]) == (100_000, 5000)

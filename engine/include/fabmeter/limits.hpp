@@ -27,7 +27,9 @@ struct LimitsOptions {
 //   one (timestamp + store into prefaulted storage); wake-up lateness of
 //   timerfd and clock_nanosleep at a fixed period;
 // - the schedule floor: the steps a bare TSC spin on cpu_a (the stream
-//   source's CPU) misses at schedule_rate, counted as stream counts them.
+//   source's CPU) misses at schedule_rate, counted as stream counts them,
+//   once with cpu_b idle and once with a thread spinning on it (as the
+//   stream's busy sink keeps it).
 JsonObj measure_limits(const LimitsOptions& o);
 
 }  // namespace fm
