@@ -637,7 +637,7 @@ def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_fi
     assert pairs[(0, 2)]["latency_ns"]["min"] / 1000 >= 0.8 * DELAY_US
 
 
-def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file):
+def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_path):
     """Three serves on 127.0.0.1-3 (one port): lat all-to-all relayed; a serve
     without --peers refuses to run pairs (the pairs fail with the reason); a
     host with no serve is named at once, exit 3; --rank has no place here."""
@@ -657,6 +657,17 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file):
                               f"127.0.0.1:{port}", "--token-file", token_file, "-t", "tcp"],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
         assert bad.returncode == 2 and "not among its --peers" in bad.stderr, bad.stderr
+        # The relayed run is a client on the serve's host: no option of the remote client may name a file there.
+        workload = tmp_path / "sizes.csv"       # the client's own file, read by the client: fine here, not there
+        workload.write_text("length_bytes,weight\n100,1\n200,1\n")
+        for exp, args, why in (("stream", ["-t", "tcp", "--sink", "file:/tmp/fm-relay-sink.csv"], "--sink file:PATH"),
+                               ("load", ["-t", "tcp", "--workload", str(workload)], "only the built-in workloads"),
+                               ("lat", ["-t", "zmq", "--endpoint", "ipc:///tmp/fm.sock"], "ipc://")):
+            bad = subprocess.run([str(engine), "run", exp, "--server", f"127.0.0.2:{port}", "--via",
+                                  f"127.0.0.1:{port}", "--token-file", token_file, *args],
+                                 capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+            assert bad.returncode == 2 and why in bad.stderr, (exp, bad.stderr)
+        assert not os.path.exists("/tmp/fm-relay-sink.csv")
     finally:
         stop_serves(serves)
     t0 = time.monotonic()

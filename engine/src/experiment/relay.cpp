@@ -18,6 +18,7 @@
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
+#include "fabmeter/workload.hpp"
 
 extern char** environ;
 
@@ -109,7 +110,7 @@ struct LinePipe {
 
 }  // namespace
 
-void check_relay(const std::string& target, const ServerOptions& o) {
+void check_relay(const std::string& target, const Params& p, const ServerOptions& o) {
   std::string host;
   uint16_t port;
   split_host_port(target, kDefaultPort, host, port);
@@ -120,6 +121,14 @@ void check_relay(const std::string& target, const ServerOptions& o) {
     usage_error("this server relays only with a token of its own (serve --token-file), which it proves to " + target);
   if (std::find(o.peers.begin(), o.peers.end(), host) == o.peers.end())
     usage_error("this server may not relay to " + host + " (not among its --peers)");
+  // The run is a client on this host: nothing the remote client names may be a file here.
+  if (p.stream.sink != "memory")
+    usage_error("--sink file:PATH names a file on the relay host: a relayed stream keeps its samples in memory");
+  const std::vector<std::string> builtin = Workload::builtin_names();
+  if (!p.load.workload.empty() && std::find(builtin.begin(), builtin.end(), p.load.workload) == builtin.end())
+    usage_error("--workload: a relayed run takes only the built-in workloads (a file would be read on the relay host)");
+  if (p.messaging.endpoint.rfind("ipc://", 0) == 0)
+    usage_error("--endpoint ipc:// names a path on the relay host");
 }
 
 int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {

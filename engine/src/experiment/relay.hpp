@@ -16,8 +16,9 @@
 //                     "exit <code>"    the run ended with that exit code
 //   client -> relay   bye
 // The relay runs only to servers its operator listed (serve --peers), only
-// when it has a token (which it then proves to DST), and kills the run when
-// the client goes away or falls silent.
+// when it has a token (which it then proves to DST), never with options that
+// name a file on its host, and kills the run when the client goes away or
+// falls silent.
 #pragma once
 #include <string>
 
@@ -33,8 +34,10 @@ constexpr int kRelayPings = 8;
 constexpr uint32_t kMaxRelayLine = 8u << 20;
 
 // Server: refuses (usage_error, the reason for the client) a relay this
-// server may not make. Nothing is opened.
-void check_relay(const std::string& target, const ServerOptions& o);
+// server may not make: a target not among --peers, no token, or options
+// that would make the run (a client here) read or write a file it names.
+// Nothing is opened.
+void check_relay(const std::string& target, const Params& p, const ServerOptions& o);
 // Server, after the welcome: runs the client against `target` and relays
 // its output. Returns the session's exit code (the run's).
 int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o);

@@ -544,7 +544,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
     // A relay's run is a client here: as `run` checks it (the run checks the rest against its server).
     check_against_caps(p, caps, relaying || same_host);
     check_server_limits(p, caps, o);
-    if (relaying) check_relay(decoded.relay, o);
+    if (relaying) check_relay(decoded.relay, p, o);
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return 2;
