@@ -152,13 +152,13 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   const uint32_t spread_pct = p.bw.size_spread;
   const SpreadSizes spread(size, spread_pct);
-  PayloadBuf buf(spread_pct ? SpreadSizes::high(size, spread_pct) : size);
+  PayloadBuf buf(SpreadSizes::high(size, spread_pct));  // high and low are `size` without a spread
   if (!spread_pct) fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   // Unreliable transports carry the sequence number, so lost warm-up
   // messages are told apart from lost measured ones (where it fits).
-  const bool seq = !c.caps.reliable && (spread_pct ? SpreadSizes::low(size, spread_pct) : size) >= 4;
+  const bool seq = !c.caps.reliable && SpreadSizes::low(size, spread_pct) >= 4;
   const bool own_answers = c.caps.one_sided;
 
   BwSide me;

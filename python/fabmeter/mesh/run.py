@@ -29,6 +29,7 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -441,13 +442,7 @@ def _check_serves(spec: MeshSpec, address: list[str]) -> None:
             return None
         except OSError as e:
             return f"{address[i]} ({e.strerror or e})"
-    results: list[Optional[str]] = [None] * len(address)
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, unreachable(i)), daemon=True)
-               for i in range(len(address))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    missing = [r for r in results if r]
+    with ThreadPoolExecutor(len(address)) as pool:
+        missing = [r for r in pool.map(unreachable, range(len(address))) if r]
     if missing:
         raise FabmeterError(f"no fabmeter serve answers at {', '.join(missing)}", EXIT_RUNTIME)
