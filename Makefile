@@ -37,7 +37,7 @@ fuzz:
 	@[ -f $(FUZZ_BUILD)/build.ninja ] || \
 	  cmake -S engine -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DCMAKE_CXX_COMPILER=clang++-14 -DFM_FUZZ=ON -DBUILD_TESTING=OFF
-	cmake --build $(FUZZ_BUILD)
+	cmake --build $(FUZZ_BUILD) --target fuzzers
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_BUILD)
 
 # Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
