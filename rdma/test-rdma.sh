@@ -10,7 +10,7 @@
 #   rdma/test-rdma.sh [--allow-skip] [--engine PATH] [--rounds N] [--compare-only]
 #
 # --rounds N: rounds of the alternated comparison with perftest and
-# fi_pingpong (default $FM_CMP_ROUNDS, else 3); --compare-only: that
+# fi_pingpong (default $FM_CMP_ROUNDS, else 3; 0: none); --compare-only: that
 # comparison alone (about 80 s a round), e.g. more rounds for a steadier median.
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
@@ -35,6 +35,10 @@ while (($#)); do
   esac
 done
 
+[[ $ROUNDS =~ ^[0-9]{1,2}$ ]] || { echo "test-rdma: --rounds wants 0..99, got '$ROUNDS'" >&2; exit 2; }
+ROUNDS=$((10#$ROUNDS))
+((ROUNDS > 0 || !COMPARE_ONLY)) || { echo "test-rdma: --compare-only wants at least one round" >&2; exit 2; }
+
 skip() {
   echo "test-rdma: skipped: $*"
   ((ALLOW_SKIP)) && exit 0
@@ -53,7 +57,6 @@ echo "test-rdma: guest ready after $((SECONDS - T0)) s; booting it once for all 
 rm -rf "$OUT"
 mkdir -p "$OUT/raw"
 rc=0
-[[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || { echo "test-rdma: --rounds wants 1..99, got '$ROUNDS'" >&2; exit 2; }
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
   FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
