@@ -156,3 +156,21 @@ def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
     assert any("pair 0->1: failed" in p for p in problems) and any("mesh summary" in p for p in problems)
     problems, _ = case("mesh-tcp", transport="tcp")
     assert problems and "mesh summary" in problems[0]
+
+
+def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
+    """--rounds takes 0..99 (0: no comparison, as CI runs it); --compare-only
+    with no round is refused. Both in one line with exit 2, before the guest
+    is built (the checks come first, so this takes no time)."""
+    import subprocess
+
+    def run(*args):
+        return subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh"), *args], capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL)
+
+    for args, words in ((("--rounds", "100"), "wants 0..99"), (("--rounds", "x"), "wants 0..99"),
+                        (("--rounds", "0", "--compare-only"), "at least one round")):
+        r = run(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "guest" not in r.stdout
