@@ -101,6 +101,22 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
   EXPECT_THROW(watch.check("test"), fm::Error);
 }
 
+// A message the waiting side has not read yet holds back the heartbeats
+// queued behind it; the peer is not silent for that (a tcp data connection
+// whose last ACK was lost: the client, connected, already sent its barrier).
+TEST(PeerWatch, AMessageWaitingIsNotSilence) {
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  c.expect_heartbeats(100);
+  fm::PeerWatch watch(c);
+  p.put(header(0, fm::CtrlType::barrier));
+  p.put(header(0, fm::CtrlType::heartbeat));
+  usleep(150'000);
+  EXPECT_NO_THROW(watch.check("test"));
+  usleep(150'000);
+  EXPECT_NO_THROW(watch.check("test"));
+}
+
 TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
   const std::string nc(fm::kNonceBytes, 'c'), ns(fm::kNonceBytes, 's');
   const std::string hello = fm::encode_hello("host-a", nc, "", "experiment=lat\n");

@@ -341,10 +341,14 @@ Heartbeat::~Heartbeat() {
 PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), frames_(ctrl.frames_in()), heard_ns_(Clock::mono_ns()) {}
 
 void PeerWatch::check(const std::string& what) {
-  if (ctrl_.peek() == Ctrl::Peek::closed)
+  const Ctrl::Peek peek = ctrl_.peek();
+  if (peek == Ctrl::Peek::closed)
     runtime_error("the peer closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
-  if (ctrl_.frames_in() != frames_) {
+  // A message waiting unread (the peer's next step, e.g. its barrier after a
+  // tcp connect whose last ACK was lost) holds back the heartbeats behind
+  // it: the peer is alive, and the wait's own deadline bounds it.
+  if (ctrl_.frames_in() != frames_ || peek == Ctrl::Peek::message) {
     frames_ = ctrl_.frames_in();
     heard_ns_ = now;
   }
