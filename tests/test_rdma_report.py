@@ -6,6 +6,7 @@ perftest prints (read and atomics not halved)."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -162,8 +163,6 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
     """--rounds takes 0..99 (0: no comparison, as CI runs it); --compare-only
     with no round is refused. Both in one line with exit 2, before the guest
     is built (the checks come first, so this takes no time)."""
-    import subprocess
-
     def run(*args):
         return subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh"), *args], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL)
