@@ -1,13 +1,18 @@
 // The control channel's frame check, heartbeats and the handshake pieces.
 #include <gtest/gtest.h>
-#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
@@ -104,6 +109,52 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
 // A message the waiting side has not read yet holds back the heartbeats
 // queued behind it; the peer is not silent for that (a tcp data connection
 // whose last ACK was lost: the client, connected, already sent its barrier).
+// A loopback TCP connection: only TCP turns a close with unread input into a reset.
+struct TcpPair {
+  int client = -1, server = -1;
+  TcpPair() {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t n = sizeof a;
+    EXPECT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(lfd, 1), 0);
+    EXPECT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &n), 0);
+    client = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    server = ::accept(lfd, nullptr, nullptr);
+    ::close(lfd);
+  }
+  ~TcpPair() { ::close(server); }
+};
+
+// The end-of-session race: the server's heartbeat lies unread at the client
+// when it says bye. A plain close would reset the connection and the server's
+// read after the bye would fail ("peer reset"); say_bye ends it with a FIN.
+// It runs with the client's Heartbeat still beating, as run_client's does.
+TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
+  TcpPair p;
+  fm::Ctrl c(p.client, 1000);
+  const std::string beat = header(0, fm::CtrlType::heartbeat);
+  ASSERT_EQ(::write(p.server, beat.data(), beat.size()), 5);
+  pollfd in{p.client, POLLIN, 0};
+  ASSERT_EQ(::poll(&in, 1, 1000), 1);  // the beat is there, unread
+  std::thread bye;
+  {
+    fm::Heartbeat beating(c);
+    bye = std::thread([&c] { c.say_bye(); });
+    unsigned char hdr[fm::kFrameHeaderBytes];
+    ASSERT_EQ(::recv(p.server, hdr, sizeof hdr, MSG_WAITALL), 5);
+    EXPECT_EQ(hdr[4], static_cast<unsigned char>(fm::CtrlType::bye));
+    char more;
+    EXPECT_EQ(::recv(p.server, &more, 1, 0), 0) << "the client's close reset the connection: " << strerror(errno);
+    ::shutdown(p.server, SHUT_WR);  // as the server's close_draining: the client's drain ends here
+    bye.join();
+  }
+  EXPECT_EQ(c.fd(), -1);
+}
+
 TEST(PeerWatch, AMessageWaitingIsNotSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);

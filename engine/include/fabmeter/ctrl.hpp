@@ -36,6 +36,7 @@ constexpr size_t kFrameHeaderBytes = 5;
 constexpr uint32_t kMaxFrameDefault = 16 * 1024;
 constexpr uint32_t kMaxWelcome = 64 * 1024;  // host id + the server's environment JSON
 constexpr uint32_t kMaxText = 4096;          // refuse / fail reasons
+constexpr uint32_t kByeDrainMs = 1000;       // after its bye, a client waits this long at most for the server to close
 
 struct FrameHeader {
   uint32_t len = 0;
@@ -94,7 +95,12 @@ class Ctrl {
   // close() with unread input (its heartbeats) resets the connection, and
   // the peer's kernel then drops what it had not read yet (our reason).
   // Stops sending, discards input until the peer closes or `ms` passes.
+  // Safe while a Heartbeat on this channel still runs (it stops beating).
   void close_draining(uint32_t ms) noexcept;
+  // The client's end of a session: bye, then close_draining, so that an
+  // unread heartbeat cannot turn the close into a reset that overtakes the
+  // bye (the server would then fail a session that went well).
+  void say_bye();
   int fd() const { return fd_; }
   // The local address this connection uses (where data sockets should bind).
   std::string local_addr() const;

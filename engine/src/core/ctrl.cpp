@@ -176,7 +176,10 @@ Ctrl::~Ctrl() {
 
 void Ctrl::close_draining(uint32_t ms) noexcept {
   if (fd_ < 0) return;
-  ::shutdown(fd_, SHUT_WR);
+  {
+    std::lock_guard lock(*send_mu_);  // a Heartbeat thread's next beat then fails (EPIPE) and ends it
+    ::shutdown(fd_, SHUT_WR);
+  }
   const uint64_t deadline = Clock::mono_ns() + uint64_t(ms) * 1000000;
   char sink[4096];
   for (uint64_t now = Clock::mono_ns();; now = Clock::mono_ns()) {  // once at least: what is there already
@@ -188,8 +191,14 @@ void Ctrl::close_draining(uint32_t ms) noexcept {
     const ssize_t k = ::recv(fd_, sink, sizeof sink, 0);
     if (k == 0 || (k < 0 && errno != EINTR) || now >= deadline) break;
   }
+  std::lock_guard lock(*send_mu_);  // no beat may go to a descriptor number reused after this
   ::close(fd_);
   fd_ = -1;
+}
+
+void Ctrl::say_bye() {
+  send(CtrlType::bye);
+  close_draining(kByeDrainMs);
 }
 
 Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms) {
@@ -275,6 +284,7 @@ void Ctrl::send(CtrlType t, std::string_view payload) {
 
 bool Ctrl::send_heartbeat() noexcept {
   std::lock_guard lock(*send_mu_);
+  if (fd_ < 0) return false;
   const char hdr[kFrameHeaderBytes] = {0, 0, 0, 0, static_cast<char>(CtrlType::heartbeat)};
   size_t sent = 0;
   while (sent < sizeof hdr) {

@@ -228,7 +228,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
       std::fflush(to);
     } else if (v.rfind("exit ", 0) == 0) {
       const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
-      ctrl.send(CtrlType::bye);
+      ctrl.say_bye();
       return static_cast<int>(code);
     } else {
       runtime_error("relay: unexpected frame '" + peer_excerpt(v) + "'");

@@ -346,7 +346,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
   try {
     st = entry.points(p, ctx, o.out_dir, &transport_info);
     msg = ctx.failure;
-    if (st == Status::ok) ctrl.send(CtrlType::bye);
+    if (st == Status::ok) ctrl.say_bye();
   } catch (const Error& e) {
     if (e.kind == ErrorKind::usage) throw;
     st = Status::failed;
