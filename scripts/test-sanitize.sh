@@ -17,9 +17,11 @@ ASAN_K=${ASAN_K:-"not late_source and not killed_mid_run"}
 TSAN_TESTS=${TSAN_TESTS:-"tests/test_stream.py tests/test_conformance.py tests/test_hardening.py"}
 TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source and not killed_mid_run"}
 
+# Everything, not only the engine and GoogleTest: the end-to-end tests also
+# run the tools built beside the engine (test_messaging's rawpp_* peers).
 build() {  # DIR SANITIZERS
   [ -f "$1/build.ninja" ] || cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" >/dev/null
-  cmake --build "$1" --target fabmeter-engine engine-tests
+  cmake --build "$1"
 }
 
 # Fails (after printing the first lines of each) if any report was logged.
