@@ -31,6 +31,20 @@ POLLS = ["busy", "event"]
 TAG_VAR = "FABMETER_TEST_TAG"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tmpdir(tmp_path_factory):
+    """Engines take TMPDIR for their private directories (fabmeter-data-*,
+    fabmeter-ipc-*). One a test SIGKILLs cannot remove them: under pytest's
+    base temp, which pytest prunes, they do not pile up in /tmp."""
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmp"))
+    yield
+    if old is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = old
+
+
 @pytest.fixture(scope="session")
 def engine() -> Path:
     if not (ENGINE.is_file() and os.access(ENGINE, os.X_OK)):
