@@ -106,9 +106,6 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
   EXPECT_THROW(watch.check("test"), fm::Error);
 }
 
-// A message the waiting side has not read yet holds back the heartbeats
-// queued behind it; the peer is not silent for that (a tcp data connection
-// whose last ACK was lost: the client, connected, already sent its barrier).
 // A loopback TCP connection: only TCP turns a close with unread input into a reset.
 struct TcpPair {
   int client = -1, server = -1;
@@ -132,7 +129,7 @@ struct TcpPair {
 // The end-of-session race: the server's heartbeat lies unread at the client
 // when it says bye. A plain close would reset the connection and the server's
 // read after the bye would fail ("peer reset"); say_bye ends it with a FIN.
-// It runs with the client's Heartbeat still beating, as run_client's does.
+// The client's Heartbeat runs meanwhile, as in run_client.
 TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
   TcpPair p;
   fm::Ctrl c(p.client, 1000);
@@ -145,7 +142,7 @@ TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
     fm::Heartbeat beating(c);
     bye = std::thread([&c] { c.say_bye(); });
     unsigned char hdr[fm::kFrameHeaderBytes];
-    ASSERT_EQ(::recv(p.server, hdr, sizeof hdr, MSG_WAITALL), 5);
+    EXPECT_EQ(::recv(p.server, hdr, sizeof hdr, MSG_WAITALL), 5);  // no ASSERT: the thread must be joined
     EXPECT_EQ(hdr[4], static_cast<unsigned char>(fm::CtrlType::bye));
     char more;
     EXPECT_EQ(::recv(p.server, &more, 1, 0), 0) << "the client's close reset the connection: " << strerror(errno);
@@ -155,6 +152,9 @@ TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
   EXPECT_EQ(c.fd(), -1);
 }
 
+// A message the waiting side has not read yet holds back the heartbeats
+// queued behind it; the peer is not silent for that (a tcp data connection
+// whose last ACK was lost: the client, connected, already sent its barrier).
 TEST(PeerWatch, AMessageWaitingIsNotSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
