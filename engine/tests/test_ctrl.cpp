@@ -1,8 +1,6 @@
 // The control channel's frame check, heartbeats and the handshake pieces.
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -106,47 +104,30 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
   EXPECT_THROW(watch.check("test"), fm::Error);
 }
 
-// A loopback TCP connection: only TCP turns a close with unread input into a reset.
-struct TcpPair {
-  int client = -1, server = -1;
-  TcpPair() {
-    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t n = sizeof a;
-    EXPECT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(lfd, 1), 0);
-    EXPECT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &n), 0);
-    client = ::socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    server = ::accept(lfd, nullptr, nullptr);
-    ::close(lfd);
-  }
-  ~TcpPair() { ::close(server); }
-};
-
 // The end-of-session race: the server's heartbeat lies unread at the client
 // when it says bye. A plain close would reset the connection and the server's
 // read after the bye would fail ("peer reset"); say_bye ends it with a FIN.
 // The client's Heartbeat runs meanwhile, as in run_client.
+// Over loopback TCP: only TCP turns a close with unread input into a reset.
 TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
-  TcpPair p;
-  fm::Ctrl c(p.client, 1000);
+  fm::Listener listener("127.0.0.1", 0);
+  fm::Ctrl c = fm::Ctrl::connect("127.0.0.1:" + std::to_string(listener.port()), 0, 1000);
+  const fm::Ctrl server_end = listener.accept(1000);
+  const int server = server_end.fd();
   const std::string beat = header(0, fm::CtrlType::heartbeat);
-  ASSERT_EQ(::write(p.server, beat.data(), beat.size()), 5);
-  pollfd in{p.client, POLLIN, 0};
+  ASSERT_EQ(::write(server, beat.data(), beat.size()), 5);
+  pollfd in{c.fd(), POLLIN, 0};
   ASSERT_EQ(::poll(&in, 1, 1000), 1);  // the beat is there, unread
   std::thread bye;
   {
     fm::Heartbeat beating(c);
     bye = std::thread([&c] { c.say_bye(); });
     unsigned char hdr[fm::kFrameHeaderBytes];
-    EXPECT_EQ(::recv(p.server, hdr, sizeof hdr, MSG_WAITALL), 5);  // no ASSERT: the thread must be joined
+    EXPECT_EQ(::recv(server, hdr, sizeof hdr, MSG_WAITALL), 5);  // no ASSERT: the thread must be joined
     EXPECT_EQ(hdr[4], static_cast<unsigned char>(fm::CtrlType::bye));
     char more;
-    EXPECT_EQ(::recv(p.server, &more, 1, 0), 0) << "the client's close reset the connection: " << strerror(errno);
-    ::shutdown(p.server, SHUT_WR);  // as the server's close_draining: the client's drain ends here
+    EXPECT_EQ(::recv(server, &more, 1, 0), 0) << "the client's close reset the connection: " << strerror(errno);
+    ::shutdown(server, SHUT_WR);  // as the server's close_draining: the client's drain ends here
     bye.join();
   }
   EXPECT_EQ(c.fd(), -1);
