@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Runs inside the Soft-RoCE guest: bw of two tools *at the same time*, each on
+# its own rxe pair, so that the guest's speed modes (a run moves between about
+# 1.3, 2, 4 and 9 k msg/s under TCG) strike both alike and their ratio holds
+# to about 1 %, where alternated runs spread over +-40 %.
+#
+#   rdma/guest/run.sh --share "$PWD" -- rdma/paired-bw.sh ENGINE OUTDIR [VARIANT_ENGINE]
+#   rdma/paired_bw.py OUTDIR/pairs.txt
+#
+# Pair 0 is the guest's rxe0 -> rxe1 (10.77.0.x); this script adds pair 1,
+# rxe2 -> rxe3 on a second veth pair (10.78.0.x), routed like the first. Both
+# clients run on CPU 0 and both servers on CPU 1, so the scheduler gives each
+# an equal share: the ratio of their rates is the ratio of their costs per
+# message. A run's rate is its client device's sent_pkts (one packet per
+# 1 KiB message or read request) over common windows taken while both run.
+# Every entry runs twice, the tools swapped between the pairs, so the pairs'
+# own difference cancels (rdma/paired_bw.py).
+#
+# Tools: fm (ENGINE), pt (perftest's ib_OP_bw), fvX (VARIANT_ENGINE with the
+# environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1').
+# FM_PAIRED_PLAN: entries OP:A:B (default "read:fm:pt send:fm:pt write:fm:pt");
+# FM_PAIRED_ROUNDS (3), FM_PAIRED_WINDOWS (3) of FM_PAIRED_WIN_S seconds (3),
+# after FM_PAIRED_SETTLE_S (5); FM_PAIRED_N messages per run (100000: longer
+# than the windows, the runs are stopped after them).
+set -uo pipefail
+ENGINE=/tmp/fabmeter-paired-engine
+VARIANT=/tmp/fabmeter-paired-variant
+cp "$1" "$ENGINE"
+OUT=$2
+mkdir -p "$OUT"
+[[ -n ${3:-} ]] && cp "$3" "$VARIANT"
+N=${FM_PAIRED_N:-100000}
+WIN=${FM_PAIRED_WIN_S:-3}
+WINDOWS=${FM_PAIRED_WINDOWS:-3}
+PORT=19500
+
+B0=10.78.0.1 B1=10.78.0.2
+ip -batch - <<EOF || exit 1
+link add veth2 address 02:78:00:00:00:01 type veth peer name veth3 address 02:78:00:00:00:02
+addr add $B0/24 dev veth2
+addr add $B1/24 dev veth3
+link set veth2 up
+link set veth3 up
+rule add pref 10 iif veth2 lookup local
+rule add pref 10 iif veth3 lookup local
+rule add pref 20 from $B0 to $B1 lookup 102
+rule add pref 20 from $B1 to $B0 lookup 103
+rule add pref 25 from $B0 lookup local
+rule add pref 25 from $B1 lookup local
+rule add pref 30 to $B1 lookup 102
+rule add pref 30 to $B0 lookup 103
+route add $B1 dev veth2 src $B0 table 102
+route add $B0 dev veth3 src $B1 table 103
+EOF
+rdma link add rxe2 type rxe netdev veth2 && rdma link add rxe3 type rxe netdev veth3 || exit 1
+
+client_dev() { echo "rxe$((2 * $1))"; }
+server_dev() { echo "rxe$((2 * $1 + 1))"; }
+server_addr() { echo "10.$((77 + $1)).0.2"; }
+sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/sent_pkts"; }
+
+# start FILE TOOL PAIR OP: the tool's server and client, in the background.
+start() {
+  local f=$1 tool=$2 pair=$3 op=$4
+  PORT=$((PORT + 1))
+  if [[ $tool == pt ]]; then
+    taskset -c 1 timeout 300 "ib_${op}_bw" -d "$(server_dev "$pair")" -x 1 -p $PORT -F -n "$N" -s 1024 \
+      >"$f.server.out" 2>&1 &
+    sleep 1
+    taskset -c 0 timeout 300 "ib_${op}_bw" -d "$(client_dev "$pair")" -x 1 -p $PORT -F -n "$N" -s 1024 \
+      "$(server_addr "$pair")" >"$f.out" 2>&1 &
+    return
+  fi
+  local engine=$ENGINE env=()
+  if [[ $tool == fv* ]]; then
+    engine=$VARIANT
+    local var=FM_PAIRED_ENV_${tool#fv}
+    read -ra env <<<"${!var:-}"
+  fi
+  env "${env[@]}" timeout 300 "$engine" serve --bind "$(server_addr "$pair")" --port $PORT --once --cpu 1 \
+    >"$f.server.out" 2>&1 &
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q listening "$f.server.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  env "${env[@]}" timeout 300 "$engine" run bw --server "$(server_addr "$pair"):$PORT" --cpu 0 -t verbs --cm raw \
+    -n "$N" --warmup 200 --tx-depth 128 -s 1024 --service rc --op "$op" >"$f.out" 2>"$f.err" &
+}
+
+# pair NAME TOOL0 TOOL1 OP: one line "NAME OP p0=TOOL0 p1=TOOL1 R0/R1 ..." (msg/s per window).
+pair() {
+  local name=$1 t0=$2 t1=$3 op=$4
+  start "$OUT/$name-p0-$t0" "$t0" 0 "$op"
+  start "$OUT/$name-p1-$t1" "$t1" 1 "$op"
+  sleep "${FM_PAIRED_SETTLE_S:-5}"
+  local a0 a1 b0 b1 w line="$name $op p0=$t0 p1=$t1"
+  a0=$(sent_pkts 0) a1=$(sent_pkts 1)
+  for ((w = 0; w < WINDOWS; w++)); do
+    sleep "$WIN"
+    b0=$(sent_pkts 0) b1=$(sent_pkts 1)
+    line+=" $(((b0 - a0) / WIN))/$(((b1 - a1) / WIN))"
+    a0=$b0 a1=$b1
+  done
+  pkill -f "_bw -d rxe"
+  pkill -f "fabmeter-paired-(engine|variant) (run|serve)"
+  wait
+  echo "$line" | tee -a "$OUT/pairs.txt"
+}
+
+: >"$OUT/pairs.txt"
+for ((round = 1; round <= ${FM_PAIRED_ROUNDS:-3}; round++)); do
+  for entry in ${FM_PAIRED_PLAN:-read:fm:pt send:fm:pt write:fm:pt}; do
+    IFS=: read -r op a b <<<"$entry"
+    pair "r$round-$op-$a-$b" "$a" "$b" "$op"
+    pair "r$round-$op-$b-$a" "$b" "$a" "$op"
+  done
+done
