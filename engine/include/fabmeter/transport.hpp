@@ -53,6 +53,9 @@ struct Use {
 enum SendFlags : uint32_t {
   kSendSignaled = 1u << 0,    // ask for a send completion
   kSendInline = 1u << 1,
+  // More posts follow this one (bw): a one-sided op's answer may then show
+  // only with a later op's completion, so it may go unsignaled (--signal-every).
+  kSendMore = 1u << 2,
 };
 
 struct RecvMsg {

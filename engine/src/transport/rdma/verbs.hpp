@@ -11,6 +11,9 @@
 //              one-sided (RC): the client reads (or adds to, compares and
 //              swaps) the server's ring, its poll_recv returns each op's
 //              answer from the send CQ; the server's CPU takes no part.
+//              Every op is signaled, except that one posted with kSendMore
+//              (bw, all but its last) follows --signal-every, as perftest's
+//              cq_mod: a completion answers every op up to it.
 //
 // This header is the datapath (post_send, poll_recv, release,
 // poll_send_comp: inline, no allocation or system call of ours in busy mode;
@@ -116,7 +119,7 @@ class VerbsTransport {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr_id = posted_;
-    if (one_sided_) return post_one_sided(len, wr, sge);
+    if (one_sided_) return post_one_sided(len, flags, wr, sge);
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
@@ -282,9 +285,9 @@ class VerbsTransport {
     return post(wr, flags, wr_id);
   }
 
-  // Read or atomic on the peer's slot n mod slots, answered into ours; every
-  // one signaled (its completion is the answer).
-  [[gnu::always_inline]] bool post_one_sided(uint32_t len, ibv_send_wr& wr, ibv_sge& sge) {
+  // Read or atomic on the peer's slot n mod slots, answered into ours. Its
+  // answer is in when a completion of it or of a later op comes.
+  [[gnu::always_inline]] bool post_one_sided(uint32_t len, uint32_t flags, ibv_send_wr& wr, ibv_sge& sge) {
     if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
     const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
@@ -302,7 +305,10 @@ class VerbsTransport {
     sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
     sge.length = len;
     sge.lkey = rx_mr_->lkey;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    // The op that fills our answer ring is signaled too, or no room would come back.
+    const bool signaled = !(flags & kSendMore) || ++unsignaled_ >= signal_every_ || os_posted_ + 1 - os_taken_ >= rx_slots_;
+    if (signaled) unsignaled_ = 0;
+    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
     wr_ids_[posted_ & wr_mask_] = verbs::kNoReport;  // answers go to poll_recv, not poll_send_comp
     os_len_[mine] = len;
     ++os_posted_;
@@ -364,7 +370,7 @@ class VerbsTransport {
         continue;
       }
       completed_ = wc[i].wr_id + 1;
-      os_done_ += one_sided_;  // every one-sided WR is signaled: one completion, one answer
+      if (one_sided_) os_done_ = completed_;  // a one-sided QP posts nothing else: WR n is op n
       const uint64_t id = wr_ids_[wc[i].wr_id & wr_mask_];
       if (id == verbs::kNoReport) continue;
       if (done_tail_ - done_head_ > done_mask_) ++done_head_;  // nobody collects: drop the oldest
