@@ -7,6 +7,7 @@ the engine are skipped, with a clear reason, when the binary is missing.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,15 @@ ENGINE = Path(os.environ.get("FABMETER_ENGINE") or REPO / "build" / "engine" / "
 TRANSPORTS = ["shm", "tcp", "udp"]
 sys.path.insert(0, str(REPO / "python"))  # this checkout's package, installed or not
 POLLS = ["busy", "event"]
+
+
+def script_module(name: str, rel_path: str):
+    """A script of this checkout (not a package module) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / rel_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
 
 # Every process a test starts carries this tag in its environment (children
 # inherit it), so a test can tell whether engines it started were left behind

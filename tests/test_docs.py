@@ -5,14 +5,13 @@ target, file path and option the docs name exists."""
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import re
 import subprocess
 
 import pytest
 
-from conftest import REPO, cli_cmd, cli_env
+from conftest import REPO, cli_cmd, cli_env, script_module
 
 # The files this test holds to the code. (docs/suites.md names example files
 # in its error messages, e.g. suites/x.toml.)
@@ -22,10 +21,7 @@ TOP = ("engine/", "python/", "tests/", "scripts/", "suites/", "rdma/", "docs/", 
 
 
 def gen_module():
-    spec = importlib.util.spec_from_file_location("gen_cli_doc", REPO / "scripts" / "gen-cli-doc.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("gen_cli_doc", "scripts/gen-cli-doc.py")
 
 
 def code_texts(text: str) -> list[str]:

@@ -4,21 +4,16 @@ tools must come out with the pairs' own difference cancelled."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, script_module
 
 
 def paired_module():
-    spec = importlib.util.spec_from_file_location("paired_bw_mod", REPO / "rdma" / "paired_bw.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("paired_bw_mod", "rdma/paired_bw.py")
 
 
 def lines_for(rnd, op, a, b, a_over_b, p0_over_p1, base_rates):

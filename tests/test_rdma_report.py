@@ -5,18 +5,13 @@ perftest prints (read and atomics not halved)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, script_module
 
 
 def report_module():
-    spec = importlib.util.spec_from_file_location("test_rdma_report_mod", REPO / "rdma" / "test_rdma_report.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("test_rdma_report_mod", "rdma/test_rdma_report.py")
 
 
 def fm_lat(name, p50_ns):
