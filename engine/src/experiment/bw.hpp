@@ -168,21 +168,16 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   Status st = Status::ok;
 
   // Arrival times are taken once per batch of receives, not per message: the
-  // clock stays out of the per-message path, and the error is one batch.
-  // The clock starts at the batch that reaches the mark, so what that batch
-  // brought (a one-sided completion answers up to --signal-every ops at once)
-  // is before the clock, not counted in the rate.
+  // clock stays out of the per-message path, and the error is one batch. The
+  // batch that reaches the mark ends there, so the clock starts at the mark's
+  // arrival and nothing that came with it is counted after it.
   BwSeries series;
   series.bin_ticks = std::max<uint64_t>(1, clk.ns_to_ticks(p.bw.series_ms * 1e6));
-  uint64_t at_mark = 0;  // arrivals when the clock started
-  uint64_t binned = 0;   // arrivals already in the series or before the clock
+  uint64_t binned = 0;  // arrivals already in the series or before the mark
   auto stamp = [&] {
     t_last = clk.ticks();
-    if (!t_mark && me.received >= mark) {
-      t_mark = t_last;
-      at_mark = me.received;
-    }
-    if (t_mark && me.received > std::max(binned, at_mark)) series.add(t_last - t_mark, me.received - std::max(binned, at_mark));
+    if (!t_mark && me.received >= mark) t_mark = t_last;
+    if (t_mark && me.received > std::max(binned, mark)) series.add(t_last - t_mark, me.received - std::max(binned, mark));
     binned = me.received;
   };
 
@@ -205,9 +200,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       if (seq) put_seq(buf.data(), n, static_cast<uint32_t>(me.sent));
       // The last message goes without kSendMore, so its completion (a
       // one-sided op's answer) comes; with --duration it is the first one
-      // posted after the time is up.
+      // posted after the time is up. So does the last warm-up message: a
+      // completion then answers exactly up to the mark, none past it.
       const bool time_up = by_duration && me.sent >= warmup && clk.ticks() >= t_stop;
-      const uint32_t flags = time_up || me.sent + 1 == my_total ? 0u : uint32_t{kSendMore};
+      const bool ends_a_phase = time_up || me.sent + 1 == my_total || me.sent + 1 == warmup;
+      const uint32_t flags = ends_a_phase ? 0u : uint32_t{kSendMore};
       if (t.post_send(buf.data(), n, flags, me.sent)) {
         // ---- hot path: one message out ----
         if (++me.sent == warmup && by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
@@ -235,7 +232,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     };
     RecvMsg m;
     const uint64_t before = me.received;
-    while (me.received - before < 64 && t.poll_recv(m)) take(m);
+    while (me.received - before < 64 && (t_mark || me.received < mark) && t.poll_recv(m)) take(m);
     if (me.received != before) {
       stamp();
       progressed = true;
@@ -282,7 +279,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     }
   }
 
-  me.measured = t_mark ? me.received - at_mark : 0;
+  me.measured = t_mark ? me.received - mark : 0;
   if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
   me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
   me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
@@ -305,12 +302,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   if (c.role == Role::server) return st;
 
   // Client: direction c2s was received by the server, s2c by us.
-  // The measured arrivals are the last `measured` of `received`, messages
-  // received - measured .. received - 1 (in order; with losses on an
-  // unreliable transport their mean size is estimated so).
+  // The measured arrivals are messages mark .. mark + measured - 1 (in order;
+  // with losses on an unreliable transport their mean size is estimated so).
   auto rate = [&](const BwSide& rx, double* gbps, double* msgs) {
     *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
-    *gbps = *msgs * spread.mean(rx.received - rx.measured, rx.measured, size) * 8 / 1e9;
+    *gbps = *msgs * spread.mean(mark, rx.measured, size) * 8 / 1e9;
   };
   const BwSide& rx_c2s = own_answers ? me : peer;
   const BwSide& rx_s2c = own_answers ? peer : me;
@@ -335,7 +331,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
-      .add("size_spread", static_cast<uint64_t>(spread_pct)).add("mean_size", spread.mean(rx_c2s.received - rx_c2s.measured, rx_c2s.measured, size))
+      .add("size_spread", static_cast<uint64_t>(spread_pct)).add("mean_size", spread.mean(mark, rx_c2s.measured, size))
       .add("throughput_series", series_json)
       .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
   return st;
