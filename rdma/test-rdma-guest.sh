@@ -240,7 +240,8 @@ fm "bw-uc-write-raw-64K-credits" 0 bw -s 64K -n 300 --warmup 20 --service uc --o
 fm "bw-rc-read-raw-bidir" 0 bw "${BW[@]}" --service rc --op read --cm raw --bidir
 fm "bw-rc-atomic-fadd-raw" 0 bw -s 8 -n 2000 --warmup 100 --service rc --op atomic-fadd --cm raw
 fm "bw-rc-atomic-cswap-rdma_cm-bidir" 0 bw -s 8 -n 2000 --warmup 100 --service rc --op atomic-cswap --bidir
-# One-sided bw signals every --signal-every-th op (auto: 64 here) and its last:
+# One-sided bw signals every --signal-every-th op (auto: 64 here), its last
+# warm-up op and its last op:
 # an answer ring smaller than that, and a --duration run whose last op is
 # whichever comes after the time, must still see every answer.
 fm "bw-rc-read-raw-ring8" 0 bw "${BW[@]}" --service rc --op read --cm raw --rq-depth 8

@@ -12,8 +12,9 @@
 //              swaps) the server's ring, its poll_recv returns each op's
 //              answer from the send CQ; the server's CPU takes no part.
 //              Every op is signaled, except that one posted with kSendMore
-//              (bw, all but its last) follows --signal-every, as perftest's
-//              cq_mod: a completion answers every op up to it.
+//              (bw: all but its last warm-up op and its last op) follows
+//              --signal-every, as perftest's cq_mod, unless it fills the
+//              answer ring: a completion answers every op up to it.
 //
 // This header is the datapath (post_send, poll_recv, release,
 // poll_send_comp: inline, no allocation or system call of ours in busy mode;
