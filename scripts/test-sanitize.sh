@@ -5,7 +5,9 @@
 # the stream's file sink writer thread). Sanitizer reports go to log files
 # (a report in a server process would not fail the client's test), and any
 # report fails the run.
-# ASAN_TESTS / TSAN_TESTS: pytest files; ASAN_K / TSAN_K: their -k expressions.
+# ASAN_TESTS / TSAN_TESTS: pytest files; ASAN_K / TSAN_K: their -k expressions;
+# TSAN_TRANSPORTS: the transports the TSan build compiles (the ones its
+# tests run; the ASan build has every one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -16,12 +18,13 @@ ASAN_TESTS=${ASAN_TESTS:-"tests/test_cli.py tests/test_conformance.py tests/test
 ASAN_K=${ASAN_K:-"not late_source and not killed_mid_run"}
 TSAN_TESTS=${TSAN_TESTS:-"tests/test_stream.py tests/test_conformance.py tests/test_hardening.py"}
 TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source and not killed_mid_run"}
+TSAN_TRANSPORTS=${TSAN_TRANSPORTS:-"shm;tcp"}
 
 # The engine and GoogleTest, and the rawpp_* peers (the ones this build has)
 # when TESTS include test_messaging.py, whose rawpp tests run them: each tool
 # more costs CI about 10 s per sanitizer build.
-build() {  # DIR SANITIZERS TESTS
-  [ -f "$1/build.ninja" ] || cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" >/dev/null
+build() {  # DIR SANITIZERS TESTS TRANSPORTS
+  cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" -DFM_TRANSPORTS="$4" >/dev/null
   local targets=(fabmeter-engine engine-tests)
   [[ " $3 " == *" tests/test_messaging.py "* ]] &&
     targets+=($(ninja -C "$1" -t targets all | awk -F: '/^rawpp_[a-z]+: / {print $1}'))
@@ -53,13 +56,13 @@ run_suite() {  # NAME DIR TESTS K
 }
 
 rc=0
-build build/engine-asan address,undefined "$ASAN_TESTS"
+build build/engine-asan address,undefined "$ASAN_TESTS" ""
 export ASAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/asan:halt_on_error=1:detect_leaks=1"
 export UBSAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/ubsan:print_stacktrace=1:halt_on_error=1"
 run_suite asan+ubsan build/engine-asan "$ASAN_TESTS" "$ASAN_K" || rc=1
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
-build build/engine-tsan thread "$TSAN_TESTS"
+build build/engine-tsan thread "$TSAN_TESTS" "$TSAN_TRANSPORTS"
 export TSAN_OPTIONS="log_path=$PWD/build/engine-tsan/reports/tsan:halt_on_error=0:second_deadlock_stack=1"
 run_suite tsan build/engine-tsan "$TSAN_TESTS" "$TSAN_K" || rc=1
 [ $rc -eq 0 ] && echo "test-sanitize: no sanitizer reports"

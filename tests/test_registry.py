@@ -62,3 +62,26 @@ def test_nanomsg_calls_go_to_libnanomsg(engine):
         pytest.skip("the engine was built without nanomsg")
     libs = subprocess.run(["ldd", str(engine)], capture_output=True, text=True, check=True).stdout
     assert "libnanomsg.so" in libs, libs
+
+
+def configure(build, *defs: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(build), "-G", "Ninja",
+                           "-DBUILD_TESTING=OFF", *defs], capture_output=True, text=True)
+
+
+def test_fm_transports_builds_only_the_transports_named(tmp_path):
+    r = configure(tmp_path / "b", "-DFM_TRANSPORTS=shm;tcp")
+    assert r.returncode == 0, r.stderr
+    registry = (tmp_path / "b" / "generated" / "fabmeter" / "transports.def").read_text()
+    built = re.findall(r"^FM_TRANSPORT\((\w+),", registry, re.M)
+    absent = re.findall(r"^FM_TRANSPORT_ABSENT\((\w+),", registry, re.M)
+    assert built == ["shm", "tcp"] and sorted(built + absent) == sorted(declared())
+    units = sorted(p.name for p in (tmp_path / "b" / "generated").glob("run_points_*.cpp"))
+    assert units == ["run_points_shm.cpp", "run_points_tcp.cpp"]  # one unit of loops per transport built
+    assert "transport udp: not in FM_TRANSPORTS, left out" in r.stdout
+
+
+def test_fm_transports_refuses_an_unknown_name(tmp_path):
+    r = configure(tmp_path / "b", "-DFM_TRANSPORTS=shm;tpc")
+    assert r.returncode != 0
+    assert "FM_TRANSPORTS: no transport 'tpc' (one of shm, tcp, udp" in " ".join(r.stderr.split())

@@ -1,0 +1,61 @@
+// The parts of run_points (run_points.hpp) that are the same for every transport.
+#include "experiment/run_points.hpp"
+
+#include <poll.h>
+
+#include <chrono>
+
+#include "fabmeter/error.hpp"
+
+namespace fm {
+
+const ExperimentEntry& experiment_for(const std::string& name) {
+  if (const ExperimentEntry* e = find_experiment(name)) return *e;
+  usage_error("unknown experiment '" + name + "' (one of " + kExperiments + ")");
+}
+
+void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
+  if (out_dir.empty() || out.arrays.empty()) return;
+  JsonObj files;
+  for (auto& [name, values] : out.arrays) {
+    std::string file = stem + "." + name + ".npy";
+    write_npy_f64(out_dir + "/" + file, values.data(), values.size());
+    files.add(name, file);
+  }
+  out.fields.add("samples", files);
+}
+
+// A control frame arrived mid-point (Status::ctrl_pending left a loop): the
+// server's refuse when its watchdog ended the session, whose one-line
+// reason recv() throws; anything else ends the session as failed.
+Status end_mid_point(Ctx& ctx) {
+  ctx.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
+  ctx.failure = "the peer ended the session in the middle of a point";
+  return Status::failed;
+}
+
+// The data path failed on the client: a server whose watchdog ended the
+// session closes its transports first and then sends its reason, so give
+// the reason a moment to arrive. True if a control frame is waiting.
+bool reason_follows(const Ctrl& ctrl) {
+  constexpr int kReasonGraceMs = 500;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kReasonGraceMs);
+  for (;;) {
+    switch (ctrl.peek()) {
+      case Ctrl::Peek::message: return true;
+      case Ctrl::Peek::closed: return false;
+      case Ctrl::Peek::nothing: break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{ctrl.fd(), POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(left.count()));
+  }
+}
+
+// What the experiment asks of the transport.
+Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
+  return {.role = role, .poll = p.poll, .send_window = experiment.send_window(p), .loss_timeout_ms = p.loss_timeout_ms};
+}
+
+}  // namespace fm

@@ -1,0 +1,137 @@
+// A session's points on one transport (run_points) and the transport
+// table's entries. Each transport's entries are compiled in a unit of their
+// own, generated from run_points_for.cpp.in by CMakeLists.txt's
+// fm_transport: instantiating every experiment for every transport in one
+// unit made that unit the build's longest step by far.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "experiment/common.hpp"
+#include "experiment/table.hpp"
+#include "fabmeter/clock.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/trace.hpp"
+
+namespace fm {
+
+// A registry line (generated fabmeter/transports.def): the class and the
+// option groups it reads.
+template <class T, const char* Groups>
+struct TransportDef {
+  using Type = T;
+  static constexpr std::string_view kGroups = Groups;
+};
+
+// The groups of p that D's transport reads, in OptionGroups order: the
+// arguments of its caps() and, before a Use, of its constructor.
+template <class D, class... G>
+auto groups_for(const Params& p, std::tuple<G...>*) {
+  return std::tuple_cat([&]() {
+    if constexpr (in_list(D::kGroups, G::kGroup)) return std::tuple<const G&>(group_of<G>(p));
+    else return std::tuple<>();
+  }()...);
+}
+template <class D>
+auto groups_for(const Params& p) { return groups_for<D>(p, static_cast<OptionGroups*>(nullptr)); }
+
+template <class D>
+Caps caps_of(const Params& p) {
+  return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
+}
+
+// The steps of run_points that are the same for every transport (run_points.cpp).
+const ExperimentEntry& experiment_for(const std::string& name);
+void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out);
+Status end_mid_point(Ctx& ctx);
+bool reason_follows(const Ctrl& ctrl);
+Use use_of(const Params& p, const ExperimentEntry& experiment, Role role);
+
+template <class D>
+Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info) {
+  using T = typename D::Type;
+  static_assert(Transport<T>);
+  const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const std::vector<Point> plan = experiment.plan(p, ctx.caps);
+  uint64_t max_msg = 0;
+  for (const Point& pt : plan) max_msg = std::max(max_msg, pt.largest());
+  const char* role = ctx.role == Role::client ? "client" : "server";
+  trace_phase(role, "connect");
+  // One transport per connection (load's --conns), connected in turn; a
+  // deque, as transports are neither copied nor moved.
+  std::deque<T> transports;
+  std::vector<T*> conns;
+  const uint32_t n_conns = experiment.connections(p);
+  for (uint32_t i = 0; i < n_conns; ++i) {
+    T& t = std::apply([&](const auto&... args) -> T& { return transports.emplace_back(args...); },
+                      std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+    t.connect(ctx.ctrl, max_msg);
+    conns.push_back(&t);
+  }
+  if (transport_info) {
+    conns[0]->describe(*transport_info);
+    if (n_conns > 1) transport_info->add("connections", static_cast<uint64_t>(n_conns));
+  }
+  // The first burst of clock probes; the experiment probes again after each point.
+  ctx.sync.probed = experiment.peer_clock && !ctx.same_host;
+  if (ctx.sync.probed) {
+    open_clock_probes(ctx);
+    probe_clock(ctx);
+  }
+  // Picked once: the loop is compiled for this transport and poll mode.
+  const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
+
+  int64_t started_ns = 0;  // when the first point went on after waiting for --start-at
+  for (const Point& pt : plan) {
+    ctx.ctrl.barrier("start of point");
+    if (ctx.start_at_ns && &pt == &plan.front())
+      started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
+    trace_phase(role, "point");
+    PointOut out;
+    Status st = loop(Conns<T>(conns), ctx, pt, out);
+    trace_phase(role, "results");
+
+    if (ctx.role == Role::client) {
+      JsonObj line;
+      line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
+          .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
+      if (started_ns && &pt == &plan.front())
+        line.add("started_mono_ns", started_ns).add("start_late_ns", started_ns - ctx.start_at_ns);
+      std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
+      if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
+      if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
+      if (pt.capacity) stem += "-capacity";
+      write_arrays(out_dir, stem, out);
+      std::string body = out.fields.str();
+      line.add("partial", out.partial || st != Status::ok);
+      // Splice the experiment's own fields after the common ones.
+      std::string text = line.str();
+      if (body.size() > 2) text = text.substr(0, text.size() - 1) + ", " + body.substr(1);
+      text += "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+    if (st == Status::ctrl_pending ||
+        (ctx.role == Role::client && (st == Status::peer_lost || st == Status::failed) && reason_follows(ctx.ctrl)))
+      st = end_mid_point(ctx);
+    if (st != Status::ok) return st;
+  }
+  return Status::ok;
+}
+
+// Each transport built in: its caps and its points, each defined in its own unit.
+#define FM_TRANSPORT(name, cls, groups) \
+  Caps name##_caps(const Params& p);    \
+  Status name##_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info);
+#define FM_TRANSPORT_ABSENT(name, groups)
+#include "fabmeter/transports.def"
+#undef FM_TRANSPORT
+#undef FM_TRANSPORT_ABSENT
+
+}  // namespace fm
