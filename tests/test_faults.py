@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stop_serve, tagged_engine_procs, wait_until
+from conftest import stop_serve, wait_until
 from test_twohost import read_listening
 
 TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
@@ -223,29 +223,3 @@ def test_faults_while_connecting(fm, built, tmp_path, transport):
             fault_round(fm, serve, port, trace, transport, victim, action, "connect", 0.0, tmp_path / victim)
     finally:
         stop_serve(serve)
-
-
-def test_the_session_thread_has_a_descriptor_table_of_its_own(fm):
-    """The heartbeat thread keeps the old table: shared, every system call on
-    a descriptor would take a reference on its file (docs/performance.md)."""
-    run = fm.popen("lat", "-t", "tcp", "--duration", "4", "--json")
-    try:
-        # The client and the server's session: two tasks each, once the data connection is up.
-        def tables() -> bool:
-            found = 0
-            for entry in tagged_engine_procs(fm.tag):
-                pid = entry.split(":")[0]
-                try:
-                    tids = sorted(os.listdir(f"/proc/{pid}/task"), key=lambda t: t != pid)  # the main task first
-                    fds = [set(os.listdir(f"/proc/{pid}/task/{t}/fd")) for t in tids]
-                except OSError:
-                    continue
-                if len(fds) == 2 and fds[0] - fds[1]:  # the main task's data socket
-                    found += 1
-            return found >= 2
-
-        assert wait_until(tables, timeout=15), (
-            f"no client and session whose session thread has descriptors its beat thread lacks: {tagged_engine_procs(fm.tag)}")
-    finally:
-        out, err = run.communicate(timeout=60)
-    assert run.returncode == 0, err

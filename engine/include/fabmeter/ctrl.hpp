@@ -138,8 +138,7 @@ class PeerWatch {
 // A session's proof of life: a thread that sends a heartbeat frame every
 // kHeartbeatMs for as long as it exists, whatever the session's own thread
 // is doing (measuring, computing, writing). A SIGSTOPped process stops all
-// its threads, so the peer notices it after kSilenceMs. From its start the
-// session's thread has a descriptor table of its own (ctrl.cpp says why).
+// its threads, so the peer notices it after kSilenceMs.
 constexpr uint32_t kHeartbeatMs = 1000;
 constexpr uint32_t kSilenceMs = 3000;
 class Heartbeat {

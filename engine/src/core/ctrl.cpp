@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -337,14 +336,6 @@ Heartbeat::Heartbeat(Ctrl& ctrl) : ctrl_(ctrl) {
     while (!cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [this] { return stop_; }))
       if (!ctrl_.send_heartbeat()) return;  // the peer is gone: the session finds out itself
   });
-  // The session's thread takes a copy of the descriptor table and leaves the
-  // beat thread the old one. While two threads share a table, every system
-  // call on a descriptor takes and drops a reference on its file (the
-  // kernel's fdget slow path): with Soft-RoCE, whose every post is a system
-  // call, that cost bw about 2 % (docs/performance.md). The control socket
-  // is in both tables; a close on this side still ends the session, as
-  // close_draining shuts the socket down first. Failing, it costs only that.
-  ::unshare(CLONE_FILES);
 }
 
 Heartbeat::~Heartbeat() {
