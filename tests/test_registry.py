@@ -64,6 +64,55 @@ def test_nanomsg_calls_go_to_libnanomsg(engine):
     assert "libnanomsg.so" in libs, libs
 
 
+def sources() -> dict[str, list[str]]:
+    """Transport -> the sources its fm_transport line compiles."""
+    out = {}
+    for m in re.finditer(r"^fm_transport\((\w+) \w+ \S+(.*?)\)$", CMAKE.read_text(), re.M | re.S):
+        listed = re.search(r"SOURCES ((?:\S+\.cpp\s*)+)", m.group(2))
+        out[m.group(1)] = listed.group(1).split()
+    return out
+
+
+def symbols(objects: list) -> tuple[set[str], set[str]]:
+    """(defined, undefined) symbols of the object files; weak ones (inline
+    functions, emitted wherever used) count as neither."""
+    defined, undefined = set(), set()
+    if objects:
+        out = subprocess.run(["nm", *map(str, objects)], capture_output=True, text=True, check=True).stdout
+        for kind, name in re.findall(r"^(?:[0-9a-f]+)?\s+([A-Za-z]) (\S+)$", out, re.M):
+            if kind == "U":
+                undefined.add(name)
+            elif kind in "TDBR":
+                defined.add(name)
+    return defined, undefined
+
+
+def test_each_transport_links_alone(engine):
+    """FM_TRANSPORTS may name any one transport: what a transport's objects
+    call must be its own or the core's, never another transport's (verbs'
+    rdma_cm once called the socket helpers compiled only with tcp and udp)."""
+    build = engine.parent
+    objects = {}
+    for name, srcs in sources().items():
+        found = [build / "CMakeFiles" / "fmcore.dir" / f"{src}.o" for src in srcs]
+        found.append(build / "CMakeFiles" / "fmsession.dir" / "generated" / f"run_points_{name}.cpp.o")
+        if all(o.exists() for o in found):
+            objects[name] = found
+    assert {"shm", "tcp", "udp"} <= objects.keys(), "the engine's transport objects are not where expected"
+    every_transport = {o for objs in objects.values() for o in objs}
+    core = [o for d in ("fmcore.dir", "fmsession.dir") for o in (build / "CMakeFiles" / d).rglob("*.o")
+            if o not in every_transport]
+    core_defined, _ = symbols(core)
+    for name, objs in objects.items():
+        own, needs = symbols(objs)
+        elsewhere = set()
+        for other, other_objs in objects.items():
+            if other != name:
+                elsewhere |= symbols(other_objs)[0]
+        missing = sorted(needs & (elsewhere - core_defined - own))
+        assert not missing, f"{name} calls what only other transports compile: {missing[:5]}"
+
+
 def configure(build, *defs: str) -> subprocess.CompletedProcess:
     return subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(build), "-G", "Ninja",
                            "-DBUILD_TESTING=OFF", *defs], capture_output=True, text=True)
