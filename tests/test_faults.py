@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stop_serve, wait_until
+from conftest import stop_serve, tagged_engine_procs, wait_until
 from test_twohost import read_listening
 
 TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
@@ -223,3 +223,27 @@ def test_faults_while_connecting(fm, built, tmp_path, transport):
             fault_round(fm, serve, port, trace, transport, victim, action, "connect", 0.0, tmp_path / victim)
     finally:
         stop_serve(serve)
+
+
+def test_the_beat_thread_holds_the_control_socket_alone(fm):
+    """In the client and in the server's session, the heartbeat thread's
+    descriptor table is its control socket alone, so the session's thread has
+    one to itself: shared, every system call on a descriptor would take a
+    reference on its file (docs/performance.md)."""
+    run = fm.popen("lat", "-t", "tcp", "--duration", "4", "--json")
+    seen = set()  # engines seen with two tasks and the beat's table as it should be
+    while run.poll() is None and len(seen) < 2:
+        for entry in tagged_engine_procs(fm.tag):
+            pid = entry.split(":")[0]
+            try:
+                tids = sorted(os.listdir(f"/proc/{pid}/task"), key=lambda t: t != pid)  # the main task first
+                fds = [set(os.listdir(f"/proc/{pid}/task/{t}/fd")) for t in tids]
+            except OSError:
+                continue
+            # The beat's one descriptor is also the main task's, which has the data socket too.
+            if len(fds) == 2 and len(fds[1]) == 1 and fds[1] < fds[0]:
+                seen.add(pid)
+        time.sleep(0.02)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert len(seen) >= 2, f"the beat thread's table was the control socket alone in {len(seen)} of the 2 engines"

@@ -1,16 +1,20 @@
 // The control channel's frame check, heartbeats and the handshake pieces.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
@@ -131,6 +135,53 @@ TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
     bye.join();
   }
   EXPECT_EQ(c.fd(), -1);
+}
+
+// What each thread's descriptor table refers to: tid -> link targets.
+std::map<std::string, std::vector<std::string>> tables() {
+  std::map<std::string, std::vector<std::string>> out;
+  DIR* tasks = opendir("/proc/self/task");
+  while (dirent* t = tasks ? readdir(tasks) : nullptr) {
+    if (t->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + t->d_name + "/fd";
+    DIR* fds = opendir(dir.c_str());
+    if (!fds) continue;  // a thread that has just ended
+    auto& links = out[t->d_name];
+    while (dirent* f = readdir(fds)) {
+      char target[256];
+      const ssize_t n = readlink((dir + "/" + f->d_name).c_str(), target, sizeof target);
+      if (f->d_name[0] != '.' && n > 0) links.emplace_back(target, static_cast<size_t>(n));
+    }
+    closedir(fds);
+  }
+  if (tasks) closedir(tasks);
+  return out;
+}
+
+// The beat thread's table holds the control socket alone, so that the
+// session's thread has a table to itself; and its copy is gone once the
+// session closes the channel, or the close would not be the socket's last
+// (the peer would see no FIN, and a reset when unread input meets the end).
+TEST(Heartbeat, ItsThreadHoldsTheControlSocketAloneAndDropsItBeforeTheClose) {
+  Pair p;
+  fm::Ctrl c(p.sv[0], 1000);
+  struct stat st{};
+  ASSERT_EQ(fstat(p.sv[0], &st), 0);
+  const std::string socket = "socket:[" + std::to_string(st.st_ino) + "]";
+  const std::string me = std::to_string(gettid());
+  fm::Heartbeat beating(c);
+  bool alone = false;
+  for (int i = 0; i < 200 && !alone; ++i, usleep(10'000))
+    for (const auto& [tid, links] : tables())
+      alone |= tid != me && links == std::vector<std::string>{socket};
+  EXPECT_TRUE(alone) << "no thread whose table is the control socket alone";
+  EXPECT_GT(tables()[me].size(), 2u);  // ours is untouched: the pair's other end, stdio
+  ::shutdown(p.sv[1], SHUT_WR);  // the drain ends at once
+  c.close_draining(1000);
+  for (const auto& [tid, links] : tables())
+    EXPECT_EQ(std::count(links.begin(), links.end(), socket), 0) << "thread " << tid << " still holds it";
+  char byte;
+  EXPECT_EQ(::recv(p.sv[1], &byte, 1, 0), 0);  // the peer sees the end
 }
 
 // A message the waiting side has not read yet holds back the heartbeats

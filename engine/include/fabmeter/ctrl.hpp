@@ -52,6 +52,8 @@ const char* ctrl_type_name(CtrlType t);
 // Peer text (refuse/fail reasons) made one printable line, at most kMaxText bytes.
 std::string printable_line(std::string_view s);
 
+class Heartbeat;
+
 class Ctrl {
  public:
   Ctrl() = default;
@@ -95,7 +97,8 @@ class Ctrl {
   // close() with unread input (its heartbeats) resets the connection, and
   // the peer's kernel then drops what it had not read yet (our reason).
   // Stops sending, discards input until the peer closes or `ms` passes.
-  // Safe while a Heartbeat on this channel still runs (it stops beating).
+  // A Heartbeat on this channel is stopped first, so that the close here is
+  // the socket's last reference (see Heartbeat).
   void close_draining(uint32_t ms) noexcept;
   // The client's end of a session: bye, then close_draining, so that an
   // unread heartbeat cannot turn the close into a reset that overtakes the
@@ -116,6 +119,8 @@ class Ctrl {
   uint32_t silence_ms_ = 0;
   // Frames go out whole: the Heartbeat thread and the session share the socket.
   std::unique_ptr<std::mutex> send_mu_ = std::make_unique<std::mutex>();
+  Heartbeat* beat_ = nullptr;  // the one beating on this channel; not moved with it
+  friend class Heartbeat;
 };
 
 // For a wait outside recv() (a data listener's accept, a library's
@@ -139,6 +144,12 @@ class PeerWatch {
 // kHeartbeatMs for as long as it exists, whatever the session's own thread
 // is doing (measuring, computing, writing). A SIGSTOPped process stops all
 // its threads, so the peer notices it after kSilenceMs.
+//
+// The beat thread takes a descriptor table of its own holding the control
+// socket alone. While two threads share a table, every system call on a
+// descriptor takes and drops a reference on its file (the kernel's fdget
+// slow path); with Soft-RoCE every post is such a call (docs/performance.md).
+// Its copy of the socket goes with stop(), before the session's close.
 constexpr uint32_t kHeartbeatMs = 1000;
 constexpr uint32_t kSilenceMs = 3000;
 class Heartbeat {
@@ -146,6 +157,8 @@ class Heartbeat {
   explicit Heartbeat(Ctrl& ctrl);
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
+  // Ends the beats and the thread; its descriptors are closed on return.
+  void stop() noexcept;
 
  private:
   Ctrl& ctrl_;

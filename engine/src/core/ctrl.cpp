@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -176,6 +177,7 @@ Ctrl::~Ctrl() {
 
 void Ctrl::close_draining(uint32_t ms) noexcept {
   if (fd_ < 0) return;
+  if (beat_) beat_->stop();  // its table's copy of the socket would outlive our close
   {
     std::lock_guard lock(*send_mu_);  // a Heartbeat thread's next beat then fails (EPIPE) and ends it
     ::shutdown(fd_, SHUT_WR);
@@ -331,20 +333,37 @@ void Ctrl::barrier(const char* what) {
 
 Heartbeat::Heartbeat(Ctrl& ctrl) : ctrl_(ctrl) {
   ctrl_.expect_heartbeats(kSilenceMs);
-  thread_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [this] { return stop_; }))
-      if (!ctrl_.send_heartbeat()) return;  // the peer is gone: the session finds out itself
+  ctrl_.beat_ = this;
+  const int fd = ctrl_.fd();
+  thread_ = std::thread([this, fd] {
+    // A table of our own with the control socket alone (see the header);
+    // failing, the tables stay shared, which costs only speed.
+    const bool own_table = fd >= 0 && ::unshare(CLONE_FILES) == 0;
+    if (own_table) {
+      if (fd > 0) ::close_range(0, static_cast<unsigned>(fd) - 1, 0);
+      ::close_range(static_cast<unsigned>(fd) + 1, ~0U, 0);
+    }
+    {
+      std::unique_lock lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [this] { return stop_; }))
+        if (!ctrl_.send_heartbeat()) break;  // the peer is gone: the session finds out itself
+    }
+    if (own_table) ::close(fd);
   });
 }
 
-Heartbeat::~Heartbeat() {
+void Heartbeat::stop() noexcept {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+Heartbeat::~Heartbeat() {
+  stop();
+  ctrl_.beat_ = nullptr;
   ctrl_.expect_heartbeats(0);
 }
 
