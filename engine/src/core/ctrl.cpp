@@ -179,7 +179,7 @@ void Ctrl::close_draining(uint32_t ms) noexcept {
   if (fd_ < 0) return;
   if (beat_) beat_->stop();  // its table's copy of the socket would outlive our close
   {
-    std::lock_guard lock(*send_mu_);  // a Heartbeat thread's next beat then fails (EPIPE) and ends it
+    std::lock_guard lock(*send_mu_);  // frames go out whole, as everywhere
     ::shutdown(fd_, SHUT_WR);
   }
   const uint64_t deadline = Clock::mono_ns() + uint64_t(ms) * 1000000;
