@@ -211,6 +211,10 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
         if (me.sent == warmup) t_send0 = clk.ticks();
         if (time_up) my_total = me.sent;
         progressed = true;
+        // One-sided answers come in batches, with a signaled completion: a
+        // poll after every post mostly finds nothing. Post until the window is
+        // full, then poll (as perftest; read 2.5 % faster in the Soft-RoCE guest).
+        if (own_answers && me.sent < my_total) continue;
       } else {
         IgnoreCompletions none;
         reap_send_comps(t, none);
