@@ -232,7 +232,8 @@ def test_the_beat_thread_holds_the_control_socket_alone(fm):
     reference on its file (docs/performance.md)."""
     run = fm.popen("lat", "-t", "tcp", "--duration", "4", "--json")
     seen = set()  # engines seen with two tasks and the beat's table as it should be
-    while run.poll() is None and len(seen) < 2:
+    deadline = time.monotonic() + 30
+    while run.poll() is None and len(seen) < 2 and time.monotonic() < deadline:
         for entry in tagged_engine_procs(fm.tag):
             pid = entry.split(":")[0]
             try:

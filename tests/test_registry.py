@@ -17,12 +17,17 @@ from fabmeter import demo
 CMAKE = REPO / "engine" / "CMakeLists.txt"
 
 
+def transport_lines() -> dict[str, str]:
+    """Transport -> the rest of its fm_transport line (GROUPS, SOURCES, ...)."""
+    return dict(re.findall(r"^fm_transport\((\w+) \w+ \S+(.*?)\)$", CMAKE.read_text(), re.M | re.S))
+
+
 def declared() -> dict[str, list[str]]:
     """Transport -> the option groups its fm_transport line lists."""
     out = {}
-    for m in re.finditer(r"^fm_transport\((\w+) \w+ \S+(.*?)\)$", CMAKE.read_text(), re.M | re.S):
-        groups = re.search(r"GROUPS ((?:[a-z]+ ?)+)", m.group(2))
-        out[m.group(1)] = groups.group(1).split() if groups else []
+    for name, rest in transport_lines().items():
+        groups = re.search(r"GROUPS ((?:[a-z]+ ?)+)", rest)
+        out[name] = groups.group(1).split() if groups else []
     return out
 
 
@@ -66,11 +71,8 @@ def test_nanomsg_calls_go_to_libnanomsg(engine):
 
 def sources() -> dict[str, list[str]]:
     """Transport -> the sources its fm_transport line compiles."""
-    out = {}
-    for m in re.finditer(r"^fm_transport\((\w+) \w+ \S+(.*?)\)$", CMAKE.read_text(), re.M | re.S):
-        listed = re.search(r"SOURCES ((?:\S+\.cpp\s*)+)", m.group(2))
-        out[m.group(1)] = listed.group(1).split()
-    return out
+    return {name: re.search(r"SOURCES ((?:\S+\.cpp\s*)+)", rest).group(1).split()
+            for name, rest in transport_lines().items()}
 
 
 def symbols(objects: list) -> tuple[set[str], set[str]]:
@@ -103,12 +105,9 @@ def test_each_transport_links_alone(engine):
     core = [o for d in ("fmcore.dir", "fmsession.dir") for o in (build / "CMakeFiles" / d).rglob("*.o")
             if o not in every_transport]
     core_defined, _ = symbols(core)
-    for name, objs in objects.items():
-        own, needs = symbols(objs)
-        elsewhere = set()
-        for other, other_objs in objects.items():
-            if other != name:
-                elsewhere |= symbols(other_objs)[0]
+    syms = {name: symbols(objs) for name, objs in objects.items()}
+    for name, (own, needs) in syms.items():
+        elsewhere = set().union(*(defined for other, (defined, _) in syms.items() if other != name))
         missing = sorted(needs & (elsewhere - core_defined - own))
         assert not missing, f"{name} calls what only other transports compile: {missing[:5]}"
 

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
