@@ -20,8 +20,10 @@
 # environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1').
 # FM_PAIRED_PLAN: entries OP:A:B (default "read:fm:pt send:fm:pt write:fm:pt");
 # FM_PAIRED_ROUNDS (3), FM_PAIRED_WINDOWS (3) of FM_PAIRED_WIN_S seconds (3),
-# after FM_PAIRED_SETTLE_S (5); FM_PAIRED_N messages per run (100000: longer
-# than the windows, the runs are stopped after them).
+# after FM_PAIRED_SETTLE_S (5); FM_PAIRED_N messages per run (1000000: longer
+# than the windows even at the guest's fastest, about 18 k msg/s; the runs
+# are stopped after them). A line whose client ended before the last window
+# closed ends in "ended-early" instead of a rate (rdma/paired_bw.py skips it).
 set -uo pipefail
 ENGINE=/tmp/fabmeter-paired-engine
 VARIANT=/tmp/fabmeter-paired-variant
@@ -29,7 +31,7 @@ cp "$1" "$ENGINE"
 OUT=$2
 mkdir -p "$OUT"
 [[ -n ${3:-} ]] && cp "$3" "$VARIANT"
-N=${FM_PAIRED_N:-100000}
+N=${FM_PAIRED_N:-1000000}
 WIN=${FM_PAIRED_WIN_S:-3}
 WINDOWS=${FM_PAIRED_WINDOWS:-3}
 PORT=19500
@@ -59,7 +61,8 @@ server_dev() { echo "rxe$((2 * $1 + 1))"; }
 server_addr() { echo "10.$((77 + $1)).0.2"; }
 sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/sent_pkts"; }
 
-# start FILE TOOL PAIR OP: the tool's server and client, in the background.
+# start FILE TOOL PAIR OP: the tool's server and client, in the background;
+# CLIENT is the client's pid.
 start() {
   local f=$1 tool=$2 pair=$3 op=$4
   PORT=$((PORT + 1))
@@ -69,6 +72,7 @@ start() {
     sleep 1
     taskset -c 0 timeout 300 "ib_${op}_bw" -d "$(client_dev "$pair")" -x 1 -p $PORT -F -n "$N" -s 1024 \
       "$(server_addr "$pair")" >"$f.out" 2>&1 &
+    CLIENT=$!
     return
   fi
   local engine=$ENGINE env=()
@@ -86,13 +90,16 @@ start() {
   done
   env "${env[@]}" timeout 300 "$engine" run bw --server "$(server_addr "$pair"):$PORT" --cpu 0 -t verbs --cm raw \
     -n "$N" --warmup 200 --tx-depth 128 -s 1024 --service rc --op "$op" >"$f.out" 2>"$f.err" &
+  CLIENT=$!
 }
 
 # pair NAME TOOL0 TOOL1 OP: one line "NAME OP p0=TOOL0 p1=TOOL1 R0/R1 ..." (msg/s per window).
 pair() {
   local name=$1 t0=$2 t1=$3 op=$4
   start "$OUT/$name-p0-$t0" "$t0" 0 "$op"
+  local c0=$CLIENT
   start "$OUT/$name-p1-$t1" "$t1" 1 "$op"
+  local c1=$CLIENT
   sleep "${FM_PAIRED_SETTLE_S:-5}"
   local a0 a1 b0 b1 w line="$name $op p0=$t0 p1=$t1"
   a0=$(sent_pkts 0) a1=$(sent_pkts 1)
@@ -102,6 +109,8 @@ pair() {
     line+=" $(((b0 - a0) / WIN))/$(((b1 - a1) / WIN))"
     a0=$b0 a1=$b1
   done
+  # A client gone before the windows closed ran alone for part of them.
+  kill -0 "$c0" 2>/dev/null && kill -0 "$c1" 2>/dev/null || line+=" ended-early"
   pkill -f "_bw -d rxe"
   pkill -f "fabmeter-paired-(engine|variant) (run|serve)"
   wait

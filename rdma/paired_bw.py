@@ -9,7 +9,9 @@ common windows, A on pair 0 and B on pair 1; its partner, the same round
 and op, has them swapped. With pair 0 running at p times pair 1's speed,
 the first gives (A/B) * p and the second (B/A) * p per window (geometric
 mean over the windows), so A/B = sqrt(first / second) and p = sqrt(first *
-second). Prints each round's A/B and the median. Standard library only.
+second). Prints each round's A/B and the median; lines that do not parse
+(a client that ended before the windows closed: "ended-early") are counted
+and skipped. Standard library only.
 """
 import math
 import re
@@ -26,12 +28,15 @@ def window_ratio(windows):
     return math.exp(sum(math.log(r0 / r1) for r0, r1 in windows) / len(windows))
 
 
-def paired_ratios(lines):
-    """{(op, A, B): [(round, A/B, pair factor), ...]} from pairs.txt lines."""
+def paired_ratios(lines, skipped=None):
+    """{(op, A, B): [(round, A/B, pair factor), ...]} from pairs.txt lines;
+    the lines that do not parse are appended to `skipped`."""
     runs = {}
     for line in lines:
         m = LINE.match(line.strip())
         if not m:
+            if line.strip() and skipped is not None:
+                skipped.append(line.strip())
             continue
         rnd, op, t0, t1, rest = m.groups()
         windows = [tuple(int(x) for x in w.split("/")) for w in rest.split()]
@@ -50,8 +55,11 @@ def paired_ratios(lines):
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
+    skipped = []
     with open(argv[1]) as f:
-        ratios = paired_ratios(f)
+        ratios = paired_ratios(f, skipped)
+    for line in skipped:
+        print(f"skipped: {line}", file=sys.stderr)
     if not ratios:
         sys.exit(f"{argv[1]}: no complete pair of runs")
     print("op      A/B        median   rounds (A/B; pair 0 / pair 1 speed)")

@@ -42,7 +42,12 @@ def test_incomplete_or_stalled_pairs_are_left_out():
     lines = lines_for("r1", "send", "fm", "pt", 0.9, 1.0, [4000, 4000])[:1]  # partner missing
     lines += [l.replace("4000/", "0/", 1) for l in lines_for("r2", "send", "fm", "pt", 0.9, 1.0, [4000, 4000])]
     lines += ["garbage", "r3-send-fm-pt send p0=fm p1=pt"]
-    assert mod.paired_ratios(lines) == {}
+    # A client that ended before the windows closed: paired-bw.sh marks the line.
+    lines += [l + " ended-early" if i == 0 else l
+              for i, l in enumerate(lines_for("r4", "send", "fm", "pt", 0.9, 1.0, [4000, 4000]))]
+    skipped = []
+    assert mod.paired_ratios(lines, skipped) == {}
+    assert len(skipped) == 3 and skipped[-1].endswith("ended-early")
 
 
 def test_cli_prints_median(tmp_path):
@@ -55,6 +60,10 @@ def test_cli_prints_median(tmp_path):
                          capture_output=True, text=True, check=True)
     row = [l for l in res.stdout.splitlines() if l.startswith("write")]
     assert len(row) == 1 and row[0].split()[1:3] == ["fm/pt", "0.960"]
+    f.write_text("\n".join(lines + ["r4-write-fm-pt write p0=fm p1=pt 4400/4300 ended-early"]) + "\n")
+    res = subprocess.run([sys.executable, str(REPO / "rdma" / "paired_bw.py"), str(f)],
+                         capture_output=True, text=True, check=True)
+    assert "skipped: r4-write-fm-pt" in res.stderr and "0.960" in res.stdout
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     res = subprocess.run([sys.executable, str(REPO / "rdma" / "paired_bw.py"), str(empty)],

@@ -115,10 +115,19 @@ def oneway_across(fm, ns_a, ns_b, server_addr, skew: str | None, *more: str, ser
         server.wait()
 
 
+# The bound holds where every stamp is on one time base. Kernel stamps are
+# taken on the CPU that handles the packet and converted on the engine's
+# own, and this VM's vCPU clocks disagree by tens of ns (a ping-pong of
+# CLOCK_REALTIME reads between CPU 0 and 1 brackets it within -36..+64 ns):
+# 12 runs of this fit on 2026-11-25 were off by 23-173 ns against bounds of
+# 225-271 ns, one run in a full `make test` by 285 against 240.
+STAMP_SLACK_NS = 100
+
+
 def assert_skew_recovered(clock: dict) -> None:
-    """The fit holds the injected offset within its bound, and its slope
-    within what that bound allows over its span."""
-    bound = clock["error_bound_ns"]
+    """The fit holds the injected offset within its bound (and the stamps'
+    slack), and its slope within what that allows over its span."""
+    bound = clock["error_bound_ns"] + STAMP_SLACK_NS
     # The injected offset at the fit's reference time, and its slope.
     injected = SKEW_OFFSET_NS + SKEW_DRIFT_PPM * 1e-6 * clock["ref_mono_ns"]
     assert abs(clock["offset_ns"] - injected) <= bound, clock
@@ -149,8 +158,12 @@ def test_clock_skew_recovered_across_namespaces(fm, netns_pair, tmp_path):
     # adds to a latency, so both runs' minima sit on the same floor (they
     # agree within a few us here), while medians of a shared 2-CPU machine
     # wander by up to milliseconds; uncorrected, both would be off by the
-    # injected 5 ms + 50 ppm of the uptime.
+    # injected 5 ms + 50 ppm of the uptime. A reference run that a busy
+    # machine kept off the floor throughout (once in a full `make test`: min
+    # 117.7 us against 49.3) is run again, and the lower floor kept.
     (t,), (s,) = truth, skewed
+    if t["latency_ns"]["min"] - s["latency_ns"]["min"] > 50e3:
+        (t,) = min((t, *oneway_across(fm, ns_a, ns_b, server_addr, None)), key=lambda p: p["latency_ns"]["min"])
     assert s["latency_ns"]["min"] > 0, s["clock"]   # nothing arrives before it was sent
     assert abs(s["latency_ns"]["min"] - t["latency_ns"]["min"]) <= bound + 50e3, (t["latency_ns"], s["latency_ns"])
     assert abs(s["latency_ns"]["p50"] - t["latency_ns"]["p50"]) <= bound + 2e6, (t["latency_ns"], s["latency_ns"])
