@@ -56,6 +56,10 @@ enum SendFlags : uint32_t {
   // More posts follow this one (bw): a one-sided op's answer may then show
   // only with a later op's completion, so it may go unsignaled (--signal-every).
   kSendMore = 1u << 2,
+  // The bytes at buf are those of the previous post, from the same buf with
+  // the same length (bw's payload): a transport that copies into a ring of
+  // send slots may skip a slot that this run of posts has filled already.
+  kSameBytes = 1u << 3,
 };
 
 struct RecvMsg {

@@ -147,7 +147,7 @@ class VerbsTransport {
       sge.lkey = 0;
     } else {  // a listed WR is posted later: its payload must not be the caller's buffer
       std::byte* slot = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
-      std::memcpy(slot, buf, len);
+      if (fill_.needs_copy(posted_, tx_slots_, buf, len, flags & kSameBytes)) std::memcpy(slot, buf, len);
       wr.send_flags = inl ? IBV_SEND_INLINE : 0;
       sge.addr = reinterpret_cast<uintptr_t>(slot);
       sge.lkey = tx_mr_->lkey;
@@ -262,7 +262,8 @@ class VerbsTransport {
     if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return held_back();
     const uint64_t slot = credits_.slot();
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
-    std::memcpy(src, buf, len);
+    // The mark below overwrites the last byte on every lap, never the rest.
+    if (fill_.needs_copy(posted_, tx_slots_, buf, len, flags & kSameBytes)) std::memcpy(src, buf, len);
     const uint8_t mark = verbs::lap_mark(credits_.written(), peer_.ring_slots);
     uint32_t total = len;
     if (msg_size_) {
@@ -423,6 +424,7 @@ class VerbsTransport {
   ibv_cq* recv_cq_ = nullptr;
   uint64_t posted_ = 0, completed_ = 0;
   rdma::WriteCredits credits_;
+  rdma::SlotFill fill_;                     // which send slots hold bw's payload already
   uint32_t sq_limit_ = 1, signal_every_ = 1, unsignaled_ = 0;
   uint32_t post_list_ = 1, listed_ = 0;     // --post-list; WRs in list_wr_ not yet posted
   std::vector<ibv_send_wr> list_wr_;
