@@ -51,8 +51,8 @@ class WriteCredits {
 // Send n goes from slot n mod slots of a ring the payload is copied into.
 // Within one unbroken run of kSameBytes posts from one buffer and length, a
 // slot filled earlier in the run holds those bytes already: bw's copies end
-// after the first lap (perftest never copies; with the post order of bw.hpp
-// send and write bw 2-3 % faster in the Soft-RoCE guest).
+// after the first lap (perftest never copies; send and write bw 1-3 %
+// faster in the Soft-RoCE guest).
 class SlotFill {
  public:
   // Whether post n (from buf, len bytes) must copy into its slot.

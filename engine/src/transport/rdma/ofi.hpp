@@ -79,7 +79,7 @@ class OfiTransport {
     void* desc = nullptr;
     {  // our copy, which the provider may read until the send completes
       std::byte* b = bounce_ + (tx_posted_ & tx_mask_) * slot_size_;
-      std::memcpy(b, buf, len);
+      if (fill_.needs_copy(tx_posted_, tx_mask_ + 1, buf, len, flags & kSameBytes)) std::memcpy(b, buf, len);
       buf = b;
       desc = bounce_desc_;
     }
@@ -277,6 +277,7 @@ class OfiTransport {
   uint64_t peer_base_ = 0, peer_key_ = 0, peer_slot_size_ = 0, peer_credit_addr_ = 0;
   uint64_t peer_slots_ = 0, peer_len_bits_ = 0;
   rdma::WriteCredits credits_;
+  rdma::SlotFill fill_;  // which bounce slots hold bw's payload already
   uint64_t peer_released_ = 0;
   uint64_t credit_flag_ = 0, credit_mask_ = 0;
   uint64_t len_bits_ = 0, len_mask_ = 0;
