@@ -14,7 +14,7 @@
 
 namespace fm {
 
-TcpTransport::TcpTransport(const Use& use) : role_(use.role), event_(use.poll == Poll::event) {}
+TcpTransport::TcpTransport(const Use& use) : role_(use.role) {}
 
 TcpTransport::~TcpTransport() {
   if (fd_ >= 0) ::close(fd_);

@@ -89,7 +89,6 @@ class TcpTransport {
   void fail_errno(const char* what);
 
   Role role_;
-  bool event_;
   int fd_ = -1;
   std::vector<std::byte> rx_;
   size_t rx_begin_ = 0, rx_end_ = 0;

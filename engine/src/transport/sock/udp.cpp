@@ -17,7 +17,7 @@ namespace fm {
 constexpr int kSockBufBytes = 8 << 20;
 
 UdpTransport::UdpTransport(const Use& use)
-    : role_(use.role), event_(use.poll == Poll::event), loss_timeout_ms_(use.loss_timeout_ms) {}
+    : loss_timeout_ms_(use.loss_timeout_ms) {}
 
 UdpTransport::~UdpTransport() {
   if (fd_ >= 0) ::close(fd_);

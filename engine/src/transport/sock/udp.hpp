@@ -66,8 +66,6 @@ class UdpTransport {
   }
   void fail_errno(const char* what);
 
-  Role role_;
-  bool event_;
   uint32_t loss_timeout_ms_;
   int fd_ = -1;
   std::vector<std::byte> rx_;
