@@ -10,8 +10,8 @@ and op, has them swapped. With pair 0 running at p times pair 1's speed,
 the first gives (A/B) * p and the second (B/A) * p per window (geometric
 mean over the windows), so A/B = sqrt(first / second) and p = sqrt(first *
 second). Prints each round's A/B and the median; lines that do not parse
-(a client that ended before the windows closed: "ended-early") are counted
-and skipped. Standard library only.
+(a client that ended before the windows closed: "ended-early") are named
+on stderr and skipped. Standard library only.
 """
 import math
 import re
