@@ -222,6 +222,22 @@ def test_silent_connection_does_not_delay_a_client(fm, serve):
     assert took < 3.5, f"the client took {took:.1f} s behind a silent connection"
 
 
+def test_connect_and_close_is_logged_as_no_session(fm, serve):
+    # fabmeter mesh checks each serve with a bare connect before its pairs: the
+    # server logs that as what it was, not as a failed session, and a
+    # connection that stays silent is still one (its hello timed out).
+    proc, event = serve()
+    socket.create_connection(("127.0.0.1", event["port"])).close()
+    quick_lat(fm, event)
+    with socket.create_connection(("127.0.0.1", event["port"])):
+        time.sleep(3)  # past the 2 s handshake deadline
+    stop_serve(proc)
+    log = proc.stderr.read()
+    assert "127.0.0.1 connected and closed without a hello" in log, log
+    assert log.count("session failed") == 1 and "while waiting for client hello" not in log, log
+    assert "timed out waiting for the peer (client hello)" in log, log
+
+
 def test_reconnect_loop_does_not_lock_others_out(fm, serve):
     # A connection every second, each held silent for 6 s: the old server,
     # one connection at a time for up to 5 s each, always had a queue of them

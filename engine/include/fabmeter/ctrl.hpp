@@ -36,7 +36,9 @@ constexpr size_t kFrameHeaderBytes = 5;
 constexpr uint32_t kMaxFrameDefault = 16 * 1024;
 constexpr uint32_t kMaxWelcome = 64 * 1024;  // host id + the server's environment JSON
 constexpr uint32_t kMaxText = 4096;          // refuse / fail reasons
-constexpr uint32_t kByeDrainMs = 1000;       // after its bye, a client waits this long at most for the server to close
+// The end that closes first waits this long at most for its peer to read the
+// last frame and close too: a client after its bye, a session after its end.
+constexpr uint32_t kCloseDrainMs = 1000;
 
 struct FrameHeader {
   uint32_t len = 0;
@@ -123,6 +125,24 @@ class Ctrl {
   friend class Heartbeat;
 };
 
+// Proof of life, as PeerWatch and the measuring loops' Guard read it: a frame
+// came in since the last look, or a message waits unread (the peer's next
+// step, e.g. its barrier after a tcp connect whose last ACK was lost, holds
+// back the heartbeats behind it: the peer is alive, and the wait's own
+// deadline bounds it).
+class PeerHeard {
+ public:
+  explicit PeerHeard(const Ctrl& ctrl) : frames_(ctrl.frames_in()) {}
+  bool since_last(const Ctrl& ctrl, Ctrl::Peek peek) {
+    if (ctrl.frames_in() == frames_ && peek != Ctrl::Peek::message) return false;
+    frames_ = ctrl.frames_in();
+    return true;
+  }
+
+ private:
+  uint64_t frames_;
+};
+
 // For a wait outside recv() (a data listener's accept, a library's
 // connection handshake): check() ends it, as recv() would, when the peer
 // closes the control channel or, heartbeats expected, falls silent; so a
@@ -136,7 +156,7 @@ class PeerWatch {
 
  private:
   const Ctrl& ctrl_;
-  uint64_t frames_;
+  PeerHeard heard_;
   uint64_t heard_ns_;
 };
 

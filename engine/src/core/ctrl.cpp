@@ -200,7 +200,7 @@ void Ctrl::close_draining(uint32_t ms) noexcept {
 
 void Ctrl::say_bye() {
   send(CtrlType::bye);
-  close_draining(kByeDrainMs);
+  close_draining(kCloseDrainMs);
 }
 
 Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms) {
@@ -367,20 +367,14 @@ Heartbeat::~Heartbeat() {
   ctrl_.expect_heartbeats(0);
 }
 
-PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), frames_(ctrl.frames_in()), heard_ns_(Clock::mono_ns()) {}
+PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
 
 void PeerWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
     runtime_error("the peer closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
-  // A message waiting unread (the peer's next step, e.g. its barrier after a
-  // tcp connect whose last ACK was lost) holds back the heartbeats behind
-  // it: the peer is alive, and the wait's own deadline bounds it.
-  if (ctrl_.frames_in() != frames_ || peek == Ctrl::Peek::message) {
-    frames_ = ctrl_.frames_in();
-    heard_ns_ = now;
-  }
+  if (heard_.since_last(ctrl_, peek)) heard_ns_ = now;
   if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
     runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
                   " s; frozen?) (while waiting for " + what + ")");

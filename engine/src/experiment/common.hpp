@@ -163,7 +163,7 @@ class Guard {
   explicit Guard(Ctx& c)
       : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
-        heard_(c.clk.ticks()), frames_(c.ctrl.frames_in()) {}
+        heard_(c.clk.ticks()), peer_heard_(c.ctrl) {}
 
   template <Transport T>
   Status check(const T& t) {
@@ -173,10 +173,7 @@ class Guard {
     if (now < next_ && !f) return Status::ok;
     next_ = now + interval_;
     const Ctrl::Peek peek = c_.ctrl.peek();
-    if (c_.ctrl.frames_in() != frames_ || peek == Ctrl::Peek::message) {
-      frames_ = c_.ctrl.frames_in();
-      heard_ = now;
-    }
+    if (peer_heard_.since_last(c_.ctrl, peek)) heard_ = now;
     // A peer that finished closes its data connection right after saying so
     // on the control channel: its message wins over our transport's failure.
     switch (peek) {
@@ -218,7 +215,8 @@ class Guard {
   Ctx& c_;
   uint64_t interval_, tick_interval_, silence_;
   uint64_t next_ = 0, next_tick_ = 0;
-  uint64_t heard_, frames_;
+  uint64_t heard_;  // ticks when the peer was last heard
+  PeerHeard peer_heard_;
   uint32_t ticks_ = 0;
   bool watch_ = true;
 };

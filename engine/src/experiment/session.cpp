@@ -216,7 +216,6 @@ namespace {
 constexpr uint32_t kHandshakeTimeoutMs = 2000;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
-constexpr uint32_t kDrainMs = 1000;         // then the client has this long to read our last frame and close
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
 // shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
 constexpr double kRingCap = 256.0 * (1 << 20);
@@ -346,7 +345,16 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
-  const std::string hello = ctrl.recv(CtrlType::hello, "client hello");
+  std::string hello;
+  try {
+    hello = ctrl.recv(CtrlType::hello, "client hello");
+  } catch (const Error&) {
+    // Connected and closed without a frame: a reachability check (fabmeter
+    // mesh's before its pairs, a port scan), not a session that failed.
+    if (ctrl.frames_in() != 0 || ctrl.peek() != Ctrl::Peek::closed) throw;
+    std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.peer_addr().c_str());
+    return 0;
+  }
   Hello decoded;
   try {
     decoded = decode_hello(hello);
@@ -454,7 +462,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
     rc = 3;
   }
   if (g_stop_signal && !g_overtime && rc != 0) rc = 130;
-  ctrl.close_draining(kDrainMs);
+  ctrl.close_draining(kCloseDrainMs);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(rc);
