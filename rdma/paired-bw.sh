@@ -17,7 +17,14 @@
 # own difference cancels (rdma/paired_bw.py).
 #
 # Tools: fm (ENGINE), pt (perftest's ib_OP_bw), fvX (VARIANT_ENGINE with the
-# environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1').
+# environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1', and
+# the client options in FM_PAIRED_ARGS_X, e.g. FM_PAIRED_ARGS_B='--sq-depth 2').
+# OP: read, send, write, fadd or cswap (bw: 1 KiB, atomics 8 B, 128 in
+# flight), or lat-OP (ping-pong, 32 B, atomics 8 B, send and write inline
+# up to 64 B as make test-rdma's rows; ib_OP_lat): a lat run's
+# rate is its round trips per second, one request packet each, so at equal
+# CPU shares the ratio is that of the tools' costs per round trip (on
+# Soft-RoCE the whole of a one-sided op runs inside its post's system call).
 # FM_PAIRED_PLAN: entries OP:A:B (default "read:fm:pt send:fm:pt write:fm:pt");
 # FM_PAIRED_ROUNDS (3), FM_PAIRED_WINDOWS (3) of FM_PAIRED_WIN_S seconds (3),
 # after FM_PAIRED_SETTLE_S (5); FM_PAIRED_N messages per run (1000000: longer
@@ -64,22 +71,36 @@ sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/
 # start FILE TOOL PAIR OP: the tool's server and client, in the background;
 # CLIENT is the client's pid.
 start() {
-  local f=$1 tool=$2 pair=$3 op=$4
+  local f=$1 tool=$2 pair=$3 op=$4 exp=bw size=1024
+  if [[ $op == lat-* ]]; then exp=lat op=${op#lat-} size=32; fi
+  local perftest=ib_${op}_$exp fm_op=$op pt_opts fm_opts=()
+  case $op in
+    fadd | cswap)
+      perftest=ib_atomic_$exp fm_op=atomic-$op size=8
+      pt_opts=(-A "$([[ $op == fadd ]] && echo FETCH_AND_ADD || echo CMP_AND_SWAP)") ;;
+    *) pt_opts=(-s $size) ;;
+  esac
+  if [[ $exp == bw ]]; then
+    fm_opts=(--tx-depth 128)
+  elif [[ $op == send || $op == write ]]; then
+    pt_opts+=(-I 64) fm_opts=(--inline 64)
+  fi
   PORT=$((PORT + 1))
   if [[ $tool == pt ]]; then
-    taskset -c 1 timeout 300 "ib_${op}_bw" -d "$(server_dev "$pair")" -x 1 -p $PORT -F -n "$N" -s 1024 \
+    taskset -c 1 timeout 300 "$perftest" -d "$(server_dev "$pair")" -x 1 -p $PORT -F -n "$N" "${pt_opts[@]}" \
       >"$f.server.out" 2>&1 &
     sleep 1
-    taskset -c 0 timeout 300 "ib_${op}_bw" -d "$(client_dev "$pair")" -x 1 -p $PORT -F -n "$N" -s 1024 \
+    taskset -c 0 timeout 300 "$perftest" -d "$(client_dev "$pair")" -x 1 -p $PORT -F -n "$N" "${pt_opts[@]}" \
       "$(server_addr "$pair")" >"$f.out" 2>&1 &
     CLIENT=$!
     return
   fi
-  local engine=$ENGINE env=()
+  local engine=$ENGINE env=() args=()
   if [[ $tool == fv* ]]; then
     engine=$VARIANT
-    local var=FM_PAIRED_ENV_${tool#fv}
+    local var=FM_PAIRED_ENV_${tool#fv} opts=FM_PAIRED_ARGS_${tool#fv}
     read -ra env <<<"${!var:-}"
+    read -ra args <<<"${!opts:-}"
   fi
   env "${env[@]}" timeout 300 "$engine" serve --bind "$(server_addr "$pair")" --port $PORT --once --cpu 1 \
     >"$f.server.out" 2>&1 &
@@ -88,8 +109,8 @@ start() {
     grep -q listening "$f.server.out" 2>/dev/null && break
     sleep 0.1
   done
-  env "${env[@]}" timeout 300 "$engine" run bw --server "$(server_addr "$pair"):$PORT" --cpu 0 -t verbs --cm raw \
-    -n "$N" --warmup 200 --tx-depth 128 -s 1024 --service rc --op "$op" >"$f.out" 2>"$f.err" &
+  env "${env[@]}" timeout 300 "$engine" run $exp --server "$(server_addr "$pair"):$PORT" --cpu 0 -t verbs --cm raw \
+    -n "$N" --warmup 200 "${fm_opts[@]}" -s $size --service rc --op "$fm_op" "${args[@]}" >"$f.out" 2>"$f.err" &
   CLIENT=$!
 }
 
@@ -111,7 +132,7 @@ pair() {
   done
   # A client gone before the windows closed ran alone for part of them.
   kill -0 "$c0" 2>/dev/null && kill -0 "$c1" 2>/dev/null || line+=" ended-early"
-  pkill -f "_bw -d rxe"
+  pkill -f "ib_[a-z]+_(bw|lat) -d rxe"
   pkill -f "fabmeter-paired-(engine|variant) (run|serve)"
   wait
   echo "$line" | tee -a "$OUT/pairs.txt"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarises rdma/paired-bw.sh: for each op and pair of tools, the ratio of
-their message rates with the two rxe pairs' own difference cancelled.
+their message (lat-*: round-trip) rates with the two rxe pairs' own
+difference cancelled.
 
     rdma/paired_bw.py OUTDIR/pairs.txt
 
@@ -62,11 +63,11 @@ def main(argv):
         print(f"skipped: {line}", file=sys.stderr)
     if not ratios:
         sys.exit(f"{argv[1]}: no complete pair of runs")
-    print("op      A/B        median   rounds (A/B; pair 0 / pair 1 speed)")
+    print("op        A/B        median   rounds (A/B; pair 0 / pair 1 speed)")
     for (op, a, b), rows in sorted(ratios.items()):
         med = statistics.median(r for _, r, _ in rows)
         each = "  ".join(f"{r:.3f} ({p:.3f})" for _, r, p in rows)
-        print(f"{op:7s} {a + '/' + b:10s} {med:6.3f}   {each}")
+        print(f"{op:9s} {a + '/' + b:10s} {med:6.3f}   {each}")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,18 @@ def test_a_missing_side_has_no_ratio():
     assert row["perftest_median"] is None and row["ratio"] is None and row["at_target"] is None
 
 
+def test_a_perftest_bw_round_of_rate_0_has_no_figure():
+    # Seen in the guest: ib_write_bw exited 0 with "0.00 0.00 0.000000" for
+    # 5000 messages; as 0 msg/s it dragged the peer's median down.
+    m = report_module()
+    results = [{"name": f"cmp-r{k}-fabmeter-bw-rc-write", "msg_rate": 20000.0} for k in (1, 2, 3)]
+    results += [pt("cmp-r1-perftest-bw-rc-write", msg_rate_mpps=0.0), pt("cmp-r2-perftest-bw-rc-write", msg_rate_mpps=0.02),
+                pt("cmp-r3-perftest-bw-rc-write", msg_rate_mpps=0.025)]
+    (row,) = m.comparison(results)
+    assert row["perftest"] == [None, 20000.0, 25000.0] and row["perftest_median"] == 22500.0
+    assert abs(row["ratio"] - 20000 / 22500) < 1e-12
+
+
 def test_perftest_bw_and_lat_lines_parse():
     m = report_module()
     lat = m.perftest_result(
@@ -168,3 +180,4 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "guest" not in r.stdout
+
