@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs inside the Soft-RoCE guest: bw of two tools *at the same time*, each on
-# its own rxe pair, so that the guest's speed modes (a run moves between about
-# 1.3, 2, 4 and 9 k msg/s under TCG) strike both alike and their ratio holds
-# to about 1 %, where alternated runs spread over +-40 %.
+# Runs inside the Soft-RoCE guest: bw (or lat) of two tools *at the same
+# time*, each on its own rxe pair, so that the guest's speed modes (a run
+# moves between about 1.3, 2, 4 and 9 k msg/s under TCG) strike both alike
+# and their ratio holds to about 1 %, where alternated runs spread over
+# +-40 %.
 #
 #   rdma/guest/run.sh --share "$PWD" -- rdma/paired-bw.sh ENGINE OUTDIR [VARIANT_ENGINE]
 #   rdma/paired_bw.py OUTDIR/pairs.txt
