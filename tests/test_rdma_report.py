@@ -180,4 +180,3 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "guest" not in r.stdout
-

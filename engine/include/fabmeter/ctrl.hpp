@@ -156,7 +156,7 @@ class PeerWatch {
 
  private:
   const Ctrl& ctrl_;
-  PeerHeard heard_;
+  PeerHeard peer_heard_;
   uint64_t heard_ns_;
 };
 

@@ -367,14 +367,14 @@ Heartbeat::~Heartbeat() {
   ctrl_.expect_heartbeats(0);
 }
 
-PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
+PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), peer_heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
 
 void PeerWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
     runtime_error("the peer closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
-  if (heard_.since_last(ctrl_, peek)) heard_ns_ = now;
+  if (peer_heard_.since_last(ctrl_, peek)) heard_ns_ = now;
   if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
     runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
                   " s; frozen?) (while waiting for " + what + ")");

@@ -16,8 +16,7 @@ namespace fm {
 // before the receiver is slow; ask for more and record what was granted.
 constexpr int kSockBufBytes = 8 << 20;
 
-UdpTransport::UdpTransport(const Use& use)
-    : loss_timeout_ms_(use.loss_timeout_ms) {}
+UdpTransport::UdpTransport(const Use& use) : loss_timeout_ms_(use.loss_timeout_ms) {}
 
 UdpTransport::~UdpTransport() {
   if (fd_ >= 0) ::close(fd_);
