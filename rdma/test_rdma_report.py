@@ -140,6 +140,8 @@ def check_fabmeter(raw, name):
         want["signal_every"] = int(option(cmd, "signal-every"))
     if summary.get("experiment") == "bw":
         want["post_list"] = int(option(cmd, "post-list") or 1)
+    if summary.get("experiment") == "lat" and (want["op"] == "read" or want["op"].startswith("atomic-")):
+        want.update(send_window=1, recv_slots=1)  # one op in flight: one send WR and one answer slot
     if service == "ud":
         want["grh_bytes"] = 40
     for k, v in want.items():

@@ -46,6 +46,8 @@ struct ExperimentDefaults {
   // TSC that is not invariant (Clock's tsc_cpu) and skip the system call a
   // VM's clock_gettime can cost.
   static constexpr bool kOneCpuTicks = false;
+  // The most messages a point has in flight each way (Use::in_flight); 0: no bound.
+  static constexpr uint32_t kInFlight = 0;
   // The largest control frame the client receives for this point (the
   // server's stamp report); 0: only small frames (kMaxFrameDefault).
   static uint64_t report_bytes(const Params&, const Point&) { return 0; }

@@ -55,7 +55,11 @@ bool reason_follows(const Ctrl& ctrl) {
 
 // What the experiment asks of the transport.
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
-  return {.role = role, .poll = p.poll, .send_window = experiment.send_window(p), .loss_timeout_ms = p.loss_timeout_ms};
+  return {.role = role,
+          .poll = p.poll,
+          .send_window = experiment.send_window(p),
+          .in_flight = experiment.in_flight,
+          .loss_timeout_ms = p.loss_timeout_ms};
 }
 
 }  // namespace fm

@@ -31,6 +31,7 @@ struct ExperimentEntry {
   size_t index;       // into Experiments, for the loop tables
   bool peer_clock;    // ExperimentDefaults::kPeerClock
   bool one_cpu_ticks;  // ExperimentDefaults::kOneCpuTicks
+  uint32_t in_flight;  // ExperimentDefaults::kInFlight
   std::vector<Point> (*plan)(const Params&, const Caps&);
   uint64_t (*report_bytes)(const Params&, const Point&);
   void (*check_caps)(const Params&, const Caps&);
@@ -44,8 +45,8 @@ struct ExperimentEntry {
 template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
-      ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, &E::plan, &E::report_bytes, &E::check_caps, &E::writes_file,
-                      &E::cost, &E::send_window, &E::connections, &E::resolve}...};
+      ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
+                      &E::check_caps, &E::writes_file, &E::cost, &E::send_window, &E::connections, &E::resolve}...};
 }
 template <class... E>
 constexpr auto make_experiment_entries(ExperimentList<E...> list) {

@@ -227,8 +227,8 @@ verbs::Op verbs::op_of(const std::string& name) {
 }
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
-    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), role_(use.role), ud_(v.service == "ud"),
-      event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
+    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight), role_(use.role),
+      ud_(v.service == "ud"), event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
       one_sided_(verbs::is_one_sided(op_)),
       reliable_(v.service == "rc") {}
 
@@ -485,9 +485,20 @@ void VerbsTransport::setup(uint64_t max_msg) {
     set_nonblock(channel_->fd);
   }
 
-  // Rings: one slot per WR, cut to kRingBudget bytes for big messages.
-  const uint32_t sq_want = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
-  const uint32_t rq_want = std::min<uint32_t>(queue_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  // Rings: one slot per WR, cut to kRingBudget bytes for big messages. A
+  // read or atomic with a bound on what is in flight (lat: 1) takes no more
+  // send WRs and answer slots, so that each op reuses the same WQE, CQE and
+  // slots, as perftest's lat runs (tx depth 1) do, instead of cycling through
+  // pages of them (docs/performance.md). Sends and writes keep their queues
+  // (--signal-every needs room to leave WRs unsignaled; a smaller queue
+  // measured no faster for them), and so does bw (a ring cut to its window
+  // measured no faster either).
+  sq_want_ = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  uint32_t rq_want = std::min<uint32_t>(queue_.rq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  if (one_sided_ && in_flight_) {
+    sq_want_ = std::min(sq_want_, in_flight_);
+    rq_want = std::min(rq_want, in_flight_);
+  }
   rx_offset_ = ud_ ? verbs::kGrhBytes : 0;
   const uint64_t trailer = op_ == verbs::Op::write ? verbs::kTrailerBytes : 0;
   rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg + trailer), 64);
@@ -496,9 +507,9 @@ void VerbsTransport::setup(uint64_t max_msg) {
   if (one_sided_)
     rd_atomic_ = std::max(1u, std::min({verbs::kMaxRdAtomic, static_cast<uint32_t>(da.max_qp_rd_atom),
                                       static_cast<uint32_t>(da.max_qp_init_rd_atom)}));
-  tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
+  tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want_, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
 
-  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want), nullptr, channel_, 0);
+  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want_), nullptr, channel_, 0);
   recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, channel_, 0);
   if (!send_cq_ || !recv_cq_) sys_error("verbs: ibv_create_cq");
 
@@ -546,7 +557,7 @@ ibv_qp_init_attr VerbsTransport::qp_init_attr() const {
   ibv_qp_init_attr a{};
   a.send_cq = send_cq_;
   a.recv_cq = recv_cq_;
-  a.cap.max_send_wr = std::min<uint32_t>(rdma_.sq_depth, static_cast<uint32_t>(send_cq_->cqe));
+  a.cap.max_send_wr = std::min<uint32_t>(sq_want_, static_cast<uint32_t>(send_cq_->cqe));
   a.cap.max_recv_wr = rx_slots_;
   a.cap.max_send_sge = 1;
   a.cap.max_recv_sge = 1;

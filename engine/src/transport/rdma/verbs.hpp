@@ -412,6 +412,7 @@ class VerbsTransport {
   const RdmaOptions rdma_;
   const VerbsOptions verbs_;
   const uint32_t send_window_;  // Use::send_window
+  const uint32_t in_flight_;    // Use::in_flight
   const Role role_;
   const bool ud_, event_;
   const verbs::Op op_;
@@ -479,6 +480,7 @@ class VerbsTransport {
   bool have_local_gid_ = false;
   ibv_port_attr port_attr_{};
   ibv_mtu path_mtu_ = IBV_MTU_1024;
+  uint32_t sq_want_ = 0;         // send WRs asked for: --sq-depth (a lat read or atomic: 1, setup())
   uint32_t sq_granted_ = 0, rq_granted_ = 0, ud_max_msg_ = 0;
   uint32_t psn_ = 0;
   uint32_t rd_atomic_ = 1;       // reads/atomics in flight (initiator depth and responder resources)
