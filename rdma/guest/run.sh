@@ -16,6 +16,10 @@
 #   --no-build      do not run build.sh first (it is cached, ~1 s when fresh)
 #   --log FILE      keep the full console log in FILE
 #   -v, --verbose   also stream the boot messages before the command starts
+#   --plugin SPEC   load a TCG plugin, qemu's `-plugin SPEC` (rdma/tbcount.c)
+#
+# FM_QEMU_ACCEL (default tcg,thread=multi), FM_GUEST_SMP (2) and
+# FM_GUEST_MEM (2048 MiB) change the machine.
 #
 # Exit status: COMMAND's, or 124 on timeout, 125 if the guest did not boot or
 # never reported an exit code.
@@ -24,7 +28,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 GUEST=$REPO/build/rdma-guest
-SHARE="" TIMEOUT=600 BUILD=1 LOG="" VERBOSE=0
+SHARE="" TIMEOUT=600 BUILD=1 LOG="" VERBOSE=0 PLUGIN=()
 
 die() { echo "run.sh: $*" >&2; exit 125; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -36,6 +40,7 @@ while (($#)); do
     --guest) GUEST=${2:?}; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --log) LOG=${2:?}; shift 2 ;;
+    --plugin) PLUGIN=(-plugin "${2:?}"); shift 2 ;;
     -v|--verbose) VERBOSE=1; shift ;;
     -h|--help) usage ;;
     --) shift; break ;;
@@ -82,7 +87,7 @@ QEMU=(qemu-system-x86_64 -accel "${FM_QEMU_ACCEL:-tcg,thread=multi}" -cpu max
       -nographic -nic none -no-reboot
       -kernel "$GUEST/vmlinuz" -initrd "$GUEST/initramfs.cpio"
       -append "console=ttyS0 panic=-1 quiet fm.ctl=1"
-      "${QEMU_ARGS[@]}")
+      "${QEMU_ARGS[@]}" "${PLUGIN[@]}")
 
 # Stream the console: drop CRs and terminal escapes (SeaBIOS), show only the
 # command's output unless --verbose, and report the end marker ourselves.
