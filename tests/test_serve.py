@@ -238,6 +238,30 @@ def test_connect_and_close_is_logged_as_no_session(fm, serve):
     assert "timed out waiting for the peer (client hello)" in log, log
 
 
+def test_once_outlives_a_bare_connect_and_ends_with_its_session(fm, serve):
+    # A reachability check before the client's session must not use up a
+    # --once server's one session; the session then ends the server with its
+    # exit code, and a client that comes meanwhile is told busy.
+    proc, event = serve("--once")
+    socket.create_connection(("127.0.0.1", event["port"])).close()
+    time.sleep(0.5)  # the bare connect's session process has come and gone
+    assert proc.poll() is None, proc.stderr.read()
+    long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "3000", "--json")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not session_pids(fm):
+            time.sleep(0.05)
+        assert session_pids(fm), "the session did not start"
+        r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
+        assert r.returncode == 2 and "busy: the server's one session (--once)" in one_line_error(r.stderr), r.stderr
+        assert long.wait(timeout=30) == 0, long.stderr.read()
+    finally:
+        if long.poll() is None:
+            long.kill()
+    assert proc.wait(timeout=10) == 0
+    assert "connected and closed without a hello" in proc.stderr.read()
+
+
 def test_reconnect_loop_does_not_lock_others_out(fm, serve):
     # A connection every second, each held silent for 6 s: the old server,
     # one connection at a time for up to 5 s each, always had a queue of them

@@ -43,6 +43,8 @@ if run there (that serve must list the --server host in its --peers); no
 
 serve runs each session in a process of its own (at most --max-sessions, default
 4; more are refused at once with "busy"). A client's hello must come within 2 s.
+--once exits after one session, with its exit code; a connection closed before
+its hello is none.
 Nothing a client sends names a path on the server: a stream's file sink is
 written in one fresh 0700 subdirectory per session under --data-dir (default:
 a private temporary directory, removed at exit if empty) and sent back; ipc://

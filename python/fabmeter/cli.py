@@ -133,7 +133,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--bind", metavar="ADDR", help="address to listen on")
     command.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
     command.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
-    command.add_argument("--once", action="store_true", help="exit after one session, with its exit code")
+    command.add_argument("--once", action="store_true",
+                         help="exit after one session, with its exit code (a connection closed before its hello is "
+                              "none; others are answered busy meanwhile)")
     command.add_argument("--data-dir", metavar="DIR",
                    help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
                         "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")

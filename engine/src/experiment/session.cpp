@@ -214,6 +214,9 @@ namespace {
 // A client has this long to send its hello, and then its proof: a connection
 // that says nothing holds a process this long at most.
 constexpr uint32_t kHandshakeTimeoutMs = 2000;
+// A session child's exit code for a connection closed before its hello: no
+// session, so a --once server goes on listening (only the parent sees it).
+constexpr int kNoHelloRc = 100;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
@@ -353,7 +356,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
     // mesh's before its pairs, a port scan), not a session that failed.
     if (ctrl.frames_in() != 0 || ctrl.peek() != Ctrl::Peek::closed) throw;
     std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.peer_addr().c_str());
-    return 0;
+    return kNoHelloRc;
   }
   Hello decoded;
   try {
@@ -592,14 +595,14 @@ int run_server(const ServerOptions& opts) {
   const ServerClocks clocks(o.cpu);
   udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not in every session
   ServerDirs dirs(o);
-  std::optional<Listener> listener(std::in_place, o.bind, o.port);
-  if (o.token.empty() && !listener->loopback_only())
+  Listener listener(o.bind, o.port);
+  if (o.token.empty() && !listener.loopback_only())
     std::fprintf(stderr,
                  "fabmeter-engine: warning: serving on %s without a token: anyone who reaches port %u can run "
                  "sessions here (use --token-file F or FABMETER_TOKEN)\n",
-                 o.bind.c_str(), unsigned(listener->port()));
+                 o.bind.c_str(), unsigned(listener.port()));
   JsonObj ev;
-  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener->port()))
+  ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener.port()))
       .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
       .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
   emit_line(ev);
@@ -608,26 +611,24 @@ int run_server(const ServerOptions& opts) {
   sa.sa_handler = [](int) {};  // only to interrupt poll() when a session ends
   sigemptyset(&sa.sa_mask);
   sigaction(SIGCHLD, &sa, nullptr);
+  // SIGCHLD only while waiting in ppoll below: a session that ends just
+  // before the wait still ends it at once.
+  sigset_t chld, wait_mask;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &wait_mask);
+  // --once: one session, more are answered busy; a connection closed before
+  // its hello (fabmeter mesh's reachability check) is none.
+  const size_t max_sessions = o.once ? 1 : o.max_sessions;
   std::vector<Child> kids;
-  int once_rc = -1;
   // The accepting loop only accepts, forks and reaps: it never reads from a
   // client and never waits for a session.
   for (;;) {
-    int rc = reap(kids, o);
-    if (rc >= 0) once_rc = rc;
+    const int rc = reap(kids, o);
+    if (o.once && rc >= 0 && rc != kNoHelloRc) return rc;
     if (stop_requested()) {
       stop_sessions(kids, o);
       return 130;
-    }
-    if (!listener) {  // --once: the session was forked; nothing else to do but wait for it
-      if (kids.empty()) return once_rc;
-      int status;
-      if (pid_t pid = waitpid(kids[0].pid, &status, 0); pid > 0) {  // EINTR: a signal, looked at above
-        kids.clear();
-        clean_after(o, pid);
-        once_rc = child_code(status);
-      }
-      continue;
     }
     if (o.max_duration > 0) {
       const uint64_t limit = static_cast<uint64_t>((o.max_duration + kWatchdogGraceS + kKillGraceS) * 1e9);
@@ -636,14 +637,17 @@ int run_server(const ServerOptions& opts) {
     }
     // Woken early by a connection, SIGCHLD (a session ended) or Ctrl-C/SIGTERM;
     // rarely otherwise, so a busy-polling session on the same CPU is left alone.
-    pollfd pfd{listener->fd(), POLLIN, 0};
-    if (::poll(&pfd, 1, 1000) <= 0) continue;
-    Ctrl ctrl = listener->accept(kHandshakeTimeoutMs);
+    pollfd pfd{listener.fd(), POLLIN, 0};
+    const timespec slice{1, 0};
+    if (::ppoll(&pfd, 1, &slice, &wait_mask) <= 0) continue;
+    Ctrl ctrl = listener.accept(kHandshakeTimeoutMs);
     if (ctrl.fd() < 0) continue;
-    if (kids.size() >= o.max_sessions) {
+    if (kids.size() >= max_sessions) {
       // A fresh connection's send buffer is empty: this never blocks.
       try {
-        ctrl.send(CtrlType::refuse, "busy: " + std::to_string(kids.size()) + " sessions running (the server's --max-sessions)");
+        ctrl.send(CtrlType::refuse, o.once ? std::string("busy: the server's one session (--once) is running")
+                                           : "busy: " + std::to_string(kids.size()) +
+                                                 " sessions running (the server's --max-sessions)");
       } catch (const Error&) {
       }
       ctrl.close_draining(0);  // no wait here: a hello already in is read, so the reason is not reset away
@@ -656,9 +660,11 @@ int run_server(const ServerOptions& opts) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
       continue;
     }
-    if (pid == 0) session_child(std::move(ctrl), o, clocks, listener->fd(), me);
+    if (pid == 0) {
+      sigprocmask(SIG_SETMASK, &wait_mask, nullptr);
+      session_child(std::move(ctrl), o, clocks, listener.fd(), me);
+    }
     kids.push_back({pid, Clock::mono_ns()});
-    if (o.once) listener.reset();  // one session: later connections are refused by the kernel
   }
 }
 
