@@ -169,21 +169,30 @@ def test_max_sessions_answers_busy_at_once(fm, serve):
     _, event = serve("--max-sessions", "1")
     long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "4000", "--json")
     try:
-        # The first session runs once the server has a session process for it.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not session_pids(fm):
-            time.sleep(0.05)
-        assert session_pids(fm), "the first session did not start"
+        wait_for_session(fm)
         t0 = time.monotonic()
-        r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
-        assert r.returncode == 2, (r.returncode, r.stderr)
-        assert "busy: 1 sessions running" in one_line_error(r.stderr)
+        assert "busy: 1 sessions running" in refusal(fm, event)
         assert time.monotonic() - t0 < 5  # at once: the first session has seconds to go
         assert long.wait(timeout=30) == 0, long.stderr.read()
     finally:
         if long.poll() is None:
             long.kill()
         long.wait()
+
+
+def wait_for_session(fm):
+    """Until the server has a session process (its first session runs)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not session_pids(fm):
+        time.sleep(0.05)
+    assert session_pids(fm), "the session did not start"
+
+
+def refusal(fm, event) -> str:
+    """A short lat's one-line error, refused with exit 2."""
+    r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    return one_line_error(r.stderr)
 
 
 def session_pids(fm) -> list[int]:
@@ -248,12 +257,8 @@ def test_once_outlives_a_bare_connect_and_ends_with_its_session(fm, serve):
     assert proc.poll() is None, proc.stderr.read()
     long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "3000", "--json")
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not session_pids(fm):
-            time.sleep(0.05)
-        assert session_pids(fm), "the session did not start"
-        r = fm.run("lat", "-t", "tcp", "--server", addr(event), "-n", "100", timeout=60)
-        assert r.returncode == 2 and "busy: the server's one session (--once)" in one_line_error(r.stderr), r.stderr
+        wait_for_session(fm)
+        assert "busy: the server's one session (--once)" in refusal(fm, event)
         assert long.wait(timeout=30) == 0, long.stderr.read()
     finally:
         if long.poll() is None:
