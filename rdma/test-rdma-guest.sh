@@ -107,18 +107,20 @@ pt() {
   printf '%-58s rc=%s\n' "$name" "$rc"
 }
 
-# fpp NAME OPTIONS...: a fi_pingpong pair (libfabric's util/pingpong.c), the
-# server on rxe1, the client on rxe0 (verbs domains are device names).
-fpp() {
-  local name=$1 f=$OUT/$1
-  shift
+# fab NAME TOOL OPTIONS...: a pair of libfabric's own tools (fi_pingpong, or
+# fabtests' fi_msg_bw and fi_rma_bw: one option parser), the server on rxe1,
+# the client on rxe0 (verbs domains are device names). TOOL is a name on PATH
+# or a path; NAME.cmd records its base name.
+fab() {
+  local name=$1 tool=$2 f=$OUT/$1
+  shift 2
   PORT=$((PORT + 1))
-  echo "fi_pingpong $*" >"$f.cmd"
-  taskset -c 1 timeout 120 fi_pingpong "$@" -d "${FM_RDMA_DEV1:-rxe1}" -B "$PORT" >"$f.server.out" 2>&1 &
+  echo "${tool##*/} $*" >"$f.cmd"
+  taskset -c 1 timeout 120 "$tool" "$@" -d "${FM_RDMA_DEV1:-rxe1}" -B "$PORT" >"$f.server.out" 2>&1 &
   local spid=$! rc try
   for try in 1 2 3; do  # the server needs a moment to listen
     sleep 1
-    taskset -c 0 timeout 120 fi_pingpong "$@" -d "${FM_RDMA_DEV0:-rxe0}" -P "$PORT" "$SERVER" >"$f.out" 2>&1
+    taskset -c 0 timeout 120 "$tool" "$@" -d "${FM_RDMA_DEV0:-rxe0}" -P "$PORT" "$SERVER" >"$f.out" 2>&1
     rc=$?
     ((rc == 0)) && break
   done
@@ -176,7 +178,18 @@ run_comparison() {
       ib_write_bw -s 1024 -n 5000 -l 8
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
       ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}"
-      fpp "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" -p verbs -e msg -S 32 -I 2000
+      fab "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" fi_pingpong -p verbs -e msg -S 32 -I 2000
+      # bw beside fabtests, both ends of both tools on fabtests' own libfabric
+      # (rdma/fabtests.sh), so the two rows compare callers of one library.
+      if [[ -n ${FM_FABTESTS:-} ]]; then
+        local ft=(-S 1024 -I 5000 -w 200 -W 128)
+        LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "cmp-r$round-fabmeter-bw-ofi-verbs-send" \
+          bw -t ofi --provider verbs --ep msg -s 1K "${BWC[@]}"
+        fab "cmp-r$round-fi_msg_bw-bw-ofi-verbs-send" "$FM_FABTESTS/bin/fi_msg_bw" -p verbs -e msg "${ft[@]}"
+        LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "cmp-r$round-fabmeter-bw-ofi-verbs-write-imm" \
+          bw -t ofi --provider verbs --ep msg --op write-imm -s 1K "${BWC[@]}"
+        fab "cmp-r$round-fi_rma_bw-bw-ofi-verbs-write-imm" "$FM_FABTESTS/bin/fi_rma_bw" -p verbs -e msg -o writedata "${ft[@]}"
+      fi
     fi
   done
 }

@@ -9,8 +9,8 @@
 #
 #   rdma/test-rdma.sh [--allow-skip] [--engine PATH] [--rounds N] [--compare-only]
 #
-# --rounds N: rounds of the alternated comparison with perftest and
-# fi_pingpong (default $FM_CMP_ROUNDS, else 3; 0: none); --compare-only: that
+# --rounds N: rounds of the alternated comparison with perftest, fi_pingpong
+# and fabtests (default $FM_CMP_ROUNDS, else 3; 0: none); --compare-only: that
 # comparison alone (about 80 s a round), e.g. more rounds for a steadier median.
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
@@ -54,11 +54,25 @@ T0=$SECONDS
 "$HERE/guest/build.sh" >&2 || skip "the Soft-RoCE guest could not be built here (rdma/guest/build.sh needs root, qemu and the Debian mirror)"
 echo "test-rdma: guest ready after $((SECONDS - T0)) s; booting it once for all cases (qemu TCG, a few minutes)"
 
+# fabtests for the comparison's ofi bw rows (rdma/fabtests.sh, cached); without
+# them those rows are left out, and the report says why.
+FABTESTS= FABTESTS_SKIPPED=
+if ((ROUNDS > 0)) && "$ENGINE" options | grep -q '"ofi"'; then
+  if "$HERE/fabtests.sh" "$REPO/build/fabtests" >&2; then
+    FABTESTS=$REPO/build/fabtests
+  else
+    FABTESTS_SKIPPED="rdma/fabtests.sh could not build fabtests here (its log is under build/fabtests/work): the ofi bw rows are left out"
+  fi
+fi
+
 rm -rf "$OUT"
 mkdir -p "$OUT/raw"
+[[ -z $FABTESTS_SKIPPED ]] || echo "$FABTESTS_SKIPPED" >"$OUT/raw/_fabtests_skipped"
+[[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
 rc=0
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
+  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
+  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then
   ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"

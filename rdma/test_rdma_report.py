@@ -241,7 +241,10 @@ def check_perftest(raw, name):
 def perftest_result(text):
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if "usec/xfer" in line:  # fi_pingpong: sizes and counts as "1k", "=2k"; the mean of RTT/2
+        # libfabric's tools (fi_pingpong, fabtests' fi_msg_bw and fi_rma_bw): sizes
+        # and counts as "1k", "=2k"; usec/xfer is the mean of RTT/2 in a
+        # pingpong, wall time per message in a bw test.
+        if "usec/xfer" in line:
             head = line.split()
             for row in lines[i + 1:]:
                 cells = row.split()
@@ -367,8 +370,8 @@ def fabmeter_figure(row, r):
 
 def perftest_figure(row, r):
     res = r.get("result_us") or {}
-    if "usec_per_xfer" in res:
-        return res["usec_per_xfer"]
+    if "usec_per_xfer" in res:  # libfabric's tools: Mxfers/sec has 2 decimals, usec/xfer 4 digits here
+        return 1e6 / res["usec_per_xfer"] if row.startswith("bw-") else res["usec_per_xfer"]
     if row.startswith("bw-"):
         # A rate of 0 after every message went (ib_write_bw printed "0.00 0.00
         # 0.000000" once under rxe, exit 0) is a round perftest could not time.
@@ -381,7 +384,7 @@ def comparison(results):
     their medians and the ratio fabmeter/perftest."""
     by_row = {}
     for r in results:
-        m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|perftest|fi_pingpong)-(.+)", r["name"])
+        m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|perftest|fi_[a-z_]+)-(.+)", r["name"])
         if m:
             side = "fabmeter" if m.group(2) == "fabmeter" else "perftest"  # (the peer's column)
             by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}, "peer": "perftest"})[side][int(m.group(1))] = r
@@ -404,7 +407,7 @@ def comparison(results):
     return sorted(rows, key=lambda r: (order[r["kind"]], r["row"]))
 
 
-def print_comparison(rows):
+def print_comparison(rows, fabtests):
     if not rows:
         return
     rounds = max(r["rounds"] for r in rows)
@@ -416,13 +419,16 @@ def print_comparison(rows):
     print("bw: messages per second (perftest's MsgRate); 1 KiB (atomics 8 B), 5000 messages, 128 in flight.")
     print("Target: ratio >= 1.00. write = plain RDMA write polled at the receiver (ib_write_*).")
     print("lat-ofi-*: libfabric's verbs provider beside fi_pingpong, both the MEAN of RTT/2 (all fi_pingpong prints).")
-    print(f"{'row':<22}{'fabmeter':>12}{'peer':>12}{'ratio':>8}  target  rounds (fabmeter / peer)")
+    if any(r["row"].startswith("bw-ofi-") for r in rows):
+        print(f"bw-ofi-*: beside fabtests' fi_msg_bw (send) and fi_rma_bw -o writedata (write-imm), messages per second")
+        print(f"(theirs: 1e6 / usec/xfer), both tools on {fabtests or 'fabtests libfabric'}.")
+    print(f"{'row':<26}{'fabmeter':>12}{'peer':>12}{'ratio':>8}  target  rounds (fabmeter / peer)")
     for r in rows:
         fmt = (lambda v: f"{v:,.0f}") if r["kind"] == "bw" else (lambda v: f"{v:.1f}")
         show = lambda v: fmt(v) if isinstance(v, (int, float)) else "-"
         verdict = "-" if r["at_target"] is None else "yes" if r["at_target"] else "BEHIND"
         ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
-        print(f"{r['row']:<22}{show(r['fabmeter_median']):>12}{show(r['perftest_median']):>12}{ratio:>8}  {verdict:<6}  "
+        print(f"{r['row']:<26}{show(r['fabmeter_median']):>12}{show(r['perftest_median']):>12}{ratio:>8}  {verdict:<6}  "
               f"{' '.join(show(v) for v in r['fabmeter'])} / {' '.join(show(v) for v in r['perftest'])}")
 
 
@@ -435,7 +441,7 @@ def main():
     results, failed = [], []
     for name in names:
         cmd = read(f"{raw}/{name}.cmd")
-        check = (check_perftest if cmd.startswith(("ib_", "fi_pingpong"))
+        check = (check_perftest if cmd.startswith(("ib_", "fi_"))
                  else check_suite if cmd.startswith("fabmeter suite")
                  else check_mesh if cmd.startswith("fabmeter mesh") else check_fabmeter)
         problems, summary = check(raw, name)
@@ -483,9 +489,13 @@ def main():
     ofi_skipped = read(f"{raw}/_ofi_skipped").strip()
     if ofi_skipped:
         print(f"ofi verbs provider: {ofi_skipped}")
+    fabtests_skipped = read(f"{raw}/_fabtests_skipped").strip()
+    if fabtests_skipped:
+        print(f"fabtests: {fabtests_skipped}")
+    fabtests = read(f"{raw}/_fabtests").strip()
 
     rows = comparison(results)
-    print_comparison(rows)
+    print_comparison(rows, fabtests)
 
     loss = [r for r in results if r["name"].startswith("loss-")]
     if loss:
@@ -516,6 +526,8 @@ def main():
         "comparison": rows,
         "cases": results,
         "ofi_skipped": ofi_skipped or None,
+        "fabtests": fabtests or None,
+        "fabtests_skipped": fabtests_skipped or None,
         "faults": faults,
         "fault_run": fault_run or None,
         "passed": len(results) + len(faults) - len([n for n in failed if not n.startswith("_")]),

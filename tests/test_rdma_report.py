@@ -180,3 +180,21 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "guest" not in r.stdout
+
+
+def test_fabtests_bw_rows_compare_message_rates(tmp_path):
+    """fi_msg_bw and fi_rma_bw print their table as fi_pingpong does; a bw
+    row's rate is 1e6 / usec/xfer (Mxfers/sec has 2 decimals: 0.02 in the
+    guest), and the peer column is named after the tool."""
+    m = report_module()
+    out = ("bytes   iters   total       time     MB/sec    usec/xfer   Mxfers/sec\n"
+           "1k      5k      4.8m        0.23s     22.01      46.52       0.02\n")
+    (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.cmd").write_text("fi_rma_bw -p verbs -e msg -o writedata\n")
+    (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.rc").write_text("0\n")
+    (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.out").write_text(out)
+    problems, peer = m.check_perftest(str(tmp_path), "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm")
+    assert problems == [] and peer["result_us"] == {"usec_per_xfer": 46.52}
+    (row,) = m.comparison([{"name": "cmp-r1-fabmeter-bw-ofi-verbs-write-imm", "msg_rate": 22000.0}, peer])
+    assert row["peer"] == "fi_rma_bw" and row["kind"] == "bw"
+    assert abs(row["perftest_median"] - 1e6 / 46.52) < 1e-9
+    assert abs(row["ratio"] - 22000 * 46.52 / 1e6) < 1e-12 and row["at_target"] is True
