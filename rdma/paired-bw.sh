@@ -21,7 +21,9 @@
 # environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1', and
 # the client options in FM_PAIRED_ARGS_X, e.g. FM_PAIRED_ARGS_B='--sq-depth 2').
 # OP: read, send, write, fadd or cswap (bw: 1 KiB, atomics 8 B, 128 in
-# flight), or lat-OP (ping-pong, 32 B, atomics 8 B, send and write inline
+# flight; "+bidir" and "+pl8" after it add -b / --bidir and -l 8 /
+# --post-list 8: in bidir the client's packets include fabmeter's credit
+# writes, one per --rq-refill of the server's messages), or lat-OP (ping-pong, 32 B, atomics 8 B, send and write inline
 # up to 64 B as make test-rdma's rows; ib_OP_lat): a lat run's
 # rate is its round trips per second, one request packet each, so at equal
 # CPU shares the ratio is that of the tools' costs per round trip (on
@@ -72,7 +74,8 @@ sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/
 # start FILE TOOL PAIR OP: the tool's server and client, in the background;
 # CLIENT is the client's pid.
 start() {
-  local f=$1 tool=$2 pair=$3 op=$4 exp=bw size=1024
+  local f=$1 tool=$2 pair=$3 op=$4 exp=bw size=1024 mods=
+  if [[ $op == *+* ]]; then mods=+${op#*+} op=${op%%+*}; fi
   if [[ $op == lat-* ]]; then exp=lat op=${op#lat-} size=32; fi
   local perftest=ib_${op}_$exp fm_op=$op pt_opts fm_opts=()
   case $op in
@@ -83,6 +86,8 @@ start() {
   esac
   if [[ $exp == bw ]]; then
     fm_opts=(--tx-depth 128)
+    [[ $mods == *+bidir* ]] && pt_opts+=(-b) fm_opts+=(--bidir)
+    [[ $mods == *+pl8* ]] && pt_opts+=(-l 8) fm_opts+=(--post-list 8)
   elif [[ $op == send || $op == write ]]; then
     pt_opts+=(-I 64) fm_opts=(--inline 64)
   fi
