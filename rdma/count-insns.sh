@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs inside the Soft-RoCE guest, under QEMU with rdma/tbcount.c loaded:
-# fabmeter's and perftest's one-sided ping-pongs, one tool at a time, each
-# bracketed by two snapshots of every block's count, for N1 and then N2
-# round trips. rdma/count_insns.py takes the difference (N2 - N1 round trips:
-# start-up cancels) and prints the instructions per round trip, user space
+# fabmeter's and perftest's one-sided ping-pongs (or, COUNT_EXP=bw, their
+# bandwidth runs: 128 in flight), one tool at a time, each bracketed by two
+# snapshots of every block's count, for N1 and then N2 round trips (or
+# messages). rdma/count_insns.py takes the difference (N2 - N1: start-up
+# cancels) and prints the instructions per round trip (message), user space
 # and kernel (by symbol: /proc/kallsyms is saved), of each tool.
 #
 #   cc -O2 -shared -fPIC -o build/tbcount.so rdma/tbcount.c -lpthread
@@ -16,7 +17,10 @@
 # OUTDIR must be the plugin's dir, shared with the host. One vCPU thread
 # (thread=single) keeps the counts exact. Only one-sided ops: their server
 # sleeps, where a busy-polling server's spins would count too.
-# COUNT_OPS (default "fadd cswap read"), COUNT_NS (default "5000 25000").
+# COUNT_OPS (default "fadd cswap read"), COUNT_NS (default "5000 25000"),
+# COUNT_EXP (lat, the default, or bw). A bw client spins only while its
+# window is full, which on Soft-RoCE is seldom: a one-sided op runs inside
+# its post's system call.
 set -uo pipefail
 ENGINE=/tmp/fabmeter-count-engine
 cp "$1" "$ENGINE" || exit 1
@@ -39,10 +43,12 @@ snap() {
 
 # run TOOL OP N: one client run between snapshots TOOL-OP-N-a and -b.
 run() {
-  local tool=$1 op=$2 n=$3 tag=$1-$2-$3 size=32 pt=ib_read_lat pt_opts=() fm_op=$2
+  local tool=$1 op=$2 n=$3 tag=$1-$2-$3 size=32 exp=${COUNT_EXP:-lat} pt_opts=() fm_op=$2 fm_opts=()
+  local pt=ib_read_$exp
   PORT=$((PORT + 1))
+  [[ $exp == bw ]] && fm_opts=(--tx-depth 128)
   if [[ $op != read ]]; then
-    size=8 pt=ib_atomic_lat fm_op=atomic-$op
+    size=8 pt=ib_atomic_$exp fm_op=atomic-$op
     pt_opts=(-A "$([[ $op == fadd ]] && echo FETCH_AND_ADD || echo CMP_AND_SWAP)")
   fi
   if [[ $tool == pt ]]; then
@@ -59,8 +65,8 @@ run() {
       sleep 0.1
     done
     snap "$tag-a"
-    timeout 600 "$ENGINE" run lat --server 10.77.0.2:$PORT --cpu 0 -t verbs --cm raw -n "$n" --warmup 200 \
-      -s $size --service rc --op "$fm_op" --timeout-ms 60000 >"$OUT/$tag.out" 2>&1
+    timeout 600 "$ENGINE" run "$exp" --server 10.77.0.2:$PORT --cpu 0 -t verbs --cm raw -n "$n" --warmup 200 \
+      -s $size --service rc --op "$fm_op" "${fm_opts[@]}" --timeout-ms 60000 >"$OUT/$tag.out" 2>&1
   fi
   local rc=$?
   snap "$tag-b"

@@ -10,8 +10,8 @@ run lengths N1 < N2, (count(N2) - count(N1)) / (N2 - N1) is the count per
 round trip with start-up and teardown cancelled. Kernel addresses (the upper
 half) are named from OUTDIR/kallsyms; the rest is user space. Prints each
 tool's instructions and blocks per round trip, user and kernel, and the
-kernel symbols whose counts differ most between the two tools. Standard
-library only.
+kernel symbols whose counts differ most between the two tools (COUNT_TOP of
+them, default 8). Standard library only.
 """
 import bisect
 import collections
@@ -106,7 +106,7 @@ def main(argv):
         names = [k for k in set(fm) | set(pt) if not k.startswith("#")]
         names.sort(key=lambda k: -abs(fm.get(k, 0) - pt.get(k, 0)))
         print(f"\n{op}: largest differences, instructions per round trip (fm - pt)")
-        for k in names[:8]:
+        for k in names[:int(os.environ.get("COUNT_TOP", 8))]:
             print(f"  {k:40} {fm.get(k, 0):9.0f} {pt.get(k, 0):9.0f} {fm.get(k, 0) - pt.get(k, 0):+8.0f}")
 
 

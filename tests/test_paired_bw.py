@@ -30,7 +30,9 @@ def test_pair_difference_cancels():
     mod = paired_module()
     lines = lines_for("r1", "read", "fm", "pt", 0.93, 1.05, [4000, 2500, 6100])
     lines += lines_for("r2", "read", "fm", "pt", 0.95, 0.97, [3000, 9000, 1300])
+    lines += lines_for("r1", "write+bidir", "fm", "fvB", 1.01, 1.0, [4000, 4100])  # an op with paired-bw.sh's +mods
     got = mod.paired_ratios(lines)
+    assert got[("write+bidir", "fm", "fvB")][0][1] == pytest.approx(1.01, abs=0.002)
     rows = got[("read", "fm", "pt")]
     assert [r for r, _, _ in rows] == ["r1", "r2"]
     assert rows[0][1] == pytest.approx(0.93, abs=0.002) and rows[0][2] == pytest.approx(1.05, abs=0.002)
