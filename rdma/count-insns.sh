@@ -20,7 +20,9 @@
 # COUNT_OPS (default "fadd cswap read"), COUNT_NS (default "5000 25000"),
 # COUNT_EXP (lat, the default, or bw). A bw client spins only while its
 # window is full, which on Soft-RoCE is seldom: a one-sided op runs inside
-# its post's system call.
+# its post's system call. COUNT_EXP=bw also takes the ops write and
+# write+bidir (1 KiB), whose receivers spin in user space: there only the
+# kernel's count per message compares.
 set -uo pipefail
 ENGINE=/tmp/fabmeter-count-engine
 cp "$1" "$ENGINE" || exit 1
@@ -47,10 +49,15 @@ run() {
   local pt=ib_read_$exp
   PORT=$((PORT + 1))
   [[ $exp == bw ]] && fm_opts=(--tx-depth 128)
-  if [[ $op != read ]]; then
-    size=8 pt=ib_atomic_$exp fm_op=atomic-$op
-    pt_opts=(-A "$([[ $op == fadd ]] && echo FETCH_AND_ADD || echo CMP_AND_SWAP)")
-  fi
+  case $op in
+    read) ;;
+    write | write+bidir)  # bw only, 1 KiB: fabmeter's receiver spins, so only the kernel's count compares
+      pt=ib_write_$exp size=1024 fm_op=write
+      [[ $op == *+bidir ]] && pt_opts+=(-b) fm_opts+=(--bidir) ;;
+    *)
+      size=8 pt=ib_atomic_$exp fm_op=atomic-$op
+      pt_opts=(-A "$([[ $op == fadd ]] && echo FETCH_AND_ADD || echo CMP_AND_SWAP)") ;;
+  esac
   if [[ $tool == pt ]]; then
     taskset -c 1 timeout 600 $pt -d rxe1 -x 1 -p $PORT -F -n "$n" -s $size "${pt_opts[@]}" >"$OUT/$tag.server.out" 2>&1 &
     sleep 1

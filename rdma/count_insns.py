@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-SNAP = re.compile(r"snap-(fm|pt)-(\w+)-(\d+)-a$")
+SNAP = re.compile(r"snap-(fm|pt)-([\w+]+)-(\d+)-a$")
 KERNEL = 0xFFFF800000000000
 
 

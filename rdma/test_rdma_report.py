@@ -49,6 +49,11 @@ def option(cmd, name):
     return m.group(1) if m else None
 
 
+# Credit writes a --bidir plain-write client may still send: those due once
+# the server has stopped writing, at the end of a point.
+PIGGY_BIDIR_MAX_CREDITS = 4
+
+
 def check_fabmeter(raw, name):
     """Returns (problems, summary) for one fabmeter case."""
     cmd = read(f"{raw}/{name}.cmd").strip()
@@ -95,6 +100,13 @@ def check_fabmeter(raw, name):
             problems.append(f"point {p.get('size')} B: {p['lost']} lost on RC")
         if p.get("experiment") == "bw" and not p.get("gbps", 0) > 0:
             problems.append(f"point {p.get('size')} B: no bandwidth")
+        # A plain write of 16 B or more carries its writer's credit, so in
+        # --bidir the client sends next to no credit writes of its own (one
+        # per --rq-refill messages received without that: 33 in 2100).
+        if (p.get("experiment") == "bw" and p.get("bidir") and granted.get("op") == "write" and p.get("size", 0) >= 16
+                and not p.get("size_spread") and p.get("credit_writes", 0) > PIGGY_BIDIR_MAX_CREDITS):
+            problems.append(f"bidir plain write: {p.get('credit_writes')} credit writes, their writes carry them "
+                            f"(at most {PIGGY_BIDIR_MAX_CREDITS})")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
         if p.get("experiment") == "oneway":  # the stages from t_subm: post (t_send) and completion (t_comp)
@@ -152,6 +164,13 @@ def check_fabmeter(raw, name):
         problems.append(f"--inline {inline} but the device granted {granted.get('max_inline_granted')}")
     if want["op"] in ("write", "write-imm") and "write_credits" not in granted:
         problems.append("write mode without credits in granted")
+    # lat and bw fix every message's size: a plain write's slot then holds no
+    # length after the payload, only the payload rounded up to 64 B.
+    if (want["op"] == "write" and summary.get("experiment") in ("lat", "bw")
+            and not any(p.get("size_spread") for p in points)):
+        slot = -(-max(p.get("size", 0) for p in points) // 64) * 64
+        if granted.get("recv_slot_bytes") != slot:
+            problems.append(f"plain write of fixed sizes: slots of {granted.get('recv_slot_bytes')} B, expected {slot}")
     if "device" not in want and granted.get("device") != "rxe0":
         problems.append(f"the client should be on rxe0 (its control address), got {granted.get('device')}")
     return problems, summary

@@ -198,3 +198,35 @@ def test_fabtests_bw_rows_compare_message_rates(tmp_path):
     assert row["peer"] == "fi_rma_bw" and row["kind"] == "bw"
     assert abs(row["perftest_median"] - 1e6 / 46.52) < 1e-9
     assert abs(row["ratio"] - 22000 * 46.52 / 1e6) < 1e-12 and row["at_target"] is True
+
+
+def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
+    """In --bidir each plain write of 16 B or more carries its writer's credit:
+    a client that still sent one credit write per --rq-refill messages (33 in
+    2100) fails the guest's check; 8 B writes carry none and are not held to
+    it. And with fixed sizes a slot is the payload rounded up to 64 B."""
+    import json
+    m = report_module()
+
+    def case(name, size, credit_writes, slot=None):
+        slot = slot or -(-size // 64) * 64
+        (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s {size} --op write --bidir\n")
+        (tmp_path / f"{name}.rc").write_text("0\n")
+        (tmp_path / f"{name}.server.rc").write_text("0\n")
+        (tmp_path / f"{name}.err").write_text("")
+        lines = [{"type": "point", "experiment": "bw", "size": size, "iterations": 2000, "lost": 0, "gbps": 0.3,
+                  "bidir": True, "size_spread": 0, "credit_writes": credit_writes},
+                 {"type": "transport", "granted": {"op": "write", "service": "rc", "cm": "rdma_cm", "post_list": 1,
+                                                   "device": "rxe0", "write_credits": "...",
+                                                   "recv_slot_bytes": slot}},
+                 {"type": "end", "status": "ok"}]
+        (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
+        return m.check_fabmeter(str(tmp_path), name)[0]
+
+    assert case("carried", 1024, 1) == []
+    (problem,) = case("not-carried", 1024, 33)
+    assert "33 credit writes" in problem
+    assert case("too-small-to-carry", 8, 32) == []
+    # Fixed sizes need no length after the payload: 1 KiB slots, not 1088 B.
+    (problem,) = case("trailer-room", 1024, 0, slot=1088)
+    assert "slots of 1088 B, expected 1024" in problem

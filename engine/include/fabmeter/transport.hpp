@@ -48,6 +48,7 @@ struct Use {
   Poll poll;
   uint32_t send_window;       // most sends posted and not completed (bw: --tx-depth); 0 = as the send queue allows
   uint32_t in_flight;         // most messages the experiment has in flight each way (lat: 1); 0 = no bound
+  bool fixed_sizes;           // every message of a point has the point's size (lat; bw without --size-spread)
   uint32_t loss_timeout_ms;   // a reply not seen after this long is lost: waits end by then
 };
 

@@ -171,6 +171,11 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   // from ~150 to 14-105 M msg/s when its sender filled the ring first.
   const bool post_until_full = own_answers || (pure_sender && c.caps.send_completions);
 
+  // Credits this end sent as writes of their own (verbs' plain write: in
+  // --bidir next to none, as our writes carry them).
+  uint64_t credit_writes0 = 0;
+  if constexpr (requires { t.credit_writes(); }) credit_writes0 = t.credit_writes();
+
   BwSide me;
   uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
   uint64_t t_stop = UINT64_MAX, t_peer_done = 0;
@@ -349,6 +354,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("size_spread", static_cast<uint64_t>(spread_pct)).add("mean_size", spread.mean(mark, rx_c2s.measured, size))
       .add("throughput_series", series_json)
       .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
+  if constexpr (requires { t.credit_writes(); }) out.fields.add("credit_writes", t.credit_writes() - credit_writes0);
   return st;
 }
 
@@ -375,6 +381,7 @@ struct BwExperiment : ExperimentDefaults {
                   std::to_string(p.bw.size_spread) + " reaches " + std::to_string(SpreadSizes::high(p.size, p.bw.size_spread)) +
                   " B, above the transport's maximum of " + std::to_string(caps.max_msg_size) + " B");
   }
+  static bool fixed_sizes(const Params& p) { return !p.bw.size_spread; }
   // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
   static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }
   template <Transport T, Poll P>

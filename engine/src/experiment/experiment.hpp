@@ -48,6 +48,9 @@ struct ExperimentDefaults {
   static constexpr bool kOneCpuTicks = false;
   // The most messages a point has in flight each way (Use::in_flight); 0: no bound.
   static constexpr uint32_t kInFlight = 0;
+  // Every message of a point has the point's size, and the loop says so
+  // (fix_message_size): a transport may carry no length (Use::fixed_sizes).
+  static bool fixed_sizes(const Params&) { return false; }
   // The largest control frame the client receives for this point (the
   // server's stamp report); 0: only small frames (kMaxFrameDefault).
   static uint64_t report_bytes(const Params&, const Point&) { return 0; }

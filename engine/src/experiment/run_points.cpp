@@ -59,6 +59,7 @@ Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
           .poll = p.poll,
           .send_window = experiment.send_window(p),
           .in_flight = experiment.in_flight,
+          .fixed_sizes = experiment.fixed_sizes(p),
           .loss_timeout_ms = p.loss_timeout_ms};
 }
 

@@ -38,6 +38,7 @@ struct ExperimentEntry {
   bool (*writes_file)(const Params&);
   PointCost (*cost)(const Params&, const Caps&, const Point&);
   uint32_t (*send_window)(const Params&);
+  bool (*fixed_sizes)(const Params&);
   uint32_t (*connections)(const Params&);
   void (*resolve)(Params&, const Caps&);
 };
@@ -46,7 +47,8 @@ template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
       ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
-                      &E::check_caps, &E::writes_file, &E::cost, &E::send_window, &E::connections, &E::resolve}...};
+                      &E::check_caps, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
+                      &E::resolve}...};
 }
 template <class... E>
 constexpr auto make_experiment_entries(ExperimentList<E...> list) {

@@ -227,7 +227,7 @@ verbs::Op verbs::op_of(const std::string& name) {
 }
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
-    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight), role_(use.role),
+    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight), fixed_sizes_(use.fixed_sizes), role_(use.role),
       ud_(v.service == "ud"), event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
       one_sided_(verbs::is_one_sided(op_)),
       reliable_(v.service == "rc") {}
@@ -315,7 +315,17 @@ void VerbsTransport::repost_recvs() {
     rx_repost_at_ = (rx_repost_at_ + batch) % rx_slots_;
   }
   refill_.gave_back(batch);
-  if (op_ != verbs::Op::send) post_credit();
+  if (op_ == verbs::Op::send) return;
+  // An end that has written to the peer since the last batch will likely
+  // write again soon, and that write carries the credit (piggy_).
+  const bool writing = piggy_ && credits_.written() != written_at_refill_;
+  written_at_refill_ = credits_.written();
+  if (writing) {
+    refill_.credit_due = true;
+    credit_wait_ = 0;
+    return;
+  }
+  post_credit();
 }
 
 // UC plain write: if one of the next few slots holds its message, the ones
@@ -353,6 +363,8 @@ void VerbsTransport::post_credit() {
     }
   }
   refill_.credit_due = false;
+  credit_wait_ = 0;
+  ++credit_writes_;
   credit_page_[1] = refill_.given_back();  // monotonic: a later value overwriting an unsent one is still right
   ibv_sge sge{reinterpret_cast<uintptr_t>(&credit_page_[1]), 8, credit_mr_->lkey};
   ibv_send_wr wr{};
@@ -500,7 +512,12 @@ void VerbsTransport::setup(uint64_t max_msg) {
     rq_want = std::min(rq_want, in_flight_);
   }
   rx_offset_ = ud_ ? verbs::kGrhBytes : 0;
-  const uint64_t trailer = op_ == verbs::Op::write ? verbs::kTrailerBytes : 0;
+  // A plain write's trailer (its length) only where sizes vary: with fixed
+  // sizes the slots stay a multiple of 64 B that pages hold whole (1 KiB:
+  // 4 a page, where 1088 B slots put every fourth write across two pages,
+  // about 1 % slower in the Soft-RoCE guest); a point under kMinFixedBytes
+  // still takes the trailer, which a 64 B slot holds.
+  const uint64_t trailer = op_ == verbs::Op::write && !fixed_sizes_ ? verbs::kTrailerBytes : 0;
   rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg + trailer), 64);
   rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
   tx_slot_size_ = round_up(max_msg + trailer, 64);
@@ -849,7 +866,8 @@ void VerbsTransport::describe(JsonObj& o) const {
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
   if (op_ == verbs::Op::write_imm) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
   if (op_ == verbs::Op::write)
-    o.add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages")
+    o.add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
+                           "it (fixed sizes from 16 B)")
         .add("write_completion", "receiver polls the slot's last byte (a lap mark after length and payload)");
   if (one_sided_) o.add("rd_atomic", rd_atomic_);
   o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);

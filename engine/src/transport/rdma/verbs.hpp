@@ -36,14 +36,19 @@
 // after the rest of the write: RC and UC place a message's bytes in order
 // (perftest relies on it too). When both ends know every message's size
 // (fix_message_size: lat, bw) the write is the payload alone, its last byte
-// replaced by the mark, as perftest's; otherwise a trailer follows the
-// payload: [... payload | len u32 | 3 B | mark u8]. One-sided answers land in
-// the client's own ring, slot n mod slots.
+// replaced by the mark, as perftest's; from kPiggyBytes on, the 7 bytes
+// before the mark carry the writer's count of the peer's messages it has
+// read, so two ends that write to each other (lat, bw --bidir) need no
+// credit writes: [... payload | count u56 | mark u8]. Where sizes vary
+// (check, bw --size-spread; Use::fixed_sizes false) a trailer follows the
+// payload, [... payload | len u32 | 3 B | mark u8], and the slots have room
+// for it. One-sided answers land in the client's own ring, slot n mod slots.
 #pragma once
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -65,6 +70,9 @@ constexpr uint64_t kMaxMsg = 1ull << 30;    // RC/UC, unless the device allows l
 constexpr uint64_t kNoReport = UINT64_MAX;  // send-ring entry of an internal WR (credit write)
 constexpr uint32_t kTrailerBytes = 8;       // a plain write's length and lap mark, after its payload
 constexpr uint32_t kMinFixedBytes = 8;      // smaller fixed sizes keep the trailer (the mark would hit UC's sequence number)
+constexpr uint32_t kPiggyBytes = 16;        // fixed sizes from which a plain write carries its writer's credit (clear of the sequence number)
+constexpr uint64_t kPiggyMask = (uint64_t{1} << 56) - 1;  // that count's bits, below the mark in the write's last 8 bytes
+constexpr uint32_t kPiggyWait = 256;        // polls a due credit waits for a write of ours to carry it before it goes alone
 constexpr uint32_t kAtomicBytes = 8;
 constexpr uint32_t kMaxRdAtomic = 255;      // reads/atomics in flight: the device's most, as perftest's -o default (a u8 in rdma_cm)
 constexpr uint32_t kSkipAhead = 4;          // UC plain write: later slots looked at when one is missing
@@ -124,7 +132,7 @@ class VerbsTransport {
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
-      if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return held_back();
+      if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] return held_back();
       const uint32_t slot = static_cast<uint32_t>(credits_.slot());
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(slot);
@@ -161,7 +169,7 @@ class VerbsTransport {
     if (rx_next_ == rx_count_) {
       const int n = ibv_poll_cq(recv_cq_, verbs::kCqBatch, rx_wc_);
       if (n <= 0) [[likely]] {
-        if (refill_.credit_due) [[unlikely]] post_credit();
+        credit_if_due();
         if (n < 0) fail_text("ibv_poll_cq on the receive CQ failed");
         return false;
       }
@@ -195,7 +203,7 @@ class VerbsTransport {
   int poll_send_comp(uint64_t* wr_ids, int max) {
     if (listed_) [[unlikely]] post_listed();
     if (posted_ != completed_) reap_sends();
-    if (refill_.credit_due) [[unlikely]] post_credit();
+    credit_if_due();
     int n = 0;
     if (!wr_ids || max <= 0) {
       done_head_ = done_tail_;
@@ -206,7 +214,13 @@ class VerbsTransport {
   }
 
   // lat and bw: every message has `len` bytes until the next call.
-  void fix_message_size(uint32_t len) { msg_size_ = op_ == verbs::Op::write && len >= verbs::kMinFixedBytes ? len : 0; }
+  void fix_message_size(uint32_t len) {
+    msg_size_ = op_ == verbs::Op::write && len >= verbs::kMinFixedBytes ? len : 0;
+    piggy_ = msg_size_ >= verbs::kPiggyBytes;
+  }
+
+  // Credits sent as RDMA writes of their own so far (not carried by a write).
+  uint64_t credit_writes() const { return credit_writes_; }
 
   // --post-list: nothing held back in a list not yet posted.
   bool tx_idle() const { return listed_ == 0; }
@@ -215,6 +229,19 @@ class VerbsTransport {
   void wait_send();
 
  private:
+  // The peer's count of our messages it has read: the word its credit writes
+  // set, or what its last plain write carried, whichever is further.
+  [[gnu::always_inline]] uint64_t peer_credit() const {
+    return std::max(piggy_in_, __atomic_load_n(credit_in_, __ATOMIC_ACQUIRE));
+  }
+  // A credit due goes now, unless one of our writes may carry it soon: an
+  // end that writes to the peer waits kPiggyWait polls for that.
+  [[gnu::always_inline]] void credit_if_due() {
+    if (!refill_.credit_due) [[likely]] return;
+    if (piggy_ && ++credit_wait_ < verbs::kPiggyWait) return;
+    post_credit();
+  }
+
   // Signals per --signal-every (or when asked) and posts.
   [[gnu::always_inline]] bool post(ibv_send_wr& wr, uint32_t flags, uint64_t wr_id) {
     const bool signaled = (flags & kSendSignaled) || ++unsignaled_ >= signal_every_;
@@ -259,7 +286,7 @@ class VerbsTransport {
   // size is not fixed), ending where the peer's slot ends (inline if it fits).
   [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                                ibv_send_wr& wr, ibv_sge& sge) {
-    if (credits_.full(__atomic_load_n(credit_in_, __ATOMIC_ACQUIRE), peer_.ring_slots)) [[unlikely]] return held_back();
+    if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] return held_back();
     const uint64_t slot = credits_.slot();
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
     // The mark below overwrites the last byte on every lap, never the rest.
@@ -271,8 +298,21 @@ class VerbsTransport {
         fail_text("verbs: a message of " + std::to_string(len) + " B in a point of " + std::to_string(msg_size_) + " B");
         return false;
       }
-      src[len - 1] = static_cast<std::byte>(mark);
+      if (piggy_) {
+        // Our count of the peer's messages read rides along: the credit due, if any, goes with it.
+        const uint64_t word = (refill_.released() & verbs::kPiggyMask) | uint64_t{mark} << 56;
+        std::memcpy(src + len - sizeof word, &word, sizeof word);
+        refill_.credit_due = false;
+        credit_wait_ = 0;
+      } else {
+        src[len - 1] = static_cast<std::byte>(mark);
+      }
     } else {
+      if (len + verbs::kTrailerBytes > tx_slot_size_) [[unlikely]] {  // slots sized for fixed sizes (Use::fixed_sizes)
+        fail_text("verbs: a plain write of " + std::to_string(len) + " B has no room for its length in a " +
+                  std::to_string(tx_slot_size_) + " B slot (a size the point did not fix)");
+        return false;
+      }
       const uint32_t trailer[2] = {len, static_cast<uint32_t>(mark) << 24};
       std::memcpy(src + len, trailer, sizeof trailer);
       total += verbs::kTrailerBytes;
@@ -321,7 +361,7 @@ class VerbsTransport {
   // write never comes: a later slot complete says the ones before are lost.
   [[gnu::always_inline]] bool poll_plain_write(RecvMsg& m) {
     if (!slot_marked(rx_seq_)) [[likely]] {
-      if (refill_.credit_due) [[unlikely]] post_credit();
+      credit_if_due();
       if (reliable_ || !skip_lost()) return false;
     }
     const uint64_t slot = rx_seq_ % rx_slots_;
@@ -334,6 +374,11 @@ class VerbsTransport {
         return false;
       }
       end -= verbs::kTrailerBytes;
+    }
+    if (piggy_) {
+      uint64_t word;
+      std::memcpy(&word, end - sizeof word, sizeof word);
+      piggy_in_ = std::max(piggy_in_, word & verbs::kPiggyMask);
     }
     m.data = end - len;
     m.len = len;
@@ -413,6 +458,7 @@ class VerbsTransport {
   const VerbsOptions verbs_;
   const uint32_t send_window_;  // Use::send_window
   const uint32_t in_flight_;    // Use::in_flight
+  const bool fixed_sizes_;      // Use::fixed_sizes
   const Role role_;
   const bool ud_, event_;
   const verbs::Op op_;
@@ -445,6 +491,11 @@ class VerbsTransport {
 
   uint64_t rx_seq_ = 0;                     // plain write: the next message's number
   uint32_t msg_size_ = 0;                   // plain write: every message's size (0: each carries its own)
+  bool piggy_ = false;                      // plain write: each write carries our credit (fixed size >= kPiggyBytes)
+  uint64_t piggy_in_ = 0;                   // the peer's credit, from the last of its writes that carried one
+  uint32_t credit_wait_ = 0;                // polls a due credit has waited for a write to carry it
+  uint64_t written_at_refill_ = 0;          // credits_.written() at the last refill: are we writing to the peer?
+  uint64_t credit_writes_ = 0;              // credits sent as writes of their own
   uint64_t os_posted_ = 0, os_done_ = 0, os_taken_ = 0;  // one-sided: posted, answered, taken by poll_recv
   std::vector<uint32_t> os_len_;            // one-sided: each answer slot's length
   ibv_wc rx_wc_[verbs::kCqBatch];
