@@ -15,7 +15,12 @@
 # message. A run's rate is its client device's sent_pkts (one packet per
 # 1 KiB message or read request) over common windows taken while both run.
 # Every entry runs twice, the tools swapped between the pairs, so the pairs'
-# own difference cancels (rdma/paired_bw.py).
+# own difference cancels (rdma/paired_bw.py). rxe acknowledges every RDMA
+# write, so a fabmeter client of --op write or write-imm also sends one ACK
+# per credit write of its server (one per --rq-refill messages, 64 by
+# default), plus, where it reads writes too, its own credit writes (none
+# for plain writes of 16 B or more, which carry them): divide its rate by
+# 1 + 1/rq_refill for messages (docs/performance.md).
 #
 # Tools: fm (ENGINE), pt (perftest's ib_OP_bw), fvX (VARIANT_ENGINE with the
 # environment in FM_PAIRED_ENV_X, e.g. FM_PAIRED_ENV_A='FM_EXP_KNOB=1', and
