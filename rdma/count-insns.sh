@@ -15,8 +15,8 @@
 #   rdma/count_insns.py build/count
 #
 # OUTDIR must be the plugin's dir, shared with the host. One vCPU thread
-# (thread=single) keeps the counts exact. Only one-sided ops: their server
-# sleeps, where a busy-polling server's spins would count too.
+# (thread=single) keeps the counts exact. One-sided ops by default: their
+# server sleeps, where a busy-polling server's spins would count too.
 # COUNT_OPS (default "fadd cswap read"), COUNT_NS (default "5000 25000"),
 # COUNT_EXP (lat, the default, or bw). A bw client spins only while its
 # window is full, which on Soft-RoCE is seldom: a one-sided op runs inside

@@ -227,10 +227,9 @@ verbs::Op verbs::op_of(const std::string& name) {
 }
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
-    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight), fixed_sizes_(use.fixed_sizes), role_(use.role),
-      ud_(v.service == "ud"), event_(use.poll == Poll::event), op_(verbs::op_of(r.op)),
-      one_sided_(verbs::is_one_sided(op_)),
-      reliable_(v.service == "rc") {}
+    : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight),
+      fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_(use.poll == Poll::event),
+      op_(verbs::op_of(r.op)), one_sided_(verbs::is_one_sided(op_)), reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {
   if (use_cm_ && cm_id_ && qp_ && !ud_) rdma_disconnect(cm_id_);
@@ -868,7 +867,8 @@ void VerbsTransport::describe(JsonObj& o) const {
   if (op_ == verbs::Op::write)
     o.add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
                            "it (fixed sizes from 16 B)")
-        .add("write_completion", "receiver polls the slot's last byte (a lap mark after length and payload)");
+        .add("write_completion", "receiver polls the slot's last byte (a lap mark after the payload, and after its "
+                                 "length where sizes vary)");
   if (one_sided_) o.add("rd_atomic", rd_atomic_);
   o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);
 }
