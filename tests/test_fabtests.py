@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import REPO, json_lines, script_module
+from conftest import REPO, json_lines, script_module, stop_serve
 from test_mesh import free_port
 
 FT = REPO / "build" / "fabtests"
@@ -83,11 +83,10 @@ def test_engine_runs_on_the_fabtests_libfabric(fabtests, engine):
     """The guest's rows run fabmeter's engine (built against Debian's
     libfabric 1.17 headers) on this library: it loads and says so."""
     env = {**os.environ, "LD_LIBRARY_PATH": str(FT / "lib")}
-    port = str(free_port())
-    serve = subprocess.Popen([str(engine), "serve", "--bind", "127.0.0.1", "--port", port, "--once"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen([str(engine), "serve", "--bind", "127.0.0.1", "--port", "0", "--once"], env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert "listening" in serve.stdout.readline()
+        port = json.loads(serve.stdout.readline())["port"]
         r = subprocess.run([str(engine), "run", "bw", "--server", f"127.0.0.1:{port}", "-t", "ofi", "--provider", "tcp",
                             "--ep", "msg", "--op", "write-imm", "-s", "1K", "-n", "2000", "--warmup", "100"],
                            env=env, capture_output=True, text=True, timeout=60)
@@ -100,4 +99,4 @@ def test_engine_runs_on_the_fabtests_libfabric(fabtests, engine):
         assert not point["partial"] and point["lost"] == 0 and point["msg_rate"] > 0
         assert lines[-1] == {"type": "end", "status": "ok"}
     finally:
-        serve.wait(timeout=30)
+        stop_serve(serve)
