@@ -41,6 +41,8 @@ def test_rounds_make_medians_and_ratios():
     send = rows["lat-rc-send"]
     assert send["rounds"] == 3 and send["fabmeter_median"] == 31.0 and send["perftest_median"] == 30.0
     assert abs(send["ratio"] - 31 / 30) < 1e-12 and send["at_target"] is False
+    # Each round's own ratio, in round order: 30/30, 50/29, 31/40.
+    assert send["round_ratios"] == [1.0, 50 / 29, 31 / 40]
     read = rows["lat-rc-read"]
     assert read["fabmeter_median"] == 40.0 and read["at_target"] is True  # 40 us vs 41 us
     bw = rows["bw-rc-write"]
@@ -63,6 +65,7 @@ def test_a_perftest_bw_round_of_rate_0_has_no_figure():
                 pt("cmp-r3-perftest-bw-rc-write", msg_rate_mpps=0.025)]
     (row,) = m.comparison(results)
     assert row["perftest"] == [None, 20000.0, 25000.0] and row["perftest_median"] == 22500.0
+    assert row["round_ratios"] == [1.0, 0.8]  # round 1 has no peer figure: no ratio of its own
     assert abs(row["ratio"] - 20000 / 22500) < 1e-12
 
 
@@ -203,21 +206,22 @@ def test_fabtests_bw_rows_compare_message_rates(tmp_path):
 def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
     """In --bidir each plain write of 16 B or more carries its writer's credit:
     a client that still sent one credit write per --rq-refill messages (33 in
-    2100) fails the guest's check; 8 B writes carry none and are not held to
-    it. And with fixed sizes a slot is the payload rounded up to 64 B."""
+    2100) fails the guest's check, while the few due after the server's last
+    write (5 in 5200 in a guest run) pass; 8 B writes carry none and are not
+    held to it. And with fixed sizes a slot is the payload rounded up to 64 B."""
     import json
     m = report_module()
 
-    def case(name, size, credit_writes, slot=None):
+    def case(name, size, credit_writes, slot=None, iterations=2000):
         slot = slot or -(-size // 64) * 64
         (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s {size} --op write --bidir\n")
         (tmp_path / f"{name}.rc").write_text("0\n")
         (tmp_path / f"{name}.server.rc").write_text("0\n")
         (tmp_path / f"{name}.err").write_text("")
-        lines = [{"type": "point", "experiment": "bw", "size": size, "iterations": 2000, "lost": 0, "gbps": 0.3,
-                  "bidir": True, "size_spread": 0, "credit_writes": credit_writes},
+        lines = [{"type": "point", "experiment": "bw", "size": size, "iterations": iterations, "warmup": 100,
+                  "lost": 0, "gbps": 0.3, "bidir": True, "size_spread": 0, "credit_writes": credit_writes},
                  {"type": "transport", "granted": {"op": "write", "service": "rc", "cm": "rdma_cm", "post_list": 1,
-                                                   "device": "rxe0", "write_credits": "...",
+                                                   "device": "rxe0", "write_credits": "...", "rq_refill": 64,
                                                    "recv_slot_bytes": slot}},
                  {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
@@ -225,8 +229,22 @@ def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
 
     assert case("carried", 1024, 1) == []
     (problem,) = case("not-carried", 1024, 33)
-    assert "33 credit writes" in problem
+    assert "33 credit writes" in problem and "at most 8" in problem  # 2100 / 64 / 4
+    assert case("the-end's-few", 1024, 5, iterations=5000) == []
+    (problem,) = case("a-third-not-carried", 1024, 21, iterations=5000)  # 5100 / 64 / 4: 19
+    assert "at most 19" in problem
     assert case("too-small-to-carry", 8, 32) == []
     # Fixed sizes need no length after the payload: 1 KiB slots, not 1088 B.
     (problem,) = case("trailer-room", 1024, 0, slot=1088)
     assert "slots of 1088 B, expected 1024" in problem
+
+
+def test_the_printed_table_shows_each_rows_spread_of_round_ratios(capsys):
+    m = report_module()
+    results = [fm_lat("cmp-r1-fabmeter-lat-rc-send", 30000), pt("cmp-r1-perftest-lat-rc-send", t_typical=30.0),
+               fm_lat("cmp-r2-fabmeter-lat-rc-send", 33000), pt("cmp-r2-perftest-lat-rc-send", t_typical=30.0),
+               fm_lat("cmp-r1-fabmeter-lat-uc-send", 30000), {"name": "cmp-r1-perftest-lat-uc-send"}]
+    m.print_comparison(m.comparison(results), None)
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("lat-")}
+    assert "1.00-1.10" in lines["lat-rc-send"].split()
+    assert lines["lat-uc-send"].split()[4:6] == ["-", "-"]  # no peer figure: no ratio, no spread
