@@ -51,25 +51,8 @@ WIN=${FM_PAIRED_WIN_S:-3}
 WINDOWS=${FM_PAIRED_WINDOWS:-3}
 PORT=19500
 
-B0=10.78.0.1 B1=10.78.0.2
-ip -batch - <<EOF || exit 1
-link add veth2 address 02:78:00:00:00:01 type veth peer name veth3 address 02:78:00:00:00:02
-addr add $B0/24 dev veth2
-addr add $B1/24 dev veth3
-link set veth2 up
-link set veth3 up
-rule add pref 10 iif veth2 lookup local
-rule add pref 10 iif veth3 lookup local
-rule add pref 20 from $B0 to $B1 lookup 102
-rule add pref 20 from $B1 to $B0 lookup 103
-rule add pref 25 from $B0 lookup local
-rule add pref 25 from $B1 lookup local
-rule add pref 30 to $B1 lookup 102
-rule add pref 30 to $B0 lookup 103
-route add $B1 dev veth2 src $B0 table 102
-route add $B0 dev veth3 src $B1 table 103
-EOF
-rdma link add rxe2 type rxe netdev veth2 && rdma link add rxe3 type rxe netdev veth3 || exit 1
+source "$(dirname "$0")/guest/rxe-pair.sh"
+rxe_pair 1 || exit 1
 
 client_dev() { echo "rxe$((2 * $1))"; }
 server_dev() { echo "rxe$((2 * $1 + 1))"; }

@@ -6,7 +6,7 @@
 #   rdma/guest/build.sh [OUTDIR]        (default: <repo>/build/rdma-guest)
 #
 # Produces OUTDIR/vmlinuz and OUTDIR/initramfs.cpio. Cached: the build is
-# skipped when OUTDIR/stamp matches the hash of this script, init.sh, the
+# skipped when OUTDIR/stamp matches the hash of this script, init.sh, rxe-pair.sh, the
 # package list, the kernel package version and the mirror. The debootstrap
 # root filesystem and the unpacked kernel are cached separately under
 # OUTDIR/work, so editing init.sh only repacks the cpio (a few seconds).
@@ -155,7 +155,7 @@ main() {
   local h_root h_kern h_all
   h_root=$(printf '%s\n' "$SUITE" "$mirror" "${PACKAGES[@]}" "$(declare -f build_rootfs)" | sha256sum | cut -c1-16)
   h_kern=$(printf '%s\n' "$kpkg" "$kpkgver" "${MODULES[@]}" "$(declare -f build_kernel)" | sha256sum | cut -c1-16)
-  h_all=$(cat "$HERE/build.sh" "$HERE/init.sh" | sha256sum | cut -c1-16)
+  h_all=$(cat "$HERE/build.sh" "$HERE/init.sh" "$HERE/rxe-pair.sh" | sha256sum | cut -c1-16)
   h_all="$h_root-$h_kern-$h_all"
 
   if [[ -f $OUT/stamp && $(cat "$OUT/stamp") == "$h_all" && -f $OUT/vmlinuz && -f $OUT/initramfs.cpio ]]; then
@@ -186,6 +186,7 @@ main() {
   mkdir -p "$stage/usr/lib/modules"
   cp -a "$WORK/kernel/lib/modules/$kver" "$stage/usr/lib/modules/"
   install -m 0755 "$HERE/init.sh" "$stage/init"
+  install -m 0644 "$HERE/rxe-pair.sh" "$stage/rxe-pair.sh"
   echo fmguest >"$stage/etc/hostname"
   # libfabric's verbs provider resolves the hostname; it must map to an
   # address on an rxe netdev (see init.sh for the wiring).

@@ -58,49 +58,20 @@ mount -t configfs configfs /sys/kernel/config 2>/dev/null
 
 # --- RDMA wiring ------------------------------------------------------------
 # One network namespace, veth pair veth0 (10.77.0.1) <-> veth1 (10.77.0.2),
-# rxe0 on veth0 and rxe1 on veth1. Both addresses are local, so by default
-# Linux routes traffic between them through lo, and rxe drops what goes via
-# lo. Policy routing forces 10.77.0.1 -> 10.77.0.2 out of veth0 and the
-# reverse out of veth1, and still delivers locally what arrives on a veth.
-# (A separate netns per end does not work on 6.1: rxe's UDP socket lives in
-# the initial namespace only.)
+# rxe0 on veth0 and rxe1 on veth1: pair 0 of rxe-pair.sh, which says how.
+source /rxe-pair.sh
 A0=10.77.0.1 A1=10.77.0.2
 setup_rdma() {
   # Accept packets whose source is a local address (they are, here) and no
   # reverse-path filter; "all" is OR-ed / max-ed with each device's value.
   sysctl -qw net.ipv4.conf.all.accept_local=1 net.ipv4.conf.all.rp_filter=0 \
              net.ipv4.conf.default.rp_filter=0 || return 1
-  # One `ip -batch` (fewer process starts): the veth pair, then the rules,
-  # in order of preference:
-  #  10: packets arriving on a veth: local delivery first.
-  #  20: locally originated traffic between the two addresses: out of the
-  #      veth of its source (rxe's own route lookup hits these).
-  #  25: any other traffic with one of them as explicit source: as usual.
-  #  30: unbound sockets: to A1 leaves veth0 (source A0), to A0 leaves veth1
-  #      (source A1), so a client that does not bind still crosses devices
-  #      (rdma_cm would otherwise loop back inside a single rxe device).
-  #  50: the default local rule, moved behind ours.
+  rxe_pair 0 || return 1
+  # The default local rule, moved behind the pairs' (rxe-pair.sh).
   ip -batch - <<EOF || return 1
-link add veth0 address 02:77:00:00:00:01 type veth peer name veth1 address 02:77:00:00:00:02
-addr add $A0/24 dev veth0
-addr add $A1/24 dev veth1
-link set veth0 up
-link set veth1 up
-rule add pref 10 iif veth0 lookup local
-rule add pref 10 iif veth1 lookup local
-rule add pref 20 from $A0 to $A1 lookup 100
-rule add pref 20 from $A1 to $A0 lookup 101
-rule add pref 25 from $A0 lookup local
-rule add pref 25 from $A1 lookup local
-rule add pref 30 to $A1 lookup 100
-rule add pref 30 to $A0 lookup 101
-route add $A1 dev veth0 src $A0 table 100
-route add $A0 dev veth1 src $A1 table 101
 rule add pref 50 lookup local
 rule del pref 0 lookup local
 EOF
-  rdma link add rxe0 type rxe netdev veth0 || return 1
-  rdma link add rxe1 type rxe netdev veth1 || return 1
 }
 if setup_rdma; then
   export FM_RDMA_OK=1
