@@ -139,17 +139,31 @@ SMALL_LAT=(-s 32 -n 200 --warmup 50)
 ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
 BW=(-s 1K -n 2000 --warmup 100)
 
+# in_turn ROUND A B: runs the commands held in the arrays named A and B, A
+# first in odd rounds and B first in even ones, so that neither tool of a row
+# always runs second (just after the other's teardown).
+in_turn() {
+  local -n in_turn_a=$2 in_turn_b=$3
+  if (($1 % 2)); then
+    "${in_turn_a[@]}"; "${in_turn_b[@]}"
+  else
+    "${in_turn_b[@]}"; "${in_turn_a[@]}"
+  fi
+}
+
 # cmp ROUND ROW "FABMETER ARGS" PERFTEST-TOOL PERFTEST-ARGS...: one round of
-# one row, fabmeter first. Rows: lat-* at 32 B (atomics 8 B) with 2000
+# one row (in_turn). Rows: lat-* at 32 B (atomics 8 B) with 2000
 # iterations, inline 64 where the op allows it; bw-* at 1 KiB (atomics 8 B),
 # 5000 messages, 128 in flight (perftest's -t default). The report takes
 # each row's median over the rounds.
 cmp() {
   local round=$1 row=$2 fmargs=$3 tool=$4
   shift 4
-  fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw
-  pt "cmp-r$round-perftest-$row" "$tool" "$@"
+  local mine=(fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw) theirs=(pt "cmp-r$round-perftest-$row" "$tool" "$@")
+  in_turn "$round" mine theirs
 }
+# ofi_fabtests ARGS...: ofi on fabtests' own libfabric (rdma/fabtests.sh).
+ofi_fabtests() { LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "$@"; }
 LATC=(-n 2000 --warmup 200)
 BWC=(-n 5000 --warmup 200 --tx-depth 128)
 run_comparison() {
@@ -157,7 +171,7 @@ run_comparison() {
     echo "== comparison: none (FM_CMP_ROUNDS=0)"
     return
   fi
-  echo "== comparison: fabmeter vs perftest, alternated (fabmeter, perftest, ...) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
+  echo "== comparison: fabmeter vs perftest, alternated (odd rounds fabmeter first, even rounds its peer) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
   for ((round = 1; round <= ${FM_CMP_ROUNDS:-3}; round++)); do
     for svc in rc uc ud; do
       cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
@@ -177,18 +191,21 @@ run_comparison() {
     cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --post-list 8" \
       ib_write_bw -s 1024 -n 5000 -l 8
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
-      ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}"
-      fab "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" fi_pingpong -p verbs -e msg -S 32 -I 2000
+      local mine=(ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}")
+      local theirs=(fab "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" fi_pingpong -p verbs -e msg -S 32 -I 2000)
+      in_turn "$round" mine theirs
       # bw beside fabtests, both ends of both tools on fabtests' own libfabric
       # (rdma/fabtests.sh), so the two rows compare callers of one library.
       if [[ -n ${FM_FABTESTS:-} ]]; then
         local ft=(-S 1024 -I 5000 -w 200 -W 128)
-        LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "cmp-r$round-fabmeter-bw-ofi-verbs-send" \
-          bw -t ofi --provider verbs --ep msg -s 1K "${BWC[@]}"
-        fab "cmp-r$round-fi_msg_bw-bw-ofi-verbs-send" "$FM_FABTESTS/bin/fi_msg_bw" -p verbs -e msg "${ft[@]}"
-        LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "cmp-r$round-fabmeter-bw-ofi-verbs-write-imm" \
-          bw -t ofi --provider verbs --ep msg --op write-imm -s 1K "${BWC[@]}"
-        fab "cmp-r$round-fi_rma_bw-bw-ofi-verbs-write-imm" "$FM_FABTESTS/bin/fi_rma_bw" -p verbs -e msg -o writedata "${ft[@]}"
+        mine=(ofi_fabtests "cmp-r$round-fabmeter-bw-ofi-verbs-send" bw -t ofi --provider verbs --ep msg -s 1K "${BWC[@]}")
+        theirs=(fab "cmp-r$round-fi_msg_bw-bw-ofi-verbs-send" "$FM_FABTESTS/bin/fi_msg_bw" -p verbs -e msg "${ft[@]}")
+        in_turn "$round" mine theirs
+        mine=(ofi_fabtests "cmp-r$round-fabmeter-bw-ofi-verbs-write-imm"
+          bw -t ofi --provider verbs --ep msg --op write-imm -s 1K "${BWC[@]}")
+        theirs=(fab "cmp-r$round-fi_rma_bw-bw-ofi-verbs-write-imm" "$FM_FABTESTS/bin/fi_rma_bw" -p verbs -e msg
+          -o writedata "${ft[@]}")
+        in_turn "$round" mine theirs
       fi
     fi
   done

@@ -443,7 +443,7 @@ def print_comparison(rows, fabtests):
     rounds = max(r["rounds"] for r in rows)
     print()
     print(f"fabmeter vs perftest in the Soft-RoCE guest (qemu TCG), client rxe0 -> server rxe1, raw QP setup,")
-    print(f"alternated over {rounds} rounds (fabmeter, perftest, fabmeter, ...); medians of the rounds.")
+    print(f"alternated over {rounds} rounds (odd rounds fabmeter first, even rounds its peer); medians of the rounds.")
     print("lat: microseconds as perftest prints them: send and write one-way = RTT/2, read and atomics the whole")
     print("operation; fabmeter = lat p50 over 2000, perftest = t_typical (its median). Target: ratio <= 1.00.")
     print("bw: messages per second (perftest's MsgRate); 1 KiB (atomics 8 B), 5000 messages, 128 in flight.")
