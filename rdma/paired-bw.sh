@@ -54,9 +54,9 @@ PORT=19500
 source "$(dirname "$0")/guest/rxe-pair.sh"
 rxe_pair 1 || exit 1
 
-client_dev() { echo "rxe$((2 * $1))"; }
-server_dev() { echo "rxe$((2 * $1 + 1))"; }
-server_addr() { echo "10.$((77 + $1)).0.2"; }
+client_dev() { rxe_dev "$1" 0; }
+server_dev() { rxe_dev "$1" 1; }
+server_addr() { rxe_addr "$1" 1; }
 sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/sent_pkts"; }
 
 # start FILE TOOL PAIR OP: the tool's server and client, in the background;

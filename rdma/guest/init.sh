@@ -60,7 +60,6 @@ mount -t configfs configfs /sys/kernel/config 2>/dev/null
 # One network namespace, veth pair veth0 (10.77.0.1) <-> veth1 (10.77.0.2),
 # rxe0 on veth0 and rxe1 on veth1: pair 0 of rxe-pair.sh, which says how.
 source /rxe-pair.sh
-A0=10.77.0.1 A1=10.77.0.2
 setup_rdma() {
   # Accept packets whose source is a local address (they are, here) and no
   # reverse-path filter; "all" is OR-ed / max-ed with each device's value.
@@ -79,7 +78,7 @@ else
   export FM_RDMA_OK=0
   msg "warning: RDMA setup failed"
 fi
-export FM_RDMA_DEV0=rxe0 FM_RDMA_DEV1=rxe1 FM_RDMA_ADDR0=$A0 FM_RDMA_ADDR1=$A1
+export FM_RDMA_DEV0=$(rxe_dev 0 0) FM_RDMA_DEV1=$(rxe_dev 0 1) FM_RDMA_ADDR0=$(rxe_addr 0 0) FM_RDMA_ADDR1=$(rxe_addr 0 1)
 export FM_RDMA_NETDEV0=veth0 FM_RDMA_NETDEV1=veth1
 export FM_RDMA_NETNS=""   # both ends live in the initial namespace
 export FM_RDMA_GID_INDEX=1  # index 0 is the fe80:: default GID; 1 is the IPv4 one

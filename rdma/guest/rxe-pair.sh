@@ -16,9 +16,13 @@
 # The caller moves the default local rule (pref 0) behind these, once.
 # (A separate netns per end does not work on 6.1: rxe's UDP socket lives in
 # the initial namespace only.)
+# Pair I's end E (0: the client's, 1: the server's): its rxe device and address.
+rxe_dev() { echo "rxe$((2 * $1 + $2))"; }
+rxe_addr() { echo "10.$((77 + $1)).0.$(($2 + 1))"; }
 rxe_pair() {
   local i=$1
-  local v0=veth$((2 * i)) v1=veth$((2 * i + 1)) a0=10.$((77 + i)).0.1 a1=10.$((77 + i)).0.2
+  local v0=veth$((2 * i)) v1=veth$((2 * i + 1)) a0 a1
+  a0=$(rxe_addr "$i" 0) a1=$(rxe_addr "$i" 1)
   local t0=$((100 + 2 * i)) t1=$((101 + 2 * i)) mac=02:$((77 + i)):00:00:00
   # One `ip -batch`: fewer process starts, which cost under TCG.
   ip -batch - <<EOP || return 1
@@ -38,5 +42,5 @@ rule add pref 30 to $a0 lookup $t1
 route add $a1 dev $v0 src $a0 table $t0
 route add $a0 dev $v1 src $a1 table $t1
 EOP
-  rdma link add rxe$((2 * i)) type rxe netdev $v0 && rdma link add rxe$((2 * i + 1)) type rxe netdev $v1
+  rdma link add "$(rxe_dev "$i" 0)" type rxe netdev $v0 && rdma link add "$(rxe_dev "$i" 1)" type rxe netdev $v1
 }
