@@ -183,12 +183,14 @@ run_comparison() {
     cmp $round lat-rc-read "lat -s 32 ${LATC[*]} --service rc --op read" ib_read_lat -s 32 -n 2000
     cmp $round lat-rc-atomic-fadd "lat -s 8 ${LATC[*]} --service rc --op atomic-fadd" ib_atomic_lat -A FETCH_AND_ADD -n 2000
     cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
-    for op in send write read; do
-      cmp $round "bw-rc-$op" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op}_bw" -s 1024 -n 5000
+    # ib_write_bw's server takes no part: the write rows' twin is --passive-rx.
+    for op in send "write --passive-rx" read; do
+      cmp $round "bw-rc-${op%% *}" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op%% *}_bw" -s 1024 -n 5000
     done
     cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
-    cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --bidir" ib_write_bw -s 1024 -n 5000 -b
-    cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --post-list 8" \
+    cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --passive-rx --bidir" \
+      ib_write_bw -s 1024 -n 5000 -b
+    cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --passive-rx --post-list 8" \
       ib_write_bw -s 1024 -n 5000 -l 8
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
       local mine=(ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}")
@@ -284,6 +286,12 @@ fm "bw-rc-write-raw-postlist7-bidir" 0 bw "${BW[@]}" --service rc --op write --c
 fm "bw-uc-write-imm-raw-postlist7-event" 0 bw "${BW[@]}" --service uc --op write-imm --post-list 7 --poll event
 fm "bw-rc-read-raw-postlist7" 0 bw "${BW[@]}" --service rc --op read --cm raw --post-list 7
 fm "bw-rc-write-64K-postlist4-credits" 0 bw -s 64K -n 300 --warmup 20 --service rc --op write --cm raw --rq-depth 16 --rq-refill 4 --post-list 4
+# --passive-rx: plain writes counted by their acknowledgements, the receiver
+# idle (ib_write_bw's way); bidir with a partial list at the tail, and
+# multi-packet writes through rdma_cm into a ring smaller than the window.
+fm "bw-rc-write-passive-raw" 0 bw "${BW[@]}" --service rc --op write --cm raw --passive-rx
+fm "bw-rc-write-passive-raw-postlist7-bidir" 0 bw "${BW[@]}" --service rc --op write --cm raw --passive-rx --post-list 7 --bidir
+fm "bw-rc-write-passive-rdma_cm-64K-ring16" 0 bw -s 64K -n 300 --warmup 20 --service rc --op write --passive-rx --rq-depth 16
 fm "lat-rc-read-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service rc --op read --cm raw
 fm "lat-rc-write-raw-sweep" 0 lat -a --max-size 64K -n 50 --warmup 10 --service rc --op write --cm raw
 
@@ -327,6 +335,9 @@ fm "refuse-no-such-device" 2 lat -n 10 --service rc --cm raw --device mlx5_9
 fm "refuse-signal-every-above-sq" 2 lat -n 10 --service rc --sq-depth 16 --signal-every 32
 fm "refuse-post-list-above-sq" 2 bw -n 10 --service rc --sq-depth 16 --post-list 32
 fm "refuse-post-list-lat" 2 lat -n 10 --service rc --post-list 4
+fm "refuse-passive-rx-uc" 2 bw -n 10 --service uc --op write --passive-rx
+fm "refuse-passive-rx-send" 2 bw -n 10 --service rc --op send --passive-rx
+fm "refuse-passive-rx-lat" 2 lat -n 10 --service rc --op write --passive-rx
 
 echo "== verbs: load (open loop request/response, one point each)"
 LOAD=(--rate 2000 --count 400 --warmup 50 --loss-timeout-ms 500)

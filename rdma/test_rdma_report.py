@@ -168,8 +168,16 @@ def check_fabmeter(raw, name):
     inline = int(option(cmd, "inline") or 0)
     if granted.get("max_inline_granted", 0) < inline:
         problems.append(f"--inline {inline} but the device granted {granted.get('max_inline_granted')}")
-    if want["op"] in ("write", "write-imm") and "write_credits" not in granted:
+    passive = "--passive-rx" in cmd.split()
+    if want["op"] == "write" and granted.get("passive_rx", False) != passive:
+        problems.append(f"granted passive_rx = {granted.get('passive_rx')!r}, expected {passive!r}")
+    if want["op"] in ("write", "write-imm") and not passive and "write_credits" not in granted:
         problems.append("write mode without credits in granted")
+    # --passive-rx: the writer counts its acknowledged writes; nothing goes back.
+    for p in points if passive else ():
+        if p.get("credit_writes") != 0 or not str(p.get("measured_at", "")).startswith("sender"):
+            problems.append(f"passive receiver: credit_writes {p.get('credit_writes')!r}, measured at "
+                            f"{p.get('measured_at')!r} (expected 0, the sender)")
     # lat and bw fix every message's size: a plain write's slot then holds no
     # length after the payload, only the payload rounded up to 64 B.
     if (want["op"] == "write" and summary.get("experiment") in ("lat", "bw")
@@ -447,7 +455,8 @@ def print_comparison(rows, fabtests):
     print("lat: microseconds as perftest prints them: send and write one-way = RTT/2, read and atomics the whole")
     print("operation; fabmeter = lat p50 over 2000, perftest = t_typical (its median). Target: ratio <= 1.00.")
     print("bw: messages per second (perftest's MsgRate); 1 KiB (atomics 8 B), 5000 messages, 128 in flight.")
-    print("Target: ratio >= 1.00. write = plain RDMA write polled at the receiver (ib_write_*).")
+    print("Target: ratio >= 1.00. write = plain RDMA write: lat polled at the receiver (ib_write_lat), bw")
+    print("--passive-rx, counted by its acknowledgements while the receiver takes no part (ib_write_bw).")
     print("lat-ofi-*: libfabric's verbs provider beside fi_pingpong, both the MEAN of RTT/2 (all fi_pingpong prints).")
     if any(r["row"].startswith("bw-ofi-") for r in rows):
         print(f"bw-ofi-*: beside fabtests' fi_msg_bw (send) and fi_rma_bw -o writedata (write-imm), messages per second")

@@ -239,6 +239,34 @@ def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
     assert "slots of 1088 B, expected 1024" in problem
 
 
+def test_a_passive_receiver_is_granted_and_sends_nothing_back(tmp_path):
+    """--passive-rx: the transport must say passive_rx, and the point must be
+    measured at the sender with no credit writes; a run whose transport
+    ignored the flag (polled, credits) fails the check."""
+    import json
+    m = report_module()
+
+    def case(name, granted_passive, credit_writes, measured_at):
+        (tmp_path / f"{name}.cmd").write_text("fabmeter-engine run bw -s 1024 --op write --passive-rx\n")
+        for f, text in ((".rc", "0\n"), (".server.rc", "0\n"), (".err", "")):
+            (tmp_path / f"{name}{f}").write_text(text)
+        granted = {"op": "write", "service": "rc", "cm": "rdma_cm", "post_list": 1, "device": "rxe0",
+                   "rq_refill": 64, "recv_slot_bytes": 1024, "passive_rx": granted_passive}
+        if not granted_passive:
+            granted["write_credits"] = "..."
+        lines = [{"type": "point", "experiment": "bw", "size": 1024, "iterations": 2000, "warmup": 100, "lost": 0,
+                  "gbps": 0.3, "bidir": False, "size_spread": 0, "credit_writes": credit_writes,
+                  "measured_at": measured_at},
+                 {"type": "transport", "granted": granted}, {"type": "end", "status": "ok"}]
+        (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
+        return m.check_fabmeter(str(tmp_path), name)[0]
+
+    assert case("passive", True, 0, "sender (one-sided: where the answers arrive)") == []
+    problems = case("ignored", False, 3, "receiver")
+    assert any("granted passive_rx = False, expected True" in p for p in problems)
+    assert any("credit_writes 3" in p and "'receiver'" in p for p in problems)
+
+
 def test_the_printed_table_shows_each_rows_spread_of_round_ratios(capsys):
     m = report_module()
     results = [fm_lat("cmp-r1-fabmeter-lat-rc-send", 30000), pt("cmp-r1-perftest-lat-rc-send", t_typical=30.0),

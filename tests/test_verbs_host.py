@@ -84,6 +84,11 @@ def test_no_device_engine(fm, no_device, verbs_engine, service):
     (["--op", "atomic-cswap", "-a", "--max-size", "64"], "moves exactly 8 B"),
     (["--op", "read", "--experiment", "oneway"], "--op read is one-sided"),
     (["--op", "atomic-fadd", "--experiment", "stream"], "runs lat and bw, not stream"),
+    (["--op", "send", "--passive-rx", "--experiment", "bw"], "--passive-rx needs --op write on --service rc"),
+    (["--service", "uc", "--op", "write", "--passive-rx", "--experiment", "bw"], "only RC acknowledges a write"),
+    (["--op", "write", "--passive-rx"], "--passive-rx does not apply to 'lat' (only to bw)"),
+    (["--op", "write", "--passive-rx", "--poll", "event", "--experiment", "bw"], "--poll event: one-sided ops are polled"),
+    (["--op", "write", "--passive-rx", "--size-spread", "10", "--experiment", "bw"], "--size-spread: this op moves"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
 def test_refused_combinations(fm, verbs_engine, args, says):
     experiment = "lat"

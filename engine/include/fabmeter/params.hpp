@@ -117,6 +117,7 @@ struct VerbsOptions {
   int32_t gid_index = -1;           // -1 = auto
   std::string cm = "auto";          // rdma_cm | raw | auto
   uint32_t post_list = 1;           // bw: work requests per ibv_post_send
+  bool passive_rx = false;          // bw, --op write on rc: the receiver takes no part, the writer counts its acks
   bool operator==(const VerbsOptions&) const = default;
 };
 

@@ -174,6 +174,9 @@ void check_knobs(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions
   if (v.post_list == 0 || v.post_list > r.sq_depth)
     usage_error("verbs: --post-list must be between 1 and --sq-depth (" + std::to_string(r.sq_depth) + "), got " +
                 std::to_string(v.post_list));
+  if (v.passive_rx && (op != verbs::Op::write || v.service != "rc"))
+    usage_error("verbs: --passive-rx needs --op write on --service rc: only RC acknowledges a write, and the "
+                "writer's acknowledgements are all a passive receiver's rate is taken from");
   if (r.rq_refill > q.rq_depth)
     usage_error("verbs: --rq-refill " + std::to_string(r.rq_refill) + " exceeds --rq-depth " + std::to_string(q.rq_depth));
 }
@@ -199,7 +202,8 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
   const bool atomic = verbs::is_atomic(op);
   if (atomic && d.found && d.atomic_cap == IBV_ATOMIC_NONE)
     usage_error("verbs: " + (v.device.empty() ? std::string("the device") : v.device) + " has no atomics (atomic_cap none)");
-  if (op == verbs::Op::write) max -= verbs::kTrailerBytes;  // the trailer shares the message's slot
+  const bool marked_write = op == verbs::Op::write && !v.passive_rx;  // the receiver polls a mark (and trailer)
+  if (marked_write) max -= verbs::kTrailerBytes;  // the trailer shares the message's slot
   Caps c{.max_msg_size = atomic ? verbs::kAtomicBytes : max, .max_inline = r.inline_size,
          .reliable = v.service == "rc", .ordered = v.service != "ud", .supports_write = v.service != "ud",
          .send_completions = true, .same_host_only = false,
@@ -207,9 +211,10 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
                          : v.service == "ud" ? "the path MTU: a UD message is one packet (the receiver's 40 B GRH is "
                                                "extra); use rc or uc for larger messages"
                                              : "the device's max_msg_sz"};
-  c.one_sided = verbs::is_one_sided(op);
+  // --passive-rx: the writer's completions (RC acknowledgements) are its answers, as a read's.
+  c.one_sided = verbs::is_one_sided(op) || v.passive_rx;
   c.fixed_msg_size = atomic ? verbs::kAtomicBytes : 0;
-  if (op == verbs::Op::write)
+  if (marked_write)
     c.busy_only = "--op write completes nothing at the receiver, which polls memory (use --op write-imm to sleep on completions)";
   else if (c.one_sided)
     c.busy_only = "one-sided ops are polled, as perftest's";
@@ -229,7 +234,7 @@ verbs::Op verbs::op_of(const std::string& name) {
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
     : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight),
       fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_(use.poll == Poll::event),
-      op_(verbs::op_of(r.op)), one_sided_(verbs::is_one_sided(op_)), reliable_(v.service == "rc") {}
+      op_(verbs::op_of(r.op)), one_sided_(verbs::is_one_sided(op_) || v.passive_rx), reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {
   if (use_cm_ && cm_id_ && qp_ && !ud_) rdma_disconnect(cm_id_);
@@ -516,11 +521,11 @@ void VerbsTransport::setup(uint64_t max_msg) {
   // 4 a page, where 1088 B slots put every fourth write across two pages,
   // about 1 % slower in the Soft-RoCE guest); a point under kMinFixedBytes
   // still takes the trailer, which a 64 B slot holds.
-  const uint64_t trailer = op_ == verbs::Op::write && !fixed_sizes_ ? verbs::kTrailerBytes : 0;
+  const uint64_t trailer = op_ == verbs::Op::write && !one_sided_ && !fixed_sizes_ ? verbs::kTrailerBytes : 0;
   rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg + trailer), 64);
   rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
   tx_slot_size_ = round_up(max_msg + trailer, 64);
-  if (one_sided_)
+  if (verbs::is_one_sided(op_))
     rd_atomic_ = std::max(1u, std::min({verbs::kMaxRdAtomic, static_cast<uint32_t>(da.max_qp_rd_atom),
                                       static_cast<uint32_t>(da.max_qp_init_rd_atom)}));
   tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want_, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
@@ -864,12 +869,16 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
   if (op_ == verbs::Op::write_imm) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
-  if (op_ == verbs::Op::write)
-    o.add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
+  if (op_ == verbs::Op::write && one_sided_)
+    o.add("passive_rx", true)
+        .add("write_completion", "the writer's RC acknowledgement; the receiver takes no part and the writer "
+                                 "overwrites its ring without credits (perftest's ib_write_bw)");
+  else if (op_ == verbs::Op::write)
+    o.add("passive_rx", false).add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
                            "it (fixed sizes from 16 B)")
         .add("write_completion", "receiver polls the slot's last byte (a lap mark after the payload, and after its "
                                  "length where sizes vary)");
-  if (one_sided_) o.add("rd_atomic", rd_atomic_);
+  if (verbs::is_one_sided(op_)) o.add("rd_atomic", rd_atomic_);
   o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);
 }
 

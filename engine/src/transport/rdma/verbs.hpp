@@ -15,6 +15,11 @@
 //              (bw: all but its last warm-up op and its last op) follows
 //              --signal-every, as perftest's cq_mod, unless it fills the
 //              answer ring: a completion answers every op up to it.
+//   write with --passive-rx (bw, RC)
+//              one-sided too, as perftest's ib_write_bw: the writer
+//              overwrites the peer's ring with no credits, no mark and no
+//              trailer, and each write's answer is its acknowledgement
+//              (its completion); the receiver's CPU takes no part.
 //
 // This header is the datapath (post_send, poll_recv, release,
 // poll_send_comp: inline, no allocation or system call of ours in busy mode;
@@ -128,7 +133,7 @@ class VerbsTransport {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr_id = posted_;
-    if (one_sided_) return post_one_sided(len, flags, wr, sge);
+    if (one_sided_) return post_one_sided(buf, len, flags, wr, sge);
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
@@ -164,8 +169,8 @@ class VerbsTransport {
   }
 
   [[gnu::always_inline]] bool poll_recv(RecvMsg& m) {
-    if (op_ == verbs::Op::write) return poll_plain_write(m);
     if (one_sided_) return poll_answer(m);
+    if (op_ == verbs::Op::write) return poll_plain_write(m);
     if (rx_next_ == rx_count_) {
       const int n = ibv_poll_cq(recv_cq_, verbs::kCqBatch, rx_wc_);
       if (n <= 0) [[likely]] {
@@ -215,7 +220,7 @@ class VerbsTransport {
 
   // lat and bw: every message has `len` bytes until the next call.
   void fix_message_size(uint32_t len) {
-    msg_size_ = op_ == verbs::Op::write && len >= verbs::kMinFixedBytes ? len : 0;
+    msg_size_ = op_ == verbs::Op::write && !one_sided_ && len >= verbs::kMinFixedBytes ? len : 0;
     piggy_ = msg_size_ >= verbs::kPiggyBytes;
   }
 
@@ -327,13 +332,27 @@ class VerbsTransport {
     return post(wr, flags, wr_id);
   }
 
-  // Read or atomic on the peer's slot n mod slots, answered into ours. Its
-  // answer is in when a completion of it or of a later op comes.
-  [[gnu::always_inline]] bool post_one_sided(uint32_t len, uint32_t flags, ibv_send_wr& wr, ibv_sge& sge) {
+  // Read or atomic on the peer's slot n mod slots, answered into ours; or a
+  // passive write into it from our send slot. Its answer is in when a
+  // completion of it or of a later op comes.
+  [[gnu::always_inline]] bool post_one_sided(const void* buf, uint32_t len, uint32_t flags, ibv_send_wr& wr,
+                                             ibv_sge& sge) {
     if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
     const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
-    if (op_ == verbs::Op::read) {
+    sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
+    sge.lkey = rx_mr_->lkey;
+    wr.send_flags = 0;
+    if (op_ == verbs::Op::write) {
+      std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
+      if (fill_.needs_copy(posted_, tx_slots_, buf, len, flags & kSameBytes)) std::memcpy(src, buf, len);
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.wr.rdma.remote_addr = remote;
+      wr.wr.rdma.rkey = peer_.ring_rkey;
+      sge.addr = reinterpret_cast<uintptr_t>(src);
+      sge.lkey = tx_mr_->lkey;
+      if (len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_)) wr.send_flags = IBV_SEND_INLINE;
+    } else if (op_ == verbs::Op::read) {
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = remote;
       wr.wr.rdma.rkey = peer_.ring_rkey;
@@ -344,13 +363,13 @@ class VerbsTransport {
       wr.wr.atomic.compare_add = op_ == verbs::Op::fadd ? 1 : 0;
       wr.wr.atomic.swap = 0;  // compare 0, swap 0: always succeeds, the same work every time (as perftest)
     }
-    sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
     sge.length = len;
-    sge.lkey = rx_mr_->lkey;
     // The op that fills our answer ring is signaled too, or no room would come back.
     const bool signaled = !(flags & kSendMore) || ++unsignaled_ >= signal_every_ || os_posted_ + 1 - os_taken_ >= rx_slots_;
-    if (signaled) unsignaled_ = 0;
-    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+    if (signaled) {
+      unsignaled_ = 0;
+      wr.send_flags |= IBV_SEND_SIGNALED;
+    }
     wr_ids_[posted_ & wr_mask_] = verbs::kNoReport;  // answers go to poll_recv, not poll_send_comp
     os_len_[mine] = len;
     ++os_posted_;
