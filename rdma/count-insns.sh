@@ -22,7 +22,8 @@
 # window is full, which on Soft-RoCE is seldom: a one-sided op runs inside
 # its post's system call. COUNT_EXP=bw also takes the ops write and
 # write+bidir (1 KiB), whose receivers spin in user space: there only the
-# kernel's count per message compares.
+# kernel's count per message compares; write+passive (--passive-rx, whose
+# receiver sleeps as ib_write_bw's) compares whole.
 set -uo pipefail
 ENGINE=/tmp/fabmeter-count-engine
 cp "$1" "$ENGINE" || exit 1
@@ -51,9 +52,10 @@ run() {
   [[ $exp == bw ]] && fm_opts=(--tx-depth 128)
   case $op in
     read) ;;
-    write | write+bidir)  # bw only, 1 KiB: fabmeter's receiver spins, so only the kernel's count compares
+    write*)  # bw only, 1 KiB: fabmeter's receiver spins, so only the kernel's count compares, unless +passive
       pt=ib_write_$exp size=1024 fm_op=write
-      [[ $op == *+bidir ]] && pt_opts+=(-b) fm_opts+=(--bidir) ;;
+      [[ $op == *+passive* ]] && fm_opts+=(--passive-rx)
+      [[ $op == *+bidir* ]] && pt_opts+=(-b) fm_opts+=(--bidir) ;;
     *)
       size=8 pt=ib_atomic_$exp fm_op=atomic-$op
       pt_opts=(-A "$([[ $op == fadd ]] && echo FETCH_AND_ADD || echo CMP_AND_SWAP)") ;;

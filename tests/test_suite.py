@@ -159,6 +159,9 @@ def test_shipped_suites_are_valid(info):
     assert {"lat-verbs-busy-rc-write-s32-n2000-inline64", "lat-verbs-busy-rc-read-s32-n2000",
             "lat-verbs-busy-rc-atomic-cswap-s8-n2000", "bw-verbs-busy-rc-read-s1K-n5000-bidir"} <= set(parity)
     assert all(p.options["cm"] == "raw" for p in parity.values())
+    # ib_write_bw's twin: its receiver takes no part, uni- and bidirectional
+    writes = [p for p in parity.values() if p.experiment == "bw" and p.options.get("op") == "write"]
+    assert len(writes) == 2 and all(p.options.get("passive_rx") is True for p in writes)
     oneway = {p.id for p in names["thesis-oneway"].points}
     assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
             "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-inline188-sig1",
