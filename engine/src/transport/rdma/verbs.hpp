@@ -340,17 +340,18 @@ class VerbsTransport {
     if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
     const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
+    // A read or atomic's answer lands in our slot; a passive write goes from our send slot.
     sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
     sge.lkey = rx_mr_->lkey;
     wr.send_flags = 0;
     if (op_ == verbs::Op::write) {
       std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
       if (fill_.needs_copy(posted_, tx_slots_, buf, len, flags & kSameBytes)) std::memcpy(src, buf, len);
+      sge.addr = reinterpret_cast<uintptr_t>(src);
+      sge.lkey = tx_mr_->lkey;
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = remote;
       wr.wr.rdma.rkey = peer_.ring_rkey;
-      sge.addr = reinterpret_cast<uintptr_t>(src);
-      sge.lkey = tx_mr_->lkey;
       if (len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_)) wr.send_flags = IBV_SEND_INLINE;
     } else if (op_ == verbs::Op::read) {
       wr.opcode = IBV_WR_RDMA_READ;
