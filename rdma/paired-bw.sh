@@ -33,6 +33,12 @@
 # rate is its round trips per second, one request packet each, so at equal
 # CPU shares the ratio is that of the tools' costs per round trip (on
 # Soft-RoCE the whole of a one-sided op runs inside its post's system call).
+# OP ofi-send or ofi-write-imm: libfabric's verbs provider (msg endpoints,
+# 1 KiB, 128 in flight), fm being fabmeter's ofi transport and pt fabtests'
+# fi_msg_bw or fi_rma_bw -o writedata, both on the libfabric that
+# rdma/fabtests.sh builds (FM_FABTESTS, default <repo>/build/fabtests), as
+# make test-rdma's ofi bw rows; fi_getinfo over verbs is slow under TCG, so
+# give these a longer FM_PAIRED_SETTLE_S (15).
 # FM_PAIRED_PLAN: entries OP:A:B (default "read:fm:pt send:fm:pt write:fm:pt");
 # FM_PAIRED_ROUNDS (3), FM_PAIRED_WINDOWS (3) of FM_PAIRED_WIN_S seconds (3),
 # after FM_PAIRED_SETTLE_S (5); FM_PAIRED_N messages per run (1000000: longer
@@ -59,9 +65,39 @@ server_dev() { rxe_dev "$1" 1; }
 server_addr() { rxe_addr "$1" 1; }
 sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/sent_pkts"; }
 
+# start_ofi FILE TOOL PAIR OP: start's ofi-* ops (fm: fabmeter, pt: fabtests).
+FABTESTS=${FM_FABTESTS:-$(cd "$(dirname "$0")/.." && pwd)/build/fabtests}
+start_ofi() {
+  local f=$1 tool=$2 pair=$3 op=${4#ofi-} ft=fi_msg_bw ft_opts=()
+  [[ $op == write-imm ]] && ft=fi_rma_bw ft_opts=(-o writedata)
+  PORT=$((PORT + 1))
+  if [[ $tool == pt ]]; then
+    local common=(-p verbs -e msg -S 1024 -I "$N" -W 128 "${ft_opts[@]}")
+    LD_LIBRARY_PATH=$FABTESTS/lib taskset -c 1 timeout 300 "$FABTESTS/bin/$ft" "${common[@]}" \
+      -d "$(server_dev "$pair")" -B $PORT >"$f.server.out" 2>&1 &
+    sleep 1
+    LD_LIBRARY_PATH=$FABTESTS/lib taskset -c 0 timeout 300 "$FABTESTS/bin/$ft" "${common[@]}" \
+      -d "$(client_dev "$pair")" -P $PORT "$(server_addr "$pair")" >"$f.out" 2>&1 &
+    CLIENT=$!
+    return
+  fi
+  LD_LIBRARY_PATH=$FABTESTS/lib timeout 300 "$ENGINE" serve --bind "$(server_addr "$pair")" --port $PORT --once \
+    --cpu 1 >"$f.server.out" 2>&1 &
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q listening "$f.server.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  LD_LIBRARY_PATH=$FABTESTS/lib timeout 300 "$ENGINE" run bw --server "$(server_addr "$pair"):$PORT" --cpu 0 \
+    -t ofi --provider verbs --ep msg --op "$op" -s 1K -n "$N" --warmup 200 --tx-depth 128 --timeout-ms 30000 \
+    >"$f.out" 2>"$f.err" &
+  CLIENT=$!
+}
+
 # start FILE TOOL PAIR OP: the tool's server and client, in the background;
 # CLIENT is the client's pid.
 start() {
+  if [[ $4 == ofi-* ]]; then start_ofi "$@"; return; fi
   local f=$1 tool=$2 pair=$3 op=$4 exp=bw size=1024 mods=
   if [[ $op == *+* ]]; then mods=+${op#*+} op=${op%%+*}; fi
   if [[ $op == lat-* ]]; then exp=lat op=${op#lat-} size=32; fi
@@ -127,6 +163,7 @@ pair() {
   # A client gone before the windows closed ran alone for part of them.
   kill -0 "$c0" 2>/dev/null && kill -0 "$c1" 2>/dev/null || line+=" ended-early"
   pkill -f "ib_[a-z]+_(bw|lat) -d rxe"
+  pkill -f "bin/fi_(msg|rma)_bw -p verbs"
   pkill -f "fabmeter-paired-(engine|variant) (run|serve)"
   wait
   echo "$line" | tee -a "$OUT/pairs.txt"
