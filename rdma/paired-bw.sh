@@ -65,6 +65,15 @@ server_dev() { rxe_dev "$1" 1; }
 server_addr() { rxe_addr "$1" 1; }
 sent_pkts() { cat "/sys/class/infiniband/$(client_dev "$1")/ports/1/hw_counters/sent_pkts"; }
 
+# listening FILE: waits up to 30 s for a fabmeter server's "listening" in FILE.
+listening() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q listening "$1" 2>/dev/null && return
+    sleep 0.1
+  done
+}
+
 # start_ofi FILE TOOL PAIR OP: start's ofi-* ops (fm: fabmeter, pt: fabtests).
 FABTESTS=${FM_FABTESTS:-$(cd "$(dirname "$0")/.." && pwd)/build/fabtests}
 start_ofi() {
@@ -83,11 +92,7 @@ start_ofi() {
   fi
   LD_LIBRARY_PATH=$FABTESTS/lib timeout 300 "$ENGINE" serve --bind "$(server_addr "$pair")" --port $PORT --once \
     --cpu 1 >"$f.server.out" 2>&1 &
-  local i
-  for ((i = 0; i < 300; i++)); do
-    grep -q listening "$f.server.out" 2>/dev/null && break
-    sleep 0.1
-  done
+  listening "$f.server.out"
   LD_LIBRARY_PATH=$FABTESTS/lib timeout 300 "$ENGINE" run bw --server "$(server_addr "$pair"):$PORT" --cpu 0 \
     -t ofi --provider verbs --ep msg --op "$op" -s 1K -n "$N" --warmup 200 --tx-depth 128 --timeout-ms 30000 \
     >"$f.out" 2>"$f.err" &
@@ -134,11 +139,7 @@ start() {
   fi
   env "${env[@]}" timeout 300 "$engine" serve --bind "$(server_addr "$pair")" --port $PORT --once --cpu 1 \
     >"$f.server.out" 2>&1 &
-  local i
-  for ((i = 0; i < 300; i++)); do
-    grep -q listening "$f.server.out" 2>/dev/null && break
-    sleep 0.1
-  done
+  listening "$f.server.out"
   env "${env[@]}" timeout 300 "$engine" run $exp --server "$(server_addr "$pair"):$PORT" --cpu 0 -t verbs --cm raw \
     -n "$N" --warmup 200 "${fm_opts[@]}" -s $size --service rc --op "$fm_op" "${args[@]}" >"$f.out" 2>"$f.err" &
   CLIENT=$!

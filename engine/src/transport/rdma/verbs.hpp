@@ -153,7 +153,7 @@ class VerbsTransport {
       }
     }
     sge.length = len;
-    const bool inl = len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_);
+    const bool inl = goes_inline(len, flags);
     if (inl && post_list_ == 1) {
       wr.send_flags = IBV_SEND_INLINE;  // the provider copies the payload into the WQE
       sge.addr = reinterpret_cast<uintptr_t>(buf);
@@ -247,6 +247,11 @@ class VerbsTransport {
     post_credit();
   }
 
+  // Up to --inline bytes, or up to what the device granted when the caller asks.
+  [[gnu::always_inline]] bool goes_inline(uint32_t len, uint32_t flags) const {
+    return len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_);
+  }
+
   // Signals per --signal-every (or when asked) and posts.
   [[gnu::always_inline]] bool post(ibv_send_wr& wr, uint32_t flags, uint64_t wr_id) {
     const bool signaled = (flags & kSendSignaled) || ++unsignaled_ >= signal_every_;
@@ -328,7 +333,7 @@ class VerbsTransport {
     sge.addr = reinterpret_cast<uintptr_t>(src);
     sge.length = total;
     sge.lkey = tx_mr_->lkey;
-    wr.send_flags = total <= inline_size_ || ((flags & kSendInline) && total <= max_inline_) ? IBV_SEND_INLINE : 0;
+    wr.send_flags = goes_inline(total, flags) ? IBV_SEND_INLINE : 0;
     return post(wr, flags, wr_id);
   }
 
@@ -352,7 +357,7 @@ class VerbsTransport {
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = remote;
       wr.wr.rdma.rkey = peer_.ring_rkey;
-      if (len <= inline_size_ || ((flags & kSendInline) && len <= max_inline_)) wr.send_flags = IBV_SEND_INLINE;
+      if (goes_inline(len, flags)) wr.send_flags = IBV_SEND_INLINE;
     } else if (op_ == verbs::Op::read) {
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = remote;
