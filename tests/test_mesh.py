@@ -457,10 +457,15 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
 
 def check_series(series: dict, measured: int, bin_ns: float) -> None:
     """A receiver's throughput_series: every measured arrival in a bin of --series-ms (wider only past 512 bins;
-    the clock's tick rate is known within a few per cent)."""
-    assert sum(series["msgs"]) == measured, series
-    assert 1 <= len(series["msgs"]) <= 512 and series["bin_ns"] >= 0.95 * bin_ns, series
-    assert series["msgs"][0] > 0 and all(n >= 0 for n in series["msgs"]), series
+    the clock's tick rate is known within a few per cent), from the end of the warm-up to the last arrival. The
+    first bins may be empty: a rank descheduled right after its warm-up (4 busy ranks on 2 cores in CI) left bin 0
+    of 1.6 ms empty. A series that began long before the warm-up's end would open with most of its bins empty."""
+    msgs = series["msgs"]
+    assert sum(msgs) == measured, series
+    assert 1 <= len(msgs) <= 512 and series["bin_ns"] >= 0.95 * bin_ns, series
+    assert all(n >= 0 for n in msgs) and msgs[-1] > 0, series
+    leading_empty = next(i for i, n in enumerate(msgs) if n)
+    assert leading_empty < max(1, len(msgs) // 4), series
 
 
 def test_launch_local(fm, token_file, tmp_path):
