@@ -160,19 +160,31 @@ cmp() {
   local round=$1 row=$2 fmargs=$3 tool=$4
   shift 4
   local mine=(fm "cmp-r$round-fabmeter-$row" 0 $fmargs --cm raw) theirs=(pt "cmp-r$round-perftest-$row" "$tool" "$@")
+  control_of mine theirs "$round" "$row"
   in_turn "$round" mine theirs
+}
+# control_of MINE THEIRS ROUND ROW: with FM_CMP_CONTROL=1 (test-rdma.sh
+# --control) fabmeter's side of a row runs its peer as well, named
+# cmp-rROUND-control-ROW: an A/A run of two equal tools.
+control_of() {
+  ((${FM_CMP_CONTROL:-0})) || return 0
+  local -n control_mine=$1 control_theirs=$2
+  control_mine=("${control_theirs[@]}")
+  control_mine[1]="cmp-r$3-control-$4"
 }
 # ofi_fabtests ARGS...: ofi on fabtests' own libfabric (rdma/fabtests.sh).
 ofi_fabtests() { LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "$@"; }
 LATC=(-n 2000 --warmup 200)
 BWC=(-n 5000 --warmup 200 --tx-depth 128)
 run_comparison() {
-  if ((${FM_CMP_ROUNDS:-3} == 0)); then
+  if ((${FM_CMP_ROUNDS:-5} == 0)); then
     echo "== comparison: none (FM_CMP_ROUNDS=0)"
     return
   fi
-  echo "== comparison: fabmeter vs perftest, alternated (odd rounds fabmeter first, even rounds its peer) ${FM_CMP_ROUNDS:-3} rounds, raw QP setup"
-  for ((round = 1; round <= ${FM_CMP_ROUNDS:-3}; round++)); do
+  local vs="fabmeter vs perftest"
+  ((${FM_CMP_CONTROL:-0})) && vs="CONTROL: each peer against itself"
+  echo "== comparison: $vs, alternated (odd rounds fabmeter's side first, even rounds its peer) ${FM_CMP_ROUNDS:-5} rounds, raw QP setup"
+  for ((round = 1; round <= ${FM_CMP_ROUNDS:-5}; round++)); do
     for svc in rc uc ud; do
       cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
     done
@@ -195,6 +207,7 @@ run_comparison() {
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
       local mine=(ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}")
       local theirs=(fab "cmp-r$round-fi_pingpong-lat-ofi-verbs-msg" fi_pingpong -p verbs -e msg -S 32 -I 2000)
+      control_of mine theirs "$round" lat-ofi-verbs-msg
       in_turn "$round" mine theirs
       # bw beside fabtests, both ends of both tools on fabtests' own libfabric
       # (rdma/fabtests.sh), so the two rows compare callers of one library.
@@ -202,11 +215,13 @@ run_comparison() {
         local ft=(-S 1024 -I 5000 -w 200 -W 128)
         mine=(ofi_fabtests "cmp-r$round-fabmeter-bw-ofi-verbs-send" bw -t ofi --provider verbs --ep msg -s 1K "${BWC[@]}")
         theirs=(fab "cmp-r$round-fi_msg_bw-bw-ofi-verbs-send" "$FM_FABTESTS/bin/fi_msg_bw" -p verbs -e msg "${ft[@]}")
+        control_of mine theirs "$round" bw-ofi-verbs-send
         in_turn "$round" mine theirs
         mine=(ofi_fabtests "cmp-r$round-fabmeter-bw-ofi-verbs-write-imm"
           bw -t ofi --provider verbs --ep msg --op write-imm -s 1K "${BWC[@]}")
         theirs=(fab "cmp-r$round-fi_rma_bw-bw-ofi-verbs-write-imm" "$FM_FABTESTS/bin/fi_rma_bw" -p verbs -e msg
           -o writedata "${ft[@]}")
+        control_of mine theirs "$round" bw-ofi-verbs-write-imm
         in_turn "$round" mine theirs
       fi
     fi

@@ -7,11 +7,13 @@
 # (rdma/test_rdma_report.py). Results: build/rdma-results/ (raw/ per case,
 # results.json).
 #
-#   rdma/test-rdma.sh [--allow-skip] [--engine PATH] [--rounds N] [--compare-only]
+#   rdma/test-rdma.sh [--allow-skip] [--engine PATH] [--rounds N] [--compare-only] [--control]
 #
 # --rounds N: rounds of the alternated comparison with perftest, fi_pingpong
-# and fabtests (default $FM_CMP_ROUNDS, else 3; 0: none); --compare-only: that
-# comparison alone (about 80 s a round), e.g. more rounds for a steadier median.
+# and fabtests (default $FM_CMP_ROUNDS, else 5; 0: none); --compare-only: that
+# comparison alone (about 60 s a round), e.g. more rounds for a steadier median;
+# --control: the comparison alone with each peer also in fabmeter's place, an
+# A/A run: what the table makes of two equal tools on this machine.
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
 # built or booted on this machine (with --allow-skip: a "skipped" line and 0).
@@ -22,8 +24,9 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=$REPO/build/rdma-results
 ENGINE=$REPO/build/engine/fabmeter-engine
 ALLOW_SKIP=0
-ROUNDS=${FM_CMP_ROUNDS:-3}
+ROUNDS=${FM_CMP_ROUNDS:-5}
 COMPARE_ONLY=0
+CONTROL=0
 
 while (($#)); do
   case $1 in
@@ -31,13 +34,14 @@ while (($#)); do
     --engine) ENGINE=$(realpath "${2:?}"); shift 2 ;;
     --rounds) ROUNDS=${2:?}; shift 2 ;;
     --compare-only) COMPARE_ONLY=1; shift ;;
+    --control) COMPARE_ONLY=1 CONTROL=1; shift ;;
     *) echo "test-rdma: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 [[ $ROUNDS =~ ^[0-9]{1,2}$ ]] || { echo "test-rdma: --rounds wants 0..99, got '$ROUNDS'" >&2; exit 2; }
 ROUNDS=$((10#$ROUNDS))
-((ROUNDS > 0 || !COMPARE_ONLY)) || { echo "test-rdma: --compare-only wants at least one round" >&2; exit 2; }
+((ROUNDS > 0 || !COMPARE_ONLY)) || { echo "test-rdma: --compare-only and --control want at least one round" >&2; exit 2; }
 
 skip() {
   echo "test-rdma: skipped: $*"
@@ -71,7 +75,7 @@ mkdir -p "$OUT/raw"
 [[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
 rc=0
 "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  FM_CMP_ROUNDS=$ROUNDS FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
+  FM_CMP_ROUNDS=$ROUNDS FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then

@@ -16,6 +16,7 @@ nothing is left and the next normal client succeeds. Writes
 OUTDIR/results.json; exits 1 if any check failed. Standard library only: it runs before any venv exists.
 """
 import json
+import math
 import os
 import platform
 import re
@@ -412,20 +413,53 @@ def perftest_figure(row, r):
     return res.get("t_typical")
 
 
+def median_interval(xs, confidence=0.90):
+    """A distribution-free interval for the median of xs: sorted, the k-th
+    lowest to the k-th highest, k the largest whose coverage, 1 - 2 P(B < k)
+    with B ~ Binomial(n, 1/2), is at least `confidence`; None below 5 values,
+    where even the whole range covers less than 90 %."""
+    xs = sorted(xs)
+    n = len(xs)
+    tail, best = 0.0, None   # tail: P(B < k)
+    for k in range(1, n // 2 + 1):
+        tail += math.comb(n, k - 1) / 2 ** n
+        if 1 - 2 * tail < confidence:
+            break
+        best = (xs[k - 1], xs[n - k], 1 - 2 * tail)
+    return best
+
+
+def tells(interval, bw):
+    """What the rounds can say of a row: ahead or behind when the median
+    round ratio's interval lies wholly on one side of 1, level when it spans it."""
+    if interval is None:
+        return None
+    lo, hi = interval[0], interval[1]
+    if lo > 1.0:
+        return "ahead" if bw else "behind"
+    if hi < 1.0:
+        return "behind" if bw else "ahead"
+    return "level"
+
+
 def comparison(results):
     """The alternated rounds, a row each: every round's figure on both sides,
     their medians and the ratio fabmeter/perftest."""
     by_row = {}
     for r in results:
-        m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|perftest|fi_[a-z_]+)-(.+)", r["name"])
+        # control (test-rdma.sh --control): the peer again, in fabmeter's column.
+        m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|control|perftest|fi_[a-z_]+)-(.+)", r["name"])
         if m:
-            side = "fabmeter" if m.group(2) == "fabmeter" else "perftest"  # (the peer's column)
-            by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}, "peer": "perftest"})[side][int(m.group(1))] = r
-            if m.group(2) != "fabmeter":
-                by_row[m.group(3)]["peer"] = m.group(2)
+            side = "fabmeter" if m.group(2) in ("fabmeter", "control") else "perftest"  # (the peer's column)
+            row = by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}, "peer": "perftest", "control": False})
+            row[side][int(m.group(1))] = r
+            if side == "perftest":
+                row["peer"] = m.group(2)
+            row["control"] |= m.group(2) == "control"
     rows = []
     for row, sides in by_row.items():
-        fm = {k: fabmeter_figure(row, v) for k, v in sorted(sides["fabmeter"].items())}
+        mine = perftest_figure if sides["control"] else fabmeter_figure
+        fm = {k: mine(row, v) for k, v in sorted(sides["fabmeter"].items())}
         pt = {k: perftest_figure(row, v) for k, v in sorted(sides["perftest"].items())}
         fm_med, pt_med = median(fm.values()), median(pt.values())
         bw = row.startswith("bw-")
@@ -434,12 +468,15 @@ def comparison(results):
         # says how far apart the tools' rounds fall, which the ratio of the
         # medians alone does not.
         per_round = [fm[k] / pt[k] for k in fm if fm[k] and pt.get(k)]
-        rows.append({"row": row, "kind": "bw" if bw else "lat", "peer": sides["peer"],
+        interval = median_interval(per_round)
+        rows.append({"row": row, "kind": "bw" if bw else "lat", "peer": sides["peer"], "control": sides["control"],
                      "unit": "messages/s" if bw else "us (perftest's convention: RTT/2 for send and write, "
                                                      "the whole operation for read and atomics)",
                      "rounds": len(fm), "fabmeter": list(fm.values()), "perftest": list(pt.values()),
                      "fabmeter_median": fm_med, "perftest_median": pt_med, "ratio": ratio,
                      "round_ratios": per_round,
+                     "round_ratio_interval": None if interval is None else list(interval),
+                     "tells": tells(interval, bw),
                      "at_target": None if ratio is None else (ratio >= 1.0 if bw else ratio <= 1.0)})
     order = {"lat": 0, "bw": 1}
     return sorted(rows, key=lambda r: (order[r["kind"]], r["row"]))
@@ -449,9 +486,14 @@ def print_comparison(rows, fabtests):
     if not rows:
         return
     rounds = max(r["rounds"] for r in rows)
+    control = any(r["control"] for r in rows)
     print()
+    if control:
+        print("CONTROL (test-rdma.sh --control): each peer ran in fabmeter's place as well, an A/A run; the 'fabmeter'")
+        print("column is that peer's second run. Its ratios are what this table makes of two equal tools.")
     print(f"fabmeter vs perftest in the Soft-RoCE guest (qemu TCG), client rxe0 -> server rxe1, raw QP setup,")
-    print(f"alternated over {rounds} rounds (odd rounds fabmeter first, even rounds its peer); medians of the rounds.")
+    print(f"alternated over {rounds} rounds (odd rounds {'the control' if control else 'fabmeter'} first, even rounds its peer); "
+          "medians of the rounds.")
     print("lat: microseconds as perftest prints them: send and write one-way = RTT/2, read and atomics the whole")
     print("operation; fabmeter = lat p50 over 2000, perftest = t_typical (its median). Target: ratio <= 1.00.")
     print("bw: messages per second (perftest's MsgRate); 1 KiB (atomics 8 B), 5000 messages, 128 in flight.")
@@ -462,7 +504,10 @@ def print_comparison(rows, fabtests):
         print(f"bw-ofi-*: beside fabtests' fi_msg_bw (send) and fi_rma_bw -o writedata (write-imm), messages per second")
         print(f"(theirs: 1e6 / usec/xfer), both tools on {fabtests or 'fabtests libfabric'}.")
     print("per round: the lowest and highest of the rounds' own ratios (each round's two runs back to back).")
-    print(f"{'row':<26}{'fabmeter':>12}{'peer':>12}{'ratio':>8}  target  {'per round':<11}  rounds (fabmeter / peer)")
+    print("tells: ahead or behind when a distribution-free interval (>= 90 %) of the median round ratio lies on one")
+    print("side of 1.00, level when it spans it (the rounds cannot tell the tools apart); '-' below 5 rounds.")
+    print(f"{'row':<26}{'fabmeter':>12}{'peer':>12}{'ratio':>8}  target  {'per round':<11}  {'tells':<6}  "
+          f"rounds (fabmeter / peer)")
     for r in rows:
         fmt = (lambda v: f"{v:,.0f}") if r["kind"] == "bw" else (lambda v: f"{v:.1f}")
         show = lambda v: fmt(v) if isinstance(v, (int, float)) else "-"
@@ -470,7 +515,17 @@ def print_comparison(rows, fabtests):
         ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"  # 3 places: 0.999 is behind, which 1.00 would hide
         spread = f"{min(r['round_ratios']):.2f}-{max(r['round_ratios']):.2f}" if r["round_ratios"] else "-"
         print(f"{r['row']:<26}{show(r['fabmeter_median']):>12}{show(r['perftest_median']):>12}{ratio:>8}  {verdict:<6}  "
-              f"{spread:<11}  {' '.join(show(v) for v in r['fabmeter'])} / {' '.join(show(v) for v in r['perftest'])}")
+              f"{spread:<11}  {r['tells'] or '-':<6}  "
+              f"{' '.join(show(v) for v in r['fabmeter'])} / {' '.join(show(v) for v in r['perftest'])}")
+    judged = [r for r in rows if r["at_target"] is not None]
+    behind = [r for r in judged if not r["at_target"]]
+    told = {t: sum(r["tells"] == t for r in judged) for t in ("ahead", "level", "behind")}
+    told_any = any(told.values())
+    print(f"{len(judged) - len(behind)} of {len(judged)} rows at target; {len(behind)} behind"
+          + (f", of which {sum(r['tells'] == 'level' for r in behind)} level by their rounds" if behind and told_any
+             else "")
+          + (f". By the rounds: {told['ahead']} ahead, {told['level']} level, {told['behind']} behind." if told_any
+             else "."))
 
 
 def main():

@@ -171,14 +171,15 @@ def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
 
 def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
     """--rounds takes 0..99 (0: no comparison, as CI runs it); --compare-only
-    with no round is refused. Both in one line with exit 2, before the guest
+    or --control with no round is refused, as is an unknown option. Both in one line with exit 2, before the guest
     is built (the checks come first, so this takes no time)."""
     def run(*args):
         return subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh"), *args], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL)
 
     for args, words in ((("--rounds", "100"), "wants 0..99"), (("--rounds", "x"), "wants 0..99"),
-                        (("--rounds", "0", "--compare-only"), "at least one round")):
+                        (("--rounds", "0", "--compare-only"), "at least one round"),
+                        (("--control", "--rounds", "0"), "at least one round"), (("--contro",), "unknown option")):
         r = run(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -276,3 +277,61 @@ def test_the_printed_table_shows_each_rows_spread_of_round_ratios(capsys):
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("lat-")}
     assert "1.00-1.10" in lines["lat-rc-send"].split()
     assert lines["lat-uc-send"].split()[4:6] == ["-", "-"]  # no peer figure: no ratio, no spread
+
+
+def test_the_rounds_tell_a_row_ahead_behind_or_level(capsys):
+    """The median round ratio's distribution-free interval: 5 rounds take their whole range (93.75 %), 9 drop
+    the lowest and highest (96 %), 4 are too few; a row whose interval spans 1.00 is level, whatever its
+    ratio of medians says."""
+    m = report_module()
+    assert m.median_interval([1.0, 1.1, 0.9, 1.2]) is None
+    lo, hi, cover = m.median_interval([1.02, 0.97, 1.10, 1.01, 1.05])
+    assert (lo, hi) == (0.97, 1.10) and cover == 1 - 2 / 32
+    lo, hi, cover = m.median_interval([0.5, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 9.0])
+    assert (lo, hi) == (1.01, 1.07) and abs(cover - (1 - 2 * 10 / 512)) < 1e-12
+    assert m.tells((1.01, 1.07, 0.96), bw=True) == "ahead" and m.tells((1.01, 1.07, 0.96), bw=False) == "behind"
+    assert m.tells((0.90, 0.99, 0.96), bw=False) == "ahead" and m.tells((0.97, 1.10, 0.94), bw=False) == "level"
+    # lat rc send: 5 rounds each 2-5 % slower, behind by the rounds; lat rc write: behind by its medians
+    # (31 vs 30) but its rounds fall on both sides: level; bw rc read: 5 rounds each ahead.
+    fm_send, fm_write, fm_read = [31, 31.5, 31.2, 30.6, 30.9], [31, 29, 33, 31, 28], [105, 110, 101, 104, 120]
+    pt_send, pt_write, pt_read = [30, 30, 30, 30, 30], [30, 30, 30, 32, 29], [100, 100, 100, 100, 100]
+    results = []
+    for i in range(5):
+        results += [fm_lat(f"cmp-r{i + 1}-fabmeter-lat-rc-send", fm_send[i] * 1000),
+                    pt(f"cmp-r{i + 1}-perftest-lat-rc-send", t_typical=pt_send[i]),
+                    fm_lat(f"cmp-r{i + 1}-fabmeter-lat-rc-write", fm_write[i] * 1000),
+                    pt(f"cmp-r{i + 1}-perftest-lat-rc-write", t_typical=pt_write[i]),
+                    {"name": f"cmp-r{i + 1}-fabmeter-bw-rc-read", "msg_rate": fm_read[i] * 1000.0},
+                    pt(f"cmp-r{i + 1}-perftest-bw-rc-read", msg_rate_mpps=pt_read[i] / 1000)]
+    rows = {r["row"]: r for r in m.comparison(results)}
+    assert rows["lat-rc-send"]["tells"] == "behind" and rows["lat-rc-send"]["at_target"] is False
+    assert rows["lat-rc-write"]["tells"] == "level" and rows["lat-rc-write"]["at_target"] is False
+    assert rows["bw-rc-read"]["tells"] == "ahead" and rows["bw-rc-read"]["at_target"] is True
+    assert rows["bw-rc-read"]["round_ratio_interval"][:2] == [1.01, 1.2]
+    m.print_comparison(list(rows.values()), None)
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("lat-", "bw-"))}
+    assert lines["lat-rc-write"][6] == "level" and lines["lat-rc-send"][6] == "behind"
+    assert "1 of 3 rows at target; 2 behind, of which 1 level by their rounds. By the rounds: 1 ahead, 1 level, " \
+           "1 behind." in out
+
+
+def test_a_control_run_puts_the_peer_in_fabmeters_column(capsys):
+    """test-rdma.sh --control: each row's peer also runs as cmp-rN-control-ROW, whose figures are read as the
+    peer's (perftest's t_typical, fabtests' usec/xfer) and stand in fabmeter's column; the table says so."""
+    m = report_module()
+    results = [pt("cmp-r1-control-lat-rc-read", t_typical=27.0), pt("cmp-r1-perftest-lat-rc-read", t_typical=30.0),
+               pt("cmp-r1-control-bw-rc-send", msg_rate_mpps=0.025), pt("cmp-r1-perftest-bw-rc-send", msg_rate_mpps=0.02),
+               pt("cmp-r1-control-bw-ofi-verbs-send", usec_per_xfer=40.0),
+               pt("cmp-r1-fi_msg_bw-bw-ofi-verbs-send", usec_per_xfer=50.0)]
+    rows = {r["row"]: r for r in m.comparison(results)}
+    assert rows["lat-rc-read"]["fabmeter_median"] == 27.0 and abs(rows["lat-rc-read"]["ratio"] - 0.9) < 1e-12
+    assert rows["bw-rc-send"]["fabmeter_median"] == 25000.0 and abs(rows["bw-rc-send"]["ratio"] - 1.25) < 1e-12
+    assert rows["bw-ofi-verbs-send"]["peer"] == "fi_msg_bw" and abs(rows["bw-ofi-verbs-send"]["ratio"] - 1.25) < 1e-12
+    assert all(r["control"] for r in rows.values())
+    m.print_comparison(list(rows.values()), None)
+    assert "CONTROL (test-rdma.sh --control)" in capsys.readouterr().out
+    plain = m.comparison([fm_lat("cmp-r1-fabmeter-lat-rc-read", 13500), pt("cmp-r1-perftest-lat-rc-read", t_typical=30.0)])
+    assert plain[0]["control"] is False and plain[0]["fabmeter_median"] == 27.0
+    m.print_comparison(plain, None)
+    assert "CONTROL" not in capsys.readouterr().out
