@@ -451,11 +451,11 @@ def comparison(results):
         m = re.fullmatch(r"cmp-r(\d+)-(fabmeter|control|perftest|fi_[a-z_]+)-(.+)", r["name"])
         if m:
             side = "fabmeter" if m.group(2) in ("fabmeter", "control") else "perftest"  # (the peer's column)
-            row = by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}, "peer": "perftest", "control": False})
-            row[side][int(m.group(1))] = r
+            entry = by_row.setdefault(m.group(3), {"fabmeter": {}, "perftest": {}, "peer": "perftest", "control": False})
+            entry[side][int(m.group(1))] = r
             if side == "perftest":
-                row["peer"] = m.group(2)
-            row["control"] |= m.group(2) == "control"
+                entry["peer"] = m.group(2)
+            entry["control"] |= m.group(2) == "control"
     rows = []
     for row, sides in by_row.items():
         mine = perftest_figure if sides["control"] else fabmeter_figure
