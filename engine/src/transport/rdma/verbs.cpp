@@ -521,7 +521,7 @@ void VerbsTransport::setup(uint64_t max_msg) {
   // 4 a page, where 1088 B slots put every fourth write across two pages,
   // about 1 % slower in the Soft-RoCE guest); a point under kMinFixedBytes
   // still takes the trailer, which a 64 B slot holds.
-  const uint64_t trailer = op_ == verbs::Op::write && !one_sided_ && !fixed_sizes_ ? verbs::kTrailerBytes : 0;
+  const uint64_t trailer = marked_write() && !fixed_sizes_ ? verbs::kTrailerBytes : 0;
   rx_slot_size_ = round_up((ud_ ? verbs::kGrhBytes + ud_max_msg_ : max_msg + trailer), 64);
   rx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(rq_want, std::max<uint64_t>(2, verbs::kRingBudget / rx_slot_size_)));
   tx_slot_size_ = round_up(max_msg + trailer, 64);
@@ -869,15 +869,15 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
   if (op_ == verbs::Op::write_imm) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
-  if (op_ == verbs::Op::write && one_sided_)
-    o.add("passive_rx", true)
-        .add("write_completion", "the writer's RC acknowledgement; the receiver takes no part and the writer "
-                                 "overwrites its ring without credits (perftest's ib_write_bw)");
-  else if (op_ == verbs::Op::write)
+  if (marked_write())
     o.add("passive_rx", false).add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
                            "it (fixed sizes from 16 B)")
         .add("write_completion", "receiver polls the slot's last byte (a lap mark after the payload, and after its "
                                  "length where sizes vary)");
+  else if (op_ == verbs::Op::write)
+    o.add("passive_rx", true)
+        .add("write_completion", "the writer's RC acknowledgement; the receiver takes no part and the writer "
+                                 "overwrites its ring without credits (perftest's ib_write_bw)");
   if (verbs::is_one_sided(op_)) o.add("rd_atomic", rd_atomic_);
   o.add("libibverbs_built_with", FM_LIBIBVERBS_VERSION);
 }

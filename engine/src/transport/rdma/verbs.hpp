@@ -220,7 +220,7 @@ class VerbsTransport {
 
   // lat and bw: every message has `len` bytes until the next call.
   void fix_message_size(uint32_t len) {
-    msg_size_ = op_ == verbs::Op::write && !one_sided_ && len >= verbs::kMinFixedBytes ? len : 0;
+    msg_size_ = marked_write() && len >= verbs::kMinFixedBytes ? len : 0;
     piggy_ = msg_size_ >= verbs::kPiggyBytes;
   }
 
@@ -246,6 +246,9 @@ class VerbsTransport {
     if (piggy_ && ++credit_wait_ < verbs::kPiggyWait) return;
     post_credit();
   }
+
+  // A plain write whose receiver polls its slot's mark (and trailer): --op write without --passive-rx.
+  bool marked_write() const { return op_ == verbs::Op::write && !one_sided_; }
 
   // Up to --inline bytes, or up to what the device granted when the caller asks.
   [[gnu::always_inline]] bool goes_inline(uint32_t len, uint32_t flags) const {
