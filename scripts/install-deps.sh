@@ -13,8 +13,9 @@ STAMP=$VENV/.fabmeter-deps   # hash of pyproject.toml at the last pip install
 # Build: compiler, CMake, GoogleTest. Transports: the real libraries (each
 # is compiled in when found). Peers: the established tools fabmeter compares
 # itself with. Report: Chromium for the browser test of the HTML report.
-# libssl-dev: libcrypto for the control channel's HMAC-SHA-256 authentication.
-pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev
+# libssl-dev: libcrypto for the control channel's HMAC-SHA-256 authentication;
+# nlohmann-json3-dev: the parser of what a peer sends as JSON.
+pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev nlohmann-json3-dev
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
       sockperf qperf iperf3 ucx-utils
       chromium)

@@ -1,6 +1,7 @@
 // The handshake decoders (hello, challenge, auth, welcome) on arbitrary
 // bytes; the first byte picks one. Only fm::Error may come out. A hello that
-// decodes is also run through the proofs as the server would.
+// decodes is also run through the proofs as the server would; a welcome's
+// environment that decodes must be one JSON object on one line.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -37,6 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3: {
         fm::Welcome w = fm::decode_welcome(in);
         if (!w.mac.empty() && w.mac.size() != fm::kMacBytes) std::abort();
+        if (w.env.size() < 2 || w.env.front() != '{' || w.env.back() != '}') std::abort();
+        for (unsigned char c : w.env)
+          if (c < 0x20) std::abort();
         break;
       }
     }

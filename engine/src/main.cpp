@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F]
-                      [--start-at NS] [--via HOST[:PORT]] [OPTIONS]
+                      [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
@@ -38,7 +38,9 @@ point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
 if run there (that serve must list the --server host in its --peers); no
---out or --cpu then. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+--out or --cpu then. --dry-run: check the options against the transport
+(sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
+to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 serve runs each session in a process of its own (at most --max-sessions, default
@@ -221,6 +223,7 @@ int main_(std::vector<std::string> args) {
     take(args, "--out", &o.out_dir);
     if (take(args, "--start-at", &v)) o.start_at_ns = parse_start_at(v);
     take(args, "--via", &o.via);
+    o.dry_run = take(args, "--dry-run", nullptr);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);

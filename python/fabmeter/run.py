@@ -135,6 +135,18 @@ def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
         return None
 
 
+def _dry_run(engine: str, spec: "RunSpec") -> None:
+    """The engine's own check of the run's options (`run --dry-run`): raises its one-line refusal."""
+    cmd = [engine, "run", spec.experiment, "--server", "127.0.0.1", "--dry-run",
+           *engine_options(engine).engine_argv(spec.options)]
+    try:
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FabmeterError(f"cannot run `fabmeter-engine run --dry-run`: {e}") from e
+    if res.returncode != 0:
+        raise FabmeterError(last_error_line(res.stderr), res.returncode)
+
+
 def execute(spec: RunSpec,
             on_start: Optional[Callable[[dict], None]] = None,
             on_point: Optional[Callable[[dict], None]] = None,
@@ -151,12 +163,15 @@ def execute(spec: RunSpec,
     client: Optional[subprocess.Popen] = None
     client_err: list[str] = []
     # Limits are recorded with every local run that keeps results, measured
-    # before the engines start so neither disturbs the other.
+    # before the engines start so neither disturbs the other; and the run is
+    # checked first, so the limits never copy a message the run would refuse.
     if spec.out is not None and spec.server is None and on_event is not None:
         try:
+            _dry_run(engine, spec)
             limits = _limits_for_record(engine, spec)
         except FabmeterError as e:
-            res.status, res.exit_code, res.message = "interrupted", e.exit_code, e.message
+            res.status = "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed"
+            res.exit_code, res.message = e.exit_code, e.message
             return res
         if limits:
             on_event(limits)

@@ -43,10 +43,19 @@ Hello decode_hello(std::string_view payload);
 std::string decode_challenge(std::string_view payload);
 std::string decode_auth(std::string_view payload);  // exactly kMacBytes
 
+// The server's environment (its engine_env) as the client records it: a JSON
+// object of bounded keys and values (decode_env), re-encoded on one line, so
+// nothing a server writes there adds a line or a key to the client's output.
+constexpr size_t kMaxEnvItems = 512;   // keys and values, all levels together
+constexpr size_t kMaxEnvKey = 64;
+constexpr size_t kMaxEnvString = 1024;
+std::string decode_env(std::string_view json);
+
 struct Welcome {
   std::string mac;   // raw, or empty when not authenticated
   std::string body;  // what the server proof covers: host id "\n" environment
-  std::string host, env;
+  std::string host;
+  std::string env;   // decode_env's: safe to splice into a JSON line
 };
 std::string encode_welcome(std::string_view mac, std::string_view body);
 Welcome decode_welcome(std::string_view payload);

@@ -23,6 +23,9 @@ struct ClientOptions {
   // HOST[:PORT] of a `fabmeter serve` that runs this client there, against
   // `server`, and relays its output (relay.hpp); "": run it here.
   std::string via;
+  // Check the options against the transport's capabilities and return,
+  // connecting nothing and allocating nothing of the run's size.
+  bool dry_run = false;
 };
 
 struct ServerOptions {

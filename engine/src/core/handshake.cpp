@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
@@ -185,13 +187,69 @@ std::string encode_welcome(std::string_view mac, std::string_view body) {
   return hex(mac) + "\n" + std::string(body);
 }
 
+namespace {
+
+// Checks the environment's shape while nlohmann's parser reads it, and stops
+// it at the first value out of bounds: an object of at most kMaxEnvKeys keys
+// [a-z0-9_], whose values are scalars, or objects and arrays of scalars one
+// level down; strings of at most kMaxEnvString bytes; at most kMaxEnvItems
+// keys and values in all.
+class EnvShape final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string why;
+
+  bool null() override { return scalar(); }
+  bool boolean(bool) override { return scalar(); }
+  bool number_integer(number_integer_t) override { return scalar(); }
+  bool number_unsigned(number_unsigned_t) override { return scalar(); }
+  bool number_float(number_float_t v, const string_t&) override { return std::isfinite(v) ? scalar() : no("a number out of range"); }
+  bool string(string_t& v) override { return v.size() > kMaxEnvString ? no("a string of " + std::to_string(v.size()) + " bytes") : scalar(); }
+  bool binary(binary_t&) override { return no("binary data"); }
+  bool start_object(std::size_t) override { return open(); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return depth_ == 0 ? no("an array, not an object") : open(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    if (k.empty() || k.size() > kMaxEnvKey) return no("a key of " + std::to_string(k.size()) + " bytes");
+    for (char c : k)
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return no("a key that is not [a-z0-9_]");
+    return counted();
+  }
+  bool parse_error(std::size_t at, const std::string&, const nlohmann::detail::exception&) override {
+    return no("not JSON (at byte " + std::to_string(at) + ")");
+  }
+
+ private:
+  int depth_ = 0;
+  size_t items_ = 0;
+
+  bool no(std::string reason) {
+    if (why.empty()) why = std::move(reason);
+    return false;
+  }
+  bool counted() { return ++items_ <= kMaxEnvItems || no("more than " + std::to_string(kMaxEnvItems) + " keys and values"); }
+  bool scalar() { return depth_ > 0 ? counted() : no("not an object"); }
+  bool open() { return ++depth_ <= 2 || no("nested deeper than one level"); }
+  bool close() { return --depth_, true; }
+};
+
+}  // namespace
+
+std::string decode_env(std::string_view s) {
+  EnvShape shape;
+  if (!nlohmann::json::sax_parse(s, &shape) || !shape.why.empty())
+    malformed("environment", shape.why.empty() ? "not a JSON object" : shape.why);
+  // Re-encoded by the library: one line, every string escaped.
+  return nlohmann::json::parse(s).dump();
+}
+
 Welcome decode_welcome(std::string_view s) {
   Welcome w;
   std::string_view mac = take_line(s, "welcome", "proof");
   if (!mac.empty()) w.mac = unhex(mac, kMacBytes, "welcome");
   w.body = std::string(s);
   w.host = check_host(take_line(s, "welcome", "host id"), "welcome");
-  w.env = std::string(s);
+  w.env = decode_env(s);
   return w;
 }
 

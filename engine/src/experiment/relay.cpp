@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "fabmeter/clock.hpp"
@@ -28,6 +29,16 @@ namespace {
 
 constexpr int kPollMs = 100;          // how often the relay looks at the client while the run goes on
 constexpr uint32_t kByeTimeoutMs = 5000;
+
+// A relayed line is written here as this client's own output, so it must be
+// one line (no control character could start another) and, on stdout, one
+// JSON object, as the engine prints.
+void check_relayed_line(std::string_view line, bool json) {
+  for (unsigned char c : line)
+    if (c < 0x20 && c != '\t') runtime_error("relay: the run's output holds a control character: '" + peer_excerpt(line) + "'");
+  if (json && !nlohmann::json::parse(line, nullptr, false).is_object())
+    runtime_error("relay: the run's output is not a JSON object: '" + peer_excerpt(line) + "'");
+}
 constexpr int64_t kMaxStartLeadNs = 600'000'000'000;  // as run --start-at takes it
 
 std::string self_exe() {
@@ -223,6 +234,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
     const std::string_view v(frame);
     if (v.rfind("out ", 0) == 0 || v.rfind("err ", 0) == 0) {
       std::FILE* to = v[0] == 'o' ? stdout : stderr;
+      check_relayed_line(v.substr(4), to == stdout);
       std::fwrite(v.data() + 4, 1, v.size() - 4, to);
       std::fputc('\n', to);
       std::fflush(to);

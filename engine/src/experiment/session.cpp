@@ -137,8 +137,9 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
       runtime_error("authentication failed: the server requires a token (--token-file F or FABMETER_TOKEN)");
     ctrl.send(CtrlType::auth, client_proof(o.token, hello, server_nonce));
   } else if (!o.token.empty()) {
-    std::fprintf(stderr, "fabmeter-engine: warning: the server at %s asks for no token: it is not authenticated\n",
-                 relay.empty() ? o.server.c_str() : o.via.c_str());
+    // Else anyone in the middle could strip the challenge and speak for the server.
+    runtime_error("authentication failed: the server at " + (relay.empty() ? o.server : o.via) +
+                  " asks for no token, so it cannot prove it is the server (give it the token, or run without one)");
   }
   Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
   if (server_nonce.empty() ? !welcome.mac.empty()
@@ -154,6 +155,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
   Params p = requested;
   experiment_for(p.experiment).resolve(p, caps);
   check_against_caps(p, caps, true);
+  if (o.dry_run) return 0;
   if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
     if (!o.out_dir.empty()) usage_error("--via: the raw samples would stay on the relay host; run without --out");
     if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
