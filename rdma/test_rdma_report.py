@@ -23,6 +23,9 @@ import re
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from fabmeter import stats  # noqa: E402  (standard library only for what is used here)
+
 
 def read(path, default=""):
     try:
@@ -380,14 +383,6 @@ def check_fault(raw, name):
     return problems, summary
 
 
-def median(xs):
-    xs = sorted(x for x in xs if isinstance(x, (int, float)))
-    if not xs:
-        return None
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
-
 # A row's figure from each side: lat in microseconds as perftest prints it
 # (send and write: RTT/2; read and atomics: the whole operation, which
 # perftest does not halve), bw as messages per second.
@@ -413,33 +408,8 @@ def perftest_figure(row, r):
     return res.get("t_typical")
 
 
-def median_interval(xs, confidence=0.90):
-    """A distribution-free interval for the median of xs: sorted, the k-th
-    lowest to the k-th highest, k the largest whose coverage, 1 - 2 P(B < k)
-    with B ~ Binomial(n, 1/2), is at least `confidence`; None below 5 values,
-    where even the whole range covers less than 90 %."""
-    xs = sorted(xs)
-    n = len(xs)
-    tail, best = 0.0, None   # tail: P(B < k)
-    for k in range(1, n // 2 + 1):
-        tail += math.comb(n, k - 1) / 2 ** n
-        if 1 - 2 * tail < confidence:
-            break
-        best = (xs[k - 1], xs[n - k], 1 - 2 * tail)
-    return best
-
-
-def tells(interval, bw):
-    """What the rounds can say of a row: ahead or behind when the median
-    round ratio's interval lies wholly on one side of 1, level when it spans it."""
-    if interval is None:
-        return None
-    lo, hi = interval[0], interval[1]
-    if lo > 1.0:
-        return "ahead" if bw else "behind"
-    if hi < 1.0:
-        return "behind" if bw else "ahead"
-    return "level"
+# What the rounds tell of a row, in this table's words (stats.verdict's, for fabmeter against its peer).
+TELLS = {stats.BETTER: "ahead", stats.WORSE: "behind", stats.SAME: "level", stats.UNKNOWN: None}
 
 
 def comparison(results):
@@ -461,14 +431,14 @@ def comparison(results):
         mine = perftest_figure if sides["control"] else fabmeter_figure
         fm = {k: mine(row, v) for k, v in sorted(sides["fabmeter"].items())}
         pt = {k: perftest_figure(row, v) for k, v in sorted(sides["perftest"].items())}
-        fm_med, pt_med = median(fm.values()), median(pt.values())
+        fm_med, pt_med = stats.median(list(fm.values())), stats.median(list(pt.values()))
         bw = row.startswith("bw-")
         ratio = fm_med / pt_med if fm_med and pt_med else None
         # Each round's own ratio (its two runs ran back to back): their spread
         # says how far apart the tools' rounds fall, which the ratio of the
         # medians alone does not.
         per_round = [fm[k] / pt[k] for k in fm if fm[k] and pt.get(k)]
-        interval = median_interval(per_round)
+        interval = stats.median_interval(per_round)
         rows.append({"row": row, "kind": "bw" if bw else "lat", "peer": sides["peer"], "control": sides["control"],
                      "unit": "messages/s" if bw else "us (perftest's convention: RTT/2 for send and write, "
                                                      "the whole operation for read and atomics)",
@@ -476,7 +446,7 @@ def comparison(results):
                      "fabmeter_median": fm_med, "perftest_median": pt_med, "ratio": ratio,
                      "round_ratios": per_round,
                      "round_ratio_interval": None if interval is None else list(interval),
-                     "tells": tells(interval, bw),
+                     "tells": TELLS[stats.verdict(interval, bw)],
                      "at_target": None if ratio is None else (ratio >= 1.0 if bw else ratio <= 1.0)})
     order = {"lat": 0, "bw": 1}
     return sorted(rows, key=lambda r: (order[r["kind"]], r["row"]))

@@ -4,15 +4,15 @@ and with this tree's engine, alternately (base, new, new, base, ...), medians ov
 BASE is built once in a temporary git worktree (kept under build/bench-ab/<commit>/ for the next run).
 Rows that measure the same thing (three shm rows are one `lat -t shm --poll busy`) are measured once per
 round and engine, each row taking its own figure (p50, mean) from that run. Per row it prints both
-medians, new / base, and whether the new engine is slower by more than --limit (latency: a higher figure;
-throughput: a lower one). Rows newer than BASE (options its engine lacks) are skipped, saying so.
+medians, new / base with the interval of its median round ratio, and the verdict (fabmeter/stats.py): slower
+only when that interval lies wholly beyond --limit (latency: a higher figure; throughput: a lower one), "~"
+when the rounds cannot tell. Rows newer than BASE (options its engine lacks) are skipped, saying so.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
-from fabmeter import analysis, bench  # noqa: E402
+from fabmeter import analysis, bench, stats  # noqa: E402
 from fabmeter.errors import EXIT_INTERRUPTED, FabmeterError  # noqa: E402
 
 
@@ -93,14 +93,16 @@ def main() -> int:
     ap.add_argument("--engine", default=str(REPO / "build" / "engine" / "fabmeter-engine"),
                     help="the new engine (default: this tree's build)")
     ap.add_argument("--base-engine", help="a base engine already built (skips building --base)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds (default: %(default)s, at least 3)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help=f"rounds (default: %(default)s, at least {stats.MIN_ROUNDS}: the fewest with an interval)")
     ap.add_argument("--cpus", default="0,1", help="client and server CPUs (default: %(default)s)")
     ap.add_argument("--only", help="measure only rows whose name contains this text")
-    ap.add_argument("--limit", type=float, default=1.05,
-                    help="flag a row whose new figure is worse than base by more than this factor (default: %(default)s)")
+    ap.add_argument("--limit", type=float, default=1.0,
+                    help="flag a row whose new/base interval lies wholly beyond this factor, worse side "
+                         "(default: %(default)s)")
     ns = ap.parse_args()
-    if ns.rounds < 3:
-        ap.error("--rounds must be at least 3")
+    if ns.rounds < stats.MIN_ROUNDS:
+        ap.error(f"--rounds must be at least {stats.MIN_ROUNDS}")
     cpus = tuple(int(c) for c in ns.cpus.split(",")) if ns.cpus else None
     engines = {"base": str(ns.base_engine or build_base(ns.base)), "new": ns.engine}
     out = Path(tempfile.mkdtemp(prefix="fabmeter-bench-ab-runs-"))
@@ -136,19 +138,19 @@ def main() -> int:
         for i in keep:
             row = rows["new"][i]
             m, got = measures[row.fabmeter.key], samples[i]
-            base = statistics.median(got["base"]) if got["base"] else None
-            new = statistics.median(got["new"]) if got["new"] else None
-            ratio = new / base if base and new is not None else None
-            worse = ratio is not None and (ratio < 1 / ns.limit if row.higher_is_better else ratio > ns.limit)
+            limit = 1 / ns.limit if row.higher_is_better else ns.limit
+            c = stats.compare_rounds(got["base"], got["new"], row.higher_is_better, reference=limit)
+            worse = c.verdict == stats.WORSE
             slower += worse
-            verdict = ("skipped: " + m["skipped"]) if ratio is None else ("SLOWER" if worse else "ok")
-            spread = lambda xs: f"{min(xs):.4g}..{max(xs):.4g}" if xs else "-"  # noqa: E731
-            table.append([row.name, row.figure, base, new, None if ratio is None else f"{ratio:.3f}",
-                          spread(got["base"]), spread(got["new"]), verdict])
-        print(analysis.format_table(["row", "figure", "base", "new", "new/base", "base range", "new range",
+            verdict = ("skipped: " + m["skipped"]) if c.ratio is None else (
+                "SLOWER" if worse else {stats.BETTER: "faster", stats.SAME: "~", stats.UNKNOWN: "cannot tell"}[c.verdict])
+            interval = f"{c.interval[0]:.3f}..{c.interval[1]:.3f}" if c.interval else "-"
+            table.append([row.name, row.figure, c.base, c.new, None if c.ratio is None else f"{c.ratio:.3f}",
+                          interval, verdict])
+        print(analysis.format_table(["row", "figure", "base", "new", "new/base", "round ratios' interval",
                                      "result"], table, left=2))
-        print(f"{slower} row(s) slower than base by more than {ns.limit}x" if slower else
-              f"no row slower than base by more than {ns.limit}x")
+        print(f"{slower} row(s) slower than base beyond {ns.limit}x by their rounds" if slower else
+              f"no row slower than base beyond {ns.limit}x by its rounds; ~: the rounds cannot tell")
         return 1 if slower else 0
     except FabmeterError as e:
         sys.stderr.write(f"bench-ab: {e}\n")

@@ -284,13 +284,14 @@ def test_the_rounds_tell_a_row_ahead_behind_or_level(capsys):
     the lowest and highest (96 %), 4 are too few; a row whose interval spans 1.00 is level, whatever its
     ratio of medians says."""
     m = report_module()
-    assert m.median_interval([1.0, 1.1, 0.9, 1.2]) is None
-    lo, hi, cover = m.median_interval([1.02, 0.97, 1.10, 1.01, 1.05])
+    assert m.stats.median_interval([1.0, 1.1, 0.9, 1.2]) is None
+    lo, hi, cover = m.stats.median_interval([1.02, 0.97, 1.10, 1.01, 1.05])
     assert (lo, hi) == (0.97, 1.10) and cover == 1 - 2 / 32
-    lo, hi, cover = m.median_interval([0.5, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 9.0])
+    lo, hi, cover = m.stats.median_interval([0.5, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 9.0])
     assert (lo, hi) == (1.01, 1.07) and abs(cover - (1 - 2 * 10 / 512)) < 1e-12
-    assert m.tells((1.01, 1.07, 0.96), bw=True) == "ahead" and m.tells((1.01, 1.07, 0.96), bw=False) == "behind"
-    assert m.tells((0.90, 0.99, 0.96), bw=False) == "ahead" and m.tells((0.97, 1.10, 0.94), bw=False) == "level"
+    tells = lambda interval, bw: m.TELLS[m.stats.verdict(interval, bw)]  # noqa: E731
+    assert tells((1.01, 1.07, 0.96), bw=True) == "ahead" and tells((1.01, 1.07, 0.96), bw=False) == "behind"
+    assert tells((0.90, 0.99, 0.96), bw=False) == "ahead" and tells((0.97, 1.10, 0.94), bw=False) == "level"
     # lat rc send: 5 rounds each 2-5 % slower, behind by the rounds; lat rc write: behind by its medians
     # (31 vs 30) but its rounds fall on both sides: level; bw rc read: 5 rounds each ahead.
     fm_send, fm_write, fm_read = [31, 31.5, 31.2, 30.6, 30.9], [31, 29, 33, 31, 28], [105, 110, 101, 104, 120]

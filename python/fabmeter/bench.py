@@ -6,7 +6,9 @@ peer tool on the same path (same size, iterations, CPUs) or a machine limit
 (`fabmeter-engine limits`). Each round measures every row once, the two
 sides of a row in alternating order (A B, then B A), so slow drift of a
 shared machine favours neither. Reported per row: the median over rounds of
-each side's figure, their ratio, and whether the row's target is met. Rows
+each side's figure, their ratio, the interval of the median round ratio
+(stats.py) and, from where that interval lies against the row's target,
+"met", "NOT met" or "cannot tell" (it spans the target, or too few rounds). Rows
 without a target put fabmeter beside a floor beneath a target it does not
 meet (shm against two lines, event mode against a wake-up).
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from fabmeter import analysis, envinfo, run
+from fabmeter import analysis, envinfo, run, stats
 from fabmeter.engine import engine_info, find_engine
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, FabmeterError
 from fabmeter.peers import base as peer_base
@@ -70,10 +72,15 @@ class Row:
     theirs: list[float] = field(default_factory=list)
     skipped: str = ""
 
-    def met(self, ratio: Optional[float]) -> Optional[bool]:
-        if ratio is None or self.target is None:
-            return None
-        return ratio >= self.target if self.higher_is_better else ratio <= self.target
+    def judged(self) -> tuple[Optional[tuple[float, float]], Optional[str]]:
+        """The interval of the median round ratio (each round's own ours / theirs) and, against the target,
+        "met", "not met" or "cannot tell"; no verdict for a row without a target."""
+        found = stats.median_interval([ratio_of(a, b) for a, b in zip(self.ours, self.theirs)])
+        interval = None if found is None else (found[0], found[1])
+        if self.target is None:
+            return interval, None
+        side = stats.verdict(interval, self.higher_is_better, self.target)
+        return interval, {stats.BETTER: "met", stats.WORSE: "not met"}.get(side, "cannot tell")
 
 
 class Bench:
@@ -394,19 +401,25 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
         ours = statistics.median(row.ours) if row.ours else None
         theirs = statistics.median(row.theirs) if row.theirs else None
         ratio = ratio_of(ours, theirs)
-        met = row.met(ratio)
         ratio = None if ratio == math.inf else ratio
+        interval, verdict = row.judged()
         goal = "-" if row.target is None else f"{'>=' if row.higher_is_better else '<='} {row.target:.2f}x"
-        verdict = "floor, no target" if row.target is None else "met" if met else "NOT met"
-        table.append([row.name, row.figure, ours, theirs, None if ratio is None else f"{ratio:.2f}x", goal,
+        shown = "floor, no target" if verdict is None else "NOT met" if verdict == "not met" else verdict
+        table.append([row.name, row.figure, ours, theirs, None if ratio is None else f"{ratio:.2f}x",
+                      "-" if interval is None else f"{interval[0]:.2f}..{interval[1]:.2f}", goal,
                       "skipped: " + row.skipped if row.skipped and ratio is None else
-                      verdict + (f" ({row.skipped})" if row.skipped else "")])
+                      shown + (f" ({row.skipped})" if row.skipped else "")])
         doc.append({"row": row.name, "figure": row.figure, "versus": row.versus, "fabmeter": row.ours,
                     "other": row.theirs, "fabmeter_median": ours, "other_median": theirs, "ratio": ratio,
-                    "target": goal, "met": met, "skipped": row.skipped or None})
-    print(f"{rounds} rounds; medians over rounds; sides of each row measured in alternating order")
-    print(analysis.format_table(["row", "figure", "fabmeter", "versus", "ratio", "target", "result"], table,
-                                left=2))
+                    "round_ratio_interval": None if interval is None else list(interval),
+                    "target": goal, "verdict": verdict, "met": None if verdict is None else verdict == "met",
+                    "skipped": row.skipped or None})
+    print(f"{rounds} rounds; medians over rounds; sides of each row measured in alternating order; "
+          f"interval: the rounds' own ratios, {stats.CONFIDENCE:.0%} for their median (stats.py); a target is "
+          f"met or NOT met when that interval lies wholly on one side of it, else: cannot tell"
+          + (f" (at least {stats.MIN_ROUNDS} rounds give an interval)" if rounds < stats.MIN_ROUNDS else ""))
+    print(analysis.format_table(["row", "figure", "fabmeter", "versus", "ratio", "interval", "target", "result"],
+                                table, left=2))
     rdma = rdma_table()
     if rdma:
         print(f"\nSoft-RoCE guest (qemu TCG, emulated; from `make test-rdma` of {rdma[0]}): 32 B, one-way = RTT/2,"
@@ -435,7 +448,8 @@ def markdown(table: list[list], started: str, env: dict, rounds: int, cpus) -> s
     lines = [f"Measured {started} on {env['cpu_model']} ({env.get('cpu_count')} CPUs), kernel "
              f"{env['kernel']['release']}, CPUs {list(cpus) if cpus else 'unpinned'}; {rounds} rounds, "
              "medians over rounds.", "",
-             "| row | figure | fabmeter | versus | ratio | target | result |", "|---|---|---|---|---|---|---|"]
+             "| row | figure | fabmeter | versus | ratio | interval | target | result |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append("| " + " | ".join(analysis.fmt_num(c, 1) if isinstance(c, float) else str(c if c is not None
                                                                                                else "-")

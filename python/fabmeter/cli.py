@@ -178,6 +178,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
 
     from fabmeter.peers import command as peers_command
     peers_command.add_parser(sub)
+    from fabmeter import compare
+    compare.add_parser(sub)
     return parser
 
 
@@ -483,6 +485,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif ns.command == "peers":
             from fabmeter.peers import command as peers_command
             code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)
+        elif ns.command == "compare":
+            from fabmeter import compare
+            code = compare.main(ns)
         else:
             parser.error(f"unknown command {ns.command}")
     except FabmeterError as e:
