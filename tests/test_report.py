@@ -11,12 +11,13 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import report_fixture
-from conftest import REPO, Fabmeter, one_line_error
+from conftest import REPO, Fabmeter, cli_env, one_line_error
 
 ARTIFACTS = REPO / "tests" / "artifacts"      # git-ignored; the screenshot is kept here
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -120,8 +121,8 @@ def test_cdf_of_a_bench_sized_overlay(tmp_path):
             folder.mkdir()
             p = report_fixture._latency_point(folder, rng, "lat", f"t{t}", "busy", 32, 100.0 * (t + 1), n=500)
             report_fixture._write(folder, report_fixture._run_doc("lat", {"transport": f"t{t}", "poll": "busy"}, [p]))
-    r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-W", "error", "-m", "fabmeter", "report", tmp_path],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-W", "error", "-m", "fabmeter", "report", tmp_path],   # this checkout's code
+                       capture_output=True, text=True, timeout=300, env=cli_env("report-test"))
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     text = (tmp_path / "report.html").read_text()

@@ -15,18 +15,21 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from fabmeter import analysis  # noqa: E402
+from fabmeter.report.files import number  # noqa: E402
 from fabmeter.report.model import Entry  # noqa: E402
 
 STREAM_MISSED_WARN_PCT = 10.0   # the thesis marks grid cells that missed more than 10 % in red
 DPI = 100
 
+# Text in a figure is plain text: labels, folders and hosts come from results files, and "$...$" read as
+# mathtext (or TeX) would be parsed, and could fail, rather than shown.
 plt.rcParams.update({"figure.constrained_layout.use": True, "font.size": 9, "axes.titlesize": 10,
                      "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8, "figure.dpi": DPI,
-                     "savefig.dpi": DPI})
+                     "savefig.dpi": DPI, "text.parse_math": False, "text.usetex": False})
 
 
 def fmt_ns(x: Optional[float]) -> str:
-    if x is None or x != x:
+    if number(x) is None:
         return "-"
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if abs(x) >= scale:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import html
 import json
 import sys
 from pathlib import Path
@@ -17,29 +16,30 @@ from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_complet
                                      fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_mesh_matrix,
                                      fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_throughput_over_time,
                                      fmt_ns)
+from fabmeter.report.files import number, obj
+from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_meshes, load_sweeps, percentiles, representative, stat,
+                                   load_meshes, load_suites, load_sweeps, percentiles, representative, stat,
                                    throughput_over_time)
 from fabmeter.results import now_iso
 
 
-def _img(data: bytes, alt: str, caption: str = "", wide: bool = False) -> str:
-    b64 = base64.b64encode(data).decode("ascii")
-    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-    return (f'<figure class="{"wide" if wide else ""}"><img alt="{html.escape(alt)}" '
-            f'src="data:image/png;base64,{b64}">{cap}</figure>')
+def _img(data: bytes, alt: str, caption: str = "", wide: bool = False) -> Html:
+    src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return el("figure", el("img", alt=alt, src=src), el("figcaption", caption) if caption else None,
+              class_="wide" if wide else "")
 
 
-def _idle_words(idle: Optional[dict]) -> str:
-    if not idle or not idle.get("driver"):
+def _idle_words(idle: dict) -> str:
+    if not idle.get("driver"):
         return "-"
     words = f"cpuidle {idle['driver']}, governor {idle.get('governor') or '-'}"
-    if idle.get("guest_halt_poll_ns") is not None:
+    if number(idle.get("guest_halt_poll_ns")) is not None:
         words += f", polls {idle['guest_halt_poll_ns']:,} ns before halting (guest_halt_poll_ns)"
     return words
 
 
-def section_environment(runs: list[Run]) -> str:
+def section_environment(runs: list[Run]) -> Html:
     """The distinct environments the runs were measured in."""
     envs: dict[str, tuple[dict, list[str]]] = {}
     for r in runs:
@@ -50,33 +50,30 @@ def section_environment(runs: list[Run]) -> str:
                                                   "governors", "cpuidle", "cpu_count")}, sort_keys=True)
         envs.setdefault(key, (env, []))[1].append(r.rel)
     if not envs:
-        return "<p>No environment recorded.</p>"
+        return el("p", "No environment recorded.")
     out = []
     for env, rels in envs.values():
-        eng = env.get("engine") or {}
-        kernel = env.get("kernel") or {}
-        govs = sorted({str(v) for v in (env.get("governors") or {}).values()})
-        libs = env.get("libraries") or {}
+        eng, kernel, libs = obj(env.get("engine")), obj(env.get("kernel")), obj(env.get("libraries"))
+        govs = sorted({str(v) for v in obj(env.get("governors")).values()})
         rows = [
             ("host", env.get("hostname")),
             ("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} CPUs, allowed {env.get('cpus_allowed')})"),
             ("kernel", f"{kernel.get('release', '')} {kernel.get('version', '')}"),
             ("frequency governors", "none (no cpufreq)" if govs == ["None"] else ", ".join(govs)),
-            ("idle", _idle_words(env.get("cpuidle"))),
+            ("idle", _idle_words(obj(env.get("cpuidle")))),
             ("isolated CPUs", env.get("isolated_cpus") or "none"),
-            ("TSC flags", " ".join(env.get("tsc_flags") or []) or "-"),
+            ("TSC flags", " ".join(str(f) for f in env.get("tsc_flags") or []) or "-"),
             ("timestamps", f"{eng.get('clock_source', '-')}, TSC {eng.get('tsc_ghz', '-')} GHz, "
                            f"{eng.get('timestamp_cost_ns', '-')} ns per timestamp" if eng else "-"),
             ("libraries", ", ".join(f"{k} {v}" for k, v in libs.items()) +
              (f", engine compiler {eng.get('compiler')}" if eng.get("compiler") else "")),
             ("runs", f"{len(rels)}: " + ", ".join(rels[:8]) + (", ..." if len(rels) > 8 else "")),
         ]
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
-        out.append(f'<table class="env">{cells}</table>')
-    return "\n".join(out)
+        out.append(el("table", [el("tr", el("th", k), el("td", v)) for k, v in rows], class_="env"))
+    return join(out, "\n")
 
 
-def section_table(entries: list[Entry], runs: list[Run]) -> str:
+def section_table(entries: list[Entry], runs: list[Run]) -> Html:
     """Every measured point (and every run that measured none), peers marked."""
     head = ["run", "experiment", "transport / mode", "size", "latency", "p50 [ns]", "p99 [ns]", "max [ns]",
             "Gbit/s", "msg/s", "missed steps [%]", "lost", "status"]
@@ -105,24 +102,20 @@ def section_table(entries: list[Entry], runs: list[Run]) -> str:
                  analysis.fmt_num(stat(p, block, "max")),
                  analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0),
                  analysis.fmt_num(p.get("missed_pct"), 2), analysis.fmt_num(p.get("lost")), status]
-        cls = ' class="peer"' if e.run.peer else ""
-        tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+        cls = "peer" if e.run.peer else None
+        rows.append(el("tr", [el("td", c) for c in cells], class_=cls))
         if note:
-            rows.append(f"<tr{cls}>{tds}</tr><tr{cls}><td></td><td colspan='{len(head) - 1}' class='note'>"
-                        f"note: {html.escape(note)}</td></tr>")
-        else:
-            rows.append(f"<tr{cls}>{tds}</tr>")
+            rows.append(el("tr", el("td"), el("td", f"note: {note}", colspan=len(head) - 1, class_="note"),
+                           class_=cls))
     with_points = {id(e.run) for e in entries}
     for r in runs:
         if id(r) not in with_points:
             msg = r.doc.get("message") or "no points measured"
-            exp = str((r.doc.get("config") or {}).get("experiment", "?"))
-            tds = (f"<td>{html.escape(r.rel)}</td><td>{html.escape(exp)}</td>"
-                   f"<td colspan='{len(head) - 3}'>{html.escape(str(msg))}</td><td>{html.escape(r.status)}</td>")
-            rows.append(f'<tr class="failed">{tds}</tr>')
-    ths = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return (f'<div class="scroll"><table class="cmp"><thead><tr>{ths}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
+            exp = obj(r.doc.get("config")).get("experiment", "?")
+            rows.append(el("tr", el("td", r.rel), el("td", exp), el("td", msg, colspan=len(head) - 3),
+                           el("td", r.status), class_="failed"))
+    return el("div", el("table", el("thead", el("tr", [el("th", h) for h in head])), el("tbody", rows),
+                        class_="cmp"), class_="scroll")
 
 
 def section_histograms(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
@@ -345,21 +338,21 @@ MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-w
                 "stream": "one-way latency from the scheduled step", "load": "RTT from the intended send"}
 
 
-def _mesh_hosts_table(doc: dict) -> str:
+def _mesh_hosts_table(doc: dict) -> Html:
     head = ["rank", "host", "out pairs (failed)", "out p50 (median of pairs)", "out p99 (max of pairs)",
             "out Gbit/s (sum)", "in pairs (failed)", "in p99 (max of pairs)", "in Gbit/s (sum)"]
     rows = []
     for h in doc.get("per_host") or []:
-        o, i = h.get("out") or {}, h.get("in") or {}
-        gbps = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        o, i = obj(h.get("out")), obj(h.get("in"))
+        gbps = lambda v: "-" if number(v) is None else f"{v:.3g}"  # noqa: E731
         rows.append([h.get("rank"), h.get("host"), f"{o.get('pairs')} ({o.get('failed')})",
                      fmt_ns(o.get("p50_ns_median_of_pairs")), fmt_ns(o.get("p99_ns_max_of_pairs")),
                      gbps(o.get("gbps_sum")), f"{i.get('pairs')} ({i.get('failed')})",
                      fmt_ns(i.get("p99_ns_max_of_pairs")), gbps(i.get("gbps_sum"))])
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return ('<figure class="wide"><table class="mesh"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-            + f"</tr>{cells}</table><figcaption>per host: its pairs as source (out) and as destination (in)"
-            "</figcaption></figure>")
+    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
+               class_="mesh")
+    return el("figure", table, el("figcaption", "per host: its pairs as source (out) and as destination (in)"),
+              class_="wide")
 
 
 def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
@@ -421,36 +414,51 @@ figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
 """
 
 
-def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]]) -> str:
+# What drawing a section can raise on values of a results file that is not what fabmeter writes.
+DATA_ERRORS = (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+
+
+def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]],
+               suites: list[dict]) -> str:
     entries = entries_of(runs)
     colors = Colors([e.label for e in entries])
     groups: dict[int, list[Entry]] = {}
     for e in entries:
         if not e.run.peer:
             groups.setdefault(id(e.run), []).append(e)
+    problems = list(problems)
+
+    def drawn(section, *args) -> list[Html]:
+        """A section's figures; one that a results file's values cannot draw is left out with a note, never a
+        traceback."""
+        try:
+            return section(*args)
+        except DATA_ERRORS as e:
+            problems.append(f"{section.__name__.removeprefix('section_')}: not drawn ({type(e).__name__}: {e})")
+            return []
 
     sections = [
-        ("histograms", "Latency histograms (one per run)", section_histograms(groups, colors),
+        ("histograms", "Latency histograms (one per run)", drawn(section_histograms, groups, colors),
          "Each run's latency distribution. Solid: median; dashed: max; dotted: the run's threshold (oneway) or "
          "deadline (stream), with the share above it. A compact distribution is drawn on a linear axis up to "
          "p50 + 4 x (p99 - p50), the samples beyond counted in the legend; a heavy-tailed one (p99 > 5 x p50) "
          "on a log axis from min to max."),
-        ("cdf", "CDF overlays per transport and mode", section_cdfs(groups, colors),
+        ("cdf", "CDF overlays per transport and mode", drawn(section_cdfs, groups, colors),
          "Runs of the same experiment and size side by side (multi-point runs: their representative point)."),
-        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", section_stages(groups, colors),
+        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", drawn(section_stages, groups, colors),
          "oneway's four timestamps, each stage from t_subm, just before the post: post (t_send, the post call "
          "returned), receive (t_recv, the receiver saw the message) and, where the transport reports send "
          "completions, completion (t_comp, the sender saw it). Runs that differ only by the inline option side by "
          "side. Each row's axis runs from its lowest sample to p50 + 4 x (p99 - p50) of the widest run, the samples "
          "beyond counted in the legend; solid: median."),
-        ("sizes", "Latency vs message size", section_sizes(entries, colors), ""),
-        ("bandwidth", "Bandwidth and message rate vs message size", section_bandwidth(entries, colors), ""),
-        ("stream", "Stream: latency vs rate, missed steps, rate x values", section_stream(entries, colors), ""),
+        ("sizes", "Latency vs message size", drawn(section_sizes, entries, colors), ""),
+        ("bandwidth", "Bandwidth and message rate vs message size", drawn(section_bandwidth, entries, colors), ""),
+        ("stream", "Stream: latency vs rate, missed steps, rate x values", drawn(section_stream, entries, colors), ""),
         ("load", "Load: latency and throughput against offered load, slowdown, completions per poll",
-         section_load(entries),
+         drawn(section_load, entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
          "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
-        ("mesh", "Mesh: every directed pair of N hosts", section_mesh(meshes),
+        ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
     ]
@@ -460,41 +468,35 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
     for r in runs:
         if not r.peer:
             statuses[r.status] = statuses.get(r.status, 0) + 1
-    suites = []
-    for idx in sorted(root.rglob("index.json")):
-        try:
-            d = json.loads(idx.read_text())
-            suites.append(f"suite <b>{html.escape(str(d.get('suite')))}</b>: "
-                          f"{html.escape(str(d.get('description', '')))}"
-                          f" ({html.escape(str(d.get('status')))})")
-        except (OSError, ValueError, AttributeError):
-            continue
-    nav = "".join(f'<a href="#{sid}">{html.escape(title.split(":")[0])}</a>'
-                  for sid, title, figs, _ in sections if figs)
-    body = [f"<h1>fabmeter report: {html.escape(root.name or str(root))}</h1>",
-            f'<p class="meta">{html.escape(str(root))} &middot; generated {html.escape(now_iso())} by fabmeter '
-            f"{html.escape(__version__)} &middot; {sum(1 for r in runs if not r.peer)} runs "
-            f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points"
-            + (f", {n_peer} peer results" if n_peer else "") + (f", {len(meshes)} mesh runs" if meshes else "")
-            + "</p>"]
-    body += [f'<p class="meta">{s}</p>' for s in suites]
-    body.append(f'<nav><a href="#environment">Environment</a><a href="#table">Comparison table</a>{nav}</nav>')
+    problems += [n for r in runs for n in r.notes]   # samples refused while drawing
+    page_title = f"fabmeter report: {root.name or root}"
+    counts = (f"{sum(1 for r in runs if not r.peer)} runs ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))})"
+              f", {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
+              + (f", {len(meshes)} mesh runs" if meshes else ""))
+    body = [el("h1", page_title),
+            el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}", class_="meta")]
+    body += [el("p", "suite ", el("b", s["suite"]), f": {s['description']} ({s['status']})", class_="meta")
+             for s in suites]
+    body.append(el("nav", el("a", "Environment", href="#environment"), el("a", "Comparison table", href="#table"),
+                   [el("a", name.split(":")[0], href=f"#{sid}") for sid, name, figs, _ in sections if figs]))
     if problems:
-        body.append("<p class='meta'>Not read: " + html.escape("; ".join(problems)) + "</p>")
-    body.append('<h2 id="environment">Environment</h2>' + section_environment(runs))
-    body.append('<h2 id="table">Comparison table</h2><p class="meta">The latency column says what p50, p99 and '
-                "max are: <b>RTT/2</b> (half a measured round trip, lat), <b>one-way</b> (receive time minus the "
-                "scheduled send time, oneway and stream) or <b>RTT</b> (a whole round trip: load, from the intended "
-                "send time, and a peer tool that reports only the round trip). Peer rows (shaded) come from other "
-                "tools and are only as comparable as their note says.</p>" + section_table(entries, runs))
+        body.append(el("div", "Not read:", el("ul", [el("li", p) for p in problems]), class_="meta notes"))
+    body.append(join([el("h2", "Environment", id="environment"), section_environment(runs)]))
+    body.append(join([el("h2", "Comparison table", id="table"), TABLE_INTRO, section_table(entries, runs)]))
     for sid, title, figs, intro in sections:
         if figs:
-            body.append(f'<h2 id="{sid}">{html.escape(title)}</h2>' + (f'<p class="meta">{html.escape(intro)}</p>'
-                                                                       if intro else "")
-                        + '<div class="figs">' + "".join(figs) + "</div>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>fabmeter report: {html.escape(root.name or str(root))}</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            body.append(join([el("h2", title, id=sid), el("p", intro, class_="meta") if intro else None,
+                              el("div", figs, class_="figs")]))
+    page = el("html", el("head", el("meta", charset="utf-8"), el("title", page_title), el("style", trusted(CSS))),
+              el("body", "\n", join(body, "\n"), "\n"), lang="en")
+    return f"<!DOCTYPE html>\n{page}\n"
+
+
+TABLE_INTRO = el("p", "The latency column says what p50, p99 and max are: ", el("b", "RTT/2"),
+                 " (half a measured round trip, lat), ", el("b", "one-way"), " (receive time minus the scheduled send "
+                 "time, oneway and stream) or ", el("b", "RTT"), " (a whole round trip: load, from the intended send "
+                 "time, and a peer tool that reports only the round trip). Peer rows (shaded) come from other tools "
+                 "and are only as comparable as their note says.", class_="meta")
 
 
 def write(root: Path, output: Optional[Path] = None) -> Path:
@@ -504,11 +506,14 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
         raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
     runs, problems = load(root)
     meshes, mesh_problems = load_meshes(root)
+    suites, suite_problems = load_suites(root)
     if not runs and not meshes:
-        raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}", EXIT_USAGE)
+        raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}"
+                            + (f" that could be read ({'; '.join(problems + mesh_problems)})"
+                               if problems or mesh_problems else ""), EXIT_USAGE)
     output = (output or root / "report.html").resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = build_html(root, runs, problems + mesh_problems, meshes)
+    text = build_html(root, runs, problems + mesh_problems + suite_problems, meshes, suites)
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(output)
