@@ -12,22 +12,25 @@ import numpy as np
 
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
-from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_completions_per_poll, fig_histogram,
-                                     fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_mesh_matrix,
-                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_throughput_over_time,
-                                     fmt_ns)
+from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
+                                     fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
+                                     fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
+                                     fig_summary, fig_throughput_over_time, fmt_ns)
+from fabmeter.report import context
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_meshes, load_suites, load_sweeps, percentiles, representative, stat,
+                                   load_benches, load_meshes, load_suites, load_sweeps, percentiles, representative,
                                    throughput_over_time)
+from fabmeter.report.summary import bench_rows, summarize
+from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
 
 
-def _img(data: bytes, alt: str, caption: str = "", wide: bool = False) -> Html:
+def _img(data: bytes, alt: str, caption: str = "", wide: bool = False, anchor: Optional[str] = None) -> Html:
     src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
     return el("figure", el("img", alt=alt, src=src), el("figcaption", caption) if caption else None,
-              class_="wide" if wide else "")
+              class_="wide" if wide else "", id=anchor)
 
 
 def _idle_words(idle: dict) -> str:
@@ -73,62 +76,54 @@ def section_environment(runs: list[Run]) -> Html:
     return join(out, "\n")
 
 
-def section_table(entries: list[Entry], runs: list[Run]) -> Html:
-    """Every measured point (and every run that measured none), peers marked."""
-    head = ["run", "experiment", "transport / mode", "size", "latency", "p50 [ns]", "p99 [ns]", "max [ns]",
-            "Gbit/s", "msg/s", "missed steps [%]", "lost", "status"]
-    rows = []
-
-    def order(e: Entry):
-        return (e.run.peer, EXPERIMENT_ORDER.get(e.experiment, 9), e.label, e.point.get("size") or 0,
-                e.point.get("rate_hz") or 0, e.point.get("values") or 0)
-
-    for e in sorted(entries, key=order):
-        p = e.point
-        # One-way figures; a peer that reports only the round trip keeps it, labelled RTT.
-        block = "latency_ns" if p.get("latency_ns") else "rtt_ns"
-        named = str(p.get("latency_kind"))
-        kind = ("RTT/2" if named == "rtt/2" else "RTT" if named.startswith("rtt") else "") if p.get(block) else ""
-        if p.get(block) and not kind:
-            kind = "RTT/2" if e.rtt_half else "one-way"
-        status = e.run.status + (" (partial)" if p.get("partial") else "")
-        note = ""
-        if e.run.peer:   # peers.json records: points, and cases the tool skipped or failed
-            status = "peer" if p.get("type", "point") == "point" else str(p.get("type"))
-            note = str(p.get("statistic_note") or p.get("reason") or "")
-        cells = [e.run.rel, f"peer: {p.get('tool', '?')}" if e.run.peer else e.experiment,
-                 e.label, e.where(), kind,
-                 analysis.fmt_num(stat(p, block, "p50")), analysis.fmt_num(stat(p, block, "p99")),
-                 analysis.fmt_num(stat(p, block, "max")),
-                 analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0),
-                 analysis.fmt_num(p.get("missed_pct"), 2), analysis.fmt_num(p.get("lost")), status]
-        cls = "peer" if e.run.peer else None
-        rows.append(el("tr", [el("td", c) for c in cells], class_=cls))
-        if note:
-            rows.append(el("tr", el("td"), el("td", f"note: {note}", colspan=len(head) - 1, class_="note"),
-                           class_=cls))
-    with_points = {id(e.run) for e in entries}
-    for r in runs:
-        if id(r) not in with_points:
-            msg = r.doc.get("message") or "no points measured"
-            exp = obj(r.doc.get("config")).get("experiment", "?")
-            rows.append(el("tr", el("td", r.rel), el("td", exp), el("td", msg, colspan=len(head) - 3),
-                           el("td", r.status), class_="failed"))
-    return el("div", el("table", el("thead", el("tr", [el("th", h) for h in head])), el("tbody", rows),
-                        class_="cmp"), class_="scroll")
-
-
-def section_histograms(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
-    figs = []
-    for run_entries in groups.values():
+def section_histograms(groups: dict[int, list[Entry]], colors: Colors, anchors: dict[int, str],
+                       folded: bool) -> list[Html]:
+    """A histogram per run, grouped by experiment, each group a <details> (closed when `folded`); fills
+    `anchors` with each drawn run's figure id, for the table's links."""
+    by_experiment: dict[str, list[Html]] = {}
+    for n, run_entries in enumerate(groups.values()):
         e = representative(run_entries)
         if e.samples() is None:
             continue
+        anchors[id(e.run)] = f"run-{n}"
         more = f"; the run has {len(run_entries)} points, this is its {e.where()} point" if len(run_entries) > 1 else ""
-        figs.append(_img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
-                         f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
-                         f"after {e.point.get('warmup', '?')} warm-up (excluded){more}"))
+        by_experiment.setdefault(e.experiment, []).append(
+            _img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
+                 f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
+                 f"after {e.point.get('warmup', '?')} warm-up (excluded){more}", anchor=f"run-{n}"))
+    return [el("details", el("summary", f"{exp}: {len(figs)} run{'s' * (len(figs) > 1)}"),
+               el("div", figs, class_="figs"), open=not folded)
+            for exp, figs in sorted(by_experiment.items(), key=lambda kv: EXPERIMENT_ORDER.get(kv[0], 9))]
+
+
+def section_summary(entries: list[Entry], colors: Colors, benches: list[dict]) -> list[Html]:
+    """The page's first figures: each bench's ratios, then the summary of every experiment."""
+    figs = [_img(fig_bench_ratios(bench_rows(doc)), "bench ratios", BENCH_CAPTION, wide=True, anchor=SUMMARY_ID)
+            for doc in benches if doc.get("rows")]
+    s = summarize(entries)
+    if s:
+        caption = " ".join(text for part, text in SUMMARY_CAPTIONS.items() if getattr(s, part))
+        figs.append(_img(fig_summary(s, colors), "summary", caption, wide=True,
+                         anchor=None if figs else SUMMARY_ID))
     return figs
+
+
+SUMMARY_ID = "summary-figure"   # the page's first figure
+SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
+    "latency": "Latency (a panel per latency kind: RTT/2 is half a measured round trip, one-way is measured with "
+               "synchronised clocks; never on one axis): a row per transport/mode and size, fastest first; dot: p50 "
+               "(its value above it), dark bar: p50 to p99, light bar: p99 to max, log axis. Runs of one row "
+               "(rounds) show the one with the median p50.",
+    "bandwidth": "Bandwidth: a bar per transport/mode at each size, Gbit/s of payload and messages per second "
+                 "(medians over runs).",
+    "stream": "Stream: median one-way latency from the scheduled step and the share of steps missed, against the "
+              "sample rate.",
+    "load": "Load: p99 of the round trip from the intended send time against offered load, a line per run.",
+}
+BENCH_CAPTION = ("fabmeter's figure divided by its peer tool's or the machine floor's, a row each (medians over "
+                 "rounds), log axis, 1x marked: a dot per ratio, green where its target is met, red where missed, "
+                 "grey for a floor that has no target; the black tick is the target. Rows marked 'higher is "
+                 "better' want a ratio above their tick, the others below.")
 
 
 def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
@@ -411,6 +406,13 @@ tr.peer td { background: #fbf7ea; } tr.failed td { color: #a3342b; } td.note { w
 figure { margin: 0; } figure.wide { grid-column: 1 / -1; max-width: 1100px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eef0f2; }
 figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
+.figs.summary figure { max-width: none; }
+p.machine { margin: .1rem 0 .3rem; font-size: .95rem; }
+p.warn { margin: .3rem 0; padding: .3rem .6rem; font-size: .85rem; background: #fff4e5; border-left: 4px solid #e67e22; }
+details { grid-column: 1 / -1; } details > summary { cursor: pointer; font-weight: 600; margin: .4rem 0; }
+table.sortable th { cursor: pointer; } th[aria-sort="ascending"]::after { content: " \\25b2"; }
+th[aria-sort="descending"]::after { content: " \\25bc"; }
+.notes ul { margin: .2rem 0; }
 """
 
 
@@ -419,7 +421,7 @@ DATA_ERRORS = (ArithmeticError, AttributeError, IndexError, KeyError, TypeError,
 
 
 def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]],
-               suites: list[dict]) -> str:
+               suites: list[dict], benches: list[dict]) -> str:
     entries = entries_of(runs)
     colors = Colors([e.label for e in entries])
     groups: dict[int, list[Entry]] = {}
@@ -437,8 +439,17 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
             problems.append(f"{section.__name__.removeprefix('section_')}: not drawn ({type(e).__name__}: {e})")
             return []
 
+    # The page opens on the summary; a single run has none, and its histogram stands first, unfolded.
+    single = len(groups) == 1 and not benches
+    anchors: dict[int, str] = {}
+    histograms = drawn(section_histograms, groups, colors, anchors, not single)
+    top = [("summary", "The run" if single else "Summary", histograms if single else drawn(section_summary, entries, colors, benches), ""),
+        ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
+         "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
+         "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
+    ]
     sections = [
-        ("histograms", "Latency histograms (one per run)", drawn(section_histograms, groups, colors),
+        ("histograms", "Latency histograms (one per run)", [] if single else histograms,
          "Each run's latency distribution. Solid: median; dashed: max; dotted: the run's threshold (oneway) or "
          "deadline (stream), with the share above it. A compact distribution is drawn on a linear axis up to "
          "p50 + 4 x (p99 - p50), the samples beyond counted in the legend; a heavy-tailed one (p99 > 5 x p50) "
@@ -458,9 +469,6 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
          drawn(section_load, entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
          "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
-        ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
-         "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
-         "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
     ]
     n_points = sum(1 for e in entries if not e.run.peer)
     n_peer = sum(1 for e in entries if e.run.peer)
@@ -473,23 +481,30 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
     counts = (f"{sum(1 for r in runs if not r.peer)} runs ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))})"
               f", {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
               + (f", {len(meshes)} mesh runs" if meshes else ""))
-    body = [el("h1", page_title),
-            el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}", class_="meta")]
+    body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
+    body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]
+    body.append(el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}",
+                   class_="meta"))
     body += [el("p", "suite ", el("b", s["suite"]), f": {s['description']} ({s['status']})", class_="meta")
              for s in suites]
-    body.append(el("nav", el("a", "Environment", href="#environment"), el("a", "Comparison table", href="#table"),
-                   [el("a", name.split(":")[0], href=f"#{sid}") for sid, name, figs, _ in sections if figs]))
+    shown = [(sid, name) for sid, name, figs, _ in top if figs] + [("table", "Comparison table"),
+                                                                   ("environment", "Environment")]
+    shown += [(sid, name) for sid, name, figs, _ in sections if figs]
+    body.append(el("nav", [el("a", name.split(":")[0], href=f"#{sid}") for sid, name in shown]))
     if problems:
         body.append(el("div", "Not read:", el("ul", [el("li", p) for p in problems]), class_="meta notes"))
+    body += [_section(*s) for s in top if s[2]]
+    body.append(join([el("h2", "Comparison table", id="table"), TABLE_INTRO, section_table(entries, runs, anchors)]))
     body.append(join([el("h2", "Environment", id="environment"), section_environment(runs)]))
-    body.append(join([el("h2", "Comparison table", id="table"), TABLE_INTRO, section_table(entries, runs)]))
-    for sid, title, figs, intro in sections:
-        if figs:
-            body.append(join([el("h2", title, id=sid), el("p", intro, class_="meta") if intro else None,
-                              el("div", figs, class_="figs")]))
+    body += [_section(*s) for s in sections if s[2]]
     page = el("html", el("head", el("meta", charset="utf-8"), el("title", page_title), el("style", trusted(CSS))),
-              el("body", "\n", join(body, "\n"), "\n"), lang="en")
+              el("body", "\n", join(body, "\n"), el("script", SORT_SCRIPT), "\n"), lang="en")
     return f"<!DOCTYPE html>\n{page}\n"
+
+
+def _section(sid: str, title: str, figs: list[Html], intro: str) -> Html:
+    return join([el("h2", title, id=sid), el("p", intro, class_="meta") if intro else None,
+                 el("div", figs, class_=f"figs {sid}")])
 
 
 TABLE_INTRO = el("p", "The latency column says what p50, p99 and max are: ", el("b", "RTT/2"),
@@ -507,13 +522,14 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
     runs, problems = load(root)
     meshes, mesh_problems = load_meshes(root)
     suites, suite_problems = load_suites(root)
+    benches, bench_problems = load_benches(root)
     if not runs and not meshes:
         raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}"
                             + (f" that could be read ({'; '.join(problems + mesh_problems)})"
                                if problems or mesh_problems else ""), EXIT_USAGE)
     output = (output or root / "report.html").resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = build_html(root, runs, problems + mesh_problems + suite_problems, meshes, suites)
+    text = build_html(root, runs, problems + mesh_problems + suite_problems + bench_problems, meshes, suites, benches)
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(output)

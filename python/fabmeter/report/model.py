@@ -164,6 +164,18 @@ def load_suites(root: Path) -> tuple[list[dict], list[str]]:
     return suites, problems
 
 
+def load_benches(root: Path) -> tuple[list[dict], list[str]]:
+    """Every bench.json below root (`fabmeter bench`), and what could not be read."""
+    docs, problems = _documents(root, "bench.json")
+    benches = []
+    for path, doc in docs:
+        if isinstance(doc, dict) and isinstance(doc.get("rows", []), list):
+            benches.append(doc)
+        else:
+            problems.append(f"{path.relative_to(root)}: not a bench record")
+    return benches, problems
+
+
 def load_meshes(root: Path) -> tuple[list[tuple[str, dict]], list[str]]:
     """Every mesh.json below root (`fabmeter mesh --out`), as (folder relative to root, document), sorted, and
     what could not be read."""
