@@ -36,7 +36,8 @@ def machine_line(runs: list[Run]) -> str:
 
 def _machine(env: dict) -> str:
     """What tells machines apart (not what varies between runs on one: load, the engine's clock estimate)."""
-    return repr([env.get("hostname"), env.get("cpu_model"), env.get("cpu_count"), obj(env.get("kernel")).get("release")])
+    return repr([env.get("hostname"), env.get("cpu_model"), env.get("cpu_count"),
+                 obj(env.get("kernel")).get("release")])
 
 
 def _cpus_used(run: Run) -> str:

@@ -408,7 +408,8 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eef0f2; }
 figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
 .figs.summary figure { max-width: none; }
 p.machine { margin: .1rem 0 .3rem; font-size: .95rem; }
-p.warn { margin: .3rem 0; padding: .3rem .6rem; font-size: .85rem; background: #fff4e5; border-left: 4px solid #e67e22; }
+p.warn { margin: .3rem 0; padding: .3rem .6rem; font-size: .85rem; background: #fff4e5;
+         border-left: 4px solid #e67e22; }
 details { grid-column: 1 / -1; } details > summary { cursor: pointer; font-weight: 600; margin: .4rem 0; }
 table.sortable th { cursor: pointer; } th[aria-sort="ascending"]::after { content: " \\25b2"; }
 th[aria-sort="descending"]::after { content: " \\25bc"; }
@@ -443,7 +444,8 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
     single = len(groups) == 1 and not benches
     anchors: dict[int, str] = {}
     histograms = drawn(section_histograms, groups, colors, anchors, not single)
-    top = [("summary", "The run" if single else "Summary", histograms if single else drawn(section_summary, entries, colors, benches), ""),
+    summary = histograms if single else drawn(section_summary, entries, colors, benches)
+    top = [("summary", "The run" if single else "Summary", summary, ""),
         ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
@@ -478,8 +480,8 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
             statuses[r.status] = statuses.get(r.status, 0) + 1
     problems += [n for r in runs for n in r.notes]   # samples refused while drawing
     page_title = f"fabmeter report: {root.name or root}"
-    counts = (f"{sum(1 for r in runs if not r.peer)} runs ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))})"
-              f", {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
+    counts = (f"{sum(1 for r in runs if not r.peer)} runs "
+              f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
               + (f", {len(meshes)} mesh runs" if meshes else ""))
     body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
     body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]

@@ -29,7 +29,8 @@ class LatencyRow:
 @dataclass
 class Summary:
     latency: dict[str, list[LatencyRow]] = field(default_factory=dict)   # latency kind -> rows, fastest first
-    bandwidth: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)  # label -> size -> (Gbit/s, msg/s)
+    # label -> size -> (Gbit/s, msg/s)
+    bandwidth: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
     load: list[LoadSweep] = field(default_factory=list)
     stream: dict[str, list[tuple[float, float, Optional[float]]]] = field(default_factory=dict)  # (rate, p50, missed %)
 
