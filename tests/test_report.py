@@ -11,12 +11,14 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import report_fixture
-from conftest import REPO, Fabmeter, one_line_error
+from fabmeter.report import table
+from conftest import REPO, Fabmeter, cli_env, one_line_error
 
 ARTIFACTS = REPO / "tests" / "artifacts"      # git-ignored; the screenshot is kept here
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,7 +45,8 @@ def test_report_is_self_contained(fixture_report):
     text = path.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", text, re.I)
     assert "http://" not in text and "https://" not in text
-    assert "<script" not in text and "<link" not in text and "url(" not in text and "@import" not in text
+    assert "<link" not in text and "url(" not in text and "@import" not in text
+    assert text.count("<script") == 1 and "<script>" + str(table.SORT_SCRIPT) + "</script>" in text   # its own only
     images = IMG_RE.findall(text)
     assert len(images) == text.count("<img ") == report_fixture.EXPECTED_FIGURES
     for b64 in images:
@@ -57,12 +60,12 @@ def test_report_content(fixture_report):
     text = path.read_text()
     for folder in ("lat-shm-busy", "lat-tcp-busy-sweep", "oneway-tcp-event", "bw-shm-busy-sweep",
                    "stream/stream-tcp-busy", "lat-udp-busy-failed"):
-        assert f"<td>{folder}</td>" in text, folder
+        assert re.search(f"<td>(<a href=\"#run-\\d+\">)?{folder}(</a>)?</td>", text), folder
     # The failed run is listed with its message; the peer row is marked, with its note.
     assert "the server engine exited and the client did not notice in time" in text
-    assert "peer: sockperf" in text and "note: sockperf ping-pong, blocking sockets" in text
-    assert "<td>RTT</td><td>51,000</td>" in text                        # a round trip stays a round trip
-    assert "<td>skipped</td>" in text and "note: not installed (apt-get install ucx-utils)" in text
+    assert "peer: sockperf" in text and '<td class="note">sockperf ping-pong, blocking sockets' in text
+    assert '<td>RTT</td><td data-v="51000.0">51,000</td>' in text                        # a round trip stays a round trip
+    assert '<td>skipped</td><td class="note">not installed (apt-get install ucx-utils)' in text
     # Figures and columns say what the latency is.
     assert "RTT/2" in text and "one-way" in text
     for section in ("Environment", "Comparison table", "Latency histograms", "CDF overlays",
@@ -82,8 +85,8 @@ def test_report_content(fixture_report):
     assert "100,000 Hz x 64 values (536 B)" in text
     # Load rows: offered rate per point, the capacity point named; every load figure drawn.
     assert "300,000 req/s offered" in text and "capacity (closed loop)" in text
-    assert re.search(r"<td>load/load-shm-busy-w2</td><td>load</td><td>shm busy</td><td>100,000 req/s offered</td>"
-                     r"<td>RTT</td>", text)   # a round trip, never read as one-way
+    assert re.search(r"<td>load/load-shm-busy-w2</td><td>load</td><td>shm busy</td><td data-v=\"100000\">100,000 "
+                     r"req/s offered</td><td>RTT</td>", text)   # a round trip, never read as one-way
     for alt in report_fixture.LOAD_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
     # The mesh: its matrices and per-host table, the failed pair counted, the slow link's p50 in its cell.
@@ -120,8 +123,8 @@ def test_cdf_of_a_bench_sized_overlay(tmp_path):
             folder.mkdir()
             p = report_fixture._latency_point(folder, rng, "lat", f"t{t}", "busy", 32, 100.0 * (t + 1), n=500)
             report_fixture._write(folder, report_fixture._run_doc("lat", {"transport": f"t{t}", "poll": "busy"}, [p]))
-    r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-W", "error", "-m", "fabmeter", "report", tmp_path],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-W", "error", "-m", "fabmeter", "report", tmp_path],   # this checkout's code
+                       capture_output=True, text=True, timeout=300, env=cli_env("report-test"))
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     text = (tmp_path / "report.html").read_text()

@@ -1,17 +1,21 @@
 """`fabmeter report RESULTS_DIR`: one self-contained HTML file of plots and tables.
 
-Walks RESULTS_DIR for run.json (fabmeter runs, suites, the demo) and
-peers.json (other tools' results) and writes one HTML file that opens
-offline: the plots are matplotlib PNGs embedded as base64, the style sheet
-is inline, nothing is fetched. Sections: environment, a comparison table of
-every measured point, latency histograms (one per run), CDF overlays,
-latency vs message size, bandwidth and message rate vs size, for the
-stream experiment latency vs rate with missed steps and a rate x values
-heatmap, and for load latency and achieved rate against offered load,
-slowdown against size per workload and the server's completions per poll.
+Walks RESULTS_DIR for run.json (fabmeter runs, suites, the demo),
+peers.json (other tools' results), bench.json and mesh.json, and writes one
+HTML file that opens offline: the plots are matplotlib PNGs embedded as
+base64, the style sheet and the table's sort script are inline, nothing is
+fetched. The page opens on the answer: the machine in one line (with a
+warning when it, not the transport, sets the figures), a summary figure (a
+bench's ratios first, a mesh's heatmaps next), the comparison table
+sortable by any column; then the environment and the detail: histograms
+folded per experiment, CDF overlays, latency vs message size, bandwidth,
+stream, load.
 
 Every axis says what it shows: one-way latency measured directly, or
 RTT/2 from a ping-pong (never mixed in one plot), which percentile, units.
 
-model.py reads the results, figures.py draws, html.py builds the page.
+files.py reads files without trusting them, model.py reads the results,
+summary.py and context.py pick what the top of the page says, figures.py
+draws, table.py and html.py build the page through markup.py, which
+escapes everything it did not build.
 """

@@ -12,21 +12,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import (FuncFormatter, LogFormatter, LogFormatterSciNotation,  # noqa: E402
+                               NullFormatter)
 
 from fabmeter import analysis  # noqa: E402
-from fabmeter.report.model import Entry  # noqa: E402
+from fabmeter.report.files import number  # noqa: E402
+from fabmeter.report.model import Entry, LoadSweep, stat  # noqa: E402
+from fabmeter.report.summary import BenchRow, LatencyRow, Summary  # noqa: E402
 
 STREAM_MISSED_WARN_PCT = 10.0   # the thesis marks grid cells that missed more than 10 % in red
 DPI = 100
 
+# Text in a figure is plain text: labels, folders and hosts come from results files, and "$...$" read as
+# mathtext (or TeX) would be parsed, and could fail, rather than shown.
 plt.rcParams.update({"figure.constrained_layout.use": True, "font.size": 9, "axes.titlesize": 10,
                      "axes.grid": True, "grid.alpha": 0.3, "legend.fontsize": 8, "figure.dpi": DPI,
-                     "savefig.dpi": DPI})
+                     "savefig.dpi": DPI, "text.parse_math": False, "text.usetex": False})
 
 
 def fmt_ns(x: Optional[float]) -> str:
-    if x is None or x != x:
+    if number(x) is None:
         return "-"
     for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if abs(x) >= scale:
@@ -51,10 +56,22 @@ def _size_ticks(ax) -> None:
 
 
 def png(fig) -> bytes:
+    _plain_log_ticks(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
+
+
+def _plain_log_ticks(fig) -> None:
+    """Log axes label their ticks in mathtext ("$10^{2}$") by default, which text.parse_math (off) would print as
+    written: plain numbers instead, every figure passing here."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for fmt, setter in ((axis.get_major_formatter(), axis.set_major_formatter),
+                                (axis.get_minor_formatter(), axis.set_minor_formatter)):
+                if isinstance(fmt, LogFormatterSciNotation):
+                    setter(LogFormatter(labelOnlyBase=fmt.labelOnlyBase, minor_thresholds=fmt.minor_thresholds))
 
 
 class Colors:
@@ -447,4 +464,136 @@ def fig_mesh_matrix(title: str, hosts: list[str], grid: list[list[Optional[float
     if latency:
         bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
         bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    return png(fig)
+
+
+# --- the summary at the top of the page ---------------------------------------
+
+SUMMARY_WIDTH = 13.4   # inches: the page's width at DPI, so the figure is drawn at the size it is shown
+MET_COLORS = {True: "#2e7d32", False: "#c62828", None: "0.45"}
+
+
+def _ns_axis(axis) -> None:
+    axis.set_major_formatter(FuncFormatter(lambda v, _: fmt_ns(v)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _latency_panel(ax, kind: str, rows: list[LatencyRow], colors: Colors) -> None:
+    """A row per transport/mode and size, fastest on top: p50 a dot, p99 a whisker, max a lighter one."""
+    for i, r in enumerate(rows):
+        c = colors(r.label)
+        if r.max is not None:
+            ax.plot([r.p99 or r.p50, r.max], [i, i], color=c, alpha=0.3, lw=2, solid_capstyle="butt")
+        if r.p99 is not None:
+            ax.plot([r.p50, r.p99], [i, i], color=c, lw=3.5, solid_capstyle="butt")
+        ax.plot(r.p50, i, "o", color=c, ms=7, mec="k", mew=0.6)
+        ax.annotate(fmt_ns(r.p50), (r.p50, i), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), [r.name for r in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.7)
+    ax.set_xscale("log")
+    _ns_axis(ax.xaxis)
+    ax.set_xlabel(f"{kind} (log scale)")
+    ax.set_title(f"latency: {kind}")
+
+
+def _bandwidth_panels(axes, bars: dict[str, dict[int, tuple[float, float]]], colors: Colors) -> None:
+    """Grouped bars per message size, a bar per transport/mode: Gbit/s left, messages/s right."""
+    sizes = sorted({s for by_size in bars.values() for s in by_size})
+    width = 0.8 / len(bars)
+    for k, (ax, what) in enumerate(zip(axes, ("bandwidth [Gbit/s, log]", "message rate [msg/s, log]"))):
+        for j, (label, by_size) in enumerate(bars.items()):
+            x = [sizes.index(s) - 0.4 + width * (j + 0.5) for s in by_size]
+            ax.bar(x, [v[k] for v in by_size.values()], width, color=colors(label), label=label)
+        ax.set_xticks(range(len(sizes)), [analysis.fmt_size(s) for s in sizes], rotation=45, ha="right",
+                      fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel(what)
+        ax.set_title(f"bw: {what.split(' [')[0]} per message size")
+    axes[0].legend(fontsize=7)
+
+
+def _load_panel(ax, sweeps: list[LoadSweep], colors: Colors) -> None:
+    for s in sweeps:
+        x = [p["offered_rps"] for p in s.points]
+        y = [stat(p, "latency_ns", "p99") or np.nan for p in s.points]
+        ax.plot(x, y, marker="o", ms=3.5, color=colors(s.label), label=s.label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _ns_axis(ax.yaxis)
+    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_ylabel("p99 RTT from the intended send")
+    ax.set_title("load: p99 against offered load")
+    ax.legend(fontsize=7)
+
+
+def _stream_panels(axes, lines: dict[str, list[tuple]], colors: Colors) -> None:
+    for name, pts in lines.items():
+        rate, p50, missed = zip(*pts)
+        c = colors(name)
+        axes[0].plot(rate, p50, marker="o", ms=3.5, color=c, label=name)
+        axes[1].plot(rate, [np.nan if m is None else m for m in missed], marker="x", ms=4, color=c, label=name)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("sample rate [Hz, log]")
+    axes[0].set_yscale("log")
+    _ns_axis(axes[0].yaxis)
+    axes[0].set_ylabel("one-way latency from the step, p50")
+    axes[0].set_title("stream: latency against rate")
+    axes[1].set_ylabel("missed steps [%]")
+    axes[1].set_title("stream: missed steps against rate")
+    axes[1].set_ylim(bottom=0)
+    axes[1].legend(fontsize=7)
+
+
+def fig_summary(s: Summary, colors: Colors) -> bytes:
+    """Every experiment's summary panels in one figure: latency first (a panel per latency kind, side by side),
+    then bandwidth, load and stream, two panels a row."""
+    panels = [(max(2.6, 0.9 + 0.3 * len(rows)), lambda ax, k=kind, r=rows: _latency_panel(ax, k, r, colors))
+              for kind, rows in s.latency.items()]
+    pairs = []
+    if s.bandwidth:
+        pairs.append(lambda a, b: _bandwidth_panels((a, b), s.bandwidth, colors))
+    if s.stream:
+        pairs.append(lambda a, b: _stream_panels((a, b), s.stream, Colors(s.stream)))
+    singles = [lambda ax: _load_panel(ax, s.load, Colors([w.label for w in s.load]))] if s.load else []
+    rows = [panels[i:i + 2] for i in range(0, len(panels), 2)]
+    heights = [max(h for h, _ in row) for row in rows] + [2.8] * (len(pairs) + len(singles))
+    fig = plt.figure(figsize=(SUMMARY_WIDTH, sum(heights) + 0.2))
+    grid = fig.add_gridspec(len(heights), 2, height_ratios=heights)
+    for i, row in enumerate(rows):
+        for j, (_, draw) in enumerate(row):
+            draw(fig.add_subplot(grid[i, j] if len(row) == 2 else grid[i, :]))
+    for i, draw in enumerate(pairs, start=len(rows)):
+        draw(fig.add_subplot(grid[i, 0]), fig.add_subplot(grid[i, 1]))
+    for i, draw in enumerate(singles, start=len(rows) + len(pairs)):
+        draw(fig.add_subplot(grid[i, :]))
+    return png(fig)
+
+
+def fig_bench_ratios(rows: list[BenchRow]) -> bytes:
+    """fabmeter's figure over its peer's or floor's, a row each on a log axis with 1.0 marked: a dot per ratio
+    (green: target met, red: missed, grey: a floor without target), a black tick at the target."""
+    fig, ax = plt.subplots(figsize=(SUMMARY_WIDTH, 1.2 + 0.3 * len(rows)))
+    values = [1.0] + [v for r in rows for v in (r.ratio, r.target) if v]
+    for i, r in enumerate(rows):
+        if r.ratio is None:
+            ax.annotate(f"not measured: {r.skipped or '-'}"[:90], (1.0, i), xytext=(6, 0), textcoords="offset points",
+                        va="center", fontsize=7, color="0.4")
+            continue
+        c = MET_COLORS[r.met]
+        ax.plot([1.0, r.ratio], [i, i], color=c, lw=3, alpha=0.35, solid_capstyle="butt")
+        ax.plot(r.ratio, i, "o", color=c, ms=7)
+        ax.annotate(f"{r.ratio:.2f}x", (r.ratio, i), xytext=(0, 6), textcoords="offset points", ha="center",
+                    fontsize=7)
+        if r.target:
+            ax.plot(r.target, i, marker="|", ms=14, mew=2, color="k")
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlim(min(values) / 1.6, max(values) * 1.6)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.set_yticks(range(len(rows)), [r.name + (" (higher is better)" if r.higher else "") for r in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.7)
+    ax.set_xlabel("fabmeter / the other side (log scale); 1x: equal")
+    ax.set_title("bench: fabmeter against each peer tool and machine floor")
     return png(fig)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import html
 import json
 import sys
 from pathlib import Path
@@ -13,33 +12,37 @@ import numpy as np
 
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
-from fabmeter.report.figures import (Colors, fig_bandwidth, fig_cdf, fig_completions_per_poll, fig_histogram,
-                                     fig_latency_vs_size, fig_load_latency, fig_load_throughput, fig_mesh_matrix,
-                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_throughput_over_time,
-                                     fmt_ns)
+from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
+                                     fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
+                                     fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
+                                     fig_summary, fig_throughput_over_time, fmt_ns)
+from fabmeter.report import context
+from fabmeter.report.files import number, obj
+from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_meshes, load_sweeps, percentiles, representative, stat,
+                                   load_benches, load_meshes, load_suites, load_sweeps, percentiles, representative,
                                    throughput_over_time)
+from fabmeter.report.summary import bench_rows, summarize
+from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
 
 
-def _img(data: bytes, alt: str, caption: str = "", wide: bool = False) -> str:
-    b64 = base64.b64encode(data).decode("ascii")
-    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-    return (f'<figure class="{"wide" if wide else ""}"><img alt="{html.escape(alt)}" '
-            f'src="data:image/png;base64,{b64}">{cap}</figure>')
+def _img(data: bytes, alt: str, caption: str = "", wide: bool = False, anchor: Optional[str] = None) -> Html:
+    src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return el("figure", el("img", alt=alt, src=src), el("figcaption", caption) if caption else None,
+              class_="wide" if wide else "", id=anchor)
 
 
-def _idle_words(idle: Optional[dict]) -> str:
-    if not idle or not idle.get("driver"):
+def _idle_words(idle: dict) -> str:
+    if not idle.get("driver"):
         return "-"
     words = f"cpuidle {idle['driver']}, governor {idle.get('governor') or '-'}"
-    if idle.get("guest_halt_poll_ns") is not None:
+    if number(idle.get("guest_halt_poll_ns")) is not None:
         words += f", polls {idle['guest_halt_poll_ns']:,} ns before halting (guest_halt_poll_ns)"
     return words
 
 
-def section_environment(runs: list[Run]) -> str:
+def section_environment(runs: list[Run]) -> Html:
     """The distinct environments the runs were measured in."""
     envs: dict[str, tuple[dict, list[str]]] = {}
     for r in runs:
@@ -50,92 +53,77 @@ def section_environment(runs: list[Run]) -> str:
                                                   "governors", "cpuidle", "cpu_count")}, sort_keys=True)
         envs.setdefault(key, (env, []))[1].append(r.rel)
     if not envs:
-        return "<p>No environment recorded.</p>"
+        return el("p", "No environment recorded.")
     out = []
     for env, rels in envs.values():
-        eng = env.get("engine") or {}
-        kernel = env.get("kernel") or {}
-        govs = sorted({str(v) for v in (env.get("governors") or {}).values()})
-        libs = env.get("libraries") or {}
+        eng, kernel, libs = obj(env.get("engine")), obj(env.get("kernel")), obj(env.get("libraries"))
+        govs = sorted({str(v) for v in obj(env.get("governors")).values()})
         rows = [
             ("host", env.get("hostname")),
             ("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} CPUs, allowed {env.get('cpus_allowed')})"),
             ("kernel", f"{kernel.get('release', '')} {kernel.get('version', '')}"),
             ("frequency governors", "none (no cpufreq)" if govs == ["None"] else ", ".join(govs)),
-            ("idle", _idle_words(env.get("cpuidle"))),
+            ("idle", _idle_words(obj(env.get("cpuidle")))),
             ("isolated CPUs", env.get("isolated_cpus") or "none"),
-            ("TSC flags", " ".join(env.get("tsc_flags") or []) or "-"),
+            ("TSC flags", " ".join(str(f) for f in env.get("tsc_flags") or []) or "-"),
             ("timestamps", f"{eng.get('clock_source', '-')}, TSC {eng.get('tsc_ghz', '-')} GHz, "
                            f"{eng.get('timestamp_cost_ns', '-')} ns per timestamp" if eng else "-"),
             ("libraries", ", ".join(f"{k} {v}" for k, v in libs.items()) +
              (f", engine compiler {eng.get('compiler')}" if eng.get("compiler") else "")),
             ("runs", f"{len(rels)}: " + ", ".join(rels[:8]) + (", ..." if len(rels) > 8 else "")),
         ]
-        cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
-        out.append(f'<table class="env">{cells}</table>')
-    return "\n".join(out)
+        out.append(el("table", [el("tr", el("th", k), el("td", v)) for k, v in rows], class_="env"))
+    return join(out, "\n")
 
 
-def section_table(entries: list[Entry], runs: list[Run]) -> str:
-    """Every measured point (and every run that measured none), peers marked."""
-    head = ["run", "experiment", "transport / mode", "size", "latency", "p50 [ns]", "p99 [ns]", "max [ns]",
-            "Gbit/s", "msg/s", "missed steps [%]", "lost", "status"]
-    rows = []
-
-    def order(e: Entry):
-        return (e.run.peer, EXPERIMENT_ORDER.get(e.experiment, 9), e.label, e.point.get("size") or 0,
-                e.point.get("rate_hz") or 0, e.point.get("values") or 0)
-
-    for e in sorted(entries, key=order):
-        p = e.point
-        # One-way figures; a peer that reports only the round trip keeps it, labelled RTT.
-        block = "latency_ns" if p.get("latency_ns") else "rtt_ns"
-        named = str(p.get("latency_kind"))
-        kind = ("RTT/2" if named == "rtt/2" else "RTT" if named.startswith("rtt") else "") if p.get(block) else ""
-        if p.get(block) and not kind:
-            kind = "RTT/2" if e.rtt_half else "one-way"
-        status = e.run.status + (" (partial)" if p.get("partial") else "")
-        note = ""
-        if e.run.peer:   # peers.json records: points, and cases the tool skipped or failed
-            status = "peer" if p.get("type", "point") == "point" else str(p.get("type"))
-            note = str(p.get("statistic_note") or p.get("reason") or "")
-        cells = [e.run.rel, f"peer: {p.get('tool', '?')}" if e.run.peer else e.experiment,
-                 e.label, e.where(), kind,
-                 analysis.fmt_num(stat(p, block, "p50")), analysis.fmt_num(stat(p, block, "p99")),
-                 analysis.fmt_num(stat(p, block, "max")),
-                 analysis.fmt_num(p.get("gbps"), 3), analysis.fmt_num(p.get("msg_rate"), 0),
-                 analysis.fmt_num(p.get("missed_pct"), 2), analysis.fmt_num(p.get("lost")), status]
-        cls = ' class="peer"' if e.run.peer else ""
-        tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-        if note:
-            rows.append(f"<tr{cls}>{tds}</tr><tr{cls}><td></td><td colspan='{len(head) - 1}' class='note'>"
-                        f"note: {html.escape(note)}</td></tr>")
-        else:
-            rows.append(f"<tr{cls}>{tds}</tr>")
-    with_points = {id(e.run) for e in entries}
-    for r in runs:
-        if id(r) not in with_points:
-            msg = r.doc.get("message") or "no points measured"
-            exp = str((r.doc.get("config") or {}).get("experiment", "?"))
-            tds = (f"<td>{html.escape(r.rel)}</td><td>{html.escape(exp)}</td>"
-                   f"<td colspan='{len(head) - 3}'>{html.escape(str(msg))}</td><td>{html.escape(r.status)}</td>")
-            rows.append(f'<tr class="failed">{tds}</tr>')
-    ths = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    return (f'<div class="scroll"><table class="cmp"><thead><tr>{ths}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></div>')
-
-
-def section_histograms(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
-    figs = []
-    for run_entries in groups.values():
+def section_histograms(groups: dict[int, list[Entry]], colors: Colors, anchors: dict[int, str],
+                       folded: bool) -> list[Html]:
+    """A histogram per run, grouped by experiment, each group a <details> (closed when `folded`); fills
+    `anchors` with each drawn run's figure id, for the table's links."""
+    by_experiment: dict[str, list[Html]] = {}
+    for n, run_entries in enumerate(groups.values()):
         e = representative(run_entries)
         if e.samples() is None:
             continue
+        anchors[id(e.run)] = f"run-{n}"
         more = f"; the run has {len(run_entries)} points, this is its {e.where()} point" if len(run_entries) > 1 else ""
-        figs.append(_img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
-                         f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
-                         f"after {e.point.get('warmup', '?')} warm-up (excluded){more}"))
+        by_experiment.setdefault(e.experiment, []).append(
+            _img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
+                 f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
+                 f"after {e.point.get('warmup', '?')} warm-up (excluded){more}", anchor=f"run-{n}"))
+    return [el("details", el("summary", f"{exp}: {len(figs)} run{'s' * (len(figs) > 1)}"),
+               el("div", figs, class_="figs"), open=not folded)
+            for exp, figs in sorted(by_experiment.items(), key=lambda kv: EXPERIMENT_ORDER.get(kv[0], 9))]
+
+
+def section_summary(entries: list[Entry], colors: Colors, benches: list[dict]) -> list[Html]:
+    """The page's first figures: each bench's ratios, then the summary of every experiment."""
+    figs = [_img(fig_bench_ratios(bench_rows(doc)), "bench ratios", BENCH_CAPTION, wide=True, anchor=SUMMARY_ID)
+            for doc in benches if doc.get("rows")]
+    s = summarize(entries)
+    if s:
+        caption = " ".join(text for part, text in SUMMARY_CAPTIONS.items() if getattr(s, part))
+        figs.append(_img(fig_summary(s, colors), "summary", caption, wide=True,
+                         anchor=None if figs else SUMMARY_ID))
     return figs
+
+
+SUMMARY_ID = "summary-figure"   # the page's first figure
+SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
+    "latency": "Latency (a panel per latency kind: RTT/2 is half a measured round trip, one-way is measured with "
+               "synchronised clocks; never on one axis): a row per transport/mode and size, fastest first; dot: p50 "
+               "(its value above it), dark bar: p50 to p99, light bar: p99 to max, log axis. Runs of one row "
+               "(rounds) show the one with the median p50.",
+    "bandwidth": "Bandwidth: a bar per transport/mode at each size, Gbit/s of payload and messages per second "
+                 "(medians over runs).",
+    "stream": "Stream: median one-way latency from the scheduled step and the share of steps missed, against the "
+              "sample rate.",
+    "load": "Load: p99 of the round trip from the intended send time against offered load, a line per run.",
+}
+BENCH_CAPTION = ("fabmeter's figure divided by its peer tool's or the machine floor's, a row each (medians over "
+                 "rounds), log axis, 1x marked: a dot per ratio, green where its target is met, red where missed, "
+                 "grey for a floor that has no target; the black tick is the target. Rows marked 'higher is "
+                 "better' want a ratio above their tick, the others below.")
 
 
 def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
@@ -345,21 +333,21 @@ MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-w
                 "stream": "one-way latency from the scheduled step", "load": "RTT from the intended send"}
 
 
-def _mesh_hosts_table(doc: dict) -> str:
+def _mesh_hosts_table(doc: dict) -> Html:
     head = ["rank", "host", "out pairs (failed)", "out p50 (median of pairs)", "out p99 (max of pairs)",
             "out Gbit/s (sum)", "in pairs (failed)", "in p99 (max of pairs)", "in Gbit/s (sum)"]
     rows = []
     for h in doc.get("per_host") or []:
-        o, i = h.get("out") or {}, h.get("in") or {}
-        gbps = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        o, i = obj(h.get("out")), obj(h.get("in"))
+        gbps = lambda v: "-" if number(v) is None else f"{v:.3g}"  # noqa: E731
         rows.append([h.get("rank"), h.get("host"), f"{o.get('pairs')} ({o.get('failed')})",
                      fmt_ns(o.get("p50_ns_median_of_pairs")), fmt_ns(o.get("p99_ns_max_of_pairs")),
                      gbps(o.get("gbps_sum")), f"{i.get('pairs')} ({i.get('failed')})",
                      fmt_ns(i.get("p99_ns_max_of_pairs")), gbps(i.get("gbps_sum"))])
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return ('<figure class="wide"><table class="mesh"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-            + f"</tr>{cells}</table><figcaption>per host: its pairs as source (out) and as destination (in)"
-            "</figcaption></figure>")
+    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
+               class_="mesh")
+    return el("figure", table, el("figcaption", "per host: its pairs as source (out) and as destination (in)"),
+              class_="wide")
 
 
 def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
@@ -418,41 +406,71 @@ tr.peer td { background: #fbf7ea; } tr.failed td { color: #a3342b; } td.note { w
 figure { margin: 0; } figure.wide { grid-column: 1 / -1; max-width: 1100px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eef0f2; }
 figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
+.figs.summary figure { max-width: none; }
+p.machine { margin: .1rem 0 .3rem; font-size: .95rem; }
+p.warn { margin: .3rem 0; padding: .3rem .6rem; font-size: .85rem; background: #fff4e5;
+         border-left: 4px solid #e67e22; }
+details { grid-column: 1 / -1; } details > summary { cursor: pointer; font-weight: 600; margin: .4rem 0; }
+table.sortable th { cursor: pointer; } th[aria-sort="ascending"]::after { content: " \\25b2"; }
+th[aria-sort="descending"]::after { content: " \\25bc"; }
+.notes ul { margin: .2rem 0; }
 """
 
 
-def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]]) -> str:
+# What drawing a section can raise on values of a results file that is not what fabmeter writes.
+DATA_ERRORS = (ArithmeticError, AttributeError, IndexError, KeyError, TypeError, ValueError)
+
+
+def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]],
+               suites: list[dict], benches: list[dict]) -> str:
     entries = entries_of(runs)
     colors = Colors([e.label for e in entries])
     groups: dict[int, list[Entry]] = {}
     for e in entries:
         if not e.run.peer:
             groups.setdefault(id(e.run), []).append(e)
+    problems = list(problems)
 
+    def drawn(section, *args) -> list[Html]:
+        """A section's figures; one that a results file's values cannot draw is left out with a note, never a
+        traceback."""
+        try:
+            return section(*args)
+        except DATA_ERRORS as e:
+            problems.append(f"{section.__name__.removeprefix('section_')}: not drawn ({type(e).__name__}: {e})")
+            return []
+
+    # The page opens on the summary; a single run has none, and its histogram stands first, unfolded.
+    single = len(groups) == 1 and not benches
+    anchors: dict[int, str] = {}
+    histograms = drawn(section_histograms, groups, colors, anchors, not single)
+    summary = histograms if single else drawn(section_summary, entries, colors, benches)
+    top = [("summary", "The run" if single else "Summary", summary, ""),
+        ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
+         "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
+         "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
+    ]
     sections = [
-        ("histograms", "Latency histograms (one per run)", section_histograms(groups, colors),
+        ("histograms", "Latency histograms (one per run)", [] if single else histograms,
          "Each run's latency distribution. Solid: median; dashed: max; dotted: the run's threshold (oneway) or "
          "deadline (stream), with the share above it. A compact distribution is drawn on a linear axis up to "
          "p50 + 4 x (p99 - p50), the samples beyond counted in the legend; a heavy-tailed one (p99 > 5 x p50) "
          "on a log axis from min to max."),
-        ("cdf", "CDF overlays per transport and mode", section_cdfs(groups, colors),
+        ("cdf", "CDF overlays per transport and mode", drawn(section_cdfs, groups, colors),
          "Runs of the same experiment and size side by side (multi-point runs: their representative point)."),
-        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", section_stages(groups, colors),
+        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", drawn(section_stages, groups, colors),
          "oneway's four timestamps, each stage from t_subm, just before the post: post (t_send, the post call "
          "returned), receive (t_recv, the receiver saw the message) and, where the transport reports send "
          "completions, completion (t_comp, the sender saw it). Runs that differ only by the inline option side by "
          "side. Each row's axis runs from its lowest sample to p50 + 4 x (p99 - p50) of the widest run, the samples "
          "beyond counted in the legend; solid: median."),
-        ("sizes", "Latency vs message size", section_sizes(entries, colors), ""),
-        ("bandwidth", "Bandwidth and message rate vs message size", section_bandwidth(entries, colors), ""),
-        ("stream", "Stream: latency vs rate, missed steps, rate x values", section_stream(entries, colors), ""),
+        ("sizes", "Latency vs message size", drawn(section_sizes, entries, colors), ""),
+        ("bandwidth", "Bandwidth and message rate vs message size", drawn(section_bandwidth, entries, colors), ""),
+        ("stream", "Stream: latency vs rate, missed steps, rate x values", drawn(section_stream, entries, colors), ""),
         ("load", "Load: latency and throughput against offered load, slowdown, completions per poll",
-         section_load(entries),
+         drawn(section_load, entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
          "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
-        ("mesh", "Mesh: every directed pair of N hosts", section_mesh(meshes),
-         "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
-         "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
     ]
     n_points = sum(1 for e in entries if not e.run.peer)
     n_peer = sum(1 for e in entries if e.run.peer)
@@ -460,41 +478,42 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
     for r in runs:
         if not r.peer:
             statuses[r.status] = statuses.get(r.status, 0) + 1
-    suites = []
-    for idx in sorted(root.rglob("index.json")):
-        try:
-            d = json.loads(idx.read_text())
-            suites.append(f"suite <b>{html.escape(str(d.get('suite')))}</b>: "
-                          f"{html.escape(str(d.get('description', '')))}"
-                          f" ({html.escape(str(d.get('status')))})")
-        except (OSError, ValueError, AttributeError):
-            continue
-    nav = "".join(f'<a href="#{sid}">{html.escape(title.split(":")[0])}</a>'
-                  for sid, title, figs, _ in sections if figs)
-    body = [f"<h1>fabmeter report: {html.escape(root.name or str(root))}</h1>",
-            f'<p class="meta">{html.escape(str(root))} &middot; generated {html.escape(now_iso())} by fabmeter '
-            f"{html.escape(__version__)} &middot; {sum(1 for r in runs if not r.peer)} runs "
-            f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points"
-            + (f", {n_peer} peer results" if n_peer else "") + (f", {len(meshes)} mesh runs" if meshes else "")
-            + "</p>"]
-    body += [f'<p class="meta">{s}</p>' for s in suites]
-    body.append(f'<nav><a href="#environment">Environment</a><a href="#table">Comparison table</a>{nav}</nav>')
+    problems += [n for r in runs for n in r.notes]   # samples refused while drawing
+    page_title = f"fabmeter report: {root.name or root}"
+    counts = (f"{sum(1 for r in runs if not r.peer)} runs "
+              f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
+              + (f", {len(meshes)} mesh runs" if meshes else ""))
+    body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
+    body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]
+    body.append(el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}",
+                   class_="meta"))
+    body += [el("p", "suite ", el("b", s["suite"]), f": {s['description']} ({s['status']})", class_="meta")
+             for s in suites]
+    shown = [(sid, name) for sid, name, figs, _ in top if figs] + [("table", "Comparison table"),
+                                                                   ("environment", "Environment")]
+    shown += [(sid, name) for sid, name, figs, _ in sections if figs]
+    body.append(el("nav", [el("a", name.split(":")[0], href=f"#{sid}") for sid, name in shown]))
     if problems:
-        body.append("<p class='meta'>Not read: " + html.escape("; ".join(problems)) + "</p>")
-    body.append('<h2 id="environment">Environment</h2>' + section_environment(runs))
-    body.append('<h2 id="table">Comparison table</h2><p class="meta">The latency column says what p50, p99 and '
-                "max are: <b>RTT/2</b> (half a measured round trip, lat), <b>one-way</b> (receive time minus the "
-                "scheduled send time, oneway and stream) or <b>RTT</b> (a whole round trip: load, from the intended "
-                "send time, and a peer tool that reports only the round trip). Peer rows (shaded) come from other "
-                "tools and are only as comparable as their note says.</p>" + section_table(entries, runs))
-    for sid, title, figs, intro in sections:
-        if figs:
-            body.append(f'<h2 id="{sid}">{html.escape(title)}</h2>' + (f'<p class="meta">{html.escape(intro)}</p>'
-                                                                       if intro else "")
-                        + '<div class="figs">' + "".join(figs) + "</div>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>fabmeter report: {html.escape(root.name or str(root))}</title>"
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+        body.append(el("div", "Not read:", el("ul", [el("li", p) for p in problems]), class_="meta notes"))
+    body += [_section(*s) for s in top if s[2]]
+    body.append(join([el("h2", "Comparison table", id="table"), TABLE_INTRO, section_table(entries, runs, anchors)]))
+    body.append(join([el("h2", "Environment", id="environment"), section_environment(runs)]))
+    body += [_section(*s) for s in sections if s[2]]
+    page = el("html", el("head", el("meta", charset="utf-8"), el("title", page_title), el("style", trusted(CSS))),
+              el("body", "\n", join(body, "\n"), el("script", SORT_SCRIPT), "\n"), lang="en")
+    return f"<!DOCTYPE html>\n{page}\n"
+
+
+def _section(sid: str, title: str, figs: list[Html], intro: str) -> Html:
+    return join([el("h2", title, id=sid), el("p", intro, class_="meta") if intro else None,
+                 el("div", figs, class_=f"figs {sid}")])
+
+
+TABLE_INTRO = el("p", "The latency column says what p50, p99 and max are: ", el("b", "RTT/2"),
+                 " (half a measured round trip, lat), ", el("b", "one-way"), " (receive time minus the scheduled send "
+                 "time, oneway and stream) or ", el("b", "RTT"), " (a whole round trip: load, from the intended send "
+                 "time, and a peer tool that reports only the round trip). Peer rows (shaded) come from other tools "
+                 "and are only as comparable as their note says.", class_="meta")
 
 
 def write(root: Path, output: Optional[Path] = None) -> Path:
@@ -504,11 +523,15 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
         raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
     runs, problems = load(root)
     meshes, mesh_problems = load_meshes(root)
+    suites, suite_problems = load_suites(root)
+    benches, bench_problems = load_benches(root)
     if not runs and not meshes:
-        raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}", EXIT_USAGE)
+        raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}"
+                            + (f" that could be read ({'; '.join(problems + mesh_problems)})"
+                               if problems or mesh_problems else ""), EXIT_USAGE)
     output = (output or root / "report.html").resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = build_html(root, runs, problems + mesh_problems, meshes)
+    text = build_html(root, runs, problems + mesh_problems + suite_problems + bench_problems, meshes, suites, benches)
     tmp = output.with_name(output.name + ".tmp")
     tmp.write_text(text)
     tmp.replace(output)

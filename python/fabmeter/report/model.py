@@ -1,4 +1,9 @@
-"""The report's data: every run.json and peers.json below a folder, as entries (one per point)."""
+"""The report's data: every run.json and peers.json below a folder, as entries (one per point).
+
+Nothing read is trusted (files.py): a document that is not what fabmeter
+writes is a one-line problem, a point's value of the wrong type is dropped
+as if absent, and a sample file that cannot be read safely is a note.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from fabmeter import analysis
+from fabmeter.report.files import number, obj, read_json, read_npy, sample_path
 
 # Options that tell runs of one transport apart in labels ("verbs busy uc write").
 MODE_KEYS = ("service", "op", "inline", "signal_every", "provider", "ep", "bidir", "timer", "rq_depth", "sq_depth")
@@ -23,16 +29,20 @@ class Run:
     folder: Path
     doc: dict
     peer: bool = False
+    notes: list[str] = field(default_factory=list)   # what of the run was not read, for the page
 
     @property
     def params(self) -> dict:
         """The engine's typed params of the run ({} for peers and runs that never started)."""
-        params = (self.doc.get("config") or {}).get("params")
-        return params if isinstance(params, dict) else {}
+        return obj(obj(self.doc.get("config")).get("params"))
 
     @property
     def status(self) -> str:
         return str(self.doc.get("status", "ok" if self.peer else "?"))
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
 
 @dataclass
@@ -45,7 +55,7 @@ class Entry:
 
     @property
     def experiment(self) -> str:
-        return str(self.point.get("experiment") or (self.run.doc.get("config") or {}).get("experiment") or "?")
+        return str(self.point.get("experiment") or obj(self.run.doc.get("config")).get("experiment") or "?")
 
     @property
     def rtt_half(self) -> bool:
@@ -67,19 +77,24 @@ class Entry:
 
     def raw_samples(self, key: str) -> Optional[np.ndarray]:
         """The non-empty raw samples the point names under `key` (e.g. a
-        oneway stage of analysis.ONEWAY_STAGES), in ns, or None."""
+        oneway stage of analysis.ONEWAY_STAGES), in ns, or None; the finite
+        values only. A file that cannot be read safely is a note of the run."""
         name = (self.point.get("samples") or {}).get(key)
-        try:
-            a = np.load(self.run.folder / name) if name else None
-        except (OSError, ValueError):
+        if name is None:
             return None
-        return a if a is not None and a.size else None
+        try:
+            a = read_npy(sample_path(self.run.folder, name))
+        except (OSError, ValueError) as e:
+            self.run.note(f"{self.run.rel}: samples {key} {json.dumps(name)} not read: {e}")
+            return None
+        a = a[np.isfinite(a)]
+        return a if a.size else None
 
     @property
     def inline(self) -> int:
         """The bytes sent inline (--inline), 0 when the message is not."""
-        limit = int(self.run.params.get("inline") or 0)
-        return limit if 0 < int(self.point.get("size") or 0) <= limit else 0
+        limit = number(self.run.params.get("inline")) or 0
+        return int(limit) if 0 < (self.point.get("size") or 0) <= limit else 0
 
     def where(self) -> str:
         """The point's size, rate and values for a stream, offered rate for load."""
@@ -104,15 +119,24 @@ def latency_name(point: dict, experiment: str) -> str:
     return "one-way latency" + (f" {kind[len('one-way'):].strip()}" if kind.startswith("one-way ") else "")
 
 
+def _documents(root: Path, pattern: str) -> tuple[list[tuple[Path, object]], list[str]]:
+    """Every file named `pattern` below root (sorted) as (path, parsed JSON), and the ones that could not be read."""
+    docs, problems = [], []
+    for path in sorted(root.rglob(pattern)):
+        try:
+            docs.append((path, read_json(root, path)))
+        except ValueError as e:
+            problems.append(f"{path.relative_to(root)}: {e}")
+    return docs, problems
+
+
 def load(root: Path) -> tuple[list[Run], list[str]]:
     """Every run.json and peers.json below root (sorted), and what could not be read."""
-    runs, problems = [], []
-    for path in sorted(list(root.rglob("run.json")) + list(root.rglob("peers.json"))):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            problems.append(f"{path.relative_to(root)}: {e}")
-            continue
+    runs = []
+    found, problems = _documents(root, "run.json")
+    peers, more = _documents(root, "peers.json")
+    problems += more
+    for path, doc in sorted(found + peers, key=lambda d: d[0]):
         peer = path.name == "peers.json"
         if peer and isinstance(doc, list):
             doc = {"points": doc}
@@ -120,25 +144,72 @@ def load(root: Path) -> tuple[list[Run], list[str]]:
             problems.append(f"{path.relative_to(root)}: not a JSON object")
             continue
         rel = str(path.parent.relative_to(root)) or "."
-        runs.append(Run(rel + ("/peers.json" if peer else ""), path.parent, doc, peer))
+        run = Run(rel + ("/peers.json" if peer else ""), path.parent, doc, peer)
+        if not isinstance(doc.get("points", []), list):
+            run.note(f"{run.rel}: points is not a list")
+        runs.append(run)
     return runs, problems
+
+
+def load_suites(root: Path) -> tuple[list[dict], list[str]]:
+    """Every suite's index.json below root (its name, description and status as text), and what could not be
+    read."""
+    suites = []
+    docs, problems = _documents(root, "index.json")
+    for path, doc in docs:
+        if not isinstance(doc, dict):
+            problems.append(f"{path.relative_to(root)}: not a JSON object")
+            continue
+        suites.append({k: str(doc.get(k, "")) for k in ("suite", "description", "status")})
+    return suites, problems
+
+
+def load_benches(root: Path) -> tuple[list[dict], list[str]]:
+    """Every bench.json below root (`fabmeter bench`), and what could not be read."""
+    docs, problems = _documents(root, "bench.json")
+    benches = []
+    for path, doc in docs:
+        if isinstance(doc, dict) and isinstance(doc.get("rows", []), list):
+            benches.append(doc)
+        else:
+            problems.append(f"{path.relative_to(root)}: not a bench record")
+    return benches, problems
 
 
 def load_meshes(root: Path) -> tuple[list[tuple[str, dict]], list[str]]:
     """Every mesh.json below root (`fabmeter mesh --out`), as (folder relative to root, document), sorted, and
     what could not be read."""
-    meshes, problems = [], []
-    for path in sorted(root.rglob("mesh.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            problems.append(f"{path.relative_to(root)}: {e}")
-            continue
-        if not (isinstance(doc, dict) and isinstance(doc.get("mesh"), dict) and isinstance(doc.get("matrix"), dict)):
-            problems.append(f"{path.relative_to(root)}: not a mesh record")
+    meshes = []
+    docs, problems = _documents(root, "mesh.json")
+    for path, doc in docs:
+        reason = mesh_problem(doc)
+        if reason:
+            problems.append(f"{path.relative_to(root)}: {reason}")
             continue
         meshes.append((str(path.parent.relative_to(root)) or ".", doc))
     return meshes, problems
+
+
+def mesh_problem(doc) -> Optional[str]:
+    """Why a mesh.json cannot be drawn (None: it can): the report reads its hosts, its N x N matrices of numbers
+    or nulls, and lists of objects for pairs and hosts."""
+    if not (isinstance(doc, dict) and isinstance(doc.get("mesh"), dict) and isinstance(doc.get("matrix"), dict)):
+        return "not a mesh record"
+    hosts = doc["mesh"].get("hosts")
+    if not isinstance(hosts, list):
+        return "its hosts are not a list"
+    keys = ("gbps",) if doc["mesh"].get("experiment") == "bw" else ("latency_p50_ns", "latency_p99_ns")
+    for key in keys:
+        grid = doc["matrix"].get(key)
+        if not (isinstance(grid, list) and len(grid) == len(hosts)
+                and all(isinstance(row, list) and len(row) == len(hosts) for row in grid)
+                and all(v is None or number(v) is not None for row in grid for v in row)):
+            return f"its matrix {key} is not {len(hosts)} x {len(hosts)} numbers"
+    for key in ("pairs", "per_host"):
+        items = doc.get(key) or []
+        if not (isinstance(items, list) and all(isinstance(x, dict) for x in items)):
+            return f"its {key} are not a list of objects"
+    return None
 
 
 def mode_words(params: dict, keys: list[str]) -> list[str]:
@@ -175,15 +246,45 @@ def varying_mode_keys(runs: list[Run]) -> dict[str, list[str]]:
     return {t: [k for k in MODE_KEYS if len(values.get(k, ())) > 1] for t, values in seen.items()}
 
 
+# The point keys the report reads, by the type it reads them as: a value of another type is dropped, as if absent.
+NUMBER_KEYS = ("size", "rate_hz", "values", "offered_rps", "load", "iterations", "warmup", "gbps", "msg_rate",
+               "missed_pct", "lost", "achieved_rps", "threshold_us", "above_threshold_pct", "deadline_us",
+               "deadline_miss_pct")
+OBJECT_KEYS = ("latency_ns", "rtt_ns", "samples", "server", "knee", "throughput_series")
+TEXT_KEYS = ("experiment", "transport", "poll", "latency_kind", "phase", "tool", "type", "statistic_note", "reason")
+
+
+def clean_point(p: dict) -> dict:
+    """A point as the report reads it: numbers finite, objects objects, words text, latency blocks numbers only."""
+    out = dict(p)
+    for key in NUMBER_KEYS:
+        if key in out and number(out[key]) is None:
+            del out[key]
+    for key in OBJECT_KEYS:
+        if key in out and not isinstance(out[key], dict):
+            del out[key]
+    for key in TEXT_KEYS:
+        if out.get(key) is not None:
+            out[key] = str(out[key])
+    for block in ("latency_ns", "rtt_ns"):
+        if block in out:
+            out[block] = {k: v for k, v in out[block].items() if number(v) is not None}
+    if not isinstance(out.get("slowdown"), list):
+        out.pop("slowdown", None)
+    return out
+
+
 def entries_of(runs: list[Run]) -> list[Entry]:
     varying = varying_mode_keys(runs)
     out = []
     for r in runs:
         params = r.params
         extras = mode_words(params, varying.get(str(params.get("transport")), []))
-        for p in r.doc.get("points") or []:
+        points = r.doc.get("points")
+        for p in points if isinstance(points, list) else []:
             if not isinstance(p, dict):
                 continue
+            p = clean_point(p)
             if r.peer:
                 label = f"{p.get('tool', 'peer')} {p.get('transport', '')}".strip()
             else:
@@ -229,7 +330,7 @@ def load_sweeps(entries: list[Entry]) -> list[LoadSweep]:
         if e.run.peer or e.experiment != "load" or p.get("phase") != "open loop" or not p.get("offered_rps"):
             continue
         if id(e.run) not in runs:
-            workload = e.run.params.get("workload") or None
+            workload = str(e.run.params.get("workload") or "") or None
             runs[id(e.run)] = (e.run, LoadSweep(e.label + (f" {workload}" if workload else ""), workload, []))
         runs[id(e.run)][1].points.append(p)
     labels = [sweep.label for _, sweep in runs.values()]
@@ -241,8 +342,8 @@ def load_sweeps(entries: list[Entry]) -> list[LoadSweep]:
 
 
 def stat(point: dict, block: str, key: str) -> Optional[float]:
-    value = (point.get(block) or {}).get(key)
-    return float(value) if isinstance(value, (int, float)) else None
+    value = number(obj(point.get(block)).get(key))
+    return None if value is None else float(value)
 
 
 def percentiles(entry: Entry) -> Optional[tuple[float, float, float]]:

@@ -1,0 +1,72 @@
+"""The machine the runs were measured on, in one line, and warnings when it, not the transport, sets the figures."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fabmeter.report.files import number, obj
+from fabmeter.report.model import Run
+
+# Transports whose library moves messages on an I/O thread of its own: in busy mode it competes with the
+# busy-polling client for the client's pinned CPU.
+IO_THREAD_LIBRARIES = ("zmq", "nng", "nanomsg")
+
+
+def machine_line(runs: list[Run]) -> str:
+    """CPU, CPUs, the CPUs the runs used, kernel and clock source of the most common environment."""
+    envs = [obj(r.doc.get("environment")) for r in runs if not r.peer]
+    envs = [e for e in envs if e]
+    if not envs:
+        return "machine: not recorded"
+    machines = [_machine(e) for e in envs]
+    env = envs[machines.index(Counter(machines).most_common(1)[0][0])]
+    allowed = env.get("cpus_allowed")
+    cpus = f"{env.get('cpu_count', '?')} CPUs" + (f" ({len(allowed)} allowed)" if isinstance(allowed, list)
+                                                   and len(allowed) != env.get("cpu_count") else "")
+    used = sorted({_cpus_used(r) for r in runs if not r.peer})
+    engine = obj(env.get("engine"))
+    clock = str(engine.get("clock_source") or "not recorded") + (f", TSC {engine['tsc_ghz']:.2f} GHz"
+                                                                 if number(engine.get("tsc_ghz")) else "")
+    words = [str(env.get("cpu_model") or "CPU unknown"), cpus, "CPUs used " + "; ".join(used),
+             "kernel " + str(obj(env.get("kernel")).get("release") or "-"), "clock " + clock]
+    if len(set(machines)) > 1:
+        words.append("runs from more than one machine: see Environment")
+    return " \u00b7 ".join(words)
+
+
+def _machine(env: dict) -> str:
+    """What tells machines apart (not what varies between runs on one: load, the engine's clock estimate)."""
+    return repr([env.get("hostname"), env.get("cpu_model"), env.get("cpu_count"),
+                 obj(env.get("kernel")).get("release")])
+
+
+def _cpus_used(run: Run) -> str:
+    cpus = obj(run.doc.get("config")).get("cpus")
+    if isinstance(cpus, list) and cpus:
+        return "client " + ", server ".join(str(c) for c in cpus[:2])
+    return "unpinned"
+
+
+def warnings(runs: list[Run]) -> list[str]:
+    """Where the machine dominates the figures: busy-polling pairs on two CPUs or fewer, and a library's I/O
+    thread on the busy client's pinned CPU."""
+    out = []
+    busy = [r for r in runs if not r.peer and r.params.get("poll") == "busy"]
+    small = [r for r in busy if _usable_cpus(r) is not None and _usable_cpus(r) <= 2]
+    if small:
+        out.append(f"{len(small)} busy-polling run{'s' * (len(small) > 1)} on a machine with "
+                   f"{_usable_cpus(small[0])} usable CPUs: client and server each spin a CPU, so every other task "
+                   "on the machine (and the kernel's own work) runs on theirs, and the tails and max are the "
+                   "scheduler's, not the transport's.")
+    shared = sorted({str(r.params.get("transport")) for r in busy
+                     if r.params.get("transport") in IO_THREAD_LIBRARIES and obj(r.doc.get("config")).get("cpus")})
+    if shared:
+        out.append(f"{', '.join(shared)} busy: the library's I/O thread shares the client's pinned CPU with the "
+                   "busy-polling client, so its latency measures the two taking turns on one CPU, not the library.")
+    return out
+
+
+def _usable_cpus(run: Run):
+    env = obj(run.doc.get("environment"))
+    allowed = env.get("cpus_allowed")
+    return len(allowed) if isinstance(allowed, list) and allowed else number(env.get("cpu_count"))
