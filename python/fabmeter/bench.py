@@ -412,7 +412,7 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
         doc.append({"row": row.name, "figure": row.figure, "versus": row.versus, "fabmeter": row.ours,
                     "other": row.theirs, "fabmeter_median": ours, "other_median": theirs, "ratio": ratio,
                     "round_ratio_interval": None if interval is None else list(interval),
-                    "target": goal, "verdict": verdict, "met": None if verdict is None else verdict == "met",
+                    "target": goal, "verdict": verdict, "met": {"met": True, "not met": False}.get(verdict),
                     "skipped": row.skipped or None})
     print(f"{rounds} rounds; medians over rounds; sides of each row measured in alternating order; "
           f"interval: the rounds' own ratios, {stats.CONFIDENCE:.0%} for their median (stats.py); a target is "

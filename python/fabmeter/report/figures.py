@@ -572,7 +572,7 @@ def fig_summary(s: Summary, colors: Colors) -> bytes:
 
 def fig_bench_ratios(rows: list[BenchRow]) -> bytes:
     """fabmeter's figure over its peer's or floor's, a row each on a log axis with 1.0 marked: a dot per ratio
-    (green: target met, red: missed, grey: a floor without target), a black tick at the target."""
+    (green: target met, red: missed, grey: cannot tell, or a floor without target), a black tick at the target."""
     fig, ax = plt.subplots(figsize=(SUMMARY_WIDTH, 1.2 + 0.3 * len(rows)))
     values = [1.0] + [v for r in rows for v in (r.ratio, r.target) if v]
     for i, r in enumerate(rows):

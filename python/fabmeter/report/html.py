@@ -121,8 +121,9 @@ SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
     "load": "Load: p99 of the round trip from the intended send time against offered load, a line per run.",
 }
 BENCH_CAPTION = ("fabmeter's figure divided by its peer tool's or the machine floor's, a row each (medians over "
-                 "rounds), log axis, 1x marked: a dot per ratio, green where its target is met, red where missed, "
-                 "grey for a floor that has no target; the black tick is the target. Rows marked 'higher is "
+                 "rounds), log axis, 1x marked: a dot per ratio, green where its target is met, red where missed (by "
+                 "the interval of the rounds' own ratios), grey where the rounds cannot tell or for a floor that has "
+                 "no target; the black tick is the target. Rows marked 'higher is "
                  "better' want a ratio above their tick, the others below.")
 
 
