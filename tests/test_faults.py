@@ -34,7 +34,7 @@ CASES = [(victim, action) for victim in ("client", "server") for action in ("kil
 assert len(CASES) == len(PHASES)  # a round pairs each case with one phase
 ROUNDS = int(os.environ.get("FM_FAULT_ROUNDS", "1"))
 SEED = int(os.environ.get("FM_FAULT_SEED", str(int(time.time()))))
-NOTICE_S = 5.0    # the issue's bound for the surviving side
+NOTICE_S = 5.0    # the bound for the surviving side
 SLACK_S = 1.5     # process start-up and a busy 2-core machine
 
 
