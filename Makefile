@@ -40,14 +40,14 @@ fuzz:
 	cmake --build $(FUZZ_BUILD) --target fuzzers
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_BUILD)
 
-# Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
-# ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.
 # The fault loop of tests/test_faults.py at length: kill -9 and SIGSTOP at
 # random moments, FAULT_ROUNDS rounds per transport (make test runs one).
 FAULT_ROUNDS ?= 25
 soak: build
 	FM_FAULT_ROUNDS=$(FAULT_ROUNDS) $(VENV)/bin/python -m pytest -q tests/test_faults.py
 
+# Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
+# ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.
 test-rdma: build
 	bash rdma/test-rdma.sh $(if $(ALLOW_SKIP),--allow-skip)
 

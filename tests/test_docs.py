@@ -1,6 +1,7 @@
 """The README and docs/ against the code: docs/cli.md's option tables are
-what scripts/gen-cli-doc.py makes from the built engine, and every make
-target, file path and option the docs name exists."""
+what scripts/gen-cli-doc.py makes from the built engine, every make target,
+file path and option the docs name exists, and no doc speaks of work
+sessions, stops or issue numbers."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from conftest import REPO, cli_cmd, cli_env, script_module
 # The files this test holds to the code. (docs/suites.md names example files
 # in its error messages, e.g. suites/x.toml.)
 DOCS = [REPO / "README.md"] + [REPO / "docs" / f for f in
-                               ("cli.md", "transports.md", "architecture.md", "performance.md", "security.md")]
+                               ("cli.md", "transports.md", "architecture.md", "performance.md", "security.md",
+                                "testing.md", "results.md")] + \
+    sorted((REPO / "docs" / "measurements").glob("*.md"))
 TOP = ("engine/", "python/", "tests/", "scripts/", "suites/", "rdma/", "docs/", ".ci/")
 
 
@@ -157,9 +160,7 @@ def test_options_named_exist(engine):
     ours = re.compile(r"^(\$ )?(--|(\.venv/bin/|\./build/engine/)?fabmeter(-engine)?\b)")
     bad = []
     for doc in DOCS:
-        # That section's commands ran on the scratch branch that adds its example option.
-        text = doc.read_text().split("## Adding a transport or an option")[0]
-        for code in code_texts(text):
+        for code in code_texts(doc.read_text()):
             code = code.strip()
             if not ours.match(code):  # another tool's command line (taskset, env, openssl, ...)
                 continue
@@ -182,3 +183,12 @@ def test_transport_table_lists_each_transports_own_options(engine):
                    if o["transports"] != "all" and tr in o["transports"].split(",")}
             assert listed == own, f"transports.md, {tr}: lists {sorted(listed)}, the engine says {sorted(own)}"
     assert named == {"shm", "tcp", "udp", "zmq", "nng", "nanomsg", "verbs", "ofi"}
+
+
+def test_docs_are_references_not_diaries():
+    # Say what was meant, not which work session, stop or issue it came from.
+    diary = re.compile(r"\b(stop|session) [0-9]+\b|\bissue #?[0-9]+\b", re.I)
+    docs = [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
+    bad = [f"{d.relative_to(REPO)}:{n}: {line.strip()}" for d in docs
+           for n, line in enumerate(d.read_text().splitlines(), 1) if diary.search(line)]
+    assert not bad, "docs that speak of sessions, stops or issue numbers:\n" + "\n".join(bad)

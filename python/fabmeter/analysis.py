@@ -7,7 +7,6 @@ from the raw .npy samples.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -36,14 +35,6 @@ def summarize(samples: np.ndarray) -> dict:
         out[k] = float(np.percentile(a, q))
     out.update(max=float(a.max()), mean=float(a.mean()), stdev=float(a.std()))
     return {k: out[k] for k in STAT_KEYS}
-
-
-def load_samples(out_dir: Path | str, point: dict, kind: str) -> np.ndarray:
-    """The raw samples a point names (kind: "rtt_ns" or "latency_ns")."""
-    name = (point.get("samples") or {}).get(kind)
-    if not name:
-        raise KeyError(f"point has no {kind} samples")
-    return np.load(Path(out_dir) / name)
 
 
 def median(values: Iterable[float]) -> Optional[float]:

@@ -1,7 +1,7 @@
 """The engine's option table, typed: one model for the CLI, suites and runs.
 
 `fabmeter-engine options` exports every option with its type (size, count,
-duration, rate, choice, list, flag, text), unit, choices, whether it takes
+duration, choice, list, flag, text), unit, choices, whether it takes
 the word auto, and a typed default. From that one table come the argparse
 options of each experiment, the suite's value checks, and the engine's
 command line. A value is held typed everywhere (an int of bytes, a float
@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 _SIZE_RE = re.compile(r"^(\d+)([KkMmGg]?)$")
 _SHIFT = {"": 0, "k": 10, "m": 20, "g": 30}
-NUMBER_TYPES = ("size", "count", "duration", "rate")
+NUMBER_TYPES = ("size", "count", "duration")
 
 
 def parse_size(text: str) -> int:
@@ -48,7 +48,7 @@ def _parse_scalar(kind: str, text: str) -> Any:
     """One command-line word of type `kind`, typed."""
     if kind in ("size", "count"):
         return parse_size(text)
-    if kind in ("duration", "rate"):
+    if kind == "duration":
         return _number(text)
     return text
 
@@ -60,8 +60,8 @@ class Option:
     key: str                # the same with '_': suite keys, run.json params
     short: str
     metavar: str
-    group: str              # common | oneway | bw | stream | rdma | verbs | ofi | messaging
-    type: str               # size | count | duration | rate | choice | list | flag | text
+    group: str              # common | oneway | bw | stream | load | queue | rdma | verbs | ofi | messaging
+    type: str               # size | count | duration | choice | list | flag | text
     unit: str               # B | s | ms | us | Hz | ""
     choices: tuple[str, ...]
     item: str               # a list's item type

@@ -34,7 +34,7 @@ SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server s
 
 @dataclass
 class RunSpec:
-    experiment: str                      # lat | oneway | bw | stream | check
+    experiment: str                      # lat | oneway | bw | stream | check | load
     options: dict                        # engine option key -> typed value (options.py); absent: the default
     cpus: Optional[tuple[int, ...]] = None  # (client, server) pinning; None = unpinned
     server: Optional[str] = None         # HOST[:PORT] of a remote server; None = start one locally

@@ -9,6 +9,10 @@ operations in the same order, and draws with the same generator, so a seed
 gives the same sizes in Python as in the engine (tests/test_workload.py holds
 the two side by side). The engine validates files and names the bad line;
 here a file the engine would refuse raises ValueError.
+
+No command imports this module: it is the Python half of that pair, which the
+design asks for (workloads sampled identically from C++ and Python, a test
+comparing the two), and only tests/test_workload.py uses it.
 """
 
 from __future__ import annotations

@@ -184,7 +184,6 @@ enum class OptType {
   size,      // bytes, K/M/G suffixes (powers of two)
   count,     // a whole number
   duration,  // a time in `unit` (s, ms, us)
-  rate,      // per second (Hz)
   choice,    // one of `values`
   list,      // comma list of `item`
   flag,      // present or not

@@ -350,7 +350,6 @@ const char* type_name(OptType t) {
     case OptType::size: return "size";
     case OptType::count: return "count";
     case OptType::duration: return "duration";
-    case OptType::rate: return "rate";
     case OptType::choice: return "choice";
     case OptType::list: return "list";
     case OptType::flag: return "flag";
@@ -364,7 +363,7 @@ std::string typed_value(const OptSpec& o, const Params& p) {
   switch (o.type) {
     case OptType::flag: return v == "1" ? "true" : "false";
     case OptType::list: return "[" + v + "]";
-    case OptType::size: case OptType::count: case OptType::duration: case OptType::rate:
+    case OptType::size: case OptType::count: case OptType::duration:
       return v == "auto" ? "\"auto\"" : v;
     case OptType::choice: case OptType::text: return json_quote(v);
   }
