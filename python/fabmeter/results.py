@@ -19,24 +19,41 @@ from typing import Optional
 
 from fabmeter import __version__, analysis, envinfo, run
 from fabmeter.engine import engine_info, engine_options, find_engine
-from fabmeter.errors import EXIT_RUNTIME, FabmeterError
+from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def out_folder(path: Path, option: str = "--out") -> Path:
+    """The folder a command writes into (`option` names it), made with its parents if missing, resolved.
+    A path that cannot be one (a file in its place or above it, a place that takes no folders, a name too
+    long, no permission) ends the command with one line, exit 2: the argument is wrong, not the run."""
+    try:
+        path = Path(path).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "exists and is not a folder" if isinstance(e, FileExistsError) else e.strerror or str(e)
+        raise FabmeterError(f"{option} {path}: {why}", EXIT_USAGE) from None
+    return path
+
+
 def write_json(path: Path, obj) -> None:
-    """Atomic write: a reader never sees half a file. A write that fails (a
-    full disk) leaves the previous file as it was, no temporary file, and
-    ends the command with one line."""
+    """Atomic write: a reader never sees half a file (a temporary file of our own, never one planted
+    there, synced and renamed over `path`). A write that fails (a full disk) leaves the previous file
+    as it was, no temporary file, and ends the command with one line."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
         try:
-            with open(tmp, "w") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            with open(fd, "w") as f:
                 json.dump(obj, f, indent=2, sort_keys=False)
                 f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
@@ -124,7 +141,7 @@ def execute_recorded(spec: "run.RunSpec", **config_more) -> "run.RunResult":
     with the run's status (`config_more`: more keys of its "config")."""
     engine = spec.engine or find_engine()
     if spec.out is not None:
-        spec.out.mkdir(parents=True, exist_ok=True)   # the engine makes only the last level
+        out_folder(spec.out)   # the engine makes only the last level
     record = RunRecord(spec.out, run_config(spec.experiment, spec.cpus, spec.server, engine, **config_more),
                        command=equivalent_command(spec))
     res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
