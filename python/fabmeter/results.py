@@ -39,10 +39,34 @@ def out_folder(path: Path, option: str = "--out") -> Path:
     return path
 
 
+# The top-level status line of a document write_json wrote (indent=2: nested keys are indented further,
+# and a string's own newlines are escaped), and what replaces it in place: as long, so it needs no room.
+_RUNNING = b'\n  "status": "running"'
+_FAILED = b'\n  "status": "failed" '
+
+
+def _mark_failed_in_place(path: Path) -> bool:
+    """Turns the file's "running" into "failed" by rewriting those bytes where they are: a full disk
+    has no room for a new copy, but an overwrite needs none. False when it could not."""
+    try:
+        with open(path, "r+b") as f:
+            at = f.read().rfind(_RUNNING)
+            if at < 0:
+                return False
+            f.seek(at)
+            f.write(_FAILED)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
+
+
 def write_json(path: Path, obj) -> None:
     """Atomic write: a reader never sees half a file (a temporary file of our own, never one planted
-    there, synced and renamed over `path`). A write that fails (a full disk) leaves the previous file
-    as it was, no temporary file, and ends the command with one line."""
+    there, synced and renamed over `path`). A write that fails (a full disk) leaves no temporary file
+    and ends the command with one line; the previous file stays, except that one claiming "running"
+    says "failed" when this document is no longer running (its run ended, but not on disk)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +83,10 @@ def write_json(path: Path, obj) -> None:
             tmp.unlink(missing_ok=True)
             raise
     except OSError as e:
-        raise FabmeterError(f"cannot write {path}: {e.strerror or e}", EXIT_RUNTIME) from None
+        said = ""
+        if obj.get("status", "running") != "running" and _mark_failed_in_place(path):
+            said = ' (it now says "failed": its final write was lost)'
+        raise FabmeterError(f"cannot write {path}: {e.strerror or e}{said}", EXIT_RUNTIME) from None
 
 
 def run_config(experiment: str, cpus: Optional[tuple[int, ...]], server: Optional[str], engine: str,

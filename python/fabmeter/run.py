@@ -210,6 +210,7 @@ def execute(spec: RunSpec,
                 thread.join(timeout=2)
             rc = client.returncode
             _classify(res, rc, "\n".join(client_err), fwd, server)
+            _samples_lost(res)
         except FabmeterError as e:
             res.status = "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed"
             res.exit_code, res.message = e.exit_code, e.message
@@ -305,6 +306,16 @@ def _classify(res: RunResult, rc: int, stderr: str, fwd: procs.SignalForwarder,
     else:
         res.status, res.exit_code = "failed", EXIT_INTERNAL
         res.message = err or end_msg or f"fabmeter-engine run exited {rc}"
+
+
+def _samples_lost(res: RunResult) -> None:
+    """Points whose samples the engine could not write (a full disk) keep their statistics; a run that
+    went well otherwise failed to keep what it measured, and says so."""
+    lost = [p for p in res.points if p.get("samples_error")]
+    if lost and res.exit_code == EXIT_OK:
+        res.status, res.exit_code = "failed", EXIT_RUNTIME
+        res.message = (f"the samples of {len(lost)} of {len(res.points)} points were not written (their statistics "
+                       f"are kept): {lost[0]['samples_error']}")
 
 
 def run_limits(cpus: Optional[tuple[int, ...]], iters: Optional[int] = None,
