@@ -135,6 +135,8 @@ class RunRecord:
             self.doc["limits"] = event   # machine limits between the run's two CPUs
         elif event.get("type") == "clock":
             self.doc["clock"] = event.get("clock")   # the peer's clock fitted over the whole run
+        elif event.get("type") == "warning":
+            self.doc.setdefault("warnings", []).append(event["message"])   # what fabmeter warned of on stderr
         else:
             self.doc["engine_events"].append(event)
         self.flush()

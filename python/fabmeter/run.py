@@ -121,8 +121,8 @@ RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "-
 
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
     """Limits between the run's two CPUs, sized for its message; None when
-    they cannot be measured (one CPU, probe failed). Ctrl-C still stops."""
-    if not spec.cpus or len(spec.cpus) < 2:
+    they cannot be measured (one CPU, or both ends on one, probe failed). Ctrl-C still stops."""
+    if not spec.cpus or len(set(spec.cpus)) < 2:
         return None
     args = list(RECORD_LIMITS_ARGS)
     if "size" in spec.options:
@@ -133,6 +133,16 @@ def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
         if e.exit_code == EXIT_INTERRUPTED:
             raise
         return None
+
+
+def _one_cpu_warning(spec: RunSpec, poll: str) -> Optional[str]:
+    """A busy-polling client and server pinned to one CPU take turns in the scheduler's time slices, so the
+    figures measure the scheduler (p50 in milliseconds): allowed, as an experiment may want it, but said."""
+    if spec.server is None and spec.cpus and len(spec.cpus) == 2 and spec.cpus[0] == spec.cpus[1] and poll == "busy":
+        return (f"--cpus {spec.cpus[0]},{spec.cpus[1]}: the busy-polling client and server share one CPU and take "
+                "turns in the scheduler's time slices: the figures measure the scheduler (give two CPUs, or --poll "
+                "event)")
+    return None
 
 
 def execute(spec: RunSpec,
@@ -150,6 +160,11 @@ def execute(spec: RunSpec,
     server: Optional[LocalServer] = None
     client: Optional[subprocess.Popen] = None
     client_err: list[str] = []
+    warning = _one_cpu_warning(spec, spec.options.get("poll", table["poll"].default))
+    if warning:
+        sys.stderr.write(f"fabmeter: warning: {warning}\n")
+        if on_event is not None:
+            on_event({"type": "warning", "message": warning})
     # Limits are recorded with every local run that keeps results, measured
     # before the engines start so neither disturbs the other.
     if spec.out is not None and spec.server is None and on_event is not None:
