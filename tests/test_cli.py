@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ENGINE
+from conftest import ENGINE, one_line_error
 from fabmeter import analysis, envinfo
 
 
@@ -85,3 +85,37 @@ def test_sweep_progress_counts_the_points_the_engine_plans(capsys):
     progress.start({"type": "start", "points": 3, "params": {"transport": "tcp", "max_size": 4 << 20}})
     progress.point({"size": 1})
     assert "point 1/3: 1 B" in capsys.readouterr().err
+
+
+def _out_mistakes(tmp_path: Path) -> dict[str, Path]:
+    """--out values no folder can be made at: each is the user's mistake (exit 2), not a crash."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    return {"a file": a_file, "under a file": a_file / "sub", "in /proc": Path("/proc/x"),
+            "a 300-character name": tmp_path / ("n" * 300)}
+
+
+@pytest.mark.parametrize("mistake", ["a file", "under a file", "in /proc", "a 300-character name"])
+def test_out_mistake_is_one_line_exit_2(fm, tmp_path, mistake):
+    out = _out_mistakes(tmp_path)[mistake]
+    r = fm.run("lat", "-t", "shm", "-n", "100", "--out", out)
+    assert r.returncode == 2, r.stderr
+    assert one_line_error(r.stderr).startswith(f"fabmeter: error: --out {out}: ")
+
+
+def test_every_command_prepares_its_out_folder_alike(fm, tmp_path):
+    out = _out_mistakes(tmp_path)["under a file"]
+    suite = tmp_path / "s.toml"
+    suite.write_text('[[matrix]]\nexperiment = "lat"\ntransport = "shm"\n')
+    (tmp_path / "results" / "r").mkdir(parents=True)
+    (tmp_path / "results" / "r" / "peers.json").write_text('{"points": []}')
+    commands = {"suite": ["suite", suite, "--out", out], "demo": ["demo", "--out", out],
+                "bench": ["bench", "--out", out], "mesh": ["mesh", "--launch", "local", "--ranks", "2", "-t", "udp",
+                                                          "--out", out],
+                "peers": ["peers", "--tools", "fabmeter", "--out", out],
+                "report": ["report", tmp_path / "results", "-o", out / "report.html"],
+                "oneway": ["oneway", "-t", "shm", "--out", out]}
+    for name, argv in commands.items():
+        r = fm.run(*argv)
+        assert r.returncode == 2, (name, r.stderr)
+        assert f"{out}: Not a directory" in one_line_error(r.stderr), name

@@ -143,3 +143,28 @@ def test_ctrl_c(fm, tmp_path, transport):
         if cli.poll() is None:
             os.killpg(cli.pid, signal.SIGKILL)
         cli.wait()
+
+
+@pytest.mark.parametrize("args", [["lat", "-n", "1000000000000000"],
+                                  ["oneway", "--bursts", "100000", "--burst-size", "100000"],
+                                  ["stream", "--rate", "10000000", "--duration", "86400"]],
+                         ids=["lat-n", "oneway-bursts", "stream-duration"])
+def test_counts_beyond_sample_memory_are_usage_errors(fm, args):
+    # Checked against the plan's sample storage before anything is allocated: exit 2 at once, not 3
+    # ("cannot allocate") after the session started.
+    t0 = time.monotonic()
+    r = fm.run(*args, "-t", "shm", timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "B of samples in memory, over the limit of 2 GiB per point" in one_line_error(r.stderr)
+    assert time.monotonic() - t0 < 10
+
+
+def test_busy_client_and_server_on_one_cpu_warn(fm, tmp_path):
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    r = fm.run("lat", "-t", "shm", "-n", "300", "--warmup", "10", "--cpus", f"{cpu},{cpu}", "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    [warning] = [ln for ln in r.stderr.splitlines() if ln.startswith("fabmeter: warning:")]
+    assert f"--cpus {cpu},{cpu}" in warning and "measure the scheduler" in warning
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["warnings"] == [warning.split("warning: ", 1)[1]]
+    r = fm.run("lat", "-t", "shm", "-n", "300", "--warmup", "10", "--poll", "event", "--cpus", f"{cpu},{cpu}")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr   # sleeping ends take turns as they should

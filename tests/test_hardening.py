@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ENGINE, json_lines, one_line_error, run_with_pause
+from fabmeter.errors import FabmeterError
+from fabmeter.results import RunRecord
 from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, HEARTBEAT, HELLO, WELCOME, frame,
                                   read_frame)
 
@@ -166,3 +168,33 @@ def test_out_on_a_full_filesystem_samples(fm, small_fs):
     assert not list(out.glob("*.npy")) and not list(out.glob("*.tmp"))
     doc = json.loads((out / "run.json").read_text())
     assert doc["status"] == "failed" and "No space left" in doc["message"]
+
+
+def test_full_disk_keeps_the_point_statistics(fm, small_fs):
+    # The samples (160 KB) cannot be written, run.json can: the point is recorded with its
+    # statistics and samples_error, and the run says the samples were lost.
+    out = small_fs / "run"
+    r = fm.run("lat", "-t", "shm", "-n", "20000", "--out", str(out))
+    assert r.returncode == 3, r.stderr
+    assert "samples of 1 of 1 points were not written" in one_line_error(r.stderr)
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["status"] == "failed" and "No space left" in doc["message"]
+    [point] = doc["points"]
+    assert point["iterations"] == 20000 and point["latency_ns"]["p50"] > 0 and "samples" not in point
+    assert "No space left" in point["samples_error"] and ".npy" in point["samples_error"]
+    assert [p.name for p in out.iterdir()] == ["run.json"]   # no truncated array, no temporary file
+
+
+def test_full_disk_at_the_final_write_leaves_no_running_run(small_fs):
+    # run.json says "running" on disk; the disk fills; the final rewrite cannot be made, and the file
+    # left behind must not claim the run is still going. One line, exit 3.
+    record = RunRecord(small_fs / "run", {"experiment": "lat"}, command=["fabmeter", "lat"])
+    record.on_start({"points": 1, "params": {"experiment": "lat"}})
+    assert json.loads((small_fs / "run" / "run.json").read_text())["status"] == "running"
+    fill(small_fs, 0)
+    with pytest.raises(FabmeterError) as e:
+        record.finish("ok")
+    assert e.value.exit_code == 3 and "No space left" in e.value.message and "\n" not in e.value.message
+    doc = json.loads((small_fs / "run" / "run.json").read_text())
+    assert doc["status"] == "failed"
+    assert sorted(p.name for p in (small_fs / "run").iterdir()) == ["run.json"]

@@ -382,3 +382,76 @@ def test_udapl_suite_dry_run_and_a_shortened_run(fm, tmp_path, info, engine):
             assert sum(pair["throughput_series"]["c2s"]["msgs"]) == 2000, pair
     # Finished mesh points are not run again.
     assert run_suite(s, out, str(engine), None, None) == 0
+
+
+# --- a suite stays inside its results folder (docs/security.md) -------------
+
+OUTSIDE = [
+    ('name = ".."\n[[matrix]]\nexperiment = "lat"\n', "name", 1, "not '.' or '..'"),
+    ('[[matrix]]\nexperiment = "stream"\ntransport = "shm"\nsink = "file:/tmp/abs.csv"\n', "sink", 4,
+     "a file name in the point's folder"),
+    ('[[matrix]]\nexperiment = "stream"\ntransport = "shm"\nsink = ["memory", "file:../up.csv"]\n', "sink", 4,
+     "a file name in the point's folder"),
+    ('[defaults]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
+     '[[matrix]]\nssh = "sh -c \'touch /tmp/x\'"\n', "ssh", 7, "it must start with 'ssh'"),
+    ('[defaults]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
+     '[[matrix]]\nssh = "ssh -o ProxyCommand=touch"\n', "ssh", 7, "'-o ProxyCommand=touch' is not an option"),
+    ('[defaults]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
+     '[[matrix]]\nremote_fabmeter = "rm -rf ~; fabmeter"\n', "remote_fabmeter", 7, "a program named fabmeter"),
+]
+
+
+@pytest.mark.parametrize("text,key,line,words", OUTSIDE, ids=[f"{o[1]}-line{o[2]}" for o in OUTSIDE])
+def test_suite_names_nothing_outside_its_folder(tmp_path, info, text, key, line, words):
+    with pytest.raises(suite.SuiteError) as e:
+        _load(tmp_path, info, text)
+    assert e.value.line == line and f"'{key}'" in e.value.message and words in e.value.message, e.value.message
+
+
+def test_suite_ssh_of_a_safe_shape_is_taken(tmp_path, info):
+    s = _load(tmp_path, info, '[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
+                              'ssh = "ssh -p 2222 -l bob -i ~/.ssh/id -o StrictHostKeyChecking=no"\n'
+                              'remote_fabmeter = "/opt/venv/bin/fabmeter"\n')
+    assert s.points[0].mesh["ssh"].startswith("ssh -p 2222")
+
+
+def test_suite_never_follows_a_planted_symlink(fm, tmp_path):
+    """A symlink in place of a point's folder: refused before anything runs, and nothing in its
+    target is deleted or written. A link named like a sample inside a real point folder goes, and
+    the engine does not write through it."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.npy").write_bytes(b"precious")
+    (victim / "run.json").write_text("{}")
+    f = tmp_path / "s.toml"
+    f.write_text('name = "s"\n[[matrix]]\nexperiment = "lat"\ntransport = "shm"\niters = 200\nwarmup = 10\n')
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "lat-shm-busy").symlink_to(victim)
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 2, r.stderr
+    assert "lat-shm-busy is not a folder" in one_line_error(r.stderr)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.npy", "run.json"]
+    assert (victim / "keep.npy").read_bytes() == b"precious" and (victim / "run.json").read_text() == "{}"
+
+    (out / "lat-shm-busy").unlink()
+    (out / "lat-shm-busy").mkdir()
+    (out / "lat-shm-busy" / "lat-shm-busy-32B.rtt_ns.npy").symlink_to(victim / "new.npy")   # dangling
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert not (victim / "new.npy").exists()
+    assert not (out / "lat-shm-busy" / "lat-shm-busy-32B.rtt_ns.npy").is_symlink()
+    assert _run_doc(out / "lat-shm-busy")["status"] == "ok"
+
+
+def test_suite_file_sink_lands_in_the_point_folder(fm, tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('name = "s"\n[[matrix]]\nexperiment = "stream"\ntransport = "shm"\nrate = 2000\ncount = 200\n'
+                 'sink = "file:samples.csv"\n')
+    out = tmp_path / "out"
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 0, r.stderr
+    point = out / "stream-shm-busy"
+    assert (point / "samples.csv").stat().st_size > 0 and not (tmp_path / "samples.csv").exists()
+    r = fm.run("suite", f, "--out", out)   # the path it ran with is the point's: finished, not run again
+    assert r.returncode == 0 and "1 of 1 points already finished" in r.stderr, r.stderr

@@ -359,8 +359,6 @@ def rdma_table() -> Optional[tuple[str, list[list]]]:
 
 
 def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
-    out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     started = now_iso()
     env = envinfo.collect()
     engine = find_engine()

@@ -23,7 +23,7 @@ from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO,
 from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns, rendezvous as mesh_rendezvous
 from fabmeter.mesh import run as mesh_run
 from fabmeter.options import Options
-from fabmeter.results import RunRecord, now_iso, run_config, write_json
+from fabmeter.results import RunRecord, now_iso, out_folder, run_config, write_json
 
 EXPERIMENTS_HELP = {
     "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
@@ -240,9 +240,7 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     if ns.token_file is not None and not remote:
         die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, remote)
-    out = Path(ns.out).resolve() if ns.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(ns.out) if ns.out else None
     record = RunRecord(out, run_config(experiment, cpus, ns.server, engine,
                                        slo=slo.canonical(objectives) if objectives else None))
     progress = _Progress(enabled=sys.stderr.isatty() and bool(given.get("all")))
@@ -294,9 +292,7 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
     if ns.token_file is not None and ns.server is None:
         die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, ns.server is not None)
-    out = Path(ns.out).resolve() if ns.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(ns.out) if ns.out else None
     record = RunRecord(out, run_config("load", cpus, ns.server, engine, search=slo.canonical(objectives)))
     failed: list = []
 
@@ -375,6 +371,7 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
     if not 0 < ns.serve_port < 65536:
         die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
+    out = out_folder(ns.out) if ns.out and rank in (0, None) else None   # the rank that writes mesh.json
     table = engine_options(engine)
     given = table.given(ns)
     if given.get("transport") is None:
@@ -411,8 +408,8 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
             print(json.dumps(obj), flush=True)
         elif obj["type"] != "pair":
             print(mesh_output.matrix(obj, pairs), flush=True)
-        if obj["type"] == "mesh" and ns.out:     # rank 0, at the end: failed pairs are kept and marked
-            path = Path(ns.out) / mesh_output.MESH_FILE
+        if obj["type"] == "mesh" and out:     # rank 0, at the end: failed pairs are kept and marked
+            path = out / mesh_output.MESH_FILE
             write_json(path, mesh_output.record(obj, pairs, started_at, now_iso(), sys.argv, given,
                                                 envinfo.collect()))
             sys.stderr.write(f"fabmeter: results: {path}\n")
@@ -466,12 +463,12 @@ def main(argv: Optional[list[str]] = None) -> None:
             code = cmd_serve(ns)
         elif ns.command == "demo":
             from fabmeter import demo
-            code = demo.main(Path(ns.out), parse_cpus(ns.cpus))
+            code = demo.main(out_folder(ns.out), parse_cpus(ns.cpus))
         elif ns.command == "bench":
             from fabmeter import bench
             if ns.rounds < 1:
                 die("--rounds must be at least 1", EXIT_USAGE)
-            code = bench.main(Path(ns.out), ns.rounds, parse_cpus(ns.cpus))
+            code = bench.main(out_folder(ns.out), ns.rounds, parse_cpus(ns.cpus))
         elif ns.command == "suite":
             from fabmeter.suite import runner
             if info is None:
@@ -481,7 +478,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                server=ns.server)
         elif ns.command == "report":
             from fabmeter.report import html as report_html
-            code = report_html.main(Path(ns.results), Path(ns.output) if ns.output else None)
+            output = out_folder(Path(ns.output).parent, "-o") / Path(ns.output).name if ns.output else None
+            code = report_html.main(Path(ns.results), output)
         elif ns.command == "peers":
             from fabmeter.peers import command as peers_command
             code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)

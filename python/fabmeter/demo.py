@@ -53,8 +53,6 @@ def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experime
 
 
 def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
-    out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
     status = "ok"

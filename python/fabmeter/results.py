@@ -19,30 +19,74 @@ from typing import Optional
 
 from fabmeter import __version__, analysis, envinfo, run
 from fabmeter.engine import engine_info, engine_options, find_engine
-from fabmeter.errors import EXIT_RUNTIME, FabmeterError
+from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 
 
 def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def out_folder(path: Path, option: str = "--out") -> Path:
+    """The folder a command writes into (`option` names it), made with its parents if missing, resolved.
+    A path that cannot be one (a file in its place or above it, a place that takes no folders, a name too
+    long, no permission) ends the command with one line, exit 2: the argument is wrong, not the run."""
+    try:
+        path = Path(path).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "exists and is not a folder" if isinstance(e, FileExistsError) else e.strerror or str(e)
+        raise FabmeterError(f"{option} {path}: {why}", EXIT_USAGE) from None
+    return path
+
+
+# The top-level status line of a document write_json wrote (indent=2: nested keys are indented further,
+# and a string's own newlines are escaped), and what replaces it in place: as long, so it needs no room.
+_RUNNING = b'\n  "status": "running"'
+_FAILED = b'\n  "status": "failed" '
+
+
+def _mark_failed_in_place(path: Path) -> bool:
+    """Turns the file's "running" into "failed" by rewriting those bytes where they are: a full disk
+    has no room for a new copy, but an overwrite needs none. False when it could not."""
+    try:
+        with open(path, "r+b") as f:
+            at = f.read().rfind(_RUNNING)
+            if at < 0:
+                return False
+            f.seek(at)
+            f.write(_FAILED)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
+
+
 def write_json(path: Path, obj) -> None:
-    """Atomic write: a reader never sees half a file. A write that fails (a
-    full disk) leaves the previous file as it was, no temporary file, and
-    ends the command with one line."""
+    """Atomic write: a reader never sees half a file (a temporary file of our own, never one planted
+    there, synced and renamed over `path`). A write that fails (a full disk) leaves no temporary file
+    and ends the command with one line; the previous file stays, except that one claiming "running"
+    says "failed" when this document is no longer running (its run ended, but not on disk)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
         try:
-            with open(tmp, "w") as f:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            with open(fd, "w") as f:
                 json.dump(obj, f, indent=2, sort_keys=False)
                 f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
     except OSError as e:
-        raise FabmeterError(f"cannot write {path}: {e.strerror or e}", EXIT_RUNTIME) from None
+        said = ""
+        if obj.get("status", "running") != "running" and _mark_failed_in_place(path):
+            said = ' (it now says "failed": its final write was lost)'
+        raise FabmeterError(f"cannot write {path}: {e.strerror or e}{said}", EXIT_RUNTIME) from None
 
 
 def run_config(experiment: str, cpus: Optional[tuple[int, ...]], server: Optional[str], engine: str,
@@ -91,6 +135,8 @@ class RunRecord:
             self.doc["limits"] = event   # machine limits between the run's two CPUs
         elif event.get("type") == "clock":
             self.doc["clock"] = event.get("clock")   # the peer's clock fitted over the whole run
+        elif event.get("type") == "warning":
+            self.doc.setdefault("warnings", []).append(event["message"])   # what fabmeter warned of on stderr
         else:
             self.doc["engine_events"].append(event)
         self.flush()
@@ -124,7 +170,7 @@ def execute_recorded(spec: "run.RunSpec", **config_more) -> "run.RunResult":
     with the run's status (`config_more`: more keys of its "config")."""
     engine = spec.engine or find_engine()
     if spec.out is not None:
-        spec.out.mkdir(parents=True, exist_ok=True)   # the engine makes only the last level
+        out_folder(spec.out)   # the engine makes only the last level
     record = RunRecord(spec.out, run_config(spec.experiment, spec.cpus, spec.server, engine, **config_more),
                        command=equivalent_command(spec))
     res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)

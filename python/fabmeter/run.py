@@ -121,8 +121,8 @@ RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "-
 
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
     """Limits between the run's two CPUs, sized for its message; None when
-    they cannot be measured (one CPU, probe failed). Ctrl-C still stops."""
-    if not spec.cpus or len(spec.cpus) < 2:
+    they cannot be measured (one CPU, or both ends on one, probe failed). Ctrl-C still stops."""
+    if not spec.cpus or len(set(spec.cpus)) < 2:
         return None
     args = list(RECORD_LIMITS_ARGS)
     if "size" in spec.options:
@@ -147,6 +147,16 @@ def _dry_run(engine: str, spec: "RunSpec") -> None:
         raise FabmeterError(last_error_line(res.stderr), res.returncode)
 
 
+def _one_cpu_warning(spec: RunSpec, poll: str) -> Optional[str]:
+    """A busy-polling client and server pinned to one CPU take turns in the scheduler's time slices, so the
+    figures measure the scheduler (p50 in milliseconds): allowed, as an experiment may want it, but said."""
+    if spec.server is None and spec.cpus and len(spec.cpus) == 2 and spec.cpus[0] == spec.cpus[1] and poll == "busy":
+        return (f"--cpus {spec.cpus[0]},{spec.cpus[1]}: the busy-polling client and server share one CPU and take "
+                "turns in the scheduler's time slices: the figures measure the scheduler (give two CPUs, or --poll "
+                "event)")
+    return None
+
+
 def execute(spec: RunSpec,
             on_start: Optional[Callable[[dict], None]] = None,
             on_point: Optional[Callable[[dict], None]] = None,
@@ -162,6 +172,11 @@ def execute(spec: RunSpec,
     server: Optional[LocalServer] = None
     client: Optional[subprocess.Popen] = None
     client_err: list[str] = []
+    warning = _one_cpu_warning(spec, spec.options.get("poll", table["poll"].default))
+    if warning:
+        sys.stderr.write(f"fabmeter: warning: {warning}\n")
+        if on_event is not None:
+            on_event({"type": "warning", "message": warning})
     # Limits are recorded with every local run that keeps results, measured
     # before the engines start so neither disturbs the other; and the run is
     # checked first, so the limits never copy a message the run would refuse.
@@ -225,6 +240,7 @@ def execute(spec: RunSpec,
                 thread.join(timeout=2)
             rc = client.returncode
             _classify(res, rc, "\n".join(client_err), fwd, server)
+            _samples_lost(res)
         except FabmeterError as e:
             res.status = "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed"
             res.exit_code, res.message = e.exit_code, e.message
@@ -320,6 +336,16 @@ def _classify(res: RunResult, rc: int, stderr: str, fwd: procs.SignalForwarder,
     else:
         res.status, res.exit_code = "failed", EXIT_INTERNAL
         res.message = err or end_msg or f"fabmeter-engine run exited {rc}"
+
+
+def _samples_lost(res: RunResult) -> None:
+    """Points whose samples the engine could not write (a full disk) keep their statistics; a run that
+    went well otherwise failed to keep what it measured, and says so."""
+    lost = [p for p in res.points if p.get("samples_error")]
+    if lost and res.exit_code == EXIT_OK:
+        res.status, res.exit_code = "failed", EXIT_RUNTIME
+        res.message = (f"the samples of {len(lost)} of {len(res.points)} points were not written (their statistics "
+                       f"are kept): {lost[0]['samples_error']}")
 
 
 def run_limits(cpus: Optional[tuple[int, ...]], iters: Optional[int] = None,

@@ -30,7 +30,26 @@ class JsonObj {
 
 std::string json_quote(std::string_view s);
 
-// Writes a 1-D little-endian float64 array as NPY v1.0.
+// A file that appears whole or not at all: written to a temporary file of
+// our own beside `path` (mkstemp: a link planted there is never written
+// through), renamed over `path` by commit(), removed if never committed. Its
+// mode is what open() would give under the umask.
+class ReplacingFile {
+ public:
+  explicit ReplacingFile(const std::string& path);
+  ~ReplacingFile();
+  ReplacingFile(const ReplacingFile&) = delete;
+  ReplacingFile& operator=(const ReplacingFile&) = delete;
+  bool write(const void* data, size_t n);  // all of it; false on error (errno says why)
+  void commit();                            // closes and renames; throws (runtime) on failure
+  const std::string& temp_path() const { return tmp_; }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// Writes a 1-D little-endian float64 array as NPY v1.0 (a ReplacingFile).
 void write_npy_f64(const std::string& path, const double* data, size_t n);
 
 // One JSON line on stdout, flushed (the orchestrator reads it as it comes).

@@ -1,9 +1,13 @@
 #include "fabmeter/results.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "fabmeter/error.hpp"
 
@@ -53,6 +57,42 @@ JsonObj& JsonObj::add(std::string_view k, std::string_view v) { key(k); body_ +=
 JsonObj& JsonObj::add(std::string_view k, const JsonObj& v) { key(k); body_ += v.str(); return *this; }
 JsonObj& JsonObj::add_raw(std::string_view k, std::string_view json) { key(k); body_ += json; return *this; }
 
+ReplacingFile::ReplacingFile(const std::string& path) : path_(path), tmp_(path + ".XXXXXX") {
+  fd_ = ::mkstemp(tmp_.data());
+  if (fd_ < 0) sys_error("cannot create a temporary file beside " + path);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd_, 0666 & ~mask);
+}
+
+ReplacingFile::~ReplacingFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+bool ReplacingFile::write(const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n) {
+    const ssize_t k = ::write(fd_, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+void ReplacingFile::commit() {
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0 || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    errno = err;
+    sys_error("cannot write " + path_);
+  }
+}
+
 void write_npy_f64(const std::string& path, const double* data, size_t n) {
   std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(n) + ",), }";
   // magic(6) + version(2) + header length(2) + header, padded with spaces to a
@@ -60,19 +100,13 @@ void write_npy_f64(const std::string& path, const double* data, size_t n) {
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) sys_error("cannot write " + path);
-  uint16_t hlen = static_cast<uint16_t>(header.size());
+  const uint16_t hlen = static_cast<uint16_t>(header.size());
   const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  bool ok = std::fwrite(magic, 1, 8, f) == 8 && std::fwrite(&hlen, 2, 1, f) == 1 &&
-            std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
-            (n == 0 || std::fwrite(data, sizeof(double), n, f) == n);
-  if (std::fclose(f) != 0 || !ok) {
-    const int err = errno;
-    std::remove(path.c_str());  // no truncated array for a reader to trust
-    errno = err;
+  ReplacingFile f(path);  // no truncated array for a reader to trust
+  if (!f.write(magic, 8) || !f.write(&hlen, 2) || !f.write(header.data(), header.size()) ||
+      !f.write(data, n * sizeof(double)))
     sys_error("cannot write " + path);
-  }
+  f.commit();
 }
 
 void emit_line(const JsonObj& o) {

@@ -21,6 +21,8 @@ void* map_locked(size_t bytes, bool* locked) {
 }  // namespace
 
 SampleBuf::SampleBuf(size_t capacity) : cap_(capacity), bytes_(capacity * sizeof(uint64_t)) {
+  // Plans are checked against kMaxSampleBytes first; a size that wraps would map too little.
+  if (capacity > SIZE_MAX / sizeof(uint64_t)) runtime_error("sample storage of " + std::to_string(capacity) + " slots");
   data_ = static_cast<uint64_t*>(map_locked(bytes_, &locked_));
 }
 SampleBuf::SampleBuf(SampleBuf&& o) noexcept

@@ -23,12 +23,18 @@
 
 namespace fm {
 
-// What one point needs on the server beyond the transport's own buffers:
-// stamp arrays, sinks; and the least time it can take.
+// What one point needs on the server beyond the transport's own buffers
+// (stamp arrays, sinks), the least time it can take, and the sample storage
+// the client allocates and locks before it starts (kMaxSampleBytes).
 struct PointCost {
   double memory_bytes = 0;
   double seconds = 0;
+  double sample_bytes = 0;
 };
+
+// The most sample storage one point may take on the client: a plan over it
+// is refused with the plan (exit 2), never met by a failed allocation.
+inline constexpr double kMaxSampleBytes = static_cast<double>(2ull << 30);
 
 // A point's connections, for experiments with kManyConnections.
 template <class T>

@@ -26,6 +26,13 @@ inline bool seq_matches(const std::byte* data, uint64_t len, uint64_t seq) {
   return get_seq(data, len) == (static_cast<uint32_t>(seq) & mask);
 }
 
+// The round trips a lat point keeps raw: every measured one by count, at
+// most kMaxDurationSamples by --duration, none with --samples hist.
+inline uint64_t lat_raw_slots(const Params& p, uint64_t iters) {
+  if (!keep_raw(p)) return 0;
+  return p.duration > 0 ? std::min<uint64_t>(kMaxDurationSamples, static_cast<uint64_t>(p.duration * 1e7) + 1) : iters;
+}
+
 template <Transport T, Poll P>
 Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
   const Params& p = c.p;
@@ -33,10 +40,8 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   const bool by_duration = p.duration > 0;
   // --samples hist: a histogram of bounded size, so --duration has no cap.
   const bool raw = keep_raw(p);
-  const uint64_t cap = !raw ? UINT64_MAX
-                       : by_duration ? std::min<uint64_t>(kMaxDurationSamples, static_cast<uint64_t>(p.duration * 1e7) + 1)
-                                     : iters;
-  SampleBuf rtt(raw ? cap : 0);
+  SampleBuf rtt(lat_raw_slots(p, iters));
+  const uint64_t cap = raw ? rtt.capacity() : UINT64_MAX;
   std::optional<Histogram> hist;
   if (!raw) hist.emplace();
   PayloadBuf buf(size);
@@ -150,7 +155,8 @@ struct LatExperiment : ExperimentDefaults {
   static bool fixed_sizes(const Params&) { return true; }
   static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
-    return {0, counted_seconds(p, static_cast<double>(pt.size), 10000, kMinRoundTripNs)};
+    return {0, counted_seconds(p, static_cast<double>(pt.size), 10000, kMinRoundTripNs),
+            8 * static_cast<double>(lat_raw_slots(p, pt.iterations))};
   }
   template <Transport T, Poll P>
   static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {

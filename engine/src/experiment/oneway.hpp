@@ -201,11 +201,12 @@ struct OnewayExperiment : ExperimentDefaults {
       usage_error("oneway over " + p.transport +
                   " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
   }
-  static PointCost cost(const Params& p, const Caps&, const Point&) {
+  static PointCost cost(const Params& p, const Caps& caps, const Point&) {
     const double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
                          static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
     return {8 * total,  // the receive stamps
-            static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9};
+            static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9,
+            8 * total * (caps.send_completions ? 3 : 2)};  // t_subm, t_send (and t_comp)
   }
   template <Transport T, Poll P>
   static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {

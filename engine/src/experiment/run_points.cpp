@@ -14,15 +14,23 @@ const ExperimentEntry& experiment_for(const std::string& name) {
   usage_error("unknown experiment '" + name + "' (one of " + kExperiments + ")");
 }
 
+// A sample file that cannot be written (a full disk) loses the samples, not
+// the point: its statistics are in hand and go out with `samples_error`.
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {
   if (out_dir.empty() || out.arrays.empty()) return;
   JsonObj files;
+  std::string error;
   for (auto& [name, values] : out.arrays) {
     std::string file = stem + "." + name + ".npy";
-    write_npy_f64(out_dir + "/" + file, values.data(), values.size());
-    files.add(name, file);
+    try {
+      write_npy_f64(out_dir + "/" + file, values.data(), values.size());
+      files.add(name, file);
+    } catch (const Error& e) {
+      if (error.empty()) error = e.what();
+    }
   }
-  out.fields.add("samples", files);
+  if (!files.empty()) out.fields.add("samples", files);
+  if (!error.empty()) out.fields.add("samples_error", error);
 }
 
 // A control frame arrived mid-point (Status::ctrl_pending left a loop): the

@@ -304,7 +304,7 @@ struct StreamExperiment : ExperimentDefaults {
         p.count ? static_cast<double>(p.count) : std::max(1.0, (p.duration > 0 ? p.duration : 1.0) * rate);
     const double total = steps + static_cast<double>(pt.warmup);
     return {8 * total + (writes_file(p) ? kFileSinkBytes : 0),  // the receive stamps, the file sink
-            total / rate};
+            total / rate, 8 * total};                              // the client's send stamps
   }
   template <Transport T, Poll P>
   static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {

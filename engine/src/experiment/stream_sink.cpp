@@ -193,34 +193,17 @@ SinkCopy receive_sink_file(Ctrl& ctrl, const std::string& path, uint64_t bytes, 
     runtime_error("stream sink: the server announced a " + std::to_string(bytes) + " B file, more than this point can make (" +
                   std::to_string(max_bytes) + " B)");
   const uint64_t t0 = Clock::mono_ns();
-  // A temporary file beside PATH, renamed over it once complete: PATH is
-  // either the old file or the whole new one.
-  std::string tmp = path + ".XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) sys_error("stream sink: cannot create a temporary file beside " + path);
-  try {
-    const mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd, 0666 & ~mask);
-    uint64_t got = 0;
-    while (got < bytes) {
-      std::string chunk = ctrl.recv(CtrlType::exchange, "stream sink file");
-      if (chunk.empty() || chunk.size() > kSinkChunk || chunk.size() > bytes - got)
-        runtime_error("stream sink: a malformed chunk of the sink file from the server");
-      if (!write_all(fd, chunk.data(), chunk.size())) sys_error("stream sink: writing " + tmp);
-      got += chunk.size();
-    }
-    if (::close(fd) != 0) {
-      fd = -1;
-      sys_error("stream sink: writing " + tmp);
-    }
-    fd = -1;
-    if (::rename(tmp.c_str(), path.c_str()) != 0) sys_error("stream sink: cannot rename " + tmp + " to " + path);
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  // PATH is either the old file or the whole new one.
+  ReplacingFile file(path);
+  uint64_t got = 0;
+  while (got < bytes) {
+    std::string chunk = ctrl.recv(CtrlType::exchange, "stream sink file");
+    if (chunk.empty() || chunk.size() > kSinkChunk || chunk.size() > bytes - got)
+      runtime_error("stream sink: a malformed chunk of the sink file from the server");
+    if (!file.write(chunk.data(), chunk.size())) sys_error("stream sink: writing " + file.temp_path());
+    got += chunk.size();
   }
+  file.commit();
   return {bytes, static_cast<double>(Clock::mono_ns() - t0) / 1e9};
 }
 

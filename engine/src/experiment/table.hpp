@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,11 +44,28 @@ struct ExperimentEntry {
   void (*resolve)(Params&, const Caps&);
 };
 
+// E's checks against the transport's capabilities, then its plan's sample
+// storage against kMaxSampleBytes: before anything is allocated, on both ends.
+template <class E>
+void check_plan(const Params& p, const Caps& caps) {
+  E::check_caps(p, caps);
+  for (const Point& pt : E::plan(p, caps)) {
+    const double bytes = E::cost(p, caps, pt).sample_bytes;
+    if (bytes > kMaxSampleBytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g", bytes);
+      usage_error(std::string(E::name) + ": a point would keep " + text + " B of samples in memory, over the limit of " +
+                  std::to_string(static_cast<uint64_t>(kMaxSampleBytes) >> 30) +
+                  " GiB per point: give fewer messages per point");
+    }
+  }
+}
+
 template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
       ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
-                      &E::check_caps, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
+                      &check_plan<E>, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
                       &E::resolve}...};
 }
 template <class... E>

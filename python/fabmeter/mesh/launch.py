@@ -58,7 +58,8 @@ def ssh_argv(ssh: str, host: str, timeout_s: float, command: str) -> list[str]:
         raise FabmeterError(f"--ssh: {e}", EXIT_USAGE) from None
     if not base:
         raise FabmeterError("--ssh: empty command", EXIT_USAGE)
-    return [*base, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(timeout_s))}", host, command]
+    # "--": a host is never read as an option (a hostfile line "-oProxyCommand=..." would run it).
+    return [*base, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(timeout_s))}", "--", host, command]
 
 
 class Launched:

@@ -28,7 +28,7 @@ from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE,
 from fabmeter.options import parse_size
 from fabmeter.peers.base import Params
 from fabmeter.peers.registry import PEERS
-from fabmeter.results import equivalent_command, execute_recorded, now_iso, write_json
+from fabmeter.results import equivalent_command, execute_recorded, now_iso, out_folder, write_json
 
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
@@ -166,7 +166,7 @@ def table(points: list[dict], params: Params) -> str:
 
 def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: str) -> int:
     tools = _list(ns.tools, TOOLS, "tools")
-    out = Path(ns.out).resolve() if ns.out else None
+    out = out_folder(ns.out) if ns.out else None
     params = params_from(ns, cpus, out)
     started = now_iso()
     progress = sys.stderr.isatty()

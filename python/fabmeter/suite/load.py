@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from difflib import get_close_matches
@@ -25,6 +26,18 @@ MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS,
              "schedule": mesh_patterns.SCHEDULES, "launch": ("local", "ssh"), "ranks": int, "hostfile": str,
              "mesh_port": int, "ssh": str, "remote_fabmeter": str, "token_file": str}
+
+
+# A suite only names things inside its results folder, and runs nothing but fabmeter (docs/security.md):
+# `ssh` is the ssh command with these options only (none makes ssh run or write anything of the file's
+# choosing), `remote_fabmeter` the path of a fabmeter program.
+SSH_FLAGS = ("-4", "-6", "-q", "-v", "-C")
+SSH_VALUE_FLAGS = {"-p": r"\d{1,5}", "-l": r"[A-Za-z0-9._][A-Za-z0-9._-]*", "-i": r"[^\x00-\x1f]+"}
+SSH_CONFIG = ("Port", "User", "IdentityFile", "IdentitiesOnly", "ConnectTimeout", "ConnectionAttempts",
+              "ServerAliveInterval", "ServerAliveCountMax", "StrictHostKeyChecking", "Compression", "LogLevel",
+              "AddressFamily", "BatchMode")
+SSH_CONFIG_LOWER = {k.lower() for k in SSH_CONFIG}   # ssh reads its keywords in any case
+REMOTE_FABMETER_RE = re.compile(r"^(?:[A-Za-z0-9._~+-]*/)*fabmeter$")
 
 
 class SuiteError(Exception):
@@ -126,9 +139,16 @@ class Point:
         """What the engines run: the experiment, or a mesh point's mesh_experiment (its pairs')."""
         return self.mesh["mesh_experiment"] if self.mesh else self.experiment
 
-    def params(self, table: Options) -> dict:
-        """The engine's `params` this point runs with: its options over the engine's defaults."""
-        return {"experiment": self.engine_experiment, **table.defaults(), **self.options}
+    def options_in(self, folder: Path) -> dict:
+        """The options the point runs with in its results folder: a file sink's name becomes a path there."""
+        sink = self.options.get("sink", "")
+        return {**self.options, "sink": f"file:{folder / sink[len('file:'):]}"} if sink.startswith("file:") \
+            else self.options
+
+    def params(self, table: Options, folder: Optional[Path] = None) -> dict:
+        """The engine's `params` this point runs with (in `folder`): its options over the engine's defaults."""
+        return {"experiment": self.engine_experiment, **table.defaults(),
+                **(self.options_in(folder) if folder else self.options)}
 
 
 @dataclass
@@ -154,6 +174,46 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
+def _ssh_shape(value: str) -> Optional[str]:
+    """Why an `ssh` value is not `ssh` with the options a suite may give it (None: it is)."""
+    try:
+        words = shlex.split(value)
+    except ValueError as e:
+        return str(e)
+    if not words or words[0] != "ssh":
+        return "it must start with 'ssh'"
+    rest = iter(words[1:])
+    for word in rest:
+        if word in SSH_FLAGS:
+            continue
+        if word not in SSH_VALUE_FLAGS and word != "-o":
+            return f"'{word}' is not an option a suite may give"
+        arg = next(rest, "")
+        key, _, setting = arg.partition("=")
+        if not (re.fullmatch(SSH_VALUE_FLAGS[word], arg) if word in SSH_VALUE_FLAGS else
+                key.lower() in SSH_CONFIG_LOWER and re.fullmatch(r"[A-Za-z0-9._/~:-]+", setting)):
+            return f"'{word} {arg}' is not an option a suite may give"
+    return None
+
+
+def _checked_text(key: str, value: str, line: int) -> str:
+    """Text keys that would reach outside the suite's results or run commands, held to a safe shape."""
+    if key == "sink" and value.startswith("file:"):
+        name = value[len("file:"):]
+        if not name or "/" in name or name in (".", ".."):
+            raise SuiteError(f"key 'sink': a suite's file sink is a file name in the point's folder (\"file:NAME\", "
+                             f"no '/', not '.' or '..'), got {value!r}", line)
+    elif key == "ssh" and _ssh_shape(value):
+        raise SuiteError(f"key 'ssh': {_ssh_shape(value)}: a suite's ssh is \"ssh\" with {' '.join(SSH_FLAGS)}, "
+                         f"-p PORT, -l USER, -i KEYFILE or -o KEY=VALUE for KEY one of {', '.join(SSH_CONFIG)} "
+                         "(other ssh commands: fabmeter mesh --ssh)", line)
+    elif key == "remote_fabmeter" and not REMOTE_FABMETER_RE.match(value):
+        raise SuiteError(f"key 'remote_fabmeter': expected the path of a program named fabmeter (e.g. "
+                         f"\"/opt/fabmeter/bin/fabmeter\"; other commands: fabmeter mesh --remote-fabmeter), "
+                         f"got {value!r}", line)
+    return value
+
+
 def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
     """One scalar value, typed by the engine's table; the engine checks ranges when it runs."""
     def bad(expected: str):
@@ -167,7 +227,7 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
                 bad("a number from 2 to 64" if key == "ranks" else "a port number")
         elif not isinstance(value, str) or not value or (kind is not str and value not in kind):
             bad("one of " + ", ".join(kind) if kind is not str else "a non-empty string")
-        return value
+        return _checked_text(key, value, line) if kind is str else value
     if opt is None or key == "transport":   # python-side keys; transports are checked by name
         if key == "cpus":
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(,\d+)?$", str(value)):
@@ -182,9 +242,10 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
             bad("a non-empty string")
         return value
     try:
-        return opt.typed(value)
+        typed = opt.typed(value)
     except ValueError as e:
         bad(str(e))
+    return _checked_text(key, typed, line) if isinstance(typed, str) else typed
 
 
 def _unknown_key(key: str, line: int, candidates: list[str]) -> SuiteError:
@@ -237,9 +298,9 @@ def load(path: Path, info: dict) -> Suite:
             line = lines.key("", 0, key) or lines.header(key)
             raise SuiteError(f"unknown key '{key}' at the top level (expected: {', '.join(TOP_KEYS)})", line)
     name = doc.get("name", re.sub(r"[^A-Za-z0-9._-]", "_", path.stem))
-    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9._-]+$", name):
-        raise SuiteError("key 'name': expected a string of letters, digits, '.', '_' or '-' "
-                         "(it names the results folder)", lines.key("", 0, "name"))
+    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9._-]+$", name) or name in (".", ".."):
+        raise SuiteError("key 'name': expected a string of letters, digits, '.', '_' or '-', not '.' or '..' "
+                         f"(it names the results folder), got {name!r}", lines.key("", 0, "name"))
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise SuiteError("key 'description': expected a string", lines.key("", 0, "description"))

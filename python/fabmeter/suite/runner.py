@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
-from fabmeter.results import RunRecord, equivalent_command, now_iso, run_config, write_json
+from fabmeter.results import RunRecord, equivalent_command, now_iso, out_folder, run_config, write_json
 from fabmeter.suite.load import Point, Suite, SuiteError, load
 
 
@@ -93,7 +94,7 @@ def mesh_argv(point: Point, table: Options, out: Optional[Path] = None) -> list[
     for key in ("pattern", "schedule", "mesh_port", "ssh", "remote_fabmeter", "token_file"):
         if m.get(key) is not None:
             argv += ["--" + key.replace("_", "-"), str(m[key])]
-    return argv + table.engine_argv(point.options) + (["--out", str(out)] if out else [])
+    return argv + table.engine_argv(point.options_in(out) if out else point.options) + (["--out", str(out)] if out else [])
 
 
 def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[str, str, int]:
@@ -116,22 +117,45 @@ def is_finished(folder: Path, point: Point, table: Options) -> bool:
     if point.mesh:
         doc = _read_mesh(folder) or {}
         summary = doc.get("mesh") or {}
-        return (doc.get("status") == "ok" and doc.get("params") == point.options
+        return (doc.get("status") == "ok" and doc.get("params") == point.options_in(folder)
                 and [summary.get(k) for k in ("experiment", "pattern", "schedule")]
                 == [point.mesh[k] for k in ("mesh_experiment", "pattern", "schedule")])
     doc = _read_run(folder)
     if not doc or doc.get("status") != "ok":
         return False
     cfg = doc.get("config") or {}
-    return cfg.get("params") == point.params(table) and (cfg.get("suite") or {}).get("point") == point.id
+    return cfg.get("params") == point.params(table, folder) and (cfg.get("suite") or {}).get("point") == point.id
+
+
+def _open_point_folder(folder: Path) -> int:
+    """A descriptor of the point's folder, OUT/<id>, made if missing. It must be a folder of OUT itself:
+    a symlink (or a file) in its place is refused (exit 2), or the point's writes and deletions would
+    land wherever it points."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise FabmeterError(f"cannot create {folder}: {e.strerror or e}", EXIT_RUNTIME) from None
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise FabmeterError(f"{folder} is not a folder (a symlink or a file is in the place of the point's "
+                            "folder): remove it", EXIT_USAGE) from None
 
 
 def _clear(folder: Path) -> None:
-    """An unfinished point starts from an empty folder: no stale samples."""
-    if folder.is_dir():
-        for f in folder.iterdir():
-            if f.is_file() and (f.suffix == ".npy" or f.name.startswith("run.json") or f.name == MESH_FILE):
-                f.unlink()
+    """An unfinished point starts from an empty folder: no stale samples. Deleted by name within the
+    folder's descriptor (no path is followed), and only entries that are not folders: a symlink named
+    like a sample goes, not what it points to."""
+    fd = _open_point_folder(folder)
+    try:
+        for name in os.listdir(fd):
+            if ((name.endswith(".npy") or name.startswith("run.json") or name == MESH_FILE)
+                    and not stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode)):
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _recorded_verdict(folder: Path, point: Point) -> Optional[dict]:
@@ -218,7 +242,10 @@ def print_plan(suite: Suite, out: Path) -> None:
 def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
               default_cpus: Optional[tuple[int, ...]]) -> int:
     """Runs every point not finished yet; returns the exit code."""
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(out)
+    for p in suite.points:   # before anything reads or rewrites a point's folder
+        if os.path.lexists(out / p.id):
+            os.close(_open_point_folder(out / p.id))
     index = Index(out, suite)
     index.write()
     runnable = [p for p in suite.points if not p.skip]
@@ -255,7 +282,6 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             progress.start(number, p.id)
             folder = out / p.id
             _clear(folder)
-            folder.mkdir(parents=True, exist_ok=True)
             if p.mesh:
                 index.set(p.id, status="running", message="")
                 t0 = time.monotonic()
@@ -273,7 +299,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
                 continue
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
-            spec = run.RunSpec(p.experiment, p.options, cpus=cpus, server=p.server, out=folder, engine=engine)
+            spec = run.RunSpec(p.experiment, p.options_in(folder), cpus=cpus, server=p.server, out=folder, engine=engine)
             config = run_config(p.experiment, cpus, p.server, engine, slo=p.slo,
                                 suite={"name": suite.name, "file": str(suite.path), "point": p.id})
             record = RunRecord(folder, config, command=equivalent_command(spec, p.slo))
