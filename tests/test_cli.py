@@ -119,3 +119,5 @@ def test_every_command_prepares_its_out_folder_alike(fm, tmp_path):
         r = fm.run(*argv)
         assert r.returncode == 2, (name, r.stderr)
         assert f"{out}: Not a directory" in one_line_error(r.stderr), name
+    r = fm.run("report", tmp_path / "results", "-o", tmp_path)   # a folder where the HTML file should go
+    assert r.returncode == 2 and "is a folder" in one_line_error(r.stderr), r.stderr

@@ -531,11 +531,17 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
                             + (f" that could be read ({'; '.join(problems + mesh_problems)})"
                                if problems or mesh_problems else ""), EXIT_USAGE)
     output = (output or root / "report.html").resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
+    if output.is_dir():
+        raise FabmeterError(f"-o {output}: is a folder (name the HTML file)", EXIT_USAGE)
     text = build_html(root, runs, problems + mesh_problems + suite_problems + bench_problems, meshes, suites, benches)
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(output)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise FabmeterError(f"-o {output}: {e.strerror or e}", EXIT_USAGE) from None
     return output
 
 
