@@ -83,6 +83,8 @@ BAD_SUITES = [
      "ranks", 4, "expected a number from 2 to 64"),
     ('[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nranks = 3\ncpus = "0,1"\n',
      "cpus", 5, "does not apply to mesh points"),
+    ('repeat = 0\n[[matrix]]\nexperiment = "lat"\n', "repeat", 1, "from 1 to 100"),
+    ('repeat = "3"\n[[matrix]]\nexperiment = "lat"\n', "repeat", 1, "a whole number"),
 ]
 
 
@@ -207,6 +209,24 @@ def test_dry_run_lists_points_and_skips(fm, tmp_path, info):
     if missing:
         assert lines[2].startswith(f"lat-{missing}-busy  [skip: transport '{missing}' is not built")
     assert not out.exists()
+
+
+def test_repeat_runs_rounds_in_alternation_and_compare_judges_by_them(fm, tmp_path):
+    f = tmp_path / "rep.toml"
+    f.write_text('name = "rep"\nrepeat = 3\n[[matrix]]\nexperiment = "lat"\ntransport = ["shm", "udp"]\n'
+                 'poll = "event"\niters = 300\n')
+    out = tmp_path / "out"
+    r = fm.run("suite", f, "--out", out)
+    assert r.returncode == 0, r.stderr
+    order = [e["id"] for e in json.loads((out / "index.json").read_text())["points"]]
+    assert order == ["lat-shm-event.r1", "lat-udp-event.r1", "lat-udp-event.r2", "lat-shm-event.r2",
+                     "lat-shm-event.r3", "lat-udp-event.r3"]
+    assert all(json.loads((out / pid / "run.json").read_text())["status"] == "ok" for pid in order)
+    r = fm.run("compare", out, out, "--json")
+    assert r.returncode == 0, r.stderr
+    points = json.loads(r.stdout)["points"]
+    assert len(points) == 2 and all(p["method"] == "runs" and p["runs"] == [3, 3] for p in points), points
+    assert {p["verdict"] for p in points} == {"indistinguishable"}
 
 
 def test_transport_not_built_is_skipped(tmp_path, info, engine, capsys):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+
 import itertools
 import json
 import os
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +21,8 @@ from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids
 from fabmeter.suite.ids import PY_KEYS
 
-TOP_KEYS = ("name", "description", "defaults", "matrix")
+TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
+MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 # A mesh point's own keys (fabmeter mesh's options, `mesh_experiment` its --experiment) and the values each takes.
 MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS,
@@ -304,6 +306,10 @@ def load(path: Path, info: dict) -> Suite:
     description = doc.get("description", "")
     if not isinstance(description, str):
         raise SuiteError("key 'description': expected a string", lines.key("", 0, "description"))
+    repeat = doc.get("repeat", 1)
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise SuiteError(f"key 'repeat': expected a whole number of runs per point from 1 to {MAX_REPEAT}, "
+                         f"got {repeat!r}", lines.key("", 0, "repeat"))
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise SuiteError("key 'defaults': expected a table: [defaults]", lines.key("", 0, "defaults"))
@@ -439,4 +445,17 @@ def load(path: Path, info: dict) -> Suite:
             raise SuiteError(f"two different points get the id '{p.id}' ([[matrix]] at lines "
                              f"{by_id[p.id].line} and {p.line}); make them differ in a matrix key", p.line)
         points[config] = by_id[p.id] = p
-    return Suite(name, description, path, list(points.values()), table)
+    return Suite(name, description, path, rounds(list(points.values()), repeat), table)
+
+
+def rounds(points: list[Point], repeat: int) -> list[Point]:
+    """`repeat = K`: every point K times, as K rounds of the whole list (the odd rounds in order, the even
+    ones reversed, as the bench alternates), so a point's runs lie apart in time with its neighbours'
+    between them and slow drift favours none; round k of a point is the point `<id>.r<k>`."""
+    if repeat == 1:
+        return points
+    out = []
+    for k in range(1, repeat + 1):
+        for p in points if k % 2 else reversed(points):
+            out.append(replace(p, id=f"{p.id}.r{k}"))
+    return out
