@@ -80,6 +80,11 @@ def test_a_folder_against_itself_and_repeated_runs(fm, tmp_path):
     assert lat["method"] == "runs" and lat["runs"] == [3, 3] and lat["ratio"] == 1.0
     assert doc["unmatched_base"] == doc["unmatched_new"] == [] and doc["failing"] == 0
     assert doc["environment_diff"] == []
+    r = fm.run("report", tmp_path / "base", "--compare", tmp_path / "base", "-o", tmp_path / "cmp.html")
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "cmp.html").read_text()
+    assert 'id="comparison"' in html and "~ (cannot tell apart)" in html and "by the runs" not in html
+    assert ">runs (3 + 3 runs)<" in html
 
     r = fm.run("lat", "-t", "tcp", "-n", "500", "--poll", "event", "--out", tmp_path / "other" / "tcp")
     assert r.returncode == 0, r.stderr

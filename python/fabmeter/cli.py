@@ -175,6 +175,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command = sub.add_parser("report", help="one self-contained HTML report of a results folder", allow_abbrev=False)
     command.add_argument("results", metavar="RESULTS_DIR", help="searched recursively for run.json and peers.json")
     command.add_argument("-o", "--output", metavar="FILE", help="the HTML file (default: RESULTS_DIR/report.html)")
+    command.add_argument("--compare", metavar="BASE", help="put RESULTS_DIR against the results folder BASE first, "
+                                                          "as `fabmeter compare BASE RESULTS_DIR` does")
 
     from fabmeter.peers import command as peers_command
     peers_command.add_parser(sub)
@@ -479,7 +481,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif ns.command == "report":
             from fabmeter.report import html as report_html
             output = out_folder(Path(ns.output).parent, "-o") / Path(ns.output).name if ns.output else None
-            code = report_html.main(Path(ns.results), output)
+            code = report_html.main(Path(ns.results), output, Path(ns.compare) if ns.compare else None)
         elif ns.command == "peers":
             from fabmeter.peers import command as peers_command
             code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)

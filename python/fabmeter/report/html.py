@@ -16,7 +16,9 @@ from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fi
                                      fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
                                      fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fmt_ns)
+from fabmeter import compare
 from fabmeter.report import context
+from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
@@ -411,6 +413,7 @@ figcaption { font-size: .8rem; color: #5a6570; margin-top: .2rem; }
 p.machine { margin: .1rem 0 .3rem; font-size: .95rem; }
 p.warn { margin: .3rem 0; padding: .3rem .6rem; font-size: .85rem; background: #fff4e5;
          border-left: 4px solid #e67e22; }
+td.ok { color: #1a7f37; } td.bad { color: #c62828; font-weight: 600; } td.dim { color: #777; }
 details { grid-column: 1 / -1; } details > summary { cursor: pointer; font-weight: 600; margin: .4rem 0; }
 table.sortable th { cursor: pointer; } th[aria-sort="ascending"]::after { content: " \\25b2"; }
 th[aria-sort="descending"]::after { content: " \\25bc"; }
@@ -423,7 +426,7 @@ DATA_ERRORS = (ArithmeticError, AttributeError, IndexError, KeyError, TypeError,
 
 
 def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tuple[str, dict]],
-               suites: list[dict], benches: list[dict]) -> str:
+               suites: list[dict], benches: list[dict], comparison: Optional[dict] = None) -> str:
     entries = entries_of(runs)
     colors = Colors([e.label for e in entries])
     groups: dict[int, list[Entry]] = {}
@@ -447,6 +450,9 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
     histograms = drawn(section_histograms, groups, colors, anchors, not single)
     summary = histograms if single else drawn(section_summary, entries, colors, benches)
     top = [("summary", "The run" if single else "Summary", summary, ""),
+        ("comparison", "Against a base", comparison_section(comparison) if comparison else [],
+         "fabmeter compare: the ratio this/base of each matched point's headline figure, its interval and what the "
+         "data can tell (docs/cli.md#fabmeter-compare)."),
         ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
@@ -517,8 +523,9 @@ TABLE_INTRO = el("p", "The latency column says what p50, p99 and max are: ", el(
                  "and are only as comparable as their note says.", class_="meta")
 
 
-def write(root: Path, output: Optional[Path] = None) -> Path:
-    """Writes the report of everything under root; returns its path."""
+def write(root: Path, output: Optional[Path] = None, compare_with: Optional[Path] = None) -> Path:
+    """Writes the report of everything under root (with `compare_with`: a comparison against that folder
+    first); returns its path."""
     root = root.resolve()
     if not root.is_dir():
         raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
@@ -533,7 +540,9 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
     output = (output or root / "report.html").resolve()
     if output.is_dir():
         raise FabmeterError(f"-o {output}: is a folder (name the HTML file)", EXIT_USAGE)
-    text = build_html(root, runs, problems + mesh_problems + suite_problems + bench_problems, meshes, suites, benches)
+    comparison = compare.compare(compare_with, root, None) if compare_with else None
+    text = build_html(root, runs, problems + mesh_problems + suite_problems + bench_problems, meshes, suites, benches,
+                      comparison)
     tmp = output.with_name(output.name + ".tmp")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -545,8 +554,8 @@ def write(root: Path, output: Optional[Path] = None) -> Path:
     return output
 
 
-def main(root: Path, output: Optional[Path]) -> int:
-    path = write(root, output)
+def main(root: Path, output: Optional[Path], compare_with: Optional[Path] = None) -> int:
+    path = write(root, output, compare_with)
     print(path)
     sys.stdout.flush()
     return EXIT_OK
