@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, cli_cmd, json_lines, one_line_error, stop_serve
+from conftest import ENGINE, cli_cmd, json_lines, one_line_error, stop_serve, wait_until
 
 
 @pytest.fixture
@@ -345,3 +345,80 @@ def test_ctrl_c_ends_running_sessions_cleanly(fm, serve):
     assert not fm.leftovers(wait=3.0)
     left = [f for f in os.listdir("/dev/shm") for pid in kids if f.startswith(f"fabmeter-{pid}-")]
     assert not left, left
+
+
+# ---- every stop signal ends serve cleanly; a new serve clears a killed one's leftovers ----
+
+def serve_in(fm, tmpdir, *args):
+    """`fabmeter serve` whose private directories go to `tmpdir` (its TMPDIR); returns (process, event)."""
+    proc = subprocess.Popen(cli_cmd("serve", "--bind", "127.0.0.1", "--port", "0", *args),
+                            env=dict(fm.env, TMPDIR=str(tmpdir)), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    event = json.loads(proc.stdout.readline() or "{}")
+    assert event.get("event") == "listening", proc.stderr.read() if proc.poll() is not None else event
+    return proc, event
+
+
+def session_with_files(fm, event, tmp_path):
+    """A long zmq stream over ipc:// with a file sink: the session makes a directory in each of the
+    server's two private directories (its capture, its socket)."""
+    return fm.popen("stream", "-t", "zmq", "--endpoint", "ipc://", "--server", addr(event), "--rate", "1000",
+                    "--count", "30000", "--sink", f"file:{tmp_path / 'client.csv'}", "--json")
+
+
+def session_dirs(tmpdir) -> list[Path]:
+    return [sub for top in Path(tmpdir).iterdir() if top.is_dir() for sub in top.iterdir()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
+def test_stop_signals_end_serve_cleanly(fm, tmp_path, sig):
+    # SIGHUP killed the old server (exit 129), leaving its private
+    # directories in TMPDIR and its sessions running.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc, event = serve_in(fm, tmpdir)
+    client = session_with_files(fm, event, tmp_path)
+    try:
+        assert wait_until(lambda: len(session_dirs(tmpdir)) == 2, 15), list(tmpdir.rglob("*"))
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10) == 130, proc.stderr.read()
+        client.wait(timeout=15)
+    finally:
+        for p in (proc, client):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert not fm.leftovers(wait=3.0)
+    assert os.listdir(tmpdir) == []
+
+
+def test_a_new_serve_removes_what_a_killed_one_left(fm, tmp_path):
+    # After SIGKILL (of the server and its session) nothing removes the
+    # private directories: the next server in the same TMPDIR does, but never
+    # those of a server still running.
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    live, _ = serve_in(fm, tmpdir)
+    live_dirs = set(os.listdir(tmpdir))
+    doomed, event = serve_in(fm, tmpdir)
+    client = session_with_files(fm, event, tmp_path)
+    started = []
+    try:
+        assert wait_until(lambda: len(session_dirs(tmpdir)) == 2, 15), list(tmpdir.rglob("*"))
+        kids = session_pids(fm)
+        assert kids
+        doomed.kill()
+        for pid in kids:
+            os.kill(pid, signal.SIGKILL)
+        doomed.wait()
+        left = set(os.listdir(tmpdir)) - live_dirs
+        assert len(left) == 2 and len(session_dirs(tmpdir)) == 2, list(tmpdir.rglob("*"))
+        started.append(serve_in(fm, tmpdir)[0])
+        now = set(os.listdir(tmpdir))
+        assert not left & now, f"a killed server's directories stayed: {left & now}"
+        assert live_dirs <= now, "a running server's directories were removed"
+    finally:
+        for p in (live, doomed, client, *started):
+            if p.poll() is None:
+                stop_serve(p) if p is not client else p.kill()
+            p.wait()
