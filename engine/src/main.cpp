@@ -201,7 +201,8 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--max-memory", &v)) o.max_memory = parse_bytes("--max-memory", v);
     if (take(args, "--max-duration", &v)) o.max_duration = parse_seconds("--max-duration", v);
     if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
-    if (o.max_sessions == 0) fm::usage_error("--max-sessions must be at least 1");
+    if (o.max_sessions == 0 || o.max_sessions > fm::kMaxSessions)
+      fm::usage_error("--max-sessions must be 1 .. " + std::to_string(fm::kMaxSessions));
     if (take(args, "--peers", &v)) o.peers = split_hosts("--peers", v);
     v.clear();
     take(args, "--token-file", &v);
