@@ -41,10 +41,14 @@ if run there (that serve must list the --server host in its --peers); no
 --out or --cpu then. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
-serve runs each session in a process of its own (at most --max-sessions, default
-4; more are refused at once with "busy"). A client's hello must come within 2 s.
---once exits after one session, with its exit code; a connection closed before
-its hello is none.
+serve runs each session in a process of its own (at most --max-sessions, 1 ..
+1024, default 4; more are refused with "busy"). A connection takes a session
+slot only once the client has authenticated (without a token: sent a valid
+hello); until then at most 64 silent connections and 16 handshakes wait apart,
+the oldest dropped first, each for 2 s at most. --once exits after one
+session, with its exit code; a connection that never became one is none.
+SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 130); at start it removes
+what killed servers left in $TMPDIR (docs/security.md).
 Nothing a client sends names a path on the server: a stream's file sink is
 written in one fresh 0700 subdirectory per session under --data-dir (default:
 a private temporary directory, removed at exit if empty) and sent back; ipc://
