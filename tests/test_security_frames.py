@@ -254,6 +254,28 @@ def test_bad_token_files_refused(fm, clean_env, tmp_path):
         assert r.returncode == 2 and why in r.stderr, r.stderr
 
 
+def test_token_file_fifo_or_missing_exits_2_at_once(fm, clean_env, tmp_path):
+    # A FIFO blocked the old open() until someone wrote to it: serve, client
+    # and mesh hung without a word. A missing file was exit 3 (not usage).
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    for path, why in ((fifo, "not a regular file"), (tmp_path / "missing", "No such file")):
+        for args in (("serve", "--port", "0"), ("run", "lat", "-t", "tcp", "--server", "127.0.0.1:9")):
+            t0 = time.monotonic()
+            r = subprocess.run([str(ENGINE), *args, "--token-file", str(path)], env=clean_env, capture_output=True,
+                               text=True, timeout=5, stdin=subprocess.DEVNULL)
+            assert time.monotonic() - t0 < 1.0 and r.returncode == 2, (args, r.returncode, r.stderr)
+            (line,) = r.stderr.strip().splitlines()
+            assert why in line, line
+        for args in (("serve", "--port", "0"), ("lat", "-t", "tcp", "--server", "127.0.0.1:9", "-n", "10"),
+                     ("mesh", "-t", "udp", "--launch", "local", "--ranks", "2")):
+            r = subprocess.run(fm_cmd(*args, "--token-file", str(path)), env=clean_env, capture_output=True,
+                               text=True, timeout=10, stdin=subprocess.DEVNULL)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            (line,) = r.stderr.strip().splitlines()
+            assert why in line, line
+
+
 def test_client_authenticates_the_server(clean_env, token_file):
     """A fake server that does not know the token cannot pass as the real one."""
     lsock = socket.create_server(("127.0.0.1", 0))

@@ -43,10 +43,14 @@ if run there (that serve must list the --server host in its --peers); no
 to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
-serve runs each session in a process of its own (at most --max-sessions, default
-4; more are refused at once with "busy"). A client's hello must come within 2 s.
---once exits after one session, with its exit code; a connection closed before
-its hello is none.
+serve runs each session in a process of its own (at most --max-sessions, 1 ..
+1024, default 4; more are refused with "busy"). A connection takes a session
+slot only once the client has authenticated (without a token: sent a valid
+hello); until then at most 64 silent connections and 16 handshakes wait apart,
+the oldest dropped first, each for 2 s at most. --once exits after one
+session, with its exit code; a connection that never became one is none.
+SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 130); at start it removes
+what killed servers left in $TMPDIR (docs/security.md).
 Nothing a client sends names a path on the server: a stream's file sink is
 written in one fresh 0700 subdirectory per session under --data-dir (default:
 a private temporary directory, removed at exit if empty) and sent back; ipc://
@@ -203,7 +207,8 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--max-memory", &v)) o.max_memory = parse_bytes("--max-memory", v);
     if (take(args, "--max-duration", &v)) o.max_duration = parse_seconds("--max-duration", v);
     if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
-    if (o.max_sessions == 0) fm::usage_error("--max-sessions must be at least 1");
+    if (o.max_sessions == 0 || o.max_sessions > fm::kMaxSessions)
+      fm::usage_error("--max-sessions must be 1 .. " + std::to_string(fm::kMaxSessions));
     if (take(args, "--peers", &v)) o.peers = split_hosts("--peers", v);
     v.clear();
     take(args, "--token-file", &v);

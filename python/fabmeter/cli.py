@@ -134,8 +134,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
     command.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
     command.add_argument("--once", action="store_true",
-                         help="exit after one session, with its exit code (a connection closed before its hello is "
-                              "none; others are answered busy meanwhile)")
+                         help="exit after one session, with its exit code (a connection that never authenticated "
+                              "is none; others are answered busy meanwhile)")
     command.add_argument("--data-dir", metavar="DIR",
                    help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
                         "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")
@@ -144,7 +144,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--max-duration", metavar="SEC",
                    help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
     command.add_argument("--max-sessions", metavar="N",
-                   help="sessions at once, one process each; more are refused at once with 'busy' (default: 4)")
+                   help="sessions at once (1 .. 1024), one process each, taken only by clients that have "
+                        "authenticated; more are refused with 'busy' (default: 4)")
     command.add_argument("--token-file", metavar="F",
                    help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
     command.add_argument("--peers", metavar="HOST,...",

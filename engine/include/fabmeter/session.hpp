@@ -28,6 +28,10 @@ struct ClientOptions {
   bool dry_run = false;
 };
 
+// The most sessions a server may run at once (--max-sessions): each is a
+// process, and each slot a word that a client's admission looks through.
+constexpr uint32_t kMaxSessions = 1024;
+
 struct ServerOptions {
   std::string bind = "127.0.0.1";
   uint16_t port = 18515;  // kDefaultPort
@@ -38,7 +42,7 @@ struct ServerOptions {
   std::string data_dir;
   uint64_t max_memory = 0;     // bytes one session's plan may need here; 0 = a quarter of MemTotal
   double max_duration = 3600;  // seconds per session (stated up front, then a watchdog); 0 = no limit
-  uint32_t max_sessions = 4;   // sessions at once (one process each); more are answered "busy"
+  uint32_t max_sessions = 4;   // sessions at once (one process each, kMaxSessions at most); more are answered "busy"
   // Set by run_server, not options: its private 0711 directory where each
   // session makes its ipc sockets (short paths: sun_path holds 108 bytes).
   std::string ipc_root;

@@ -1,4 +1,4 @@
-// Ctrl-C and SIGTERM set one flag that every loop looks at; the handler can
+// Ctrl-C, SIGTERM and SIGHUP set one flag that every loop looks at; the handler can
 // reach nothing else, so this is the engine's only global state.
 #pragma once
 #include <csignal>

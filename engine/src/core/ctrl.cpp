@@ -429,7 +429,10 @@ Listener::Listener(const std::string& bind_addr, uint16_t port) {
     sys_error("cannot bind control port " + bind_addr + ":" + std::to_string(port));
   }
   freeaddrinfo(res);
-  if (::listen(fd_, 4) < 0) sys_error("listen");
+  // A long queue: under a flood of connections a short one is full, the
+  // kernel drops a real client's SYN and it waits for its retry; the server
+  // takes connections out of the queue faster than any flood fills it.
+  if (::listen(fd_, SOMAXCONN) < 0) sys_error("listen");
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);

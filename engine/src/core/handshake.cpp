@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "fabmeter/ctrl.hpp"
@@ -111,8 +113,10 @@ std::string load_token(const std::string& token_file) {
     return env && *env ? check_token(env, "FABMETER_TOKEN") : std::string();
   }
   const std::string source = "--token-file " + token_file;
-  int fd = ::open(token_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) sys_error("cannot open " + source);
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer; this way
+  // anything but a regular file is refused at once, by the check below.
+  int fd = ::open(token_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) usage_error("cannot open " + source + ": " + std::strerror(errno));
   struct stat st{};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

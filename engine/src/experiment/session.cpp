@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -23,6 +25,7 @@
 #include <memory>
 #include <optional>
 
+#include "experiment/admission.hpp"
 #include "experiment/common.hpp"
 #include "experiment/relay.hpp"
 #include "experiment/run_points.hpp"
@@ -216,9 +219,16 @@ namespace {
 // A client has this long to send its hello, and then its proof: a connection
 // that says nothing holds a process this long at most.
 constexpr uint32_t kHandshakeTimeoutMs = 2000;
-// A session child's exit code for a connection closed before its hello: no
-// session, so a --once server goes on listening (only the parent sees it).
-constexpr int kNoHelloRc = 100;
+// Connections that have said nothing yet wait in the accepting process (no
+// process of their own), at most this many; when all are, the oldest is
+// dropped for a new one once it has had kSilentGraceMs to speak (a client
+// sends its hello right after connecting), and the new one waits in the
+// kernel's queue until then.
+constexpr size_t kMaxSilent = 64;
+constexpr uint64_t kSilentGraceMs = 100;
+// Session processes still in their handshake (apart from --max-sessions):
+// the oldest is dropped for a new one (Admission).
+constexpr size_t kMaxHandshakes = 16;
 constexpr double kWatchdogGraceS = 2;       // set-up and result exchange beyond --max-duration
 constexpr double kKillGraceS = 5;           // then the parent kills a session that did not end
 constexpr double kStopWaitS = 3;            // on Ctrl-C/SIGTERM: how long sessions get to end cleanly
@@ -250,21 +260,45 @@ bool reads(const std::string& transport, std::string_view group) {
   return false;
 }
 
+// The names in the directory open at `fd`, without "." and "..".
+std::vector<std::string> entries(int fd) {
+  std::vector<std::string> names;
+  const int own = ::dup(fd);  // fdopendir takes its descriptor
+  DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
+  if (!listing) {
+    if (own >= 0) ::close(own);
+    return names;
+  }
+  rewinddir(listing);  // the offset is shared with `fd`
+  while (dirent* entry = readdir(listing))
+    if (std::string_view(entry->d_name) != "." && std::string_view(entry->d_name) != "..")
+      names.emplace_back(entry->d_name);
+  closedir(listing);
+  return names;
+}
+
+void remove_tree(int at, const char* name, int depth);
+
+// Removes what is in the directory open at `fd`: files, and subdirectories
+// `depth` levels deep. A symbolic link is removed, never followed.
+void empty_dir(int fd, int depth) {
+  for (const std::string& name : entries(fd))
+    if (unlinkat(fd, name.c_str(), 0) != 0 && errno == EISDIR && depth > 0) remove_tree(fd, name.c_str(), depth - 1);
+}
+
+// Removes directory `name` (relative to `at`) and what is in it, as empty_dir.
+// Absent, or a symbolic link, is left alone.
+void remove_tree(int at, const char* name, int depth) {
+  const int fd = ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  empty_dir(fd, depth);
+  ::close(fd);
+  unlinkat(at, name, AT_REMOVEDIR);
+}
+
 // Removes a directory the server made and the files it made in it (no
 // subdirectories are ever made there). Absent is fine.
-void remove_own_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
-  if (DIR* listing = fdopendir(fd)) {
-    while (dirent* entry = readdir(listing))
-      if (std::string_view(entry->d_name) != "." && std::string_view(entry->d_name) != "..")
-        unlinkat(dirfd(listing), entry->d_name, 0);
-    closedir(listing);
-  } else {
-    ::close(fd);
-  }
-  ::rmdir(dir.c_str());
-}
+void remove_own_dir(const std::string& dir) { remove_tree(AT_FDCWD, dir.c_str(), 0); }
 
 std::string session_data_dir(const ServerOptions& o, pid_t pid) { return o.data_dir + "/session-" + std::to_string(pid); }
 std::string session_ipc_dir(const ServerOptions& o, pid_t pid) { return o.ipc_root + "/" + std::to_string(pid); }
@@ -345,8 +379,14 @@ void arm_watchdog(double after_s) {
   setitimer(ITIMER_REAL, &it, nullptr);
 }
 
-// One session on the server side. Returns the exit code it would have.
-int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
+// The refusal for a client that finds every session slot taken.
+std::string busy_reason(const ServerOptions& o) {
+  return o.once ? std::string("busy: the server's one session (--once) is running")
+                : "busy: " + std::to_string(o.max_sessions) + " sessions running (the server's --max-sessions)";
+}
+
+// One session on the server side, in record `rec` of `admission`. Returns the exit code it would have.
+int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission, size_t rec) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(kHandshakeTimeoutMs);
@@ -358,7 +398,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
     // mesh's before its pairs, a port scan), not a session that failed.
     if (ctrl.frames_in() != 0 || ctrl.peek() != Ctrl::Peek::closed) throw;
     std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.peer_addr().c_str());
-    return kNoHelloRc;
+    return 0;
   }
   Hello decoded;
   try {
@@ -385,6 +425,12 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
       ctrl.send(CtrlType::fail, "authentication failed (wrong token)");
       runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
     }
+  }
+  // Only now may the client take a session slot: nobody holds one unproven.
+  switch (admission.admit(rec, getpid())) {
+    case Admission::Admit::session: break;
+    case Admission::Admit::busy: ctrl.send(CtrlType::refuse, busy_reason(o)); return 2;
+    case Admission::Admit::dropped: return 0;
   }
   // From here on the client waits for the welcome while the transport is
   // probed (fi_getinfo, devices): beats tell it this end is alive.
@@ -450,15 +496,14 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
 }
 
 // A session child: dies with the server, serves one connection, exits.
-[[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const ServerClocks& clocks, int listen_fd,
-                                pid_t server) {
+[[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission,
+                                size_t rec, pid_t server) {
   signal(SIGCHLD, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != server) _exit(130);  // the server died before the line above
-  ::close(listen_fd);
   int rc;
   try {
-    rc = serve_one(ctrl, o, clocks);
+    rc = serve_one(ctrl, o, clocks, admission, rec);
   } catch (const Error& e) {
     std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
     rc = static_cast<int>(e.kind);
@@ -473,44 +518,170 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks) {
   _exit(rc);
 }
 
-struct Child {
-  pid_t pid;
-  uint64_t started_ns;
-};
-
 int child_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 3;
 }
 
-// Collects ended sessions without waiting; returns the last one's code (-1: none ended).
-int reap(std::vector<Child>& kids, const ServerOptions& o) {
-  int last = -1, status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-    std::erase_if(kids, [&](const Child& k) { return k.pid == pid; });
-    clean_after(o, pid);
-    last = child_code(status);
-  }
-  return last;
-}
+// The server's session children and their places (Admission): at most
+// --max-sessions sessions and kMaxHandshakes connections in their handshake.
+class Children {
+ public:
+  Children(const ServerOptions& o, size_t max_sessions) : o_(o), admission_(max_sessions, kMaxHandshakes) {}
+  Admission& admission() { return admission_; }
+  bool empty() const { return kids_.empty(); }
 
-// Ctrl-C/SIGTERM: sessions end as interrupted (their transports remove their
-// segments); one that does not within kStopWaitS is killed and cleaned after.
-void stop_sessions(std::vector<Child>& kids, const ServerOptions& o) {
-  for (const Child& k : kids) kill(k.pid, SIGTERM);
-  const uint64_t deadline = Clock::mono_ns() + static_cast<uint64_t>(kStopWaitS * 1e9);
-  while (!kids.empty() && Clock::mono_ns() < deadline) {
-    reap(kids, o);
-    if (!kids.empty()) usleep(20000);
+  // A record for a new connection; with the handshake budget spent, the
+  // oldest connection still in its handshake is dropped first. None: every
+  // place is taken.
+  std::optional<size_t> place() {
+    if (std::count_if(kids_.begin(), kids_.end(), [&](const Child& k) { return handshaking(k); }) >=
+        static_cast<std::ptrdiff_t>(kMaxHandshakes))
+      drop_oldest_handshake();
+    return admission_.open();
   }
-  for (const Child& k : kids) kill(k.pid, SIGKILL);
-  for (const Child& k : kids) {
-    waitpid(k.pid, nullptr, 0);
-    clean_after(o, k.pid);
+  void started(pid_t pid, size_t rec) { kids_.push_back({pid, Clock::mono_ns(), rec}); }
+
+  // Collects ended children without waiting; returns the last ended
+  // session's code (-1: none ended; connections that never became a
+  // session do not count).
+  int reap() {
+    int last = -1, status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) last = std::max(last, ended(pid, status));
+    return last;
   }
-  kids.clear();
-}
+
+  // Kills the children older than `limit_ns` (the watchdog did not end them).
+  void kill_older_than(uint64_t limit_ns) const {
+    for (const Child& k : kids_)
+      if (Clock::mono_ns() - k.started_ns > limit_ns) kill(k.pid, SIGKILL);
+  }
+
+  // Ctrl-C/SIGTERM/SIGHUP: sessions end as interrupted (their transports
+  // remove their segments); one that does not within kStopWaitS is killed.
+  void stop() {
+    for (const Child& k : kids_) kill(k.pid, SIGTERM);
+    const uint64_t deadline = Clock::mono_ns() + static_cast<uint64_t>(kStopWaitS * 1e9);
+    while (!kids_.empty() && Clock::mono_ns() < deadline) {
+      reap();
+      if (!kids_.empty()) usleep(20000);
+    }
+    for (const Child& k : kids_) kill(k.pid, SIGKILL);
+    while (!kids_.empty()) wait_for(kids_.front().pid);
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    uint64_t started_ns;
+    size_t rec;
+  };
+
+  bool handshaking(const Child& k) const { return admission_.stage(k.rec) == Admission::Stage::handshaking; }
+
+  // kids_ is in the order the connections came.
+  void drop_oldest_handshake() {
+    for (const Child& k : kids_)
+      if (admission_.drop(k.rec)) {
+        kill(k.pid, SIGKILL);
+        wait_for(k.pid);
+        return;
+      }
+  }
+
+  void wait_for(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ended(pid, status);
+  }
+
+  // Forgets child `pid` and cleans after it; its code if it was a session, else -1.
+  int ended(pid_t pid, int status) {
+    const auto k = std::find_if(kids_.begin(), kids_.end(), [&](const Child& c) { return c.pid == pid; });
+    if (k == kids_.end()) return -1;
+    const bool session = admission_.release(k->rec, pid);
+    kids_.erase(k);
+    clean_after(o_, pid);
+    return session ? child_code(status) : -1;
+  }
+
+  const ServerOptions& o_;
+  Admission admission_;
+  std::vector<Child> kids_;
+};
+
+// Connections that have not said a word yet wait here, in the accepting
+// process, without a process of their own; one gets a process once it has
+// sent something (or closed). At most kMaxSilent wait (see there), each at
+// most kHandshakeTimeoutMs.
+class Silent {
+ public:
+  // Whether a new connection may be taken now (add).
+  bool has_room() const { return waiting_.size() < kMaxSilent || oldest_ns() >= kSilentGraceMs * 1000000; }
+
+  void add(Ctrl ctrl) {
+    if (waiting_.size() >= kMaxSilent) drop_oldest("dropped for a newer connection (" + std::to_string(kMaxSilent) +
+                                                   " connections were waiting for their first word)");
+    waiting_.push_back({std::move(ctrl), Clock::mono_ns()});
+  }
+
+  // Drops those silent for kHandshakeTimeoutMs; returns how long until the
+  // next is due, or, while there is no room, until there is.
+  timespec expire() {
+    const uint64_t limit = uint64_t{kHandshakeTimeoutMs} * 1000000;
+    while (!waiting_.empty() && oldest_ns() >= limit)
+      drop_oldest("said nothing within " + std::to_string(kHandshakeTimeoutMs / 1000) + " s");
+    if (waiting_.empty()) return {1, 0};
+    const uint64_t left = (has_room() ? limit : kSilentGraceMs * 1000000) - oldest_ns();
+    return {static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+  }
+
+  // The pollfds to watch, after those already in `fds`.
+  void watch(std::vector<pollfd>& fds) const {
+    for (const Waiting& w : waiting_) fds.push_back({w.ctrl.fd(), POLLIN, 0});
+  }
+
+  // Takes out the connections whose pollfd (from `first` in `fds`, as watch() put them) says they spoke.
+  std::vector<Ctrl> spoken(const std::vector<pollfd>& fds, size_t first) {
+    std::vector<Ctrl> out;
+    std::deque<Waiting> still;
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (fds[first + i].revents != 0)
+        out.push_back(std::move(waiting_[i].ctrl));
+      else
+        still.push_back(std::move(waiting_[i]));
+    waiting_ = std::move(still);
+    return out;
+  }
+
+  // In a session process: the other connections' sockets are not its own.
+  void close_inherited() const {
+    for (const Waiting& w : waiting_) ::close(w.ctrl.fd());
+  }
+
+ private:
+  struct Waiting {
+    Ctrl ctrl;
+    uint64_t since_ns;
+  };
+  uint64_t oldest_ns() const { return Clock::mono_ns() - waiting_.front().since_ns; }
+  // One line a second at most: under a flood, lines to a stderr nobody reads
+  // would fill its pipe and block the accepting process.
+  void drop_oldest(const std::string& why) {
+    ++dropped_;
+    if (Clock::mono_ns() - logged_ns_ >= 1000000000) {
+      std::fprintf(stderr, "fabmeter-engine: %s %s%s\n", waiting_.front().ctrl.peer_addr().c_str(), why.c_str(),
+                   dropped_ > 1 ? (" (" + std::to_string(dropped_) + " dropped since the last line)").c_str() : "");
+      logged_ns_ = Clock::mono_ns();
+      dropped_ = 0;
+    }
+    waiting_.pop_front();
+  }
+  std::deque<Waiting> waiting_;
+  uint64_t logged_ns_ = 0, dropped_ = 0;
+};
 
 uint64_t mem_total_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -523,15 +694,90 @@ uint64_t mem_total_bytes() {
   return 0;
 }
 
+// A server's private directories in $TMPDIR carry its pid, so that a later
+// server can tell whether their owner is gone: PREFIX PID-XXXXXX (mkdtemp).
+constexpr std::string_view kDataPrefix = "fabmeter-data-", kIpcPrefix = "fabmeter-ipc-";
+constexpr size_t kTempSuffix = 7;  // "-XXXXXX"
+
+std::optional<pid_t> pid_of(std::string_view digits) {
+  pid_t pid = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) return std::nullopt;
+  return pid;
+}
+
+// The server pid in the name of a server's private directory; none for any other name.
+std::optional<pid_t> temp_dir_owner(std::string_view name) {
+  for (std::string_view prefix : {kDataPrefix, kIpcPrefix}) {
+    if (!name.starts_with(prefix) || name.size() <= prefix.size() + kTempSuffix) continue;
+    const std::string_view suffix = name.substr(name.size() - kTempSuffix);
+    if (suffix[0] != '-' || !std::all_of(suffix.begin() + 1, suffix.end(), [](unsigned char c) { return std::isalnum(c) != 0; }))
+      return std::nullopt;
+    return pid_of(name.substr(prefix.size(), name.size() - prefix.size() - kTempSuffix));
+  }
+  return std::nullopt;
+}
+
+// The session pid in the name of a session's directory: "session-PID" (data) or "PID" (ipc).
+std::optional<pid_t> session_dir_pid(std::string_view name) {
+  constexpr std::string_view prefix = "session-";
+  return pid_of(name.starts_with(prefix) ? name.substr(prefix.size()) : name);
+}
+
+// The program name of a process that runs ("" for one that is gone or a
+// zombie): "PID (COMM) STATE ..." in /proc/PID/stat.
+std::string running_comm(const std::string& proc) {
+  std::ifstream f("/proc/" + proc + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open || close + 2 >= stat.size()) return "";
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X' ? "" : stat.substr(open + 1, close - open - 1);
+}
+
+// Whether `pid` is a live engine like this one (a server or its session). A
+// pid since reused by another program is not; without /proc every pid is, so
+// nothing is removed on a guess.
+bool engine_alive(pid_t pid) { return running_comm(std::to_string(pid)) == running_comm("self"); }
+
+// Removes what servers killed without cleaning up (SIGKILL) left in `base`:
+// private directories of theirs (by name; real directories, of our user)
+// whose server is no live engine any more, nor any session named in them.
+void remove_stale_dirs(const std::string& base) {
+  const int at = ::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (at < 0) return;
+  for (const std::string& name : entries(at)) {
+    const std::optional<pid_t> owner = temp_dir_owner(name);
+    if (!owner || engine_alive(*owner)) continue;
+    const int fd = ::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    const std::vector<std::string> sessions = entries(fd);
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && std::none_of(sessions.begin(), sessions.end(), [](const std::string& s) {
+          const std::optional<pid_t> pid = session_dir_pid(s);
+          return pid && engine_alive(*pid);
+        })) {
+      empty_dir(fd, 1);
+      unlinkat(at, name.c_str(), AT_REMOVEDIR);
+    }
+    ::close(fd);
+  }
+  ::close(at);
+}
+
 // The server's own places: --data-dir (made if missing), else a private
 // temporary one, removed at exit if empty; and the ipc root, always private.
+// Dead servers' private directories are removed first.
 class ServerDirs {
  public:
   explicit ServerDirs(ServerOptions& o) {
     const char* tmp = std::getenv("TMPDIR");
     std::string base = tmp && *tmp ? tmp : "/tmp";
+    remove_stale_dirs(base);
+    const std::string mine = std::to_string(getpid()) + "-XXXXXX";
     if (o.data_dir.empty()) {
-      own_data_ = make_temp(base + "/fabmeter-data-XXXXXX", 0700);
+      own_data_ = make_temp(base + "/" + std::string(kDataPrefix) + mine, 0700);
       o.data_dir = own_data_;
     } else {
       if (::mkdir(o.data_dir.c_str(), 0700) != 0 && errno != EEXIST) sys_error("--data-dir: cannot create " + o.data_dir);
@@ -541,7 +787,7 @@ class ServerDirs {
       std::free(real);
     }
     // Clients of other users must reach the ipc sockets inside: search, no listing.
-    ipc_root_ = make_temp(base + "/fabmeter-ipc-XXXXXX", 0711);
+    ipc_root_ = make_temp(base + "/" + std::string(kIpcPrefix) + mine, 0711);
     o.ipc_root = ipc_root_;
   }
   ~ServerDirs() {
@@ -619,54 +865,66 @@ int run_server(const ServerOptions& opts) {
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   sigprocmask(SIG_BLOCK, &chld, &wait_mask);
-  // --once: one session, more are answered busy; a connection closed before
-  // its hello (fabmeter mesh's reachability check) is none.
-  const size_t max_sessions = o.once ? 1 : o.max_sessions;
-  std::vector<Child> kids;
-  // The accepting loop only accepts, forks and reaps: it never reads from a
-  // client and never waits for a session.
-  for (;;) {
-    const int rc = reap(kids, o);
-    if (o.once && rc >= 0 && rc != kNoHelloRc) return rc;
-    if (stop_requested()) {
-      stop_sessions(kids, o);
-      return 130;
-    }
-    if (o.max_duration > 0) {
-      const uint64_t limit = static_cast<uint64_t>((o.max_duration + kWatchdogGraceS + kKillGraceS) * 1e9);
-      for (const Child& k : kids)
-        if (Clock::mono_ns() - k.started_ns > limit) kill(k.pid, SIGKILL);
-    }
-    // Woken early by a connection, SIGCHLD (a session ended) or Ctrl-C/SIGTERM;
-    // rarely otherwise, so a busy-polling session on the same CPU is left alone.
-    pollfd pfd{listener.fd(), POLLIN, 0};
-    const timespec slice{1, 0};
-    if (::ppoll(&pfd, 1, &slice, &wait_mask) <= 0) continue;
-    Ctrl ctrl = listener.accept(kHandshakeTimeoutMs);
-    if (ctrl.fd() < 0) continue;
-    if (kids.size() >= max_sessions) {
+  // --once: one session, more are answered busy; a connection that never
+  // became a session (fabmeter mesh's reachability check, a failed
+  // handshake) is none.
+  Children kids(o, o.once ? 1 : o.max_sessions);
+  Silent silent;
+  // A connection that has spoken gets a process of its own, or the busy
+  // answer when every place is taken.
+  auto start = [&](Ctrl ctrl) {
+    const std::optional<size_t> rec = kids.place();
+    if (!rec) {
       // A fresh connection's send buffer is empty: this never blocks.
       try {
-        ctrl.send(CtrlType::refuse, o.once ? std::string("busy: the server's one session (--once) is running")
-                                           : "busy: " + std::to_string(kids.size()) +
-                                                 " sessions running (the server's --max-sessions)");
+        ctrl.send(CtrlType::refuse, busy_reason(o));
       } catch (const Error&) {
       }
       ctrl.close_draining(0);  // no wait here: a hello already in is read, so the reason is not reset away
-      continue;
+      return;
     }
     std::fflush(stdout);
     std::fflush(stderr);
-    pid_t pid = fork();
+    const pid_t pid = fork();
     if (pid < 0) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
-      continue;
+      kids.admission().close(*rec);
+      return;
     }
     if (pid == 0) {
       sigprocmask(SIG_SETMASK, &wait_mask, nullptr);
-      session_child(std::move(ctrl), o, clocks, listener.fd(), me);
+      ::close(listener.fd());
+      silent.close_inherited();
+      session_child(std::move(ctrl), o, clocks, kids.admission(), *rec, me);
     }
-    kids.push_back({pid, Clock::mono_ns()});
+    kids.started(pid, *rec);
+  };
+  // The accepting loop only accepts, forks and reaps: it never reads from a
+  // client and never waits for a session.
+  for (;;) {
+    const int rc = kids.reap();
+    if (o.once && rc >= 0) {
+      kids.stop();  // connections still in their handshake
+      return rc;
+    }
+    if (stop_requested()) {
+      kids.stop();
+      return 130;
+    }
+    if (o.max_duration > 0)
+      kids.kill_older_than(static_cast<uint64_t>((o.max_duration + kWatchdogGraceS + kKillGraceS) * 1e9));
+    // Woken early by a connection, a silent one's first word or deadline,
+    // SIGCHLD (a session ended) or a stop signal; rarely otherwise, so a
+    // busy-polling session on the same CPU is left alone.
+    const timespec slice = silent.expire();
+    std::vector<pollfd> fds{{silent.has_room() ? listener.fd() : -1, POLLIN, 0}};
+    silent.watch(fds);
+    if (::ppoll(fds.data(), fds.size(), &slice, &wait_mask) <= 0) continue;
+    for (Ctrl& ctrl : silent.spoken(fds, 1)) start(std::move(ctrl));
+    if (fds[0].revents & POLLIN) {
+      Ctrl ctrl = listener.accept(kHandshakeTimeoutMs);
+      if (ctrl.fd() >= 0) silent.add(std::move(ctrl));
+    }
   }
 }
 

@@ -42,19 +42,32 @@ def read_token(token_file: Optional[str], environ: dict) -> bytes:
     """The shared secret from --token-file or $FABMETER_TOKEN (b"" if neither), by serve's rules
     (docs/security.md): trailing whitespace dropped, 16 to 4096 bytes, a file no other user may read."""
     if token_file is not None:
-        try:
-            if os.stat(token_file).st_mode & stat.S_IROTH:
-                raise FabmeterError(f"--token-file {token_file} is readable by every user (chmod 600 it)", EXIT_USAGE)
-            with open(token_file, "rb") as f:
-                data = f.read(MAX_TOKEN + 64)
-        except OSError as e:
-            raise FabmeterError(f"--token-file {token_file}: {e.strerror}", EXIT_USAGE) from e
+        data = _read_token_file(token_file)
     else:
         data = environ.get("FABMETER_TOKEN", "").encode()
     data = data.rstrip()
     if data and not MIN_TOKEN <= len(data) <= MAX_TOKEN:
         raise FabmeterError(f"the token must be {MIN_TOKEN} to {MAX_TOKEN} bytes, not {len(data)}", EXIT_USAGE)
     return data
+
+
+def _read_token_file(token_file: str) -> bytes:
+    """The file's bytes; anything but a regular file other users cannot read is refused at once
+    (O_NONBLOCK: a FIFO would otherwise block the open until someone writes to it)."""
+    try:
+        fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise FabmeterError(f"--token-file {token_file}: {e.strerror}", EXIT_USAGE) from e
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FabmeterError(f"--token-file {token_file}: not a regular file", EXIT_USAGE)
+        if mode & stat.S_IROTH:
+            raise FabmeterError(f"--token-file {token_file} is readable by every user (chmod 600 it)", EXIT_USAGE)
+        try:
+            return f.read(MAX_TOKEN + 64)
+        except OSError as e:
+            raise FabmeterError(f"--token-file {token_file}: {e.strerror}", EXIT_USAGE) from e
 
 
 class Channel:
