@@ -112,13 +112,14 @@ def test_remote_file_sink_comes_back_to_the_client(fm, serve, tmp_path):
 
 # ---- plans over the server's limits: refused with the reason, next client served ----
 
-@pytest.mark.parametrize("args,needle", [
-    (["lat", "-t", "tcp", "-n", "99999999999999"], "--max-duration"),
-    (["bw", "-t", "tcp", "-n", "99999999999999"], "--max-duration"),
-    (["stream", "-t", "tcp", "--rate", "10000000", "--count", "99999999999"], "--max-memory"),
+# Plans the client itself accepts (its samples within 2 GiB a point) that the server's limits refuse.
+@pytest.mark.parametrize("args,limits,needle", [
+    (["lat", "-t", "tcp", "-n", "200000000"], ["--max-duration", "10"], "--max-duration"),
+    (["bw", "-t", "tcp", "-n", "99999999999999"], [], "--max-duration"),
+    (["stream", "-t", "tcp", "--rate", "10000000", "--count", "20000000"], ["--max-memory", "64M"], "--max-memory"),
 ])
-def test_huge_plans_refused_by_the_server(fm, serve, args, needle):
-    proc, event = serve()
+def test_huge_plans_refused_by_the_server(fm, serve, args, limits, needle):
+    proc, event = serve(*limits)
     r = fm.run(*args, "--server", addr(event), timeout=60)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert needle in one_line_error(r.stderr)
