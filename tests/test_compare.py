@@ -72,10 +72,12 @@ def test_a_folder_against_itself_and_repeated_runs(fm, tmp_path):
     for i in range(3):
         r = fm.run("lat", "-t", "udp", "-n", "500", "--poll", "event", "--out", tmp_path / "base" / f"r{i}")
         assert r.returncode == 0, r.stderr
-    r = fm.run("bw", "-t", "udp", "-n", "2000", "--out", tmp_path / "base" / "bw")
+    r = fm.run("bw", "-t", "tcp", "-n", "300000", "--out", tmp_path / "base" / "bw")
     assert r.returncode == 0, r.stderr
     doc = compare_json(fm, tmp_path / "base", tmp_path / "base", "--fail-worse", "0%")
-    assert {p["point"].split()[0]: p["verdict"] for p in doc["points"]} == {"lat": stats.SAME, "bw": stats.UNKNOWN}
+    assert {p["point"].split()[0]: p["verdict"] for p in doc["points"]} == {"lat": stats.SAME, "bw": stats.SAME}
+    bw = [p for p in doc["points"] if p["point"].startswith("bw")][0]
+    assert bw["method"] == "samples" and bw["figure"] == "msg/s", bw   # messages per bin of its series
     lat = [p for p in doc["points"] if p["point"].startswith("lat")][0]
     assert lat["method"] == "runs" and lat["runs"] == [3, 3] and lat["ratio"] == 1.0
     assert doc["unmatched_base"] == doc["unmatched_new"] == [] and doc["failing"] == 0
@@ -91,6 +93,20 @@ def test_a_folder_against_itself_and_repeated_runs(fm, tmp_path):
     text = compare(fm, tmp_path / "base", tmp_path / "other")
     assert text.returncode == 0, text.stderr
     assert "only in base: lat udp" in text.stdout and "only in new: lat tcp" in text.stdout
+
+
+def test_mesh_pairs_are_matched_by_their_hosts(fm, tmp_path):
+    token = tmp_path / "token"
+    token.write_text(os.urandom(24).hex())
+    token.chmod(0o600)
+    r = fm.run("mesh", "--launch", "local", "--ranks", "3", "-t", "tcp", "--experiment", "bw", "--pattern",
+               "all-to-one", "--token-file", token, "-s", "1K", "-n", "100000", "--series-ms", "0.5",
+               "--out", tmp_path / "m", timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = compare_json(fm, tmp_path / "m", tmp_path / "m")
+    assert sorted(p["point"] for p in doc["points"]) == ["mesh bw tcp 127.0.0.1#1 -> 127.0.0.1#0",
+                                                        "mesh bw tcp 127.0.0.1#2 -> 127.0.0.1#0"], doc
+    assert {(p["figure"], p["verdict"], p["method"]) for p in doc["points"]} == {("Gbit/s", stats.SAME, "samples")}
 
 
 def test_refusals(fm, tmp_path):

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
+
+import numpy as np
 
 from fabmeter import analysis, stats
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.report import model
-
-import numpy as np
 
 # Params that say how long or where a run measured, not what: left out of the match.
 NOT_WHAT = {"iters", "warmup", "duration", "count", "timeout_ms", "seed", "samples", "cpu", "port"}
@@ -57,11 +58,22 @@ def _percent(text: str) -> float:
 _percent.__name__ = "percentage"   # argparse's error names the type
 
 
+@dataclass
+class Item:
+    """One measured figure of a folder, as compare matches and judges it."""
+    key: tuple                                      # equal keys: the same measurement in two folders
+    label: str
+    figure: str                                     # what the value is, with its unit
+    value: Optional[float]
+    higher_is_better: bool
+    samples: Callable[[], Optional[np.ndarray]] = lambda: None   # samples of the figure's quantity, if kept
+
+
 def point_key(entry: model.Entry) -> tuple:
-    """What a point measured: equal keys are the same measurement in two folders."""
+    """What a run's point measured."""
     params = {k: v for k, v in entry.run.params.items() if k not in NOT_WHAT}
     p = entry.point
-    where = tuple((k, p.get(k)) for k in ("size", "rate_hz", "values", "offered_rps", "phase", "src", "dst")
+    where = tuple((k, p.get(k)) for k in ("size", "rate_hz", "values", "offered_rps", "phase")
                   if p.get(k) is not None)
     server = (entry.run.doc.get("config") or {}).get("server")   # HOST:PORT; the port is new every serve
     host = str(server).rsplit(":", 1)[0] if server else None
@@ -69,29 +81,66 @@ def point_key(entry: model.Entry) -> tuple:
             str(p.get("poll", params.get("poll"))), host, json.dumps(params, sort_keys=True, default=str), where)
 
 
-def figure_of(entry: model.Entry) -> tuple[str, Optional[float], bool]:
-    """(name, value, higher_is_better) of the point's headline figure."""
+def item_of_point(entry: model.Entry) -> Item:
     p = entry.point
+    server = (entry.run.doc.get("config") or {}).get("server")
+    label = f"{entry.experiment} {entry.label} {entry.where()}" + (f" to {server.rsplit(':', 1)[0]}" if server else "")
     if entry.experiment == "bw" and isinstance(p.get("msg_rate"), (int, float)):
-        return "msg/s", float(p["msg_rate"]), True
-    lat = p.get("latency_ns") if isinstance(p.get("latency_ns"), dict) else {}
-    value = lat.get("p50")
-    kind = "RTT/2" if entry.rtt_half else "one-way"
-    return f"p50 {kind} ns", float(value) if isinstance(value, (int, float)) else None, False
+        return Item(point_key(entry), label, "msg/s", float(p["msg_rate"]), True, lambda: bins_of(p))
+    value = (p.get("latency_ns") if isinstance(p.get("latency_ns"), dict) else {}).get("p50")
+    return Item(point_key(entry), label, f"p50 {'RTT/2' if entry.rtt_half else 'one-way'} ns",
+                float(value) if isinstance(value, (int, float)) else None, False, entry.samples)
 
 
-def judge(base: list[model.Entry], new: list[model.Entry]) -> tuple[str, stats.Comparison]:
+def bins_of(point: dict) -> Optional[np.ndarray]:
+    """A bw point's messages per bin of its throughput series (client to server), its first and last bins
+    left out (a bin the measured window cuts is partial): the samples of its message rate."""
+    series = ((point.get("throughput_series") or {}).get("c2s") or {}).get("msgs")
+    if not isinstance(series, list) or len(series) < 3 or not all(isinstance(x, (int, float)) for x in series):
+        return None
+    return np.asarray(series[1:-1], dtype=np.float64)
+
+
+def items_of_mesh(doc: dict) -> list[Item]:
+    """A mesh.json's pairs, each matched by its hosts (not ranks, which a hostfile may reorder; ranks where
+    hosts repeat, as on one machine) and what the mesh measured."""
+    summary = doc["mesh"]
+    hosts = [str(h) for h in summary.get("hosts") or []]
+    if len(set(hosts)) < len(hosts):
+        hosts = [f"{h}#{rank}" for rank, h in enumerate(hosts)]
+    params = json.dumps({k: v for k, v in (doc.get("params") or {}).items() if k not in NOT_WHAT},
+                        sort_keys=True, default=str)
+    experiment = str(summary.get("experiment"))
+    out = []
+    for pair in doc.get("pairs") or []:
+        if not isinstance(pair, dict) or pair.get("status") != "ok":
+            continue
+        src, dst = (hosts[r] if isinstance(r, int) and 0 <= r < len(hosts) else str(r)
+                    for r in (pair.get("src"), pair.get("dst")))
+        key = ("mesh", experiment, str(summary.get("transport")), str(summary.get("pattern")), src, dst,
+               pair.get("size"), params)
+        label = f"mesh {experiment} {summary.get('transport')} {src} -> {dst}"
+        if experiment == "bw":   # its throughput series is its samples, as a bw run's
+            value, figure, higher, samples = pair.get("gbps"), "Gbit/s", True, lambda p=pair: bins_of(p)
+        else:
+            value = (pair.get("latency_ns") or {}).get("p50")
+            figure, higher, samples = f"p50 {pair.get('latency_kind') or 'one-way'} ns", False, lambda: None
+        out.append(Item(key, label, figure, float(value) if isinstance(value, (int, float)) else None, higher,
+                        samples))
+    return out
+
+
+def judge(base: list[Item], new: list[Item]) -> stats.Comparison:
     """One point's runs on each side: by the runs' figures when each side repeated it (MIN_RUNS), else by
-    the raw latency samples, else the two figures with no verdict."""
-    name, _, higher = figure_of(base[0])
-    figures = [[v for v in (figure_of(e)[1] for e in side) if v is not None] for side in (base, new)]
+    their samples (latency: the raw samples; bw: messages per bin), else the two figures with no verdict."""
+    higher = base[0].higher_is_better
+    figures = [[i.value for i in side if i.value is not None] for side in (base, new)]
     if min(len(f) for f in figures) >= MIN_RUNS:
-        return name, stats.compare_runs(figures[0], figures[1], higher)
-    if not higher:
-        samples = [[s for s in (e.samples() for e in side) if s is not None] for side in (base, new)]
-        if all(samples):
-            return name, stats.compare_samples(np.concatenate(samples[0]), np.concatenate(samples[1]))
-    return name, stats.compare_values(stats.median(figures[0]), stats.median(figures[1]))
+        return stats.compare_runs(figures[0], figures[1], higher)
+    samples = [[s for s in (i.samples() for i in side) if s is not None] for side in (base, new)]
+    if all(samples):
+        return stats.compare_samples(np.concatenate(samples[0]), np.concatenate(samples[1]), higher)
+    return stats.compare_values(stats.median(figures[0]), stats.median(figures[1]))
 
 
 def flat(doc, prefix: str = "") -> dict[str, str]:
@@ -106,61 +155,58 @@ def flat(doc, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def env_diff(base_runs: list[model.Run], new_runs: list[model.Run]) -> list[tuple[str, str, str]]:
-    """(field, base, new) for every recorded environment field whose value differs (first run of each side)."""
-    def first_env(runs):
-        for r in runs:
-            if not r.peer and isinstance(r.doc.get("environment"), dict):
-                return flat(r.doc["environment"])
-        return {}
-    b, n = first_env(base_runs), first_env(new_runs)
+def env_diff(base: list[dict], new: list[dict]) -> list[tuple[str, str, str]]:
+    """(field, base, new) for every field of the first recorded environment of each side that differs."""
+    b, n = flat(base[0]) if base else {}, flat(new[0]) if new else {}
     keys = sorted(set(b) | set(n))
     return [(k, b.get(k, "-"), n.get(k, "-")) for k in keys
             if b.get(k) != n.get(k) and not any(part in VOLATILE_ENV for part in k.split("."))]
 
 
-def load_folder(path: Path) -> tuple[list[model.Run], list[model.Entry]]:
+def load_folder(path: Path) -> tuple[list[dict], list[Item]]:
+    """A folder's recorded environments and its items: every point of every run.json below it and every
+    pair of every mesh.json."""
     if not path.is_dir():
         raise FabmeterError(f"compare: {path}: not a results folder", EXIT_USAGE)
     runs, problems = model.load(path)
-    for problem in problems:
+    meshes, mesh_problems = model.load_meshes(path)
+    for problem in problems + mesh_problems:
         sys.stderr.write(f"fabmeter: warning: compare: {path}: {problem}\n")
     runs = [r for r in runs if not r.peer]
-    entries = [e for e in model.entries_of(runs) if not e.point.get("partial")]
-    if not entries:
-        raise FabmeterError(f"compare: {path}: no measured point (no run.json below it)", EXIT_USAGE)
-    return runs, entries
-
-
-def label(entry: model.Entry) -> str:
-    server = (entry.run.doc.get("config") or {}).get("server")
-    return f"{entry.experiment} {entry.label} {entry.where()}" + (f" to {server.rsplit(':', 1)[0]}" if server else "")
+    items = [item_of_point(e) for e in model.entries_of(runs) if not e.point.get("partial")]
+    for _, doc in meshes:
+        items += items_of_mesh(doc)
+    if not items:
+        raise FabmeterError(f"compare: {path}: no measured point (no run.json or mesh.json below it)", EXIT_USAGE)
+    envs = [d["environment"] for d in [r.doc for r in runs] + [doc for _, doc in meshes]
+            if isinstance(d.get("environment"), dict)]
+    return envs, items
 
 
 def compare(base: Path, new: Path, fail_worse: Optional[float]) -> dict:
-    base_runs, base_entries = load_folder(base)
-    new_runs, new_entries = load_folder(new)
+    base_envs, base_items = load_folder(base)
+    new_envs, new_items = load_folder(new)
     groups: dict[tuple, tuple[list, list]] = {}
-    for side, entries in enumerate((base_entries, new_entries)):
-        for e in entries:
-            groups.setdefault(point_key(e), ([], []))[side].append(e)
+    for side, items in enumerate((base_items, new_items)):
+        for i in items:
+            groups.setdefault(i.key, ([], []))[side].append(i)
     rows, failing = [], 0
     for b, n in groups.values():
         if not (b and n):
             continue
-        figure, c = judge(b, n)
-        fails = (fail_worse is not None and c.interval is not None and
-                 stats.verdict(c.interval, figure == "msg/s", 1 + fail_worse if figure != "msg/s"
-                               else 1 / (1 + fail_worse)) == stats.WORSE)
+        c = judge(b, n)
+        higher = b[0].higher_is_better
+        limit = None if fail_worse is None else 1 / (1 + fail_worse) if higher else 1 + fail_worse
+        fails = limit is not None and stats.verdict(c.interval, higher, limit) == stats.WORSE
         failing += fails
         added = None if c.interval is None or c.base is None else [(c.interval[0] - 1) * c.base,
                                                                    (c.interval[1] - 1) * c.base]
-        rows.append({"point": label(n[0]), "figure": figure, "runs": [len(b), len(n)], **c.json(),
+        rows.append({"point": n[0].label, "figure": b[0].figure, "runs": [len(b), len(n)], **c.json(),
                      "difference_interval": added, "fails": fails})
     return {"base": str(base), "new": str(new), "environment_diff": [
-                {"field": f, "base": bv, "new": nv} for f, bv, nv in env_diff(base_runs, new_runs)],
-            "points": rows, "unmatched_base": [label(b[0]) for b, n in groups.values() if not n],
-            "unmatched_new": [label(n[0]) for b, n in groups.values() if not b],
+                {"field": f, "base": bv, "new": nv} for f, bv, nv in env_diff(base_envs[:1], new_envs[:1])],
+            "points": rows, "unmatched_base": [b[0].label for b, n in groups.values() if not n],
+            "unmatched_new": [n[0].label for b, n in groups.values() if not b],
             "fail_worse": fail_worse, "failing": failing}
 
 
