@@ -39,6 +39,9 @@ MIN_LINKS = 4            # fewer judged links: nothing is flagged (no distributi
 HOST_MIN_LINKS = 2       # a host's side with fewer judged links is not judged
 
 
+FIGURE_WORDS = {"latency_p50_ns": "p50 latency", "gbps": "throughput (Gbit/s)"}
+
+
 def figure_of(experiment: str) -> tuple[str, bool]:
     """(the figure judged, whether higher is slower): p50 latency, or bw's Gbit/s."""
     return ("gbps", False) if experiment == "bw" else ("latency_p50_ns", True)
@@ -61,7 +64,7 @@ def rule(experiment: str, k: float = K_MADS, min_relative: float = MIN_RELATIVE)
     return {"figure": figure, "slow_is": "higher" if higher_is_slower else "lower", "k_mads": k,
             "mad_scale": MAD_SCALE, "min_relative_difference": min_relative, "min_links": MIN_LINKS,
             "host_min_links": HOST_MIN_LINKS,
-            "text": (f"a link is an outlier when its {figure} lies more than {k:g} scaled MADs "
+            "text": (f"a link is an outlier when its {FIGURE_WORDS[figure]} lies more than {k:g} scaled MADs "
                      f"(1.4826 x the median absolute deviation) from the median of all links and at least "
                      f"{min_relative * 100:g} % from it; a host is flagged when more than half of its links "
                      f"as the source (out), or as the destination (in), are outliers in the same direction "
