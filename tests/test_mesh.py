@@ -344,6 +344,10 @@ def test_delay_on_one_link_shows_on_that_pair_only(fm, four_hosts, token_file):
 ISOLATED = ["--bursts", "120", "--burst-size", "1", "--pause-us", "2000", "--warmup", "10", "-s", "32",
             "--poll", "event"]
 HOST_DELAY_US = 400
+# The rule's floor for this machine: at a load average of 5 from other work an undelayed link's p50 came out
+# 2.5 x the links' median (26 us against 10 us; by the MADs, score +11.8: the default rule rightly flags it),
+# while the delayed links sit 20 x or more above it. A floor of +500 % lies between the two.
+NOISY_FLOOR = ["--outlier-floor", "500"]
 
 
 def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_path):
@@ -353,7 +357,7 @@ def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_pat
     hosts = [addr for _, addr in four_hosts]
     with delay_line(ns_a, HOST_DELAY_US, ["-p", "udp"]):
         rc, out, err, others = run_ranks(fm, hosts, ["-t", "udp", "--schedule", "scheduled", "--token-file",
-                                                     token_file, "--out", tmp_path, *ISOLATED],
+                                                     token_file, "--out", tmp_path, *ISOLATED, *NOISY_FLOOR],
                                          [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
     assert rc == 0 and others == {1: 0, 2: 0, 3: 0}, err
     doc = json.loads((tmp_path / "mesh.json").read_text())
@@ -362,6 +366,7 @@ def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_pat
               for p in doc["pairs"]}
     print("median us", found["median"] / 1e3, "scaled MAD us", found["scaled_mad"] / 1e3, "scores", scores)
     print(out)
+    assert found["rule"]["min_relative_difference"] == 5 and found["rule"]["k_mads"] == 3.5
     assert sorted((x["src"], x["dst"]) for x in found["links"]) == [(0, 1), (0, 2), (0, 3)], found
     assert all(x["direction"] == "slow" and x["figure"] >= 0.8 * HOST_DELAY_US * 1e3 for x in found["links"])
     assert [(h["rank"], h["sides"]) for h in found["hosts"]] == \
@@ -641,6 +646,8 @@ def test_mesh_refuses_without_a_rank_or_a_token_beyond_loopback(fm):
     assert r.returncode == 2 and "no rank" in one_line_error(r.stderr)
     r = fm.run("mesh", "--hosts", LOOPBACK4, "--rank", "0", "-t", "udp", "--experiment", "bw", "--bursts", "3")
     assert r.returncode == 2 and "--bursts does not apply to 'bw'" in one_line_error(r.stderr)
+    r = fm.run("mesh", "--hosts", LOOPBACK4, "--rank", "0", "-t", "udp", "--outlier-mads", "0")
+    assert r.returncode == 2 and "--outlier-mads must be above 0" in one_line_error(r.stderr)
 
 
 # --- --launch serve: a `fabmeter serve --peers` on every host, no ranks ------------

@@ -94,6 +94,16 @@ def test_failed_pairs_and_small_meshes_are_not_judged():
     assert [(x["src"], x["dst"]) for x in ring["links"]] == [(0, 1)] and ring["hosts"] == []   # one link a side
 
 
+def test_a_higher_floor_or_more_mads_let_a_noisy_link_pass():
+    """--outlier-floor and --outlier-mads: a link 2.5 x the median is flagged by default, not with a floor of
+    500 %; the rule says which figures it used."""
+    pairs = mesh_pairs(4, lambda s, d: 10_000.0 * jitter(s, d) * (2.5 if (s, d) == (2, 1) else 1.0))
+    assert [(x["src"], x["dst"]) for x in outliers.find("oneway", pairs, HOSTS[:4])["links"]] == [(2, 1)]
+    found = outliers.find("oneway", pairs, HOSTS[:4], min_relative=5.0)
+    assert found["links"] == [] and found["rule"]["min_relative_difference"] == 5.0 and "500 %" in found["rule"]["text"]
+    assert outliers.find("oneway", pairs, HOSTS[:4], k=1e5)["links"] == []
+
+
 def test_the_rule_is_stated():
     rule = outliers.rule("oneway")
     assert rule["k_mads"] == 3.5 and rule["min_relative_difference"] == 0.25 and rule["figure"] == "latency_p50_ns"

@@ -85,6 +85,7 @@ class Summary:
         self.pairs: list[dict] = []
         self.rounds: list[dict] = []
         self.environments: list[Optional[dict]] = [None] * len(hosts)   # per rank: envinfo.identity, if known
+        self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
         self.pairs.append(pair)
@@ -105,7 +106,7 @@ class Summary:
                 "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
                 "start_clock_error_ns": self.start_clock_error_ns,
-                "outliers": outliers.find(self.experiment, self.pairs, self.hosts),
+                "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
                 "environments": self.environments}
 

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import launch, output, patterns, rendezvous
+from fabmeter.mesh import launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
@@ -66,6 +66,7 @@ class MeshSpec:
                                                               # rank's host runs fabmeter; every rank's args but
                                                               # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
+    outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
 
 
 @dataclass
@@ -272,6 +273,7 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
                                  max((p.offset_error_ns for p in peers.values()), default=0))
         summary.environments = [env] + [peers[r].env for r in range(1, n)]
+        summary.outlier_rule = spec.outlier_rule
         for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
             _one_round(spec, index, pairs, peers, ports, inbox, summary, emit)
         for peer in peers.values():
@@ -429,6 +431,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     address = [host_port(h, spec.serve_port) for h in spec.hosts]
     _check_serves(spec, address)
     summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options, 0)
+    summary.outlier_rule = spec.outlier_rule
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
     for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
         start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
