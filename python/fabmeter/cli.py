@@ -124,7 +124,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--outlier-mads", metavar="K", type=float, default=mesh_outliers.K_MADS,
                          help="a link is an outlier beyond K scaled MADs of the links' median (default: %(default)s)")
     command.add_argument("--outlier-floor", metavar="PCT", type=float, default=mesh_outliers.MIN_RELATIVE * 100,
-                         help="... and at least PCT %% from it (default: %(default)g)")
+                         help="... and also at least PCT %% from that median (default: %(default)g)")
     command.add_argument("--out", metavar="DIR",
                          help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
                               "(`fabmeter report DIR` draws them); other ranks ignore it")
