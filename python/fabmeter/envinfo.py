@@ -11,6 +11,7 @@ import platform
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -106,11 +107,14 @@ IDENTITY_FIELDS = ("kernel_release", "kernel_version", "cpu_model", "cpu_count",
 IDENTITY_KEYS = ("hostname", "interface", "collected_by", *IDENTITY_FIELDS)  # hostname, interface: not compared
 
 
-def route_interface(address: str) -> Optional[str]:
+ROUTE_BUDGET_S = 3.0     # for all the look-ups together: a rank must join within the control timeout
+
+
+def route_interface(address: str, timeout: float = ROUTE_BUDGET_S) -> Optional[str]:
     """The interface the kernel routes `address` through (`ip route get`), None if it cannot tell."""
     try:
         addr = socket.getaddrinfo(address, None, type=socket.SOCK_DGRAM)[0][4][0]
-        out = subprocess.run(["ip", "-o", "route", "get", addr], capture_output=True, text=True, timeout=5,
+        out = subprocess.run(["ip", "-o", "route", "get", addr], capture_output=True, text=True, timeout=timeout,
                              stdin=subprocess.DEVNULL)
     except (OSError, socket.gaierror, subprocess.SubprocessError, IndexError):
         return None
@@ -162,8 +166,12 @@ def identity(peers: list[str]) -> dict:
     routes the peers' addresses through, with its MTU, link speed, driver and NUMA node (sysfs). Unknown: None,
     never guessed."""
     names = []
+    deadline = time.monotonic() + ROUTE_BUDGET_S
     for peer in list(dict.fromkeys(peers))[:MAX_ROUTED]:
-        name = route_interface(peer)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        name = route_interface(peer, left)
         if name and name not in names:
             names.append(name)
     govs = sorted({g for g in governors().values() if g})
