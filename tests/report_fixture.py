@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fabmeter import envinfo
-from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns
+from fabmeter.mesh import outliers as mesh_outliers, output as mesh_output, patterns as mesh_patterns
 
 STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 
@@ -181,6 +181,11 @@ def _mesh(folder: Path, rng) -> None:
                "schedule": "scheduled", "hosts": hosts, "pairs": len(pairs), "failed": 1,
                "rounds": [{"round": i, "pairs": [], "start_skew_ns": 500000 + i} for i in range(3)],
                "round_start_skew_ns": 500002, "start_clock_error_ns": 80000}
+    # The slow link both ways is flagged; host 3's interface runs another MTU.
+    envs = [{**envinfo.valid_identity({}), "collected_by": "rank", "kernel_release": "6.1.0-18-amd64",
+             "mtu": 1500 if r == 3 else 9000} for r in range(4)]
+    summary.update(outliers=mesh_outliers.find("oneway", pairs, hosts),
+                   drift=mesh_outliers.drift(hosts, envs, envinfo.IDENTITY_FIELDS), environments=envs)
     folder.mkdir(parents=True, exist_ok=True)
     doc = mesh_output.record(summary, pairs, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:09+00:00",
                              ["fabmeter", "mesh"], {"transport": "udp"}, envinfo.collect())

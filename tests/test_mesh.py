@@ -339,6 +339,62 @@ def test_delay_on_one_link_shows_on_that_pair_only(fm, four_hosts, token_file):
     assert len(below) >= len(undelayed) - 1, (delayed_min, undelayed)
 
 
+# Isolated messages (a burst of one, 2 ms apart): each one-way latency is one wake-up, not a place in a queue
+# behind its burst, so the links' p50s agree within tens of microseconds on 2 loaded CPUs.
+ISOLATED = ["--bursts", "120", "--burst-size", "1", "--pause-us", "2000", "--warmup", "10", "-s", "32",
+            "--poll", "event"]
+HOST_DELAY_US = 400
+# The rule's floor for this machine: at a load average of 5 from other work an undelayed link's p50 came out
+# 2.5 x the links' median (26 us against 10 us; by the MADs, score +11.8: the default rule rightly flags it),
+# while the delayed links sit 20 x or more above it. A floor of +500 % lies between the two.
+NOISY_FLOOR = ["--outlier-floor", "500"]
+
+
+def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_path):
+    """Every udp packet host 0 sends is delayed by 400 us: its three outgoing links, and no other link, are
+    outliers by the stated rule, and host 0 is flagged as a slow source; its peers are not flagged."""
+    (ns_a, _), *_ = four_hosts
+    hosts = [addr for _, addr in four_hosts]
+    with delay_line(ns_a, HOST_DELAY_US, ["-p", "udp"]):
+        rc, out, err, others = run_ranks(fm, hosts, ["-t", "udp", "--schedule", "scheduled", "--token-file",
+                                                     token_file, "--out", tmp_path, *ISOLATED, *NOISY_FLOOR],
+                                         [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
+    assert rc == 0 and others == {1: 0, 2: 0, 3: 0}, err
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    found = doc["outliers"]
+    scores = {(p["src"], p["dst"]): round(((p["latency_ns"]["p50"] - found["median"]) / found["scaled_mad"]), 1)
+              for p in doc["pairs"]}
+    print("median us", found["median"] / 1e3, "scaled MAD us", found["scaled_mad"] / 1e3, "scores", scores)
+    print(out)
+    assert found["rule"]["min_relative_difference"] == 5 and found["rule"]["k_mads"] == 3.5
+    assert sorted((x["src"], x["dst"]) for x in found["links"]) == [(0, 1), (0, 2), (0, 3)], found
+    assert all(x["direction"] == "slow" and x["figure"] >= 0.8 * HOST_DELAY_US * 1e3 for x in found["links"])
+    assert [(h["rank"], h["sides"]) for h in found["hosts"]] == \
+        [(0, [{"side": "out", "direction": "slow", "flagged": 3, "links": 3}])], found
+    assert "host 0 10." in out and "slow as source (3 of 3 links)" in out, out      # the section under the matrix
+
+
+def test_a_changed_mtu_is_named_in_the_drift(fm, four_hosts, token_file, tmp_path):
+    """Host 2's interface at MTU 1400, the others at 1500: each rank records the MTU of the interface its route
+    to the peers takes, and the drift list names host 2 and the field, and nothing else (one machine)."""
+    (ns_c, _) = four_hosts[2]
+    hosts = [addr for _, addr in four_hosts]
+    dev = subprocess.run(["ip", "-n", ns_c, "-o", "route", "get", hosts[0]], capture_output=True, text=True,
+                         check=True).stdout.split(" dev ")[1].split()[0]
+    subprocess.run(["ip", "-n", ns_c, "link", "set", "dev", dev, "mtu", "1400"], check=True)
+    rc, out, err, _ = run_ranks(fm, hosts, ["-t", "udp", "--pattern", "ring", "--schedule", "chaotic",
+                                            "--token-file", token_file, "--out", tmp_path, *SMALL],
+                                [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    envs = [h["environment"] for h in doc["per_host"]]
+    assert [e["mtu"] for e in envs] == [1500, 1500, 1400, 1500] and envs[2]["interface"] == dev, envs
+    assert doc["drift"]["hosts_reporting"] == [0, 1, 2, 3]
+    (mtu,) = doc["drift"]["fields"]
+    assert mtu["field"] == "mtu" and mtu["majority"] == 1500 and mtu["minority_ranks"] == [2], mtu
+    assert "mtu: 1500 on 0 1 3; 1400 on 2" in out, out
+
+
 # --- loopback ---------------------------------------------------------------------
 
 LOOPBACK4 = ",".join(["127.0.0.1"] * 4)
@@ -441,7 +497,11 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
             assert p["latency_kind"] == "rtt/2" and p["latency_ns"]["p50"] > 0 and p["gbps"] is None, p
     # --out: rank 0's mesh.json holds the same pairs, their N x N matrices and per-host figures; the report draws them.
     doc = json.loads((tmp_path / "mesh" / "mesh.json").read_text())
-    assert doc["status"] == "ok" and doc["mesh"] == lines[-1] and doc["pairs"] == pairs
+    summary = {k: v for k, v in lines[-1].items() if k not in ("outliers", "drift", "environments")}
+    assert doc["status"] == "ok" and doc["mesh"] == summary and doc["pairs"] == pairs
+    assert doc["outliers"] == lines[-1]["outliers"] and doc["drift"] == lines[-1]["drift"]
+    assert [h["environment"] for h in doc["per_host"]] == lines[-1]["environments"]
+    assert all(e["interface"] == "lo" for e in lines[-1]["environments"])    # every route to a peer: loopback
     key = "gbps" if experiment == "bw" else "latency_p50_ns"
     for p in pairs:
         assert doc["matrix"][key][p["src"]][p["dst"]] == (p["gbps"] if experiment == "bw" else p["latency_ns"]["p50"])
@@ -586,6 +646,8 @@ def test_mesh_refuses_without_a_rank_or_a_token_beyond_loopback(fm):
     assert r.returncode == 2 and "no rank" in one_line_error(r.stderr)
     r = fm.run("mesh", "--hosts", LOOPBACK4, "--rank", "0", "-t", "udp", "--experiment", "bw", "--bursts", "3")
     assert r.returncode == 2 and "--bursts does not apply to 'bw'" in one_line_error(r.stderr)
+    r = fm.run("mesh", "--hosts", LOOPBACK4, "--rank", "0", "-t", "udp", "--outlier-mads", "0")
+    assert r.returncode == 2 and "--outlier-mads must be above 0" in one_line_error(r.stderr)
 
 
 # --- --launch serve: a `fabmeter serve --peers` on every host, no ranks ------------
@@ -660,6 +722,10 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
         pairs = {(p["src"], p["dst"]): p for p in lines if p["type"] == "pair"}
         assert sorted(pairs) == patterns.pairs("all-to-all", 3)
         assert all(p["status"] == "ok" and p["latency_ns"]["p50"] > 0 for p in pairs.values()), pairs
+        # No fabmeter on the hosts: their identity is what their engines' start lines say (no MTU there).
+        envs = lines[-1]["environments"]
+        assert all(e["collected_by"] == "engine" and e["kernel_release"] and e["mtu"] is None for e in envs), envs
+        assert lines[-1]["drift"]["fields"] == [] and lines[-1]["outliers"]["links_judged"] == 6
         # Relaying needs the target among the serve's --peers: an engine asked for another host is refused.
         bad = subprocess.run([str(engine), "run", "lat", "--server", f"127.0.0.9:{port}", "--via",
                               f"127.0.0.1:{port}", "--token-file", token_file, "-t", "tcp"],

@@ -94,6 +94,10 @@ def test_report_content(fixture_report):
     for alt in report_fixture.MESH_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
     assert "12 pairs (1 failed)" in text and "<td>3</td><td>10.0.0.4</td><td>3 (1)</td>" in text
+    # Its outliers (the slow link, both ways; framed in the p50 heatmap) and drift listed under the heatmaps.
+    assert "link 0 10.0.0.1 \u2192 2 10.0.0.3:" in text and "link 2 10.0.0.3 \u2192 0 10.0.0.1:" in text
+    assert "<b>drift mtu</b>: 9000 on 0 10.0.0.1, 1 10.0.0.2, 2 10.0.0.3; 1500 on 3 10.0.0.4" in text
+    assert "3.5 scaled MADs" in text
     # Throughput over time per connection: for the plain bw run's points and for the bw mesh's pairs.
     for alt in report_fixture.THROUGHPUT_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt

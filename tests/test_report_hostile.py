@@ -123,6 +123,9 @@ def test_markup_in_every_field_stays_text(tmp_path):
     doc["mesh"].update(hosts=[SCRIPT, IMG, "h3", "h4"], transport=IMG, pattern=SCRIPT, schedule=IMG)
     for h in doc["per_host"]:
         h["host"] = SCRIPT
+    doc["outliers"]["links"][0].update(direction=SCRIPT, figure=IMG)
+    doc["outliers"]["rule"]["text"] = IMG
+    doc["drift"]["fields"][0].update(field=SCRIPT, values=[{"value": IMG, "ranks": [SCRIPT, 1]}])
     (mesh / "mesh.json").write_text(json.dumps(doc))
 
     _, text = _report(tmp_path)
@@ -210,7 +213,13 @@ def test_malformed_documents_are_notes_not_tracebacks(tmp_path):
     for name, doc in (("mesh-a", {"mesh": {}, "matrix": {}}),
                       ("mesh-b", {"mesh": {"hosts": ["a", "b"], "experiment": "oneway"},
                                   "matrix": {"latency_p50_ns": [[1, "x"], [None, 2]], "latency_p99_ns": 3}}),
-                      ("mesh-c", {"mesh": {"hosts": "ab", "experiment": "bw"}, "matrix": {"gbps": [[1]]}})):
+                      ("mesh-c", {"mesh": {"hosts": "ab", "experiment": "bw"}, "matrix": {"gbps": [[1]]}}),
+                      ("mesh-d", {"mesh": {"hosts": ["a", "b"], "experiment": "bw"},
+                                  "matrix": {"gbps": [[None, 1], [2, None]]},
+                                  "outliers": {"links": [{"src": "0", "dst": [1]}, 5, {"src": 9, "dst": 0}],
+                                               "hosts": "x", "rule": 3, "median": "m"},
+                                  "drift": {"fields": [{"values": [{"value": {}, "ranks": 7}], "unknown_ranks": 1}, 2],
+                                            "hosts_reporting": 9}})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "mesh.json").write_text(json.dumps(doc))
     _, text = _report(tmp_path)
@@ -220,6 +229,7 @@ def test_malformed_documents_are_notes_not_tracebacks(tmp_path):
                     "mesh-b/mesh.json: its matrix latency_p50_ns is not 2 x 2 numbers",
                     "mesh-c/mesh.json: its hosts are not a list"):
         assert problem in text, problem
+    assert "mesh-d: 2 hosts" in text        # outliers and drift of the wrong shapes: drawn without them
     assert 'alt="histogram good"' in text and "<td>odd</td>" in text
 
 

@@ -21,6 +21,7 @@ from fabmeter import __version__, analysis, envinfo, run, search, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns, rendezvous as mesh_rendezvous
+from fabmeter.mesh import outliers as mesh_outliers
 from fabmeter.mesh import run as mesh_run
 from fabmeter.options import Options
 from fabmeter.results import RunRecord, now_iso, out_folder, run_config, write_json
@@ -120,6 +121,10 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                               "a ConnectTimeout of the control timeout are added)")
     command.add_argument("--remote-fabmeter", metavar="CMD", default="fabmeter",
                          help="--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)")
+    command.add_argument("--outlier-mads", metavar="K", type=float, default=mesh_outliers.K_MADS,
+                         help="a link is an outlier beyond K scaled MADs of the links' median (default: %(default)s)")
+    command.add_argument("--outlier-floor", metavar="PCT", type=float, default=mesh_outliers.MIN_RELATIVE * 100,
+                         help="... and also at least PCT %% from that median (default: %(default)g)")
     command.add_argument("--out", metavar="DIR",
                          help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
                               "(`fabmeter report DIR` draws them); other ranks ignore it")
@@ -374,6 +379,8 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
     if not 0 < ns.serve_port < 65536:
         die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
+    if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
+        die("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
     out = out_folder(ns.out) if ns.out and rank in (0, None) else None   # the rank that writes mesh.json
     table = engine_options(engine)
     given = table.given(ns)
@@ -400,7 +407,8 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
                 f"{shlex.quote(sys.executable)} -m fabmeter")
         launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
-                             timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None)
+                             timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
+                             (ns.outlier_mads, ns.outlier_floor / 100.0))
     pairs: list[dict] = []
     started_at = now_iso()
 

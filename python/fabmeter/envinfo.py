@@ -10,6 +10,8 @@ import os
 import platform
 import re
 import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -92,3 +94,123 @@ def collect(engine_env: Optional[dict] = None, server_env: Optional[dict] = None
         "engine": engine_env,          # from the engine's "start" line
         "server_engine": server_env,   # the peer's, as the engine reported it
     }
+
+
+# --- a mesh host's identity: what may differ between the hosts of one mesh ---------
+
+NET_SYS = Path("/sys/class/net")
+MAX_ROUTED = 16          # peer addresses whose route is looked up (the first ones: rank 0's first)
+IDENTITY_FIELDS = ("kernel_release", "kernel_version", "cpu_model", "cpu_count", "governor", "idle_driver",
+                   "idle_governor", "guest_halt_poll_ns", "isolated_cpus", "tsc_flags", "glibc", "python",
+                   "fabmeter", "system", "bios_version", "mtu", "link_speed_mbps", "nic_driver", "numa_node",
+                   "clock_source")
+IDENTITY_KEYS = ("hostname", "interface", "collected_by", *IDENTITY_FIELDS)  # hostname, interface: not compared
+
+
+ROUTE_BUDGET_S = 3.0     # for all the look-ups together: a rank must join within the control timeout
+
+
+def route_interface(address: str, timeout: float = ROUTE_BUDGET_S) -> Optional[str]:
+    """The interface the kernel routes `address` through (`ip route get`), None if it cannot tell."""
+    try:
+        addr = socket.getaddrinfo(address, None, type=socket.SOCK_DGRAM)[0][4][0]
+        out = subprocess.run(["ip", "-o", "route", "get", addr], capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, socket.gaierror, subprocess.SubprocessError, IndexError):
+        return None
+    m = re.search(r"\bdev (\S+)", out.stdout) if out.returncode == 0 else None
+    return m.group(1) if m else None
+
+
+def _sys_int(path: Path) -> Optional[int]:
+    """An integer sysfs value; None where absent, unreadable or negative (the kernel's "unknown": speed -1,
+    numa_node -1)."""
+    text = _read(path)
+    try:
+        value = int(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value >= 0 else None
+
+
+def interface_facts(names: list[str]) -> dict:
+    """MTU, link speed (Mbit/s), driver and NUMA node of the interfaces carrying the mesh, from sysfs; one value
+    when every interface agrees, "IF value, IF value" when they do not, None where unknown."""
+    per = {}
+    for name in names:
+        dev = NET_SYS / name / "device"
+        try:
+            driver = os.path.basename(os.readlink(dev / "driver"))
+        except OSError:         # no device (a bridge, a veth, lo) or no driver bound
+            driver = None
+        numa = _sys_int(dev / "numa_node")
+        if numa is None and (dev / "..").is_dir():     # a virtio NIC: its PCI function is the parent
+            numa = _sys_int(dev / ".." / "numa_node")
+        per[name] = {"mtu": _sys_int(NET_SYS / name / "mtu"), "link_speed_mbps": _sys_int(NET_SYS / name / "speed"),
+                     "nic_driver": driver, "numa_node": numa}
+    out = {}
+    for key in ("mtu", "link_speed_mbps", "nic_driver", "numa_node"):
+        values = {f[key] for f in per.values()}
+        if len(values) == 1:
+            out[key] = values.pop()
+        elif values:
+            out[key] = ", ".join(f"{n} {'unknown' if per[n][key] is None else per[n][key]}" for n in sorted(per))
+        else:
+            out[key] = None
+    return out
+
+
+def identity(peers: list[str]) -> dict:
+    """This host's identity fields for a mesh's drift list (flat, small: it crosses the mesh channel): the
+    kernel, CPU, frequency governor(s), idle driver, libraries, firmware (DMI) and the interface the kernel
+    routes the peers' addresses through, with its MTU, link speed, driver and NUMA node (sysfs). Unknown: None,
+    never guessed."""
+    names = []
+    deadline = time.monotonic() + ROUTE_BUDGET_S
+    for peer in list(dict.fromkeys(peers))[:MAX_ROUTED]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        name = route_interface(peer, left)
+        if name and name not in names:
+            names.append(name)
+    govs = sorted({g for g in governors().values() if g})
+    idle = cpuidle()
+    u = platform.uname()
+    from fabmeter import __version__
+    return {"collected_by": "rank", "hostname": socket.gethostname(), "kernel_release": u.release,
+            "kernel_version": u.version, "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "governor": ",".join(govs) or None, "idle_driver": idle["driver"], "idle_governor": idle["governor"],
+            "guest_halt_poll_ns": idle.get("guest_halt_poll_ns"), "isolated_cpus": _read(CPU_SYS / "isolated"),
+            "tsc_flags": " ".join(tsc_flags()) or None, "glibc": libraries()["glibc"],
+            "python": platform.python_version(), "fabmeter": __version__,
+            "system": _read("/sys/class/dmi/id/product_name"), "bios_version": _read("/sys/class/dmi/id/bios_version"),
+            "interface": ",".join(names) or None, **interface_facts(names), "clock_source": None}
+
+
+def identity_from_engine(env: dict) -> dict:
+    """The identity fields an engine's start line carries (`env`, `server_env`), for hosts fabmeter itself does
+    not run on (`fabmeter mesh --launch serve`); the rest unknown."""
+    kernel = str(env.get("kernel") or "")
+    release, _, version = kernel.partition(" ")
+    out = {key: None for key in IDENTITY_KEYS}
+    out.update(collected_by="engine", hostname=env.get("hostname"), kernel_release=release or None,
+               kernel_version=version or None, cpu_model=env.get("cpu_model"), glibc=env.get("glibc"),
+               clock_source=env.get("clock_source"))
+    return valid_identity(out)
+
+
+def valid_identity(value) -> Optional[dict]:
+    """An identity as another host sent it, if it has the shape identity() gives: the known keys only, each a
+    short string, a number, a boolean or null; else None."""
+    if not isinstance(value, dict):
+        return None
+    out = {}
+    for key in IDENTITY_KEYS:
+        v = value.get(key)
+        if isinstance(v, str):
+            v = v[:256]
+        elif not (v is None or isinstance(v, (bool, int, float))):
+            return None
+        out[key] = v
+    return out

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from fabmeter import analysis
+from fabmeter import analysis, envinfo
+from fabmeter.mesh import outliers
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
@@ -83,6 +84,8 @@ class Summary:
         self.start_clock_error_ns = start_clock_error_ns
         self.pairs: list[dict] = []
         self.rounds: list[dict] = []
+        self.environments: list[Optional[dict]] = [None] * len(hosts)   # per rank: envinfo.identity, if known
+        self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
         self.pairs.append(pair)
@@ -102,7 +105,10 @@ class Summary:
                 "pattern": self.pattern, "schedule": self.schedule, "hosts": self.hosts,
                 "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
-                "start_clock_error_ns": self.start_clock_error_ns}
+                "start_clock_error_ns": self.start_clock_error_ns,
+                "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
+                "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
+                "environments": self.environments}
 
 
 MATRIX_FIGURE = {"oneway": "one-way p50 us (synchronised clocks)", "lat": "one-way (RTT/2) p50 us",
@@ -137,7 +143,56 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
            f"{'n/a' if skew is None else analysis.fmt_num(skew / 1000.0, 1) + ' us'} "
            f"(rank clocks known within {analysis.fmt_num(summary['start_clock_error_ns'] / 1000.0, 1)} us)"]
     out += [f"failed {p['src']}->{p['dst']}: {p['message']}" for p in pairs if p["status"] != "ok"]
+    if summary.get("outliers"):
+        out += outlier_lines(summary, summary["outliers"])
+    if summary.get("drift"):
+        out += drift_lines(summary["hosts"], summary["drift"])
     return "\n".join(out)
+
+
+def _figure_text(experiment: str, value: Optional[float]) -> str:
+    if value is None:
+        return "n/a"
+    return f"{analysis.fmt_num(value, 2)} Gbit/s" if experiment == "bw" else f"{analysis.fmt_num(value / 1000.0, 1)} us"
+
+
+def outlier_lines(summary: dict, found: dict) -> list[str]:
+    """The outliers section under the matrix: the rule in one line, then each flagged host and link."""
+    rule, experiment, hosts = found["rule"], summary["experiment"], summary["hosts"]
+    what = "p50" if rule["figure"] != "gbps" else "Gbit/s"
+    if found["median"] is None:
+        return [f"outliers: not judged ({found['links_judged']} links with a figure, {rule['min_links']} needed)"]
+    head = (f"outliers: {what} beyond {rule['k_mads']:g} scaled MADs ({_figure_text(experiment, found['scaled_mad'])}) "
+            f"of the median {_figure_text(experiment, found['median'])} of {found['links_judged']} links and "
+            f">= {rule['min_relative_difference'] * 100:g} % from it; a host: most of its links out or in")
+    lines = [head]
+    for h in found["hosts"]:
+        sides = "; ".join(f"{s['direction']} as {'source' if s['side'] == 'out' else 'destination'} "
+                          f"({s['flagged']} of {s['links']} links)" for s in h["sides"])
+        lines.append(f"  host {h['rank']} {h['host']}: {sides}")
+    for link in found["links"]:
+        score = "n/a" if link["score"] is None else f"{link['score']:+.1f}"
+        lines.append(f"  link {link['src']}->{link['dst']} ({hosts[link['src']]} -> {hosts[link['dst']]}): "
+                     f"{_figure_text(experiment, link['figure'])} {link['direction']}, score {score}, "
+                     f"{link['relative'] * 100:+.0f} %")
+    if not found["links"]:
+        lines.append("  none")
+    return lines
+
+
+def drift_lines(hosts: list[str], drift: dict) -> list[str]:
+    """The drift section: each identity field whose value differs between hosts, which ranks hold which."""
+    if not drift["hosts_reporting"]:
+        return ["drift: no host reported its environment"]
+    lines = [f"drift: identity fields that differ between the {len(drift['hosts_reporting'])} hosts that reported "
+             f"them (of {len(hosts)})"]
+    for f in drift["fields"]:
+        values = "; ".join(f"{v['value']!s:.60} on {' '.join(map(str, v['ranks']))}" for v in f["values"])
+        unknown = f"; unknown on {' '.join(map(str, f['unknown_ranks']))}" if f["unknown_ranks"] else ""
+        lines.append(f"  {f['field']}: {values}{unknown}")
+    if not drift["fields"]:
+        lines.append("  none")
+    return lines
 
 
 # --- mesh.json: what `fabmeter mesh --out DIR` writes (docs/results.md) ---------
@@ -179,9 +234,19 @@ def per_host(summary: dict, pairs: list[dict]) -> list[dict]:
              "in": _side([p for p in pairs if p["dst"] == r])} for r, h in enumerate(summary["hosts"])]
 
 
+LIFTED = ("outliers", "drift", "environments")     # the summary's keys mesh.json keeps elsewhere
+
+
 def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, command: list[str],
            options: dict, environment: dict) -> dict:
-    """The whole mesh run as one document: the summary, every pair, the matrices and the per-host figures."""
+    """The whole mesh run as one document: the summary, every pair, the matrices, the per-host figures (each
+    with its host's identity fields), the outliers and the drift."""
+    hosts = per_host(summary, pairs)
+    environments = summary.get("environments") or []
+    for h in hosts:
+        h["environment"] = environments[h["rank"]] if h["rank"] < len(environments) else None
     return {"type": "mesh", "command": command, "started_at": started_at, "finished_at": finished_at,
             "status": "ok" if summary["failed"] == 0 else "failed", "params": options, "environment": environment,
-            "mesh": summary, "pairs": pairs, "matrix": matrices(summary, pairs), "per_host": per_host(summary, pairs)}
+            "mesh": {k: v for k, v in summary.items() if k not in LIFTED}, "pairs": pairs,
+            "matrix": matrices(summary, pairs), "per_host": hosts,
+            "outliers": summary.get("outliers"), "drift": summary.get("drift")}

@@ -33,9 +33,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from fabmeter import procs, run
+from fabmeter import envinfo, procs, run
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import launch, output, patterns, rendezvous
+from fabmeter.mesh import launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
@@ -66,6 +66,7 @@ class MeshSpec:
                                                               # rank's host runs fabmeter; every rank's args but
                                                               # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
+    outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Peer:
     offset_error_ns: int = 0     # half the round trip of the ping that set it
     alive: bool = True
     last_heard: float = 0.0      # time.monotonic() of its last frame
+    env: Optional[dict] = None   # its identity fields as it sent them (envinfo.identity), None if it sent none
 
 
 def launcher_rank(environ: dict) -> Optional[tuple[int, int, str]]:
@@ -137,14 +139,20 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
 
 # --- every rank -------------------------------------------------------------
 
-def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, via: Optional[str] = None) -> dict:
+def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, via: Optional[str] = None,
+              envs: Optional[dict] = None) -> dict:
     """One experiment run from `src` to `dst`, its measured part started at `start_ns` on our clock (the engine
-    connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body."""
+    connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
+    where the identity fields of the two ends' engines (their start line) are kept, by rank."""
     try:
         res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
                                       start_at_ns=start_ns, via=via))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
+    if envs is not None and res.start:
+        for rank, key in ((src, "env"), (dst, "server_env")):
+            if isinstance(res.start.get(key), dict):
+                envs.setdefault(rank, envinfo.identity_from_engine(res.start[key]))
     point = res.points[0] if res.points else {}
     started = point.get("started_mono_ns")
     started = started if isinstance(started, int) else None
@@ -173,11 +181,13 @@ def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, repor
 # --- ranks 1..n-1 -----------------------------------------------------------
 
 def _follow(spec: MeshSpec, engine_port: int) -> int:
+    env = envinfo.identity(_peer_addresses(spec))
     channel = rendezvous.connect(spec.hosts[0], spec.mesh_port, spec.token, spec.timeout_s)
     threads: list[threading.Thread] = []
     stop = threading.Event()
     try:
-        channel.send({"type": "join", "rank": spec.rank, "size": len(spec.hosts), "engine_port": engine_port})
+        channel.send({"type": "join", "rank": spec.rank, "size": len(spec.hosts), "engine_port": engine_port,
+                      "env": env})
         ports: list[int] = []
         while True:
             body = channel.recv(None)
@@ -208,6 +218,11 @@ def _follow(spec: MeshSpec, engine_port: int) -> int:
     finally:
         stop.set()      # on an error, pairs still running end with us (their engines get SIGTERM as we exit)
         channel.close()
+
+
+def _peer_addresses(spec: MeshSpec) -> list[str]:
+    """The other ranks' addresses, rank 0's first: the routes whose interface this rank's identity records."""
+    return [h for r, h in enumerate(spec.hosts) if r != spec.rank]
 
 
 def _heartbeat(channel: Channel, stop: threading.Event) -> None:
@@ -242,6 +257,7 @@ def _valid_dsts(value, n: int, me: int) -> list[int]:
 def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], warn: Callable[[str], None],
                 launched: Optional[launch.Launched]) -> int:
     n = len(spec.hosts)
+    env = envinfo.identity(_peer_addresses(spec))
     peers = _gather(spec, warn, launched)
     try:
         ports = [engine_port] + [peers[r].engine_port for r in range(1, n)]
@@ -256,6 +272,8 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
             threading.Thread(target=_read_results, args=(peer, inbox), daemon=True).start()
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
                                  max((p.offset_error_ns for p in peers.values()), default=0))
+        summary.environments = [env] + [peers[r].env for r in range(1, n)]
+        summary.outlier_rule = spec.outlier_rule
         for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
             _one_round(spec, index, pairs, peers, ports, inbox, summary, emit)
         for peer in peers.values():
@@ -304,7 +322,7 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
                 warn(f"mesh: refused a connection: {e}")
                 channel.close()
                 continue
-            peers[rank] = Peer(rank, channel, port)
+            peers[rank] = Peer(rank, channel, port, env=envinfo.valid_identity(body.get("env")))
     finally:
         listener.close()
     return peers
@@ -413,12 +431,14 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     address = [host_port(h, spec.serve_port) for h in spec.hosts]
     _check_serves(spec, address)
     summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options, 0)
+    summary.outlier_rule = spec.outlier_rule
+    envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
     for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
         start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
         done: queue.Queue = queue.Queue()
         for src, dst in pairs:
             threading.Thread(target=lambda s=src, d=dst: done.put(_run_pair(spec, s, d, address[d], start_ns,
-                                                                            via=address[s])),
+                                                                            via=address[s], envs=envs)),
                              daemon=True).start()
         started: list[int] = []
         for _ in pairs:
@@ -429,6 +449,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
                 started.append(started_ns)
             summary.add(emit, pair)
         summary.add_round(index, pairs, started)
+    summary.environments = [envs.get(r) for r in range(n)]
     emit(summary.as_json())
     return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
 

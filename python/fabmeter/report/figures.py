@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import (FuncFormatter, LogFormatter, LogFormatterSciNotation,  # noqa: E402
                                NullFormatter)
 
@@ -432,9 +433,11 @@ def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> b
 
 
 def fig_mesh_matrix(title: str, hosts: list[str], grid: list[list[Optional[float]]], what: str,
-                    latency: bool, failed: set[tuple[int, int]]) -> bytes:
+                    latency: bool, failed: set[tuple[int, int]],
+                    flagged: Optional[set[tuple[int, int]]] = None) -> bytes:
     """A mesh's N x N matrix, source rows by destination columns, each cell annotated; blank: no pair in the
-    pattern; "failed" in red: a failed pair. Latency on a log colour scale in ns, Gbit/s on a linear one."""
+    pattern; "failed" in red: a failed pair; a red border: an outlier link (`flagged`). Latency on a log colour
+    scale in ns, Gbit/s on a linear one."""
     n = len(hosts)
     values = np.array([[np.nan if v is None else float(v) for v in row] for row in grid], dtype=float)
     fig, ax = plt.subplots(figsize=(2.6 + 0.95 * n, 1.6 + 0.62 * n))
@@ -453,6 +456,9 @@ def fig_mesh_matrix(title: str, hosts: list[str], grid: list[list[Optional[float
             frac = norm(v) if norm is not None else ((v - lo) / (hi - lo) if hi > lo else 0.5)
             ax.text(j, i, fmt_ns(v).replace(" ", "\u2009") if latency else f"{v:.3g}", ha="center", va="center",
                     fontsize=7.5, color="k" if frac > 0.6 else "w")
+    for i, j in sorted(flagged or ()):
+        if 0 <= i < n and 0 <= j < n:
+            ax.add_patch(Rectangle((j - 0.46, i - 0.46), 0.92, 0.92, fill=False, edgecolor="#d62728", linewidth=2.4))
     labels = [f"{r} {h}" for r, h in enumerate(hosts)]
     ax.set_xticks(range(n), labels, rotation=30, ha="right")
     ax.set_yticks(range(n), labels)

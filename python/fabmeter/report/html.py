@@ -353,6 +353,58 @@ def _mesh_hosts_table(doc: dict) -> Html:
               class_="wide")
 
 
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _objects(value) -> list[dict]:
+    return [x for x in _list(value) if isinstance(x, dict)]
+
+
+def _mesh_flagged(doc: dict) -> tuple[str, set[tuple[int, int]]]:
+    """The figure the outlier rule judged (matrix key) and the links it flagged."""
+    found = obj(doc.get("outliers"))
+    links = {(x.get("src"), x.get("dst")) for x in _objects(found.get("links"))
+             if type(x.get("src")) is int and type(x.get("dst")) is int}
+    return str(obj(found.get("rule")).get("figure")), links
+
+
+def _mesh_outliers_list(doc: dict, hosts: list[str]) -> Optional[Html]:
+    """Under the heatmaps: the rule, the hosts and links it flagged, and the identity fields that differ."""
+    found, drift = obj(doc.get("outliers")), obj(doc.get("drift"))
+    if not found and not drift:
+        return None      # a mesh.json from before outliers were judged
+    name = lambda r: f"{r} {hosts[r]}" if type(r) is int and 0 <= r < len(hosts) else str(r)  # noqa: E731
+    items = []
+    gbps = obj(found.get("rule")).get("figure") == "gbps"
+    show = lambda v: "-" if number(v) is None else (f"{v:.3g} Gbit/s" if gbps else fmt_ns(v))  # noqa: E731
+    for h in _objects(found.get("hosts")):
+        sides = "; ".join(f"{s.get('direction')} as {'source' if s.get('side') == 'out' else 'destination'} "
+                          f"({s.get('flagged')} of {s.get('links')} links)" for s in _objects(h.get("sides")))
+        items.append(el("li", el("b", f"host {name(h.get('rank'))}"), f": {sides}"))
+    for x in _objects(found.get("links")):
+        score = number(x.get("score"))
+        rel = number(x.get("relative"))
+        items.append(el("li", f"link {name(x.get('src'))} \u2192 {name(x.get('dst'))}: {show(x.get('figure'))} "
+                              f"{x.get('direction')}, score {'-' if score is None else f'{score:+.1f}'}"
+                              f"{'' if rel is None else f', {rel * 100:+.0f} % from the median'}"))
+    if found and not items:
+        items.append(el("li", "no outlier link or host"))
+    for f in _objects(drift.get("fields")):
+        values = "; ".join(f"{str(v.get('value'))[:80]} on {', '.join(name(r) for r in _list(v.get('ranks')))}"
+                           for v in _objects(f.get("values")))
+        items.append(el("li", el("b", f"drift {f.get('field')}"), f": {values}"))
+    if drift and not _objects(drift.get("fields")):
+        items.append(el("li", f"no drift: the identity fields of the {len(_list(drift.get('hosts_reporting')))} "
+                              "hosts that reported them agree"))
+    rule = str(obj(found.get("rule")).get("text") or "")
+    median = f" (median {show(found.get('median'))}, scaled MAD {show(found.get('scaled_mad'))})" if found else ""
+    return el("figure", el("ul", items, class_="mesh-outliers"),
+              el("figcaption", f"outliers, framed red in the heatmap: {rule}{median}. Drift: identity fields "
+                               "(kernel, CPU, governor, idle driver, MTU, link speed, ...) that differ between hosts"),
+              class_="wide")
+
+
 def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
     """Each `fabmeter mesh --out` run: its matrices (p50 and p99 latency, or Gbit/s) and per-host figures."""
     figs = []
@@ -364,11 +416,13 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         name = (f"mesh {experiment} {summary.get('transport') or ''} {summary.get('pattern')} "
                 f"{summary.get('schedule')}").replace("  ", " ")
         failed = {(p.get("src"), p.get("dst")) for p in doc.get("pairs") or [] if p.get("status") != "ok"}
+        judged, flagged = _mesh_flagged(doc)
         about = (f"{rel}: {len(hosts)} hosts, {summary.get('pairs')} pairs ({summary.get('failed')} failed), "
                  f"{len(summary.get('rounds') or [])} rounds, round start skew max {fmt_ns(skew)}")
         if experiment == "bw":
             figs.append(_img(fig_mesh_matrix(f"{name}: Gbit/s", hosts, matrix["gbps"], "Gbit/s at the receiver",
-                                             False, failed), f"{name} gbps", about))
+                                             False, failed, flagged if judged == "gbps" else None),
+                             f"{name} gbps", about))
             lines = {}
             for p in doc.get("pairs") or []:
                 for direction, s in (p.get("throughput_series") or {}).items():
@@ -384,8 +438,12 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         else:
             kind = MESH_LATENCY.get(experiment, "latency")
             for q in ("p50", "p99"):
-                figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[f"latency_{q}_ns"],
-                                                 f"{q} {kind}", True, failed), f"{name} {q}", about))
+                key = f"latency_{q}_ns"
+                figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[key], f"{q} {kind}", True,
+                                                 failed, flagged if judged == key else None), f"{name} {q}", about))
+        listed = _mesh_outliers_list(doc, hosts)
+        if listed is not None:
+            figs.append(listed)
         figs.append(_mesh_hosts_table(doc))
     return figs
 
