@@ -301,6 +301,8 @@ def test_live_run(tool, tag, tmp_path):
             assert all(v > 0 for v in lat.values()) and lat["min"] <= lat["p50"] <= lat["p99"] <= lat["max"]
             assert 0 < p["completed"] <= p["sent"] and p["achieved_rps"] > 0 and p["duration_s"] > 0
             assert p["iterations"] == p["completed"] and "load" in p["raw_output"]
+            # Its receiver thread ran on the server's CPU, not behind its own spinning sender.
+            assert p.get("receiver_cpu") == (params.server_cpu if params.cpus else None), p
         else:
             assert p["gbps"] > 0
 

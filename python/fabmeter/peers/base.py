@@ -225,6 +225,11 @@ class Peer:
     def parse(self, text: str, case: Case) -> list[dict]:
         raise NotImplementedError
 
+    def started(self, case: Case, params: Params, client: "Process") -> dict:
+        """Called once the client runs (it may place the client's threads); what it returns goes into every
+        point of the case."""
+        return {}
+
     def skipped(self, reason: str, case: Optional[Case] = None) -> dict:
         rec = {"type": "skipped", "peer": True, "tool": self.tool, "reason": reason}
         if case is not None:
@@ -272,6 +277,7 @@ class Peer:
         try:
             wait_until_bound(server, self.listens(case), port)
             client = Process(client_cmd)
+            placed = self.started(case, params, client)
             if not client.wait(params.duration + params.timeout_s):
                 raise PeerError(f"client did not finish within {params.duration + params.timeout_s:.0f} s")
             text = client.output()
@@ -290,7 +296,7 @@ class Peer:
         version = self.version()
         for p in points:
             p.setdefault("size", case.size(params))
-            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server_cmd)
+            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server_cmd, **placed)
             if params.raw_dir is not None:
                 p["raw_output"] = self._raw_name(case, params)
         return points

@@ -18,12 +18,23 @@ fabmeter load's latency_ns. By default the server answers one message in
 100 (--reply-every 100); the adapter asks a reply to every message
 (--reply-every 1), so each message is a request as in fabmeter load, and
 the round trip (--full-rtt), the figure fabmeter load reports.
+
+Pinned to one CPU, the receiver would wake behind its own spinning sender
+and wait for the scheduler to end the sender's time slice: milliseconds at
+every rate, sockperf's doing, not the path's (docs/performance.md measures
+it). fabmeter load's client is one thread that sends and receives; so that
+neither tool waits for its own other half, the adapter moves sockperf's
+receiver thread, which sockperf starts when its test starts (about 2 s in,
+before the 400 ms its statistics leave out), to the server's CPU, where the
+server too sleeps in recv. The point says where it ran (`receiver_cpu`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import time
 from typing import Optional
 
 from fabmeter.peers.base import (ANSI_ESCAPE, Case, Params, Peer, PeerError, Unsupported, percentile_key, pinned,
@@ -32,11 +43,13 @@ from fabmeter.peers.base import (ANSI_ESCAPE, Case, Params, Peer, PeerError, Uns
 NOTE = ("sockperf ping-pong, blocking sockets: each sample is RTT/2; nearest-rank percentiles and the mean "
         "(avg-latency) over all messages of sockperf's valid window (its first 400 ms and last 50 ms excluded)")
 LOAD_NOTE = ("sockperf under-load --mps RATE --reply-every 1 --full-rtt: a sender thread spinning to each 1/RATE "
-             "cycle, a receiver thread blocking in recvfrom (both on the client CPU); each sample is the RTT from "
+             "cycle on the client CPU, a receiver thread blocking in recvfrom on the server's CPU (receiver_cpu; on "
+             "the client's it would wait behind the spinning sender for the CPU); each sample is the RTT from "
              "the actual send (as fabmeter load's service latency, not its latency from the intended send); "
              "nearest-rank percentiles over sockperf's valid window (first 400 ms and last 50 ms excluded)")
 LOAD_KIND = "rtt from the actual send time"
 MIN_SIZE, MAX_SIZE = 14, 65507   # sockperf's -m limits (its header; one UDP datagram)
+RECEIVER_WAIT_S = 10.0           # sockperf 3.7 starts its receiver thread after a fixed 2 s pause
 
 _PCT = re.compile(r"---> percentile\s+([\d.]+)\s*=\s*([\d.]+)")
 _EDGE = re.compile(r"---> <(MAX|MIN)> observation\s*=\s*([\d.]+)")
@@ -72,6 +85,23 @@ class Sockperf(Peer):
             return pinned(["sockperf", "under-load", *common, "--mps", str(params.rate), "--reply-every", "1",
                            "--full-rtt"], params.client_cpu)
         return pinned(["sockperf", "ping-pong", *common], params.client_cpu)
+
+    def started(self, case: Case, params: Params, client) -> dict:
+        """load with two CPUs: the receiver thread onto the server's CPU as soon as sockperf starts it."""
+        if case.experiment != "load" or params.server_cpu is None or params.server_cpu == params.client_cpu:
+            return {}
+        deadline = time.monotonic() + RECEIVER_WAIT_S
+        while client.running() and time.monotonic() < deadline:
+            try:
+                threads = [int(t) for t in os.listdir(f"/proc/{client.proc.pid}/task") if int(t) != client.proc.pid]
+            except OSError:
+                break
+            if threads:
+                for tid in threads:
+                    os.sched_setaffinity(tid, {params.server_cpu})
+                return {"receiver_cpu": params.server_cpu}
+            time.sleep(0.001)
+        raise PeerError(f"sockperf under-load started no receiver thread within {RECEIVER_WAIT_S:g} s")
 
     def parse(self, text: str, case: Case) -> list[dict]:
         text = ANSI_ESCAPE.sub("", text)
