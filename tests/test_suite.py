@@ -211,13 +211,18 @@ def test_dry_run_lists_points_and_skips(fm, tmp_path, info):
     assert not out.exists()
 
 
-def test_repeat_runs_rounds_in_alternation_and_compare_judges_by_them(fm, tmp_path):
-    f = tmp_path / "rep.toml"
-    f.write_text('name = "rep"\nrepeat = 3\n[[matrix]]\nexperiment = "lat"\ntransport = ["shm", "udp"]\n'
-                 'poll = "event"\niters = 300\n')
-    out = tmp_path / "out"
+def _run_suite(fm, tmp_path, text: str) -> tuple[Path, Path]:
+    """Writes the suite `text` and runs it into tmp_path/out, which must succeed: (the file, out)."""
+    f, out = tmp_path / "s.toml", tmp_path / "out"
+    f.write_text(text)
     r = fm.run("suite", f, "--out", out)
     assert r.returncode == 0, r.stderr
+    return f, out
+
+
+def test_repeat_runs_rounds_in_alternation_and_compare_judges_by_them(fm, tmp_path):
+    _, out = _run_suite(fm, tmp_path, 'name = "rep"\nrepeat = 3\n[[matrix]]\nexperiment = "lat"\n'
+                                      'transport = ["shm", "udp"]\npoll = "event"\niters = 300\n')
     order = [e["id"] for e in json.loads((out / "index.json").read_text())["points"]]
     assert order == ["lat-shm-event.r1", "lat-udp-event.r1", "lat-udp-event.r2", "lat-shm-event.r2",
                      "lat-shm-event.r3", "lat-udp-event.r3"]
@@ -465,12 +470,8 @@ def test_suite_never_follows_a_planted_symlink(fm, tmp_path):
 
 
 def test_suite_file_sink_lands_in_the_point_folder(fm, tmp_path):
-    f = tmp_path / "s.toml"
-    f.write_text('name = "s"\n[[matrix]]\nexperiment = "stream"\ntransport = "shm"\nrate = 2000\ncount = 200\n'
-                 'sink = "file:samples.csv"\n')
-    out = tmp_path / "out"
-    r = fm.run("suite", f, "--out", out)
-    assert r.returncode == 0, r.stderr
+    f, out = _run_suite(fm, tmp_path, 'name = "s"\n[[matrix]]\nexperiment = "stream"\ntransport = "shm"\n'
+                                      'rate = 2000\ncount = 200\nsink = "file:samples.csv"\n')
     point = out / "stream-shm-busy"
     assert (point / "samples.csv").stat().st_size > 0 and not (tmp_path / "samples.csv").exists()
     r = fm.run("suite", f, "--out", out)   # the path it ran with is the point's: finished, not run again
