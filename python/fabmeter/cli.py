@@ -188,6 +188,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     peers_command.add_parser(sub)
     from fabmeter import compare
     compare.add_parser(sub)
+    from fabmeter.watch import command as watch_command
+    watch_command.add_parser(sub, info)
     return parser
 
 
@@ -497,6 +499,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif ns.command == "compare":
             from fabmeter import compare
             code = compare.main(ns)
+        elif ns.command == "watch":
+            from fabmeter.watch import command as watch_command
+            if info is None:
+                die(problem, EXIT_INTERNAL)
+            code = watch_command.main(ns, engine, engine_options(engine))
         else:
             parser.error(f"unknown command {ns.command}")
     except FabmeterError as e:

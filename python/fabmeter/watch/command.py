@@ -1,0 +1,166 @@
+"""`fabmeter watch`: its options and their checks (docs/cli.md#fabmeter-watch)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import __version__, slo
+from fabmeter.errors import EXIT_USAGE, FabmeterError
+from fabmeter.mesh import patterns as mesh_patterns, rendezvous as mesh_rendezvous, run as mesh_run
+from fabmeter.options import Options
+
+DEFAULT_INTERVAL_S = 60.0
+DEFAULT_METRICS_PORT = 9477
+UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
+
+
+def add_parser(sub, info: Optional[dict]) -> None:
+    p = sub.add_parser("watch", allow_abbrev=False,
+                       help="run a mesh (or a list of pairs) over standing serves every --interval; "
+                            "publish OpenMetrics for Prometheus",
+                       description="A continuous fabric monitor: every --interval, each directed pair runs as "
+                                   "`fabmeter mesh --launch serve` runs it (every host runs `fabmeter serve "
+                                   "--peers HOSTS`); per pair latency histograms, loss, throughput, clock fits, "
+                                   "failures and SLO misses are served over HTTP (--metrics-port) and/or written "
+                                   "to a node_exporter textfile (--textfile). Until Ctrl-C or SIGTERM (exit 130), "
+                                   "or --for (exit 0). docs/cli.md lists every metric.")
+    p.add_argument("--hosts", metavar="A,B,...", help="the hosts (their serves' addresses)")
+    p.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
+    p.add_argument("--pair", metavar=("SRC", "DST"), nargs=2, action="append",
+                   help="a directed pair to run instead of a pattern over --hosts (repeat it)")
+    p.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
+                   help="what each pair runs, with that experiment's options (default: %(default)s)")
+    p.add_argument("--pattern", choices=mesh_patterns.PATTERNS,
+                   help="which directed pairs of --hosts (default: all-to-all)")
+    p.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
+                   help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
+                        "(default: %(default)s)")
+    p.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
+                   help="the port every host's serve listens on (default: %(default)s)")
+    p.add_argument("--token-file", metavar="F", help="the serves' shared secret (default: $FABMETER_TOKEN)")
+    p.add_argument("--interval", metavar="SEC", type=duration, default=DEFAULT_INTERVAL_S,
+                   help="a sweep (every pair once) starts this often; one that runs longer is followed at once "
+                        "(s, m, h, d suffixes; default: 60)")
+    p.add_argument("--for", metavar="SEC", dest="for_s", type=duration,
+                   help="start no sweep after this long, then exit 0 (default: until Ctrl-C or SIGTERM)")
+    p.add_argument("--round-lead", metavar="SEC", type=duration, default=mesh_run.ROUND_LEAD_S,
+                   help="a round's pairs start together this long after it begins, as in mesh (0: each as soon as "
+                        f"its engines connect; default: {mesh_run.ROUND_LEAD_S:g})")
+    p.add_argument("--metrics-port", metavar="N", type=int,
+                   help=f"serve the metrics over HTTP on this port (0: any free one, logged; default: "
+                        f"{DEFAULT_METRICS_PORT}, or none with --textfile)")
+    p.add_argument("--metrics-bind", metavar="ADDR", default="127.0.0.1",
+                   help="the address the metrics are served on (default: %(default)s)")
+    p.add_argument("--textfile", metavar="PATH",
+                   help="also write the metrics to PATH after every sweep, replaced atomically (node_exporter's "
+                        "textfile collector reads *.prom)")
+    p.add_argument("--slo", metavar="OBJECTIVES",
+                   help="latency objectives checked on every run of every pair, e.g. 'p99<=200us'; misses are "
+                        "counted per pair (fabmeter_pair_slo_misses_total) and logged")
+    if info is not None:
+        Options(info).add_arguments(p, mesh_run.EXPERIMENTS, skip=PY_ONLY)
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", text)
+    if not m:
+        raise ValueError(f"expected seconds, or a number with s, m, h or d, got {text!r}")
+    return float(m.group(1)) * UNITS_S[m.group(2)]
+
+
+def _hosts(ns: argparse.Namespace) -> tuple[list[str], list[tuple[int, int]]]:
+    """The hosts and the directed pairs (indices into the hosts)."""
+    given = [x for x in (ns.hosts, ns.hostfile, ns.pair) if x is not None]
+    if len(given) != 1:
+        raise FabmeterError("watch: give the hosts by --hosts A,B,..., --hostfile F or --pair SRC DST ...",
+                            EXIT_USAGE)
+    if ns.pair is not None:
+        if ns.pattern is not None:
+            raise FabmeterError("watch: --pattern goes with --hosts or --hostfile, not --pair", EXIT_USAGE)
+        hosts: list[str] = []
+        for pair in ns.pair:
+            for h in pair:
+                if h and h not in hosts:
+                    hosts.append(h)
+        pairs = []
+        for s, d in ns.pair:
+            if not s or not d or s == d:
+                raise FabmeterError(f"watch: --pair {s} {d}: two different hosts", EXIT_USAGE)
+            if (hosts.index(s), hosts.index(d)) in pairs:
+                raise FabmeterError(f"watch: --pair {s} {d} is given twice", EXIT_USAGE)
+            pairs.append((hosts.index(s), hosts.index(d)))
+        return hosts, pairs
+    if ns.hosts is not None:
+        hosts = [h.strip() for h in ns.hosts.split(",")]
+    else:
+        try:
+            lines = Path(ns.hostfile).read_text().splitlines()
+        except OSError as e:
+            raise FabmeterError(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE) from e
+        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+    if len(hosts) < 2 or not all(hosts) or len(set(hosts)) != len(hosts):
+        raise FabmeterError(f"watch: needs at least 2 different hosts, got {','.join(hosts)}", EXIT_USAGE)
+    return hosts, mesh_patterns.pairs(ns.pattern or "all-to-all", len(hosts))
+
+
+def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
+    from fabmeter.watch import loop      # prometheus_client: only for this command
+
+    hosts, pairs = _hosts(ns)
+    if ns.pair is not None:
+        rounds = loop.pair_rounds(pairs, ns.schedule)
+    else:
+        rounds = mesh_patterns.rounds(ns.pattern or "all-to-all", ns.schedule, len(hosts))
+    for name, value in (("--serve-port", ns.serve_port), ("--metrics-port", ns.metrics_port)):
+        if value is not None and not (0 if name == "--metrics-port" else 1) <= value < 65536:
+            raise FabmeterError(f"watch: {name} {value} is not a port", EXIT_USAGE)
+    if ns.interval <= 0:
+        raise FabmeterError("watch: --interval must be more than 0", EXIT_USAGE)
+    if ns.for_s is not None and ns.for_s <= 0:
+        raise FabmeterError("watch: --for must be more than 0", EXIT_USAGE)
+    given = table.given(ns)
+    if given.get("transport") is None:
+        raise FabmeterError("watch: choose a transport with -t", EXIT_USAGE)
+    for key in given:
+        if not table[key].for_experiment(ns.experiment):
+            raise FabmeterError(f"--{table[key].name} does not apply to '{ns.experiment}' (only to "
+                                f"{table[key].scope})", EXIT_USAGE)
+    if "samples" in table and table["samples"].for_experiment(ns.experiment) and "samples" not in given:
+        given["samples"] = "hist"        # the engine's HdrHistogram in each point: exact bucket counts
+    objectives = None
+    if ns.slo is not None:
+        if not slo.applies(ns.experiment):
+            raise FabmeterError(slo.refusal(ns.experiment), EXIT_USAGE)
+        try:
+            objectives = slo.parse(ns.slo)
+        except slo.SloError as e:
+            raise FabmeterError(f"--slo: {e}", EXIT_USAGE) from None
+    if ns.textfile is not None:
+        folder = Path(ns.textfile).resolve().parent
+        if not folder.is_dir():
+            raise FabmeterError(f"--textfile {ns.textfile}: no folder {folder}", EXIT_USAGE)
+    port = ns.metrics_port if ns.metrics_port is not None else (None if ns.textfile else DEFAULT_METRICS_PORT)
+    token = mesh_rendezvous.read_token(ns.token_file, dict(os.environ))
+    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
+        raise FabmeterError("watch: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",
+                            EXIT_USAGE)
+    if token:
+        os.environb[b"FABMETER_TOKEN"] = token   # the engine clients read it from there
+    else:
+        os.environ.pop("FABMETER_TOKEN", None)
+    timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
+    info = {"version": __version__, "experiment": ns.experiment, "transport": str(given["transport"]),
+            "pattern": "pairs-given" if ns.pair is not None else (ns.pattern or "all-to-all"),
+            "schedule": ns.schedule}
+    spec = loop.WatchSpec(hosts, rounds, ns.experiment, given, engine, ns.serve_port, timeout_ms / 1000.0,
+                          ns.interval, ns.for_s, ns.round_lead, objectives, ns.metrics_bind, port, ns.textfile, info)
+    def log(line: str) -> None:
+        sys.stderr.write(f"fabmeter: watch: {line}\n")
+        sys.stderr.flush()
+    return loop.main(spec, log)

@@ -1,0 +1,302 @@
+"""The watch loop: a sweep every --interval, each pair of a sweep run as
+`fabmeter mesh --launch serve` runs it (`fabmeter-engine run EXP --server
+DST --via SRC`: SRC's standing serve runs the client and relays its output),
+in rounds (each host with at most one peer per round, or all at once), and
+the results folded into the aggregates of metrics.py.
+
+A pair that fails is marked so and run again the next sweep; a host whose
+serve takes no connection has its pairs failed at once, without an engine,
+until it answers again (it is checked before the first sweep, then after
+each sweep in which it was down or one of its pairs failed: a serve logs
+every connection that closes without a hello, so the healthy ones are left
+alone). SIGINT and SIGTERM end the loop: the engines of the sweep under
+way get SIGTERM (those of the relays end with their sessions) and the
+command exits 130, as every fabmeter command does.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from fabmeter import procs, run, slo
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, FabmeterError
+from fabmeter.mesh.run import host_port
+from fabmeter.watch import metrics
+
+POLL_S = 0.1                    # how often a wait looks at the stop flag
+STOP_GRACE_S = procs.KILL_GRACE_S + 2.0
+
+
+@dataclass
+class WatchSpec:
+    hosts: list[str]
+    rounds: list[list[tuple[int, int]]]    # host indices, each round's pairs run at once
+    experiment: str
+    options: dict                          # engine options (options.py), as mesh takes them
+    engine: str
+    serve_port: int
+    timeout_s: float                       # the engine's control timeout; also the serve check's
+    interval_s: float
+    for_s: Optional[float]                 # None: until a signal
+    round_lead_s: float                    # a round's pairs start together this long after it is sent (0: at once)
+    objectives: Optional[list]             # --slo
+    metrics_bind: str
+    metrics_port: Optional[int]            # None: no HTTP endpoint
+    textfile: Optional[str]
+    info: dict                             # fabmeter_watch_info's labels
+
+
+def pair_rounds(pairs: list[tuple[int, int]], schedule: str) -> list[list[tuple[int, int]]]:
+    """A list of directed pairs in rounds: chaotic, one round; scheduled, each pair in the first round where
+    neither host has another peer (both directions of a pair run together, as mesh's tournament has them)."""
+    if schedule == "chaotic":
+        return [list(pairs)]
+    rounds: list[tuple[list, dict]] = []
+    for s, d in pairs:
+        for members, peer in rounds:
+            if peer.get(s, d) == d and peer.get(d, s) == s:
+                members.append((s, d))
+                peer[s], peer[d] = d, s
+                break
+        else:
+            rounds.append(([(s, d)], {s: d, d: s}))
+    return [members for members, _ in rounds]
+
+
+class _Stop:
+    """SIGINT and SIGTERM set a flag the loop's waits look at (a handler that raised could land between a
+    textfile's write and its rename, or in a thread's bookkeeping)."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._old = {}
+
+    def __enter__(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+    def _handle(self, signum, frame):
+        self.signum = self.signum or signum
+
+    def __bool__(self) -> bool:
+        return self.signum is not None
+
+    def sleep_until(self, t: float) -> None:
+        while not self and (left := t - time.monotonic()) > 0:
+            time.sleep(min(POLL_S, left))
+
+
+def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
+    n = len(spec.hosts)
+    pairs = [p for r in spec.rounds for p in r]
+    state = metrics.WatchState([(spec.hosts[s], spec.hosts[d]) for s, d in pairs], spec.options.get("transport"),
+                               spec.experiment, spec.info, spec.hosts, spec.interval_s, bool(spec.objectives))
+    registry = metrics.registry_for(state)
+    server = None
+    if spec.metrics_port is not None:
+        try:
+            server = metrics.MetricsServer(registry, spec.metrics_bind, spec.metrics_port)
+        except OSError as e:
+            raise FabmeterError(f"--metrics-port: cannot listen on {host_port(spec.metrics_bind, spec.metrics_port)}:"
+                                f" {e.strerror or e}", EXIT_RUNTIME) from e
+        log(f"metrics at http://{host_port(spec.metrics_bind, server.port)}/metrics")
+    if spec.textfile:
+        metrics.write_textfile(spec.textfile, registry)
+    log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s), every {spec.interval_s:g} s"
+        + (f" for {spec.for_s:g} s" if spec.for_s is not None else ""))
+    down: set[int] = set(range(n))              # unknown counts as down: checked before the first sweep
+    try:
+        with _Stop() as stop:
+            began = time.monotonic()
+            next_start = began
+            while not stop:
+                down = _check_hosts(spec, state, down, log)
+                if stop:
+                    break
+                failed_hosts = _sweep(spec, state, down, stop, log)
+                if stop:
+                    break
+                down |= failed_hosts            # re-checked before the next sweep
+                if spec.textfile:
+                    metrics.write_textfile(spec.textfile, registry)
+                next_start = max(next_start + spec.interval_s, time.monotonic())
+                if spec.for_s is not None and next_start - began >= spec.for_s:
+                    break
+                stop.sleep_until(next_start)
+            code = EXIT_INTERRUPTED if stop else EXIT_OK
+    finally:
+        if server is not None:
+            server.stop()
+    return code
+
+
+def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], log) -> set[int]:
+    """Which of `hosts` have no serve taking connections (all checked at once); the others are up."""
+    if not hosts:
+        return set()
+    result: dict[int, Optional[str]] = {}
+
+    def check(i: int) -> None:
+        try:
+            socket.create_connection((spec.hosts[i], spec.serve_port), timeout=spec.timeout_s).close()
+            result[i] = None
+        except OSError as e:
+            result[i] = e.strerror or str(e)
+    threads = [threading.Thread(target=check, args=(i,), daemon=True) for i in sorted(hosts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(spec.timeout_s + 1)
+    down = set()
+    with state.lock:
+        for i in sorted(hosts):
+            why = result.get(i, "no answer")
+            was = state.hosts[spec.hosts[i]]
+            state.hosts[spec.hosts[i]] = 0 if why else 1
+            if why:
+                down.add(i)
+                if was != 0:
+                    log(f"no fabmeter serve answers at {host_port(spec.hosts[i], spec.serve_port)} ({why}): "
+                        "its pairs fail until it does")
+            elif was == 0:
+                log(f"{host_port(spec.hosts[i], spec.serve_port)} answers again")
+    return down
+
+
+def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _Stop, log) -> set[int]:
+    """Every round once; returns the hosts of the pairs that failed."""
+    t0 = time.monotonic()
+    address = [host_port(h, spec.serve_port) for h in spec.hosts]
+    results: list[tuple[int, int, bool]] = []
+    skews: list[int] = []
+    for pairs in spec.rounds:
+        done: queue.Queue = queue.Queue()
+        start_ns = time.monotonic_ns() + int(spec.round_lead_s * 1e9) if spec.round_lead_s > 0 else None
+        threads = []
+        for s, d in pairs:
+            dead = [i for i in (s, d) if i in down]
+            if dead:
+                done.put((s, d, None, f"no fabmeter serve answers at {address[dead[0]]}", 0.0))
+                continue
+            t = threading.Thread(target=_run_pair, args=(spec, s, d, address, start_ns, done), daemon=True)
+            t.start()
+            threads.append(t)
+        started: list[int] = []
+        for _ in pairs:
+            item = _get(done, stop)
+            if item is None:            # stopped: the round's engines end, its results are dropped
+                _stop_engines(threads)
+                return set()
+            s, d, res, message, duration = item
+            ok = _record(spec, state, s, d, res, message, duration, log)
+            results.append((s, d, ok))
+            if res is not None and (at := _started_ns(res)) is not None:
+                started.append(at)
+        if start_ns is not None and len(started) > 1:
+            skews.append(max(started) - min(started))
+    failed = [(s, d) for s, d, ok in results if not ok]
+    with state.lock:
+        state.sweeps += 1
+        state.sweep_duration_s = time.monotonic() - t0
+        state.sweep_finished_at = time.time()
+        state.sweep_ok, state.sweep_failed = len(results) - len(failed), len(failed)
+        state.round_skew_s = max(skews) / 1e9 if skews else None
+        if state.sweeps == 1:
+            log(f"sweep 1: {len(results) - len(failed)} of {len(results)} pairs ok in {state.sweep_duration_s:.1f} s")
+    return {i for p in failed for i in p}
+
+
+def _get(done: queue.Queue, stop: _Stop):
+    while not stop:
+        try:
+            return done.get(timeout=POLL_S)
+        except queue.Empty:
+            pass
+    return None
+
+
+def _run_pair(spec: WatchSpec, s: int, d: int, address: list[str], start_ns: Optional[int], done: queue.Queue):
+    t0 = time.monotonic()
+    try:
+        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=address[d], engine=spec.engine,
+                                      start_at_ns=start_ns, via=address[s]))
+        message = res.message if res.exit_code != EXIT_OK or not res.points else ""
+        done.put((s, d, res, message or ("" if res.points else "no point measured"), time.monotonic() - t0))
+    except Exception as e:      # noqa: BLE001 -- a pair's failure, whatever it is, never ends the loop
+        done.put((s, d, None, f"{type(e).__name__}: {e}", time.monotonic() - t0))
+
+
+def _started_ns(res: run.RunResult) -> Optional[int]:
+    """When the run's measured part began, on our clock (the relay says how its clock differs)."""
+    started = (res.points[0] if res.points else {}).get("started_mono_ns")
+    relay = next((e for e in res.events if e.get("type") == "relay"), {})
+    offset = relay.get("clock_offset_ns")
+    return started - offset if isinstance(started, int) and isinstance(offset, int) else None
+
+
+def _record(spec: WatchSpec, state: metrics.WatchState, s: int, d: int, res: Optional[run.RunResult],
+            message: str, duration: float, log) -> bool:
+    key = (spec.hosts[s], spec.hosts[d])
+    name = f"{key[0]}->{key[1]}"
+    with state.lock:
+        pair = state.pairs[key]
+        was = pair.up
+        if res is None or message:
+            pair.failed(message or "failed", duration)
+            if was != 0:
+                log(f"pair {name} failed: {pair.message}")
+            return False
+        verdict = pair.measured(res.points[-1], duration, spec.objectives)
+        if was == 0:
+            log(f"pair {name} is up again")
+    if verdict is not None:
+        what = "; ".join(f"{c['objective']} measured {slo.fmt_ns(c['measured_ns'])}"
+                         for c in verdict["checks"] if not c["met"])
+        log(f"pair {name} missed the SLO: {what}" + (f" ({verdict['why']})" if verdict["why"] else ""))
+    return True
+
+
+def _stop_engines(threads: list[threading.Thread]) -> None:
+    """SIGTERM to our engine clients (each relayed run ends with its session), then wait for their threads."""
+    me = os.getpid()
+    for pid in _children(me):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for pid in _children(me):       # run.execute reaps what it started; this is for one that would not end
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _children(parent: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(parent) and fields[0] != "Z":
+            out.append(int(entry))
+    return out

@@ -1,0 +1,371 @@
+"""What `fabmeter watch` keeps of its sweeps and publishes: per directed pair
+a handful of counters, fixed latency buckets and the last run's figures (no
+samples, so memory stays flat however long it runs), as metric families of
+prometheus_client, served over HTTP or written to a textfile.
+
+The latency histogram's buckets are derived from the pair's first measured
+minimum (the figure a busy machine disturbs least): the R10 preferred
+numbers (1, 1.25, 1.6, 2, 2.5, 3.15, 4, 5, 6.3, 8 per decade) from one
+decade below that minimum's decade to five above it (4.2 us: 100 ns to 100 ms),
+then fixed for the life of the process (histogram_quantile() over a rate
+window needs stable buckets). Each run adds its messages: from the
+engine's HdrHistogram when the point carries one (`--samples hist`, which
+watch asks for), else from the point's percentiles (min, p50, p90, p99,
+p99.9, max) read as a piecewise-linear distribution. docs/cli.md lists
+every metric.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Optional
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from fabmeter import slo
+from fabmeter.watch import hdr
+
+LABELS = ("src", "dst", "transport", "experiment")
+R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
+DECADES_BELOW, DECADES_ABOVE = 1, 5
+QUANTILES = (("0", "min"), ("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("0.999", "p999"), ("1", "max"))
+CDF_POINTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
+HIST_KEYS = (("latency_hist", 1.0), ("rtt_hist", 0.5))     # lat's latency_ns is RTT/2: its RTT histogram, halved
+MAX_MESSAGE = 200
+
+
+def bounds_for(min_s: float) -> tuple[float, ...]:
+    """The bucket bounds (seconds) for a pair whose first run's minimum was `min_s`."""
+    decade = math.floor(math.log10(max(min_s, 1e-9)))
+    out = [round(m * 10.0 ** d, 12) for d in range(decade - DECADES_BELOW, decade + DECADES_ABOVE) for m in R10]
+    return tuple(out) + (round(10.0 ** (decade + DECADES_ABOVE), 12),)
+
+
+def _num(v) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+@dataclass
+class PairStats:
+    """One directed pair's aggregates since watch started; `last` holds the last run's figures (empty when it
+    failed)."""
+    labels: tuple[str, str, str, str]
+    up: Optional[int] = None             # None until its first run ends
+    runs: int = 0
+    failures: int = 0
+    messages: int = 0
+    lost: int = 0
+    slo_misses: int = 0
+    slo_met: Optional[int] = None
+    bounds: Optional[tuple[float, ...]] = None
+    buckets: list[int] = field(default_factory=list)   # per bound, not cumulative; the last one is +Inf
+    count: int = 0
+    sum_s: float = 0.0
+    source: Optional[str] = None         # hdrhistogram | percentiles: where the last run's buckets came from
+    last: dict = field(default_factory=dict)
+    duration_s: Optional[float] = None
+    finished_at: Optional[float] = None
+    message: str = ""
+
+    def failed(self, message: str, duration_s: float) -> None:
+        self.runs += 1
+        self.failures += 1
+        self.up, self.last, self.slo_met = 0, {}, None
+        self.message = message[:MAX_MESSAGE]
+        self.duration_s, self.finished_at = duration_s, time.time()
+
+    def measured(self, point: dict, duration_s: float, objectives) -> Optional[dict]:
+        """A run that went well; returns its SLO verdict when it missed (None otherwise)."""
+        self.runs += 1
+        self.up, self.message = 1, ""
+        self.duration_s, self.finished_at = duration_s, time.time()
+        last: dict = {}
+        lat = point.get("latency_ns") if isinstance(point.get("latency_ns"), dict) else None
+        if lat:
+            for q, key in QUANTILES:
+                v = _num(lat.get(key))
+                if v is not None:
+                    last[f"q{q}"] = v / 1e9
+            self._add_latency(point, lat)
+        lost = _num(point.get("lost"))
+        sent = _num(point.get("sent"))
+        iters = _num(point.get("iterations"))
+        total = sent if sent is not None else (iters + (lost or 0) if iters is not None else None)
+        if total is not None:
+            self.messages += int(total)
+            self.lost += int(lost or 0)
+            last["loss_ratio"] = (lost or 0) / total if total > 0 else 0.0
+        gbps = _num(point.get("gbps", point.get("achieved_gbps")))
+        if gbps is not None:
+            last["bytes_per_second"] = gbps * 1e9 / 8
+        clock = point.get("clock")
+        if isinstance(clock, dict) and clock.get("method") in ("probe", "shared_tsc"):
+            shared = clock["method"] == "shared_tsc"
+            for key, name, scale in (("offset_ns", "clock_offset", 1e-9), ("error_bound_ns", "clock_bound", 1e-9),
+                                     ("drift_ppm", "clock_drift", 1e-6)):
+                v = 0.0 if shared else _num(clock.get(key))
+                if v is not None:
+                    last[name] = v * scale
+        self.last = last
+        if objectives:
+            verdict = slo.evaluate_point(objectives, point)
+            self.slo_met = int(verdict["met"])
+            if not verdict["met"]:
+                self.slo_misses += 1
+                return verdict
+        return None
+
+    def _add_latency(self, point: dict, lat: dict) -> None:
+        low = _num(lat.get("min"))
+        if self.bounds is None:
+            if low is None:
+                return
+            self.bounds = bounds_for(low / 1e9)
+            self.buckets = [0] * (len(self.bounds) + 1)
+        for key, scale in HIST_KEYS:
+            text = point.get(key)
+            if isinstance(text, str):
+                try:
+                    added = self._add_hdr(text, scale, point.get(f"{key}_below"), point.get(f"{key}_above"))
+                except hdr.HistogramError:
+                    break           # a histogram we cannot read: the percentiles below
+                self._add_sum(lat, added)
+                self.source = "hdrhistogram"
+                return
+        n = _num(point.get("iterations"))
+        if n is None or n <= 0 or any(_num(lat.get(k)) is None for k, _ in CDF_POINTS):
+            return
+        self._add_percentiles(lat, int(n))
+        self._add_sum(lat, int(n))
+        self.source = "percentiles"
+
+    def _add_hdr(self, text: str, scale: float, below, above) -> int:
+        added = [0] * len(self.buckets)
+        for value_ns, count in hdr.values(text):
+            added[bisect.bisect_left(self.bounds, value_ns * scale / 1e9)] += count
+        added[0] += int(below) if isinstance(below, int) and below > 0 else 0      # below 0: the first bucket
+        added[-1] += int(above) if isinstance(above, int) and above > 0 else 0     # beyond 10 s: +Inf only
+        for i, c in enumerate(added):
+            self.buckets[i] += c
+        return sum(added)
+
+    def _add_percentiles(self, lat: dict, n: int) -> None:
+        xs = [lat[k] / 1e9 for k, _ in CDF_POINTS]
+        fs = [f for _, f in CDF_POINTS]
+
+        def cdf(b: float) -> float:
+            if b < xs[0]:
+                return 0.0
+            for i in range(1, len(xs)):
+                if b < xs[i]:
+                    return fs[i - 1] + (fs[i] - fs[i - 1]) * (b - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return 1.0
+        before = 0
+        for i, b in enumerate(self.bounds):
+            upto = round(cdf(b) * n)
+            self.buckets[i] += upto - before
+            before = upto
+        self.buckets[-1] += n - before
+
+    def _add_sum(self, lat: dict, n: int) -> None:
+        mean = _num(lat.get("mean"))
+        self.count += n
+        if mean is not None:
+            self.sum_s += mean / 1e9 * n
+
+
+class WatchState:
+    """Every pair's aggregates and the sweeps' figures, read by the collector while the loop writes them."""
+
+    def __init__(self, pairs: list[tuple[str, str]], transport: str, experiment: str, info: dict,
+                 hosts: list[str], interval_s: float, with_slo: bool):
+        self.lock = threading.Lock()
+        self.pairs = {(s, d): PairStats((s, d, transport, experiment)) for s, d in pairs}
+        self.hosts = {h: None for h in hosts}        # host -> 1/0 its serve answered the last check
+        self.info, self.interval_s, self.with_slo = info, interval_s, with_slo
+        self.sweeps = 0
+        self.sweep_duration_s: Optional[float] = None
+        self.sweep_ok = self.sweep_failed = 0
+        self.sweep_finished_at: Optional[float] = None
+        self.round_skew_s: Optional[float] = None
+
+
+class Collector:
+    """The metric families, built from WatchState at each scrape (docs/cli.md lists them)."""
+
+    def __init__(self, state: WatchState):
+        self.state = state
+
+    def describe(self):
+        return []           # no checks at registration: collect() only ever runs at a scrape
+
+    def collect(self):
+        st = self.state
+        with st.lock:
+            yield from self._global(st)
+            yield from self._pairs(st)
+
+    def _global(self, st: WatchState):
+        yield InfoMetricFamily("fabmeter_watch", "what this watch runs", value=st.info)
+        yield GaugeMetricFamily("fabmeter_watch_interval_seconds", "the interval between sweep starts",
+                                value=st.interval_s, unit="seconds")
+        yield CounterMetricFamily("fabmeter_sweeps", "sweeps finished (every pair run once)", value=st.sweeps)
+        if st.sweep_duration_s is not None:
+            yield GaugeMetricFamily("fabmeter_sweep_duration_seconds", "wall time of the last sweep",
+                                    value=st.sweep_duration_s, unit="seconds")
+            yield GaugeMetricFamily("fabmeter_sweep_last_timestamp_seconds", "when the last sweep ended (Unix time)",
+                                    value=st.sweep_finished_at, unit="seconds")
+            pairs = GaugeMetricFamily("fabmeter_sweep_pairs", "pairs of the last sweep by result", labels=["result"])
+            pairs.add_metric(["ok"], st.sweep_ok)
+            pairs.add_metric(["failed"], st.sweep_failed)
+            yield pairs
+        if st.round_skew_s is not None:
+            yield GaugeMetricFamily("fabmeter_sweep_round_start_skew_seconds",
+                                    "the last sweep's largest round start skew (the pairs' start instants apart)",
+                                    value=st.round_skew_s, unit="seconds")
+        hosts = GaugeMetricFamily("fabmeter_host_up", "1: the host's fabmeter serve took a connection before the "
+                                  "last sweep; 0: it did not (its pairs failed)", labels=["host"])
+        for h, up in st.hosts.items():
+            if up is not None:
+                hosts.add_metric([h], up)
+        yield hosts
+
+    def _pairs(self, st: WatchState):
+        fam = {
+            "up": GaugeMetricFamily("fabmeter_pair_up", "1: the pair's last run went well; 0: it failed",
+                                    labels=LABELS),
+            "runs": CounterMetricFamily("fabmeter_pair_runs", "runs of the pair", labels=LABELS),
+            "failures": CounterMetricFamily("fabmeter_pair_failures", "runs of the pair that failed", labels=LABELS),
+            "lat": HistogramMetricFamily("fabmeter_pair_latency_seconds", "latency of every measured message of "
+                                         "every run (one-way; lat: RTT/2; load: RTT from the intended send); buckets "
+                                         "fixed from the first run's minimum", labels=LABELS, unit="seconds"),
+            "source": GaugeMetricFamily("fabmeter_pair_latency_source", "where the last run's histogram counts came "
+                                        "from: hdrhistogram (exact to 3 digits) or percentiles (interpolated)",
+                                        labels=[*LABELS, "source"]),
+            "q": GaugeMetricFamily("fabmeter_pair_last_latency_seconds", "the last run's latency percentiles "
+                                   "(quantile 0: min, 1: max), as the engine computed them", labels=[*LABELS, "quantile"],
+                                   unit="seconds"),
+            "messages": CounterMetricFamily("fabmeter_pair_messages", "measured messages sent (arrived or lost)",
+                                            labels=LABELS),
+            "lost": CounterMetricFamily("fabmeter_pair_lost_messages", "measured messages lost", labels=LABELS),
+            "loss": GaugeMetricFamily("fabmeter_pair_last_loss_ratio", "the last run's lost / sent", labels=LABELS),
+            "tput": GaugeMetricFamily("fabmeter_pair_last_throughput_bytes_per_second", "the last run's payload "
+                                      "throughput (bw; load: achieved)", labels=LABELS),
+            "offset": GaugeMetricFamily("fabmeter_pair_clock_offset_seconds", "the last run's fitted offset of the "
+                                        "destination's clock (oneway, stream; 0 on a shared clock)", labels=LABELS,
+                                        unit="seconds"),
+            "bound": GaugeMetricFamily("fabmeter_pair_clock_error_bound_seconds", "the last run's guaranteed bound "
+                                       "of that fit's error", labels=LABELS, unit="seconds"),
+            "drift": GaugeMetricFamily("fabmeter_pair_clock_drift_ratio", "the last run's fitted drift of the "
+                                       "destination's clock (1e-6 = 1 ppm)", labels=LABELS),
+            "dur": GaugeMetricFamily("fabmeter_pair_run_duration_seconds", "wall time of the pair's last run",
+                                     labels=LABELS, unit="seconds"),
+            "ts": GaugeMetricFamily("fabmeter_pair_last_run_timestamp_seconds", "when the pair's last run ended "
+                                    "(Unix time)", labels=LABELS, unit="seconds"),
+        }
+        if st.with_slo:
+            fam["slo"] = CounterMetricFamily("fabmeter_pair_slo_misses", "runs that missed an --slo objective",
+                                             labels=LABELS)
+            fam["slo_met"] = GaugeMetricFamily("fabmeter_pair_slo_met", "1: the last run met every --slo objective",
+                                               labels=LABELS)
+        for p in st.pairs.values():
+            if p.up is None:
+                continue
+            lb = list(p.labels)
+            fam["up"].add_metric(lb, p.up)
+            fam["runs"].add_metric(lb, p.runs)
+            fam["failures"].add_metric(lb, p.failures)
+            fam["dur"].add_metric(lb, p.duration_s)
+            fam["ts"].add_metric(lb, p.finished_at)
+            if p.messages or p.lost:
+                fam["messages"].add_metric(lb, p.messages)
+                fam["lost"].add_metric(lb, p.lost)
+            if p.bounds is not None and p.count:
+                cum, out = 0, []
+                for b, c in zip(p.bounds, p.buckets):
+                    cum += c
+                    out.append((floatToGoString(b), cum))
+                out.append(("+Inf", cum + p.buckets[-1]))
+                fam["lat"].add_metric(lb, out, sum_value=p.sum_s)
+            if p.source and p.up:
+                fam["source"].add_metric([*lb, p.source], 1)
+            for q, _ in QUANTILES:
+                if f"q{q}" in p.last:
+                    fam["q"].add_metric([*lb, q], p.last[f"q{q}"])
+            for key, name in (("loss_ratio", "loss"), ("bytes_per_second", "tput"), ("clock_offset", "offset"),
+                              ("clock_bound", "bound"), ("clock_drift", "drift")):
+                if key in p.last:
+                    fam[name].add_metric(lb, p.last[key])
+            if st.with_slo:
+                fam["slo"].add_metric(lb, p.slo_misses)
+                if p.slo_met is not None:
+                    fam["slo_met"].add_metric(lb, p.slo_met)
+        yield from fam.values()
+
+
+def registry_for(state: WatchState) -> CollectorRegistry:
+    """Our families and the process' own (process_resident_memory_bytes, ...), nothing else."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector(state))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+# --- publishing ------------------------------------------------------------------
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format, *args):       # noqa: A002 (the base class' name)
+        pass
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True                       # a request thread never holds up the exit
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def only_metrics(app):
+    """The metrics at / and /metrics, for GET and HEAD; nothing of the request reaches the exposition but its
+    Accept and Accept-Encoding headers (no path, no query: the library's name[] filter is dropped)."""
+    def serve(environ, start_response):
+        if environ.get("PATH_INFO") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"fabmeter watch serves its metrics at /metrics only\n"]
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Type", "text/plain")])
+            return [b"GET or HEAD\n"]
+        environ = {**environ, "QUERY_STRING": "", "REQUEST_METHOD": "GET"}
+        return app(environ, start_response)
+    return serve
+
+
+class MetricsServer:
+    """An HTTP server of the registry's metrics in a thread of its own."""
+
+    def __init__(self, registry: CollectorRegistry, bind: str, port: int):
+        cls = _Server6 if ":" in bind else _Server
+        self.httpd = make_server(bind, port, only_metrics(make_wsgi_app(registry)), cls, handler_class=_Quiet)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def write_textfile(path: str, registry: CollectorRegistry) -> None:
+    """PATH replaced whole (a temporary file beside it, then rename(2)): a reader sees the old or the new."""
+    write_to_textfile(path, registry)

@@ -1,0 +1,413 @@
+"""`fabmeter watch`: the HdrHistogram reader and the buckets; a real
+Prometheus scraping watch over four namespace hosts (each with `fabmeter
+serve` standing), read back through its query API, a serve killed mid-run;
+the textfile, replaced atomically; SIGINT and SIGTERM mid-sweep; memory
+over many sweeps (`make soak-watch` runs it for an hour)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import bridged_namespaces, cli_cmd, one_line_error, tagged_engine_procs, wait_until
+from fabmeter import run
+
+prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from fabmeter.watch import hdr, loop, metrics  # noqa: E402
+
+SMALL_ONEWAY = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
+SMALL_LAT = ["--experiment", "lat", "-n", "200", "--warmup", "20"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text(os.urandom(16).hex() + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def start_serves(fm, hosts: list[str], port: int, token_file: str, prefixes=None) -> list[subprocess.Popen]:
+    """`fabmeter serve --peers HOSTS` on each host (in its namespace); returns them once each listens."""
+    serves = []
+    try:
+        for i, host in enumerate(hosts):
+            serves.append(fm.popen("serve", "--bind", host, "--port", port, "--token-file", token_file,
+                                   "--peers", ",".join(hosts), prefix=prefixes[i] if prefixes else ()))
+        for s in serves:
+            assert json.loads(s.stdout.readline())["event"] == "listening"
+    except BaseException:
+        stop_serves(serves)
+        raise
+    return serves
+
+
+def stop_serves(serves) -> None:
+    for s in serves:
+        if s.poll() is None:
+            s.send_signal(signal.SIGTERM)
+    for s in serves:
+        try:
+            s.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            s.kill()
+            s.communicate()
+
+
+def end(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
+    """Signals `proc`, returns (its exit code, its stderr); kills it if it does not end in time."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"{proc.args[:6]} did not end within {timeout} s of {sig!r}: {err[-2000:]}")
+    return proc.returncode, err
+
+
+def scrape(port: int) -> dict:
+    """The watch's /metrics as {(name, labels...): value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return parse(text)
+
+
+def parse(text: str) -> dict:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(samples: dict, name: str, **labels) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def run_engine_children(tag: str) -> list[str]:
+    """`fabmeter-engine run` processes among the tagged ones (the serves' own processes aside)."""
+    return [p for p in tagged_engine_procs(tag) if " run " in p]
+
+
+# --- the pieces ------------------------------------------------------------------
+
+def test_the_histogram_reader_agrees_with_hdrhistogram(engine):
+    """hdr.values() on the engine's encoding: the same counts at the same values as the hdrhistogram package."""
+    hdrh = pytest.importorskip("hdrh.histogram")
+    res = run.execute(run.RunSpec("lat", {"transport": "tcp", "iters": 2000, "samples": "hist"}, engine=str(engine)))
+    assert res.exit_code == 0, res.message
+    text = res.points[0]["rtt_hist"]
+    ours = list(hdr.values(text))
+    ref = [(it.value_iterated_to, it.count_at_value_iterated_to)
+           for it in hdrh.HdrHistogram.decode(text).get_recorded_iterator()]
+    assert len(ours) == len(ref) and sum(c for _, c in ours) == 2000
+    for (v, c), (rv, rc) in zip(ours, ref):
+        assert c == rc and abs(v - rv) <= max(1.0, rv / 1000), (v, rv)
+    with pytest.raises(hdr.HistogramError):
+        list(hdr.values("bm90IGEgaGlzdG9ncmFt"))
+
+
+def test_buckets_from_the_percentiles_when_there_is_no_histogram():
+    """A point without a histogram (--samples raw) fills the buckets from its percentiles: the counts add up,
+    and the median read back as histogram_quantile does lies within a bucket of the engine's."""
+    pair = metrics.PairStats(("a", "b", "tcp", "lat"))
+    lat = {"min": 20e3, "p50": 25e3, "p90": 30e3, "p99": 80e3, "p999": 400e3, "max": 2e6, "mean": 27e3}
+    for _ in range(3):
+        assert pair.measured({"latency_ns": lat, "iterations": 10000, "lost": 5}, 1.0, None) is None
+    assert pair.source == "percentiles" and pair.count == 30000 and sum(pair.buckets) == 30000
+    assert pair.bounds[0] == pytest.approx(1e-6) and pair.bounds[-1] == pytest.approx(1.0)
+    cum = 0
+    for bound, c in zip(pair.bounds, pair.buckets):
+        cum += c
+        if cum >= 15000:
+            break
+    assert 25e-6 <= bound <= 25e-6 * 1.3, bound
+    assert pair.sum_s == pytest.approx(30000 * 27e-6) and pair.lost == 15 and pair.messages == 30015
+    assert pair.last["loss_ratio"] == pytest.approx(5 / 10005)
+
+
+def test_a_pair_list_in_rounds():
+    pairs = [(0, 1), (1, 0), (0, 2), (2, 3), (1, 3)]
+    rounds = loop.pair_rounds(pairs, "scheduled")
+    assert sorted(p for r in rounds for p in r) == sorted(pairs)
+    for r in rounds:
+        peer = {}
+        for s, d in r:
+            assert peer.setdefault(s, d) == d and peer.setdefault(d, s) == s, r
+    assert loop.pair_rounds(pairs, "chaotic") == [pairs]
+
+
+def test_refusals(fm, token_file, tmp_path):
+    cases = [
+        ([], "--hosts"),
+        (["--pair", "127.0.0.1", "127.0.0.1"], "two different hosts"),
+        (["--hosts", "127.0.0.1,127.0.0.2", "--pair", "127.0.0.1", "127.0.0.2"], "--hosts"),
+        (["--pair", "127.0.0.1", "127.0.0.2", "--pattern", "ring"], "--pattern goes with"),
+        (["--hosts", "127.0.0.1,127.0.0.2", "--interval", "soon"], "--interval"),
+        (["--hosts", "127.0.0.1,127.0.0.2", "--experiment", "bw", "--slo", "p99<=1ms"], "--slo does not apply"),
+        (["--hosts", "127.0.0.1,127.0.0.2", "--textfile", str(tmp_path / "no" / "x.prom")], "no folder"),
+        (["--hosts", "10.0.0.1,10.0.0.2"], "need a shared token"),
+        (["--hosts", "127.0.0.1,127.0.0.2", "--bursts", "3", "--experiment", "lat"], "--bursts does not apply"),
+    ]
+    env = {k: v for k, v in fm.env.items() if k != "FABMETER_TOKEN"}
+    for args, why in cases:
+        r = subprocess.run(cli_cmd("watch", "-t", "tcp", *args), env=env, capture_output=True, text=True,
+                           timeout=30, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2 and why in one_line_error(r.stderr), (args, r.stderr)
+
+
+# --- Prometheus over four namespace hosts -----------------------------------------
+
+PROMETHEUS_YML = """global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: fabmeter
+    scrape_interval: 1s
+    scrape_timeout: 1s
+    static_configs:
+      - targets: ['127.0.0.1:{port}']
+"""
+
+
+class Prometheus:
+    """A real Prometheus in namespace `ns`, scraping 127.0.0.1:`target` there; queried from inside it."""
+
+    def __init__(self, ns: str, target: int, tmp: Path):
+        self.ns, self.port = ns, free_port()
+        (tmp / "prometheus.yml").write_text(PROMETHEUS_YML.format(port=target))
+        self.log = open(tmp / "prometheus.log", "w")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "prometheus", f"--config.file={tmp / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--log.level=warn"], stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+
+    def query(self, expr: str) -> list[dict]:
+        """/api/v1/query: the result vector ([] while Prometheus is not up)."""
+        code = ("import sys, urllib.parse, urllib.request\n"
+                "url = f'http://127.0.0.1:{sys.argv[1]}/api/v1/query?' + urllib.parse.urlencode({'query': sys.argv[2]})\n"
+                "try:\n    print(urllib.request.urlopen(url, timeout=5).read().decode())\n"
+                "except OSError as e:\n    print('{\"status\": \"down\"}')\n")
+        r = subprocess.run(["ip", "netns", "exec", self.ns, sys.executable, "-c", code, str(self.port), expr],
+                           capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        body = json.loads(r.stdout or '{"status": "down"}')
+        if body["status"] != "success":
+            return []
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def poll(fn, timeout: float, what: str):
+    """fn() until it returns something true; that value, or the test fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def test_prometheus_reads_every_pair_and_sees_a_killed_serve(fm, token_file, tmp_path):
+    if not shutil.which("prometheus"):
+        pytest.skip("prometheus missing (scripts/install-deps.sh --test installs Debian's prometheus)")
+    net = f"10.195.{os.getpid() % 250}"
+    with bridged_namespaces("fmw", net, 4) as four:
+        hosts = [addr for _, addr in four]
+        prefixes = [("ip", "netns", "exec", ns) for ns, _ in four]
+        serves = start_serves(fm, hosts, 18515, token_file, prefixes)
+        port = free_port()
+        watch = fm.popen("watch", "--hosts", ",".join(hosts), "-t", "udp", "--token-file", token_file,
+                         "--interval", "1", "--metrics-port", port, *SMALL_ONEWAY, prefix=prefixes[0])
+        prom = Prometheus(four[0][0], port, tmp_path)
+        try:
+            q50 = poll(lambda: (r := prom.query("histogram_quantile(0.5, fabmeter_pair_latency_seconds_bucket)"))
+                       and len(r) == 12 and r, 60, "a median per pair from Prometheus")
+            medians = {(x["metric"]["src"], x["metric"]["dst"]): float(x["value"][1]) for x in q50}
+            assert sorted(medians) == sorted((s, d) for s in hosts for d in hosts if s != d)
+            assert all(x["metric"]["transport"] == "udp" and x["metric"]["experiment"] == "oneway" for x in q50)
+            # One-way on fitted clocks between namespaces: above 0 (the first bucket holds any value below it),
+            # well under a second.
+            assert all(0 < m < 0.5 for m in medians.values()), medians
+            bounds = prom.query("fabmeter_pair_clock_error_bound_seconds")
+            assert len(bounds) == 12 and all(0 <= float(b["value"][1]) < 0.1 for b in bounds), bounds
+            sweep = prom.query("fabmeter_sweep_duration_seconds")
+            print("4 hosts, 12 pairs, 3 rounds: sweep", sweep[0]["value"][1], "s; medians us",
+                  {k: round(v * 1e6, 1) for k, v in medians.items()})
+
+            stop_serves(serves[3:])         # host 3's serve goes away: its six pairs fail, the others go on
+            down = poll(lambda: (r := prom.query("fabmeter_pair_up == 0")) and len(r) == 6 and r, 60,
+                        "the six pairs of the killed serve down in Prometheus")
+            assert {(x["metric"]["src"], x["metric"]["dst"]) for x in down} == \
+                {(s, d) for s in hosts for d in hosts if s != d and hosts[3] in (s, d)}
+            up = prom.query("fabmeter_pair_up == 1")
+            assert len(up) == 6 and all(hosts[3] not in (x["metric"]["src"], x["metric"]["dst"]) for x in up)
+            assert poll(lambda: prom.query(f'fabmeter_host_up{{host="{hosts[3]}"}} == 0'), 20, "host 3 down")
+            runs = prom.query("fabmeter_sweeps_total")
+            assert float(runs[0]["value"][1]) >= 2
+        finally:
+            prom.stop()
+            rc, err = end(watch)
+            stop_serves(serves)
+    assert rc == 130, err
+    assert "no fabmeter serve answers at" in err and hosts[3] in err, err
+
+
+# --- the textfile; HTTP serves the metrics only ------------------------------------
+
+def test_textfile_is_replaced_whole_and_parses(fm, token_file, tmp_path):
+    hosts = ["127.0.0.1", "127.0.0.2"]
+    port = free_port()
+    serves = start_serves(fm, hosts, port, token_file)
+    prom_file = tmp_path / "fabmeter.prom"
+    metrics_port = free_port()
+    watch = fm.popen("watch", "--hosts", ",".join(hosts), "--serve-port", port, "-t", "tcp", *SMALL_LAT,
+                     "--token-file", token_file, "--interval", "0.2", "--round-lead", "0", "--textfile", prom_file,
+                     "--metrics-port", metrics_port, "--for", "30")
+    try:
+        inodes, reads = set(), 0
+        deadline = time.monotonic() + 40
+        while len(inodes) < 4 and time.monotonic() < deadline and watch.poll() is None:
+            try:
+                text = prom_file.read_text()
+                inode = os.stat(prom_file).st_ino
+            except FileNotFoundError:
+                time.sleep(0.01)
+                continue
+            samples = parse(text)           # every read is a whole file: the old one or the new one
+            assert value(samples, "fabmeter_watch_interval_seconds") == 0.2
+            reads += 1
+            inodes.add(inode)
+            time.sleep(0.01)
+        assert len(inodes) >= 4, f"the file was not replaced 3 times ({reads} reads)"
+        samples = parse(prom_file.read_text())
+        labels = {"src": "127.0.0.1", "dst": "127.0.0.2", "transport": "tcp", "experiment": "lat"}
+        assert value(samples, "fabmeter_pair_up", **labels) == 1
+        assert value(samples, "fabmeter_pair_latency_seconds_count", **labels) >= 200
+        assert value(samples, "fabmeter_pair_latency_source", source="hdrhistogram", **labels) == 1
+        # HTTP: the same families at /metrics (and /), nothing at any other path.
+        assert value(scrape(metrics_port), "fabmeter_pair_up", **labels) == 1
+        for path in ("/etc/passwd", "/metrics/../x", "/favicon.ico"):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=5)
+            assert e.value.code == 404
+    finally:
+        rc, err = end(watch)
+        stop_serves(serves)
+    assert rc == 130, err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fabmeter.prom")] == ["fabmeter.prom"]
+
+
+# --- signals -------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_sweep_ends_watch_and_every_engine(fm, token_file, sig):
+    """Ctrl-C (SIGINT, the watch started with it ignored, as a background job is) or SIGTERM while the pairs
+    run: exit 130 within seconds, and no engine run is left, here or in the serves' relays."""
+    hosts = ["127.0.0.1", "127.0.0.2"]
+    port = free_port()
+    serves = start_serves(fm, hosts, port, token_file)
+    try:
+        watch = subprocess.Popen(cli_cmd("watch", "--hosts", ",".join(hosts), "--serve-port", port, "-t", "tcp",
+                                         "--token-file", token_file, "--bursts", "40", "--pause-us", "250000",
+                                         "--warmup", "10", "--metrics-port", "0"),
+                                 env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        assert wait_until(lambda: len(run_engine_children(fm.tag)) >= 4, 30), "the pairs never started"
+        t0 = time.monotonic()
+        rc, err = end(watch, sig)
+        took = time.monotonic() - t0
+        assert rc == 130, err
+        assert took < 10, took
+        assert wait_until(lambda: not run_engine_children(fm.tag), 8), run_engine_children(fm.tag)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+        stop_serves(serves)
+
+
+# --- memory -------------------------------------------------------------------------
+
+def status_kb(pid: int) -> dict:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(rest.split()[0])
+    return out
+
+
+def test_soak_memory_stays_flat(fm, token_file):
+    """Watch over a loopback pair, sweep after sweep: its resident memory after a warm-up and at the end.
+    CI: 60 sweeps at 0.3 s, growth within 4 MiB. `make soak-watch` (FM_WATCH_SECONDS, default 3600): a sweep
+    each second for that long, the peak (VmHWM) flat within 5 %."""
+    seconds = float(os.environ.get("FM_WATCH_SECONDS", "0"))
+    interval = 1.0 if seconds else 0.3
+    sweeps = max(int(seconds / interval), 20) if seconds else 60
+    warm = min(15, sweeps // 4)
+    hosts = ["127.0.0.1", "127.0.0.2"]
+    port = free_port()
+    serves = start_serves(fm, hosts, port, token_file)
+    metrics_port = free_port()
+    watch = fm.popen("watch", "--pair", hosts[0], hosts[1], "--serve-port", port,
+                     "-t", "tcp", "--experiment", "lat", "-n", "100", "--warmup", "10", "--token-file", token_file,
+                     "--interval", interval, "--round-lead", "0", "--metrics-port", metrics_port)
+    try:
+        def done(n):
+            try:
+                return (value(scrape(metrics_port), "fabmeter_sweeps_total") or 0) >= n
+            except OSError:
+                return False
+        assert wait_until(lambda: done(warm), 60 + warm * 3), "no warm-up"
+        t0, start = time.monotonic(), status_kb(watch.pid)
+        assert wait_until(lambda: done(sweeps), 60 + sweeps * interval * 3), "the sweeps did not all run"
+        took, stop = time.monotonic() - t0, status_kb(watch.pid)
+        samples = scrape(metrics_port)
+        failed = sum(v for (n, _), v in samples.items() if n == "fabmeter_pair_failures_total")
+        print(f"watch soak: {sweeps - warm} sweeps in {took:.1f} s ({took / (sweeps - warm):.2f} s each); "
+              f"VmRSS {start['VmRSS']} -> {stop['VmRSS']} kB, VmHWM {start['VmHWM']} -> {stop['VmHWM']} kB; "
+              f"failed runs {failed:g}")
+    finally:
+        rc, err = end(watch)
+        stop_serves(serves)
+    assert rc == 130, err
+    assert failed == 0, err
+    if seconds:
+        assert stop["VmHWM"] <= start["VmHWM"] * 1.05, (start, stop)
+    else:
+        assert stop["VmHWM"] - start["VmHWM"] <= 4096, (start, stop)
+        assert stop["VmRSS"] - start["VmRSS"] <= 4096, (start, stop)
