@@ -2,7 +2,9 @@
 # Installs only what is missing: the Debian packages the build and tests need
 # (checked one by one with dpkg -s; apt-get update only if one is missing)
 # and the project-local Python environment .venv (numpy, pytest, fabmeter
-# itself as an editable install). Safe to run again: it then does nothing.
+# itself as an editable install, with prometheus-client for `fabmeter watch`).
+# Safe to run again: it then does nothing. --test (make test): also what only
+# the tests use; --fuzz (make fuzz): also clang.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +37,16 @@ pkgs+=(openmpi-bin)
 # service at install, unlike openssh-server).
 pkgs+=(openssh-client dropbear-bin)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
-[ "${1:-}" = "--fuzz" ] && pkgs+=(clang-14 libclang-rt-14-dev)
+# --test (make test): Prometheus (large, so only then), which tests/test_watch.py
+# runs as its own process to scrape `fabmeter watch`.
+no_service=(prometheus)
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
+    --test) pkgs+=(prometheus) ;;
+    *) echo "install-deps: unknown option $arg (--test, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -57,7 +68,30 @@ if [ "${#missing[@]}" -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+  # A package of no_service would start a system service at install where init
+  # scripts run: a policy-rc.d that forbids it is in place during the install (if
+  # the machine has none), and the service is left disabled; only the binary is used.
+  policy=/usr/sbin/policy-rc.d
+  services=()
+  for p in "${no_service[@]}"; do
+    if [[ " ${missing[*]} " == *" $p "* ]]; then services+=("$p"); fi
+  done
+  made_policy=""
+  if [ "${#services[@]}" -gt 0 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    made_policy=1
+  fi
+  status=0
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null || status=$?
+  if [ -n "$made_policy" ]; then
+    $SUDO rm -f "$policy"
+    for p in "${services[@]}"; do
+      $SUDO update-rc.d "$p" disable >/dev/null 2>&1 || true
+      if [ -d /run/systemd/system ]; then $SUDO systemctl disable --quiet "$p" 2>/dev/null || true; fi
+    done
+  fi
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 # A venv whose interpreter no longer runs (its base Python went away) is rebuilt.
@@ -73,7 +107,7 @@ fi
 
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 have=$(cat "$STAMP" 2>/dev/null || true)
-if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import numpy, pytest, fabmeter' >/dev/null 2>&1; then
+if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import numpy, pytest, fabmeter, prometheus_client' >/dev/null 2>&1; then
   echo "install-deps: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' </dev/null
   echo "$want" > "$STAMP"

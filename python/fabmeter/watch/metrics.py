@@ -99,7 +99,11 @@ class PairStats:
         lost = _num(point.get("lost"))
         sent = _num(point.get("sent"))
         iters = _num(point.get("iterations"))
-        total = sent if sent is not None else (iters + (lost or 0) if iters is not None else None)
+        # Sent measured messages: oneway, stream and load say; bw's iterations are its sent ones; lat's
+        # iterations are the round trips that came back.
+        if sent is None and iters is not None:
+            sent = iters if point.get("experiment") == "bw" else iters + (lost or 0)
+        total = sent
         if total is not None:
             self.messages += int(total)
             self.lost += int(lost or 0)
