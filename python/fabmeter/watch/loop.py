@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from fabmeter import procs, run, slo
-from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, FabmeterError
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh.run import host_port
 from fabmeter.watch import metrics
 
@@ -112,8 +112,12 @@ def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
             raise FabmeterError(f"--metrics-port: cannot listen on {host_port(spec.metrics_bind, spec.metrics_port)}:"
                                 f" {e.strerror or e}", EXIT_RUNTIME) from e
         log(f"metrics at http://{host_port(spec.metrics_bind, server.port)}/metrics")
+    textfile_error = ""
     if spec.textfile:
-        metrics.write_textfile(spec.textfile, registry)
+        try:
+            metrics.write_textfile(spec.textfile, registry)
+        except OSError as e:
+            raise FabmeterError(f"--textfile {spec.textfile}: {e.strerror or e}", EXIT_USAGE) from e
     log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s), every {spec.interval_s:g} s"
         + (f" for {spec.for_s:g} s" if spec.for_s is not None else ""))
     down: set[int] = set(range(n))              # unknown counts as down: checked before the first sweep
@@ -122,15 +126,21 @@ def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
             began = time.monotonic()
             next_start = began
             while not stop:
-                down = _check_hosts(spec, state, down, log)
+                down = _check_hosts(spec, state, down, stop, log)
                 if stop:
                     break
                 failed_hosts = _sweep(spec, state, down, stop, log)
                 if stop:
                     break
                 down |= failed_hosts            # re-checked before the next sweep
-                if spec.textfile:
-                    metrics.write_textfile(spec.textfile, registry)
+                if spec.textfile:       # a full disk or a lost folder is logged (once), not the end
+                    try:
+                        metrics.write_textfile(spec.textfile, registry)
+                        textfile_error = ""
+                    except OSError as e:
+                        if textfile_error != str(e):
+                            log(f"--textfile {spec.textfile}: {e.strerror or e}")
+                        textfile_error = str(e)
                 next_start = max(next_start + spec.interval_s, time.monotonic())
                 if spec.for_s is not None and next_start - began >= spec.for_s:
                     break
@@ -142,7 +152,7 @@ def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
     return code
 
 
-def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], log) -> set[int]:
+def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], stop: "_Stop", log) -> set[int]:
     """Which of `hosts` have no serve taking connections (all checked at once); the others are up."""
     if not hosts:
         return set()
@@ -157,8 +167,11 @@ def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], lo
     threads = [threading.Thread(target=check, args=(i,), daemon=True) for i in sorted(hosts)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(spec.timeout_s + 1)
+    deadline = time.monotonic() + spec.timeout_s + 1
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline and not stop:
+        time.sleep(POLL_S)
+    if stop:
+        return hosts
     down = set()
     with state.lock:
         for i in sorted(hosts):

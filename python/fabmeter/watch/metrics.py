@@ -129,8 +129,10 @@ class PairStats:
         return None
 
     def _add_latency(self, point: dict, lat: dict) -> None:
-        low = _num(lat.get("min"))
         if self.bounds is None:
+            # A one-way minimum on fitted clocks may be 0 or below (within the fit's bound): the first figure
+            # above 0 then.
+            low = next((v for v in (_num(lat.get(k)) for k in ("min", "p50", "p90", "max")) if v and v > 0), None)
             if low is None:
                 return
             self.bounds = bounds_for(low / 1e9)
