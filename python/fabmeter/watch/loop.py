@@ -99,6 +99,14 @@ class _Stop:
 
 
 def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
+    with _Stop() as stop:           # from the start: a signal during set-up ends it as cleanly
+        code = _watch(spec, stop, log)
+        if stop:
+            log(f"ended by {signal.Signals(stop.signum).name}")
+    return code
+
+
+def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
     n = len(spec.hosts)
     pairs = [p for r in spec.rounds for p in r]
     state = metrics.WatchState([(spec.hosts[s], spec.hosts[d]) for s, d in pairs], spec.options.get("transport"),
@@ -112,44 +120,42 @@ def main(spec: WatchSpec, log: Callable[[str], None]) -> int:
             raise FabmeterError(f"--metrics-port: cannot listen on {host_port(spec.metrics_bind, spec.metrics_port)}:"
                                 f" {e.strerror or e}", EXIT_RUNTIME) from e
         log(f"metrics at http://{host_port(spec.metrics_bind, server.port)}/metrics")
-    textfile_error = ""
-    if spec.textfile:
-        try:
-            metrics.write_textfile(spec.textfile, registry)
-        except OSError as e:
-            raise FabmeterError(f"--textfile {spec.textfile}: {e.strerror or e}", EXIT_USAGE) from e
-    log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s), every {spec.interval_s:g} s"
-        + (f" for {spec.for_s:g} s" if spec.for_s is not None else ""))
-    down: set[int] = set(range(n))              # unknown counts as down: checked before the first sweep
     try:
-        with _Stop() as stop:
-            began = time.monotonic()
-            next_start = began
-            while not stop:
-                down = _check_hosts(spec, state, down, stop, log)
-                if stop:
-                    break
-                failed_hosts = _sweep(spec, state, down, stop, log)
-                if stop:
-                    break
-                down |= failed_hosts            # re-checked before the next sweep
-                if spec.textfile:       # a full disk or a lost folder is logged (once), not the end
-                    try:
-                        metrics.write_textfile(spec.textfile, registry)
-                        textfile_error = ""
-                    except OSError as e:
-                        if textfile_error != str(e):
-                            log(f"--textfile {spec.textfile}: {e.strerror or e}")
-                        textfile_error = str(e)
-                next_start = max(next_start + spec.interval_s, time.monotonic())
-                if spec.for_s is not None and next_start - began >= spec.for_s:
-                    break
-                stop.sleep_until(next_start)
-            code = EXIT_INTERRUPTED if stop else EXIT_OK
+        textfile_error = ""
+        if spec.textfile:
+            try:
+                metrics.write_textfile(spec.textfile, registry)
+            except OSError as e:
+                raise FabmeterError(f"--textfile {spec.textfile}: {e.strerror or e}", EXIT_USAGE) from e
+        log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s), every {spec.interval_s:g} s"
+            + (f" for {spec.for_s:g} s" if spec.for_s is not None else ""))
+        down: set[int] = set(range(n))          # unknown counts as down: checked before the first sweep
+        began = time.monotonic()
+        next_start = began
+        while not stop:
+            down = _check_hosts(spec, state, down, stop, log)
+            if stop:
+                break
+            failed_hosts = _sweep(spec, state, down, stop, log)
+            if stop:
+                break
+            down |= failed_hosts                # re-checked before the next sweep
+            if spec.textfile:                   # a full disk or a lost folder is logged (once), not the end
+                try:
+                    metrics.write_textfile(spec.textfile, registry)
+                    textfile_error = ""
+                except OSError as e:
+                    if textfile_error != str(e):
+                        log(f"--textfile {spec.textfile}: {e.strerror or e}")
+                    textfile_error = str(e)
+            next_start = max(next_start + spec.interval_s, time.monotonic())
+            if spec.for_s is not None and next_start - began >= spec.for_s:
+                break
+            stop.sleep_until(next_start)
+        return EXIT_INTERRUPTED if stop else EXIT_OK
     finally:
         if server is not None:
             server.stop()
-    return code
 
 
 def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], stop: "_Stop", log) -> set[int]:
