@@ -107,7 +107,7 @@ fi
 
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 have=$(cat "$STAMP" 2>/dev/null || true)
-if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import numpy, pytest, fabmeter, prometheus_client' >/dev/null 2>&1; then
+if [ "$want" != "$have" ] || ! "$VENV/bin/python" -c 'import numpy, pytest, fabmeter, prometheus_client, hdrh' >/dev/null 2>&1; then
   echo "install-deps: installing Python packages into $VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]' </dev/null
   echo "$want" > "$STAMP"

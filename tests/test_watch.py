@@ -6,16 +6,19 @@ over many sweeps (`make soak-watch` runs it for an hour)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 import pytest
@@ -113,7 +116,8 @@ def run_engine_children(tag: str) -> list[str]:
 # --- the pieces ------------------------------------------------------------------
 
 def test_the_histogram_reader_agrees_with_hdrhistogram(engine):
-    """hdr.values() on the engine's encoding: the same counts at the same values as the hdrhistogram package."""
+    """hdr.values() on the engine's encoding: the same counts at the same values as the hdrhistogram package
+    reads them, a line that is no histogram refused, and a zlib bomb refused before it inflates."""
     hdrh = pytest.importorskip("hdrh.histogram")
     res = run.execute(run.RunSpec("lat", {"transport": "tcp", "iters": 2000, "samples": "hist"}, engine=str(engine)))
     assert res.exit_code == 0, res.message
@@ -126,6 +130,10 @@ def test_the_histogram_reader_agrees_with_hdrhistogram(engine):
         assert c == rc and abs(v - rv) <= max(1.0, rv / 1000), (v, rv)
     with pytest.raises(hdr.HistogramError):
         list(hdr.values("bm90IGEgaGlzdG9ncmFt"))
+    bomb = zlib.compress(b"\0" * (64 << 20))   # 64 MiB of zeros in ~64 KiB
+    packed = struct.pack(">II", 0x1C849314, len(bomb)) + bomb
+    with pytest.raises(hdr.HistogramError, match="inflates beyond"):
+        list(hdr.values(base64.b64encode(packed).decode()))
 
 
 def test_buckets_from_the_percentiles_when_there_is_no_histogram():

@@ -16,6 +16,7 @@ command exits 130, as every fabmeter command does.
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import signal
@@ -140,6 +141,7 @@ def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
             if stop:
                 break
             down |= failed_hosts                # re-checked before the next sweep
+            gc.collect()                        # the histogram decoder's objects hold cycles: freed each sweep
             if spec.textfile:                   # a full disk or a lost folder is logged (once), not the end
                 try:
                     metrics.write_textfile(spec.textfile, registry)
@@ -232,6 +234,7 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
         state.sweep_finished_at = time.time()
         state.sweep_ok, state.sweep_failed = len(results) - len(failed), len(failed)
         state.round_skew_s = max(skews) / 1e9 if skews else None
+        state.judge_outliers()
         if state.sweeps == 1:
             log(f"sweep 1: {len(results) - len(failed)} of {len(results)} pairs ok in {state.sweep_duration_s:.1f} s")
     return {i for p in failed for i in p}

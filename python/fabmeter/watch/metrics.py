@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from fabmeter import slo
+from fabmeter.mesh import outliers
 from fabmeter.watch import hdr
 
 LABELS = ("src", "dst", "transport", "experiment")
@@ -203,6 +204,23 @@ class WatchState:
         self.sweep_ok = self.sweep_failed = 0
         self.sweep_finished_at: Optional[float] = None
         self.round_skew_s: Optional[float] = None
+        self.hosts_list, self.experiment = list(hosts), experiment
+        self.outliers: Optional[dict] = None        # mesh/outliers.py's verdict on the last sweep
+
+    def judge_outliers(self) -> None:
+        """The outlier rule (mesh/outliers.py, as a mesh run states it) over every pair's last run; the
+        caller holds the lock."""
+        rank = {h: i for i, h in enumerate(self.hosts_list)}
+        pairs = []
+        for (s, d), p in self.pairs.items():
+            if not p.up or s not in rank or d not in rank:
+                continue
+            p50 = p.last.get("q0.5")
+            gbps = p.last.get("bytes_per_second")
+            pairs.append({"status": "ok", "src": rank[s], "dst": rank[d],
+                          "latency_ns": {"p50": None if p50 is None else p50 * 1e9},
+                          "gbps": None if gbps is None else gbps * 8 / 1e9})
+        self.outliers = outliers.find(self.experiment, pairs, self.hosts_list)
 
 
 class Collector:
@@ -283,10 +301,31 @@ class Collector:
                                              labels=LABELS)
             fam["slo_met"] = GaugeMetricFamily("fabmeter_pair_slo_met", "1: the last run met every --slo objective",
                                                labels=LABELS)
+        flagged = {}
+        if st.outliers is not None and st.outliers["median"] is not None:
+            for link in st.outliers["links"]:
+                flagged[(st.hosts_list[link["src"]], st.hosts_list[link["dst"]])] = link
+            fam["outlier"] = GaugeMetricFamily("fabmeter_pair_outlier", "1: the pair's last figure lies outside its "
+                                               "peers' by the mesh's outlier rule (docs/cli.md), slow or fast; "
+                                               "0: within", labels=[*LABELS, "direction"])
+            fam["score"] = GaugeMetricFamily("fabmeter_pair_outlier_score", "the pair's last figure minus the "
+                                             "median of all pairs, in scaled MADs", labels=LABELS)
+            hosts = GaugeMetricFamily("fabmeter_host_outlier", "1: most of the host's links on that side (out: as "
+                                      "the source, in: as the destination) are outliers in that direction",
+                                      labels=["host", "side", "direction"])
+            for h in st.outliers["hosts"]:
+                for side in h["sides"]:
+                    hosts.add_metric([h["host"], side["side"], side["direction"]], 1)
+            fam["hosts"] = hosts
         for p in st.pairs.values():
             if p.up is None:
                 continue
             lb = list(p.labels)
+            link = flagged.get(p.labels[:2])
+            if "outlier" in fam and p.up:
+                fam["outlier"].add_metric([*lb, link["direction"] if link else ""], 1 if link else 0)
+                if link and link["score"] is not None:
+                    fam["score"].add_metric(lb, link["score"])
             fam["up"].add_metric(lb, p.up)
             fam["runs"].add_metric(lb, p.runs)
             fam["failures"].add_metric(lb, p.failures)
