@@ -166,14 +166,13 @@ def test_shipped_suites_are_valid(info):
     assert len(writes) == 2 and all(p.options.get("passive_rx") is True for p in writes)
     oneway = {p.id for p in names["thesis-oneway"].points}
     assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
-            "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-inline188-sig1",
-            "oneway-verbs-busy-uc-write-imm"} <= oneway
+            "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-send-inline188-sig1",
+            "oneway-verbs-busy-uc-write-imm-inline0"} <= oneway
     stamps = {p.id for p in names["thesis-timestamps"].points}
     assert {"oneway-verbs-event-ud", "oneway-verbs-busy-uc", "oneway-verbs-busy-uc-inline188-sig0",
             "oneway-verbs-busy-ud-inline0-sig1", "oneway-verbs-busy-rc-inline188-sig1"} <= stamps
     sizes = {p.options.get("size") for p in names["thesis-oneway"].points if p.transport == "tcp"}
     assert {8, 32768} <= sizes
-    assert all(p.options.get("max_size") == 8 << 20 for p in names["paper-lat-bw"].points)
     homa = names["homa-load"].points
     assert {p.options["workload"] for p in homa} == {"w1", "w2", "w3", "w4", "w5"}
     assert all(p.experiment == "load" and p.options["load"] == [0.2, 0.5, 0.8] for p in homa)
