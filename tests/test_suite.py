@@ -186,6 +186,7 @@ def test_load_suites_run_a_point(name, info, engine, tmp_path):
     s = suite.load(REPO / "suites" / f"{name}.toml", info)
     point = next(p for p in s.points if p.transport == "shm")
     point.options["duration"] = 0.05
+    point.options.pop("count", None)            # homa-load runs by request count: shortened by time here
     s.points = [point]
     out = tmp_path / name
     assert run_suite(s, out, str(engine), None, None) == 0

@@ -144,3 +144,17 @@ def test_udapl_patterns_matches_the_study(info):
             assert q["sq_depth"] == 10
         assert p.mesh["mesh_experiment"] == "bw" and q["series_ms"] == 1
     assert got == udapl_seed()
+
+
+# --- Homa's workload study ----------------------------------------------------
+HOMA_WORKLOADS = {"w1", "w2", "w3", "w4", "w5"}
+
+
+def test_homa_load_runs_the_workloads_whole(info):
+    got = set()
+    for p, q in points(info, "homa-load"):
+        # Poisson arrivals at fractions of the capacity, by request count; no max_size: never clamped
+        assert q["arrivals"] == "poisson" and q["load"] == [0.2, 0.5, 0.8] and q["count"] >= 10000, p.id
+        assert "max_size" not in p.options, p.id
+        got.add((p.transport, q["workload"]))
+    assert got == {(t, w) for t in ("shm", "tcp") for w in HOMA_WORKLOADS}

@@ -177,7 +177,7 @@ std::vector<OptSpec> make_table() {
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
      .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(Com, sweep)},
     {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check,load",
-     .help = "largest size of the -a sweep or of check (capped by the transport); load: larger workload sizes are clamped to it, and counted",
+     .help = "largest size of the -a sweep or of check (capped by the transport); load --workload: given, larger workload sizes are clamped to it and counted; not given, the workload runs whole, refused where the transport cannot carry its largest request",
      U64(Com, max_size)},
     {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw",
      .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(Com, iters, 0)},
