@@ -165,7 +165,7 @@ def test_shipped_suites_are_valid(info):
     writes = [p for p in parity.values() if p.experiment == "bw" and p.options.get("op") == "write"]
     assert len(writes) == 2 and all(p.options.get("passive_rx") is True for p in writes)
     oneway = {p.id for p in names["thesis-oneway"].points}
-    assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc",
+    assert {"oneway-shm-busy", "oneway-tcp-event", "oneway-verbs-busy-ud", "oneway-verbs-event-rc-cpus-none",
             "oneway-verbs-busy-rc-inline188", "oneway-verbs-busy-rc-send-inline188-sig1",
             "oneway-verbs-busy-uc-write-imm-inline0"} <= oneway
     stamps = {p.id for p in names["thesis-timestamps"].points}

@@ -30,19 +30,22 @@ def points(info, name):
 
 
 # --- the thesis, "Custom one-way host channel adapter benchmark" -------------
-# (service, poll, op, inline, signal_every, size, bursts, burst_size); every
-# send signaled is 1, one in sq_depth/2 is 0 (auto).
+# (service, poll, op, inline, signal_every, size, bursts, burst_size, gap_us, pinned); every
+# send signaled is 1, one in sq_depth/2 is 0 (auto); event runs unpinned.
 def thesis_oneway_seed() -> set[tuple]:
     rows = set()
-    base = dict(poll="busy", op="send", inline=0, sig=0, size=32, bursts=25, burst_size=8000)
+    base = dict(poll="busy", op="send", inline=0, sig=0, size=32, bursts=25, burst_size=8000, gap=0)
 
     def row(service, **kw):
         r = {**base, **kw}
-        rows.add((service, r["poll"], r["op"], r["inline"], r["sig"], r["size"], r["bursts"], r["burst_size"]))
+        for gap in ((0, 5.5) if r["burst_size"] == 2730 else (r["gap"],)):   # a:oneway_message_size_wait
+            rows.add((service, r["poll"], r["op"], r["inline"], r["sig"], r["size"], r["bursts"], r["burst_size"],
+                      gap, r["poll"] == "busy"))
 
     for service in ("rc", "uc", "ud"):
         for poll in ("busy", "event"):                      # tab:oneway_settings_event, _busy
             row(service, poll=poll)
+            row(service, poll=poll, bursts=1, gap=1e6)      # intermediate pauses: 1 x 8000, 1 s apart
         for inline in (0, 188):                             # tab:oneway_settings_inline
             row(service, inline=inline)
     for service in ("rc", "uc"):                            # tab:oneway_settings_rdma
@@ -63,7 +66,8 @@ def thesis_oneway_seed() -> set[tuple]:
 
 def test_thesis_oneway_matches_the_thesis(info):
     got = {(q["service"], q["poll"], q["op"], q["inline"], q["signal_every"], q["size"], q["bursts"],
-            q["burst_size"]) for p, q in points(info, "thesis-oneway") if p.transport == "verbs"}
+            q["burst_size"], q["gap_us"], p.cpus != "none") for p, q in points(info, "thesis-oneway")
+           if p.transport == "verbs"}
     assert got == thesis_oneway_seed()
     assert all(q["threshold_us"] == 10 for _, q in points(info, "thesis-oneway"))
 
