@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,15 @@ def test_every_command_prepares_its_out_folder_alike(fm, tmp_path):
         assert f"{out}: Not a directory" in one_line_error(r.stderr), name
     r = fm.run("report", tmp_path / "results", "-o", tmp_path)   # a folder where the HTML file should go
     assert r.returncode == 2 and "is a folder" in one_line_error(r.stderr), r.stderr
+
+
+def test_gap_between_messages_and_unpinned_runs(fm, tmp_path):
+    """--gap-us spaces consecutive messages (lat and oneway); --cpus none runs unpinned; run.json says both."""
+    for exp, count in (("oneway", ["--bursts", "1", "--burst-size", "20"]), ("lat", ["-n", "20"])):
+        out = tmp_path / exp
+        t0 = time.monotonic()
+        r = fm.run(exp, "-t", "shm", *count, "--warmup", "0", "--gap-us", "10000", "--cpus", "none", "--out", out)
+        assert r.returncode == 0, r.stderr
+        assert time.monotonic() - t0 >= 0.19                 # 19 gaps of 10 ms
+        doc = json.loads((out / "run.json").read_text())
+        assert doc["config"]["params"]["gap_us"] == 10000 and doc["config"]["cpus"] is None

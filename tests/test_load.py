@@ -149,6 +149,24 @@ def test_histogram_decodes_to_the_points_figures(fm, tmp_path):
     assert p["latency_ns"]["max"] == lat.max() and p["latency_ns"]["min"] == lat.min()
 
 
+def test_a_workload_runs_whole(fm, engine):
+    """No --max-size: W5's requests up to 29.4 MB travel as they are, none clamped."""
+    r = fm.run("load", "-t", "tcp", "--workload", "w5", "--rate", "200", "--count", "300", "--warmup", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["clamped"] == 0 and p["slowdown"][-1]["size_hi"] == 29400000, p["slowdown"][-1]
+    assert p["completed"] == 300
+
+
+def test_a_workload_the_transport_cannot_carry_is_refused(fm, engine):
+    """udp carries 65507 B: W5 would lose 52.8 % of its requests and 99.5 % of its bytes to clamping."""
+    r = fm.run("load", "-t", "udp", "--workload", "w5", "--rate", "100", "--count", "10")
+    assert r.returncode == 2
+    line = one_line_error(r.stderr)
+    assert "workload w5" in line and "65507 B" in line, line
+    assert "52.8 % of its requests and 99.5 % of its bytes" in line, line
+
+
 def test_same_seed_same_schedule(fm):
     runs = []
     for _ in range(2):

@@ -71,7 +71,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         if info is not None:
             Options(info).add_arguments(command, exp, skip=PY_ONLY)
         command.add_argument("--cpus", metavar="A,B",
-                       help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs)")
+                       help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs; "
+                            "none: unpinned)")
         command.add_argument("--json", action="store_true",
                        help="print one JSON object per measured point (JSON Lines for sweeps)")
         command.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
@@ -194,11 +195,13 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
 
 
 def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple[int, ...]]:
-    """--cpus A,B -> (A, B); the default is the first two CPUs we may run on."""
+    """--cpus A,B -> (A, B); the default is the first two CPUs we may run on; `none`: unpinned (None)."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except OSError:
         allowed = list(range(os.cpu_count() or 1))
+    if text == "none":
+        return None
     if text is None:
         if remote:
             return (allowed[0],) if allowed else None

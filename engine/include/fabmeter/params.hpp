@@ -41,6 +41,7 @@ struct CommonOptions {
   uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
   std::string clock = "tsc";        // tsc | monotonic
   uint32_t timeout_ms = 5000;       // connect and control-channel waits
+  double gap_us = 0;                // lat, oneway: pause between consecutive messages
   bool operator==(const CommonOptions&) const = default;
 };
 

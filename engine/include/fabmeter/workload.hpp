@@ -48,6 +48,12 @@ class Workload {
   size_t points() const { return lengths_.size(); }
   uint64_t length(size_t i) const { return lengths_[i]; }
   double cdf(size_t i) const { return cdf_[i]; }  // P(size <= length(i)), the last is 1
+  // The share of requests larger than `limit`, and of the bytes they carry:
+  // what clamping the workload to `limit` would change.
+  struct Share {
+    double messages = 0, bytes = 0;
+  };
+  Share share_above(uint64_t limit) const;
 
  private:
   std::string name_;

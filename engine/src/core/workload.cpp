@@ -115,6 +115,18 @@ std::vector<std::string> Workload::builtin_names() {
 
 uint64_t Workload::sample(Rng& rng) const { return at(rng.uniform()); }
 
+Workload::Share Workload::share_above(uint64_t limit) const {
+  Share s;
+  for (size_t i = 0; i < lengths_.size(); i++) {
+    if (lengths_[i] <= limit) continue;
+    const double pr = cdf_[i] - (i ? cdf_[i - 1] : 0.0);
+    s.messages += pr;
+    s.bytes += pr * static_cast<double>(lengths_[i]);
+  }
+  s.bytes = mean_ > 0 ? s.bytes / mean_ : 0;
+  return s;
+}
+
 uint64_t Workload::at(double u) const {
   size_t i = static_cast<size_t>(std::upper_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
   return lengths_[std::min(i, lengths_.size() - 1)];

@@ -3,6 +3,7 @@
 // helpers, instantiated per poll mode (no run-time branch on it per message).
 #pragma once
 #include <poll.h>
+#include <time.h>
 
 #include <cmath>
 #include <algorithm>
@@ -29,6 +30,20 @@
 #include "fabmeter/transport.hpp"
 
 namespace fm {
+
+// Event mode sleeps through pauses of 50 us and more; busy mode spins.
+template <Poll P>
+void pause_for(const Clock& clk, double us) {
+  if (us <= 0) return;
+  if (P == Poll::event && us >= 50) {
+    timespec ts{static_cast<time_t>(us / 1e6), static_cast<long>(std::fmod(us, 1e6) * 1e3)};
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
+    return;
+  }
+  const uint64_t until = clk.ticks() + clk.ns_to_ticks(us * 1e3);
+  while (clk.ticks() < until && !stop_requested()) cpu_relax();
+}
+
 
 // How a wait, a send or a whole point ended.
 enum class Status {

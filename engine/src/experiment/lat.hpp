@@ -63,6 +63,12 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     if (stop_requested()) { st = Status::interrupted; break; }
     if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(i));
     if ((st = g.tick(t)) != Status::ok) break;
+    // --gap-us between consecutive round trips (perftest's --latency_gap), in heartbeat-sized slices.
+    for (double left = i ? p.gap_us : 0; st == Status::ok && left > 0; left -= 5e5) {
+      pause_for<P>(clk, std::min(left, 5e5));
+      st = g.tick<1>(t);
+    }
+    if (st != Status::ok) break;
 
     // ---- hot path: one round trip ----
     const uint64_t t0 = clk.ticks();

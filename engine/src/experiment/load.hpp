@@ -31,6 +31,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -924,12 +925,27 @@ struct LoadExperiment : ExperimentDefaults {
   static uint32_t connections(const Params& p) { return p.load.conns; }
 
   // A workload file is read here, on the client, and never by the server:
-  // its largest size (clamped to --max-size and the transport) travels as
-  // --max-size, which sizes the server's buffers.
+  // its largest size travels as --max-size, which sizes the server's
+  // buffers. The workload runs whole: a transport that cannot carry its
+  // largest request refuses it, with what clamping would take away. Only a
+  // --max-size given on purpose clamps it (counted in `clamped`).
   static void resolve(Params& p, const Caps& caps) {
     if (p.load.workload.empty()) return;
     const Workload w = Workload::load(p.load.workload);
-    p.max_size = std::max({std::min({p.max_size, caps.max_msg_size, w.max_size()}), p.load.resp_size, kLoadMinMessage});
+    const bool max_given = std::find(p.given.begin(), p.given.end(), "max-size") != p.given.end();
+    if (!max_given && w.max_size() > caps.max_msg_size) {
+      const Workload::Share lost = w.share_above(caps.max_msg_size);
+      char share[160];
+      std::snprintf(share, sizeof share, "%.3g %% of its requests and %.3g %% of its bytes", 100 * lost.messages,
+                    100 * lost.bytes);
+      usage_error(p.transport + ": workload " + w.name() + " has requests up to " + std::to_string(w.max_size()) +
+                  " B, above the transport's largest message, " + std::to_string(caps.max_msg_size) + " B" +
+                  (caps.max_msg_note.empty() ? "" : " (" + caps.max_msg_note + ")") + ": clamped, " + share +
+                  " would change, a different workload; run it over a transport that carries " +
+                  std::to_string(w.max_size()) + " B, or clamp on purpose with --max-size");
+    }
+    const uint64_t top = max_given ? std::min({p.max_size, caps.max_msg_size, w.max_size()}) : w.max_size();
+    p.max_size = std::max({top, p.load.resp_size, kLoadMinMessage});
   }
 
   static std::vector<Point> plan(const Params& p, const Caps&) {

@@ -18,19 +18,6 @@
 
 namespace fm {
 
-// Event mode sleeps through pauses of 50 us and more; busy mode spins.
-template <Poll P>
-void pause_for(const Clock& clk, double us) {
-  if (us <= 0) return;
-  if (P == Poll::event && us >= 50) {
-    timespec ts{static_cast<time_t>(us / 1e6), static_cast<long>(std::fmod(us, 1e6) * 1e3)};
-    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, nullptr);
-    return;
-  }
-  const uint64_t until = clk.ticks() + clk.ns_to_ticks(us * 1e3);
-  while (clk.ticks() < until && !stop_requested()) cpu_relax();
-}
-
 // Server -> client after the point: how many arrived and when.
 struct OnewayReport {
   ClockInfo clock;
@@ -71,6 +58,12 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
+      // --gap-us between consecutive messages (perftest's --latency_gap), in heartbeat-sized slices.
+      for (double left = j + 1 < in_burst ? p.gap_us : 0; st == Status::ok && left > 0; left -= 5e5) {
+        pause_for<P>(clk, std::min(left, 5e5));
+        st = g.tick<1>(t);
+      }
+      if (st != Status::ok) break;
     }
     // Long pauses in slices: the peer must keep hearing heartbeats.
     for (double left = p.oneway.pause_us; st == Status::ok && left > 0; left -= 5e5) {
@@ -130,7 +123,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       .add("threshold_us", p.oneway.threshold_us)
       .add("above_threshold_pct",
            latency.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(latency.size()))
-      .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us)
+      .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us).add("gap_us", p.gap_us)
       .add("clock", c.sync.json())
       .add("samples_locked", t_subm.locked() && t_send.locked());
   add_latency(out, p, "latency_ns", std::move(latency));
@@ -205,7 +198,7 @@ struct OnewayExperiment : ExperimentDefaults {
     const double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
                          static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
     return {8 * total,  // the receive stamps
-            static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * kMinMessageNs * 1e-9,
+            static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * (kMinMessageNs * 1e-9 + p.gap_us * 1e-6),
             8 * total * (caps.send_completions ? 3 : 2)};  // t_subm, t_send (and t_comp)
   }
   template <Transport T, Poll P>

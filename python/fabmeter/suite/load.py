@@ -232,8 +232,10 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
         return _checked_text(key, value, line) if kind is str else value
     if opt is None or key == "transport":   # python-side keys; transports are checked by name
         if key == "cpus":
+            if value == "none":             # unpinned: the scheduler places both ends
+                return value
             if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(,\d+)?$", str(value)):
-                bad('a CPU list "A,B" (client, server)')
+                bad('a CPU list "A,B" (client, server) or "none" (unpinned)')
             allowed = os.sched_getaffinity(0)
             missing = [c for c in map(int, str(value).split(",")) if c not in allowed]
             if missing:

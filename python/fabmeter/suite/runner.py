@@ -190,6 +190,8 @@ def _cpus_of(point: Point, override: Optional[tuple[int, ...]],
              default: Optional[tuple[int, ...]]) -> Optional[tuple[int, ...]]:
     if override is not None:
         return override
+    if point.cpus == "none":
+        return None
     if point.cpus:
         return tuple(int(x) for x in point.cpus.split(","))
     return default
