@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import launch, outliers, output, patterns, rendezvous
+from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
@@ -44,8 +44,6 @@ EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
 ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
-LAUNCHER_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                ("SLURM_PROCID", "SLURM_NTASKS"))
 MAX_MESSAGE = 300                # characters of a pair's error message kept
 SSH_CHECK_S = 0.5                # --launch ssh: how often a rank's ssh is checked while waiting for joins
 
@@ -81,15 +79,27 @@ class Peer:
     env: Optional[dict] = None   # its identity fields as it sent them (envinfo.identity), None if it sent none
 
 
-def launcher_rank(environ: dict) -> Optional[tuple[int, int, str]]:
-    """(rank, size, variable) from mpirun's, a PMI launcher's or Slurm's environment."""
-    for rank_var, size_var in LAUNCHER_ENV:
-        if rank_var in environ and size_var in environ:
-            try:
-                return int(environ[rank_var]), int(environ[size_var]), rank_var
-            except ValueError:
-                raise FabmeterError(f"${rank_var}/${size_var} are not numbers", EXIT_USAGE) from None
-    return None
+def launcher_rank(environ: dict) -> Optional[tuple[int, Optional[int], str]]:
+    """(rank, size or None, variable) from mpirun's, PMIx's, a PMI launcher's or Slurm's environment
+    (cluster.RANK_ENV)."""
+    try:
+        return cluster.launcher_rank(environ)
+    except ValueError as e:
+        raise FabmeterError(str(e), EXIT_USAGE) from None
+
+
+def expand_hosts(text: str, what: str) -> list[str]:
+    """--hosts (or a Slurm node list) as hosts: A,B,... and Slurm's ranges (cluster.expand_hostlist)."""
+    try:
+        return cluster.expand_hostlist(text)
+    except cluster.HostListError as e:
+        raise FabmeterError(f"mesh: {what}: {e}", EXIT_USAGE) from None
+
+
+def slurm_hosts(environ: dict) -> Optional[list[str]]:
+    """The hosts of Slurm's node list (the step's, else the job's), None outside Slurm."""
+    var = next((v for v in cluster.NODELIST_ENV if environ.get(v)), None)
+    return expand_hosts(environ[var], f"${var}") if var else None
 
 
 def host_port(host: str, port: int) -> str:
