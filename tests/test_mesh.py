@@ -31,7 +31,7 @@ DELAY_US = 1000     # well above this machine's scheduling noise under load (a p
 
 @pytest.mark.parametrize("n", range(2, 8))
 def test_tournament_meets_every_two_hosts_once_and_no_host_twice_a_round(n):
-    rounds = patterns.tournament(n)
+    rounds = list(patterns.tournament(n))
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
     met = [p for r in rounds for p in r]
     assert sorted(met) == sorted(itertools.combinations(range(n), 2))
@@ -121,6 +121,29 @@ def test_rank_from_the_launchers_environment(environ, found):
 def test_a_rank_that_is_not_a_number():
     with pytest.raises(ValueError, match="PMIX_RANK"):
         cluster.launcher_rank({"PMIX_RANK": "x"})
+
+
+# --- a round's start: its lead, the spread of its start -----------------------------
+
+def test_spread_is_nearest_rank():
+    from fabmeter.mesh import output
+    assert output.spread([]) is None
+    assert output.spread([5]) == {"n": 1, "p50": 5, "p99": 5, "max": 5}
+    assert output.spread(list(range(100, 0, -1))) == {"n": 100, "p50": 50, "p99": 99, "max": 100}
+
+
+def test_the_lead_grows_only_for_engines_not_ready_in_time():
+    from fabmeter.mesh import run as mesh_run
+    lead = mesh_run.Lead(1.0)
+    lead.after([])                              # no pair said: as it was
+    lead.after([900_000_000, 300_000_000])      # ready 0.3 s ahead and more: enough
+    assert lead.ns == 1_000_000_000
+    lead.after([100_000_000])                   # one ready only 0.1 s ahead: it needed 0.9 s, twice that
+    assert lead.ns == 1_800_000_000
+    lead.after([-2_000_000_000])                # one not ready until 2 s after its instant: 3.8 s needed
+    assert lead.ns == 7_600_000_000
+    lead.after([-60_000_000_000])
+    assert lead.ns == int(mesh_run.MAX_LEAD_S * 1e9)
 
 
 # --- the coordination channel ---------------------------------------------------
@@ -244,8 +267,18 @@ def test_mesh_in_four_namespaces(fm, four_hosts, token_file, transport, pattern,
                                      [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
     assert rc == 0, err
     assert others == {1: 0, 2: 0, 3: 0}
-    _, summary = check_pairs(out, pattern)
+    pairs, summary = check_pairs(out, pattern)
     assert summary["schedule"] == schedule and summary["round_start_skew_ns"] is not None
+    # Every pair says how late after the round's instant it went on (its own clock) and how long before it its
+    # engine had its session open; each round, and the whole mesh, the spread of both.
+    assert all(p["start_late_ns"] >= 0 and p["start_margin_ns"] > 0 for p in pairs.values()), pairs
+    for r in summary["rounds"]:
+        assert r["start_late_ns"]["n"] == len(r["pairs"]) and r["lead_ns"] >= 1_000_000_000
+        assert r["start_late_ns"]["p50"] <= r["start_late_ns"]["p99"] <= r["start_late_ns"]["max"]
+        assert r["control"]["frames"] > len(r["pairs"]) and r["control"]["plan_ns"] < r["control"]["round_ns"]
+    assert summary["start_late_ns"]["n"] == len(pairs)
+    assert summary["start_skew_ns"]["n"] == len(summary["rounds"])
+    assert summary["start_skew_ns"]["max"] == summary["round_start_skew_ns"]
 
 
 # --- --launch ssh: dropbear in each namespace but rank 0's ------------------------
