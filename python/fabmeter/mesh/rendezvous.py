@@ -102,7 +102,33 @@ class Channel:
                 raise ChannelError(f"send failed: {e.strerror or e}") from e
 
     def recv(self, timeout: Optional[float]) -> dict:
-        line = _read_line(self.sock, self._buf, timeout)
+        return self._body(_read_line(self.sock, self._buf, timeout))
+
+    def feed(self) -> list[dict]:
+        """For a selector loop (one thread reading many channels): one read of what the socket has, never waiting,
+        then every whole frame buffered; ChannelError as recv() raises it."""
+        try:
+            chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as e:
+            raise ChannelError(f"connection lost: {e.strerror or e}") from e
+        if not chunk:
+            raise ChannelError("connection closed")
+        self._buf.extend(chunk)
+        out = []
+        while b"\n" in self._buf:
+            end = self._buf.index(b"\n")
+            if end > MAX_FRAME:
+                raise ChannelError(f"frame over the {MAX_FRAME}-byte limit")
+            line = bytes(self._buf[:end])
+            del self._buf[:end + 1]
+            out.append(self._body(line))
+        if len(self._buf) > MAX_FRAME:
+            raise ChannelError(f"frame over the {MAX_FRAME}-byte limit")
+        return out
+
+    def _body(self, line: bytes) -> dict:
         self.frames_received += 1
         self.bytes_received += len(line) + 1
         frame = _parse_line(line)

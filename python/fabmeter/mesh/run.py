@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import queue
+import selectors
 import signal
 import socket
 import threading
@@ -311,8 +312,7 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
             except ChannelError as e:
                 raise FabmeterError(f"rank {peer.rank} ({spec.hosts[peer.rank]}): {e}", EXIT_RUNTIME) from e
         inbox: queue.Queue = queue.Queue()
-        for peer in peers.values():
-            threading.Thread(target=_read_results, args=(peer, inbox), daemon=True).start()
+        threading.Thread(target=_read_results, args=(list(peers.values()), inbox), daemon=True).start()
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
                                  max((p.offset_error_ns for p in peers.values()), default=0))
         summary.environments = [env] + [peers[r].env for r in range(1, n)]
@@ -337,7 +337,9 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
     whose ssh ended)."""
     n = len(spec.hosts)
     family = socket.AF_INET6 if ":" in spec.hosts[0] else socket.AF_INET
-    listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family)
+    # A backlog for every rank: 1,000 ranks connect at once, and the default (128) would drop SYNs that then wait
+    # for the kernel's retry (1 s, 3 s, ...).
+    listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family, backlog=min(n, 4096))
     peers: dict[int, Peer] = {}
     deadline = time.monotonic() + spec.timeout_s
     try:
@@ -396,15 +398,30 @@ def _estimate_offset(peer: Peer, timeout_s: float) -> None:
     peer.offset_error_ns, peer.offset_ns = (best[0] + 1) // 2, best[1]
 
 
-def _read_results(peer: Peer, inbox: queue.Queue) -> None:
-    peer.last_heard = time.monotonic()
+def _read_results(peers: list[Peer], inbox: queue.Queue) -> None:
+    """Every rank's frames into the inbox as (rank, body), a lost connection as (rank, ChannelError): one thread
+    for all ranks (a selector), not one each: 1,000 ranks would be 1,000 threads contending for the interpreter."""
+    sel = selectors.DefaultSelector()
+    for peer in peers:
+        peer.last_heard = time.monotonic()
+        peer.channel.sock.settimeout(None)      # sends wait as before; feed() reads without waiting
+        sel.register(peer.channel.sock, selectors.EVENT_READ, peer)
     try:
-        while True:
-            body = peer.channel.recv(None)
-            peer.last_heard = time.monotonic()
-            inbox.put((peer.rank, body))
-    except ChannelError as e:
-        inbox.put((peer.rank, e))
+        while sel.get_map():
+            for key, _ in sel.select():
+                peer = key.data
+                try:
+                    bodies = peer.channel.feed()
+                except ChannelError as e:
+                    sel.unregister(key.fileobj)
+                    inbox.put((peer.rank, e))
+                    continue
+                if bodies:
+                    peer.last_heard = time.monotonic()
+                for body in bodies:
+                    inbox.put((peer.rank, body))
+    finally:
+        sel.close()
 
 
 def _try_send(peer: Peer, body: dict) -> None:
