@@ -312,6 +312,8 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
             except ChannelError as e:
                 raise FabmeterError(f"rank {peer.rank} ({spec.hosts[peer.rank]}): {e}", EXIT_RUNTIME) from e
         inbox: queue.Queue = queue.Queue()
+        for peer in peers.values():     # here, not in the reader: the first round may check them before it runs
+            peer.last_heard = time.monotonic()
         threading.Thread(target=_read_results, args=(list(peers.values()), inbox), daemon=True).start()
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
                                  max((p.offset_error_ns for p in peers.values()), default=0))
@@ -403,7 +405,6 @@ def _read_results(peers: list[Peer], inbox: queue.Queue) -> None:
     for all ranks (a selector), not one each: 1,000 ranks would be 1,000 threads contending for the interpreter."""
     sel = selectors.DefaultSelector()
     for peer in peers:
-        peer.last_heard = time.monotonic()
         peer.channel.sock.settimeout(None)      # sends wait as before; feed() reads without waiting
         sel.register(peer.channel.sock, selectors.EVENT_READ, peer)
     try:
