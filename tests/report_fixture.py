@@ -179,8 +179,13 @@ def _mesh(folder: Path, rng) -> None:
                                 "probes": 640}})
     summary = {"type": "mesh", "experiment": "oneway", "transport": "udp", "pattern": "all-to-all",
                "schedule": "scheduled", "hosts": hosts, "pairs": len(pairs), "failed": 1,
-               "rounds": [{"round": i, "pairs": [], "start_skew_ns": 500000 + i} for i in range(3)],
-               "round_start_skew_ns": 500002, "start_clock_error_ns": 80000}
+               "rounds": [{"round": i, "pairs": [], "start_skew_ns": 500000 + i, "lead_ns": 10**9,
+                           "start_late_ns": {"n": 4, "p50": 20000 + i, "p99": 498000, "max": 498000},
+                           "control": {"plan_ns": 300000, "round_ns": 2 * 10**9, "frames": 17, "bytes": 9000}}
+                          for i in range(3)],
+               "round_start_skew_ns": 500002, "start_clock_error_ns": 80000,
+               "start_skew_ns": {"n": 3, "p50": 500001, "p99": 500002, "max": 500002},
+               "start_late_ns": {"n": 12, "p50": 20001, "p99": 498000, "max": 498000}}
     # The slow link both ways is flagged; host 3's interface runs another MTU.
     envs = [{**envinfo.valid_identity({}), "collected_by": "rank", "kernel_release": "6.1.0-18-amd64",
              "mtu": 1500 if r == 3 else 9000} for r in range(4)]

@@ -21,7 +21,7 @@ import pytest
 from conftest import bridged_namespaces, cli_cmd, json_lines, one_line_error, tagged_engine_procs, wait_until
 from delay_line import delay_line
 from fabmeter import run
-from fabmeter.mesh import patterns, rendezvous
+from fabmeter.mesh import cluster, patterns, rendezvous
 
 SMALL = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
 DELAY_US = 1000     # well above this machine's scheduling noise under load (a pair's minimum reached 1 ms)
@@ -31,7 +31,7 @@ DELAY_US = 1000     # well above this machine's scheduling noise under load (a p
 
 @pytest.mark.parametrize("n", range(2, 8))
 def test_tournament_meets_every_two_hosts_once_and_no_host_twice_a_round(n):
-    rounds = patterns.tournament(n)
+    rounds = list(patterns.tournament(n))
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
     met = [p for r in rounds for p in r]
     assert sorted(met) == sorted(itertools.combinations(range(n), 2))
@@ -61,6 +61,89 @@ def test_pair_sets():
     assert patterns.pairs("fixed-target", 4) == [(0, 2), (1, 3), (2, 0), (3, 1)]
     assert patterns.pairs("pairs", 5) == [(0, 1), (1, 0), (2, 3), (3, 2)]
     assert len(patterns.pairs("all-to-all", 4)) == 12
+
+
+# --- cluster launchers: Slurm host lists, ranks ----------------------------------
+
+@pytest.mark.parametrize("text,hosts", [
+    ("node[01-04]", ["node01", "node02", "node03", "node04"]),
+    ("a[1-3,7],b5", ["a1", "a2", "a3", "a7", "b5"]),
+    ("n[8-11]", ["n8", "n9", "n10", "n11"]),                  # as wide as LO: no padding from HI
+    ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+    ("r[1-2]n[1-2]-ib", ["r1n1-ib", "r1n2-ib", "r2n1-ib", "r2n2-ib"]),   # brackets multiply, the first slowest
+    ("x,y[3],z", ["x", "y3", "z"]),
+    ("10.0.0.1,10.0.0.2", ["10.0.0.1", "10.0.0.2"]),
+    ("10.0.0.[1-3]", ["10.0.0.1", "10.0.0.2", "10.0.0.3"]),
+    ("fe80::1,::1", ["fe80::1", "::1"]),
+    (" c[1-2] , d ", ["c1", "c2", "d"]),
+])
+def test_slurm_host_lists_expand_as_scontrol_show_hostnames(text, hosts):
+    assert cluster.expand_hostlist(text) == hosts
+
+
+def test_a_slurm_host_list_of_64_nodes():
+    assert cluster.expand_hostlist("node[01-64]") == [f"node{i:02d}" for i in range(1, 65)]
+
+
+@pytest.mark.parametrize("text,why", [("a,,b", "empty"), ("n[1-3", "without ']'"), ("n1-3]", "without '['"),
+                                      ("n[3-1]", "backwards"), ("n[a-b]", "expected numbers"),
+                                      ("n[1-2[3]]", "nested"), ("n[0-99999999]", "more than"),
+                                      ("n[0-999]m[0-999]", "more than")])
+def test_malformed_host_lists_are_refused(text, why):
+    with pytest.raises(cluster.HostListError, match=why.replace("[", r"\[")):
+        cluster.expand_hostlist(text)
+
+
+def test_slurm_node_list_from_the_environment():
+    assert cluster.slurm_hosts({}) is None
+    assert cluster.slurm_hosts({"SLURM_JOB_NODELIST": "c[1-2]"}) == (["c1", "c2"], "SLURM_JOB_NODELIST")
+    # srun: the step's nodes, which may be fewer than the job's
+    assert cluster.slurm_hosts({"SLURM_JOB_NODELIST": "c[1-4]", "SLURM_STEP_NODELIST": "c[3-4]"}) == \
+        (["c3", "c4"], "SLURM_STEP_NODELIST")
+
+
+@pytest.mark.parametrize("environ,found", [
+    ({}, None),
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}, (3, 8, "OMPI_COMM_WORLD_RANK")),
+    ({"PMIX_RANK": "5", "SLURM_NTASKS": "64", "SLURM_PROCID": "5"}, (5, 64, "PMIX_RANK")),   # srun --mpi=pmix
+    ({"PMIX_RANK": "2"}, (2, None, "PMIX_RANK")),                 # no size anywhere: not checked
+    ({"PMI_RANK": "1", "PMI_SIZE": "2"}, (1, 2, "PMI_RANK")),
+    ({"SLURM_PROCID": "63", "SLURM_NTASKS": "64"}, (63, 64, "SLURM_PROCID")),
+    ({"SLURM_PROCID": "7", "SLURM_NPROCS": "16"}, (7, 16, "SLURM_PROCID")),
+    # mpirun inside a Slurm batch step: the batch's SLURM_PROCID=0 is inherited, Open MPI's rank wins
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4",
+      "PMIX_RANK": "2"}, (2, 4, "OMPI_COMM_WORLD_RANK")),
+])
+def test_rank_from_the_launchers_environment(environ, found):
+    assert cluster.launcher_rank(environ) == found
+
+
+def test_a_rank_that_is_not_a_number():
+    with pytest.raises(ValueError, match="PMIX_RANK"):
+        cluster.launcher_rank({"PMIX_RANK": "x"})
+
+
+# --- a round's start: its lead, the spread of its start -----------------------------
+
+def test_spread_is_nearest_rank():
+    from fabmeter.mesh import output
+    assert output.spread([]) is None
+    assert output.spread([5]) == {"n": 1, "p50": 5, "p99": 5, "max": 5}
+    assert output.spread(list(range(100, 0, -1))) == {"n": 100, "p50": 50, "p99": 99, "max": 100}
+
+
+def test_the_lead_grows_only_for_engines_not_ready_in_time():
+    from fabmeter.mesh import run as mesh_run
+    lead = mesh_run.Lead(1.0)
+    lead.after([])                              # no pair said: as it was
+    lead.after([900_000_000, 300_000_000])      # ready 0.3 s ahead and more: enough
+    assert lead.ns == 1_000_000_000
+    lead.after([100_000_000])                   # one ready only 0.1 s ahead: it needed 0.9 s, twice that
+    assert lead.ns == 1_800_000_000
+    lead.after([-2_000_000_000])                # one not ready until 2 s after its instant: 3.8 s needed
+    assert lead.ns == 7_600_000_000
+    lead.after([-60_000_000_000])
+    assert lead.ns == int(mesh_run.MAX_LEAD_S * 1e9)
 
 
 # --- the coordination channel ---------------------------------------------------
@@ -184,8 +267,18 @@ def test_mesh_in_four_namespaces(fm, four_hosts, token_file, transport, pattern,
                                      [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
     assert rc == 0, err
     assert others == {1: 0, 2: 0, 3: 0}
-    _, summary = check_pairs(out, pattern)
+    pairs, summary = check_pairs(out, pattern)
     assert summary["schedule"] == schedule and summary["round_start_skew_ns"] is not None
+    # Every pair says how late after the round's instant it went on (its own clock) and how long before it its
+    # engine had its session open; each round, and the whole mesh, the spread of both.
+    assert all(p["start_late_ns"] >= 0 and p["start_margin_ns"] > 0 for p in pairs.values()), pairs
+    for r in summary["rounds"]:
+        assert r["start_late_ns"]["n"] == len(r["pairs"]) and r["lead_ns"] >= 1_000_000_000
+        assert r["start_late_ns"]["p50"] <= r["start_late_ns"]["p99"] <= r["start_late_ns"]["max"]
+        assert r["control"]["frames"] > len(r["pairs"]) and r["control"]["plan_ns"] < r["control"]["round_ns"]
+    assert summary["start_late_ns"]["n"] == len(pairs)
+    assert summary["start_skew_ns"]["n"] == len(summary["rounds"])
+    assert summary["start_skew_ns"]["max"] == summary["round_start_skew_ns"]
 
 
 # --- --launch ssh: dropbear in each namespace but rank 0's ------------------------
@@ -417,6 +510,30 @@ def test_mpirun_on_loopback(fm, token_file, tmp_path):
     r = subprocess.run(cmd, env=fm.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     check_pairs("\n".join(ln for ln in r.stdout.splitlines() if ln.startswith("{")), "all-to-all")
+
+
+def test_srun_on_loopback(fm, token_file):
+    """Two ranks as srun starts them: no --hosts, the hosts from $SLURM_JOB_NODELIST (a range), the rank from
+    $SLURM_PROCID; a size that is not the node list's is refused."""
+    slurm = {"SLURM_JOB_NODELIST": "127.0.0.[1-2]", "SLURM_NTASKS": "2"}
+    args = cli_cmd("mesh", "-t", "udp", "--mesh-port", free_port(), "--token-file", token_file, "--json", *SMALL)
+    procs = [subprocess.Popen(args, env={**fm.env, **slurm, "SLURM_PROCID": str(r)}, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        out, err = procs[0].communicate(timeout=90)
+        assert procs[0].returncode == 0 and procs[1].wait(timeout=30) == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    pairs, summary = check_pairs(out, "all-to-all", 2)
+    assert summary["hosts"] == ["127.0.0.1", "127.0.0.2"]
+    r = subprocess.run(args, env={**fm.env, **slurm, "SLURM_PROCID": "0", "SLURM_NTASKS": "3"}, capture_output=True,
+                       text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "started 3 ranks ($SLURM_PROCID) for 2 hosts" in one_line_error(r.stderr)
+    r = fm.run("mesh", "--hosts", "n[2-1]", "--rank", "0", "-t", "udp")
+    assert r.returncode == 2 and "--hosts: '2-1' in 'n[2-1]': the range runs backwards" in one_line_error(r.stderr)
 
 
 def test_a_host_that_never_starts(fm, token_file):

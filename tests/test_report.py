@@ -89,6 +89,8 @@ def test_report_content(fixture_report):
                      r"req/s offered</td><td>RTT</td>", text)   # a round trip, never read as one-way
     for alt in report_fixture.LOAD_FIGURE_ALTS:
         assert f'alt="{alt}"' in text, alt
+    # The mesh's round start: skew and lateness per round and overall.
+    assert "round start: skew" in text and "round start skew p99 500 µs, max 500 µs" in text
     # The mesh: its matrices and per-host table, the failed pair counted, the slow link's p50 in its cell.
     assert "Mesh: every directed pair of N hosts" in text and ", 2 mesh runs" in text
     for alt in report_fixture.MESH_FIGURE_ALTS:

@@ -93,10 +93,11 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                                          "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
                                          "anywhere, with --launch serve: every host already runs `fabmeter serve "
                                          "--peers HOSTS`, which runs that host's outgoing pairs.")
-    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first")
+    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first; Slurm's ranges "
+                                                         "too (node[01-64],b5); default under Slurm: its node list")
     command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
     command.add_argument("--rank", metavar="R", type=int,
-                         help="this host's rank (default: from mpirun's, PMI's or Slurm's environment)")
+                         help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
     command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
                          help="what each pair runs, with that experiment's options (default: %(default)s)")
     command.add_argument("--pattern", choices=mesh_patterns.PATTERNS, default="all-to-all",
@@ -349,10 +350,14 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         if ns.hosts is not None or ns.hostfile is not None:
             die("mesh: --launch local runs every rank on 127.0.0.1: no --hosts or --hostfile", EXIT_USAGE)
         hosts = ["127.0.0.1"] * ns.ranks
-    elif (ns.hosts is None) == (ns.hostfile is None):
+    elif ns.hosts is not None and ns.hostfile is not None:
         die("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
+    elif ns.hosts is None and ns.hostfile is None:
+        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None else None
+        if hosts is None:
+            die("mesh: give the hosts by --hosts A,B,... or --hostfile F (or run under Slurm)", EXIT_USAGE)
     elif ns.hosts is not None:
-        hosts = [h.strip() for h in ns.hosts.split(",")]
+        hosts = mesh_run.expand_hosts(ns.hosts, "--hosts")
     else:
         try:
             lines = Path(ns.hostfile).read_text().splitlines()
@@ -378,7 +383,7 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         if launched is None:
             die("mesh: no rank: give --rank R, or run under mpirun, srun or a PMI launcher", EXIT_USAGE)
         rank, size, var = launched
-        if size != len(hosts):
+        if size is not None and size != len(hosts):
             die(f"mesh: the launcher started {size} ranks (${var}) for {len(hosts)} hosts", EXIT_USAGE)
     if rank is not None and not 0 <= rank < len(hosts):
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)

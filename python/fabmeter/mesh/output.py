@@ -33,7 +33,17 @@ def pair_figures(point: dict) -> dict:
 def failed_pair(src: int, dst: int, message: str) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
-            "throughput_series": None, "clock": None}
+            "throughput_series": None, "clock": None, "start_late_ns": None,
+            "start_margin_ns": None}
+
+
+def spread(values: list) -> Optional[dict]:
+    """p50, p99 (nearest rank) and max of `values`, with their count; None for none."""
+    if not values:
+        return None
+    v = sorted(values)
+    rank = lambda q: v[max(0, -(-len(v) * q // 100) - 1)]     # ceil(n q / 100) - 1
+    return {"n": len(v), "p50": rank(50), "p99": rank(99), "max": v[-1]}
 
 
 def _number(v) -> bool:
@@ -59,7 +69,8 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     ok = (body.get("type") == "pair" and src == rank and (src, dst) in pending
           and body.get("status") in ("ok", "failed") and isinstance(body.get("message"), str)
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
-          and (body.get("started_ns") is None or isinstance(body.get("started_ns"), int))
+          and all(body.get(k) is None or (isinstance(body.get(k), int) and not isinstance(body.get(k), bool))
+                  for k in ("started_ns", "start_late_ns", "start_margin_ns"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
           and _series(body.get("throughput_series"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
@@ -71,6 +82,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
             "gbps": body.get("gbps"), "lost": body.get("lost"), "size": body.get("size"),
             "throughput_series": body.get("throughput_series"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
+            "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
             "started_ns": body.get("started_ns")}
 
 
@@ -86,15 +98,23 @@ class Summary:
         self.rounds: list[dict] = []
         self.environments: list[Optional[dict]] = [None] * len(hosts)   # per rank: envinfo.identity, if known
         self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
+        self._late: list[int] = []                                      # every pair's start_late_ns
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
         self.pairs.append(pair)
         emit(pair)
 
-    def add_round(self, index: int, pairs: list, started_ns: list[int]) -> None:
-        # The instants each engine client printed its `start` line (connected, plan accepted), on rank 0's clock.
+    def add_round(self, index: int, pairs: list, started_ns: list[int], late_ns: Optional[list[int]] = None,
+                  lead_ns: Optional[int] = None, margins_ns: Optional[list[int]] = None) -> None:
+        """`started_ns`: the instants the round's engine clients went on (their first point's started_mono_ns),
+        on the coordinator's clock; `late_ns`: each one's start_late_ns, after the planned instant on its own
+        host's clock; `lead_ns`: how far ahead of that instant the plan was sent; `margins_ns`: how long before
+        it each engine had its session open."""
         skew = max(started_ns) - min(started_ns) if len(started_ns) > 1 else 0 if started_ns else None
-        self.rounds.append({"round": index, "pairs": [list(p) for p in pairs], "start_skew_ns": skew})
+        self.rounds.append({"round": index, "pairs": [list(p) for p in pairs], "start_skew_ns": skew,
+                            "start_late_ns": spread(late_ns or []), "lead_ns": lead_ns,
+                            "start_margin_min_ns": min(margins_ns) if margins_ns else None})
+        self._late += late_ns or []
 
     def all_ok(self) -> bool:
         return all(p["status"] == "ok" for p in self.pairs)
@@ -105,6 +125,7 @@ class Summary:
                 "pattern": self.pattern, "schedule": self.schedule, "hosts": self.hosts,
                 "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
+                "start_skew_ns": spread(skews), "start_late_ns": spread(self._late),
                 "start_clock_error_ns": self.start_clock_error_ns,
                 "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
@@ -135,19 +156,35 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
     rows = [[f"{s} {summary['hosts'][s]}"] + cells[s] for s in range(n)]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(n + 1)]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    skew = summary["round_start_skew_ns"]
     out = [f"mesh {summary['experiment']}  {summary['transport'] or ''}  {summary['pattern']}, {summary['schedule']}"
            f"  {MATRIX_FIGURE[summary['experiment']]}",
-           line(head), line(["-" * w for w in widths]), *map(line, rows),
-           f"rounds {len(summary['rounds'])}; round start skew max "
-           f"{'n/a' if skew is None else analysis.fmt_num(skew / 1000.0, 1) + ' us'} "
-           f"(rank clocks known within {analysis.fmt_num(summary['start_clock_error_ns'] / 1000.0, 1)} us)"]
+           line(head), line(["-" * w for w in widths]), *map(line, rows), *start_lines(summary)]
     out += [f"failed {p['src']}->{p['dst']}: {p['message']}" for p in pairs if p["status"] != "ok"]
     if summary.get("outliers"):
         out += outlier_lines(summary, summary["outliers"])
     if summary.get("drift"):
         out += drift_lines(summary["hosts"], summary["drift"])
     return "\n".join(out)
+
+
+def _us(ns) -> str:
+    return "n/a" if ns is None else analysis.fmt_num(ns / 1000.0, 1) + " us"
+
+
+def _spread_text(d: Optional[dict]) -> str:
+    return "n/a" if not d else f"p50 {_us(d['p50'])}, p99 {_us(d['p99'])}, max {_us(d['max'])}"
+
+
+def start_lines(summary: dict) -> list[str]:
+    """How together the rounds started: the skew of each round (its pairs' start instants, max - min, on the
+    coordinator's clock) over the rounds, and how late the pairs went on after their planned instant."""
+    skew = summary.get("start_skew_ns")
+    if skew is None and "start_skew_ns" not in summary:       # a summary from before the distributions
+        skew = None if summary["round_start_skew_ns"] is None else {"p50": None, "p99": None,
+                                                                    "max": summary["round_start_skew_ns"]}
+    return [f"rounds {len(summary['rounds'])}; round start skew {_spread_text(skew)} over the rounds "
+            f"(rank clocks known within {_us(summary['start_clock_error_ns'])}); "
+            f"pairs started after the planned instant: {_spread_text(summary.get('start_late_ns'))}"]
 
 
 def _figure_text(experiment: str, value: Optional[float]) -> str:

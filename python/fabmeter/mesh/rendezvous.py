@@ -79,6 +79,7 @@ class Channel:
         self.send_seq = self.recv_seq = 0
         self._buf = bytearray()
         self._lock = threading.Lock()
+        self.frames_sent = self.bytes_sent = self.frames_received = self.bytes_received = 0   # lines, with "\n"
 
     def _mac(self, direction: str, seq: int, body: bytes) -> str:
         return hmac.new(self.key, b"\0".join([direction.encode(), str(seq).encode(), body]),
@@ -93,13 +94,44 @@ class Channel:
             if len(line) > MAX_FRAME:
                 raise ChannelError(f"frame of {len(line)} bytes is over the {MAX_FRAME} limit")
             self.send_seq += 1
+            self.frames_sent += 1
+            self.bytes_sent += len(line)
             try:
                 self.sock.sendall(line)
             except OSError as e:
                 raise ChannelError(f"send failed: {e.strerror or e}") from e
 
     def recv(self, timeout: Optional[float]) -> dict:
-        frame = _parse_line(_read_line(self.sock, self._buf, timeout))
+        return self._body(_read_line(self.sock, self._buf, timeout))
+
+    def feed(self) -> list[dict]:
+        """For a selector loop (one thread reading many channels): one read of what the socket has, never waiting,
+        then every whole frame buffered; ChannelError as recv() raises it."""
+        try:
+            chunk = self.sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as e:
+            raise ChannelError(f"connection lost: {e.strerror or e}") from e
+        if not chunk:
+            raise ChannelError("connection closed")
+        self._buf.extend(chunk)
+        out = []
+        while b"\n" in self._buf:
+            end = self._buf.index(b"\n")
+            if end > MAX_FRAME:
+                raise ChannelError(f"frame over the {MAX_FRAME}-byte limit")
+            line = bytes(self._buf[:end])
+            del self._buf[:end + 1]
+            out.append(self._body(line))
+        if len(self._buf) > MAX_FRAME:
+            raise ChannelError(f"frame over the {MAX_FRAME}-byte limit")
+        return out
+
+    def _body(self, line: bytes) -> dict:
+        self.frames_received += 1
+        self.bytes_received += len(line) + 1
+        frame = _parse_line(line)
         body, seq, mac = frame.get("body"), frame.get("seq"), frame.get("mac")
         if not isinstance(body, dict) or seq != self.recv_seq or not isinstance(mac, str):
             raise ChannelError("malformed frame")

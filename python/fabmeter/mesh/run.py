@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import queue
+import selectors
 import signal
 import socket
 import threading
@@ -35,7 +36,7 @@ from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import launch, outliers, output, patterns, rendezvous
+from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
@@ -43,9 +44,8 @@ DEFAULT_MESH_PORT = DEFAULT_SERVE_PORT + 1
 EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
 ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
+MAX_LEAD_S = 30.0                # ... and never further (Lead)
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
-LAUNCHER_ENV = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
-                ("SLURM_PROCID", "SLURM_NTASKS"))
 MAX_MESSAGE = 300                # characters of a pair's error message kept
 SSH_CHECK_S = 0.5                # --launch ssh: how often a rank's ssh is checked while waiting for joins
 
@@ -67,6 +67,12 @@ class MeshSpec:
                                                               # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
     outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
+    # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
+    # the first round's lead, and how many rounds (None: all).
+    run_pair: Optional[Callable[..., dict]] = None
+    identity: Optional[Callable[[], Optional[dict]]] = None
+    lead_s: float = ROUND_LEAD_S
+    max_rounds: Optional[int] = None
 
 
 @dataclass
@@ -81,15 +87,27 @@ class Peer:
     env: Optional[dict] = None   # its identity fields as it sent them (envinfo.identity), None if it sent none
 
 
-def launcher_rank(environ: dict) -> Optional[tuple[int, int, str]]:
-    """(rank, size, variable) from mpirun's, a PMI launcher's or Slurm's environment."""
-    for rank_var, size_var in LAUNCHER_ENV:
-        if rank_var in environ and size_var in environ:
-            try:
-                return int(environ[rank_var]), int(environ[size_var]), rank_var
-            except ValueError:
-                raise FabmeterError(f"${rank_var}/${size_var} are not numbers", EXIT_USAGE) from None
-    return None
+def launcher_rank(environ: dict) -> Optional[tuple[int, Optional[int], str]]:
+    """(rank, size or None, variable) from mpirun's, PMIx's, a PMI launcher's or Slurm's environment
+    (cluster.RANK_ENV)."""
+    try:
+        return cluster.launcher_rank(environ)
+    except ValueError as e:
+        raise FabmeterError(str(e), EXIT_USAGE) from None
+
+
+def expand_hosts(text: str, what: str) -> list[str]:
+    """--hosts (or a Slurm node list) as hosts: A,B,... and Slurm's ranges (cluster.expand_hostlist)."""
+    try:
+        return cluster.expand_hostlist(text)
+    except cluster.HostListError as e:
+        raise FabmeterError(f"mesh: {what}: {e}", EXIT_USAGE) from None
+
+
+def slurm_hosts(environ: dict) -> Optional[list[str]]:
+    """The hosts of Slurm's node list (the step's, else the job's), None outside Slurm."""
+    var = next((v for v in cluster.NODELIST_ENV if environ.get(v)), None)
+    return expand_hosts(environ[var], f"${var}") if var else None
 
 
 def host_port(host: str, port: int) -> str:
@@ -137,6 +155,22 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
         server.stop()
 
 
+class Lead:
+    """How far ahead of its instant a round's plan is sent. Each pair says how long before the instant its engine
+    had its session open (start_margin_ns: its start line; the transport's connection and the first clock probes
+    follow); a round whose smallest margin was under a quarter of the lead (an engine nearly or not ready in time:
+    a loaded host, many engines starting at once) makes the next rounds' lead what that engine needed, twice over
+    and at least ROUND_LEAD_S, up to MAX_LEAD_S. A pair that merely woke late (a busy CPU) changes nothing."""
+
+    def __init__(self, initial_s: float = ROUND_LEAD_S):
+        self.ns = int(initial_s * 1e9)
+
+    def after(self, margins_ns: list[int]) -> None:
+        if margins_ns and min(margins_ns) < self.ns // 4:
+            needed = self.ns - min(margins_ns)
+            self.ns = min(int(MAX_LEAD_S * 1e9), max(self.ns, 2 * needed))
+
+
 # --- every rank -------------------------------------------------------------
 
 def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, via: Optional[str] = None,
@@ -144,9 +178,11 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     """One experiment run from `src` to `dst`, its measured part started at `start_ns` on our clock (the engine
     connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
     where the identity fields of the two ends' engines (their start line) are kept, by rank."""
+    opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
     try:
         res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
-                                      start_at_ns=start_ns, via=via))
+                                      start_at_ns=start_ns, via=via),
+                          on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
     if envs is not None and res.start:
@@ -154,8 +190,9 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             if isinstance(res.start.get(key), dict):
                 envs.setdefault(rank, envinfo.identity_from_engine(res.start[key]))
     point = res.points[0] if res.points else {}
-    started = point.get("started_mono_ns")
+    started, late = point.get("started_mono_ns"), point.get("start_late_ns")
     started = started if isinstance(started, int) else None
+    late = late if isinstance(late, int) else None      # after the planned instant, on the run's own clock
     clock_error = 0
     if via is not None:             # the run stamped its start on the relay's clock
         relay = next((e for e in res.events if e.get("type") == "relay"), {})
@@ -163,14 +200,17 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
         started = started - offset if started is not None and isinstance(offset, int) else None
         clock_error = clock_error if isinstance(clock_error, int) else 0
     return {"type": "pair", "src": src, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
-            "message": res.message[:MAX_MESSAGE], "started_ns": started, "clock_error_ns": clock_error,
+            "message": res.message[:MAX_MESSAGE], "started_ns": started, "start_late_ns": late,
+            "start_margin_ns": start_ns - opened[0] if opened else None,
+            "clock_error_ns": clock_error,
             **output.pair_figures(res.points[-1] if res.points else {})}
 
 
 def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
     """This rank's pairs of one round, each in a thread (several at once when chaotic)."""
-    threads = [threading.Thread(target=lambda d=d, p=p: report(_run_pair(spec, spec.rank, d,
-                                                                          host_port(spec.hosts[d], p), start_ns)),
+    run_pair = spec.run_pair or _run_pair
+    threads = [threading.Thread(target=lambda d=d, p=p: report(run_pair(spec, spec.rank, d,
+                                                                         host_port(spec.hosts[d], p), start_ns)),
                                 daemon=True)
                for d, p in dsts]
     for t in threads:
@@ -180,8 +220,12 @@ def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, repor
 
 # --- ranks 1..n-1 -----------------------------------------------------------
 
+def _identity(spec: MeshSpec) -> Optional[dict]:
+    return spec.identity() if spec.identity else envinfo.identity(_peer_addresses(spec))
+
+
 def _follow(spec: MeshSpec, engine_port: int) -> int:
-    env = envinfo.identity(_peer_addresses(spec))
+    env = _identity(spec)
     channel = rendezvous.connect(spec.hosts[0], spec.mesh_port, spec.token, spec.timeout_s)
     threads: list[threading.Thread] = []
     stop = threading.Event()
@@ -257,7 +301,7 @@ def _valid_dsts(value, n: int, me: int) -> list[int]:
 def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], warn: Callable[[str], None],
                 launched: Optional[launch.Launched]) -> int:
     n = len(spec.hosts)
-    env = envinfo.identity(_peer_addresses(spec))
+    env = _identity(spec)
     peers = _gather(spec, warn, launched)
     try:
         ports = [engine_port] + [peers[r].engine_port for r in range(1, n)]
@@ -268,14 +312,18 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
             except ChannelError as e:
                 raise FabmeterError(f"rank {peer.rank} ({spec.hosts[peer.rank]}): {e}", EXIT_RUNTIME) from e
         inbox: queue.Queue = queue.Queue()
-        for peer in peers.values():
-            threading.Thread(target=_read_results, args=(peer, inbox), daemon=True).start()
+        for peer in peers.values():     # here, not in the reader: the first round may check them before it runs
+            peer.last_heard = time.monotonic()
+        threading.Thread(target=_read_results, args=(list(peers.values()), inbox), daemon=True).start()
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
                                  max((p.offset_error_ns for p in peers.values()), default=0))
         summary.environments = [env] + [peers[r].env for r in range(1, n)]
         summary.outlier_rule = spec.outlier_rule
-        for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
-            _one_round(spec, index, pairs, peers, ports, inbox, summary, emit)
+        lead = Lead(spec.lead_s)
+        for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
+            if spec.max_rounds is not None and index >= spec.max_rounds:
+                break
+            lead.after(_one_round(spec, index, pairs, peers, ports, inbox, summary, emit, lead.ns))
         for peer in peers.values():
             if peer.alive:
                 _try_send(peer, {"type": "done"})
@@ -291,7 +339,9 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
     whose ssh ended)."""
     n = len(spec.hosts)
     family = socket.AF_INET6 if ":" in spec.hosts[0] else socket.AF_INET
-    listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family)
+    # A backlog for every rank: 1,000 ranks connect at once, and the default (128) would drop SYNs that then wait
+    # for the kernel's retry (1 s, 3 s, ...).
+    listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family, backlog=min(n, 4096))
     peers: dict[int, Peer] = {}
     deadline = time.monotonic() + spec.timeout_s
     try:
@@ -350,15 +400,29 @@ def _estimate_offset(peer: Peer, timeout_s: float) -> None:
     peer.offset_error_ns, peer.offset_ns = (best[0] + 1) // 2, best[1]
 
 
-def _read_results(peer: Peer, inbox: queue.Queue) -> None:
-    peer.last_heard = time.monotonic()
+def _read_results(peers: list[Peer], inbox: queue.Queue) -> None:
+    """Every rank's frames into the inbox as (rank, body), a lost connection as (rank, ChannelError): one thread
+    for all ranks (a selector), not one each: 1,000 ranks would be 1,000 threads contending for the interpreter."""
+    sel = selectors.DefaultSelector()
+    for peer in peers:
+        peer.channel.sock.settimeout(None)      # sends wait as before; feed() reads without waiting
+        sel.register(peer.channel.sock, selectors.EVENT_READ, peer)
     try:
-        while True:
-            body = peer.channel.recv(None)
-            peer.last_heard = time.monotonic()
-            inbox.put((peer.rank, body))
-    except ChannelError as e:
-        inbox.put((peer.rank, e))
+        while sel.get_map():
+            for key, _ in sel.select():
+                peer = key.data
+                try:
+                    bodies = peer.channel.feed()
+                except ChannelError as e:
+                    sel.unregister(key.fileobj)
+                    inbox.put((peer.rank, e))
+                    continue
+                if bodies:
+                    peer.last_heard = time.monotonic()
+                for body in bodies:
+                    inbox.put((peer.rank, body))
+    finally:
+        sel.close()
 
 
 def _try_send(peer: Peer, body: dict) -> None:
@@ -369,8 +433,12 @@ def _try_send(peer: Peer, body: dict) -> None:
 
 
 def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], ports: list[int],
-               inbox: queue.Queue, summary: "output.Summary", emit: Callable[[dict], None]) -> None:
-    start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
+               inbox: queue.Queue, summary: "output.Summary", emit: Callable[[dict], None], lead_ns: int) -> list:
+    """Runs one round: its plan to every rank with the instant lead_ns ahead, then every pair's result. The pairs'
+    start_margin_ns of its pairs that said."""
+    began = time.monotonic_ns()
+    traffic = _traffic(peers)
+    start_ns = began + lead_ns
     pending = set()
     for src in sorted({s for s, _ in pairs}):
         dsts = [d for s, d in pairs if s == src]
@@ -388,10 +456,17 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], 
         else:
             _try_send(peers[src], {"type": "round", "round": index, "dsts": live,
                                    "start_ns": start_ns + peers[src].offset_ns})
+    planned_ns = time.monotonic_ns() - began       # every rank's plan computed and sent
     started: list[int] = []
+    late: list[int] = []
+    margins: list[int] = []
+    checked = 0.0
     while pending:
-        # Checked at every frame too: the others' heartbeats keep the queue from ever being empty for long.
-        _give_up_on_silent(spec, peers, pending, inbox)
+        # Checked at every frame too (the others' heartbeats keep the queue from ever being empty for long), but at
+        # most every HEARTBEAT_S / 4: with 1,000 ranks a check at each of their frames would cost O(n^2) a round.
+        if time.monotonic() - checked > HEARTBEAT_S / 4:
+            _give_up_on_silent(spec, peers, pending, inbox)
+            checked = time.monotonic()
         try:
             rank, body = inbox.get(timeout=HEARTBEAT_S)
         except queue.Empty:
@@ -409,8 +484,23 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], 
         started_ns = pair.pop("started_ns")
         if started_ns is not None:
             started.append(started_ns - (peers[rank].offset_ns if rank else 0))
+        if pair["start_late_ns"] is not None:
+            late.append(pair["start_late_ns"])
+        if pair["start_margin_ns"] is not None:
+            margins.append(pair["start_margin_ns"])
         summary.add(emit, pair)
-    summary.add_round(index, pairs, started)
+    summary.add_round(index, pairs, started, late, lead_ns, margins)
+    frames, nbytes = (a - b for a, b in zip(_traffic(peers), traffic))
+    summary.rounds[-1]["control"] = {"plan_ns": planned_ns, "round_ns": time.monotonic_ns() - began,
+                                     "frames": frames, "bytes": nbytes}
+    return margins
+
+
+def _traffic(peers: dict[int, Peer]) -> tuple[int, int]:
+    """Frames and bytes the coordination channels carried so far, both ways (heartbeats too)."""
+    chans = [p.channel for p in peers.values()]
+    return (sum(c.frames_sent + c.frames_received for c in chans),
+            sum(c.bytes_sent + c.bytes_received for c in chans))
 
 
 def _give_up_on_silent(spec: MeshSpec, peers: dict[int, Peer], pending: set, inbox: queue.Queue) -> None:
@@ -433,22 +523,31 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options, 0)
     summary.outlier_rule = spec.outlier_rule
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
-    for index, pairs in enumerate(patterns.rounds(spec.pattern, spec.schedule, n)):
-        start_ns = time.monotonic_ns() + int(ROUND_LEAD_S * 1e9)
+    lead = Lead()
+    for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
+        lead_ns = lead.ns
+        start_ns = time.monotonic_ns() + lead_ns
         done: queue.Queue = queue.Queue()
         for src, dst in pairs:
             threading.Thread(target=lambda s=src, d=dst: done.put(_run_pair(spec, s, d, address[d], start_ns,
                                                                             via=address[s], envs=envs)),
                              daemon=True).start()
         started: list[int] = []
+        late: list[int] = []
+        margins: list[int] = []
         for _ in pairs:
             pair = done.get()
-            summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns"))
-            started_ns = pair.pop("started_ns")
+            summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
+            started_ns = pair.pop("started_ns", None)
             if started_ns is not None:
                 started.append(started_ns)
+            if pair.get("start_late_ns") is not None:
+                late.append(pair["start_late_ns"])
+            if pair.get("start_margin_ns") is not None:
+                margins.append(pair["start_margin_ns"])
             summary.add(emit, pair)
-        summary.add_round(index, pairs, started)
+        summary.add_round(index, pairs, started, late, lead_ns, margins)
+        lead.after(margins)
     summary.environments = [envs.get(r) for r in range(n)]
     emit(summary.as_json())
     return EXIT_OK if summary.all_ok() else EXIT_RUNTIME

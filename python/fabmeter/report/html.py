@@ -353,6 +353,31 @@ def _mesh_hosts_table(doc: dict) -> Html:
               class_="wide")
 
 
+def _mesh_start_table(summary: dict) -> Optional[Html]:
+    """Per round: how far apart its pairs started (skew) and how late after the planned instant (p50/p99/max), the
+    lead, the control traffic; the first row the whole mesh. None for a mesh.json without them."""
+    rounds = _objects(summary.get("rounds"))
+    if not any("start_late_ns" in r for r in rounds):
+        return None
+    spread = lambda d: [fmt_ns(obj(d).get(k)) for k in ("p50", "p99", "max")]  # noqa: E731
+    head = ["round", "pairs", "start skew", "late p50", "late p99", "late max", "lead", "plan", "control frames"]
+    skew = obj(summary.get("start_skew_ns"))
+    rows = [["all", summary.get("pairs"), f"p50 {fmt_ns(skew.get('p50'))}, p99 {fmt_ns(skew.get('p99'))}, "
+                                          f"max {fmt_ns(skew.get('max'))}", *spread(summary.get("start_late_ns")),
+             "", "", ""]]
+    for r in rounds:
+        c = obj(r.get("control"))
+        rows.append([r.get("round"), len(_list(r.get("pairs"))), fmt_ns(r.get("start_skew_ns")),
+                     *spread(r.get("start_late_ns")), fmt_ns(r.get("lead_ns")), fmt_ns(c.get("plan_ns")),
+                     c.get("frames", "")])
+    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
+               class_="mesh")
+    return el("figure", table, el("figcaption", "round start: skew = the round's pairs' start instants, last minus "
+                                                "first, on the coordinator's clock; late = after the planned instant, "
+                                                "each on its host's clock; lead = how far ahead the plan was sent"),
+              class_="wide")
+
+
 def _list(value) -> list:
     return value if isinstance(value, list) else []
 
@@ -418,7 +443,9 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         failed = {(p.get("src"), p.get("dst")) for p in doc.get("pairs") or [] if p.get("status") != "ok"}
         judged, flagged = _mesh_flagged(doc)
         about = (f"{rel}: {len(hosts)} hosts, {summary.get('pairs')} pairs ({summary.get('failed')} failed), "
-                 f"{len(summary.get('rounds') or [])} rounds, round start skew max {fmt_ns(skew)}")
+                 f"{len(summary.get('rounds') or [])} rounds, round start skew "
+                 + (f"p99 {fmt_ns(obj(summary.get('start_skew_ns')).get('p99'))}, " if summary.get("start_skew_ns") else "")
+                 + f"max {fmt_ns(skew)}")
         if experiment == "bw":
             figs.append(_img(fig_mesh_matrix(f"{name}: Gbit/s", hosts, matrix["gbps"], "Gbit/s at the receiver",
                                              False, failed, flagged if judged == "gbps" else None),
@@ -445,6 +472,9 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         if listed is not None:
             figs.append(listed)
         figs.append(_mesh_hosts_table(doc))
+        start = _mesh_start_table(summary)
+        if start is not None:
+            figs.append(start)
     return figs
 
 

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Round start skew of `fabmeter mesh` with N network namespaces on one bridge (docs/performance.md).
+
+    sudo .venv/bin/python scripts/mesh_skew.py --hosts 16 [--rounds-of all-to-all] [-- MESH OPTIONS]
+
+Makes N namespaces fmsk<pid>h0.. joined by veth pairs to a bridge in fmsk<pid>sw (10.197.X.1/16 ..),
+runs `fabmeter mesh --rank i` in each (scheduled all-to-all by default, oneway udp, 2 bursts of 200 x 32 B),
+prints the summary's start figures per round and overall, and removes the namespaces whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sh(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60)
+
+
+def namespaces(n: int, tag: str) -> tuple[list[str], list[str]]:
+    switch, br = f"{tag}sw", f"{tag}br"
+    nss = [f"{tag}h{i}" for i in range(n)]
+    for ns in [switch, *nss]:
+        sh("ip", "netns", "add", ns)
+    sh("ip", "-n", switch, "link", "add", br, "type", "bridge")
+    sh("ip", "-n", switch, "link", "set", br, "up")
+    addrs = []
+    for i, ns in enumerate(nss):
+        dev, port, addr = f"{tag}v{i}", f"{tag}p{i}", f"10.197.{i // 250}.{i % 250 + 1}"
+        sh("ip", "link", "add", dev, "netns", ns, "type", "veth", "peer", "name", port, "netns", switch)
+        sh("ip", "-n", switch, "link", "set", port, "master", br, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{addr}/16", "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        addrs.append(addr)
+    return [switch, *nss], addrs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, default=8)
+    ap.add_argument("--out", help="keep mesh.json here")
+    ap.add_argument("rest", nargs="*", help="mesh options (after --)")
+    a = ap.parse_args()
+    tag = f"fmsk{os.getpid() % 100000}"
+    made: list[str] = []
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        token = Path(tmp) / "token"
+        token.write_text(secrets.token_hex(16) + "\n")
+        token.chmod(0o600)
+        try:
+            made, addrs = namespaces(a.hosts, tag)
+            args = a.rest or ["-t", "udp", "--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
+            env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+            env.setdefault("FABMETER_ENGINE", str(ROOT / "build/engine/fabmeter-engine"))
+            t0 = time.monotonic()
+            for r in range(a.hosts):
+                cmd = ["ip", "netns", "exec", made[1 + r], sys.executable, "-m", "fabmeter", "mesh",
+                       "--hosts", ",".join(addrs), "--rank", str(r), "--token-file", str(token), "--json",
+                       "--timeout-ms", "20000", *(["--out", a.out] if a.out and r == 0 else []), *args]
+                procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True))
+            out, err = procs[0].communicate(timeout=3600)
+            took = time.monotonic() - t0
+            for p in procs[1:]:
+                p.wait(timeout=60)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for ns in made:
+                subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=60)
+    lines = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]
+    summary = next((x for x in lines if x.get("type") == "mesh"), None)
+    if summary is None:
+        print(err, file=sys.stderr)
+        return 1
+    ms = lambda v: "n/a" if v is None else f"{v / 1e6:.2f}"
+    print(f"{a.hosts} hosts, {summary['pairs']} pairs ({summary['failed']} failed), {len(summary['rounds'])} rounds, "
+          f"{took:.0f} s; {' '.join(a.rest)}")
+    for r in summary["rounds"]:
+        late = r.get("start_late_ns") or {}
+        print(f"  round {r['round']:3d}: skew {ms(r['start_skew_ns'])} ms, late p50 {ms(late.get('p50'))} "
+              f"p99 {ms(late.get('p99'))} max {ms(late.get('max'))} ms, lead {ms(r.get('lead_ns'))} ms, margin min {ms(r.get('start_margin_min_ns'))} ms")
+    print("overall: skew over rounds", json.dumps(summary.get("start_skew_ns")), "late over pairs", json.dumps(summary.get("start_late_ns")), "margin", json.dumps(summary.get("start_margin_ns")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
