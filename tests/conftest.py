@@ -268,3 +268,33 @@ def wait_until(pred, timeout: float) -> bool:
             return True
         time.sleep(0.02)
     return bool(pred())
+
+
+def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, peers: str | None = None):
+    """`fabmeter serve` on each host (in its namespace: `prefixes`), all on one port, `--peers` all the hosts
+    unless `peers` says otherwise ("" for none); returns them once each listens, or stops them all."""
+    peers = ",".join(hosts) if peers is None else peers
+    serves = []
+    try:
+        for i, host in enumerate(hosts):
+            args = ["serve", "--bind", host, "--port", port, "--token-file", token_file]
+            serves.append(fm.popen(*args, *(["--peers", peers] if peers else []),
+                                   prefix=prefixes[i] if prefixes else ()))
+        for s in serves:
+            assert json.loads(s.stdout.readline())["event"] == "listening"
+    except BaseException:
+        stop_serves(serves)
+        raise
+    return serves
+
+
+def stop_serves(serves, sig=signal.SIGTERM) -> None:
+    for s in serves:
+        if s.poll() is None:
+            s.send_signal(sig)
+    for s in serves:
+        try:
+            s.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            s.kill()
+            s.communicate()

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from conftest import bridged_namespaces, cli_cmd, json_lines, one_line_error, tagged_engine_procs, wait_until
+from conftest import (bridged_namespaces, cli_cmd, json_lines, one_line_error, start_serves, stop_serves,
+                      tagged_engine_procs, wait_until)
 from delay_line import delay_line
 from fabmeter import run
 from fabmeter.mesh import cluster, patterns, rendezvous
@@ -768,34 +769,6 @@ def test_mesh_refuses_without_a_rank_or_a_token_beyond_loopback(fm):
 
 
 # --- --launch serve: a `fabmeter serve --peers` on every host, no ranks ------------
-
-def start_serves(fm, hosts: list[str], port: int, token_file: str, prefixes=None, peers: str | None = None):
-    """`fabmeter serve` on each host (in its namespace), all on one port; returns them once each listens."""
-    peers = ",".join(hosts) if peers is None else peers
-    serves = []
-    for i, host in enumerate(hosts):
-        args = ["serve", "--bind", host, "--port", port, "--token-file", token_file]
-        serves.append(fm.popen(*args, *(["--peers", peers] if peers else []),
-                               prefix=prefixes[i] if prefixes else ()))
-    try:
-        for s in serves:
-            assert json.loads(s.stdout.readline())["event"] == "listening"
-    except BaseException:
-        stop_serves(serves)
-        raise
-    return serves
-
-
-def stop_serves(serves) -> None:
-    for s in serves:
-        s.send_signal(signal.SIGINT)
-    for s in serves:
-        try:
-            s.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            s.communicate()
-
 
 def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_file):
     """One `fabmeter mesh --launch serve` and a serve per namespace: every pair

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bridged_namespaces, cli_cmd, one_line_error, tagged_engine_procs, wait_until
+from conftest import (bridged_namespaces, cli_cmd, one_line_error, start_serves, stop_serves, tagged_engine_procs,
+                      wait_until)
 from fabmeter import run
 
 prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
@@ -47,33 +48,6 @@ def token_file(tmp_path):
     path.write_text(os.urandom(16).hex() + "\n")
     path.chmod(0o600)
     return str(path)
-
-
-def start_serves(fm, hosts: list[str], port: int, token_file: str, prefixes=None) -> list[subprocess.Popen]:
-    """`fabmeter serve --peers HOSTS` on each host (in its namespace); returns them once each listens."""
-    serves = []
-    try:
-        for i, host in enumerate(hosts):
-            serves.append(fm.popen("serve", "--bind", host, "--port", port, "--token-file", token_file,
-                                   "--peers", ",".join(hosts), prefix=prefixes[i] if prefixes else ()))
-        for s in serves:
-            assert json.loads(s.stdout.readline())["event"] == "listening"
-    except BaseException:
-        stop_serves(serves)
-        raise
-    return serves
-
-
-def stop_serves(serves) -> None:
-    for s in serves:
-        if s.poll() is None:
-            s.send_signal(signal.SIGTERM)
-    for s in serves:
-        try:
-            s.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            s.communicate()
 
 
 def end(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
