@@ -56,7 +56,10 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
     status = "ok"
-    for transport, targs, polls in configs(engine_info(find_engine())["transports"]):
+    info = engine_info(find_engine())
+    for name, why in (info.get("transports_unavailable") or {}).items():
+        sys.stderr.write(f"demo: {name} skipped: unavailable: {why}\n")
+    for transport, targs, polls in configs(info["transports"]):
         for poll in polls:
             got: dict[str, dict] = {}
             errors: dict[str, str] = {}
