@@ -174,7 +174,9 @@ std::string plugin_dir() {
   std::string bindir(exe, static_cast<size_t>(n));
   bindir.erase(bindir.rfind('/'));
   if (is_dir(bindir + "/plugins")) return bindir + "/plugins";
-  return bindir + "/../lib/fabmeter";
+  const std::string installed = bindir + "/../lib/fabmeter";
+  char resolved[PATH_MAX];
+  return realpath(installed.c_str(), resolved) ? std::string(resolved) : installed;
 }
 
 const TransportEntry& entry_for(const std::string& name) {
