@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs only what is missing: the Debian packages the build and tests need
 # (checked one by one with dpkg -s; apt-get update only if one is missing)
-# and the project-local Python environment .venv (numpy, pytest, fabmeter
-# itself as an editable install). Safe to run again: it then does nothing.
+# and the project-local Python environment .venv (numpy, matplotlib, pytest,
+# fabmeter itself as an editable install: pip fetches scikit-build-core, the
+# build backend, from PyPI; an editable install builds no engine, the CLI
+# uses build/engine). Safe to run again: it then does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -504,7 +504,13 @@ def main(argv: Optional[list[str]] = None) -> None:
                                parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
                                server=ns.server)
         elif ns.command == "report":
-            from fabmeter.report import html as report_html
+            try:
+                from fabmeter.report import html as report_html
+            except ModuleNotFoundError as e:
+                if e.name != "matplotlib":
+                    raise
+                die("fabmeter report draws with matplotlib, which is not installed: "
+                    "pip install 'fabmeter[report]'", EXIT_INTERNAL)
             output = out_folder(Path(ns.output).parent, "-o") / Path(ns.output).name if ns.output else None
             code = report_html.main(Path(ns.results), output, Path(ns.compare) if ns.compare else None)
         elif ns.command == "peers":

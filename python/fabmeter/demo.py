@@ -110,8 +110,14 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
                                       "runs": total, "failures": failures, "environment": env, "rows": summary_rows})
     print(f"results: {out}/<transport>-<poll>-<run>/run.json, summary: {out / 'summary.json'}")
     if status != "interrupted":
-        from fabmeter.report.html import write as write_report  # matplotlib: loaded only when needed
-        print(f"report: {write_report(out)}")
+        try:
+            from fabmeter.report.html import write as write_report  # matplotlib: loaded only when needed
+        except ModuleNotFoundError as e:
+            if e.name != "matplotlib":
+                raise
+            print("report: none (matplotlib is not installed: pip install 'fabmeter[report]')")
+        else:
+            print(f"report: {write_report(out)}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
         return EXIT_INTERRUPTED
