@@ -8,7 +8,7 @@ ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 FUZZ_BUILD := build/engine-fuzz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build install test test-rdma test-sanitize fuzz soak demo bench bench-ab clean
+.PHONY: all deps build install deb test test-rdma test-sanitize fuzz soak demo bench bench-ab clean
 
 all: build
 
@@ -25,6 +25,11 @@ build: deps
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(ENGINE_BUILD) --prefix "$(PREFIX)"
+
+# build/fabmeter_VERSION_ARCH.deb (scripts/make-deb.sh): the install tree with
+# prefix /usr and the Python package; checked with lintian.
+deb: build
+	bash scripts/make-deb.sh
 
 test: build
 	ctest --test-dir $(ENGINE_BUILD) --output-on-failure

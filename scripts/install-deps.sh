@@ -36,6 +36,8 @@ pkgs+=(openmpi-bin)
 # the namespaces' ssh server in the tests (a binary only: it starts no
 # service at install, unlike openssh-server).
 pkgs+=(openssh-client dropbear-bin)
+# make deb: dpkg-shlibdeps (dpkg-dev) for its Depends, lintian to check it.
+pkgs+=(dpkg-dev lintian)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 [ "${1:-}" = "--fuzz" ] && pkgs+=(clang-14 libclang-rt-14-dev)
 missing=()
