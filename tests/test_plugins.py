@@ -163,9 +163,13 @@ def test_a_corrupt_plugin_takes_only_its_transport(fm, tmp_path):
 
 
 def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path):
+    """`options` reads a plugin's tag section without loading it; a run loads
+    it and checks the descriptor its one export returns: both refuse."""
     d = plugin_copy(tmp_path)
     build_fake_plugin(tmp_path, d / "libfabmeter-zmq.so", """
         #include <cstdint>
+        struct Tag { char magic[16]; uint32_t abi, sizes[5]; char version[16], name[16]; };
+        extern "C" __attribute__((used, section(".fabmeter_plugin"))) const Tag tag{"fabmeter-plugin", 999, {}, {}, {}};
         struct D { uint32_t abi; };
         static const D d{999};
         extern "C" const D* fabmeter_transport_plugin() { return &d; }""")
@@ -173,12 +177,32 @@ def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path):
     info = engine_json("options", env=with_plugin_dir(d))
     why = info["transports_unavailable"]
     assert why["zmq"] == f"{d}/libfabmeter-zmq.so: refused: plugin ABI 999, this engine's is 1", why
-    assert why["nanomsg"] == f"{d}/libfabmeter-nanomsg.so: not a fabmeter plugin (no symbol fabmeter_transport_plugin)"
+    assert why["nanomsg"] == f"{d}/libfabmeter-nanomsg.so: not a fabmeter plugin (no .fabmeter_plugin section)"
     assert {"shm", "tcp", "udp"} <= set(info["transports"])
-    r = subprocess.run([str(ENGINE), "run", "lat", "-t", "zmq", "--server", "127.0.0.1", "--dry-run"],
-                       capture_output=True, text=True, env=with_plugin_dir(d))
+
+    def dry_run(transport):
+        return subprocess.run([str(ENGINE), "run", "lat", "-t", transport, "--server", "127.0.0.1", "--dry-run"],
+                              capture_output=True, text=True, env=with_plugin_dir(d))
+
+    r = dry_run("zmq")
     assert r.returncode == 2
     assert r.stderr.strip() == f"fabmeter-engine: error: zmq: unavailable: {why['zmq']}"
+    r = dry_run("nanomsg")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"fabmeter-engine: error: nanomsg: unavailable: {d}/libfabmeter-nanomsg.so: "
+                                "not a fabmeter plugin (no symbol fabmeter_transport_plugin)")
+
+
+def test_options_loads_no_plugin(engine):
+    """Which plugins can run is checked without loading them into the engine:
+    no library's constructors run (libfabric's PSM providers cost 0.2 s)."""
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    # Without -f: the engine's own system calls, not those of the `ld.so --list` it starts.
+    r = subprocess.run(["strace", "-e", "trace=openat", str(engine), "options"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    opened = [ln for ln in r.stderr.splitlines() if ln.startswith("openat(")]
+    assert not [ln for ln in opened if re.search(r"lib(fabric|zmq|nng|nanomsg|ibverbs|rdmacm)\.so", ln)], opened
 
 
 def test_plugins_come_only_from_the_plugin_directory(tmp_path):

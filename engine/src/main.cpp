@@ -191,7 +191,7 @@ void print_options() {
         .add_raw("default", fm::typed_value(o, defaults));
     opts += (opts.empty() ? "" : ", ") + j.str();
   }
-  // transports: those that can run here (every plugin is loaded to know);
+  // transports: those that can run here (each plugin checked without loading it: registry.hpp);
   // transports_unavailable: the others, each with its reason.
   fm::JsonObj unavailable;
   for (const auto& [name, why] : fm::unusable_transports()) unavailable.add(name, why);

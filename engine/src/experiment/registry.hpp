@@ -26,9 +26,13 @@ const TransportEntry& entry_for(const std::string& name);
 
 // Every transport this engine knows of, in the registry's order.
 std::vector<std::string> known_transports();
-// Those that can run here (each plugin is loaded to know) ...
+// Those that can run here ... (a plugin not loaded yet is checked without
+// loading it: its file, its tag section, and `ld.so --list` for its
+// libraries; loading runs the libraries' constructors, 0.2 s for libfabric's)
 std::vector<std::string> usable_transports();
-// ... and the others, each with its reason.
+// ... and the others, each with its reason. A plugin that passes the check
+// may still be refused when loaded (an undefined symbol): the run then
+// exits 2 with that reason.
 std::vector<std::pair<std::string, std::string>> unusable_transports();
 
 // True if the transport is built as a plugin (loaded or not).
