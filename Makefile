@@ -8,7 +8,7 @@ ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 FUZZ_BUILD := build/engine-fuzz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build test test-rdma test-sanitize fuzz soak soak-watch demo bench bench-ab clean
+.PHONY: all deps build install deb test test-rdma test-sanitize fuzz soak soak-watch demo bench bench-ab clean
 
 all: build
 
@@ -19,6 +19,17 @@ build: deps
 	@[ -f $(ENGINE_BUILD)/build.ninja ] || \
 	  cmake -S engine -B $(ENGINE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(ENGINE_BUILD)
+
+# PREFIX/bin/fabmeter-engine, PREFIX/lib/fabmeter/libfabmeter-*.so (the
+# transport plugins), PREFIX/share/fabmeter/suites; movable as a whole.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(ENGINE_BUILD) --prefix "$(PREFIX)"
+
+# build/fabmeter_VERSION_ARCH.deb (scripts/make-deb.sh): the install tree with
+# prefix /usr and the Python package; checked with lintian.
+deb: build
+	bash scripts/make-deb.sh
 
 test: build
 	bash scripts/install-deps.sh --test

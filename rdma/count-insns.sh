@@ -27,6 +27,7 @@
 set -uo pipefail
 ENGINE=/tmp/fabmeter-count-engine
 cp "$1" "$ENGINE" || exit 1
+cp -r "$(dirname "$1")/plugins" /tmp/ || exit 1   # the transport plugins, found beside the engine
 OUT=$2
 [[ -d $OUT ]] || { echo "count-insns: no directory $OUT (the plugin's dir=)" >&2; exit 1; }
 cat /proc/kallsyms >"$OUT/kallsyms"

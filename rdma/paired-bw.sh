@@ -47,11 +47,12 @@
 # closed ends in "ended-early" instead of a rate (rdma/paired_bw.py skips it).
 set -uo pipefail
 ENGINE=/tmp/fabmeter-paired-engine
-VARIANT=/tmp/fabmeter-paired-variant
+VARIANT=/tmp/variant/fabmeter-engine   # with its own plugins beside it
 cp "$1" "$ENGINE"
+cp -r "$(dirname "$1")/plugins" /tmp/   # the transport plugins, found beside the engine
 OUT=$2
 mkdir -p "$OUT"
-[[ -n ${3:-} ]] && cp "$3" "$VARIANT"
+[[ -n ${3:-} ]] && mkdir -p /tmp/variant && cp "$3" "$VARIANT" && cp -r "$(dirname "$3")/plugins" /tmp/variant/
 N=${FM_PAIRED_N:-1000000}
 WIN=${FM_PAIRED_WIN_S:-3}
 WINDOWS=${FM_PAIRED_WINDOWS:-3}

@@ -12,6 +12,7 @@ OUT=$2
 # From guest RAM: executing from the 9p share costs ~2 s per process under TCG.
 ENGINE=/tmp/fabmeter-engine
 cp "$1" "$ENGINE"
+cp -r "$(dirname "$1")/plugins" /tmp/   # the transport plugins, found beside the engine
 SERVER=${FM_RDMA_ADDR1:-10.77.0.2}   # rxe1's address; the client reaches it through rxe0
 PORT=19000
 mkdir -p "$OUT"

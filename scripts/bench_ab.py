@@ -41,9 +41,15 @@ def build_base(rev: str) -> Path:
         subprocess.run(["cmake", "-S", str(tree / "engine"), "-B", str(tmp / "build"), "-G", "Ninja",
                         "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DBUILD_TESTING=OFF"], check=True,
                        stdout=subprocess.DEVNULL)
-        subprocess.run(["cmake", "--build", str(tmp / "build"), "--target", "fabmeter-engine"], check=True,
+        # A revision whose transports are plugins: those too, kept beside its engine (plugins/).
+        targets = ["fabmeter-engine"]
+        if "fabmeter-plugins" in (tree / "engine" / "CMakeLists.txt").read_text():
+            targets.append("fabmeter-plugins")
+        subprocess.run(["cmake", "--build", str(tmp / "build"), "--target", *targets], check=True,
                        stdout=subprocess.DEVNULL)
         cached.parent.mkdir(parents=True, exist_ok=True)
+        if (tmp / "build" / "plugins").is_dir():
+            shutil.copytree(tmp / "build" / "plugins", cached.parent / "plugins", dirs_exist_ok=True)
         shutil.copy2(tmp / "build" / "fabmeter-engine", cached)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)

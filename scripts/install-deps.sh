@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs only what is missing: the Debian packages the build and tests need
 # (checked one by one with dpkg -s; apt-get update only if one is missing)
-# and the project-local Python environment .venv (numpy, pytest, fabmeter
-# itself as an editable install, with prometheus-client for `fabmeter watch`).
-# Safe to run again: it then does nothing. --test (make test): also what only
-# the tests use; --fuzz (make fuzz): also clang.
+# and the project-local Python environment .venv (numpy, matplotlib, pytest,
+# prometheus-client for `fabmeter watch`, fabmeter itself as an editable
+# install: pip fetches scikit-build-core, the build backend, from PyPI; an
+# editable install builds no engine, the CLI uses build/engine). Safe to run
+# again: it then does nothing. --test (make test): also what only the tests
+# use; --fuzz (make fuzz): also clang.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +38,8 @@ pkgs+=(openmpi-bin)
 # the namespaces' ssh server in the tests (a binary only: it starts no
 # service at install, unlike openssh-server).
 pkgs+=(openssh-client dropbear-bin)
+# make deb: dpkg-shlibdeps (dpkg-dev) for its Depends, lintian to check it.
+pkgs+=(dpkg-dev lintian)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 # --test (make test): Prometheus (large, so only then), which tests/test_watch.py
 # runs as its own process to scrape `fabmeter watch`.

@@ -20,12 +20,12 @@ TSAN_TESTS=${TSAN_TESTS:-"tests/test_stream.py tests/test_conformance.py tests/t
 TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source and not killed_mid_run"}
 TSAN_TRANSPORTS=${TSAN_TRANSPORTS:-"shm;tcp"}
 
-# The engine and GoogleTest, and the rawpp_* peers (the ones this build has)
+# The engine, its transport plugins and GoogleTest, and the rawpp_* peers (the ones this build has)
 # when TESTS include test_messaging.py, whose rawpp tests run them: each tool
 # more costs CI about 10 s per sanitizer build.
 build() {  # DIR SANITIZERS TESTS TRANSPORTS
   cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" -DFM_TRANSPORTS="$4" >/dev/null
-  local targets=(fabmeter-engine engine-tests)
+  local targets=(fabmeter-engine fabmeter-plugins engine-tests)
   [[ " $3 " == *" tests/test_messaging.py "* ]] &&
     targets+=($(ninja -C "$1" -t targets all | awk -F: '/^rawpp_[a-z]+: / {print $1}'))
   cmake --build "$1" --target "${targets[@]}"

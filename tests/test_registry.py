@@ -61,12 +61,13 @@ def test_demo_runs_every_transport_the_engine_lists():
 
 
 def test_nanomsg_calls_go_to_libnanomsg(engine):
-    """libnng exports nanomsg's nn_* API too (its compat layer): linked first,
-    it silently takes the nanomsg transport's calls."""
+    """libnng exports nanomsg's nn_* API too (its compat layer): the nanomsg
+    plugin links libnanomsg alone, so nothing else can take its calls."""
     if "nanomsg" not in options(engine)["transports"]:
         pytest.skip("the engine was built without nanomsg")
-    libs = subprocess.run(["ldd", str(engine)], capture_output=True, text=True, check=True).stdout
-    assert "libnanomsg.so" in libs, libs
+    plugin = engine.parent / "plugins" / "libfabmeter-nanomsg.so"
+    libs = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
+    assert "libnanomsg.so" in libs and "libnng" not in libs, libs
 
 
 def sources() -> dict[str, list[str]]:
@@ -96,8 +97,12 @@ def test_each_transport_links_alone(engine):
     build = engine.parent
     objects = {}
     for name, srcs in sources().items():
+        # Built in: the engine's libraries; a plugin: its own target.
         found = [build / "CMakeFiles" / "fmcore.dir" / f"{src}.o" for src in srcs]
         found.append(build / "CMakeFiles" / "fmsession.dir" / "generated" / f"run_points_{name}.cpp.o")
+        plugin = build / "CMakeFiles" / f"fabmeter-{name}.dir"
+        if not all(o.exists() for o in found) and plugin.is_dir():
+            found = [plugin / f"{src}.o" for src in srcs] + [plugin / "generated" / f"run_points_{name}.cpp.o"]
         if all(o.exists() for o in found):
             objects[name] = found
     assert {"shm", "tcp", "udp"} <= objects.keys(), "the engine's transport objects are not where expected"

@@ -1,5 +1,6 @@
 // fabmeter-engine: runs one role of one experiment. The Python CLI drives it;
 // it also works alone, perftest-style (`serve` on one host, `run` on another).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/signals.hpp"
+#include "experiment/registry.hpp"
 
 namespace {
 
@@ -29,6 +31,15 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
+  fabmeter-engine transports   # each transport: available, or unavailable and why
+
+Transports: shm, tcp and udp are built in; every other transport is a plugin,
+libfabmeter-<name>.so, loaded from the plugin directory when first used: only
+from $FABMETER_PLUGIN_DIR (an absolute path) if set, else from plugins/ beside
+this binary (a build tree) or ../lib/fabmeter/ from it (an installed tree);
+never from the current directory or a path a client names. A plugin that
+cannot be loaded (its library missing, another ABI, a corrupt file) leaves
+that transport unavailable with the reason; a run naming it exits 2 with it.
 
 run prints JSON lines on stdout: "start", one "point" per measured point (a
 size; stream: a rate x values pair; load: an offered rate), "transport", "end".
@@ -167,8 +178,11 @@ void print_options() {
   fm::Params defaults;
   for (const auto& o : fm::option_table()) {
     fm::JsonObj j;
-    // The transport's choices are the transports built in.
-    const std::string values = o.type == fm::OptType::choice && !*o.values ? fm::available_transports() : o.values;
+    // The transport's choices are every transport this engine knows of: one
+    // unavailable here is refused by the run with its reason (exit 2).
+    std::string known;
+    for (const auto& t : fm::known_transports()) known += (known.empty() ? "" : ",") + t;
+    const std::string values = o.type == fm::OptType::choice && !*o.values ? known : o.values;
     j.add("name", o.name).add("key", fm::key_of(o.name)).add("short", o.short_name ? std::string(1, o.short_name) : "")
         .add("metavar", o.metavar).add("group", o.group).add("type", fm::type_name(o.type)).add("unit", o.unit);
     if (o.type == fm::OptType::choice) j.add_raw("values", json_list(values));
@@ -177,10 +191,35 @@ void print_options() {
         .add_raw("default", fm::typed_value(o, defaults));
     opts += (opts.empty() ? "" : ", ") + j.str();
   }
+  // transports: those that can run here (each plugin checked without loading it: registry.hpp);
+  // transports_unavailable: the others, each with its reason.
+  fm::JsonObj unavailable;
+  for (const auto& [name, why] : fm::unusable_transports()) unavailable.add(name, why);
+  std::string plugin_dir;
+  try {
+    plugin_dir = fm::plugin_dir();
+  } catch (const fm::Error& e) {
+    plugin_dir = e.what();
+  }
   fm::JsonObj out;
   out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
-      .add_raw("transports", json_list(fm::available_transports())).add_raw("options", "[" + opts + "]");
+      .add_raw("transports", json_list(fm::available_transports())).add("transports_unavailable", unavailable)
+      .add("plugin_dir", plugin_dir).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
+}
+
+// One line a transport: available (built in, or its plugin's path) or unavailable and why.
+int print_transports() {
+  const auto unusable = fm::unusable_transports();
+  for (const auto& name : fm::known_transports()) {
+    std::string line = name + ": ";
+    auto it = std::find_if(unusable.begin(), unusable.end(), [&](const auto& u) { return u.first == name; });
+    if (it != unusable.end()) line += "unavailable: " + it->second;
+    else if (fm::is_plugin(name)) line += "available (plugin " + fm::plugin_dir() + "/libfabmeter-" + name + ".so)";
+    else line += "available (built in)";
+    std::printf("%s\n", line.c_str());
+  }
+  return 0;
 }
 
 int main_(std::vector<std::string> args) {
@@ -196,6 +235,7 @@ int main_(std::vector<std::string> args) {
     print_options();
     return 0;
   }
+  if (cmd == "transports") return print_transports();
   if (cmd == "serve") {
     fm::ServerOptions o;
     std::string v;
@@ -263,7 +303,7 @@ int main_(std::vector<std::string> args) {
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }
-  fm::usage_error("unknown command '" + cmd + "' (run, serve, limits, options)");
+  fm::usage_error("unknown command '" + cmd + "' (run, serve, limits, options, transports)");
 }
 
 }  // namespace

@@ -59,7 +59,9 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                      epilog=(f"note: {engine_problem} " if info is None else
                              "`fabmeter COMMAND --help` lists a command's options. ") + EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"fabmeter {__version__}"
-                        + (f" (engine {info.get('version')})" if info else ""))
+                        + (f" (engine {info.get('version')}; transports: {', '.join(info.get('transports', []))}"
+                           + (f"; unavailable: {', '.join(info['transports_unavailable'])}"
+                              if info.get("transports_unavailable") else "") + ")" if info else ""))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -158,6 +160,13 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     command.add_argument("--peers", metavar="HOST,...",
                    help="the servers (hosts as clients name them) this one may run a client against for an "
                         "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)")
+
+    sub.add_parser("transports", allow_abbrev=False,
+                   help="every transport: available, or unavailable and why (a plugin's library missing, ...)",
+                   description="Lists every transport the engine knows of: available (built in: shm, tcp, udp; "
+                               "or a plugin loaded from the engine's plugin directory, $FABMETER_PLUGIN_DIR if set), "
+                               "or unavailable with the reason. A run naming an unavailable transport exits 2 "
+                               "with that reason.")
 
     command = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
                        allow_abbrev=False)
@@ -438,6 +447,17 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     return mesh_run.main(spec, emit, lambda line: sys.stderr.write(f"fabmeter: warning: {line}\n"))
 
 
+def cmd_transports(info: dict) -> int:
+    """One line a transport, as `fabmeter-engine transports` says it."""
+    unavailable = info.get("transports_unavailable") or {}
+    plugins = info.get("plugin_dir", "")
+    for name in [*info.get("transports", []), *unavailable]:
+        print(f"{name}: unavailable: {unavailable[name]}" if name in unavailable else f"{name}: available")
+    if plugins:
+        print(f"(plugin directory: {plugins})")
+    return EXIT_OK
+
+
 def cmd_serve(ns: argparse.Namespace) -> int:
     args = []
     for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file", "peers"):
@@ -482,6 +502,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             code = cmd_mesh(ns, engine)
         elif ns.command == "serve":
             code = cmd_serve(ns)
+        elif ns.command == "transports":
+            if info is None:
+                die(problem, EXIT_INTERNAL)
+            code = cmd_transports(info)
         elif ns.command == "demo":
             from fabmeter import demo
             code = demo.main(out_folder(ns.out), parse_cpus(ns.cpus))
@@ -498,7 +522,13 @@ def main(argv: Optional[list[str]] = None) -> None:
                                parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
                                server=ns.server)
         elif ns.command == "report":
-            from fabmeter.report import html as report_html
+            try:
+                from fabmeter.report import html as report_html
+            except ModuleNotFoundError as e:
+                if e.name != "matplotlib":
+                    raise
+                die("fabmeter report draws with matplotlib, which is not installed: "
+                    "pip install 'fabmeter[report]'", EXIT_INTERNAL)
             output = out_folder(Path(ns.output).parent, "-o") / Path(ns.output).name if ns.output else None
             code = report_html.main(Path(ns.results), output, Path(ns.compare) if ns.compare else None)
         elif ns.command == "peers":

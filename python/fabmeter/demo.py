@@ -56,7 +56,10 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
     status = "ok"
-    for transport, targs, polls in configs(engine_info(find_engine())["transports"]):
+    info = engine_info(find_engine())
+    for name, why in (info.get("transports_unavailable") or {}).items():
+        sys.stderr.write(f"demo: {name} skipped: unavailable: {why}\n")
+    for transport, targs, polls in configs(info["transports"]):
         for poll in polls:
             got: dict[str, dict] = {}
             errors: dict[str, str] = {}
@@ -107,8 +110,14 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
                                       "runs": total, "failures": failures, "environment": env, "rows": summary_rows})
     print(f"results: {out}/<transport>-<poll>-<run>/run.json, summary: {out / 'summary.json'}")
     if status != "interrupted":
-        from fabmeter.report.html import write as write_report  # matplotlib: loaded only when needed
-        print(f"report: {write_report(out)}")
+        try:
+            from fabmeter.report.html import write as write_report  # matplotlib: loaded only when needed
+        except ModuleNotFoundError as e:
+            if e.name != "matplotlib":
+                raise
+            print("report: none (matplotlib is not installed: pip install 'fabmeter[report]')")
+        else:
+            print(f"report: {write_report(out)}")
     if status == "interrupted":
         sys.stderr.write("fabmeter: interrupted\n")
         return EXIT_INTERRUPTED

@@ -14,23 +14,32 @@ from fabmeter.options import Options
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ENGINE_IN_REPO = REPO_ROOT / "build" / "engine" / "fabmeter-engine"
+# The engine installed with the package (a wheel): bin/ and lib/fabmeter/ (its plugins) under _engine/.
+ENGINE_IN_PACKAGE = Path(__file__).resolve().parent / "_engine" / "bin" / "fabmeter-engine"
 ENGINE_ERROR_PREFIX = "fabmeter-engine: error: "
 
 
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
 def find_engine() -> str:
-    """FABMETER_ENGINE, else the repo's build output, else PATH."""
+    """$FABMETER_ENGINE, else the engine installed with this package, else the
+    repository's build output, else fabmeter-engine on PATH."""
     env = os.environ.get("FABMETER_ENGINE")
     if env:
         if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise FabmeterError(f"FABMETER_ENGINE={env} is not an executable file")
-    if ENGINE_IN_REPO.is_file() and os.access(ENGINE_IN_REPO, os.X_OK):
-        return str(ENGINE_IN_REPO)
+    for candidate in (ENGINE_IN_PACKAGE, ENGINE_IN_REPO):
+        if _executable(candidate):
+            return str(candidate)
     found = shutil.which("fabmeter-engine")
     if found:
         return found
     raise FabmeterError(
-        f"fabmeter-engine not found (looked at $FABMETER_ENGINE, {ENGINE_IN_REPO}, PATH): run `make build`"
+        f"fabmeter-engine not found (looked at $FABMETER_ENGINE, {ENGINE_IN_PACKAGE}, {ENGINE_IN_REPO}, PATH): "
+        "run `make build`"
     )
 
 

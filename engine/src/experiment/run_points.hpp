@@ -125,13 +125,16 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   return Status::ok;
 }
 
-// Each transport built in: its caps and its points, each defined in its own unit.
+// Each transport built in: its caps and its points, each defined in its own
+// unit (a plugin's are in the plugin: experiment/plugin.hpp).
 #define FM_TRANSPORT(name, cls, groups) \
   Caps name##_caps(const Params& p);    \
   Status name##_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info);
-#define FM_TRANSPORT_ABSENT(name, groups)
+#define FM_TRANSPORT_PLUGIN(name, groups, libs)
+#define FM_TRANSPORT_ABSENT(name, groups, why)
 #include "fabmeter/transports.def"
 #undef FM_TRANSPORT
+#undef FM_TRANSPORT_PLUGIN
 #undef FM_TRANSPORT_ABSENT
 
 }  // namespace fm

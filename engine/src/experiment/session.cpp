@@ -27,6 +27,7 @@
 
 #include "experiment/admission.hpp"
 #include "experiment/common.hpp"
+#include "experiment/registry.hpp"
 #include "experiment/relay.hpp"
 #include "experiment/run_points.hpp"
 #include "experiment/table.hpp"
@@ -70,27 +71,6 @@ uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std:
   return most;
 }
 
-// The transport table: one entry per transport built in (generated
-// fabmeter/transports.def), its functions in their own units (run_points.hpp).
-struct TransportEntry {
-  const char* name;
-  Caps (*caps)(const Params&);
-  Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*);
-};
-#define FM_TRANSPORT(name, cls, groups) {#name, name##_caps, name##_points},
-#define FM_TRANSPORT_ABSENT(name, groups)
-constexpr TransportEntry kTransports[] = {
-#include "fabmeter/transports.def"
-};
-#undef FM_TRANSPORT
-#undef FM_TRANSPORT_ABSENT
-
-const TransportEntry& entry_for(const std::string& name) {
-  for (const auto& e : kTransports)
-    if (name == e.name) return e;
-  usage_error("unknown transport '" + name + "' (built in: " + available_transports() + ")");
-}
-
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
   if (caps.one_sided && p.experiment != "lat" && p.experiment != "bw")
@@ -115,14 +95,6 @@ void write_status_line(Status st, const std::string& msg) {
 }
 
 }  // namespace
-
-Caps transport_caps(const Params& p) { return entry_for(p.transport).caps(p); }
-
-std::string available_transports() {
-  std::string names;
-  for (const auto& e : kTransports) names += (names.empty() ? "" : ",") + std::string(e.name);
-  return names;
-}
 
 // The client's side of the opening (handshake.hpp): hello, proof, welcome.
 // `relay`: the server is asked to run the client against that server (relay.hpp).

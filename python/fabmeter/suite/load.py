@@ -117,6 +117,7 @@ class KeyLines:
 def known_names(info: dict, table: Options) -> tuple[set[str], set[str]]:
     """Experiments and transports fabmeter knows of: those built in plus those any option is scoped to."""
     experiments, transports = set(info.get("experiments", [])), set(info.get("transports", []))
+    transports.update(info.get("transports_unavailable") or {})
     for o in table:
         experiments.update(x for x in _csv(o.scope) if x != "all")
         transports.update(x for x in _csv(o.transports) if x != "all")
@@ -420,6 +421,8 @@ def load(path: Path, info: dict) -> Suite:
             skip = ""
             if (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
                 skip = f"experiment '{exp}' is not built into this engine"
+            elif tr in (info.get("transports_unavailable") or {}):
+                skip = f"transport '{tr}' is unavailable here: {info['transports_unavailable'][tr]}"
             elif tr not in built_transports:
                 skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
             expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,

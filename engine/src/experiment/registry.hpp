@@ -1,0 +1,46 @@
+// The transport table (registry.cpp): the transports built into the engine
+// (shm, tcp, udp: they need nothing beyond libc) and those that are plugins,
+// each a shared object loaded at its first use (plugin.hpp).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiment/common.hpp"
+#include "fabmeter/params.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/transport.hpp"
+
+namespace fm {
+
+struct TransportEntry {
+  const char* name;
+  Caps (*caps)(const Params&);
+  Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*);
+};
+
+// The entry of a transport, its plugin loaded if it is one; a usage error
+// (exit 2) naming the reason if there is no such transport or its plugin
+// cannot be used ("nng: unavailable: libnng.so.1: cannot open shared object file ...").
+const TransportEntry& entry_for(const std::string& name);
+
+// Every transport this engine knows of, in the registry's order.
+std::vector<std::string> known_transports();
+// Those that can run here ... (a plugin not loaded yet is checked without
+// loading it: its file, its tag section, and `ld.so --list` for its
+// libraries; loading runs the libraries' constructors, 0.2 s for libfabric's)
+std::vector<std::string> usable_transports();
+// ... and the others, each with its reason. A plugin that passes the check
+// may still be refused when loaded (an undefined symbol): the run then
+// exits 2 with that reason.
+std::vector<std::pair<std::string, std::string>> unusable_transports();
+
+// True if the transport is built as a plugin (loaded or not).
+bool is_plugin(const std::string& name);
+
+// Where plugins are looked for: $FABMETER_PLUGIN_DIR (an absolute path),
+// else <bindir>/plugins (the build tree), else <bindir>/../lib/fabmeter (an
+// installed tree), bindir being the engine's own directory (/proc/self/exe).
+std::string plugin_dir();
+
+}  // namespace fm

@@ -1,0 +1,218 @@
+"""Transports as plugins: the engine itself needs no transport library; each
+library transport is a plugin (libfabmeter-<name>.so) loaded from the plugin
+directory at first use. A plugin that cannot be used (its library missing, a
+corrupt file, another ABI, no descriptor) makes that transport unavailable
+with the reason, and nothing else: the other transports, serve and the CLI
+keep working, and a run naming it exits 2 with that reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ENGINE, json_lines, stop_serve
+
+TRANSPORT_LIBS = ("libzmq", "libnng", "libnanomsg", "libfabric", "libibverbs", "librdmacm")
+PLUGINS = ENGINE.parent / "plugins"
+
+
+def engine_json(*args: str, env: dict | None = None, cwd=None) -> dict:
+    r = subprocess.run([str(ENGINE), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def with_plugin_dir(path) -> dict:
+    return {**os.environ, "FABMETER_PLUGIN_DIR": str(path)}
+
+
+def test_engine_links_no_transport_library(engine):
+    libs = subprocess.run(["ldd", str(engine)], capture_output=True, text=True, check=True).stdout
+    for lib in TRANSPORT_LIBS:
+        assert lib not in libs, libs
+    info = engine_json("options")
+    assert {"shm", "tcp", "udp"} <= set(info["transports"])
+    assert info["plugin_dir"] == str(PLUGINS)
+    # The transport option takes every transport known, so an unavailable one reaches the engine's reason.
+    choices = next(o for o in info["options"] if o["name"] == "transport")["values"]
+    assert set(choices) == set(info["transports"]) | set(info["transports_unavailable"])
+
+
+def test_transports_lists_each_with_its_state(fm):
+    r = fm.run("transports")
+    assert r.returncode == 0, r.stderr
+    assert "shm: available" in r.stdout and "tcp: available" in r.stdout and "udp: available" in r.stdout
+    info = engine_json("options")
+    for name, why in info["transports_unavailable"].items():
+        assert f"{name}: unavailable: {why}" in r.stdout
+    version = fm.run("--version").stdout
+    assert "transports: shm, tcp, udp" in version, version
+
+
+# --- a library truly absent: a private mount namespace hides it ---------------------------------
+
+def library_path(soname: str) -> Path:
+    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    m = re.search(rf"^\s*{re.escape(soname)} \(libc6,x86-64\) => (\S+)$", out, re.M)
+    if not m:
+        pytest.skip(f"{soname} is not installed")
+    return Path(m.group(1))
+
+
+@pytest.fixture
+def without_libnng(tmp_path):
+    """A command prefix that runs its command in a private mount namespace
+    where libnng.so.1 does not exist: an overlay on its directory whose upper
+    layer holds a whiteout for it (the loader then says "cannot open shared
+    object file"). Nothing outside the namespace sees it."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    if not (PLUGINS / "libfabmeter-nng.so").exists():
+        pytest.skip("the nng plugin is not built")
+    lib = library_path("libnng.so.1")
+    libdir = lib.parent.resolve()
+    upper, work = tmp_path / "upper", tmp_path / "work"
+    upper.mkdir()
+    work.mkdir()
+    os.mknod(upper / lib.name, 0o600 | 0o020000, os.makedev(0, 0))  # an overlay whiteout
+    script = (f"mount -t overlay overlay -o lowerdir={libdir},upperdir={upper},workdir={work} {libdir} "
+              f"&& exec \"$@\"")
+    prefix = ("unshare", "--mount", "sh", "-c", script, "sh")
+    probe = subprocess.run([*prefix, "sh", "-c", f"test ! -e {libdir / lib.name}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot hide {lib} in a mount namespace: {probe.stderr.strip()}")
+    return prefix
+
+
+def test_a_missing_library_takes_only_its_transport(fm, without_libnng):
+    reason = "nng: unavailable: libnng.so.1: cannot open shared object file"
+    r = fm.run("transports", prefix=without_libnng)
+    assert r.returncode == 0, r.stderr
+    assert reason in r.stdout, r.stdout
+    assert "shm: available" in r.stdout and "zmq: available" in r.stdout
+    assert "unavailable: nng" in fm.run("--version", prefix=without_libnng).stdout
+    for transport in ("shm", "tcp", "udp"):
+        r = fm.run("lat", "-t", transport, "-n", "300", "--warmup", "10", "--json", prefix=without_libnng)
+        assert r.returncode == 0, (transport, r.stderr)
+        assert [ln["type"] for ln in json_lines(r.stdout)].count("point") == 1
+    r = fm.run("lat", "-t", "nng", "-n", "300", prefix=without_libnng)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().startswith(f"fabmeter: error: {reason}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_server_without_the_library_serves_others_and_refuses_it_with_its_reason(fm, without_libnng):
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", prefix=without_libnng)
+    try:
+        event = json.loads(serve.stdout.readline())
+        assert event["event"] == "listening", event
+        server = f"127.0.0.1:{event['port']}"
+        r = fm.run("lat", "-t", "tcp", "--server", server, "-n", "300", "--warmup", "10", "--json")
+        assert r.returncode == 0, r.stderr
+        # This side has libnng; the server has not, and says so at the hello.
+        r = fm.run("lat", "-t", "nng", "--server", server, "-n", "300")
+        assert r.returncode == 2, r.stderr
+        assert "nng: unavailable: libnng.so.1: cannot open shared object file" in r.stderr, r.stderr
+        r = fm.run("lat", "-t", "tcp", "--server", server, "-n", "300", "--warmup", "10", "--json")
+        assert r.returncode == 0, r.stderr
+    finally:
+        stop_serve(serve)
+
+
+# --- plugins that cannot be used ------------------------------------------------------------------
+
+def plugin_copy(tmp_path) -> Path:
+    """A plugin directory holding the built plugins, to spoil one of."""
+    if not (PLUGINS / "libfabmeter-zmq.so").exists():
+        pytest.skip("the zmq plugin is not built")
+    d = tmp_path / "plugins"
+    shutil.copytree(PLUGINS, d)
+    return d
+
+
+def build_fake_plugin(tmp_path, path: Path, body: str) -> None:
+    src = tmp_path / "fake.cpp"
+    src.write_text(body)
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        pytest.skip("no C++ compiler")
+    subprocess.run([cxx, "-shared", "-fPIC", "-o", str(path), str(src)], check=True, capture_output=True)
+
+
+def test_a_corrupt_plugin_takes_only_its_transport(fm, tmp_path):
+    d = plugin_copy(tmp_path)
+    (d / "libfabmeter-zmq.so").write_bytes(os.urandom(4096))
+    env = with_plugin_dir(d)
+    info = engine_json("options", env=env)
+    assert "zmq" not in info["transports"] and {"shm", "tcp", "udp"} <= set(info["transports"])
+    assert info["transports_unavailable"]["zmq"].startswith("invalid ELF header"), info["transports_unavailable"]
+    fm.env["FABMETER_PLUGIN_DIR"] = str(d)
+    r = fm.run("lat", "-t", "zmq", "-n", "100")
+    assert r.returncode == 2 and "fabmeter: error: zmq: unavailable: invalid ELF header" in r.stderr, r.stderr
+    r = fm.run("lat", "-t", "tcp", "-n", "300", "--warmup", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    if "nanomsg" in engine_json("options")["transports"]:
+        r = fm.run("lat", "-t", "nanomsg", "-n", "300", "--warmup", "10", "--json")
+        assert r.returncode == 0, r.stderr
+
+
+def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path):
+    """`options` reads a plugin's tag section without loading it; a run loads
+    it and checks the descriptor its one export returns: both refuse."""
+    d = plugin_copy(tmp_path)
+    build_fake_plugin(tmp_path, d / "libfabmeter-zmq.so", """
+        #include <cstdint>
+        struct Tag { char magic[16]; uint32_t abi, sizes[5]; char version[16], name[16]; };
+        extern "C" __attribute__((used, section(".fabmeter_plugin"))) const Tag tag{"fabmeter-plugin", 999, {}, {}, {}};
+        struct D { uint32_t abi; };
+        static const D d{999};
+        extern "C" const D* fabmeter_transport_plugin() { return &d; }""")
+    build_fake_plugin(tmp_path, d / "libfabmeter-nanomsg.so", "extern \"C\" int something_else() { return 1; }")
+    info = engine_json("options", env=with_plugin_dir(d))
+    why = info["transports_unavailable"]
+    assert why["zmq"] == f"{d}/libfabmeter-zmq.so: refused: plugin ABI 999, this engine's is 1", why
+    assert why["nanomsg"] == f"{d}/libfabmeter-nanomsg.so: not a fabmeter plugin (no .fabmeter_plugin section)"
+    assert {"shm", "tcp", "udp"} <= set(info["transports"])
+
+    def dry_run(transport):
+        return subprocess.run([str(ENGINE), "run", "lat", "-t", transport, "--server", "127.0.0.1", "--dry-run"],
+                              capture_output=True, text=True, env=with_plugin_dir(d))
+
+    r = dry_run("zmq")
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"fabmeter-engine: error: zmq: unavailable: {why['zmq']}"
+    r = dry_run("nanomsg")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"fabmeter-engine: error: nanomsg: unavailable: {d}/libfabmeter-nanomsg.so: "
+                                "not a fabmeter plugin (no symbol fabmeter_transport_plugin)")
+
+
+def test_options_loads_no_plugin(engine):
+    """Which plugins can run is checked without loading them into the engine:
+    no library's constructors run (libfabric's PSM providers cost 0.2 s)."""
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    # Without -f: the engine's own system calls, not those of the `ld.so --list` it starts.
+    r = subprocess.run(["strace", "-e", "trace=openat", str(engine), "options"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    opened = [ln for ln in r.stderr.splitlines() if ln.startswith("openat(")]
+    assert not [ln for ln in opened if re.search(r"lib(fabric|zmq|nng|nanomsg|ibverbs|rdmacm)\.so", ln)], opened
+
+
+def test_plugins_come_only_from_the_plugin_directory(tmp_path):
+    """Never from the current directory; the variable must be absolute."""
+    cwd = plugin_copy(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    info = engine_json("options", env=with_plugin_dir(empty), cwd=cwd)
+    assert info["transports"] == ["shm", "tcp", "udp"]
+    assert info["transports_unavailable"]["zmq"] == f"no plugin {empty}/libfabmeter-zmq.so"
+    info = engine_json("options", env=with_plugin_dir("plugins"), cwd=cwd.parent)
+    assert info["transports"] == ["shm", "tcp", "udp"]
+    assert info["transports_unavailable"]["zmq"] == "FABMETER_PLUGIN_DIR must be an absolute path, got 'plugins'"
