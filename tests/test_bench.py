@@ -27,6 +27,7 @@ def test_verdicts_come_from_the_rounds_interval_against_the_target():
     assert row(1.0, [110, 112, 115, 118, 120], theirs, higher=True).judged()[1] == "met"
     assert row(1.0, [90, 95, 92, 99, 98], theirs, higher=True).judged()[1] == "not met"
     assert row(1.0, [90, 95, 92, 99], theirs[:4]).judged() == (None, "cannot tell")   # 4 rounds: no interval
+    assert row(1.0, [100.0] * 5, theirs, higher=True).judged()[1] == "met"       # at the bound: it may reach it
     assert row(None, [90, 95, 92, 99, 98], theirs).judged() == ((0.90, 0.99), None)  # a floor has no verdict
 
 

@@ -151,8 +151,12 @@ def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport:
                 for name in (p.get("samples") or {}).values():
                     assert (out / name).is_file(), f"{what}: {name} missing"
         else:
-            # The server's session process ends by itself; the listener stays.
+            # The server's session process ends by itself; the listener stays. A client killed as it was
+            # about to send its hello may have sent nothing: a connection that said nothing gets no session
+            # process (docs/security.md), and the checks below (serve alive, nothing left) are the whole test.
             session = trace.find("server", "hello")
+            if session is None and phase == "hello" and action == "kill":
+                return True
             assert session is not None, f"{what}: no server session"
             assert wait_until(lambda: not alive(session) or session not in children(serve.pid),
                               NOTICE_S + SLACK_S), f"{what}: the server session did not end within 5 s"

@@ -79,8 +79,7 @@ class Row:
         interval = None if found is None else (found[0], found[1])
         if self.target is None:
             return interval, None
-        side = stats.verdict(interval, self.higher_is_better, self.target)
-        return interval, {stats.BETTER: "met", stats.WORSE: "not met"}.get(side, "cannot tell")
+        return interval, stats.against_target(interval, self.target, self.higher_is_better)
 
 
 class Bench:

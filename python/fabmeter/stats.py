@@ -143,6 +143,19 @@ def verdict(interval: Optional[Sequence[float]], higher_is_better: bool, referen
     return SAME
 
 
+def against_target(interval: Optional[Sequence[float]], target: float, higher_is_better: bool) -> str:
+    """A target is a bound the ratio may reach (<= target, or >= for a rate): "met" when the whole interval
+    keeps it, "not met" when the whole interval breaks it, else "cannot tell"."""
+    if interval is None:
+        return UNKNOWN
+    lo, hi = interval[0], interval[1]
+    if (lo >= target) if higher_is_better else (hi <= target):
+        return "met"
+    if (hi < target) if higher_is_better else (lo > target):
+        return "not met"
+    return UNKNOWN
+
+
 @dataclass
 class Comparison:
     """new against base: each side's median, their ratio new / base, the ratio's interval and verdict."""
