@@ -362,8 +362,10 @@ for svc in rc uc ud; do
 done
 fm "load-rc-write-imm-raw-event" 0 load "${LOAD[@]}" --service rc --op write-imm --cm raw --poll event
 fm "load-rc-send-conns2-threads2" 0 load "${LOAD[@]}" --service rc --conns 2 --threads 2 --server-threads 2
-# w1's sizes go to 100 KB: UD clamps them to its MTU (counted in `clamped`).
-fm "load-ud-send-workload-w1" 0 load "${LOAD[@]}" --service ud --workload w1
+# w1's sizes go to 100 KB, beyond UD's one-packet messages: refused with the share it would lose, and run
+# clamped to the MTU only when asked to (--max-size; counted in `clamped`).
+fm "refuse-load-ud-workload-w1" 2 load "${LOAD[@]}" --service ud --workload w1
+fm "load-ud-send-workload-w1-clamped" 0 load "${LOAD[@]}" --service ud --workload w1 --max-size 1024
 fm "refuse-load-event-conns2" 2 load "${LOAD[@]}" --service rc --poll event --conns 2
 
 echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at random and counts them)"

@@ -126,7 +126,7 @@ def check_fabmeter(raw, name):
         if p.get("experiment") == "load":
             if p.get("sent", 0) != p.get("completed", 0) + p.get("lost", 0) or p.get("sent", 0) == 0:
                 problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")
-            if name.endswith("workload-w1") and not p.get("clamped", 0) > 0:
+            if name.endswith("workload-w1-clamped") and not p.get("clamped", 0) > 0:
                 problems.append("load: w1 over UD clamped no request to the MTU")
     if name.startswith("dup-"):  # reordered and duplicated, nothing dropped
         for p in points:
