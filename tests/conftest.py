@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -298,3 +299,19 @@ def stop_serves(serves, sig=signal.SIGTERM) -> None:
         except subprocess.TimeoutExpired:
             s.kill()
             s.communicate()
+
+
+def free_port() -> int:
+    """A loopback TCP port free at this moment."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    """A fresh shared secret in a file only its owner reads (a module may define its own)."""
+    path = tmp_path / "token"
+    path.write_text(os.urandom(16).hex() + "\n")
+    path.chmod(0o600)
+    return str(path)

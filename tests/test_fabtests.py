@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import REPO, json_lines, script_module, stop_serve
-from test_mesh import free_port
+from conftest import free_port
 
 FT = REPO / "build" / "fabtests"
 BUILD = ["bash", str(REPO / "rdma" / "fabtests.sh"), str(FT)]

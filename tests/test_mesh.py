@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from conftest import (bridged_namespaces, cli_cmd, json_lines, one_line_error, start_serves, stop_serves,
-                      tagged_engine_procs, wait_until)
+from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_line_error, start_serves,
+                      stop_serves, tagged_engine_procs, wait_until)
 from delay_line import delay_line
 from fabmeter import run
 from fabmeter.mesh import cluster, patterns, rendezvous
@@ -227,14 +227,6 @@ def run_ranks(fm, hosts: list[str], args: list, prefixes: list[tuple], ranks=Non
                 p.kill()
                 p.wait()
     return procs[0].returncode, out, err, others
-
-
-@pytest.fixture
-def token_file(tmp_path):
-    path = tmp_path / "token"
-    path.write_text(os.urandom(16).hex() + "\n")
-    path.chmod(0o600)
-    return str(path)
 
 
 @pytest.fixture
@@ -492,12 +484,6 @@ def test_a_changed_mtu_is_named_in_the_drift(fm, four_hosts, token_file, tmp_pat
 # --- loopback ---------------------------------------------------------------------
 
 LOOPBACK4 = ",".join(["127.0.0.1"] * 4)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_mpirun_on_loopback(fm, token_file, tmp_path):

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 
 import pytest
 
-from conftest import json_lines, veth_namespaces
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port, json_lines, veth_namespaces
 
 
 def read_listening(proc: subprocess.Popen) -> dict:

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -23,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (bridged_namespaces, cli_cmd, one_line_error, start_serves, stop_serves, tagged_engine_procs,
-                      wait_until)
+from conftest import (bridged_namespaces, cli_cmd, free_port, one_line_error, start_serves, stop_serves,
+                      tagged_engine_procs, wait_until)
 from fabmeter import run
 
 prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
@@ -34,20 +33,6 @@ from fabmeter.watch import hdr, loop, metrics  # noqa: E402
 
 SMALL_ONEWAY = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
 SMALL_LAT = ["--experiment", "lat", "-n", "200", "--warmup", "20"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def token_file(tmp_path):
-    path = tmp_path / "token"
-    path.write_text(os.urandom(16).hex() + "\n")
-    path.chmod(0o600)
-    return str(path)
 
 
 def end(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
