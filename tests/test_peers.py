@@ -90,6 +90,9 @@ def test_qperf_parse():
     tcp = only(qperf.parse(recorded("qperf-lat-tcp.txt"), Case("lat", "tcp")))
     assert tcp["latency_ns"] == {"mean": 122429.0} and tcp["latency_kind"] == "rtt/2"
     assert tcp["size"] == 32 and tcp["duration_s"] == 1.0 and "no percentiles" in tcp["statistic_note"]
+    # Its own CPU figures, named as its own; round trips for CPU per round trip: msg_rate counts both ways.
+    assert tcp["tool_cpu"]["loc_cpus_used_pct"] == 200 and tcp["tool_cpu"]["rem_cpus_used_pct"] == 200
+    assert qperf.measured_count(tcp, Case("lat", "tcp")) == 8168 / 2
     udp = only(qperf.parse(recorded("qperf-lat-udp.txt"), Case("lat", "udp")))
     assert udp["latency_ns"] == {"mean": 97628.0}
     bw = only(qperf.parse(recorded("qperf-bw-tcp.txt"), Case("bw", "tcp")))
@@ -305,6 +308,13 @@ def test_live_run(tool, tag, tmp_path):
             assert p.get("receiver_cpu") == (params.server_cpu if params.cpus else None), p
         else:
             assert p["gbps"] > 0
+        # fabmeter's accounting of the tool's processes, both ends, over their whole run.
+        for side in ("client", "server"):
+            cpu = p["cpu"][side]
+            assert cpu["window"] == "process" and "warm-up" in cpu["window_note"] and cpu["window_s"] > 0, cpu
+            assert cpu["cpu_s"] == pytest.approx(cpu["user_s"] + cpu["system_s"])
+            assert (cpu["cpus"] is None) == (params.cpus is None), cpu
+        assert p["cpu"]["client"]["cpu_s"] > 0, p["cpu"]
 
 
 @installed("iperf3")

@@ -21,8 +21,8 @@ import pytest
 from conftest import ENGINE, cli_cmd, one_line_error, wait_until
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
-HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL = range(1, 12)
-PROTOCOL = 3
+HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
+PROTOCOL = 4
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:

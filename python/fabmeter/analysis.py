@@ -79,6 +79,23 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1
     return "\n".join(out)
 
 
+def cpu_sides(point: dict) -> tuple[dict, dict]:
+    """The point's CPU cost (docs/results.md "cpu"): the client's side and the server's ({} where absent)."""
+    cpu = point.get("cpu") or {}
+    return cpu.get("client") or {}, cpu.get("server") or {}
+
+
+def cpu_cell(point: dict, key: str = "per_message_ns", digits: int = 0) -> str:
+    """One CPU figure of both sides, "client | server"."""
+    client, server = cpu_sides(point)
+    return f"{fmt_num(client.get(key), digits)} | {fmt_num(server.get(key), digits)}"
+
+
+def cpu_per(points: list[dict]) -> str:
+    """What a CPU-per figure counts in these points: round trip, message or request."""
+    return next((c.get("per") for p in points for c in cpu_sides(p) if c.get("per")), "message")
+
+
 def _latency_label(point: dict) -> str:
     kind = point.get("latency_kind") or ("rtt/2" if point.get("experiment") == "lat" else "one-way")
     return "one-way (RTT/2) ns" if kind == "rtt/2" else "one-way ns"
@@ -130,6 +147,13 @@ def point_block(point: dict) -> str:
                    f"{point.get('order_errors')} / {point.get('content_errors')} / {point.get('size_errors')}"],
                   [f"wake-up after {fmt_num(point.get('wake_after_ms'), 0)} ms idle, ns",
                    fmt_num(point.get("wake_ns"), 0)]]
+    client, server = cpu_sides(point)
+    if client or server:
+        per = cpu_per([point]).replace("_", " ")
+        window = client.get("window") or "?", server.get("window") or "?"
+        extra += [[f"CPU per {per} ns (process user+system; client | server)", cpu_cell(point)],
+                  [f"CPUs busy, process (client | server; windows {window[0]} | {window[1]})",
+                   cpu_cell(point, "utilization", 3)]]
     if point.get("lost") is not None:
         extra.append(["lost messages", fmt_num(point["lost"])])
     if point.get("warmup_lost"):
@@ -150,7 +174,7 @@ def sweep_table(points: list[dict]) -> str:
         headers += ["RTT p50 ns", "RTT p99 ns", "RTT max ns"]
     if any(p.get("gbps") is not None for p in points):
         headers += ["bandwidth Gbit/s", "msg/s"]
-    headers += ["lost"]
+    headers += ["lost", f"CPU ns/{cpu_per(points).replace('_', ' ')} client | server"]
     rows = []
     for p in points:
         r = [fmt_size(p.get("size")) + (" (partial)" if p.get("partial") else ""),
@@ -163,7 +187,7 @@ def sweep_table(points: list[dict]) -> str:
             r += [rtt.get("p50"), rtt.get("p99"), rtt.get("max")]
         if "msg/s" in headers:
             r += [fmt_num(p.get("gbps"), 3), fmt_num(p.get("msg_rate"), 0)]
-        r += [p.get("lost")]
+        r += [p.get("lost"), cpu_cell(p)]
         rows.append(r)
     title = f"{exp}  {points[0].get('transport', '?')}/{points[0].get('poll', '?')}  size sweep"
     return title + "\n" + format_table(headers, rows)
@@ -172,11 +196,11 @@ def sweep_table(points: list[dict]) -> str:
 def stream_table(points: list[dict]) -> str:
     """A stream grid: one row per rate x values point."""
     headers = ["rate Hz", "values", "achieved Hz", "one-way p50 ns", "one-way p99 ns", "one-way max ns",
-               "missed %", "over deadline %", "lost"]
+               "missed %", "over deadline %", "lost", "CPU ns/msg client | server"]
     rows = [[fmt_num(p.get("rate_hz"), 0), p.get("values"), fmt_num(p.get("achieved_rate_hz"), 0),
              (p.get("latency_ns") or {}).get("p50"), (p.get("latency_ns") or {}).get("p99"),
              (p.get("latency_ns") or {}).get("max"), fmt_num(p.get("missed_pct"), 3),
-             fmt_num(p.get("deadline_miss_pct"), 3), p.get("lost")] for p in points]
+             fmt_num(p.get("deadline_miss_pct"), 3), p.get("lost"), cpu_cell(p)] for p in points]
     title = f"stream  {points[0].get('transport', '?')}/{points[0].get('poll', '?')}  (one-way = receive - scheduled time)"
     return title + "\n" + format_table(headers, rows)
 
@@ -211,7 +235,8 @@ def load_knee(points: list[dict]) -> dict:
 def load_table(points: list[dict]) -> str:
     """A load run: one row per offered rate; latency from the intended send time."""
     headers = ["offered /s", "achieved /s", "Gbit/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns",
-               "unloaded p99 ns", "service p99 ns", "lag p99 ns", "shed", "lost", "outstanding max"]
+               "unloaded p99 ns", "service p99 ns", "lag p99 ns", "shed", "lost", "outstanding max",
+               "CPU ns/req client | server"]
     rows = []
     for p in points:
         lat, svc, lag = (p.get(k) or {} for k in ("latency_ns", "service_latency_ns", "lag_ns"))
@@ -225,7 +250,7 @@ def load_table(points: list[dict]) -> str:
         rows.append([label, fmt_num(p.get("achieved_rps"), 0), fmt_num(p.get("achieved_gbps"), 3),
                      lat.get("p50"), lat.get("p99"), lat.get("p999"), lat.get("max"),
                      (p.get("unloaded_ns") or {}).get("p99"), svc.get("p99"), lag.get("p99"),
-                     p.get("shed"), p.get("lost"), p.get("outstanding_max")])
+                     p.get("shed"), p.get("lost"), p.get("outstanding_max"), cpu_cell(p)])
     first = next((p for p in points if p.get("phase") != "capacity"), points[0])
     title = (f"load  {first.get('transport', '?')}/{first.get('poll', '?')}  {first.get('arrivals', '')} arrivals, "
              f"mean request {fmt_num(first.get('mean_req_bytes'), 0)} B  "

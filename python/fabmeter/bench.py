@@ -228,7 +228,7 @@ class Bench:
         for lib in rawpp.LIBS:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
-        return rows + self.stream_rows() + self.load_rows()
+        return rows + self.stream_rows() + self.load_rows() + self.cpu_rows()
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -247,6 +247,33 @@ class Bench:
                     self.limit(lambda lim: lim["schedule_floor"]["missed_pct"], limits),
                     "limits: the same with the sink's CPU spinning",
                     self.limit(lambda lim: lim["schedule_floor_busy_peer"]["missed_pct"], limits), what, None)]
+
+    def cpu_rows(self) -> list[Row]:
+        """CPU per message on the client, fabmeter beside sockperf (both counted by fabmeter: its engine's
+        getrusage, sockperf's processes' /proc/PID/stat over their whole run, warm-up included) ping-pong and at
+        one offered rate, and beside qperf's own figure (loc_cpus_used: the whole machine's busy CPUs, over its
+        message rate). No target: what each costs, side by side."""
+        def lat(t: str, poll: str) -> dict:
+            return {"transport": t, "poll": poll, "size": SIZE, "iters": ITERS}
+
+        ours = lambda p: p["cpu"]["client"]["per_message_ns"]  # noqa: E731
+        ours_last = lambda ps: ours(ps[-1])  # noqa: E731
+        theirs = lambda p: p["cpu"]["client"]["per_message_ns"]  # noqa: E731
+        return [Row("CPU per round trip: tcp event / sockperf ping-pong tcp",
+                    self.fabmeter("lat", lat("tcp", "event"), ours), "sockperf ping-pong --tcp (its processes, "
+                    "/proc/PID/stat)", self.peer("sockperf", "lat", "tcp", theirs),
+                    "client CPU ns (user + system) per round trip, as fast as each goes", None),
+                Row(f"CPU per request @ {LOAD_RATE // 1000}k/s: load tcp / sockperf ul",
+                    self.fabmeter_all("load", {"transport": "tcp", "poll": "busy", "rate": [LOAD_RATE],
+                                               "arrivals": "fixed", "req_size": SIZE, "duration": LOAD_SECONDS},
+                                      ours_last),
+                    f"sockperf under-load --mps {LOAD_RATE} (its processes, /proc/PID/stat)",
+                    self.sockperf_load("tcp", (LOAD_RATE,), lambda ps: theirs(ps[-1])),
+                    f"client CPU ns per request at {LOAD_RATE:,}/s offered, both spinning senders", None),
+                Row("CPU per round trip: tcp event / qperf tcp_lat (its loc_cpus_used)",
+                    self.fabmeter("lat", lat("tcp", "event"), ours), "qperf tcp_lat, its own loc_cpus_used",
+                    self.peer("qperf", "lat", "tcp", qperf_cpu_per_round_trip),
+                    "CPU ns per round trip: fabmeter its client process; qperf the whole machine's busy CPUs", None)]
 
     def load_rows(self) -> list[Row]:
         """fabmeter load beside sockperf under-load (same CPUs, size, rate and a send every 1/rate; both figures
@@ -313,6 +340,12 @@ def sockperf_highest_held(points: list[dict]) -> float:
     # sockperf has no unloaded probe: its lowest-rate run stands in for one.
     base = min(points, key=lambda p: p["offered_rps"])["latency_ns"]["p99"]
     return _highest_held(points, lambda p: p["latency_ns"]["p99"], lambda p: base)
+
+
+def qperf_cpu_per_round_trip(p: dict) -> float:
+    """qperf's own CPU per round trip: loc_cpus_used (% of one CPU, the whole machine) over its round trips/s
+    (its lat msg_rate counts both directions)."""
+    return p["tool_cpu"]["loc_cpus_used_pct"] / 100 / (p["msg_rate"] / 2) * 1e9
 
 
 def achieved_at_knee(points: list[dict]) -> float:

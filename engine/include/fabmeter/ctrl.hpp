@@ -26,8 +26,9 @@ enum class CtrlType : uint8_t {
   auth,          // client -> server: HMAC proof of the token
   heartbeat,     // either way during points: still alive (swallowed by recv/peek)
   fail,          // either way: a runtime failure such as "authentication failed" (text; exit 3)
+  cpu_cost,      // server -> client after each point: its CPU cost (JSON, at most kMaxCpuFrame)
 };
-constexpr uint8_t kCtrlTypeMax = static_cast<uint8_t>(CtrlType::fail);
+constexpr uint8_t kCtrlTypeMax = static_cast<uint8_t>(CtrlType::cpu_cost);
 
 constexpr size_t kFrameHeaderBytes = 5;
 // Before the session's plan is known (and always on the server, which
@@ -36,6 +37,7 @@ constexpr size_t kFrameHeaderBytes = 5;
 constexpr uint32_t kMaxFrameDefault = 16 * 1024;
 constexpr uint32_t kMaxWelcome = 64 * 1024;  // host id + the server's environment JSON
 constexpr uint32_t kMaxText = 4096;          // refuse / fail reasons
+constexpr uint32_t kMaxCpuFrame = 32 * 1024; // a side's CPU cost (cpu_cost.hpp), pinned CPUs listed
 // The end that closes first waits this long at most for its peer to read the
 // last frame and close too: a client after its bye, a session after its end.
 constexpr uint32_t kCloseDrainMs = 1000;
@@ -208,7 +210,8 @@ class Listener {
 constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rules carry over
 // 2: challenge-response authentication, heartbeats, bounded frames.
 // 3: the hello's relay line (a session that runs a client elsewhere).
-constexpr uint32_t kProtocolVersion = 3;
+// 4: the server's cpu_cost frame after each point.
+constexpr uint32_t kProtocolVersion = 4;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

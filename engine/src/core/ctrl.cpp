@@ -77,6 +77,7 @@ uint32_t limit_of(CtrlType t, uint32_t max_frame) {
     case CtrlType::fail: return kMaxText;
     case CtrlType::exchange: return max_frame;
     case CtrlType::end_point: return 32;  // a decimal count
+    case CtrlType::cpu_cost: return kMaxCpuFrame;
     case CtrlType::challenge:
     case CtrlType::auth: return 32;       // a nonce or an HMAC-SHA-256
     case CtrlType::barrier:
@@ -101,6 +102,7 @@ const char* ctrl_type_name(CtrlType t) {
     case CtrlType::auth: return "auth";
     case CtrlType::heartbeat: return "heartbeat";
     case CtrlType::fail: return "fail";
+    case CtrlType::cpu_cost: return "cpu_cost";
   }
   return "?";
 }

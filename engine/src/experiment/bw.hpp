@@ -191,13 +191,17 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   uint64_t binned = 0;  // arrivals already in the series or before the mark
   auto stamp = [&] {
     t_last = clk.ticks();
-    if (!t_mark && me.received >= mark) t_mark = t_last;
+    if (!t_mark && me.received >= mark) {
+      t_mark = t_last;
+      if (!sends) c.cpu.begin();  // a receiver alone: its window opens with the receive clock
+    }
     if (t_mark && me.received > std::max(binned, mark)) series.add(t_last - t_mark, me.received - std::max(binned, mark));
     binned = me.received;
   };
 
   // A one-sided point's server (no --bidir): nothing arrives, nothing goes out.
   const bool idle_server = own_answers && !sends;
+  if (sends && !warmup) c.cpu.begin();
   if (idle_server) {
     c.ctrl.send(CtrlType::end_point, "0");
     st = sleep_until_ctrl(t, c);
@@ -225,7 +229,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       if (t.post_send(buf.data(), n, flags, me.sent)) {
         // ---- hot path: one message out ----
         if (++me.sent == warmup && by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
-        if (me.sent == warmup) t_send0 = clk.ticks();
+        if (me.sent == warmup) c.cpu.begin(), t_send0 = clk.ticks();
         if (time_up) my_total = me.sent;
         progressed = true;
         // Every kTickStride-th post goes on to the guard below: ofi's post
@@ -300,6 +304,8 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   }
 
   me.measured = t_mark ? me.received - mark : 0;
+  const uint64_t moved = (sends ? me.sent - std::min(me.sent, warmup) : 0) + me.measured;
+  c.cpu.end(moved, "message", sat_mul(moved, size));
   if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
   me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
   me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;

@@ -56,6 +56,7 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
   Guard g(c);
   uint32_t seq = 0;
   Status st = Status::ok;
+  c.cpu.begin();  // no warm-up: every message is checked
   for (uint64_t size : sizes) {
     for (uint64_t k = 0; k < kCheckPerSize && st == Status::ok; ++k, ++seq) {
       check_fill(buf.data(), size, seq);
@@ -78,6 +79,7 @@ Status check_client(T& t, Ctx& c, PointOut& out) {
   ++seq;
   if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server meanwhile
   if (st == Status::ok) st = flush_sends<P>(t, g);
+  c.cpu.end(seq, "message");
   if (st != Status::ok) {
     out.partial = true;
     return st;
@@ -118,6 +120,7 @@ Status check_server(T& t, Ctx& c) {
   uint64_t arrivals = 0, expected = UINT64_MAX, deadline = UINT64_MAX, last_seq = UINT64_MAX;
   const bool by_arrival = c.caps.ordered && c.caps.reliable;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  c.cpu.begin();
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
   while (report.received < expected) {
     RecvMsg m;
@@ -165,6 +168,7 @@ Status check_server(T& t, Ctx& c) {
     if (seq == planned) report.wake_recv = now;
     t.release(m);
   }
+  c.cpu.end(report.received, "message");
   c.ctrl.send(CtrlType::exchange, std::string(reinterpret_cast<const char*>(&report), sizeof report));
   return Status::ok;
 }

@@ -18,6 +18,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/clock_sync.hpp"
+#include "fabmeter/cpu_cost.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/histogram.hpp"
@@ -109,6 +110,7 @@ struct Ctx {
   std::string failure;       // why the point ended early
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
+  CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
 };
 
 // FABMETER_CLOCK_PROBES=control_channel (a test hook, like

@@ -55,6 +55,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
   Status st = Status::ok;
 
   for (uint64_t i = 0;; ++i) {
+    if (i == warmup) c.cpu.begin();
     if (i == warmup && by_duration) t_stop = clk.ticks() + run_ticks;
     if (i >= warmup) {
       if (by_duration ? clk.ticks() >= t_stop : i - warmup >= iters) break;
@@ -101,6 +102,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
       ++measured;
     }
   }
+  c.cpu.end(measured, "round_trip");
   if (st == Status::ok) c.ctrl.send(CtrlType::end_point, std::to_string(sent));
 
   out.fields.add("iterations", measured).add("lost", lost).add("warmup_lost", warmup_lost).add("latency_kind", "rtt/2");
@@ -125,7 +127,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
 }
 
 template <Transport T, Poll P>
-Status lat_server(T& t, Ctx& c, uint64_t size) {
+Status lat_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   if (c.caps.one_sided) {
     const Status st = sleep_until_ctrl(t, c);
     if (st != Status::ctrl_pending) return st;
@@ -136,10 +138,13 @@ Status lat_server(T& t, Ctx& c, uint64_t size) {
   fix_message_size(t, size);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
+  uint64_t served = 0;  // replies sent: the measured window starts after the warm-up's
+  if (!warmup) c.cpu.begin();
   for (;;) {
     RecvMsg m;
     Status st = recv_next<P>(t, m, g, c.clk);
     if (st == Status::ctrl_pending) {
+      c.cpu.end(served - std::min(served, warmup), "round_trip");
       c.ctrl.recv(CtrlType::end_point, "end of lat point");
       return Status::ok;
     }
@@ -150,6 +155,7 @@ Status lat_server(T& t, Ctx& c, uint64_t size) {
       if (st == Status::ctrl_pending) continue;  // the client is done: read its end_point next
       return st;
     }
+    if (++served == warmup) c.cpu.begin();
     if ((st = g.tick(t)) != Status::ok) return st;
   }
 }
@@ -170,7 +176,7 @@ struct LatExperiment : ExperimentDefaults {
   }
   template <Transport T, Poll P>
   static Status server(T& t, Ctx& c, const Point& pt, PointOut&) {
-    return lat_server<T, P>(t, c, pt.size);
+    return lat_server<T, P>(t, c, pt.size, pt.warmup);
   }
 };
 

@@ -672,6 +672,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   std::vector<LoadThreadEnd> ends(threads);
   std::vector<std::thread> workers;
   const uint64_t window = closed && !p.count ? clk.ns_to_ticks(seconds * 1e9) : 0;
+  c.cpu.begin(kWithWarmup);  // each thread's warm-up ends on its own: the window holds them
   for (uint32_t k = 0; k < threads; ++k) senders[k]->start(t0, window);
   for (uint32_t k = 1; k < threads; ++k)
     workers.emplace_back([&, k] {
@@ -682,6 +683,9 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   if (ends[0].status != Status::ok) stop = true;
   for (std::thread& w : workers) w.join();
   const Status st0 = first_cause(ends, c);
+  uint64_t requests = 0;
+  for (const auto& sender : senders) requests += sender->tally().sent + sender->tally().warmup_sent;
+  c.cpu.end(requests, "request");
 
 
   LoadTally tally;
@@ -903,15 +907,17 @@ Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
   std::atomic<bool> stop{false};
   std::vector<LoadThreadEnd> ends(threads);
   std::vector<std::thread> workers;
+  c.cpu.begin(kWithWarmup);
   for (uint32_t k = 1; k < threads; ++k)
     workers.emplace_back([&, k] { ends[k].status = responders[k]->run(nullptr, stop, &ends[k].failure); });
   ends[0].status = responders[0]->run(&g, stop, &ends[0].failure);
   stop = true;
   for (std::thread& w : workers) w.join();
   if (ends[0].status == Status::ctrl_pending) {  // the client's end of the point: every reply it waits for went out
-    recv_count(c.ctrl, "load sent count");
     LoadServerStats total;
     for (const auto& r : responders) total.add(r->stats());
+    c.cpu.end(total.requests, "request");
+    recv_count(c.ctrl, "load sent count");
     c.ctrl.send(CtrlType::exchange, total.encode());
     return Status::ok;
   }

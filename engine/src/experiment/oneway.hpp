@@ -46,6 +46,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   const uint64_t n_bursts = p.oneway.bursts + (warmup ? 1 : 0);
   for (uint64_t burst = 0; burst < n_bursts && st == Status::ok; ++burst) {
     const uint64_t in_burst = (warmup && burst == 0) ? warmup : p.oneway.burst_size;
+    if (burst == (warmup ? 1 : 0)) c.cpu.begin();
     for (uint64_t j = 0; j < in_burst; ++j) {
       if (stop_requested()) { st = Status::interrupted; break; }
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
@@ -73,6 +74,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   }
   if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server mid-burst
   if (st == Status::ok) st = flush_sends<P>(t, g);
+  c.cpu.end(sent - std::min(sent, warmup), "message");
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);
@@ -145,6 +147,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
   uint64_t deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   Status st;
+  if (!warmup) c.cpu.begin();
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
   while (received - duplicated < expected) {
     RecvMsg m;
@@ -158,7 +161,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
       else ++duplicated;
       if (idx < last_seq) ++reordered;
       last_seq = idx;
-      ++received;
+      if (++received == warmup) c.cpu.begin();
       if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
@@ -174,6 +177,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
     }
     return st;
   }
+  c.cpu.end(received - std::min(received, warmup), "message");
   OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
   std::memcpy(blob.data(), &report, sizeof report);
   c.ctrl.send(CtrlType::exchange, blob);

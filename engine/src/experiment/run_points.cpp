@@ -61,6 +61,16 @@ bool reason_follows(const Ctrl& ctrl) {
   }
 }
 
+std::string exchange_cpu_cost(Ctx& ctx, const Point& pt, Status st) {
+  ctx.cpu.close_point(pt.iterations);
+  if (st != Status::ok) return "null";
+  if (ctx.role == Role::server) {
+    ctx.ctrl.send(CtrlType::cpu_cost, ctx.cpu.side().str());
+    return "null";
+  }
+  return decode_cpu_side(ctx.ctrl.recv(CtrlType::cpu_cost, "the server's cpu cost of the point"));
+}
+
 // What the experiment asks of the transport.
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
   return {.role = role,

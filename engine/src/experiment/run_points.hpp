@@ -52,6 +52,10 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
 Status end_mid_point(Ctx& ctx);
 bool reason_follows(const Ctrl& ctrl);
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role);
+// After a point: ends its CPU window; a server that finished the point
+// sends its side (cpu_cost), a client that did reads and checks it.
+// Returns the server's side as JSON for the client ("null" if none came).
+std::string exchange_cpu_cost(Ctx& ctx, const Point& pt, Status st);
 
 template <class D>
 Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info) {
@@ -94,8 +98,10 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
     trace_phase(role, "point");
     PointOut out;
+    ctx.cpu.open_point();
     Status st = loop(Conns<T>(conns), ctx, pt, out);
     trace_phase(role, "results");
+    const std::string server_cpu = exchange_cpu_cost(ctx, pt, st);
 
     if (ctx.role == Role::client) {
       JsonObj line;
@@ -108,6 +114,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
       if (pt.capacity) stem += "-capacity";
       write_arrays(out_dir, stem, out);
+      out.fields.add("cpu", JsonObj().add("client", ctx.cpu.side()).add_raw("server", server_cpu));
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
       // Splice the experiment's own fields after the common ones.

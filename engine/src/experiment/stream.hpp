@@ -121,12 +121,13 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
   auto* hdr = reinterpret_cast<SampleHeader*>(buf.data());
   auto* vals = reinterpret_cast<double*>(buf.data() + sizeof(SampleHeader));
   Guard g(c);
-  uint64_t sent = 0, missed_measured = 0;
+  uint64_t sent = 0, missed_measured = 0, sent_in_warmup = UINT64_MAX;
   Status st = Status::ok;
 
   StepTimer timer(clk, p.stream.timer, StepSchedule::starting_soon(clk, rate));
   for (uint64_t k = 0; k < total;) {
     if (stop_requested()) { st = Status::interrupted; break; }
+    if (k >= warmup && sent_in_warmup == UINT64_MAX) c.cpu.begin(), sent_in_warmup = sent;  // before the wait: off the step's time
     timer.wait(k);
     k = timer.schedule().catch_up(k, clk.ticks(), warmup, total, missed_measured);
     if (k >= total) break;
@@ -144,6 +145,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
   }
   if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server mid-stream
   if (st == Status::ok) st = flush_sends<P>(t, g);
+  const uint64_t sent_measured_now = sent - std::min(sent, sent_in_warmup);
+  c.cpu.end(sent_measured_now, "message", sat_mul(sent_measured_now, size));
   if (st != Status::ok) {
     out.partial = true;
     out.fields.add("sent", sent);
@@ -227,7 +230,7 @@ template <Transport T, Poll P>
 Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const uint64_t total = stream_warmup(p, rate) + stream_steps(p, rate);
+  const uint64_t warmup = stream_warmup(p, rate), total = warmup + stream_steps(p, rate);
   uint64_t* t_recv;
   std::string blob = stamp_report<SinkReport>(total, &t_recv);
   Sink sink(p.stream.sink, clk, values);
@@ -236,6 +239,9 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   r.total = total;
   uint64_t arrivals = 0, expected = UINT64_MAX, last_seq = 0, first = 0, last = 0, deadline = UINT64_MAX;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  // Arrivals before the first measured step's: the client may skip steps, so the sequence tells.
+  uint64_t warm_arrivals = warmup ? UINT64_MAX : 0;
+  if (!warmup) c.cpu.begin();
   // Distinct arrivals: a duplicate must not end the wait for a straggler.
   while (arrivals - r.duplicated < expected) {
     RecvMsg m;
@@ -247,7 +253,7 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
       t.release(m);
       if (!first) first = now;
       last = now;
-      ++arrivals;
+      if (++arrivals, warm_arrivals == UINT64_MAX && last_seq >= warmup) c.cpu.begin(), warm_arrivals = arrivals - 1;
       if ((st = g.tick(t)) != Status::ok) return st;
       continue;
     }
@@ -260,6 +266,8 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
     if (st == Status::timeout) break;  // the rest is lost
     return st;
   }
+  const uint64_t measured = arrivals - std::min(arrivals, warm_arrivals);
+  c.cpu.end(measured, "message", sat_mul(measured, stream_size(values)));
   r.recv_span_ns = clk.to_ns(static_cast<double>(last - first));
   r.clock = ClockInfo::of(clk);
   sink.finish(r);

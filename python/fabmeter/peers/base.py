@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from fabmeter import procs
+from fabmeter.peers import cpu as cpu_cost
 
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_EXIT_GRACE_S = 2.0     # servers that end after one client get this long
@@ -230,6 +231,14 @@ class Peer:
         point of the case."""
         return {}
 
+    def measured_count(self, p: dict, case: Case) -> Optional[float]:
+        """How many `per_unit(case)` the tool reports for its point, for CPU per message."""
+        return p.get("iterations")
+
+    @staticmethod
+    def per_unit(case: Case) -> str:
+        return {"lat": "round_trip", "load": "request"}.get(case.experiment, "message")
+
     def skipped(self, reason: str, case: Optional[Case] = None) -> dict:
         rec = {"type": "skipped", "peer": True, "tool": self.tool, "reason": reason}
         if case is not None:
@@ -272,14 +281,20 @@ class Peer:
         port = free_port()
         server_cmd = self.command("server", case, params, port)
         client_cmd = self.command("client", case, params, port)
+        pinned_cpus = tuple(c for c in (params.client_cpu, params.server_cpu) if c is not None)
         server = Process(server_cmd)
+        server_cpu0 = cpu_cost.read(server.proc.pid, pinned_cpus[1:])
         client: Optional[Process] = None
         try:
             wait_until_bound(server, self.listens(case), port)
             client = Process(client_cmd)
+            client_cpu0 = cpu_cost.read(client.proc.pid, pinned_cpus[:1])
             placed = self.started(case, params, client)
-            if not client.wait(params.duration + params.timeout_s):
+            if not cpu_cost.exited(client.proc.pid, params.duration + params.timeout_s):
                 raise PeerError(f"client did not finish within {params.duration + params.timeout_s:.0f} s")
+            client_cpu1 = cpu_cost.read(client.proc.pid, pinned_cpus[:1])
+            server_cpu1 = cpu_cost.read(server.proc.pid, pinned_cpus[1:])
+            client.wait(SERVER_EXIT_GRACE_S)
             text = client.output()
             self._keep_raw(params, case, text)
             if client.proc.returncode != 0:
@@ -296,6 +311,10 @@ class Peer:
         version = self.version()
         for p in points:
             p.setdefault("size", case.size(params))
+            count, per = self.measured_count(p, case), self.per_unit(case)
+            nbytes = count * p["size"] if count and case.experiment == "bw" else None
+            p["cpu"] = {"client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
+                        "server": cpu_cost.side(server_cpu0, server_cpu1, count, per, nbytes)}
             p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server_cmd, **placed)
             if params.raw_dir is not None:
                 p["raw_output"] = self._raw_name(case, params)

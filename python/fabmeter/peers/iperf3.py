@@ -16,6 +16,9 @@ from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, pr
 NOTE = ("iperf3, blocking sockets: bytes received / receiver's elapsed time over the whole test "
         "(end.sum_received); one TCP stream")
 
+TOOL_CPU_NOTE = ("iperf3's own end.cpu_utilization_percent: each end's process CPU time (getrusage) over its test's "
+                 "wall time, in %, host (this client) and remote (its server)")
+
 
 class Iperf3(Peer):
     def __init__(self):
@@ -54,6 +57,9 @@ class Iperf3(Peer):
             p["msg_rate"] = received["bytes"] / size / received["seconds"]
         if test.get("blocks"):
             p["iterations"] = test["blocks"]
+        own = doc.get("end", {}).get("cpu_utilization_percent")
+        if isinstance(own, dict):
+            p["tool_cpu"] = {**{k: v for k, v in own.items() if isinstance(v, (int, float))}, "note": TOOL_CPU_NOTE}
         sent = doc.get("end", {}).get("sum_sent") or {}
         if sent.get("retransmits") is not None:
             p["retransmits"] = sent["retransmits"]

@@ -21,6 +21,13 @@ NOTE_LAT = ("qperf, blocking sockets: latency = elapsed time / messages in both 
 NOTE_BW = "qperf, blocking sockets: bytes received / elapsed time over the whole run"
 TESTS = {("lat", "tcp"): "tcp_lat", ("lat", "udp"): "udp_lat", ("bw", "tcp"): "tcp_bw"}
 
+# qperf's own CPU figures (-v): each is the whole machine's busy time over its run (every CPU's /proc/stat,
+# whoever used it), in % of one CPU; costs in ns of that per GB moved.
+TOOL_CPU = {"loc_cpus_used": "loc_cpus_used_pct", "rem_cpus_used": "rem_cpus_used_pct",
+            "send_cpus_used": "send_cpus_used_pct", "recv_cpus_used": "recv_cpus_used_pct",
+            "send_cost": "send_cost_ns_per_gb", "recv_cost": "recv_cost_ns_per_gb"}
+TOOL_CPU_NOTE = ("qperf's own (-v): the whole machine's CPUs busy during its run, in % of one CPU (all CPUs' "
+                 "/proc/stat, any process), and CPU ns per GB")
 _FIELD = re.compile(r"^\s*(\w+)\s*=\s*([\d.,]+)\s*(\S*)", re.M)
 _SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "sec": 1e9}
 
@@ -57,6 +64,11 @@ class Qperf(Peer):
             extra["size"] = int(fields["msg_size"][0])
         if "time" in fields:
             extra["duration_s"] = fields["time"][0] * _SCALE.get(fields["time"][1], 1.0) / 1e9
+        if "msg_rate" in fields:
+            extra["msg_rate"] = fields["msg_rate"][0]
+        own = {TOOL_CPU[k]: v for k, (v, _unit) in fields.items() if k in TOOL_CPU}
+        if own:
+            extra["tool_cpu"] = {**own, "note": TOOL_CPU_NOTE}
         if case.experiment == "lat":
             value, unit = fields["latency"]
             return [point(self.tool, case, latency_kind="rtt/2", statistic_note=NOTE_LAT,
@@ -64,9 +76,14 @@ class Qperf(Peer):
         value, unit = fields["bw"]
         if unit != "bits/sec":
             raise PeerError(f"qperf bw in {unit!r}, expected bits/sec (-ub -uu)")
-        if "msg_rate" in fields:
-            extra["msg_rate"] = fields["msg_rate"][0]
         return [point(self.tool, case, statistic_note=NOTE_BW, gbps=value / 1e9, **extra)]
+
+    def measured_count(self, p: dict, case: Case) -> Optional[float]:
+        """Its messages over its run (msg_rate x time); lat's msg_rate counts both directions: round trips are half."""
+        if not p.get("msg_rate") or not p.get("duration_s"):
+            return None
+        messages = p["msg_rate"] * p["duration_s"]
+        return messages / 2 if case.experiment == "lat" else messages
 
 
 PEER = Qperf()

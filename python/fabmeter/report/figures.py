@@ -603,3 +603,25 @@ def fig_bench_ratios(rows: list[BenchRow]) -> bytes:
     ax.set_xlabel("fabmeter / the other side (log scale); 1x: equal")
     ax.set_title("bench: fabmeter against each peer tool and machine floor")
     return png(fig)
+
+
+def fig_cpu_cost(rows: list[tuple[str, float, Optional[float], Optional[float], str]], colors: Colors) -> bytes:
+    """Per point (label, median latency ns, client and server CPU ns per message, the run's label): latency on
+    the left, each side's CPU per message on the right, so a mode's cost sits beside what it bought."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10.5, 1.4 + 0.32 * len(rows)), sharey=True)
+    y = np.arange(len(rows))
+    lat = np.array([r[1] for r in rows], dtype=float)
+    client = np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=float)
+    server = np.array([np.nan if r[3] is None else r[3] for r in rows], dtype=float)
+    shades = [colors(r[4]) for r in rows]
+    ax1.barh(y, lat / 1e3, color=shades)
+    ax2.barh(y - 0.2, client / 1e3, height=0.4, color=shades, label="client")
+    ax2.barh(y + 0.2, server / 1e3, height=0.4, color=shades, alpha=0.45, hatch="//", label="server")
+    ax1.set_yticks(y, [r[0] for r in rows])
+    ax1.set_ylim(len(rows) - 0.5, -0.5)
+    ax1.set_xlabel("one-way latency, median [µs]")
+    ax1.set_title("latency (lat: RTT/2; oneway, stream: one-way)")
+    ax2.set_xlabel("process CPU time per message [µs] (user + system)")
+    ax2.set_title("CPU per message: solid client, hatched server")
+    ax2.legend(loc="lower right", fontsize=7)
+    return png(fig)

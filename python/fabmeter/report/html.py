@@ -13,6 +13,7 @@ import numpy as np
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
+                                     fig_cpu_cost,
                                      fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
                                      fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fmt_ns)
@@ -23,7 +24,7 @@ from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
                                    load_benches, load_meshes, load_suites, load_sweeps, percentiles, representative,
-                                   throughput_over_time)
+                                   stat, throughput_over_time)
 from fabmeter.report.summary import bench_rows, summarize
 from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
@@ -241,6 +242,33 @@ def section_bandwidth(entries: list[Entry], colors: Colors) -> list[str]:
         figs.append(_img(fig_throughput_over_time("bw: throughput over time per connection", lines, Colors(lines)),
                          "bw throughput over time", THROUGHPUT_CAPTION, wide=True))
     return figs
+
+
+# The most points the CPU figure draws (one bar pair each): the first in the report's order.
+CPU_FIGURE_POINTS = 24
+
+
+def section_cpu(entries: list[Entry], colors: Colors) -> list[str]:
+    """CPU per message of each point with a latency, both ends, beside its median latency."""
+    rows = []
+    for e in entries:
+        cpu = obj(e.point.get("cpu"))
+        client, server = obj(cpu.get("client")), obj(cpu.get("server"))
+        p50 = stat(e.point, "latency_ns", "p50")
+        if e.run.peer or p50 is None or (client.get("per_message_ns") is None and server.get("per_message_ns") is None):
+            continue
+        size = analysis.fmt_size(e.point.get("size")) if e.point.get("size") else ""
+        rows.append((f"{e.experiment} {e.label} {size}".strip(), p50, number(client.get("per_message_ns")),
+                     number(server.get("per_message_ns")), e.label))
+    if not rows:
+        return []
+    rows = rows[:CPU_FIGURE_POINTS]
+    return [_img(fig_cpu_cost(rows, colors), "CPU per message beside latency", CPU_CAPTION, wide=True)]
+
+
+CPU_CAPTION = ("cpu.client and cpu.server of each point (docs/results.md): the process's user + system CPU time over "
+               "its measured window, per message (lat: per round trip; load: per request), from getrusage; a "
+               "busy-polling side spends about a CPU whatever the rate, an event-mode one what its messages take.")
 
 
 THROUGHPUT_CAPTION = ("Gbit/s of each bin of arrivals counted at the receiver (throughput_series; bins of --series-ms, "
@@ -561,6 +589,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
          "beyond counted in the legend; solid: median."),
         ("sizes", "Latency vs message size", drawn(section_sizes, entries, colors), ""),
         ("bandwidth", "Bandwidth and message rate vs message size", drawn(section_bandwidth, entries, colors), ""),
+        ("cpu", "CPU cost: CPU per message beside latency, busy vs event", drawn(section_cpu, entries, colors), ""),
         ("stream", "Stream: latency vs rate, missed steps, rate x values", drawn(section_stream, entries, colors), ""),
         ("load", "Load: latency and throughput against offered load, slowdown, completions per poll",
          drawn(section_load, entries),

@@ -1,0 +1,73 @@
+// CPU cost of a measured window, from the kernel's own accounting: the
+// process's getrusage (user, system, context switches) and the /proc/stat
+// lines of the CPUs it is pinned to (where the network stack's irq and
+// softirq work ran). Snapshots are taken outside the timed part of a loop,
+// just before the first measured message and just after the last one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fabmeter/results.hpp"
+
+namespace fm {
+
+// One CPU's /proc/stat counters, in seconds.
+struct CpuStatTimes {
+  int cpu = -1;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+};
+
+struct CpuSnapshot {
+  double user_s = 0, system_s = 0;          // this process, all its threads
+  int64_t voluntary = 0, involuntary = 0;   // context switches
+  double run_delay_s = -1;                  // the measuring thread's wait on a run queue (-1: unknown)
+  int64_t mono_ns = 0;                      // CLOCK_MONOTONIC
+  std::vector<CpuStatTimes> cpus;           // the pinned CPUs, in order
+};
+
+// The CPUs this process may run on when that is fewer than the online ones
+// (pinned: --cpu, taskset); empty when it may run anywhere.
+std::vector<int> pinned_cpus();
+CpuSnapshot cpu_snapshot(const std::vector<int>& cpus);
+
+// What one side of a point cost, and over which window: "measured" (the
+// measured messages alone, warm-up excluded), "with_warmup" (from the first
+// warm-up message to the last measured one, where the warm-up's end is not
+// one instant, e.g. load's threads) or "point" (the whole point, where the
+// experiment marked nothing).
+inline constexpr const char* kMeasured = "measured";
+inline constexpr const char* kWithWarmup = "with_warmup";
+class CpuWindow {
+ public:
+  // Session, before a point: a "point" window starts.
+  void open_point();
+  // Experiment: just before the first measured message.
+  void begin(const char* window = kMeasured);
+  // Experiment: just after the last one; `units` were measured (round
+  // trips, messages, requests: `per` names them), `bytes` moved (bw,
+  // stream: netperf's service demand; 0 elsewhere).
+  void end(uint64_t units, const char* per, uint64_t bytes = 0);
+  // Session, after the point: ends a window the experiment left open.
+  void close_point(uint64_t units);
+  bool ended() const { return ended_; }
+  // The side's JSON object (docs/results.md "cpu").
+  JsonObj side() const;
+
+ private:
+  std::vector<int> cpus_;
+  bool cpus_known_ = false;
+  CpuSnapshot start_, stop_;
+  const char* window_ = "point";
+  const char* per_ = "message";
+  uint64_t units_ = 0, bytes_ = 0;
+  bool ended_ = false;
+};
+
+// A peer's side as it sent it (at most ctrl.hpp's kMaxCpuFrame bytes): parsed with nlohmann/json, every field
+// checked (names, types, ranges, at most 1024 CPUs) and re-encoded from the
+// checked values; anything else is a runtime error (a protocol error).
+std::string decode_cpu_side(std::string_view frame);
+
+}  // namespace fm

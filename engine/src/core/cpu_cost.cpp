@@ -1,0 +1,248 @@
+#include "fabmeter/cpu_cost.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+
+#include "fabmeter/ctrl.hpp"
+#include "fabmeter/error.hpp"
+
+namespace fm {
+
+namespace {
+
+double tv_s(const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; }
+
+// /proc/stat whole: one read of a few KiB, never on a hot path.
+std::string read_proc_stat() {
+  std::string text;
+  const int fd = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buf[16384];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
+// The "cpuN" lines of `want` (sorted as given); a CPU the file lacks is left out.
+std::vector<CpuStatTimes> parse_stat(const std::string& text, const std::vector<int>& want) {
+  static const double tick_s = 1.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::vector<CpuStatTimes> out;
+  for (int cpu : want) {
+    const std::string tag = "\ncpu" + std::to_string(cpu) + " ";
+    const size_t at = text.find(tag);
+    if (at == std::string::npos) continue;
+    const char* s = text.c_str() + at + tag.size();
+    double v[8] = {};
+    for (double& x : v) {
+      char* end = nullptr;
+      x = static_cast<double>(std::strtoull(s, &end, 10)) * tick_s;
+      s = end;
+    }
+    out.push_back({cpu, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]});
+  }
+  return out;
+}
+
+double nonneg(double v) { return v > 0 ? v : 0; }
+
+// The calling thread's time runnable but waiting for a CPU (schedstat's
+// second field, ns): what other work on its CPU took from a busy loop.
+double run_delay_s() {
+  const int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  char* end = nullptr;
+  std::strtoull(buf, &end, 10);
+  const char* s = end;
+  const unsigned long long wait = std::strtoull(s, &end, 10);
+  return end == s ? -1 : static_cast<double>(wait) * 1e-9;
+}
+
+}  // namespace
+
+std::vector<int> pinned_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return {};
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (CPU_COUNT(&set) >= online) return {};
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+CpuSnapshot cpu_snapshot(const std::vector<int>& cpus) {
+  CpuSnapshot s;
+  if (!cpus.empty()) s.cpus = parse_stat(read_proc_stat(), cpus);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  s.user_s = tv_s(ru.ru_utime);
+  s.system_s = tv_s(ru.ru_stime);
+  s.voluntary = ru.ru_nvcsw;
+  s.involuntary = ru.ru_nivcsw;
+  s.run_delay_s = run_delay_s();
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  s.mono_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return s;
+}
+
+void CpuWindow::open_point() {
+  if (!cpus_known_) {
+    cpus_ = pinned_cpus();
+    cpus_known_ = true;
+  }
+  window_ = "point";
+  per_ = "message";
+  units_ = bytes_ = 0;
+  ended_ = false;
+  start_ = cpu_snapshot(cpus_);
+}
+
+void CpuWindow::begin(const char* window) {
+  window_ = window;
+  start_ = cpu_snapshot(cpus_);
+}
+
+void CpuWindow::end(uint64_t units, const char* per, uint64_t bytes) {
+  stop_ = cpu_snapshot(cpus_);
+  units_ = units;
+  per_ = per;
+  bytes_ = bytes;
+  ended_ = true;
+}
+
+void CpuWindow::close_point(uint64_t units) {
+  if (ended_) return;
+  window_ = "point";
+  end(units, per_);
+}
+
+JsonObj CpuWindow::side() const {
+  const double window_s = nonneg(static_cast<double>(stop_.mono_ns - start_.mono_ns) * 1e-9);
+  const double user = nonneg(stop_.user_s - start_.user_s), sys = nonneg(stop_.system_s - start_.system_s);
+  const double cpu = user + sys;
+  JsonObj o;
+  o.add("window", window_).add("window_s", window_s).add("user_s", user).add("system_s", sys).add("cpu_s", cpu);
+  if (window_s > 0) o.add("utilization", cpu / window_s);
+  else o.add_raw("utilization", "null");
+  o.add("voluntary_switches", stop_.voluntary - start_.voluntary)
+      .add("involuntary_switches", stop_.involuntary - start_.involuntary);
+  if (start_.run_delay_s >= 0 && stop_.run_delay_s >= 0) o.add("run_delay_s", nonneg(stop_.run_delay_s - start_.run_delay_s));
+  else o.add_raw("run_delay_s", "null");
+  o.add("per", per_).add("count", units_);
+  if (units_) o.add("per_message_ns", cpu * 1e9 / static_cast<double>(units_));
+  else o.add_raw("per_message_ns", "null");
+  if (bytes_) o.add("service_demand_us_per_kb", cpu * 1e6 / (static_cast<double>(bytes_) / 1024));
+  else o.add_raw("service_demand_us_per_kb", "null");
+  if (cpus_.empty() || start_.cpus.size() != stop_.cpus.size()) {
+    o.add_raw("cpus", "null");
+    return o;
+  }
+  std::string list = "[";
+  for (size_t i = 0; i < start_.cpus.size(); ++i) {
+    const CpuStatTimes &a = start_.cpus[i], &b = stop_.cpus[i];
+    const double u = nonneg(b.user + b.nice - a.user - a.nice), s = nonneg(b.system - a.system);
+    const double irq = nonneg(b.irq - a.irq), soft = nonneg(b.softirq - a.softirq);
+    const double idle = nonneg(b.idle - a.idle), wait = nonneg(b.iowait - a.iowait), steal = nonneg(b.steal - a.steal);
+    const double total = u + s + irq + soft + idle + wait + steal;
+    JsonObj c;
+    c.add("cpu", b.cpu).add("user_s", u).add("system_s", s).add("irq_s", irq).add("softirq_s", soft)
+        .add("idle_s", idle);
+    if (total > 0) c.add("busy", (u + s + irq + soft + steal) / total);
+    else c.add_raw("busy", "null");
+    list += (i ? ", " : "") + c.str();
+  }
+  o.add_raw("cpus", list + "]");
+  return o;
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& why) { runtime_error("the server's cpu_cost frame: " + why); }
+
+// A finite number in [0, max], or null where `nullable`.
+nlohmann::json number(const nlohmann::json& o, const char* key, double max, bool nullable = false) {
+  const auto it = o.find(key);
+  if (it == o.end()) bad(std::string("no ") + key);
+  if (it->is_null() && nullable) return nullptr;
+  if (!it->is_number()) bad(std::string(key) + " is not a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < 0 || v > max) bad(std::string(key) + " out of range");
+  return v;
+}
+
+nlohmann::json count(const nlohmann::json& o, const char* key, double max) {
+  const double v = number(o, key, max).get<double>();
+  if (v != std::floor(v)) bad(std::string(key) + " is not a whole number");
+  return static_cast<uint64_t>(v);
+}
+
+std::string one_of(const nlohmann::json& o, const char* key, std::initializer_list<const char*> allowed) {
+  const auto it = o.find(key);
+  if (it == o.end() || !it->is_string()) bad(std::string(key) + " is not a string");
+  for (const char* a : allowed)
+    if (it->get<std::string>() == a) return a;
+  bad(std::string(key) + " is not one of the known values");
+}
+
+void only_keys(const nlohmann::json& o, size_t n, const char* what) {
+  if (!o.is_object()) bad(std::string(what) + " is not an object");
+  if (o.size() != n) bad(std::string(what) + " has unknown or missing fields");
+}
+
+}  // namespace
+
+std::string decode_cpu_side(std::string_view frame) {
+  if (frame.size() > kMaxCpuFrame) bad("too long");
+  nlohmann::json j = nlohmann::json::parse(frame, nullptr, false);
+  if (j.is_discarded()) bad("not JSON");
+  only_keys(j, 14, "the side");
+  constexpr double kMaxS = 1e9, kMaxCount = 9007199254740992.0;  // 2^53: exact in a double
+  nlohmann::json out;
+  out["window"] = one_of(j, "window", {kMeasured, kWithWarmup, "point"});
+  out["window_s"] = number(j, "window_s", kMaxS);
+  out["user_s"] = number(j, "user_s", kMaxS);
+  out["system_s"] = number(j, "system_s", kMaxS);
+  out["cpu_s"] = number(j, "cpu_s", kMaxS);
+  out["utilization"] = number(j, "utilization", 1e6, true);
+  out["voluntary_switches"] = count(j, "voluntary_switches", kMaxCount);
+  out["involuntary_switches"] = count(j, "involuntary_switches", kMaxCount);
+  out["run_delay_s"] = number(j, "run_delay_s", kMaxS, true);
+  out["per"] = one_of(j, "per", {"round_trip", "message", "request"});
+  out["count"] = count(j, "count", kMaxCount);
+  out["per_message_ns"] = number(j, "per_message_ns", 1e15, true);
+  out["service_demand_us_per_kb"] = number(j, "service_demand_us_per_kb", 1e15, true);
+  const auto cpus = j.find("cpus");
+  if (cpus == j.end()) bad("no cpus");
+  if (cpus->is_null()) {
+    out["cpus"] = nullptr;
+  } else {
+    if (!cpus->is_array() || cpus->size() > 1024) bad("cpus is not a list of at most 1024");
+    out["cpus"] = nlohmann::json::array();
+    for (const nlohmann::json& c : *cpus) {
+      only_keys(c, 7, "a cpu");
+      out["cpus"].push_back({{"cpu", count(c, "cpu", CPU_SETSIZE)}, {"user_s", number(c, "user_s", kMaxS)},
+                             {"system_s", number(c, "system_s", kMaxS)}, {"irq_s", number(c, "irq_s", kMaxS)},
+                             {"softirq_s", number(c, "softirq_s", kMaxS)}, {"idle_s", number(c, "idle_s", kMaxS)},
+                             {"busy", number(c, "busy", 1, true)}});
+    }
+  }
+  return out.dump();
+}
+
+}  // namespace fm

@@ -1,0 +1,208 @@
+"""The CPU cost of each point, both ends (docs/results.md "cpu"): checked
+against the kernel's accounting read by the test itself, busy polling
+against event mode, every experiment, and a server's side that lies."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from conftest import ENGINE, json_lines
+from test_security_frames import CPU_COST, frame, read_frame
+
+SIDE_KEYS = {"window", "window_s", "user_s", "system_s", "cpu_s", "utilization", "voluntary_switches",
+             "involuntary_switches", "run_delay_s", "per", "count", "per_message_ns", "service_demand_us_per_kb",
+             "cpus"}
+CPU_KEYS = {"cpu", "user_s", "system_s", "irq_s", "softirq_s", "idle_s", "busy"}
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def serve(env, *args) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([str(ENGINE), "serve", "--bind", "127.0.0.1", "--port", "0", *args], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, json.loads(proc.stdout.readline())["port"]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.communicate()
+
+
+def points(stdout: str) -> list[dict]:
+    return [p for p in json_lines(stdout) if p.get("type") == "point"]
+
+
+def check_side(side: dict, per: str) -> None:
+    assert set(side) == SIDE_KEYS, side
+    assert side["window"] in ("measured", "with_warmup", "point")
+    assert side["per"] == per and side["window_s"] > 0 and side["count"] > 0
+    assert side["cpu_s"] == pytest.approx(side["user_s"] + side["system_s"], abs=1e-6)
+    assert side["utilization"] == pytest.approx(side["cpu_s"] / side["window_s"], rel=1e-3)
+    assert side["per_message_ns"] == pytest.approx(side["cpu_s"] * 1e9 / side["count"], rel=1e-3)
+
+
+@pytest.mark.parametrize("experiment,args,per", [
+    ("lat", ["-n", "500"], "round_trip"),
+    ("oneway", ["--bursts", "2", "--burst-size", "100"], "message"),
+    ("bw", ["-n", "2000"], "message"),
+    ("stream", ["--rate", "1000", "--count", "100", "--warmup", "0"], "message"),
+    ("check", [], "message"),
+    ("load", ["--rate", "2000", "--count", "200"], "request"),
+])
+def test_every_experiment_carries_both_sides(fm, experiment, args, per):
+    r = fm.run(experiment, "-t", "tcp", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = points(r.stdout)
+    for side in ("client", "server"):
+        check_side(p["cpu"][side], per)
+        sd = p["cpu"][side]["service_demand_us_per_kb"]
+        assert (sd is not None and sd > 0) if experiment in ("bw", "stream") else sd is None
+        cpus = p["cpu"][side]["cpus"]   # fabmeter pins both ends by default where it has two CPUs
+        assert cpus is None or (len(cpus) == 1 and set(cpus[0]) == CPU_KEYS), cpus
+
+
+def test_pinned_cpus_and_the_kernels_own_reading(fm):
+    """The client's cpu_s over its points is part of the process's utime+stime
+    as /proc/PID/stat counts it from the start to the exit (read before the
+    test reaps it), and most of it: the measured window is most of the run."""
+    server, port = serve(fm.env, "--once", "--cpu", "1")
+    try:
+        client = subprocess.Popen([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{port}",
+                                   "--cpu", "0", "--duration", "1"], env=fm.env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        start = proc_cpu_s(client.pid)
+        out = client.stdout.read()  # until it closes its stdout, at exit
+        os.waitid(os.P_PID, client.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: /proc still has it
+        end = proc_cpu_s(client.pid)
+        assert client.wait() == 0, client.stderr.read()
+    finally:
+        stop(server)
+    (p,) = points(out)
+    side = p["cpu"]["client"]
+    kernel = end - start
+    assert side["window"] == "measured" and side["window_s"] >= 1
+    assert side["cpu_s"] <= kernel + 2 * TICK_S, (side, kernel)
+    assert side["cpu_s"] >= 0.5 * kernel, (side, kernel)
+    (cpu,) = side["cpus"]
+    assert set(cpu) == CPU_KEYS and cpu["cpu"] == 0
+    assert 0 <= cpu["busy"] <= 1
+    # The pinned CPU's own accounting (sampled at each tick) holds this process's time there.
+    on_cpu = cpu["user_s"] + cpu["system_s"] + cpu["irq_s"] + cpu["softirq_s"]
+    assert on_cpu + 3 * TICK_S >= 0.8 * side["cpu_s"], (cpu, side)
+    assert p["cpu"]["server"]["cpus"][0]["cpu"] == 1
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of the whole process, from /proc/PID/stat."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def busy_share(side: dict) -> float:
+    """CPU time over the part of the window the measuring thread could run:
+    on a loaded machine other work takes the CPU from a busy loop (its
+    run-queue wait), which is no CPU this side chose not to use."""
+    return side["cpu_s"] / max(side["window_s"] - (side["run_delay_s"] or 0), 1e-9)
+
+
+def test_busy_polling_reads_a_cpu_event_mode_far_less(fm):
+    r = fm.run("lat", "-t", "tcp", "--poll", "busy", "--duration", "0.5", "--json")
+    assert r.returncode == 0, r.stderr
+    (busy,) = points(r.stdout)
+    for side in ("client", "server"):
+        assert busy_share(busy["cpu"][side]) >= 0.7, busy["cpu"][side]
+    r = fm.run("stream", "-t", "tcp", "--poll", "event", "--timer", "timerfd", "--rate", "1000", "--count", "500",
+               "--json")
+    assert r.returncode == 0, r.stderr
+    (event,) = points(r.stdout)
+    for side in ("client", "server"):
+        assert event["cpu"][side]["utilization"] <= 0.3, event["cpu"][side]
+
+
+class CpuFrameForger:
+    """Sits between a client and a real server on the control channel,
+    passing every frame through but the server's cpu_cost, which it replaces."""
+
+    def __init__(self, server_port: int, forged: bytes):
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.lsock.settimeout(20)
+        self.forged = forged
+        self.server_port = server_port
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            client, _ = self.lsock.accept()
+        except OSError:
+            return
+        server = socket.create_connection(("127.0.0.1", self.server_port), timeout=20)
+        threading.Thread(target=self.pump, args=(client, server, False), daemon=True).start()
+        self.pump(server, client, True)
+
+    def pump(self, src, dst, forge):
+        try:
+            while True:
+                ftype, body = read_frame(src)
+                dst.sendall(frame(CPU_COST, self.forged) if forge and ftype == CPU_COST else frame(ftype, body))
+        except OSError:   # one end closed: end the other pump too (a close alone would not wake its recv)
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.lsock.close()
+        self.thread.join(timeout=20)
+
+
+GOOD = {"window": "measured", "window_s": 1.0, "user_s": 0.5, "system_s": 0.5, "cpu_s": 1.0, "utilization": 1.0,
+        "voluntary_switches": 1, "involuntary_switches": 1, "run_delay_s": 0.0, "per": "round_trip", "count": 10,
+        "per_message_ns": 1e8, "service_demand_us_per_kb": None, "cpus": None}
+FORGED = {
+    "not JSON": b"cpu=1",
+    "extra key": json.dumps({**GOOD, "note": "injected"}).encode(),
+    "missing key": json.dumps({k: v for k, v in GOOD.items() if k != "cpu_s"}).encode(),
+    "negative": json.dumps({**GOOD, "cpu_s": -1}).encode(),
+    "unknown window": json.dumps({**GOOD, "window": "}\n{\"type\": \"point\""}).encode(),
+    "too many cpus": json.dumps({**GOOD, "cpus": [dict.fromkeys(CPU_KEYS, 0)] * 1025}).encode(),
+    "oversized": json.dumps({**GOOD, "per": "x" * 40000}).encode(),
+}
+
+
+@pytest.mark.parametrize("case", FORGED)
+def test_a_forged_server_side_is_refused(fm, case):
+    server, port = serve(fm.env)
+    forger = CpuFrameForger(port, FORGED[case])
+    try:
+        r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
+                            "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        forger.close()
+        stop(server)
+    assert r.returncode == 3, r.stderr
+    assert not points(r.stdout), "no point line from a refused side"
+    assert "cpu_cost" in r.stderr, r.stderr
+
+
+def test_the_checked_server_side_is_printed(fm):
+    server, port = serve(fm.env)
+    forger = CpuFrameForger(port, json.dumps(GOOD).encode())
+    try:
+        r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
+                            "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        forger.close()
+        stop(server)
+    assert r.returncode == 0, r.stderr
+    (p,) = points(r.stdout)
+    assert p["cpu"]["server"] == GOOD
