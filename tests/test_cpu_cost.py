@@ -13,6 +13,8 @@ import threading
 import pytest
 
 from conftest import ENGINE, json_lines
+from fabmeter import analysis
+from fabmeter.report import html as report_html
 from test_security_frames import CPU_COST, frame, read_frame
 
 SIDE_KEYS = {"window", "window_s", "user_s", "system_s", "cpu_s", "utilization", "voluntary_switches",
@@ -110,18 +112,22 @@ def busy_share(side: dict) -> float:
     return side["cpu_s"] / max(side["window_s"] - (side["run_delay_s"] or 0), 1e-9)
 
 
-def test_busy_polling_reads_a_cpu_event_mode_far_less(fm):
-    r = fm.run("lat", "-t", "tcp", "--poll", "busy", "--duration", "0.5", "--json")
+def test_busy_polling_reads_a_cpu_event_mode_far_less(fm, tmp_path):
+    r = fm.run("lat", "-t", "tcp", "--poll", "busy", "--duration", "0.5", "--json", "--out", str(tmp_path / "busy"))
     assert r.returncode == 0, r.stderr
     (busy,) = points(r.stdout)
     for side in ("client", "server"):
         assert busy_share(busy["cpu"][side]) >= 0.7, busy["cpu"][side]
     r = fm.run("stream", "-t", "tcp", "--poll", "event", "--timer", "timerfd", "--rate", "1000", "--count", "500",
-               "--json")
+               "--json", "--out", str(tmp_path / "event"))
     assert r.returncode == 0, r.stderr
     (event,) = points(r.stdout)
     for side in ("client", "server"):
         assert event["cpu"][side]["utilization"] <= 0.3, event["cpu"][side]
+    # The terminal table's column and the report's figure.
+    assert "CPU per round trip ns (process user+system; client | server)" in analysis.run_report([busy])
+    assert "CPU ns/msg client | server" in analysis.stream_table([event, event])
+    assert 'alt="CPU per message beside latency"' in report_html.write(tmp_path).read_text()
 
 
 class CpuFrameForger:

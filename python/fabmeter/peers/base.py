@@ -231,7 +231,7 @@ class Peer:
         point of the case."""
         return {}
 
-    def measured_count(self, p: dict, case: Case) -> Optional[float]:
+    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
         """How many `per_unit(case)` the tool reports for its point, for CPU per message."""
         return p.get("iterations")
 
@@ -311,7 +311,7 @@ class Peer:
         version = self.version()
         for p in points:
             p.setdefault("size", case.size(params))
-            count, per = self.measured_count(p, case), self.per_unit(case)
+            count, per = self.measured_count(p, case, params), self.per_unit(case)
             nbytes = count * p["size"] if count and case.experiment == "bw" else None
             p["cpu"] = {"client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
                         "server": cpu_cost.side(server_cpu0, server_cpu1, count, per, nbytes)}

@@ -111,6 +111,9 @@ class FiPingpong(Peer):
                       latency_kind="rtt/2", latency_ns={"mean": round(row["usec_per_xfer"] * 1000.0, 3)},
                       statistic="mean", statistic_note=NOTE, raw=row) for row in rows]
 
+    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
+        return params.iters
+
     def run_case(self, case: Case, params: Params) -> list[dict]:
         points = super().run_case(case, params)
         for p in points:

@@ -78,7 +78,7 @@ class Qperf(Peer):
             raise PeerError(f"qperf bw in {unit!r}, expected bits/sec (-ub -uu)")
         return [point(self.tool, case, statistic_note=NOTE_BW, gbps=value / 1e9, **extra)]
 
-    def measured_count(self, p: dict, case: Case) -> Optional[float]:
+    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
         """Its messages over its run (msg_rate x time); lat's msg_rate counts both directions: round trips are half."""
         if not p.get("msg_rate") or not p.get("duration_s"):
             return None

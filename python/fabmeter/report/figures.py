@@ -621,7 +621,7 @@ def fig_cpu_cost(rows: list[tuple[str, float, Optional[float], Optional[float], 
     ax1.set_ylim(len(rows) - 0.5, -0.5)
     ax1.set_xlabel("one-way latency, median [µs]")
     ax1.set_title("latency (lat: RTT/2; oneway, stream: one-way)")
-    ax2.set_xlabel("process CPU time per message [µs] (user + system)")
+    ax2.set_xlabel("process CPU time (user + system) per message [µs]; lat: per round trip, load: per request")
     ax2.set_title("CPU per message: solid client, hatched server")
     ax2.legend(loc="lower right", fontsize=7)
     return png(fig)
