@@ -1,0 +1,80 @@
+// The CPU window of a point and the check of a peer's side of it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "fabmeter/cpu_cost.hpp"
+#include "fabmeter/error.hpp"
+
+namespace {
+
+std::string refused(const std::string& frame) {
+  try {
+    fm::decode_cpu_side(frame);
+  } catch (const fm::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+double field(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  EXPECT_NE(at, std::string::npos) << key;
+  return std::stod(json.substr(at + key.size() + 3));
+}
+
+}  // namespace
+
+TEST(CpuCost, AWindowCountsTheCpuSpentInIt) {
+  fm::CpuWindow w;
+  w.open_point();
+  w.begin();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+  volatile uint64_t spin = 0;
+  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  w.end(1000, "message", 1024 * 1000);
+  // The side survives the check a client makes of it, and says what it measured.
+  const std::string side = fm::decode_cpu_side(w.side().str());
+  EXPECT_NE(side.find("\"window\":\"measured\""), std::string::npos) << side;
+  EXPECT_NE(side.find("\"per\":\"message\""), std::string::npos) << side;
+  EXPECT_GE(field(side, "window_s"), 0.03);
+  EXPECT_GT(field(side, "cpu_s"), 0.0);
+  EXPECT_LE(field(side, "cpu_s"), field(side, "window_s") + 0.01);
+  EXPECT_DOUBLE_EQ(field(side, "per_message_ns"), field(side, "cpu_s") * 1e9 / 1000);
+  EXPECT_DOUBLE_EQ(field(side, "service_demand_us_per_kb"), field(side, "cpu_s") * 1e6 / 1000);
+}
+
+TEST(CpuCost, AnUnmarkedPointIsThePointsWindow) {
+  fm::CpuWindow w;
+  w.open_point();
+  w.close_point(0);
+  const std::string side = w.side().str();
+  EXPECT_NE(side.find("\"window\": \"point\""), std::string::npos) << side;
+  EXPECT_NE(side.find("\"per_message_ns\": null"), std::string::npos) << side;
+  EXPECT_NO_THROW(fm::decode_cpu_side(side));
+}
+
+TEST(CpuCost, APeersSideIsCheckedFieldByField) {
+  fm::CpuWindow w;
+  w.open_point();
+  w.end(10, "round_trip");
+  const std::string good = w.side().str();
+  ASSERT_EQ(refused(good), "");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  EXPECT_NE(refused(with("\"per\": \"round_trip\"", "\"per\": \"hour\"")), "");
+  EXPECT_NE(refused(with("\"count\": 10", "\"count\": 10.5")), "");
+  EXPECT_NE(refused(with("\"count\": 10", "\"count\": -10")), "");
+  EXPECT_NE(refused(with("\"count\": 10", "\"count\": 1e400")), "");
+  EXPECT_NE(refused(with("\"count\": 10", "\"count\": \"10\"")), "");
+  EXPECT_NE(refused(with("\"count\": 10", "\"counted\": 10")), "");
+  EXPECT_NE(refused(with("{", "{\"extra\": 1, ")), "");
+  EXPECT_NE(refused(std::string(20000, '[') + std::string(20000, ']')), "");
+  EXPECT_NE(refused(""), "");
+  EXPECT_NE(refused(std::string(40 * 1024, ' ') + good), "");
+}
