@@ -68,6 +68,7 @@ class Row:
     target: Optional[float]         # the ratio fabmeter / other must be <= (or >= when higher_is_better);
                                     # None: the row explains another (a floor beneath a target)
     higher_is_better: bool = False
+    floor: bool = True              # a row without a target: the floor beneath another (False: side by side)
     ours: list[float] = field(default_factory=list)
     theirs: list[float] = field(default_factory=list)
     skipped: str = ""
@@ -262,18 +263,19 @@ class Bench:
         return [Row("CPU per round trip: tcp event / sockperf ping-pong tcp",
                     self.fabmeter("lat", lat("tcp", "event"), ours), "sockperf ping-pong --tcp (its processes, "
                     "/proc/PID/stat)", self.peer("sockperf", "lat", "tcp", theirs),
-                    "client CPU ns (user + system) per round trip, as fast as each goes", None),
+                    "client CPU ns (user + system) per round trip, as fast as each goes", None, floor=False),
                 Row(f"CPU per request @ {LOAD_RATE // 1000}k/s: load tcp / sockperf ul",
                     self.fabmeter_all("load", {"transport": "tcp", "poll": "busy", "rate": [LOAD_RATE],
                                                "arrivals": "fixed", "req_size": SIZE, "duration": LOAD_SECONDS},
                                       ours_last),
                     f"sockperf under-load --mps {LOAD_RATE} (its processes, /proc/PID/stat)",
                     self.sockperf_load("tcp", (LOAD_RATE,), lambda ps: theirs(ps[-1])),
-                    f"client CPU ns per request at {LOAD_RATE:,}/s offered, both spinning senders", None),
+                    f"client CPU ns per request at {LOAD_RATE:,}/s offered, both spinning senders", None, floor=False),
                 Row("CPU per round trip: tcp event / qperf tcp_lat (its loc_cpus_used)",
                     self.fabmeter("lat", lat("tcp", "event"), ours), "qperf tcp_lat, its own loc_cpus_used",
                     self.peer("qperf", "lat", "tcp", qperf_cpu_per_round_trip),
-                    "CPU ns per round trip: fabmeter its client process; qperf the whole machine's busy CPUs", None)]
+                    "CPU ns per round trip: fabmeter its client process; qperf the whole machine's busy CPUs", None,
+                    floor=False)]
 
     def load_rows(self) -> list[Row]:
         """fabmeter load beside sockperf under-load (same CPUs, size, rate and a send every 1/rate; both figures
@@ -434,7 +436,7 @@ def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
         ratio = None if ratio == math.inf else ratio
         interval, verdict = row.judged()
         goal = "-" if row.target is None else f"{'>=' if row.higher_is_better else '<='} {row.target:.2f}x"
-        shown = "floor, no target" if verdict is None else "NOT met" if verdict == "not met" else verdict
+        shown = ("floor, no target" if row.floor else "no target") if verdict is None else "NOT met" if verdict == "not met" else verdict
         table.append([row.name, row.figure, ours, theirs, None if ratio is None else f"{ratio:.2f}x",
                       "-" if interval is None else f"{interval[0]:.2f}..{interval[1]:.2f}", goal,
                       "skipped: " + row.skipped if row.skipped and ratio is None else
