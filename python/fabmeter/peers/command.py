@@ -152,12 +152,15 @@ def table(points: list[dict], params: Params) -> str:
                      analysis.fmt_size(p.get("size")), _figure(p) if lat else "-",
                      lat.get("p50"), lat.get("p99"), lat.get("mean"),
                      analysis.fmt_num(p.get("gbps"), 3),
-                     analysis.fmt_num(p.get("msg_rate") or p.get("achieved_rps"), 0), mark])
+                     analysis.fmt_num(p.get("msg_rate") or p.get("achieved_rps"), 0), analysis.cpu_cell(p), mark])
     cpus = f"client CPU {params.cpus[0]}, server CPU {params.cpus[1]}" if params.cpus else "unpinned"
     head = (f"fabmeter peers: loopback, {cpus}; latency in ns as each tool defines it (see notes), "
-            f"bandwidth in Gbit/s (10^9 bit/s); load: msg/s is the achieved request rate")
+            f"bandwidth in Gbit/s (10^9 bit/s); load: msg/s is the achieved request rate; CPU: ns of process CPU "
+            f"per round trip (lat), message (bw) or request (load), fabmeter's runs over their measured window, "
+            f"the tools' processes over their whole run")
     text = [head, analysis.format_table(["tool", "experiment", "transport", "poll", "size", "latency figure",
-                                         "p50 ns", "p99 ns", "mean ns", "Gbit/s", "msg/s", "note"], rows, left=6)]
+                                         "p50 ns", "p99 ns", "mean ns", "Gbit/s", "msg/s", "CPU ns client | server",
+                                         "note"], rows, left=6)]
     if notes:
         text.append("notes:")
         text += [f"[{i}] {n}" for n, i in notes.items()]

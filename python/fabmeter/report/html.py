@@ -255,7 +255,7 @@ def section_cpu(entries: list[Entry], colors: Colors) -> list[str]:
         cpu = obj(e.point.get("cpu"))
         client, server = obj(cpu.get("client")), obj(cpu.get("server"))
         p50 = stat(e.point, "latency_ns", "p50")
-        if e.run.peer or p50 is None or (client.get("per_message_ns") is None and server.get("per_message_ns") is None):
+        if p50 is None or (client.get("per_message_ns") is None and server.get("per_message_ns") is None):
             continue
         size = analysis.fmt_size(e.point.get("size")) if e.point.get("size") else ""
         rows.append((f"{e.experiment} {e.label} {size}".strip(), p50, number(client.get("per_message_ns")),
@@ -268,7 +268,9 @@ def section_cpu(entries: list[Entry], colors: Colors) -> list[str]:
 
 CPU_CAPTION = ("cpu.client and cpu.server of each point (docs/results.md): the process's user + system CPU time over "
                "its measured window, per message (lat: per round trip; load: per request), from getrusage; a "
-               "busy-polling side spends about a CPU whatever the rate, an event-mode one what its messages take.")
+               "busy-polling side spends about a CPU whatever the rate, an event-mode one what its messages take. "
+               "A peer tool's bars are fabmeter's accounting of its processes over their whole run, its own warm-up "
+               "included.")
 
 
 THROUGHPUT_CAPTION = ("Gbit/s of each bin of arrivals counted at the receiver (throughput_series; bins of --series-ms, "
