@@ -60,6 +60,9 @@ def test_every_experiment_carries_both_sides(fm, experiment, args, per):
     r = fm.run(experiment, "-t", "tcp", *args, "--json")
     assert r.returncode == 0, r.stderr
     (p,) = points(r.stdout)
+    windows = p["cpu"]["client"]["window"], p["cpu"]["server"]["window"]
+    # load's server cannot tell the client's unloaded probes and warm-up from its measured requests.
+    assert windows == (("with_warmup", "point") if experiment == "load" else ("measured", "measured"))
     for side in ("client", "server"):
         check_side(p["cpu"][side], per)
         sd = p["cpu"][side]["service_demand_us_per_kb"]
