@@ -288,7 +288,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     if not (res.exit_code == EXIT_USAGE and res.start is None):
         record.finish(res.status, res.message, code, slo=verdict)
     if not ns.json and res.points:
-        print(analysis.run_report(res.points), flush=True)
+        chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
+        print(analysis.run_report(res.points, chosen), flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:

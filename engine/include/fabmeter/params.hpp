@@ -37,6 +37,7 @@ struct CommonOptions {
   std::vector<uint64_t> rate = {1000};   // stream: samples per second; load: requests per second
   uint64_t count = 0;               // samples or requests per point; 0 = auto (--duration, else 1 s worth)
   std::string samples = "auto";     // raw | hist | auto (load: hist, the rest raw)
+  std::vector<double> percentiles;  // reported beside the fixed ones (stats.hpp); empty: none
 
   uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
   std::string clock = "tsc";        // tsc | monotonic

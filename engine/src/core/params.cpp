@@ -9,6 +9,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
+#include "fabmeter/stats.hpp"
 
 namespace fm {
 namespace {
@@ -143,7 +144,7 @@ std::string one_of(std::string_view key, std::string_view v) {
 #define LIST(G, field) \
   .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_list(#field, v); }, \
   .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
-// A list of fractions; empty (the default) is off.
+// A list of numbers; empty (the default) is off.
 #define DBL_LIST(G, field) \
   .set = [](Params& p, std::string_view v) { \
     group_of<G>(p).field = v.empty() ? std::vector<double>{} : parse_double_list(#field, v); }, \
@@ -235,7 +236,7 @@ std::vector<OptSpec> make_table() {
      .get = [](const Params& p) { return p.stream.sink; }},
     {.name = "deadline-us", .metavar = "US", .group = "stream", .type = T::duration, .unit = "us", .scope = "stream",
      .help = "count samples slower than this as deadline misses (0: one period)", DBL(Stream, deadline_us)},
-    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "fraction", .scope = "load",
+    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "number", .scope = "load",
      .help = "offered load as fractions of the path's capacity (0 < F <= 1; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
      DBL_LIST(Load, load)},
     {.name = "arrivals", .metavar = "KIND", .group = "load", .type = T::choice, .values = "poisson,uniform,fixed",
@@ -265,6 +266,9 @@ std::vector<OptSpec> make_table() {
     {.name = "samples", .metavar = "KIND", .type = T::choice, .values = "auto,raw,hist", .scope = "lat,oneway,stream,load",
      .help = "raw: every latency, saved as .npy (--out), percentiles exact; hist: a log-linear histogram (HdrHistogram layout, 3 significant digits, bounded memory, merged across threads), encoded in the point; auto: load hist, the others raw",
      CHOICE(Com, samples)},
+    {.name = "percentiles", .metavar = "Q[,Q...]", .type = T::list, .values = "number", .scope = "lat,oneway,stream,load",
+     .help = "percentiles to report beside min, p10, p50, p90, p99, p99.9, p99.99 and max, e.g. 75,99.999 (0 < Q < 100, at most 4 decimals, up to 8; keys as p75, p99999); the terminal tables show these instead of the fixed ones",
+     DBL_LIST(Com, percentiles)},
     {.name = "seed", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
      .help = "seed of the send times and sizes (the same seed, the same schedule)", U64(Load, seed)},
     {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud",
@@ -531,6 +535,7 @@ void validate(const Params& p) {
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
+  check_percentiles(p.percentiles);
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }
 

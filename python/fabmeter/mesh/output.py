@@ -13,7 +13,7 @@ CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
 CLOCK_PATHS = (None, "udp_kernel_timestamps", "control_channel", "mixed")   # how a probe fit's probes travelled
 LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
-MAX_STAT_KEYS = 16
+MAX_STAT_KEYS = 18             # a summary: 10 fixed keys and up to 8 --percentiles (stats.hpp)
 MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
 
 
