@@ -253,6 +253,8 @@ def load_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
         label = fmt_num(p.get("offered_rps"), 0)
         if p.get("phase") == "capacity":
             label = "capacity (closed)"
+        elif p.get("clients"):
+            label = f"{p['clients']} clients x {p.get('outstanding')} (closed)"
         elif p.get("load"):
             label += f" ({p['load']:.0%})"
         if p.get("partial"):

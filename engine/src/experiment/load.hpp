@@ -22,7 +22,15 @@
 //
 // --load F: the first point runs closed loop (a request whenever one of
 // --max-outstanding slots is free) and its achieved rate is the capacity;
-// the next points offer F x that.
+// the next points offer F x that (above 1: more than the path carries).
+//
+// --clients N: closed loop, one point per N: N clients, each with
+// --outstanding requests in flight, a slot reused as soon as its reply is
+// in (after --think-us); the clients are dealt among the threads. Latency
+// is still from the intended send, which in closed loop is the moment a
+// slot came free: a slow reply delays the next request instead of queueing
+// behind it, so closed loop never shows the open loop's queueing
+// (coordinated omission).
 #pragma once
 #include <sys/prctl.h>
 #include <time.h>
@@ -200,13 +208,14 @@ struct LoadRecord {
 
 // What one point asks of each client thread.
 struct LoadSchedule {
-  bool closed;            // capacity point: a request whenever a slot is free, until stop_at
+  bool closed;            // capacity point or --clients: a request whenever a slot is free, until stop_at
   double rate;            // requests/s of this thread (open loop)
   uint64_t total;         // requests this thread issues, warm-up included (closed loop by time: UINT64_MAX)
   uint64_t warmup;        // of those, the first ones
   uint64_t t0;            // ticks: the schedule's start, shared by the threads
   uint64_t window;        // ticks: closed loop by time, how long measured requests are issued (0: by count)
   uint64_t stop_at;       // ticks: when to stop issuing, `window` after the warm-up
+  uint64_t think = 0;     // ticks: closed loop, how long a slot rests between its reply and its next request
 };
 
 // Server -> client after the point: what the server saw, added over its threads.
@@ -337,6 +346,7 @@ class LoadSender {
         loss_ticks_(clk_.ns_to_ticks(c.p.loss_timeout_ms * 1e6)), drain_ticks_(clk_.ns_to_ticks(c.p.timeout_ms * 1e6)) {
     for (uint32_t i = 0; i < max_outstanding; ++i) free_[i] = static_cast<uint32_t>(max_outstanding - 1 - i);
     n_free_ = max_outstanding;
+    if (s_.think) thinking_.resize(max_outstanding);
   }
 
   // Runs the schedule; `g` only on the session's thread (it watches the
@@ -462,6 +472,7 @@ class LoadSender {
           s_.total = tally_.issued;  // by time: what was issued is the run
           break;
         }
+        if (n_thinking_) wake_thinkers(now);
         if (!n_free_) break;
         intended = now;
       } else {
@@ -506,6 +517,26 @@ class LoadSender {
 
   int64_t to_ns(uint64_t ticks) const { return std::llround(clk_.to_ns(static_cast<double>(ticks))); }
 
+  // A slot's request is done: free at once, or (closed loop, --think-us)
+  // after its client's think time, in the order they finished.
+  void release(uint32_t idx, uint64_t now) {
+    slots_[idx].intended = kFree;
+    --outstanding_;
+    if (!s_.think) {
+      free_[n_free_++] = idx;
+      return;
+    }
+    thinking_[(think_head_ + n_thinking_++) % thinking_.size()] = {now + s_.think, idx};
+  }
+  // Slots whose think time is over join the free ones.
+  void wake_thinkers(uint64_t now) {
+    while (n_thinking_ && thinking_[think_head_].first <= now) {
+      free_[n_free_++] = thinking_[think_head_].second;
+      think_head_ = (think_head_ + 1) % thinking_.size();
+      --n_thinking_;
+    }
+  }
+
   // A reply: matched to its slot by the tag it echoes; anything else (late
   // after being counted lost, duplicated, garbled) is counted stale.
   [[gnu::always_inline]] void take(T& t, const RecvMsg& m, uint64_t t_reply) {
@@ -518,9 +549,7 @@ class LoadSender {
       return;
     }
     const Slot s = slots_[idx];
-    slots_[idx].intended = kFree;
-    free_[n_free_++] = idx;
-    --outstanding_;
+    release(idx, t_reply);
     if (s.warm) {
       ++tally_.warmup_completed;
       last_activity_ = t_reply;
@@ -549,9 +578,7 @@ class LoadSender {
       Slot& s = slots_[i];
       if (s.intended == kFree || now - s.actual < loss_ticks_) continue;
       ++(s.warm ? tally_.warmup_lost : tally_.lost);
-      s.intended = kFree;
-      free_[n_free_++] = i;
-      --outstanding_;
+      release(i, now);
     }
   }
 
@@ -579,6 +606,8 @@ class LoadSender {
       if (t.wait_recv(m)) take(t, m, clk_.ticks());
     } else if (tally_.issued < s_.total && !s_.closed) {
       sleep_until_ticks(clk_, next_due_);
+    } else if (n_thinking_) {
+      sleep_until_ticks(clk_, thinking_[think_head_].first);
     }
   }
 
@@ -592,6 +621,8 @@ class LoadSender {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
   uint64_t n_free_ = 0, outstanding_ = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> thinking_;  // (ready at, slot): a ring, oldest at think_head_
+  uint64_t think_head_ = 0, n_thinking_ = 0;
   LoadRecord rec_;
   LoadTally tally_;
   PayloadBuf buf_;
@@ -647,7 +678,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
     if (!(c.capacity_rps > 0)) runtime_error("load: the capacity point completed no request, so --load has nothing to scale");
     rate = pt.load * c.capacity_rps;
   }
-  const bool closed = pt.capacity;
+  const bool closed = pt.capacity || pt.clients;
   const double seconds = p.duration > 0 ? p.duration : 1.0;
   // Measured requests; the warm-up ones come first, on top.
   const uint64_t measured = p.count ? p.count : closed ? UINT64_MAX : std::max<uint64_t>(1, std::llround(seconds * rate));
@@ -657,11 +688,14 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   for (uint32_t k = 0; k < threads; ++k) {
     const uint64_t warmup = share_of(pt.warmup, threads, k);
     const uint64_t mine = measured == UINT64_MAX ? UINT64_MAX : warmup + share_of(measured, threads, k);
-    const LoadSchedule s{closed, thread_rate, mine, warmup, 0, 0, UINT64_MAX};
+    LoadSchedule s{closed, thread_rate, mine, warmup, 0, 0, UINT64_MAX};
+    // --clients: this thread's clients, each with its --outstanding slots.
+    const uint64_t slots = pt.clients ? share_of(pt.clients, threads, k) * l.outstanding : l.max_outstanding;
+    if (pt.clients) s.think = clk.ns_to_ticks(l.think_us * 1e3);
     // Fixed arrivals interleave: thread k starts k/rate after the first.
     const double start_ns = closed ? 0 : static_cast<double>(k) * 1e9 / rate;
     senders.push_back(std::make_unique<LoadSender<T, P>>(c, deal(conns, threads, k), sizes, s, l.seed * 1000003 + k,
-                                                         start_ns, std::max<uint64_t>(1, l.max_outstanding), 
+                                                         start_ns, std::max<uint64_t>(1, slots),
                                                          keep_raw(p, true) ? kMaxRawSamples : 0));
   }
   const std::vector<Histogram> unloaded = senders[0]->probe_unloaded(g);
@@ -713,7 +747,8 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   for (const Histogram& h : unloaded) unloaded_all.merge(h);
 
   out.fields.add("iterations", tally.completed).add("latency_kind", "rtt from the intended send time")
-      .add("phase", closed ? "capacity" : "open loop").add("arrivals", closed ? "closed loop" : l.arrivals.c_str())
+      .add("phase", pt.clients ? "closed loop" : closed ? "capacity" : "open loop")
+      .add("arrivals", closed ? "closed loop" : l.arrivals.c_str())
       .add("offered_rps", closed ? achieved : rate).add_raw("load", pt.load > 0 ? std::to_string(pt.load) : "null")
       .add("achieved_rps", achieved)
       .add("achieved_gbps", span_s > 0 ? static_cast<double>(tally.bytes) * 8 / span_s / 1e9 : 0.0)
@@ -735,6 +770,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
       .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("service_ns", l.service_ns)
       .add("histogram", histogram_info(rec.latency.config()))
       .add("samples_kind", keep_raw(p, true) ? "raw" : "hist");
+  if (pt.clients) out.fields.add("clients", pt.clients).add("outstanding", l.outstanding).add("think_us", l.think_us);
   add_hist(out.fields, "latency_hist", rec.latency);
   if (keep_raw(p, true)) {
     uint64_t kept = 0;
@@ -952,6 +988,10 @@ struct LoadExperiment : ExperimentDefaults {
     const uint64_t size = load_largest_message(p);
     const uint64_t warmup = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
     std::vector<Point> points;
+    if (!p.load.clients.empty()) {
+      for (uint64_t n : p.load.clients) points.push_back({.size = size, .warmup = warmup, .clients = n});
+      return points;
+    }
     if (!p.load.load.empty()) {
       points.push_back({.size = size, .warmup = warmup, .capacity = true});
       for (double f : p.load.load) points.push_back({.size = size, .warmup = warmup, .load = f});

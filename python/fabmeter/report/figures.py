@@ -381,6 +381,27 @@ def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Color
     return png(fig)
 
 
+def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """Closed loop: achieved request rate (left) and p50/p99 latency (right) against the number of clients."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    for label, points in sorted(series.items()):
+        x = np.array([p["clients"] for p in points], dtype=float)
+        left.plot(x, [p.get("achieved_rps") or 0 for p in points], color=colors(label), marker="o", ms=3.5,
+                  lw=1.3, label=label)
+        for key, style in (("p50", "-"), ("p99", "--")):
+            y = np.array([(p.get("latency_ns") or {}).get(key, np.nan) for p in points], dtype=float)
+            right.plot(x, y / 1e3, color=colors(label), ls=style, marker="o", ms=3, lw=1.2)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("closed-loop clients [log]")
+    left.set_ylabel("achieved [requests/s]")
+    right.set_yscale("log")
+    right.set_ylabel("RTT [µs, log]; solid p50, dashed p99")
+    fig.suptitle(f"{title}: closed loop, throughput and latency against clients")
+    _legend(fig, left, len(series), "upper left", 9.0)
+    return png(fig)
+
+
 def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
     """Homa's plot: slowdown (latency / the unloaded p50 of that size) against message size, p50 solid and
     p99 dashed. `series`: run label -> [(offered rps, [(size_hi, p50, p99)])], a colour per run, darker

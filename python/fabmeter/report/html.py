@@ -13,7 +13,8 @@ import numpy as np
 from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
-                                     fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
+                                     fig_histogram, fig_latency_vs_size, fig_load_clients, fig_load_latency,
+                                     fig_load_throughput,
                                      fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fmt_ns)
 from fabmeter import compare
@@ -22,7 +23,8 @@ from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_benches, load_meshes, load_suites, load_sweeps, percentiles, representative,
+                                   load_benches, load_client_sweeps, load_meshes, load_suites, load_sweeps, percentiles,
+                                   representative,
                                    throughput_over_time)
 from fabmeter.report.summary import bench_rows, summarize
 from fabmeter.report.table import SORT_SCRIPT, section_table
@@ -287,14 +289,27 @@ def _load_title(workload: str) -> str:
     return "load, " + (workload if workload == FIXED_SIZES else f"workload {workload}")
 
 
-def section_load(entries: list[Entry]) -> list[str]:
-    """Open-loop load sweeps: per workload latency and achieved against offered load and slowdown against
-    size; each run's completions per poll."""
-    sweeps = load_sweeps(entries)
+def _closed_loop_figures(entries: list[Entry]) -> list[str]:
+    sweeps = [s for s in load_client_sweeps(entries) if len(s.points) >= 2]
     if not sweeps:
         return []
+    colors = Colors([s.label for s in sweeps])
+    curves = {s.label: s.points for s in sweeps}
+    return [_img(fig_load_clients("load", curves, colors), "load closed loop against clients",
+                 "closed loop (--clients): each client keeps --outstanding requests in flight and sends the next as "
+                 "soon as one completes (after --think-us); achieved rate and the round trip from the moment a "
+                 "slot came free, against the number of clients. Unlike open loop, a slow reply delays the next "
+                 "request instead of queueing behind it (coordinated omission)", wide=True)]
+
+
+def section_load(entries: list[Entry]) -> list[str]:
+    """Closed-loop client sweeps against clients; open-loop load sweeps: per workload latency and achieved
+    against offered load and slowdown against size; each run's completions per poll."""
+    figs = _closed_loop_figures(entries)
+    sweeps = load_sweeps(entries)
+    if not sweeps:
+        return figs
     colors = Colors([s.label for s in sweeps])    # a sweep's label names its workload too: colours of their own
-    figs = []
     # Per workload, as Homa plots them: one run per transport and mode in each.
     for workload in sorted({s.workload or FIXED_SIZES for s in sweeps}):
         curves = {s.label: s.points for s in sweeps if (s.workload or FIXED_SIZES) == workload and len(s.points) >= 2}
