@@ -192,6 +192,31 @@ def test_open_loop_queues_as_md1_closed_loop_does_not(fm):
     assert wait["closed"] < 0.25 * md1_wait, (wait, md1_wait)
 
 
+def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
+    """A server whose send queue fills (2 deep, 256 KiB replies) waits for free buffers: every wait, every
+    poll for send completions (with and without any) is counted and timed, the completions per poll add up;
+    the report draws it. A transport without send completions has no such path: `tx` is null."""
+    if "ofi" not in built_transports(engine):
+        pytest.skip("the engine was built without ofi")
+    r = fm.run("load", "-t", "ofi", "--provider", "tcp", "--sq-depth", "2", "--resp-size", "256K", "--rate",
+               "500,20000", "--duration", "0.2", "--warmup", "10", "--json", "--out", tmp_path / "run", timeout=120)
+    assert r.returncode == 0, r.stderr
+    points = json_lines(r.stdout)
+    tx = points[-1]["server"]["tx"]
+    assert tx["waits"] > 0 and tx["polls"] > 0 and tx["wait_ns_total"] > 0, tx
+    assert sum(int(n) * c for n, c in tx["completions_per_poll"].items()) == tx["completions"], tx
+    assert sum(tx["completions_per_poll"].values()) == tx["polls"]
+    assert tx["mean_per_poll"] == pytest.approx(tx["completions"] / tx["polls"])
+    assert tx["wait_ns_mean"] * tx["waits"] == pytest.approx(tx["wait_ns_total"])
+    r = fm.run("report", tmp_path / "run", "-o", tmp_path / "report.html")
+    assert r.returncode == 0, r.stderr
+    assert 'alt="load transmit path"' in (tmp_path / "report.html").read_text()
+    r = fm.run("load", "-t", "tcp", "--rate", "2000", "--count", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["server"]["tx"] is None
+
+
 def test_threads_and_connections(fm):
     r = fm.run("load", "-t", "tcp", "--conns", "4", "--threads", "2", "--server-threads", "2", "--rate", "20000",
                "--count", "4000", "--json")

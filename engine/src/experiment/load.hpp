@@ -43,6 +43,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
@@ -218,16 +219,54 @@ struct LoadSchedule {
   uint64_t think = 0;     // ticks: closed loop, how long a slot rests between its reply and its next request
 };
 
+// The server's transmit path as RAMCloud timed it: a reply that finds no
+// free send buffer (the send queue full) polls for send completions until
+// one frees; each poll is stamped, split into polls that returned
+// completions and polls that returned none, and the whole wait is timed.
+// Only that path is stamped: a reply that goes out at once costs nothing.
+constexpr int kTxPollMax = 16;  // completions one poll may return (reap_send_comps)
+struct TxRecord {
+  uint64_t waits = 0, wait_ns = 0;                    // replies that found no free buffer; their time waiting
+  uint64_t polls_empty = 0, empty_ns = 0;             // polls that returned no completion; time in them
+  uint64_t polls = 0, poll_ns = 0, completions = 0;   // polls that returned some; time in them; how many
+  uint64_t per_poll[kTxPollMax] = {};                 // [n-1]: polls that returned n
+  static constexpr int kFields = 7 + kTxPollMax;
+  // The fields in the order they travel (LoadServerStats::encode).
+  const uint64_t& field(int i) const {
+    const uint64_t* f[] = {&waits, &wait_ns, &polls_empty, &empty_ns, &polls, &poll_ns, &completions};
+    return i < 7 ? *f[i] : per_poll[i - 7];
+  }
+  uint64_t& field(int i) { return const_cast<uint64_t&>(std::as_const(*this).field(i)); }
+  void add(const TxRecord& o) {
+    for (int i = 0; i < kFields; ++i) field(i) += o.field(i);
+  }
+  JsonObj json() const {
+    JsonObj per, o;
+    for (int i = 0; i < kTxPollMax; ++i)
+      if (per_poll[i]) per.add(std::to_string(i + 1), per_poll[i]);
+    auto mean = [](uint64_t sum, uint64_t n) { return n ? static_cast<double>(sum) / static_cast<double>(n) : 0.0; };
+    o.add("waits", waits).add("wait_ns_mean", mean(wait_ns, waits)).add("wait_ns_total", wait_ns)
+        .add("polls", polls).add("completions", completions).add("completions_per_poll", per)
+        .add("mean_per_poll", mean(completions, polls)).add("poll_ns_mean", mean(poll_ns, polls))
+        .add("polls_empty", polls_empty).add("empty_poll_ns_mean", mean(empty_ns, polls_empty));
+    return o;
+  }
+};
+
 // Server -> client after the point: what the server saw, added over its threads.
 struct LoadServerStats {
   uint64_t requests = 0, malformed = 0, empty_polls = 0;
   uint64_t per_poll[kMaxBatch] = {};  // [n-1]: polls of a connection that returned n requests (the last: 64 and more)
+  bool tx_timed = false;              // the transport reports send completions: `tx` below means something
+  TxRecord tx;
 
   PoolRecord pools;
 
   void add(const LoadServerStats& o) {
     requests += o.requests, malformed += o.malformed, empty_polls += o.empty_polls;
     for (int i = 0; i < kMaxBatch; ++i) per_poll[i] += o.per_poll[i];
+    tx_timed |= o.tx_timed;
+    tx.add(o.tx);
     PoolRecord& p = pools;
     const PoolRecord& q = o.pools;
     p.unit = std::max(p.unit, q.unit);
@@ -238,6 +277,8 @@ struct LoadServerStats {
   std::string encode() const {
     std::string s = std::to_string(requests) + " " + std::to_string(malformed) + " " + std::to_string(empty_polls);
     for (uint64_t n : per_poll) s += " " + std::to_string(n);
+    s += tx_timed ? " 1" : " 0";
+    for (int i = 0; i < TxRecord::kFields; ++i) s += " " + std::to_string(tx.field(i));
     const PoolRecord& p = pools;
     for (uint64_t n : {p.unit, p.rx_capacity, p.tx_capacity, p.rx_max, p.tx_max, p.rx_sum, p.tx_sum, p.samples,
                        static_cast<uint64_t>(p.series.size())})
@@ -247,7 +288,7 @@ struct LoadServerStats {
     return s;
   }
   // The largest encode(): 20 digits and a space per number.
-  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 9 + 3 * kPoolSeries) * 21;
+  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries) * 21;
   // Every number checked, the series' length bounded before it is read:
   // the peer's text is untrusted.
   static LoadServerStats decode(std::string_view s) {
@@ -261,6 +302,8 @@ struct LoadServerStats {
     };
     st.requests = next(), st.malformed = next(), st.empty_polls = next();
     for (uint64_t& n : st.per_poll) n = next();
+    st.tx_timed = next(1) == 1;
+    for (int i = 0; i < TxRecord::kFields; ++i) st.tx.field(i) = next();
     PoolRecord& p = st.pools;
     p.unit = next(2);
     for (uint64_t* f : {&p.rx_capacity, &p.tx_capacity, &p.rx_max, &p.tx_max, &p.rx_sum, &p.tx_sum, &p.samples}) *f = next();
@@ -281,6 +324,8 @@ struct LoadServerStats {
     }
     o.add("requests", requests).add("malformed", malformed).add("empty_polls", empty_polls)
         .add("completions_per_poll", per).add("mean_per_poll", polls ? static_cast<double>(sum) / static_cast<double>(polls) : 0.0);
+    if (tx_timed) o.add("tx", tx.json());
+    else o.add_raw("tx", "null");
     const PoolRecord& p = pools;
     if (!p.unit) return o;
     auto column = [&](int k) {
@@ -805,6 +850,7 @@ class LoadResponder {
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
+    stats_.tx_timed = c.caps.send_completions;
   }
 
   // Until `stop`; `g` only on the session's thread, which returns ctrl_pending
@@ -883,6 +929,8 @@ class LoadResponder {
     r.series.push_back({static_cast<uint64_t>(clk_.to_ns(static_cast<double>(now - t_start_)) / 1e3), rx, tx});
   }
 
+  uint64_t ticks_ns(uint64_t ticks) const { return static_cast<uint64_t>(clk_.to_ns(static_cast<double>(ticks))); }
+
   void note_poll(uint64_t n) {
     if (n) ++stats_.per_poll[std::min<uint64_t>(n, kMaxBatch) - 1];
     else ++stats_.empty_polls;
@@ -908,12 +956,27 @@ class LoadResponder {
     }
     std::memcpy(reply_.data(), &h.tag, sizeof h.tag);
     if (t.post_send(reply_.data(), len, 0, 0)) [[likely]] return Status::ok;
+    // No free send buffer: poll for send completions until one frees (TxRecord).
+    TxRecord& tx = stats_.tx;
+    const uint64_t waited_from = clk_.ticks();
+    ++tx.waits;
     for (uint32_t spins = 0;; ++spins) {
       if constexpr (P == Poll::event) t.wait_send();
       else cpu_relax();
       IgnoreCompletions none;
-      reap_send_comps(t, none);
-      if (t.post_send(reply_.data(), len, 0, 0)) return Status::ok;
+      const uint64_t t0 = clk_.ticks();
+      const int n = reap_send_comps(t, none);
+      const uint64_t t1 = clk_.ticks();
+      if (n > 0) {
+        ++tx.polls, tx.completions += n, tx.poll_ns += ticks_ns(t1 - t0);
+        ++tx.per_poll[std::min(n, kTxPollMax) - 1];
+      } else {
+        ++tx.polls_empty, tx.empty_ns += ticks_ns(t1 - t0);
+      }
+      if (t.post_send(reply_.data(), len, 0, 0)) {
+        tx.wait_ns += ticks_ns(clk_.ticks() - waited_from);
+        return Status::ok;
+      }
       if (spins % kGuardSpins) continue;
       if (t.failure()) return Status::failed;
       if (stop.load(std::memory_order_relaxed) || stop_requested()) return Status::interrupted;

@@ -429,6 +429,30 @@ def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]],
     return png(fig)
 
 
+def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """RAMCloud's transmit path: send completions per non-empty poll (left), and the time a reply waited for a
+    free send buffer and one poll took (right), against offered load; a colour per run (its pool sizes)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    for label, points in sorted(series.items()):
+        x = np.array([p["offered_rps"] for p in points], dtype=float)
+        tx = [p["server"]["tx"] for p in points]
+        left.plot(x, [t.get("mean_per_poll") or np.nan for t in tx], color=colors(label), marker="o", ms=3.5,
+                  lw=1.3, label=label)
+        right.plot(x, [(t.get("wait_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="o",
+                   ms=3, lw=1.2, ls="-")
+        right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
+                   ms=3, lw=1.2, ls="--")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("offered load [requests/s, log]")
+    left.set_ylabel("send completions per non-empty poll")
+    right.set_yscale("log")
+    right.set_ylabel("µs, log: solid wait for a buffer, dashed one poll")
+    fig.suptitle(f"{title}: the server's transmit path")
+    _legend(fig, left, len(series), "upper left", 9.0)
+    return png(fig)
+
+
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
     """The server's completions (messages) per non-empty poll as a histogram, a line per offered load
     (RAMCloud's measure of batching: more per poll as load rises). Buckets as the engine names them, the

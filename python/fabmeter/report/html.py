@@ -14,7 +14,7 @@ from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
                                      fig_histogram, fig_latency_vs_size, fig_load_clients, fig_load_latency,
-                                     fig_load_throughput,
+                                     fig_load_throughput, fig_tx_path,
                                      fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fmt_ns)
 from fabmeter import compare
@@ -336,6 +336,15 @@ def section_load(entries: list[Entry]) -> list[str]:
         figs.append(_img(fig_slowdown(title, series, colors), f"load slowdown {workload}",
                          f"{title}: slowdown per message-size bucket (latency from the intended send / the unloaded "
                          "p50 of that size, Homa's metric), p50 and p99", wide=True))
+    tx_curves = {s.label: [p for p in s.points if isinstance((p.get("server") or {}).get("tx"), dict)]
+                 for s in sweeps}
+    tx_curves = {label: points for label, points in tx_curves.items() if points}
+    if tx_curves:
+        figs.append(_img(fig_tx_path("load", tx_curves, colors), "load transmit path",
+                         "the server's transmit path, as RAMCloud timed it (transports with send completions): a "
+                         "reply that finds every send buffer taken polls for send completions until one frees; "
+                         "left, completions one non-empty poll returned; right, how long such a reply waited and "
+                         "how long one poll took", wide=True))
     for s in sorted(sweeps, key=lambda s: s.label):
         per = {f"{analysis.fmt_num(p['offered_rps'], 0)}/s, mean {p['server'].get('mean_per_poll', 0):.2g}":
                p["server"]["completions_per_poll"] for p in s.points if (p.get("server") or {}).get("completions_per_poll")}
