@@ -131,7 +131,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="... and also at least PCT %% from that median (default: %(default)g)")
     command.add_argument("--out", metavar="DIR",
                          help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
-                              "(`fabmeter report DIR` draws them); other ranks ignore it")
+                              "(`fabmeter report DIR` draws them); with --samples raw every rank also writes its "
+                              "pairs' samples in DIR/pairs/SRC-DST (on its own host)")
     if info is not None:
         Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
 
@@ -400,9 +401,10 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
     if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
         die("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
-    out = out_folder(ns.out) if ns.out and rank in (0, None) else None   # the rank that writes mesh.json
     table = engine_options(engine)
     given = table.given(ns)
+    raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
+    out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     if given.get("transport") is None:
         die("mesh: choose a transport with -t", EXIT_USAGE)
     for key in given:
@@ -421,13 +423,15 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     if ns.launch in ("ssh", "local"):
         rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+        if out and raw:     # the same folder on every host: as typed over ssh, this one's here
+            rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
         here = (f"FABMETER_ENGINE={shlex.quote(engine)} PYTHONPATH={shlex.quote(str(Path(__file__).parent.parent))} "
                 f"{shlex.quote(sys.executable)} -m fabmeter")
         launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
                              timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
-                             (ns.outlier_mads, ns.outlier_floor / 100.0))
+                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
     pairs: list[dict] = []
     started_at = now_iso()
 

@@ -32,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
@@ -67,6 +68,7 @@ class MeshSpec:
                                                               # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
     outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
+    out: Optional[Path] = None   # --out with --samples raw: this rank's engine clients write there (samples_dir)
     # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
     # the first round's lead, and how many rounds (None: all).
     run_pair: Optional[Callable[..., dict]] = None
@@ -179,12 +181,17 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
     where the identity fields of the two ends' engines (their start line) are kept, by rank."""
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
+    samples = output.samples_dir(src, dst) if spec.out is not None and via is None else None
     try:
+        if samples is not None:
+            (spec.out / samples).mkdir(parents=True, exist_ok=True)
         res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
-                                      start_at_ns=start_ns, via=via),
+                                      start_at_ns=start_ns, via=via, out=None if samples is None else spec.out / samples),
                           on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
+    except OSError as e:
+        return output.failed_pair(src, dst, f"{spec.out / samples}: {e.strerror or e}")
     if envs is not None and res.start:
         for rank, key in ((src, "env"), (dst, "server_env")):
             if isinstance(res.start.get(key), dict):
@@ -203,6 +210,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             "message": res.message[:MAX_MESSAGE], "started_ns": started, "start_late_ns": late,
             "start_margin_ns": start_ns - opened[0] if opened else None,
             "clock_error_ns": clock_error,
+            "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
             **output.pair_figures(res.points[-1] if res.points else {})}
 
 
@@ -537,6 +545,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
         margins: list[int] = []
         for _ in pairs:
             pair = done.get()
+            pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
             summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
             started_ns = pair.pop("started_ns", None)
             if started_ns is not None:
