@@ -25,6 +25,7 @@ from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_li
 from delay_line import delay_line
 from fabmeter import hdr, run
 from fabmeter.mesh import aggregate, cluster, output, patterns, rendezvous
+from fabmeter.mesh import run as mesh_run
 
 SMALL = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
 DELAY_US = 1000     # well above this machine's scheduling noise under load (a pair's minimum reached 1 ms)
@@ -741,6 +742,30 @@ def test_load_all_to_one_merges_every_client_per_server(fm, four_hosts, token_fi
     assert bucket["unloaded_count"] == sum(p["load"]["slowdown"][0]["unloaded_count"] for p in pairs)
     # The merged encoding decodes to the same count.
     assert hdr.decode(server["latency_hist"]).get_total_count() + server["latency_hist_above"] == merged["count"]
+
+
+def test_load_many_to_many_splits_each_clients_rate(fm, engine, token_file, tmp_path):
+    """many-to-many: every host a client of both others at once, its --rate and --count split between them, each
+    pair on its own seed; each server's merged histogram holds what its two clients completed."""
+    r = fm.run("mesh", "--launch", "local", "--ranks", "3", "-t", "tcp", "--experiment", "load", "--pattern",
+               "many-to-many", "--schedule", "chaotic", "--rate", "801", "--count", "301", "--warmup", "20",
+               "--mesh-port", free_port(), "--token-file", token_file, "--json", "--out", tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    pairs = doc["pairs"]
+    assert sorted((p["src"], p["dst"]) for p in pairs) == patterns.pairs("all-to-all", 3)
+    assert all(p["load"]["offered_rps"] == 401 and p["load"]["completed"] == 151 for p in pairs), pairs
+    assert [s["rank"] for s in doc["load"]["servers"]] == [0, 1, 2]
+    for s in doc["load"]["servers"]:
+        assert s["latency_ns"]["count"] == s["completed"] == 2 * 151 and s["offered_rps"] == 2 * 401, s
+    assert doc["load"]["overall"]["latency_ns"]["count"] == 6 * 151
+    spec = mesh_run.MeshSpec(["h"] * 3, 0, "load", "many-to-many", "chaotic", 1, {"rate": [801]}, b"", str(engine),
+                             5.0)
+    seeds = {mesh_run.pair_options(spec, s, d)["seed"] for s, d in patterns.pairs("many-to-many", 3)}
+    assert len(seeds) == 6
+    r = fm.run("mesh", "--launch", "local", "--ranks", "3", "-t", "tcp", "--pattern", "many-to-many",
+               "--experiment", "load")
+    assert r.returncode == 2 and "--experiment load --schedule chaotic" in one_line_error(r.stderr), r.stderr
 
 
 def test_load_figures_that_cross_the_channel_are_bounded(fm):

@@ -102,8 +102,11 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
     command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
                          help="what each pair runs, with that experiment's options (default: %(default)s)")
-    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS, default="all-to-all",
-                         help="which directed pairs (default: %(default)s)")
+    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS + mesh_patterns.SPLIT_PATTERNS,
+                         default="all-to-all",
+                         help="which directed pairs (default: %(default)s); many-to-many: load, every host a client "
+                              "of all the others at once, its --rate and --count split among them (--schedule "
+                              "chaotic)")
     command.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
                          help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
                               "(default: %(default)s)")
@@ -399,6 +402,9 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
     if not 0 < ns.serve_port < 65536:
         die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
+    if ns.pattern in mesh_patterns.SPLIT_PATTERNS and (ns.experiment != "load" or ns.schedule != "chaotic"):
+        die(f"mesh: --pattern {ns.pattern} splits load's rate among every other host at once: it needs "
+            "--experiment load --schedule chaotic", EXIT_USAGE)
     if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
         die("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
     table = engine_options(engine)

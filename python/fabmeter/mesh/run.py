@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
+from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
@@ -185,7 +186,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     try:
         if samples is not None:
             (spec.out / samples).mkdir(parents=True, exist_ok=True)
-        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
+        res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server, engine=spec.engine,
                                       start_at_ns=start_ns, via=via, out=None if samples is None else spec.out / samples),
                           on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
@@ -212,6 +213,25 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             "clock_error_ns": clock_error,
             "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
             **output.pair_figures(res.points[-1] if res.points else {})}
+
+
+def pair_options(spec: MeshSpec, src: int, dst: int) -> dict:
+    """The engine options of one pair. load: its own --seed, the given one (else the engine's default) plus
+    src x N + dst, so that clients sending at once draw independent send times and sizes (one seed would make
+    every client send at the same instants); many-to-many: the client's --rate and --count split evenly over
+    its N - 1 servers (rounded up to whole requests)."""
+    if spec.experiment != "load":
+        return spec.options
+    n = len(spec.hosts)
+    seed = spec.options.get("seed", engine_options(spec.engine)["seed"].default)
+    out = {**spec.options, "seed": seed + src * n + dst}
+    if spec.pattern in patterns.SPLIT_PATTERNS:
+        share = lambda v: max(1, -(-v // (n - 1)))      # noqa: E731
+        if isinstance(out.get("rate"), list):
+            out["rate"] = [share(r) for r in out["rate"]]
+        if isinstance(out.get("count"), int):
+            out["count"] = share(out["count"])
+    return out
 
 
 def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
