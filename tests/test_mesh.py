@@ -794,6 +794,14 @@ def test_load_figures_that_cross_the_channel_are_bounded(fm):
     assert [u["src"] for u in got["unmerged"]] == [2]
     assert got["servers"][0]["pairs"] == 2 and got["servers"][0]["pairs_merged"] == 1
     assert got["overall"]["latency_ns"]["count"] == point["completed"]
+    # Rates add up only over pairs that ran together: two rounds, a sum per round and none for the server.
+    totals = aggregate.LoadTotals(["a", "b", "c"])
+    for src in (1, 2):
+        totals.add(output.valid_pair({**body, "src": src}, src, {(src, 0)}))
+    got = totals.as_json([{"round": 0, "pairs": [[1, 0]]}, {"round": 1, "pairs": [[2, 0]]}])["servers"][0]
+    assert got["offered_rps"] is None and got["latency_ns"]["count"] == 2 * point["completed"]
+    assert [(r["round"], r["pairs"], r["offered_rps"]) for r in got["by_round"]] == \
+        [(0, 1, point["offered_rps"]), (1, 1, point["offered_rps"])]
 
 
 def test_a_rank_with_the_wrong_token_is_refused(fm, token_file, tmp_path):
