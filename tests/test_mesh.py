@@ -5,6 +5,7 @@ one link; mpirun on loopback; a host that never starts."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import math
@@ -12,13 +13,16 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import numpy
 import pytest
+from hdrh.codec import get_compression_cookie, get_encoding_cookie
 
 from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_line_error, start_serves,
                       stop_serves, tagged_engine_procs, wait_until)
@@ -790,9 +794,13 @@ def test_load_figures_that_cross_the_channel_are_bounded(fm):
     totals = aggregate.LoadTotals(["a", "b", "c"])
     totals.add(output.valid_pair(body, 1, {(1, 0)}))
     totals.add({**body, "src": 2, "load": {**body["load"], "latency_hist": "bm90IGEgaGlzdG9ncmFt"}})
-    got = totals.as_json([{"round": 0, "pairs": [[1, 0], [2, 0]]}])
-    assert [u["src"] for u in got["unmerged"]] == [2]
-    assert got["servers"][0]["pairs"] == 2 and got["servers"][0]["pairs_merged"] == 1
+    # A small histogram whose header claims a layout of 6 million counters, which decoding would allocate.
+    header = zlib.compress(struct.pack(">IIIIQQd", get_encoding_cookie(), 0, 0, 5, 1, 1 << 62, 1.0))
+    huge = base64.b64encode(struct.pack(">II", get_compression_cookie(), len(header)) + header).decode()
+    totals.add({**body, "src": 3, "load": {**body["load"], "latency_hist": huge}})
+    got = totals.as_json([{"round": 0, "pairs": [[1, 0], [2, 0], [3, 0]]}])
+    assert [u["src"] for u in got["unmerged"]] == [2, 3] and "counters" in got["unmerged"][1]["reason"]
+    assert got["servers"][0]["pairs"] == 3 and got["servers"][0]["pairs_merged"] == 1
     assert got["overall"]["latency_ns"]["count"] == point["completed"]
     # Rates add up only over pairs that ran together: two rounds, a sum per round and none for the server.
     totals = aggregate.LoadTotals(["a", "b", "c"])

@@ -16,9 +16,10 @@ import struct
 import zlib
 from typing import Iterator, Optional
 
-from hdrh.histogram import HdrHistogram
+from hdrh.histogram import HdrHistogram, get_bucket_count
 
 MAX_DECODED = 4 << 20   # the engine's histograms inflate to ~1 MiB at most (10 s, 3 digits)
+MAX_COUNTS = 1 << 20    # counters a layout may need (the engine's: 25,600): the library allocates them before reading
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))   # the engine's summary keys
 
 
@@ -37,11 +38,27 @@ def _bounded(text: str) -> None:
     _, length = struct.unpack_from(">II", packed)
     inflate = zlib.decompressobj()
     try:
-        inflate.decompress(packed[8:8 + length], MAX_DECODED)
+        payload = inflate.decompress(packed[8:8 + length], MAX_DECODED)
     except zlib.error as e:
         raise HistogramError(f"not a compressed histogram: {e}") from None
     if inflate.unconsumed_tail:
         raise HistogramError(f"inflates beyond {MAX_DECODED} bytes")
+    _counters(payload)
+
+
+def _counters(payload: bytes) -> None:
+    """Raises HistogramError unless the layout the payload's header states (V2: cookie, length, normalising
+    offset, digits, lowest, highest) needs at most MAX_COUNTS counters, counted as the library will."""
+    if len(payload) < 32:
+        raise HistogramError("too short")
+    digits, lowest, highest = struct.unpack_from(">IQQ", payload, 12)
+    if not (1 <= digits <= 5 and 1 <= lowest and 2 * lowest <= highest < 1 << 63):
+        raise HistogramError(f"not a layout: {digits} digits, {lowest} .. {highest}")
+    sub_buckets = 1 << math.ceil(math.log2(2 * 10 ** digits))
+    counts = (get_bucket_count(highest, sub_buckets, int(math.log2(lowest))) + 1) * (sub_buckets // 2)
+    if counts > MAX_COUNTS:
+        raise HistogramError(f"its layout ({digits} digits, {lowest} .. {highest}) needs {counts} counters, "
+                             f"more than {MAX_COUNTS}")
 
 
 def decode(text: str) -> HdrHistogram:
