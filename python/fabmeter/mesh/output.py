@@ -22,7 +22,7 @@ BUCKET_NUMBERS = ("size_lo", "size_hi", "count", "p50", "p99", "latency_p50_ns",
                   "unloaded_count")
 BUCKET_HISTS = ("latency_hist", "unloaded_hist")
 MAX_BUCKETS = 32                 # the engine's slowdown buckets: the deciles of a workload, merged
-HIST_BUDGET = 40 * 1024          # characters of a pair's histograms, all together; beyond: the buckets', then all dropped
+HIST_BUDGET = 40 * 1024          # characters of a pair's histograms together; beyond: the buckets', then all dropped
 
 
 def pair_figures(point: dict) -> dict:

@@ -183,16 +183,18 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     where the identity fields of the two ends' engines (their start line) are kept, by rank."""
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
     samples = output.samples_dir(src, dst) if spec.out is not None and via is None else None
+    folder = None if samples is None else spec.out / samples
     try:
-        if samples is not None:
-            (spec.out / samples).mkdir(parents=True, exist_ok=True)
-        res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server, engine=spec.engine,
-                                      start_at_ns=start_ns, via=via, out=None if samples is None else spec.out / samples),
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return output.failed_pair(src, dst, f"{folder}: {e.strerror or e}")
+    try:
+        res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server,
+                                      engine=spec.engine, start_at_ns=start_ns, via=via, out=folder),
                           on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
-    except OSError as e:
-        return output.failed_pair(src, dst, f"{spec.out / samples}: {e.strerror or e}")
     if envs is not None and res.start:
         for rank, key in ((src, "env"), (dst, "server_env")):
             if isinstance(res.start.get(key), dict):

@@ -14,8 +14,8 @@ from fabmeter import __version__, analysis, hdr
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
                                      fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
-                                     fig_mesh_load_cdf, fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
-                                     fig_summary, fig_throughput_over_time, fmt_ns)
+                                     fig_mesh_load_cdf, fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap,
+                                     fig_stream_vs_rate, fig_summary, fig_throughput_over_time, fmt_ns)
 from fabmeter import compare
 from fabmeter.report import context
 from fabmeter.report.comparison import section as comparison_section
