@@ -763,6 +763,10 @@ def test_load_many_to_many_splits_each_clients_rate(fm, engine, token_file, tmp_
     for s in doc["load"]["servers"]:
         assert s["latency_ns"]["count"] == s["completed"] == 2 * 151 and s["offered_rps"] == 2 * 401, s
     assert doc["load"]["overall"]["latency_ns"]["count"] == 6 * 151
+    r = fm.run("report", tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "report.html").read_text()
+    assert 'merged cdf"' in text and all(f"<td>server {i} 127.0.0.1</td>" in text for i in range(3))
     spec = mesh_run.MeshSpec(["h"] * 3, 0, "load", "many-to-many", "chaotic", 1, {"rate": [801]}, b"", str(engine),
                              5.0)
     seeds = {mesh_run.pair_options(spec, s, d)["seed"] for s, d in patterns.pairs("many-to-many", 3)}
