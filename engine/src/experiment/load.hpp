@@ -703,6 +703,9 @@ inline std::string slowdown_json(const LoadSizes& sizes, const LoadRecord& rec, 
         .add("p50", h.count() && base > 0 ? p50 / base : 0.0).add("p99", h.count() && base > 0 ? p99 / base : 0.0)
         .add("latency_p50_ns", h.count() ? p50 : 0.0).add("latency_p99_ns", h.count() ? p99 : 0.0)
         .add("unloaded_p50_ns", base).add("unloaded_count", unloaded[b].count());
+    // The bucket's histograms, so that runs can be added up exactly (mesh).
+    add_hist(o, "latency_hist", h);
+    add_hist(o, "unloaded_hist", unloaded[b]);
     items += (items.empty() ? "" : ", ") + o.str();
   }
   return "[" + items + "]";

@@ -477,6 +477,27 @@ def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> b
     return png(fig)
 
 
+def fig_mesh_load_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> bytes:
+    """A load mesh's merged histograms as CDFs, one step line per server and a thick one for the whole run.
+    `curves`: (label, [(highest value of a range in ns, fraction at or below it)])."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    for i, (label, points) in enumerate(curves):
+        x, y = (np.array(c, dtype=float) for c in zip(*points))
+        whole = label == "all"
+        ax.step(x / 1e3, y, where="post", lw=2.2 if whole else 1.2, color="black" if whole else f"C{i % 10}",
+                label=label)
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        ax.axhline(q, color="0.5", lw=0.6, ls=":")
+        ax.text(1.0, q, name, transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7, color="0.4")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel("RTT from the intended send [µs, log scale]")
+    ax.set_ylabel("fraction of requests at or below")
+    ax.set_title(title)
+    _legend(fig, ax, len(curves), "lower right", 9.0)
+    return png(fig)
+
+
 def fig_mesh_matrix(title: str, hosts: list[str], grid: list[list[Optional[float]]], what: str,
                     latency: bool, failed: set[tuple[int, int]],
                     flagged: Optional[set[tuple[int, int]]] = None) -> bytes:

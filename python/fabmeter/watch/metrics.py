@@ -33,7 +33,7 @@ from prometheus_client.utils import floatToGoString
 
 from fabmeter import slo
 from fabmeter.mesh import outliers
-from fabmeter.watch import hdr
+from fabmeter import hdr
 
 LABELS = ("src", "dst", "transport", "experiment")
 R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
