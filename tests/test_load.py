@@ -119,6 +119,104 @@ def test_full_window_sheds_instead_of_sending_late(fm):
     assert p["completed"] == p["sent"] and p["lost"] == 0
 
 
+def test_overload_counts_what_was_shed(fm):
+    """--load above 1 offers more than the capacity point achieved: the excess is shed (never sent late), the
+    achieved rate stays at the service limit, and offered = sent + shed."""
+    service_ns = 50_000
+    r = fm.run("load", "-t", "shm", "--service-ns", str(service_ns), "--load", "0.5,2", "--duration", "0.3",
+               "--max-outstanding", "8", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    capacity, half, double = json_lines(r.stdout)
+    assert double["load"] == 2 and double["offered_rps"] == pytest.approx(2 * capacity["achieved_rps"], rel=1e-6)
+    assert double["requests"] == double["sent"] + double["shed"] and double["shed"] > 0, double
+    assert double["achieved_rps"] <= 1.05 * 1e9 / service_ns, double
+    assert double["completed"] == double["sent"] and double["outstanding_max"] <= 8
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+def test_closed_loop_clients(fm, transport):
+    """--clients N: closed loop, a point per N, each client's --outstanding slots all in flight at the start
+    (so the most in flight is exactly clients x outstanding), nothing shed, nothing late."""
+    r = fm.run("load", "-t", transport, "--clients", "2,4,16", "--outstanding", "2", "--think-us", "20",
+               "--threads", "2", "--conns", "2", "--server-threads", "2", "--duration", "0.3", "--json",
+               timeout=120)
+    assert r.returncode == 0, r.stderr
+    points = json_lines(r.stdout)
+    assert [p["clients"] for p in points] == [2, 4, 16]
+    for p in points:
+        assert p["phase"] == "closed loop" and p["arrivals"] == "closed loop" and p["shed"] == 0, p
+        assert p["outstanding"] == 2 and p["think_us"] == 20 and p["completed"] == p["sent"] > 0, p
+        assert p["outstanding_max"] == p["clients"] * 2, p
+        assert p["offered_rps"] == p["achieved_rps"]
+
+
+def test_report_draws_a_client_sweep(fm, tmp_path):
+    r = fm.run("load", "-t", "shm", "--clients", "1,2,4", "--duration", "0.1", "--warmup", "10",
+               "--out", tmp_path / "run")
+    assert r.returncode == 0, r.stderr
+    assert "4 clients x 1 (closed)" in r.stdout
+    r = fm.run("report", tmp_path / "run", "-o", tmp_path / "report.html")
+    assert r.returncode == 0, r.stderr
+    assert 'alt="load closed loop against clients"' in (tmp_path / "report.html").read_text()
+
+
+def test_think_time_bounds_a_closed_loop_client(fm):
+    """One client, one request in flight, 1 ms of think time: it cannot complete more than one request per
+    (think time + fastest round trip); without the pause it would do hundreds of times that."""
+    r = fm.run("load", "-t", "shm", "--clients", "1", "--think-us", "1000", "--duration", "0.3", "--warmup", "10",
+               "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert 0 < p["achieved_rps"] <= 1.02e9 / (1e6 + p["latency_ns"]["min"]), p["achieved_rps"]
+    assert p["outstanding_max"] == 1 and p["completed"] > 0, p
+
+
+def test_open_loop_queues_as_md1_closed_loop_does_not(fm):
+    """Poisson arrivals into a fixed service time D at utilisation rho wait, on average, rho D / (2 (1 - rho))
+    ahead of service (M/D/1); one closed-loop client at the same throughput never finds a queue: its wait
+    stays near zero. The wait is the latency's mean beyond the unloaded round trip (which includes D)."""
+    service_ns, rho = 100_000, 0.5
+    rate = rho * 1e9 / service_ns
+    md1_wait = rho * service_ns / (2 * (1 - rho))
+    args = ["load", "-t", "shm", "--service-ns", str(service_ns), "--duration", "1", "--json"]
+    r = fm.run(*args, "--rate", f"{rate:.0f}", "--arrivals", "poisson", timeout=120)
+    assert r.returncode == 0, r.stderr
+    (open_loop,) = json_lines(r.stdout)
+    think_us = (1e9 / rate - service_ns) / 1e3
+    r = fm.run(*args, "--clients", "1", "--think-us", f"{think_us:.0f}", timeout=120)
+    assert r.returncode == 0, r.stderr
+    (closed,) = json_lines(r.stdout)
+    wait = {n: p["latency_ns"]["mean"] - p["unloaded_ns"]["mean"] for n, p in (("open", open_loop), ("closed", closed))}
+    assert 0.5 * md1_wait <= wait["open"] <= 2 * md1_wait, (wait, md1_wait)
+    assert closed["achieved_rps"] == pytest.approx(open_loop["achieved_rps"], rel=0.3), (closed, open_loop)
+    assert wait["closed"] < 0.25 * md1_wait, (wait, md1_wait)
+
+
+def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
+    """A server whose send queue fills (2 deep, 256 KiB replies) waits for free buffers: every wait, every
+    poll for send completions (with and without any) is counted and timed, the completions per poll add up;
+    the report draws it. A transport without send completions has no such path: `tx` is null."""
+    if "ofi" not in built_transports(engine):
+        pytest.skip("the engine was built without ofi")
+    r = fm.run("load", "-t", "ofi", "--provider", "tcp", "--sq-depth", "2", "--resp-size", "256K", "--rate",
+               "500,20000", "--duration", "0.2", "--warmup", "10", "--json", "--out", tmp_path / "run", timeout=120)
+    assert r.returncode == 0, r.stderr
+    points = json_lines(r.stdout)
+    tx = points[-1]["server"]["tx"]
+    assert tx["waits"] > 0 and tx["polls"] > 0 and tx["wait_ns_total"] > 0, tx
+    assert sum(int(n) * c for n, c in tx["completions_per_poll"].items()) == tx["completions"], tx
+    assert sum(tx["completions_per_poll"].values()) == tx["polls"]
+    assert tx["mean_per_poll"] == pytest.approx(tx["completions"] / tx["polls"])
+    assert tx["wait_ns_mean"] * tx["waits"] == pytest.approx(tx["wait_ns_total"])
+    r = fm.run("report", tmp_path / "run", "-o", tmp_path / "report.html")
+    assert r.returncode == 0, r.stderr
+    assert 'alt="load transmit path"' in (tmp_path / "report.html").read_text()
+    r = fm.run("load", "-t", "tcp", "--rate", "2000", "--count", "200", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert p["server"]["tx"] is None
+
+
 def test_threads_and_connections(fm):
     r = fm.run("load", "-t", "tcp", "--conns", "4", "--threads", "2", "--server-threads", "2", "--rate", "20000",
                "--count", "4000", "--json")
@@ -196,8 +294,14 @@ def test_lost_is_what_the_kernel_dropped(fm, lossy_pair, percent):
 
 @pytest.mark.parametrize("args, says", [
     (["--rate", "0"], "--rate must be between"),
-    (["--load", "1.5"], "--load must be a fraction"),
-    (["--load", "0"], "--load must be a fraction"),
+    (["--load", "10.5"], "--load must be a multiple of the capacity"),
+    (["--load", "0"], "--load must be a multiple of the capacity"),
+    (["--clients", "0"], "--clients must be between 1 and 4096"),
+    (["--clients", "2", "--rate", "1000"], "one of --rate, --load and --clients"),
+    (["--clients", "2", "--load", "0.5"], "one of --rate, --load and --clients"),
+    (["--clients", "1", "--conns", "2", "--threads", "2"], "--clients must be at least --threads"),
+    (["--outstanding", "4"], "closed loop only"),
+    (["--clients", "2", "--think-us", "2000000"], "--think-us must be between"),
     (["--req-size", "4"], "--req-size must be at least 8"),
     (["--req-size", "64", "--workload", "w1"], "either --req-size or --workload"),
     (["--threads", "2"], "--threads and --server-threads must be between 1 and --conns"),

@@ -6,6 +6,7 @@ folder, allocates nothing a header claims, and never ends in a traceback."""
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import os
@@ -14,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -26,6 +28,9 @@ SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>"
 MATH = "$\\undefinedmacro{$"
 HOSTILE = [SCRIPT, IMG]
+# An HdrHistogram header before 8 MiB of zeros compressed to ~8 KiB: decoded without a bound it would allocate them.
+_ZEROS = zlib.compress(bytes(8 << 20))
+BOMB = base64.b64encode(struct.pack(">II", 0x1C849304, len(_ZEROS)) + _ZEROS).decode()
 
 
 def _poison(i: int) -> str:
@@ -219,7 +224,16 @@ def test_malformed_documents_are_notes_not_tracebacks(tmp_path):
                                   "outliers": {"links": [{"src": "0", "dst": [1]}, 5, {"src": 9, "dst": 0}],
                                                "hosts": "x", "rule": 3, "median": "m"},
                                   "drift": {"fields": [{"values": [{"value": {}, "ranks": 7}], "unknown_ranks": 1}, 2],
-                                            "hosts_reporting": 9}})):
+                                            "hosts_reporting": 9}}),
+                      # load's merged figures: an inflation bomb for a histogram, values of the wrong types
+                      ("mesh-e", {"mesh": {"hosts": ["a", "b"], "experiment": "load"},
+                                  "matrix": {"latency_p50_ns": [[None, 1], [2, None]],
+                                             "latency_p99_ns": [[None, 1], [2, None]]},
+                                  "load": {"servers": [{"rank": 0, "host": SCRIPT, "latency_hist": BOMB,
+                                                        "latency_ns": {"count": [], "p50": "x"}, "by_round": 3,
+                                                        "slowdown": [{"size_hi": "x", "p50": 1}, 4]}, 7],
+                                           "overall": {"latency_hist": "not base64!", "latency_hist_below": -5,
+                                                       "slowdown": "x"}}})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "mesh.json").write_text(json.dumps(doc))
     _, text = _report(tmp_path)
@@ -230,6 +244,7 @@ def test_malformed_documents_are_notes_not_tracebacks(tmp_path):
                     "mesh-c/mesh.json: its hosts are not a list"):
         assert problem in text, problem
     assert "mesh-d: 2 hosts" in text        # outliers and drift of the wrong shapes: drawn without them
+    assert "mesh-e: 2 hosts" in text and "merged cdf" not in text and "mesh: not drawn" not in text
     assert 'alt="histogram good"' in text and "<td>odd</td>" in text
 
 

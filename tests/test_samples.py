@@ -42,7 +42,8 @@ def java_percentile(h, q: float, fig: dict, below: int = 0, above: int = 0) -> i
 def test_hist_mode_keeps_a_histogram_not_samples(fm, tmp_path, experiment):
     hdrh = pytest.importorskip("hdrh.histogram")
     args, hist_key, figure = RUNS[experiment]
-    r = fm.run(experiment, "-t", "shm", *args, "--samples", "hist", "--out", str(tmp_path), "--json")
+    r = fm.run(experiment, "-t", "shm", *args, "--samples", "hist", "--percentiles", "75", "--out", str(tmp_path),
+               "--json")
     assert r.returncode == 0, r.stderr
     (p,) = json_lines(r.stdout)
     assert p["samples_kind"] == "hist" and "samples" not in p
@@ -53,7 +54,7 @@ def test_hist_mode_keeps_a_histogram_not_samples(fm, tmp_path, experiment):
     below, above = p[hist_key + "_below"], p[hist_key + "_above"]
     assert h.get_total_count() + below + above == p["iterations"] > 0
     assert below + above <= p["iterations"] // 100, p
-    for key, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+    for key, q in (("p10", 10), ("p50", 50), ("p75", 75), ("p90", 90), ("p99", 99), ("p999", 99.9), ("p9999", 99.99)):
         assert p[figure][key] == java_percentile(h, q, p[figure], below, above), (key, p[figure])
     if experiment == "lat":  # one-way is RTT/2 of the same histogram
         assert p["latency_ns"]["p50"] == p["rtt_ns"]["p50"] / 2

@@ -178,6 +178,10 @@ def test_shipped_suites_are_valid(info):
     assert all(p.experiment == "load" and p.options["load"] == [0.2, 0.5, 0.8] for p in homa)
     pools = {(p.transport, p.options.get("rq_depth"), p.options.get("sq_depth")) for p in names["ramcloud-load"].points}
     assert {("verbs", 24, 8), ("verbs", 24, 32), ("verbs", 24, 64), ("verbs", 48, 8)} <= pools
+    ramcloud = names["ramcloud-load"].points
+    assert all(max(p.options["load"]) == 2.0 for p in ramcloud if "load" in p.options)   # through the knee to 2x
+    closed = {p.transport: p.options["clients"] for p in ramcloud if "clients" in p.options}
+    assert set(closed) == {"verbs", "tcp"} and all(c[0] == 1 and c[-1] == 40 for c in closed.values()), closed
 
 
 @pytest.mark.parametrize("name", ["homa-load", "ramcloud-load"])

@@ -29,7 +29,8 @@ from fabmeter import run
 prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from fabmeter.watch import hdr, loop, metrics  # noqa: E402
+from fabmeter import hdr  # noqa: E402
+from fabmeter.watch import loop, metrics  # noqa: E402
 
 SMALL_ONEWAY = ["--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
 SMALL_LAT = ["--experiment", "lat", "-n", "200", "--warmup", "20"]

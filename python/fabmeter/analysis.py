@@ -7,15 +7,43 @@ from the raw .npy samples.
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-# The summary keys of every latency block, in display order.
-STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
-PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
-STAT_LABELS = {"min": "min", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9",
-               "max": "max", "mean": "mean", "stdev": "stdev"}
+# The fixed summary keys of every latency block, in display order; a run's
+# --percentiles adds keys of their own (percentile_key) between max and the
+# fixed percentiles.
+STAT_KEYS = ("min", "p10", "p50", "p90", "p99", "p999", "p9999", "max", "mean", "stdev")
+PERCENTILES = {"p10": 10.0, "p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+STAT_LABELS = {"min": "min", "p10": "p10", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p99.9",
+               "p9999": "p99.99", "max": "max", "mean": "mean", "stdev": "stdev"}
+_KEY = re.compile(r"p(\d{2})(\d{0,4})")
+
+
+def percentile_key(q: float) -> str:
+    """The engine's key of percentile q (stats.hpp): p, the whole part in at
+    least two digits, then the decimals: 10 -> p10, 99.99 -> p9999, 1.5 -> p015."""
+    scaled = round(q * 1e4)
+    return "p" + f"{scaled // 10000:02d}{scaled % 10000:04d}".rstrip("0").ljust(2, "0")
+
+
+def key_percentile(key: str) -> Optional[float]:
+    """percentile_key's inverse: 'p9999' -> 99.99; None for a key that is no percentile."""
+    m = _KEY.fullmatch(key)
+    return float(f"{m[1]}.{m[2] or 0}") if m else None
+
+
+def percentile_label(key: str) -> str:
+    """'p9999' -> 'p99.99', 'p015' -> 'p1.5'."""
+    q = key_percentile(key)
+    return STAT_LABELS.get(key) or (f"p{q:g}" if q is not None else key)
+
+
+def shown_percentiles(default: Sequence[str], chosen: Sequence[float] = ()) -> list[str]:
+    """The percentile keys a table shows: the run's --percentiles, else its own."""
+    return [percentile_key(q) for q in sorted(set(chosen))] if chosen else list(default)
 
 # oneway's stages, each from the submit stamp t_subm (docs/results.md): the
 # point's key, the stage's name, the stamps it spans. Completion exists only
@@ -25,16 +53,18 @@ ONEWAY_STAGES = (("post_ns", "post", "t_send - t_subm"),
                  ("completion_ns", "completion", "t_comp - t_subm"))
 
 
-def summarize(samples: np.ndarray) -> dict:
-    """The engine's summary of a sample array (population stdev)."""
+def summarize(samples: np.ndarray, extra: Sequence[float] = ()) -> dict:
+    """The engine's summary of a sample array (population stdev), with the
+    percentiles `extra` (--percentiles) beside the fixed ones."""
     a = np.asarray(samples, dtype=np.float64)
+    qs = {**PERCENTILES, **{percentile_key(q): q for q in extra}}
     if a.size == 0:
-        return {k: None for k in STAT_KEYS}
+        return {k: None for k in (*STAT_KEYS, *qs)}
     out = {"min": float(a.min())}
-    for k, q in PERCENTILES.items():
+    for k, q in qs.items():
         out[k] = float(np.percentile(a, q))
     out.update(max=float(a.max()), mean=float(a.mean()), stdev=float(a.std()))
-    return {k: out[k] for k in STAT_KEYS}
+    return out
 
 
 def median(values: Iterable[float]) -> Optional[float]:
@@ -101,8 +131,9 @@ def _latency_label(point: dict) -> str:
     return "one-way (RTT/2) ns" if kind == "rtt/2" else "one-way ns"
 
 
-def point_block(point: dict) -> str:
-    """One measured point as a labelled table: rows are figures, columns statistics."""
+def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
+    """One measured point as a labelled table: rows are figures, columns
+    statistics (the percentiles: `percentiles`, else the fixed ones)."""
     exp = point.get("experiment", "?")
     head = (f"{exp}  {point.get('transport', '?')}/{point.get('poll', '?')}  {fmt_size(point.get('size'))}"
             f"  iterations {fmt_num(point.get('iterations'))}"
@@ -111,15 +142,16 @@ def point_block(point: dict) -> str:
         head += "  [PARTIAL: run did not finish]"
     parts = [head]
     rows = []
+    cols = ["min", *shown_percentiles([k for k in STAT_KEYS if k in PERCENTILES], percentiles), "max", "mean", "stdev"]
     if point.get("latency_ns"):
-        rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in STAT_KEYS])
+        rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in cols])
     if point.get("rtt_ns"):
-        rows.append(["RTT ns"] + [point["rtt_ns"].get(k) for k in STAT_KEYS])
+        rows.append(["RTT ns"] + [point["rtt_ns"].get(k) for k in cols])
     for key, name, stamps in ONEWAY_STAGES:
         if key != "latency_ns" and point.get(key):
-            rows.append([f"one-way stage {name} ns ({stamps})"] + [point[key].get(k) for k in STAT_KEYS])
+            rows.append([f"one-way stage {name} ns ({stamps})"] + [point[key].get(k) for k in cols])
     if rows:
-        parts.append(format_table(["figure"] + [STAT_LABELS[k] for k in STAT_KEYS], rows))
+        parts.append(format_table(["figure"] + [percentile_label(k) for k in cols], rows))
     extra = []
     if point.get("gbps") is not None:
         extra.append(["bandwidth Gbit/s", fmt_num(point["gbps"], 3)])
@@ -163,15 +195,16 @@ def point_block(point: dict) -> str:
     return "\n".join(parts)
 
 
-def sweep_table(points: list[dict]) -> str:
+def sweep_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
     """Several sizes of one run: one row per size, every column labelled."""
     exp = points[0].get("experiment")
-    lat_label = "one-way p50 ns (RTT/2)" if exp == "lat" else "one-way p50 ns"
+    shown = shown_percentiles(("p50", "p99"), percentiles)
     headers = ["size", "iterations", "warm-up"]
-    if any(p.get("latency_ns") for p in points):
-        headers += [lat_label, lat_label.replace("p50", "p99")]
-    if any(p.get("rtt_ns") for p in points):
-        headers += ["RTT p50 ns", "RTT p99 ns", "RTT max ns"]
+    has_lat, has_rtt = any(p.get("latency_ns") for p in points), any(p.get("rtt_ns") for p in points)
+    if has_lat:
+        headers += [f"one-way {percentile_label(k)} ns" + (" (RTT/2)" if exp == "lat" else "") for k in shown]
+    if has_rtt:
+        headers += [f"RTT {percentile_label(k)} ns" for k in shown] + ["RTT max ns"]
     if any(p.get("gbps") is not None for p in points):
         headers += ["bandwidth Gbit/s", "msg/s"]
     headers += ["lost", f"CPU ns/{cpu_per(points).replace('_', ' ')} client | server"]
@@ -179,12 +212,12 @@ def sweep_table(points: list[dict]) -> str:
     for p in points:
         r = [fmt_size(p.get("size")) + (" (partial)" if p.get("partial") else ""),
              p.get("iterations"), p.get("warmup")]
-        if "one-way" in " ".join(headers):
+        if has_lat:
             lat = p.get("latency_ns") or {}
-            r += [lat.get("p50"), lat.get("p99")]
-        if "RTT p50 ns" in headers:
+            r += [lat.get(k) for k in shown]
+        if has_rtt:
             rtt = p.get("rtt_ns") or {}
-            r += [rtt.get("p50"), rtt.get("p99"), rtt.get("max")]
+            r += [rtt.get(k) for k in shown] + [rtt.get("max")]
         if "msg/s" in headers:
             r += [fmt_num(p.get("gbps"), 3), fmt_num(p.get("msg_rate"), 0)]
         r += [p.get("lost"), cpu_cell(p)]
@@ -193,12 +226,13 @@ def sweep_table(points: list[dict]) -> str:
     return title + "\n" + format_table(headers, rows)
 
 
-def stream_table(points: list[dict]) -> str:
+def stream_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
     """A stream grid: one row per rate x values point."""
-    headers = ["rate Hz", "values", "achieved Hz", "one-way p50 ns", "one-way p99 ns", "one-way max ns",
-               "missed %", "over deadline %", "lost", "CPU ns/msg client | server"]
+    shown = shown_percentiles(("p50", "p99"), percentiles)
+    headers = ["rate Hz", "values", "achieved Hz", *(f"one-way {percentile_label(k)} ns" for k in shown),
+               "one-way max ns", "missed %", "over deadline %", "lost", "CPU ns/msg client | server"]
     rows = [[fmt_num(p.get("rate_hz"), 0), p.get("values"), fmt_num(p.get("achieved_rate_hz"), 0),
-             (p.get("latency_ns") or {}).get("p50"), (p.get("latency_ns") or {}).get("p99"),
+             *((p.get("latency_ns") or {}).get(k) for k in shown),
              (p.get("latency_ns") or {}).get("max"), fmt_num(p.get("missed_pct"), 3),
              fmt_num(p.get("deadline_miss_pct"), 3), p.get("lost"), cpu_cell(p)] for p in points]
     title = f"stream  {points[0].get('transport', '?')}/{points[0].get('poll', '?')}  (one-way = receive - scheduled time)"
@@ -232,9 +266,10 @@ def load_knee(points: list[dict]) -> dict:
     return {"offered_rps": None, "reason": "every point held", "last_held_rps": held}
 
 
-def load_table(points: list[dict]) -> str:
+def load_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
     """A load run: one row per offered rate; latency from the intended send time."""
-    headers = ["offered /s", "achieved /s", "Gbit/s", "p50 ns", "p99 ns", "p99.9 ns", "max ns",
+    shown = shown_percentiles(("p50", "p99", "p999"), percentiles)
+    headers = ["offered /s", "achieved /s", "Gbit/s", *(f"{percentile_label(k)} ns" for k in shown), "max ns",
                "unloaded p99 ns", "service p99 ns", "lag p99 ns", "shed", "lost", "outstanding max",
                "CPU ns/req client | server"]
     rows = []
@@ -243,12 +278,14 @@ def load_table(points: list[dict]) -> str:
         label = fmt_num(p.get("offered_rps"), 0)
         if p.get("phase") == "capacity":
             label = "capacity (closed)"
+        elif p.get("clients"):
+            label = f"{p['clients']} clients x {p.get('outstanding')} (closed)"
         elif p.get("load"):
             label += f" ({p['load']:.0%})"
         if p.get("partial"):
             label += " (partial)"
         rows.append([label, fmt_num(p.get("achieved_rps"), 0), fmt_num(p.get("achieved_gbps"), 3),
-                     lat.get("p50"), lat.get("p99"), lat.get("p999"), lat.get("max"),
+                     *(lat.get(k) for k in shown), lat.get("max"),
                      (p.get("unloaded_ns") or {}).get("p99"), svc.get("p99"), lag.get("p99"),
                      p.get("shed"), p.get("lost"), p.get("outstanding_max"), cpu_cell(p)])
     first = next((p for p in points if p.get("phase") != "capacity"), points[0])
@@ -274,16 +311,18 @@ def clock_line(points: list[dict]) -> str:
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
-def run_report(points: list[dict]) -> str:
+def run_report(points: list[dict], percentiles: Sequence[float] = ()) -> str:
+    """The terminal tables of a run; `percentiles`: its --percentiles, shown
+    instead of each table's own."""
     if not points:
         return "no points measured"
     if points[0].get("experiment") == "load":
-        return load_table(points)
+        return load_table(points, percentiles)
     if len(points) == 1:
-        table = point_block(points[0])
+        table = point_block(points[0], percentiles)
     elif points[0].get("experiment") == "stream":
-        table = stream_table(points)
+        table = stream_table(points, percentiles)
     else:
-        table = sweep_table(points)
+        table = sweep_table(points, percentiles)
     clock = clock_line(points)
     return table + ("\n" + clock if clock else "")

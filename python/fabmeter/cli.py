@@ -102,8 +102,11 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
     command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
                          help="what each pair runs, with that experiment's options (default: %(default)s)")
-    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS, default="all-to-all",
-                         help="which directed pairs (default: %(default)s)")
+    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS + mesh_patterns.SPLIT_PATTERNS,
+                         default="all-to-all",
+                         help="which directed pairs (default: %(default)s); many-to-many: load, every host a client "
+                              "of all the others at once, its --rate and --count split among them (--schedule "
+                              "chaotic)")
     command.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
                          help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
                               "(default: %(default)s)")
@@ -131,7 +134,8 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                          help="... and also at least PCT %% from that median (default: %(default)g)")
     command.add_argument("--out", metavar="DIR",
                          help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
-                              "(`fabmeter report DIR` draws them); other ranks ignore it")
+                              "(`fabmeter report DIR` draws them); with --samples raw every rank also writes its "
+                              "pairs' samples in DIR/pairs/SRC-DST (on its own host)")
     if info is not None:
         Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
 
@@ -288,7 +292,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     if not (res.exit_code == EXIT_USAGE and res.start is None):
         record.finish(res.status, res.message, code, slo=verdict)
     if not ns.json and res.points:
-        print(analysis.run_report(res.points), flush=True)
+        chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
+        print(analysis.run_report(res.points, chosen), flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
@@ -398,11 +403,15 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
     if not 0 < ns.serve_port < 65536:
         die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
+    if ns.pattern in mesh_patterns.SPLIT_PATTERNS and (ns.experiment != "load" or ns.schedule != "chaotic"):
+        die(f"mesh: --pattern {ns.pattern} splits load's rate among every other host at once: it needs "
+            "--experiment load --schedule chaotic", EXIT_USAGE)
     if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
         die("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
-    out = out_folder(ns.out) if ns.out and rank in (0, None) else None   # the rank that writes mesh.json
     table = engine_options(engine)
     given = table.given(ns)
+    raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
+    out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     if given.get("transport") is None:
         die("mesh: choose a transport with -t", EXIT_USAGE)
     for key in given:
@@ -421,13 +430,15 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     if ns.launch in ("ssh", "local"):
         rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+        if out and raw:     # the same folder on every host: as typed over ssh, this one's here
+            rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
         here = (f"FABMETER_ENGINE={shlex.quote(engine)} PYTHONPATH={shlex.quote(str(Path(__file__).parent.parent))} "
                 f"{shlex.quote(sys.executable)} -m fabmeter")
         launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
                              timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
-                             (ns.outlier_mads, ns.outlier_floor / 100.0))
+                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
     pairs: list[dict] = []
     started_at = now_iso()
 

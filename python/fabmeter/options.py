@@ -99,12 +99,12 @@ class Option:
             if text not in self.choices:
                 raise ValueError(f"expected {'|'.join(self.choices)}, got '{text}'")
             return text
-        if self.type == "list":   # integers (K/M/G allowed), or fractions (item "fraction")
+        if self.type == "list":   # integers (K/M/G allowed), or numbers (item "number")
             return [self._item(x) for x in text.split(",")]
         return _parse_scalar(self.type, text)
 
     def _item(self, text: str) -> Any:
-        return _number(text) if self.item == "fraction" else parse_size(text)
+        return _number(text) if self.item == "number" else parse_size(text)
 
     # --- from a suite (TOML values) --------------------------------------------
 
@@ -115,7 +115,7 @@ class Option:
         if self.type == "choice":
             return "one of " + ", ".join(f'"{c}"' for c in self.choices)
         if self.type == "list":
-            kind = "number" if self.item == "fraction" else "integer"
+            kind = "number" if self.item == "number" else "integer"
             return f'a non-negative {kind}, or a string "A,B,..." for one run that sweeps them'
         if self.type in ("size", "count"):
             return f'a non-negative integer (or a string with a K/M/G suffix, e.g. "64K"){auto}'
@@ -147,11 +147,11 @@ class Option:
                 raise bad from None
         if isinstance(value, (int, float)):
             whole = float(value).is_integer()
-            whole_only = self.type in ("size", "count") or (self.type == "list" and self.item != "fraction")
+            whole_only = self.type in ("size", "count") or (self.type == "list" and self.item != "number")
             if value < 0 or value != value or (whole_only and not whole):
                 raise bad
             if self.type == "list":
-                return [value if self.item == "fraction" else int(value)]
+                return [value if self.item == "number" else int(value)]
             return int(value) if self.type in ("size", "count") else value
         raise bad
 

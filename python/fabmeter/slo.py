@@ -27,13 +27,14 @@ from fabmeter.analysis import STAT_LABELS, fmt_size, format_table
 from fabmeter.errors import EXIT_OK, EXIT_SLO
 
 # FIGURE as written -> the key of the engine's latency_ns object (stats.cpp to_json).
-FIGURES = {"p50": "p50", "p90": "p90", "p99": "p99", "p999": "p999", "p99.9": "p999", "max": "max", "mean": "mean"}
+FIGURES = {"p10": "p10", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p999", "p99.9": "p999", "p9999": "p9999",
+           "p99.99": "p9999", "max": "max", "mean": "mean"}
 UNITS_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 OPS = ("<=", "<")
 # Experiments whose points carry no latency figure: objectives do not apply.
 NO_LATENCY = ("bw", "check")
 HELP = ("latency objectives checked on every point's one-way latency, e.g. 'p99<=20us,p999<=100us' "
-        "(FIGURE: p50, p90, p99, p999 or p99.9, max, mean; OP: <= or <; a unit is required: ns, us, ms, s); "
+        "(FIGURE: p10, p50, p90, p99, p999 or p99.9, p9999 or p99.99, max, mean; OP: <= or <; a unit is required: ns, us, ms, s); "
         "a missed one ends with exit code 4")
 
 _ITEM_RE = re.compile(r"^\s*([A-Za-z0-9.]+)\s*(<=|<|=<|>=|=>|>|==|=)?\s*([^A-Za-z\s]*)\s*([A-Za-z]*)\s*$")
@@ -81,7 +82,7 @@ def parse(text: Optional[str]) -> list[Objective]:
         figure, op, number, unit = m.groups()
         what = f"'{item.strip()}'"
         if figure.lower() not in FIGURES:
-            raise SloError(f"{what}: unknown figure '{figure}' (expected p50, p90, p99, p999 or p99.9, max, mean)")
+            raise SloError(f"{what}: unknown figure '{figure}' (expected p10, p50, p90, p99, p999 or p99.9, p9999 or p99.99, max, mean)")
         if op not in OPS:
             raise SloError(f"{what}: expected the operator <= or <" + (f", got '{op}'" if op else ""))
         try:

@@ -37,6 +37,7 @@ struct CommonOptions {
   std::vector<uint64_t> rate = {1000};   // stream: samples per second; load: requests per second
   uint64_t count = 0;               // samples or requests per point; 0 = auto (--duration, else 1 s worth)
   std::string samples = "auto";     // raw | hist | auto (load: hist, the rest raw)
+  std::vector<double> percentiles;  // reported beside the fixed ones (stats.hpp); empty: none
 
   uint32_t loss_timeout_ms = 200;   // unreliable transports: reply considered lost
   std::string clock = "tsc";        // tsc | monotonic
@@ -78,7 +79,10 @@ struct LoadOptions {
   static constexpr const char* kGroup = "load";
   static constexpr uint64_t kMaxOutstanding = 1'000'000;  // a slot index fits the request's tag (load.hpp)
   std::string arrivals = "poisson";      // poisson | uniform | fixed
-  std::vector<double> load;              // fractions of the measured capacity; replaces --rate when set
+  std::vector<double> load;              // fractions of the measured capacity (above 1: overload); replaces --rate when set
+  std::vector<uint64_t> clients;         // closed loop: a point per client count; replaces --rate when set
+  uint64_t outstanding = 1;              // closed loop: requests each client keeps in flight
+  double think_us = 0;                   // closed loop: a client's pause between a reply and its next request
   uint64_t req_size = 32;                // request bytes (without --workload)
   uint64_t resp_size = 0;                // response bytes; 0 = auto: as large as its request (echo)
   std::string workload;                  // w1..w5 or a CSV file (client side only); "" = --req-size

@@ -197,7 +197,8 @@ Summary summarize(const Histogram& h) {
   // A bucket's highest equivalent value may lie above the largest value
   // recorded: a percentile never reads above the (exact) max.
   auto at = [&](double p) { return std::min(static_cast<double>(h.value_at_percentile(p)), s.max); };
-  s.p50 = at(50), s.p90 = at(90), s.p99 = at(99), s.p999 = at(99.9);
+  s.p10 = at(10), s.p50 = at(50), s.p90 = at(90), s.p99 = at(99), s.p999 = at(99.9), s.p9999 = at(99.99);
+  for (double q : reported_percentiles()) s.extra.emplace_back(q, at(q));
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
+#include "fabmeter/stats.hpp"
 
 namespace fm {
 namespace {
@@ -141,9 +142,10 @@ std::string one_of(std::string_view key, std::string_view v) {
   .set = [](Params& p, std::string_view v) { group_of<G>(p).field = std::string(v); }, \
   .get = [](const Params& p) { return group_of<G>(p).field; }
 #define LIST(G, field) \
-  .set = [](Params& p, std::string_view v) { group_of<G>(p).field = parse_list(#field, v); }, \
+  .set = [](Params& p, std::string_view v) { \
+    group_of<G>(p).field = v.empty() ? std::vector<uint64_t>{} : parse_list(#field, v); }, \
   .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
-// A list of fractions; empty (the default) is off.
+// A list of numbers; empty is off (the default of --load, --percentiles).
 #define DBL_LIST(G, field) \
   .set = [](Params& p, std::string_view v) { \
     group_of<G>(p).field = v.empty() ? std::vector<double>{} : parse_double_list(#field, v); }, \
@@ -235,9 +237,17 @@ std::vector<OptSpec> make_table() {
      .get = [](const Params& p) { return p.stream.sink; }},
     {.name = "deadline-us", .metavar = "US", .group = "stream", .type = T::duration, .unit = "us", .scope = "stream",
      .help = "count samples slower than this as deadline misses (0: one period)", DBL(Stream, deadline_us)},
-    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "fraction", .scope = "load",
-     .help = "offered load as fractions of the path's capacity (0 < F <= 1; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
+    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "number", .scope = "load",
+     .help = "offered load as fractions of the path's capacity (0 < F <= 10; above 1 offers more than the path carries: what is shed, sent and completed is counted; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
      DBL_LIST(Load, load)},
+    {.name = "clients", .metavar = "N[,N...]", .group = "load", .type = T::list, .values = "count", .scope = "load",
+     .help = "closed loop: N clients (1 .. 4096), each with --outstanding requests in flight and a new one as soon as one completes (after --think-us), dealt among the client threads; a list makes a sweep; replaces --rate",
+     LIST(Load, clients)},
+    {.name = "outstanding", .metavar = "K", .group = "load", .type = T::count, .scope = "load",
+     .help = "closed loop (--clients): requests each client keeps in flight", U64(Load, outstanding)},
+    {.name = "think-us", .metavar = "US", .group = "load", .type = T::duration, .unit = "us", .scope = "load",
+     .help = "closed loop (--clients): a client's pause between a reply and its next request, microseconds",
+     DBL(Load, think_us)},
     {.name = "arrivals", .metavar = "KIND", .group = "load", .type = T::choice, .values = "poisson,uniform,fixed",
      .scope = "load", .help = "send times: poisson (exponential gaps), uniform (gaps in [0, 2/rate]) or fixed (every 1/rate)",
      CHOICE(Load, arrivals)},
@@ -265,6 +275,9 @@ std::vector<OptSpec> make_table() {
     {.name = "samples", .metavar = "KIND", .type = T::choice, .values = "auto,raw,hist", .scope = "lat,oneway,stream,load",
      .help = "raw: every latency, saved as .npy (--out), percentiles exact; hist: a log-linear histogram (HdrHistogram layout, 3 significant digits, bounded memory, merged across threads), encoded in the point; auto: load hist, the others raw",
      CHOICE(Com, samples)},
+    {.name = "percentiles", .metavar = "Q[,Q...]", .type = T::list, .values = "number", .scope = "lat,oneway,stream,load",
+     .help = "percentiles to report beside min, p10, p50, p90, p99, p99.9, p99.99 and max, e.g. 75,99.999 (0 < Q < 100, at most 4 decimals, up to 8; keys as p75, p99999); the terminal tables show these instead of the fixed ones",
+     DBL_LIST(Com, percentiles)},
     {.name = "seed", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
      .help = "seed of the send times and sizes (the same seed, the same schedule)", U64(Load, seed)},
     {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud",
@@ -476,7 +489,24 @@ void validate_load(const Params& p) {
   const LoadOptions& l = p.load;
   if (l.load.size() > 64) usage_error("--load takes at most 64 values");
   for (double f : l.load)
-    if (!(f > 0 && f <= 1)) usage_error("--load must be a fraction of the capacity: above 0 and at most 1.0");
+    if (!(f > 0 && f <= 10)) usage_error("--load must be a multiple of the capacity: above 0 and at most 10");
+  if (!l.clients.empty()) {
+    if (!l.load.empty() || std::find(p.given.begin(), p.given.end(), "rate") != p.given.end())
+      usage_error("give one of --rate, --load and --clients");
+    if (l.clients.size() > 64) usage_error("--clients takes at most 64 values");
+    for (uint64_t n : l.clients) {
+      if (n < 1 || n > 4096) usage_error("--clients must be between 1 and 4096");
+      if (n < l.threads) usage_error("--clients must be at least --threads (each thread drives clients of its own)");
+      if (n * l.outstanding > LoadOptions::kMaxOutstanding)
+        usage_error("--clients x --outstanding must be at most " + std::to_string(LoadOptions::kMaxOutstanding));
+    }
+  }
+  if (l.outstanding < 1 || l.outstanding > LoadOptions::kMaxOutstanding)
+    usage_error("--outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
+  if (!(l.think_us >= 0 && l.think_us <= 1e6)) usage_error("--think-us must be between 0 and 1000000 (one second)");
+  if (l.clients.empty() && (std::find(p.given.begin(), p.given.end(), "outstanding") != p.given.end() ||
+                            std::find(p.given.begin(), p.given.end(), "think-us") != p.given.end()))
+    usage_error("--outstanding and --think-us apply to closed loop only: give --clients");
   const bool req_given = std::find(p.given.begin(), p.given.end(), "req-size") != p.given.end();
   if (!l.workload.empty() && req_given) usage_error("give either --req-size or --workload, not both");
   if (l.req_size < 8) usage_error("--req-size must be at least 8 bytes (its sequence number and response size ride in it)");
@@ -521,6 +551,7 @@ void validate(const Params& p) {
     if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
   }
   if (p.experiment == "stream") {
+    if (p.stream.values.empty() || p.stream.values.size() > 64) usage_error("--values takes 1 to 64 values");
     for (uint64_t v : p.stream.values)
       if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
   }
@@ -531,6 +562,7 @@ void validate(const Params& p) {
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
+  check_percentiles(p.percentiles);
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }
 

@@ -22,7 +22,15 @@
 //
 // --load F: the first point runs closed loop (a request whenever one of
 // --max-outstanding slots is free) and its achieved rate is the capacity;
-// the next points offer F x that.
+// the next points offer F x that (above 1: more than the path carries).
+//
+// --clients N: closed loop, one point per N: N clients, each with
+// --outstanding requests in flight, a slot reused as soon as its reply is
+// in (after --think-us); the clients are dealt among the threads. Latency
+// is still from the intended send, which in closed loop is the moment a
+// slot came free: a slow reply delays the next request instead of queueing
+// behind it, so closed loop never shows the open loop's queueing
+// (coordinated omission).
 #pragma once
 #include <sys/prctl.h>
 #include <time.h>
@@ -35,6 +43,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
@@ -200,25 +209,64 @@ struct LoadRecord {
 
 // What one point asks of each client thread.
 struct LoadSchedule {
-  bool closed;            // capacity point: a request whenever a slot is free, until stop_at
+  bool closed;            // capacity point or --clients: a request whenever a slot is free, until stop_at
   double rate;            // requests/s of this thread (open loop)
   uint64_t total;         // requests this thread issues, warm-up included (closed loop by time: UINT64_MAX)
   uint64_t warmup;        // of those, the first ones
   uint64_t t0;            // ticks: the schedule's start, shared by the threads
   uint64_t window;        // ticks: closed loop by time, how long measured requests are issued (0: by count)
   uint64_t stop_at;       // ticks: when to stop issuing, `window` after the warm-up
+  uint64_t think = 0;     // ticks: closed loop, how long a slot rests between its reply and its next request
+};
+
+// The server's transmit path as RAMCloud timed it: a reply that finds no
+// free send buffer (the send queue full) polls for send completions until
+// one frees; each poll is stamped, split into polls that returned
+// completions and polls that returned none, and the whole wait is timed.
+// Only that path is stamped: a reply that goes out at once costs nothing.
+constexpr int kTxPollMax = 16;  // completions one poll may return (reap_send_comps)
+struct TxRecord {
+  uint64_t waits = 0, wait_ns = 0;                    // replies that found no free buffer; their time waiting
+  uint64_t polls_empty = 0, empty_ns = 0;             // polls that returned no completion; time in them
+  uint64_t polls = 0, poll_ns = 0, completions = 0;   // polls that returned some; time in them; how many
+  uint64_t per_poll[kTxPollMax] = {};                 // [n-1]: polls that returned n
+  static constexpr int kFields = 7 + kTxPollMax;
+  // The fields in the order they travel (LoadServerStats::encode).
+  const uint64_t& field(int i) const {
+    const uint64_t* f[] = {&waits, &wait_ns, &polls_empty, &empty_ns, &polls, &poll_ns, &completions};
+    return i < 7 ? *f[i] : per_poll[i - 7];
+  }
+  uint64_t& field(int i) { return const_cast<uint64_t&>(std::as_const(*this).field(i)); }
+  void add(const TxRecord& o) {
+    for (int i = 0; i < kFields; ++i) field(i) += o.field(i);
+  }
+  JsonObj json() const {
+    JsonObj per, o;
+    for (int i = 0; i < kTxPollMax; ++i)
+      if (per_poll[i]) per.add(std::to_string(i + 1), per_poll[i]);
+    auto mean = [](uint64_t sum, uint64_t n) { return n ? static_cast<double>(sum) / static_cast<double>(n) : 0.0; };
+    o.add("waits", waits).add("wait_ns_mean", mean(wait_ns, waits)).add("wait_ns_total", wait_ns)
+        .add("polls", polls).add("completions", completions).add("completions_per_poll", per)
+        .add("mean_per_poll", mean(completions, polls)).add("poll_ns_mean", mean(poll_ns, polls))
+        .add("polls_empty", polls_empty).add("empty_poll_ns_mean", mean(empty_ns, polls_empty));
+    return o;
+  }
 };
 
 // Server -> client after the point: what the server saw, added over its threads.
 struct LoadServerStats {
   uint64_t requests = 0, malformed = 0, empty_polls = 0;
   uint64_t per_poll[kMaxBatch] = {};  // [n-1]: polls of a connection that returned n requests (the last: 64 and more)
+  bool tx_timed = false;              // the transport reports send completions: `tx` below means something
+  TxRecord tx;
 
   PoolRecord pools;
 
   void add(const LoadServerStats& o) {
     requests += o.requests, malformed += o.malformed, empty_polls += o.empty_polls;
     for (int i = 0; i < kMaxBatch; ++i) per_poll[i] += o.per_poll[i];
+    tx_timed |= o.tx_timed;
+    tx.add(o.tx);
     PoolRecord& p = pools;
     const PoolRecord& q = o.pools;
     p.unit = std::max(p.unit, q.unit);
@@ -229,6 +277,8 @@ struct LoadServerStats {
   std::string encode() const {
     std::string s = std::to_string(requests) + " " + std::to_string(malformed) + " " + std::to_string(empty_polls);
     for (uint64_t n : per_poll) s += " " + std::to_string(n);
+    s += tx_timed ? " 1" : " 0";
+    for (int i = 0; i < TxRecord::kFields; ++i) s += " " + std::to_string(tx.field(i));
     const PoolRecord& p = pools;
     for (uint64_t n : {p.unit, p.rx_capacity, p.tx_capacity, p.rx_max, p.tx_max, p.rx_sum, p.tx_sum, p.samples,
                        static_cast<uint64_t>(p.series.size())})
@@ -238,7 +288,7 @@ struct LoadServerStats {
     return s;
   }
   // The largest encode(): 20 digits and a space per number.
-  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 9 + 3 * kPoolSeries) * 21;
+  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries) * 21;
   // Every number checked, the series' length bounded before it is read:
   // the peer's text is untrusted.
   static LoadServerStats decode(std::string_view s) {
@@ -252,6 +302,8 @@ struct LoadServerStats {
     };
     st.requests = next(), st.malformed = next(), st.empty_polls = next();
     for (uint64_t& n : st.per_poll) n = next();
+    st.tx_timed = next(1) == 1;
+    for (int i = 0; i < TxRecord::kFields; ++i) st.tx.field(i) = next();
     PoolRecord& p = st.pools;
     p.unit = next(2);
     for (uint64_t* f : {&p.rx_capacity, &p.tx_capacity, &p.rx_max, &p.tx_max, &p.rx_sum, &p.tx_sum, &p.samples}) *f = next();
@@ -272,6 +324,8 @@ struct LoadServerStats {
     }
     o.add("requests", requests).add("malformed", malformed).add("empty_polls", empty_polls)
         .add("completions_per_poll", per).add("mean_per_poll", polls ? static_cast<double>(sum) / static_cast<double>(polls) : 0.0);
+    if (tx_timed) o.add("tx", tx.json());
+    else o.add_raw("tx", "null");
     const PoolRecord& p = pools;
     if (!p.unit) return o;
     auto column = [&](int k) {
@@ -337,6 +391,7 @@ class LoadSender {
         loss_ticks_(clk_.ns_to_ticks(c.p.loss_timeout_ms * 1e6)), drain_ticks_(clk_.ns_to_ticks(c.p.timeout_ms * 1e6)) {
     for (uint32_t i = 0; i < max_outstanding; ++i) free_[i] = static_cast<uint32_t>(max_outstanding - 1 - i);
     n_free_ = max_outstanding;
+    if (s_.think) thinking_.resize(max_outstanding);
   }
 
   // Runs the schedule; `g` only on the session's thread (it watches the
@@ -462,6 +517,7 @@ class LoadSender {
           s_.total = tally_.issued;  // by time: what was issued is the run
           break;
         }
+        if (n_thinking_) wake_thinkers(now);
         if (!n_free_) break;
         intended = now;
       } else {
@@ -506,6 +562,26 @@ class LoadSender {
 
   int64_t to_ns(uint64_t ticks) const { return std::llround(clk_.to_ns(static_cast<double>(ticks))); }
 
+  // A slot's request is done: free at once, or (closed loop, --think-us)
+  // after its client's think time, in the order they finished.
+  void release(uint32_t idx, uint64_t now) {
+    slots_[idx].intended = kFree;
+    --outstanding_;
+    if (!s_.think) {
+      free_[n_free_++] = idx;
+      return;
+    }
+    thinking_[(think_head_ + n_thinking_++) % thinking_.size()] = {now + s_.think, idx};
+  }
+  // Slots whose think time is over join the free ones.
+  void wake_thinkers(uint64_t now) {
+    while (n_thinking_ && thinking_[think_head_].first <= now) {
+      free_[n_free_++] = thinking_[think_head_].second;
+      think_head_ = (think_head_ + 1) % thinking_.size();
+      --n_thinking_;
+    }
+  }
+
   // A reply: matched to its slot by the tag it echoes; anything else (late
   // after being counted lost, duplicated, garbled) is counted stale.
   [[gnu::always_inline]] void take(T& t, const RecvMsg& m, uint64_t t_reply) {
@@ -518,9 +594,7 @@ class LoadSender {
       return;
     }
     const Slot s = slots_[idx];
-    slots_[idx].intended = kFree;
-    free_[n_free_++] = idx;
-    --outstanding_;
+    release(idx, t_reply);
     if (s.warm) {
       ++tally_.warmup_completed;
       last_activity_ = t_reply;
@@ -549,9 +623,7 @@ class LoadSender {
       Slot& s = slots_[i];
       if (s.intended == kFree || now - s.actual < loss_ticks_) continue;
       ++(s.warm ? tally_.warmup_lost : tally_.lost);
-      s.intended = kFree;
-      free_[n_free_++] = i;
-      --outstanding_;
+      release(i, now);
     }
   }
 
@@ -579,6 +651,8 @@ class LoadSender {
       if (t.wait_recv(m)) take(t, m, clk_.ticks());
     } else if (tally_.issued < s_.total && !s_.closed) {
       sleep_until_ticks(clk_, next_due_);
+    } else if (n_thinking_) {
+      sleep_until_ticks(clk_, thinking_[think_head_].first);
     }
   }
 
@@ -592,6 +666,8 @@ class LoadSender {
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
   uint64_t n_free_ = 0, outstanding_ = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> thinking_;  // (ready at, slot): a ring, oldest at think_head_
+  uint64_t think_head_ = 0, n_thinking_ = 0;
   LoadRecord rec_;
   LoadTally tally_;
   PayloadBuf buf_;
@@ -627,6 +703,9 @@ inline std::string slowdown_json(const LoadSizes& sizes, const LoadRecord& rec, 
         .add("p50", h.count() && base > 0 ? p50 / base : 0.0).add("p99", h.count() && base > 0 ? p99 / base : 0.0)
         .add("latency_p50_ns", h.count() ? p50 : 0.0).add("latency_p99_ns", h.count() ? p99 : 0.0)
         .add("unloaded_p50_ns", base).add("unloaded_count", unloaded[b].count());
+    // The bucket's histograms, so that runs can be added up exactly (mesh).
+    add_hist(o, "latency_hist", h);
+    add_hist(o, "unloaded_hist", unloaded[b]);
     items += (items.empty() ? "" : ", ") + o.str();
   }
   return "[" + items + "]";
@@ -647,7 +726,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
     if (!(c.capacity_rps > 0)) runtime_error("load: the capacity point completed no request, so --load has nothing to scale");
     rate = pt.load * c.capacity_rps;
   }
-  const bool closed = pt.capacity;
+  const bool closed = pt.capacity || pt.clients;
   const double seconds = p.duration > 0 ? p.duration : 1.0;
   // Measured requests; the warm-up ones come first, on top.
   const uint64_t measured = p.count ? p.count : closed ? UINT64_MAX : std::max<uint64_t>(1, std::llround(seconds * rate));
@@ -657,11 +736,14 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   for (uint32_t k = 0; k < threads; ++k) {
     const uint64_t warmup = share_of(pt.warmup, threads, k);
     const uint64_t mine = measured == UINT64_MAX ? UINT64_MAX : warmup + share_of(measured, threads, k);
-    const LoadSchedule s{closed, thread_rate, mine, warmup, 0, 0, UINT64_MAX};
+    LoadSchedule s{closed, thread_rate, mine, warmup, 0, 0, UINT64_MAX};
+    // --clients: this thread's clients, each with its --outstanding slots.
+    const uint64_t slots = pt.clients ? share_of(pt.clients, threads, k) * l.outstanding : l.max_outstanding;
+    if (pt.clients) s.think = clk.ns_to_ticks(l.think_us * 1e3);
     // Fixed arrivals interleave: thread k starts k/rate after the first.
     const double start_ns = closed ? 0 : static_cast<double>(k) * 1e9 / rate;
     senders.push_back(std::make_unique<LoadSender<T, P>>(c, deal(conns, threads, k), sizes, s, l.seed * 1000003 + k,
-                                                         start_ns, std::max<uint64_t>(1, l.max_outstanding), 
+                                                         start_ns, std::max<uint64_t>(1, slots),
                                                          keep_raw(p, true) ? kMaxRawSamples : 0));
   }
   const std::vector<Histogram> unloaded = senders[0]->probe_unloaded(g);
@@ -717,7 +799,8 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   for (const Histogram& h : unloaded) unloaded_all.merge(h);
 
   out.fields.add("iterations", tally.completed).add("latency_kind", "rtt from the intended send time")
-      .add("phase", closed ? "capacity" : "open loop").add("arrivals", closed ? "closed loop" : l.arrivals.c_str())
+      .add("phase", pt.clients ? "closed loop" : closed ? "capacity" : "open loop")
+      .add("arrivals", closed ? "closed loop" : l.arrivals.c_str())
       .add("offered_rps", closed ? achieved : rate).add_raw("load", pt.load > 0 ? std::to_string(pt.load) : "null")
       .add("achieved_rps", achieved)
       .add("achieved_gbps", span_s > 0 ? static_cast<double>(tally.bytes) * 8 / span_s / 1e9 : 0.0)
@@ -739,6 +822,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
       .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("service_ns", l.service_ns)
       .add("histogram", histogram_info(rec.latency.config()))
       .add("samples_kind", keep_raw(p, true) ? "raw" : "hist");
+  if (pt.clients) out.fields.add("clients", pt.clients).add("outstanding", l.outstanding).add("think_us", l.think_us);
   add_hist(out.fields, "latency_hist", rec.latency);
   if (keep_raw(p, true)) {
     uint64_t kept = 0;
@@ -773,6 +857,7 @@ class LoadResponder {
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
+    stats_.tx_timed = c.caps.send_completions;
   }
 
   // Until `stop`; `g` only on the session's thread, which returns ctrl_pending
@@ -851,6 +936,8 @@ class LoadResponder {
     r.series.push_back({static_cast<uint64_t>(clk_.to_ns(static_cast<double>(now - t_start_)) / 1e3), rx, tx});
   }
 
+  uint64_t ticks_ns(uint64_t ticks) const { return static_cast<uint64_t>(clk_.to_ns(static_cast<double>(ticks))); }
+
   void note_poll(uint64_t n) {
     if (n) ++stats_.per_poll[std::min<uint64_t>(n, kMaxBatch) - 1];
     else ++stats_.empty_polls;
@@ -876,12 +963,27 @@ class LoadResponder {
     }
     std::memcpy(reply_.data(), &h.tag, sizeof h.tag);
     if (t.post_send(reply_.data(), len, 0, 0)) [[likely]] return Status::ok;
+    // No free send buffer: poll for send completions until one frees (TxRecord).
+    TxRecord& tx = stats_.tx;
+    const uint64_t waited_from = clk_.ticks();
+    ++tx.waits;
     for (uint32_t spins = 0;; ++spins) {
       if constexpr (P == Poll::event) t.wait_send();
       else cpu_relax();
       IgnoreCompletions none;
-      reap_send_comps(t, none);
-      if (t.post_send(reply_.data(), len, 0, 0)) return Status::ok;
+      const uint64_t t0 = clk_.ticks();
+      const int n = reap_send_comps(t, none);
+      const uint64_t t1 = clk_.ticks();
+      if (n > 0) {
+        ++tx.polls, tx.completions += n, tx.poll_ns += ticks_ns(t1 - t0);
+        ++tx.per_poll[std::min(n, kTxPollMax) - 1];
+      } else {
+        ++tx.polls_empty, tx.empty_ns += ticks_ns(t1 - t0);
+      }
+      if (t.post_send(reply_.data(), len, 0, 0)) {
+        tx.wait_ns += ticks_ns(clk_.ticks() - waited_from);
+        return Status::ok;
+      }
       if (spins % kGuardSpins) continue;
       if (t.failure()) return Status::failed;
       if (stop.load(std::memory_order_relaxed) || stop_requested()) return Status::interrupted;
@@ -959,6 +1061,10 @@ struct LoadExperiment : ExperimentDefaults {
     const uint64_t size = load_largest_message(p);
     const uint64_t warmup = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
     std::vector<Point> points;
+    if (!p.load.clients.empty()) {
+      for (uint64_t n : p.load.clients) points.push_back({.size = size, .warmup = warmup, .clients = n});
+      return points;
+    }
     if (!p.load.load.empty()) {
       points.push_back({.size = size, .warmup = warmup, .capacity = true});
       for (double f : p.load.load) points.push_back({.size = size, .warmup = warmup, .load = f});

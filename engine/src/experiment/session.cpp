@@ -125,6 +125,7 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
 
 int run_client(const Params& requested, const ClientOptions& o) {
   validate(requested);
+  set_reported_percentiles(requested.percentiles);
   const TransportEntry& entry = entry_for(requested.transport);
   Caps caps = entry.caps(requested);
   Params p = requested;
@@ -416,6 +417,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   try {
     p = decode_params(decoded.params);
     validate(p);
+    set_reported_percentiles(p.percentiles);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);
     // A relay's run is a client here: as `run` checks it (the run checks the rest against its server).

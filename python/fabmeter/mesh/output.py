@@ -7,14 +7,22 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo
-from fabmeter.mesh import outliers
+from fabmeter.mesh import aggregate, outliers
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
 CLOCK_PATHS = (None, "udp_kernel_timestamps", "control_channel", "mixed")   # how a probe fit's probes travelled
 LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
-MAX_STAT_KEYS = 16
+MAX_STAT_KEYS = 18             # a summary: 10 fixed keys and up to 8 --percentiles (stats.hpp)
 MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
+# load's figures: a pair's histograms cross the channel in one frame (rendezvous.MAX_FRAME, 64 KiB) with the rest.
+LOAD_NUMBERS = ("offered_rps", "achieved_rps", "completed", "sent", "shed", "span_s")
+HIST_SUFFIXES = ("", "_below", "_above")
+BUCKET_NUMBERS = ("size_lo", "size_hi", "count", "p50", "p99", "latency_p50_ns", "latency_p99_ns", "unloaded_p50_ns",
+                  "unloaded_count")
+BUCKET_HISTS = ("latency_hist", "unloaded_hist")
+MAX_BUCKETS = 32                 # the engine's slowdown buckets: the deciles of a workload, merged
+HIST_BUDGET = 40 * 1024          # characters of a pair's histograms together; beyond: the buckets', then all dropped
 
 
 def pair_figures(point: dict) -> dict:
@@ -25,15 +33,47 @@ def pair_figures(point: dict) -> dict:
     return {"latency_ns": point.get("latency_ns"), "latency_kind": point.get("latency_kind"),
             "gbps": point.get("gbps", point.get("achieved_gbps")), "lost": point.get("lost"),
             "size": point.get("size"), "throughput_series": point.get("throughput_series"),
+            "load": load_figures(point),
             "clock": None if not clock else {"method": clock.get("method"),
                                              "path": clock.get("path"),
                                              **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
 
 
+def _hists(d: dict, key: str) -> dict:
+    return {key + s: d.get(key + s) for s in HIST_SUFFIXES}
+
+
+def load_figures(point: dict) -> Optional[dict]:
+    """load's figures of a point (None for the other experiments): rates, counts, the latency histogram and the
+    per-size-bucket slowdown with its histograms, within HIST_BUDGET (the buckets' dropped first, then all)."""
+    if "offered_rps" not in point:
+        return None
+    out = {**{k: point.get(k) for k in LOAD_NUMBERS}, **_hists(point, "latency_hist"),
+           "slowdown": [{**{k: b.get(k) for k in BUCKET_NUMBERS}, **_hists(b, "latency_hist"),
+                         **_hists(b, "unloaded_hist")}
+                        for b in (point.get("slowdown") or [])[:MAX_BUCKETS] if isinstance(b, dict)]}
+    if _hist_chars(out) > HIST_BUDGET:
+        for b in out["slowdown"]:
+            b.update({k + s: None for k in BUCKET_HISTS for s in HIST_SUFFIXES})
+    if _hist_chars(out) > HIST_BUDGET:
+        out.update({"latency_hist" + s: None for s in HIST_SUFFIXES})
+    return out
+
+
+def _hist_chars(load: dict) -> int:
+    texts = [load["latency_hist"], *(b[k] for b in load["slowdown"] for k in BUCKET_HISTS)]
+    return sum(len(t) for t in texts if isinstance(t, str))
+
+
+def samples_dir(src: int, dst: int) -> str:
+    """Where, under --out on its source host, a pair's engine client writes its raw samples (--samples raw)."""
+    return f"pairs/{src}-{dst}"
+
+
 def failed_pair(src: int, dst: int, message: str) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
-            "throughput_series": None, "clock": None, "start_late_ns": None,
+            "throughput_series": None, "load": None, "samples_dir": None, "clock": None, "start_late_ns": None,
             "start_margin_ns": None}
 
 
@@ -63,12 +103,42 @@ def _series(v) -> bool:
         and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in d["msgs"]) for d in v.values()))
 
 
+def _count(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+
+def _hist_fields(d: dict, key: str) -> bool:
+    text = d.get(key)
+    return (text is None or (isinstance(text, str) and len(text) <= HIST_BUDGET)) and all(
+        _count(d.get(key + s)) for s in HIST_SUFFIXES[1:])
+
+
+def valid_load(v) -> Optional[dict]:
+    """load's figures as rank 0 takes them (None: not valid; {}: none); only the keys load_figures writes."""
+    if v is None:
+        return {}
+    keys = {*LOAD_NUMBERS, *(f"latency_hist{s}" for s in HIST_SUFFIXES), "slowdown"}
+    bucket_keys = {*BUCKET_NUMBERS, *(k + s for k in BUCKET_HISTS for s in HIST_SUFFIXES)}
+    if not (isinstance(v, dict) and set(v) == keys and all(v[k] is None or _number(v[k]) for k in LOAD_NUMBERS)
+            and _hist_fields(v, "latency_hist") and isinstance(v["slowdown"], list)
+            and len(v["slowdown"]) <= MAX_BUCKETS
+            and all(isinstance(b, dict) and set(b) == bucket_keys
+                    and all(b[k] is None or _number(b[k]) for k in BUCKET_NUMBERS)
+                    and all(_hist_fields(b, k) for k in BUCKET_HISTS) for b in v["slowdown"])
+            and _hist_chars(v) <= HIST_BUDGET):
+        return None
+    return {**{k: v[k] for k in keys if k != "slowdown"},
+            "slowdown": [{k: b[k] for k in bucket_keys} for b in v["slowdown"]]}
+
+
 def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     """A pair result from `rank` if it is one rank 0 waits for and holds only what it may; else None."""
     src, dst, clock = body.get("src"), body.get("dst"), body.get("clock")
-    ok = (body.get("type") == "pair" and src == rank and (src, dst) in pending
+    load = valid_load(body.get("load"))
+    ok = (load is not None and body.get("type") == "pair" and src == rank and (src, dst) in pending
           and body.get("status") in ("ok", "failed") and isinstance(body.get("message"), str)
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
+          and body.get("samples_dir") in (None, samples_dir(src, dst))
           and all(body.get(k) is None or (isinstance(body.get(k), int) and not isinstance(body.get(k), bool))
                   for k in ("started_ns", "start_late_ns", "start_margin_ns"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
@@ -81,7 +151,9 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     return {"type": "pair", "src": src, "dst": dst, "status": body["status"], "message": body["message"][:300],
             "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
             "gbps": body.get("gbps"), "lost": body.get("lost"), "size": body.get("size"),
-            "throughput_series": body.get("throughput_series"), "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
+            "throughput_series": body.get("throughput_series"), "load": load or None,
+            "samples_dir": body.get("samples_dir"),
+            "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
             "started_ns": body.get("started_ns")}
 
@@ -99,9 +171,12 @@ class Summary:
         self.environments: list[Optional[dict]] = [None] * len(hosts)   # per rank: envinfo.identity, if known
         self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
         self._late: list[int] = []                                      # every pair's start_late_ns
+        self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
         self.pairs.append(pair)
+        if self.load is not None:
+            self.load.add(pair)
         emit(pair)
 
     def add_round(self, index: int, pairs: list, started_ns: list[int], late_ns: Optional[list[int]] = None,
@@ -129,6 +204,7 @@ class Summary:
                 "start_clock_error_ns": self.start_clock_error_ns,
                 "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
+                "load": self.load.as_json(self.rounds) if self.load is not None else None,
                 "environments": self.environments}
 
 
@@ -164,6 +240,8 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
         out += outlier_lines(summary, summary["outliers"])
     if summary.get("drift"):
         out += drift_lines(summary["hosts"], summary["drift"])
+    if summary.get("load"):
+        out += load_lines(summary["load"])
     return "\n".join(out)
 
 
@@ -214,6 +292,30 @@ def outlier_lines(summary: dict, found: dict) -> list[str]:
                      f"{link['relative'] * 100:+.0f} %")
     if not found["links"]:
         lines.append("  none")
+    return lines
+
+
+def _rps(v) -> str:
+    return "n/a" if v is None else analysis.fmt_num(v, 0)
+
+
+def _load_line(name: str, side: dict) -> str:
+    lat = side["latency_ns"]
+    rates = (f"offered {_rps(side['offered_rps'])} req/s, achieved {_rps(side['achieved_rps'])} req/s"
+             if len(side["by_round"]) <= 1 else
+             "req/s by round (offered/achieved): " + ", ".join(f"{r['round']}: {_rps(r['offered_rps'])}/"
+                                                                f"{_rps(r['achieved_rps'])}" for r in side["by_round"]))
+    return (f"  {name}: {side['pairs_merged']} of {side['pairs']} pairs merged, {lat['count']} requests; "
+            f"RTT p50 {_us(lat['p50'])}, p99 {_us(lat['p99'])}, p99.9 {_us(lat['p999'])}; {rates}")
+
+
+def load_lines(load: dict) -> list[str]:
+    """The load section: per server (the pairs' destination) and overall, the merged histogram's percentiles
+    (RTT from the intended send) and the summed requests/s."""
+    lines = ["load, every pair's histogram merged (its last point):"]
+    lines += [_load_line(f"server {s['rank']} {s['host']}", s) for s in load["servers"]]
+    lines.append(_load_line("all", load["overall"]))
+    lines += [f"  not merged {u['src']}->{u['dst']}: {u['reason']}" for u in load["unmerged"]]
     return lines
 
 
@@ -271,7 +373,7 @@ def per_host(summary: dict, pairs: list[dict]) -> list[dict]:
              "in": _side([p for p in pairs if p["dst"] == r])} for r, h in enumerate(summary["hosts"])]
 
 
-LIFTED = ("outliers", "drift", "environments")     # the summary's keys mesh.json keeps elsewhere
+LIFTED = ("outliers", "drift", "environments", "load")     # the summary's keys mesh.json keeps elsewhere
 
 
 def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, command: list[str],
@@ -286,4 +388,4 @@ def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, 
             "status": "ok" if summary["failed"] == 0 else "failed", "params": options, "environment": environment,
             "mesh": {k: v for k, v in summary.items() if k not in LIFTED}, "pairs": pairs,
             "matrix": matrices(summary, pairs), "per_host": hosts,
-            "outliers": summary.get("outliers"), "drift": summary.get("drift")}
+            "outliers": summary.get("outliers"), "drift": summary.get("drift"), "load": summary.get("load")}

@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Iterator
 
 PATTERNS = ("all-to-all", "one-to-all", "all-to-one", "fixed-target", "ring", "pairs")
+# load only, every pair at once: each host a client of all the others, its --rate and --count split evenly among
+# them. With Poisson arrivals that is Homa's cp_node (each request to a random server): a Poisson stream split at
+# random is independent Poisson streams of the shares.
+SPLIT_PATTERNS = ("many-to-many",)
 SCHEDULES = ("scheduled", "chaotic")
 
 Pair = tuple[int, int]
@@ -18,7 +22,7 @@ def pairs(pattern: str, n: int) -> list[Pair]:
     """The directed pairs of `pattern` over n hosts, sorted."""
     if n < 2:
         raise ValueError("a mesh needs at least 2 hosts")
-    if pattern == "all-to-all":
+    if pattern in ("all-to-all", "many-to-many"):
         out = [(s, d) for s in range(n) for d in range(n) if s != d]
     elif pattern == "one-to-all":       # rank 0 sends to everyone
         out = [(0, d) for d in range(1, n)]
@@ -31,7 +35,7 @@ def pairs(pattern: str, n: int) -> list[Pair]:
     elif pattern == "pairs":            # 0<->1, 2<->3, ...; with odd n the last host is idle
         out = [p for s in range(0, n - 1, 2) for p in ((s, s + 1), (s + 1, s))]
     else:
-        raise ValueError(f"unknown pattern '{pattern}' (one of {', '.join(PATTERNS)})")
+        raise ValueError(f"unknown pattern '{pattern}' (one of {', '.join(PATTERNS + SPLIT_PATTERNS)})")
     return sorted(set(out))
 
 

@@ -32,9 +32,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
+from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
@@ -67,6 +69,7 @@ class MeshSpec:
                                                               # --hosts and --rank)
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
     outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
+    out: Optional[Path] = None   # --out with --samples raw: this rank's engine clients write there (samples_dir)
     # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
     # the first round's lead, and how many rounds (None: all).
     run_pair: Optional[Callable[..., dict]] = None
@@ -179,9 +182,16 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
     where the identity fields of the two ends' engines (their start line) are kept, by rank."""
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
+    samples = output.samples_dir(src, dst) if spec.out is not None and via is None else None
+    folder = None if samples is None else spec.out / samples
     try:
-        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=server, engine=spec.engine,
-                                      start_at_ns=start_ns, via=via),
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return output.failed_pair(src, dst, f"{folder}: {e.strerror or e}")
+    try:
+        res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server,
+                                      engine=spec.engine, start_at_ns=start_ns, via=via, out=folder),
                           on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
@@ -203,7 +213,27 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             "message": res.message[:MAX_MESSAGE], "started_ns": started, "start_late_ns": late,
             "start_margin_ns": start_ns - opened[0] if opened else None,
             "clock_error_ns": clock_error,
+            "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
             **output.pair_figures(res.points[-1] if res.points else {})}
+
+
+def pair_options(spec: MeshSpec, src: int, dst: int) -> dict:
+    """The engine options of one pair. load: its own --seed, the given one (else the engine's default) plus
+    src x N + dst, so that clients sending at once draw independent send times and sizes (one seed would make
+    every client send at the same instants); many-to-many: the client's --rate and --count split evenly over
+    its N - 1 servers (rounded up to whole requests)."""
+    if spec.experiment != "load":
+        return spec.options
+    n = len(spec.hosts)
+    seed = spec.options.get("seed", engine_options(spec.engine)["seed"].default)
+    out = {**spec.options, "seed": seed + src * n + dst}
+    if spec.pattern in patterns.SPLIT_PATTERNS:
+        share = lambda v: max(1, -(-v // (n - 1)))      # noqa: E731
+        if isinstance(out.get("rate"), list):
+            out["rate"] = [share(r) for r in out["rate"]]
+        if isinstance(out.get("count"), int):
+            out["count"] = share(out["count"])
+    return out
 
 
 def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, report: Callable[[dict], None]) -> list:
@@ -537,6 +567,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
         margins: list[int] = []
         for _ in pairs:
             pair = done.get()
+            pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
             summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
             started_ns = pair.pop("started_ns", None)
             if started_ns is not None:

@@ -381,6 +381,27 @@ def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Color
     return png(fig)
 
 
+def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """Closed loop: achieved request rate (left) and p50/p99 latency (right) against the number of clients."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    for label, points in sorted(series.items()):
+        x = np.array([p["clients"] for p in points], dtype=float)
+        left.plot(x, [p.get("achieved_rps") or 0 for p in points], color=colors(label), marker="o", ms=3.5,
+                  lw=1.3, label=label)
+        for key, style in (("p50", "-"), ("p99", "--")):
+            y = np.array([(p.get("latency_ns") or {}).get(key, np.nan) for p in points], dtype=float)
+            right.plot(x, y / 1e3, color=colors(label), ls=style, marker="o", ms=3, lw=1.2)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("closed-loop clients [log]")
+    left.set_ylabel("achieved [requests/s]")
+    right.set_yscale("log")
+    right.set_ylabel("RTT [µs, log]; solid p50, dashed p99")
+    fig.suptitle(f"{title}: closed loop, throughput and latency against clients")
+    _legend(fig, left, len(series), "upper left", 9.0)
+    return png(fig)
+
+
 def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
     """Homa's plot: slowdown (latency / the unloaded p50 of that size) against message size, p50 solid and
     p99 dashed. `series`: run label -> [(offered rps, [(size_hi, p50, p99)])], a colour per run, darker
@@ -408,6 +429,30 @@ def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]],
     return png(fig)
 
 
+def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+    """RAMCloud's transmit path: send completions per non-empty poll (left), and the time a reply waited for a
+    free send buffer and one poll took (right), against offered load; a colour per run (its pool sizes)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
+    for label, points in sorted(series.items()):
+        x = np.array([p["offered_rps"] for p in points], dtype=float)
+        tx = [p["server"]["tx"] for p in points]
+        left.plot(x, [t.get("mean_per_poll") or np.nan for t in tx], color=colors(label), marker="o", ms=3.5,
+                  lw=1.3, label=label)
+        right.plot(x, [(t.get("wait_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="o",
+                   ms=3, lw=1.2, ls="-")
+        right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
+                   ms=3, lw=1.2, ls="--")
+    for ax in (left, right):
+        ax.set_xscale("log")
+        ax.set_xlabel("offered load [requests/s, log]")
+    left.set_ylabel("send completions per non-empty poll")
+    right.set_yscale("log")
+    right.set_ylabel("µs, log: solid wait for a buffer, dashed one poll")
+    fig.suptitle(f"{title}: the server's transmit path")
+    _legend(fig, left, len(series), "upper left", 9.0)
+    return png(fig)
+
+
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
     """The server's completions (messages) per non-empty poll as a histogram, a line per offered load
     (RAMCloud's measure of batching: more per poll as load rises). Buckets as the engine names them, the
@@ -429,6 +474,27 @@ def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> b
     ax.set_ylabel("share of non-empty polls [%, log]")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=7, title="offered load")
+    return png(fig)
+
+
+def fig_mesh_load_cdf(title: str, curves: list[tuple[str, list[tuple[float, float]]]]) -> bytes:
+    """A load mesh's merged histograms as CDFs, one step line per server and a thick one for the whole run.
+    `curves`: (label, [(highest value of a range in ns, fraction at or below it)])."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.8))
+    for i, (label, points) in enumerate(curves):
+        x, y = (np.array(c, dtype=float) for c in zip(*points))
+        whole = label == "all"
+        ax.step(x / 1e3, y, where="post", lw=2.2 if whole else 1.2, color="black" if whole else f"C{i % 10}",
+                label=label)
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        ax.axhline(q, color="0.5", lw=0.6, ls=":")
+        ax.text(1.0, q, name, transform=ax.get_yaxis_transform(), ha="right", va="bottom", fontsize=7, color="0.4")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.0)
+    ax.set_xlabel("RTT from the intended send [µs, log scale]")
+    ax.set_ylabel("fraction of requests at or below")
+    ax.set_title(title)
+    _legend(fig, ax, len(curves), "lower right", 9.0)
     return png(fig)
 
 

@@ -10,21 +10,21 @@ from typing import Optional
 
 import numpy as np
 
-from fabmeter import __version__, analysis
+from fabmeter import __version__, analysis, hdr
 from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
-                                     fig_cpu_cost,
-                                     fig_histogram, fig_latency_vs_size, fig_load_latency, fig_load_throughput,
-                                     fig_mesh_matrix, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
-                                     fig_summary, fig_throughput_over_time, fmt_ns)
+                                     fig_cpu_cost, fig_histogram, fig_latency_vs_size, fig_load_clients,
+                                     fig_load_latency, fig_load_throughput, fig_mesh_load_cdf, fig_mesh_matrix,
+                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_summary,
+                                     fig_throughput_over_time, fig_tx_path, fmt_ns)
 from fabmeter import compare
 from fabmeter.report import context
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_benches, load_meshes, load_suites, load_sweeps, percentiles, representative,
-                                   stat, throughput_over_time)
+                                   load_benches, load_client_sweeps, load_meshes, load_suites, load_sweeps, percentiles,
+                                   representative, stat, throughput_over_time)
 from fabmeter.report.summary import bench_rows, summarize
 from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
@@ -317,14 +317,27 @@ def _load_title(workload: str) -> str:
     return "load, " + (workload if workload == FIXED_SIZES else f"workload {workload}")
 
 
-def section_load(entries: list[Entry]) -> list[str]:
-    """Open-loop load sweeps: per workload latency and achieved against offered load and slowdown against
-    size; each run's completions per poll."""
-    sweeps = load_sweeps(entries)
+def _closed_loop_figures(entries: list[Entry]) -> list[str]:
+    sweeps = [s for s in load_client_sweeps(entries) if len(s.points) >= 2]
     if not sweeps:
         return []
+    colors = Colors([s.label for s in sweeps])
+    curves = {s.label: s.points for s in sweeps}
+    return [_img(fig_load_clients("load", curves, colors), "load closed loop against clients",
+                 "closed loop (--clients): each client keeps --outstanding requests in flight and sends the next as "
+                 "soon as one completes (after --think-us); achieved rate and the round trip from the moment a "
+                 "slot came free, against the number of clients. Unlike open loop, a slow reply delays the next "
+                 "request instead of queueing behind it (coordinated omission)", wide=True)]
+
+
+def section_load(entries: list[Entry]) -> list[str]:
+    """Closed-loop client sweeps against clients; open-loop load sweeps: per workload latency and achieved
+    against offered load and slowdown against size; each run's completions per poll."""
+    figs = _closed_loop_figures(entries)
+    sweeps = load_sweeps(entries)
+    if not sweeps:
+        return figs
     colors = Colors([s.label for s in sweeps])    # a sweep's label names its workload too: colours of their own
-    figs = []
     # Per workload, as Homa plots them: one run per transport and mode in each.
     for workload in sorted({s.workload or FIXED_SIZES for s in sweeps}):
         curves = {s.label: s.points for s in sweeps if (s.workload or FIXED_SIZES) == workload and len(s.points) >= 2}
@@ -351,6 +364,15 @@ def section_load(entries: list[Entry]) -> list[str]:
         figs.append(_img(fig_slowdown(title, series, colors), f"load slowdown {workload}",
                          f"{title}: slowdown per message-size bucket (latency from the intended send / the unloaded "
                          "p50 of that size, Homa's metric), p50 and p99", wide=True))
+    tx_curves = {s.label: [p for p in s.points if isinstance((p.get("server") or {}).get("tx"), dict)]
+                 for s in sweeps}
+    tx_curves = {label: points for label, points in tx_curves.items() if points}
+    if tx_curves:
+        figs.append(_img(fig_tx_path("load", tx_curves, colors), "load transmit path",
+                         "the server's transmit path, as RAMCloud timed it (transports with send completions): a "
+                         "reply that finds every send buffer taken polls for send completions until one frees; "
+                         "left, completions one non-empty poll returned; right, how long such a reply waited and "
+                         "how long one poll took", wide=True))
     for s in sorted(sweeps, key=lambda s: s.label):
         per = {f"{analysis.fmt_num(p['offered_rps'], 0)}/s, mean {p['server'].get('mean_per_poll', 0):.2g}":
                p["server"]["completions_per_poll"] for p in s.points if (p.get("server") or {}).get("completions_per_poll")}
@@ -460,6 +482,72 @@ def _mesh_outliers_list(doc: dict, hosts: list[str]) -> Optional[Html]:
               class_="wide")
 
 
+def _count(v) -> int:
+    return v if type(v) is int and v >= 0 else 0
+
+
+def _merged_cdf(side: dict) -> Optional[list[tuple[float, float]]]:
+    """A side's merged histogram as a CDF, decoded with hdr's bounds; None if it has none or it does not decode."""
+    text, lat = side.get("latency_hist"), obj(side.get("latency_ns"))
+    if not isinstance(text, str):
+        return None
+    merged = hdr.Merged()
+    try:
+        merged.add(hdr.decode(text), _count(side.get("latency_hist_below")), _count(side.get("latency_hist_above")),
+                   number(lat.get("min")), number(lat.get("max")))
+    except hdr.HistogramError:
+        return None
+    return merged.cdf() or None
+
+
+def _mesh_load(doc: dict, name: str, rel: str) -> list:
+    """A load mesh's merged figures: the CDF per server and overall, their requests/s and percentiles in a
+    table, and the slowdown per size bucket of the merged bucket histograms."""
+    load = obj(doc.get("load"))
+    sides = [(f"server {s.get('rank')} {s.get('host')}", s) for s in _objects(load.get("servers"))]
+    sides.append(("all", obj(load.get("overall"))))
+    figs = []
+    curves = [(label, c) for label, side in sides if (c := _merged_cdf(side))]
+    if curves:
+        figs.append(_img(fig_mesh_load_cdf(f"{name}: merged latency per server", curves), f"{name} merged cdf",
+                         f"{rel}: every client's histogram added up exactly, one curve per server (the pairs' "
+                         "destination) and all the pairs (black); RTT from the intended send"))
+    one_bucket = all(len(_list(s.get("slowdown"))) <= 1 for _, s in sides)
+    head = ["server", "pairs merged", "requests", "offered req/s", "achieved req/s", "p50", "p99", "p99.9"]
+    head += ["slowdown p50", "slowdown p99"] if one_bucket else []
+    rate = lambda v: "-" if number(v) is None else analysis.fmt_num(float(v), 0)  # noqa: E731
+    rows = []
+    for label, side in sides:
+        lat = obj(side.get("latency_ns"))
+        rounds = _objects(side.get("by_round"))
+        rates = ([rate(side.get("offered_rps")), rate(side.get("achieved_rps"))] if len(rounds) <= 1 else
+                 [", ".join(f"round {r.get('round')}: {rate(r.get(k))}" for r in rounds)
+                  for k in ("offered_rps", "achieved_rps")])
+        row = [label, f"{side.get('pairs_merged')} of {side.get('pairs')}", f"{lat.get('count')}", *rates,
+               *(fmt_ns(lat.get(k)) for k in ("p50", "p99", "p999"))]
+        if one_bucket:
+            b = obj((_list(side.get("slowdown")) or [None])[0])
+            row += [("-" if number(b.get(k)) is None else f"{b[k]:.3g}") for k in ("p50", "p99")]
+        rows.append(row)
+    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
+               class_="mesh")
+    figs.append(el("figure", table, el("figcaption", "per server: the merged histogram's RTT percentiles (nearest "
+                                                     "rank, within 10^-3) and requests/s summed over its pairs that "
+                                                     "ran together (per round when they ran in several)"),
+                   class_="wide"))
+    series = {}
+    for label, side in sides:
+        buckets = [(b["size_hi"], b["p50"], b["p99"]) for b in _objects(side.get("slowdown"))
+                   if number(b.get("size_hi")) and number(b.get("p50")) and number(b.get("p99"))]
+        if len(buckets) >= 2:
+            series[label] = [(side.get("offered_rps"), buckets)]
+    if series:
+        figs.append(_img(fig_slowdown(f"{name}, merged", series, Colors(list(series))), f"{name} merged slowdown",
+                         f"{rel}: slowdown per message-size bucket of the merged bucket histograms (latency / the "
+                         "merged unloaded p50 of that size), per server and all the pairs", wide=True))
+    return figs
+
+
 def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
     """Each `fabmeter mesh --out` run: its matrices (p50 and p99 latency, or Gbit/s) and per-host figures."""
     figs = []
@@ -498,6 +586,8 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
                 key = f"latency_{q}_ns"
                 figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[key], f"{q} {kind}", True,
                                                  failed, flagged if judged == key else None), f"{name} {q}", about))
+        if experiment == "load" and doc.get("load"):
+            figs += _mesh_load(doc, name, rel)
         listed = _mesh_outliers_list(doc, hosts)
         if listed is not None:
             figs.append(listed)

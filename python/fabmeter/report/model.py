@@ -341,6 +341,21 @@ def load_sweeps(entries: list[Entry]) -> list[LoadSweep]:
     return [sweep for _, sweep in runs.values()]
 
 
+def load_client_sweeps(entries: list[Entry]) -> list[LoadSweep]:
+    """Each load run's closed-loop points (--clients), by client count."""
+    runs: dict[int, LoadSweep] = {}
+    for e in entries:
+        p = e.point
+        if e.run.peer or e.experiment != "load" or p.get("phase") != "closed loop" or not number(p.get("clients")):
+            continue
+        workload = str(e.run.params.get("workload") or "") or None
+        runs.setdefault(id(e.run), LoadSweep(e.label + (f" {workload}" if workload else "") + f" ({e.run.rel})",
+                                             workload, [])).points.append(p)
+    for sweep in runs.values():
+        sweep.points.sort(key=lambda p: p["clients"])
+    return list(runs.values())
+
+
 def stat(point: dict, block: str, key: str) -> Optional[float]:
     value = number(obj(point.get(block)).get(key))
     return None if value is None else float(value)

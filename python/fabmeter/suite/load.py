@@ -25,7 +25,7 @@ TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 # A mesh point's own keys (fabmeter mesh's options, `mesh_experiment` its --experiment) and the values each takes.
-MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS,
+MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS + mesh_patterns.SPLIT_PATTERNS,
              "schedule": mesh_patterns.SCHEDULES, "launch": ("local", "ssh"), "ranks": int, "hostfile": str,
              "mesh_port": int, "ssh": str, "remote_fabmeter": str, "token_file": str}
 

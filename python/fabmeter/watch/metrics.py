@@ -33,12 +33,13 @@ from prometheus_client.utils import floatToGoString
 
 from fabmeter import slo
 from fabmeter.mesh import outliers
-from fabmeter.watch import hdr
+from fabmeter import hdr
 
 LABELS = ("src", "dst", "transport", "experiment")
 R10 = (1.0, 1.25, 1.6, 2.0, 2.5, 3.15, 4.0, 5.0, 6.3, 8.0)
 DECADES_BELOW, DECADES_ABOVE = 1, 5
-QUANTILES = (("0", "min"), ("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("0.999", "p999"), ("1", "max"))
+QUANTILES = (("0", "min"), ("0.1", "p10"), ("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"), ("0.999", "p999"),
+             ("0.9999", "p9999"), ("1", "max"))
 CDF_POINTS = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999), ("max", 1.0))
 HIST_KEYS = (("latency_hist", 1.0), ("rtt_hist", 0.5))     # lat's latency_ns is RTT/2: its RTT histogram, halved
 MAX_MESSAGE = 200
