@@ -43,6 +43,7 @@ struct CommonOptions {
   std::string clock = "tsc";        // tsc | monotonic
   uint32_t timeout_ms = 5000;       // connect and control-channel waits
   double gap_us = 0;                // lat, oneway: pause between consecutive messages
+  double spin_us = 0;               // event mode: poll this long before sleeping (0: sleep at once)
   bool operator==(const CommonOptions&) const = default;
 };
 

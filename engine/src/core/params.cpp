@@ -174,6 +174,9 @@ std::vector<OptSpec> make_table() {
      .help = "completion mode: busy (spin) or event (sleep until woken)",
      .set = [](Params& p, std::string_view v) { p.poll = one_of("poll", v) == "busy" ? Poll::busy : Poll::event; },
      .get = [](const Params& p) { return std::string(poll_name(p.poll)); }},
+    {.name = "spin-us", .metavar = "US", .type = T::duration, .unit = "us",
+     .help = "event mode: poll this long for a message before sleeping, microseconds (spin, then sleep; 0: sleep at once)",
+     DBL(Com, spin_us)},
     {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw",
      .help = "message size in bytes (K/M suffixes allowed)", U64(Com, size)},
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
@@ -562,6 +565,8 @@ void validate(const Params& p) {
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
+  if (!(p.spin_us >= 0 && p.spin_us <= 1e6)) usage_error("--spin-us must be between 0 and 1000000 (one second)");
+  if (p.spin_us > 0 && p.poll != Poll::event) usage_error("--spin-us applies to --poll event (busy mode never sleeps)");
   check_percentiles(p.percentiles);
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }

@@ -292,7 +292,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     }
     if (P == Poll::event && !progressed) {
       if (me.sent < my_total) t.wait_send();
-      else if (t.wait_recv(m)) {
+      else if (wait_for_msg(t, m, c)) {
         take(m);
         stamp();
       }

@@ -158,6 +158,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
 
   Heartbeat beat(ctrl);
   Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
+  ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.start_at_ns = o.start_at_ns;
   JsonObj transport_info;
   Status st;
@@ -443,6 +444,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
+  ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   Status st;
   try {
     st = entry->points(p, ctx, "", nullptr);
