@@ -14,6 +14,9 @@ from pathlib import Path
 from conftest import cli_cmd, veth_namespaces
 from test_twohost import read_listening
 
+from fabmeter.report.context import fabric_summary
+from fabmeter.run import _fabric_warnings
+
 MTU = 1400          # not a default anywhere: the value can only come from this link
 
 
@@ -51,3 +54,19 @@ def test_each_end_names_its_veth(fm, tmp_path):
     assert r.returncode == 0, r.stderr
     html = Path(out / "report.html").read_text()
     assert f"client fabric {dev_b} veth MTU {MTU}" in html and f"server fabric {dev_a} veth MTU {MTU}" in html
+
+
+def test_warnings_and_summary_from_the_start_line():
+    """The CLI repeats each end's NUMA warning (the engine's stderr is not shown) and the report's machine line
+    summarises an RDMA end; a malformed list says nothing."""
+    far = "mlx5_0 is on NUMA node 1, the pinned CPU 2 on node 0: every message crosses the interconnect"
+    start = {"env": {"fabric": {"warnings": [far]}}, "server_env": {"fabric": {"warnings": "not a list"}}}
+    assert _fabric_warnings(start) == [f"client: {far}"]
+    assert _fabric_warnings({"env": None}) == []
+    rdma = {"device": "mlx5_0", "port": 1, "port_state": "ACTIVE", "link_layer": "infiniband", "speed_gbps": 100.0,
+            "width": "4X", "firmware": "20.31.1014", "gid": "fe80::1", "gid_type": "IB/RoCE v1"}
+    netdev = {"name": "ib0", "driver": "mlx5_core", "mtu": 2044, "speed_mbps": 100000, "ipoib_mode": "datagram"}
+    assert fabric_summary({"rdma": rdma, "netdev": netdev}) == (
+        "mlx5_0 port 1 ACTIVE infiniband 100 Gb/s 4X fw 20.31.1014, GID fe80::1 (IB/RoCE v1); "
+        "ib0 mlx5_core MTU 2044 100000 Mb/s IPoIB datagram")
+    assert fabric_summary({}) == ""

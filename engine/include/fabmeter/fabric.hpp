@@ -7,6 +7,7 @@
 // environment is checked against (handshake.hpp: decode_env): lists are cut
 // at kMaxListed entries, with their full count beside them.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,9 @@ struct FabricWhere {
   unsigned rdma_port = 1;   // --port
   int gid_index = -1;       // --gid-index, or -1 (auto: local_addr's GID)
   int cpu = -1;             // the pinned CPU, or -1
+  // What the transport's library says of the RDMA device's port (its active
+  // MTU: not in sysfs), a JSON object merged into `rdma`; may be empty.
+  std::function<std::string(const std::string& device, unsigned port)> port_facts;
 };
 
 // A JSON object: netdev, rdma, numa, tuned_profile, cpu_dma_latency_us,

@@ -386,6 +386,11 @@ json rdma_facts(const FabricWhere& w, const std::string& netdev, const std::stri
   o["gid_type"] = pick.gid_index >= 0 ? or_null(at(port + "/gid_attrs/types/" + idx)) : json(nullptr);
   o["gid_netdev"] = pick.gid_index >= 0 ? or_null(at(port + "/gid_attrs/ndevs/" + idx)) : json(nullptr);
   const std::string verbs = loaded_library("libibverbs.so");
+  if (have && w.port_facts) {
+    const json more = json::parse(w.port_facts(pick.device, pick.port), nullptr, false);
+    if (more.is_object())
+      for (const auto& [k, v] : more.items()) o[k] = v;
+  }
   o["libibverbs"] = verbs.empty() ? json(nullptr) : json(verbs);
   // rdma-core names its libibverbs 1.<ABI>.<rdma-core release>.
   json release = nullptr;

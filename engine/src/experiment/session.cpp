@@ -87,10 +87,11 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
 }
 
-// Where this end's fabric is: the control connection's local address, and
-// the RDMA device the options name.
+// Where this end's fabric is: the control connection's local address, the
+// RDMA device the options name, and what the transport's library can add.
 FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu) {
-  return {ctrl.local_addr(), p.transport, p.verbs.device, p.verbs.port, p.verbs.gid_index, cpu};
+  return {ctrl.local_addr(), p.transport, p.verbs.device, p.verbs.port, p.verbs.gid_index, cpu,
+          entry_for(p.transport).port_facts};
 }
 
 void write_status_line(Status st, const std::string& msg) {
