@@ -64,9 +64,9 @@ def test_warnings_and_summary_from_the_start_line():
     assert _fabric_warnings(start) == [f"client: {far}"]
     assert _fabric_warnings({"env": None}) == []
     rdma = {"device": "mlx5_0", "port": 1, "port_state": "ACTIVE", "link_layer": "infiniband", "speed_gbps": 100.0,
-            "width": "4X", "firmware": "20.31.1014", "gid": "fe80::1", "gid_type": "IB/RoCE v1"}
+            "width": "4X", "active_mtu": 4096, "firmware": "20.31.1014", "gid": "fe80::1", "gid_type": "IB/RoCE v1"}
     netdev = {"name": "ib0", "driver": "mlx5_core", "mtu": 2044, "speed_mbps": 100000, "ipoib_mode": "datagram"}
     assert fabric_summary({"rdma": rdma, "netdev": netdev}) == (
-        "mlx5_0 port 1 ACTIVE infiniband 100 Gb/s 4X fw 20.31.1014, GID fe80::1 (IB/RoCE v1); "
+        "mlx5_0 port 1 ACTIVE infiniband 100 Gb/s 4X MTU 4096 fw 20.31.1014, GID fe80::1 (IB/RoCE v1); "
         "ib0 mlx5_core MTU 2044 100000 Mb/s IPoIB datagram")
     assert fabric_summary({}) == ""

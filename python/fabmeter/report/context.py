@@ -39,14 +39,15 @@ def machine_line(runs: list[Run]) -> str:
 
 
 def fabric_summary(fabric: dict) -> str:
-    """One end's RDMA device and netdev in a few words ("rxe0 port 1 ACTIVE ethernet 10 Gb/s 1X MTU 1500, GID
+    """One end's RDMA device and netdev in a few words ("rxe0 port 1 ACTIVE ethernet 10 Gb/s 1X MTU 1024, GID
     ::ffff:10.0.0.1 (RoCE v2); veth0 veth MTU 1500"); "" when none was recorded."""
     parts = []
     rdma, netdev = obj(fabric.get("rdma")), obj(fabric.get("netdev"))
     if rdma.get("device"):
         words = [str(rdma["device"]), f"port {rdma.get('port')}", rdma.get("port_state"), rdma.get("link_layer"),
                  f"{rdma['speed_gbps']:g} Gb/s" if number(rdma.get("speed_gbps")) is not None else None,
-                 rdma.get("width"), f"fw {rdma['firmware']}" if rdma.get("firmware") else None]
+                 rdma.get("width"), f"MTU {rdma['active_mtu']}" if rdma.get("active_mtu") is not None else None,
+                 f"fw {rdma['firmware']}" if rdma.get("firmware") else None]
         text = " ".join(str(w) for w in words if w)
         if rdma.get("gid"):
             text += f", GID {rdma['gid']}" + (f" ({rdma['gid_type']})" if rdma.get("gid_type") else "")
