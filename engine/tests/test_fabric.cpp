@@ -93,7 +93,11 @@ TEST_F(FakeTree, NetdevAndRdmaFactsStayWithinTheEnvBounds) {
   put(ib / "ports/1/gid_attrs/types/1", "RoCE v2");
   put(ib / "ports/1/gid_attrs/ndevs/1", "lo");
 
-  const std::string text = fm::fabric_json({"127.0.0.1", "verbs", "", 1, -1, 5}, sys(), proc());
+  // What the verbs plugin would add (its ibv_query_port), for the device and port picked here.
+  auto port_facts = [](const std::string& dev, unsigned port) {
+    return dev == "rxe9" && port == 1 ? std::string("{\"active_mtu\":1024}") : std::string();
+  };
+  const std::string text = fm::fabric_json({"127.0.0.1", "verbs", "", 1, -1, 5, port_facts}, sys(), proc());
   EXPECT_NO_THROW(fm::decode_env("{\"fabric\":" + text + "}"));
   const nlohmann::json f = nlohmann::json::parse(text);
   const auto& nd = f["netdev"];
@@ -120,14 +124,31 @@ TEST_F(FakeTree, NetdevAndRdmaFactsStayWithinTheEnvBounds) {
   EXPECT_EQ(r["gid_index"], 1);
   EXPECT_EQ(r["gid"], "::ffff:127.0.0.1");
   EXPECT_EQ(r["gid_type"], "RoCE v2");
+  EXPECT_EQ(r["active_mtu"], 1024);
   // The RDMA device's node (0) against CPU 5's (1).
   EXPECT_EQ(f["numa"]["device"], "rxe9");
   ASSERT_EQ(f["warnings"].size(), 1u);
   EXPECT_NE(f["warnings"][0].get<std::string>().find("rxe9 is on NUMA node 0"), std::string::npos);
 }
 
+// Masks of a machine of thousands of CPUs: the lists go, the counts and the rest stay.
+TEST_F(FakeTree, HugeMasksLeaveTheListsOut) {
+  const fs::path lo = root / "sys/class/net/lo";
+  for (int q = 0; q < 40; ++q) {
+    put(lo / ("queues/rx-" + std::to_string(q) + "/rps_cpus"), std::string(1000, 'f'));
+    put(lo / ("queues/tx-" + std::to_string(q) + "/xps_cpus"), std::string(1000, '0'));
+  }
+  const std::string text = fm::fabric_json({"127.0.0.1", "tcp", "", 1, -1, -1, {}}, sys(), proc());
+  EXPECT_LE(text.size(), fm::kMaxFabricBytes);
+  const nlohmann::json f = nlohmann::json::parse(text);
+  EXPECT_TRUE(f["netdev"]["rps_cpus"].is_null());
+  EXPECT_TRUE(f["netdev"]["xps_cpus"].is_null());
+  EXPECT_EQ(f["netdev"]["rx_queues"], 40);
+  EXPECT_EQ(f["netdev"]["name"], "lo");
+}
+
 TEST_F(FakeTree, NoAddressNoNetdev) {
-  const nlohmann::json f = nlohmann::json::parse(fm::fabric_json({"192.0.2.77", "tcp", "", 1, -1, 0}, sys(), proc()));
+  const nlohmann::json f = nlohmann::json::parse(fm::fabric_json({"192.0.2.77", "tcp", "", 1, -1, 0, {}}, sys(), proc()));
   EXPECT_TRUE(f["netdev"].is_null());
   EXPECT_TRUE(f["rdma"].is_null());
   EXPECT_TRUE(f["numa"].is_null());

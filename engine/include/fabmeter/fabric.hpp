@@ -5,7 +5,8 @@
 // session's points, never on the data path. A fact the machine does not
 // give is null, never guessed. The result stays inside the bounds a peer's
 // environment is checked against (handshake.hpp: decode_env): lists are cut
-// at kMaxListed entries, with their full count beside them.
+// at kMaxListed entries, with their full count beside them, and left out
+// (null) when the whole would exceed kMaxFabricBytes.
 #pragma once
 #include <functional>
 #include <optional>
@@ -13,7 +14,8 @@
 
 namespace fm {
 
-constexpr size_t kMaxListed = 32;  // queues and IRQs listed per netdev
+constexpr size_t kMaxListed = 32;            // queues and IRQs listed per netdev
+constexpr size_t kMaxFabricBytes = 16 * 1024;  // beyond, the netdev's lists are left out (null)
 
 struct FabricWhere {
   std::string local_addr;   // this end's address of the control connection

@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -498,6 +497,10 @@ std::string fabric_json(const FabricWhere& w, const std::string& sys, const std:
   o["thp_enabled"] = bracketed(read_text(sys + "/kernel/mm/transparent_hugepage/enabled"));
   o["thp_defrag"] = bracketed(read_text(sys + "/kernel/mm/transparent_hugepage/defrag"));
   o["warnings"] = std::move(warnings);
+  // The welcome carries it (ctrl.hpp's kMaxWelcome): masks of thousands of
+  // CPUs would not fit; the lists go first, their counts stay.
+  for (const char* list : {"irq_affinity", "xps_cpus", "rps_cpus"})
+    if (o.dump().size() > kMaxFabricBytes && o["netdev"].is_object()) o["netdev"][list] = nullptr;
   return o.dump();
 }
 
