@@ -54,6 +54,8 @@ def test_each_end_names_its_veth(fm, tmp_path):
     assert r.returncode == 0, r.stderr
     html = Path(out / "report.html").read_text()
     assert f"client fabric {dev_b} veth MTU {MTU}" in html and f"server fabric {dev_a} veth MTU {MTU}" in html
+    assert f"<th>server fabric</th><td>{dev_a} veth MTU {MTU}" in html      # the Environment table
+    assert f"NUMA: {dev_b} node unknown, CPU 0 node" in html
 
 
 def test_warnings_and_summary_from_the_start_line():

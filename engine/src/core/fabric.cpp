@@ -418,8 +418,9 @@ json bracketed(const std::optional<std::string>& s) {
   return s->substr(a + 1, b - a - 1);
 }
 
-// The CPU latency the kernel now grants (µs). Read-only: a writer's open
-// would add a request of its own.
+// The CPU latency the kernel now grants (µs). Opened read-only and never
+// written: the request every open adds stays at the default (no limit) and
+// goes with the close; a write would set one.
 json cpu_dma_latency(const std::string& dev) {
   const int fd = open(dev.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;

@@ -61,6 +61,36 @@ def fabric_summary(fabric: dict) -> str:
     return "; ".join(parts)
 
 
+def fabric_detail(fabric: dict) -> str:
+    """The rest of one end's fabric for the Environment table: offloads, coalescing, queues and IRQs, NUMA
+    locality and the host's latency settings; "" when none was recorded."""
+    netdev, numa = obj(fabric.get("netdev")), obj(fabric.get("numa"))
+    words = []
+    if netdev:
+        def on(key):
+            return "?" if netdev.get(key) is None else ("on" if netdev.get(key) else "off")
+        words.append(f"GRO {on('gro')}, GSO {on('gso')}, TSO {on('tso')}")
+        co = obj(netdev.get("coalesce"))
+        if co:
+            words.append(f"coalescing rx {co.get('rx_usecs')} us/{co.get('rx_frames')} frames, tx {co.get('tx_usecs')} "
+                         f"us/{co.get('tx_frames')} frames" + (", adaptive" if co.get("adaptive_rx") else ""))
+        words.append(f"{netdev.get('rx_queues', '?')} rx / {netdev.get('tx_queues', '?')} tx queues, "
+                     f"{netdev.get('irq_count', '?')} IRQs")
+    if numa:
+        words.append(f"NUMA: {numa.get('device')} node {_or_unknown(numa.get('device_node'))}, CPU "
+                     f"{_or_unknown(numa.get('cpu'))} node {_or_unknown(numa.get('cpu_node'))}")
+    if "thp_enabled" in fabric:
+        latency = fabric.get("cpu_dma_latency_us")
+        words.append(f"tuned {fabric.get('tuned_profile') or 'none'}, cpu_dma_latency "
+                     f"{_or_unknown(latency)}{' us' if number(latency) is not None else ''}, "
+                     f"THP {fabric.get('thp_enabled') or '?'} (defrag {fabric.get('thp_defrag') or '?'})")
+    return "; ".join(words)
+
+
+def _or_unknown(value) -> str:
+    return "unknown" if value is None else str(value)
+
+
 def _machine(env: dict) -> str:
     """What tells machines apart (not what varies between runs on one: load, the engine's clock estimate)."""
     return repr([env.get("hostname"), env.get("cpu_model"), env.get("cpu_count"),
