@@ -72,3 +72,11 @@ def test_warnings_and_summary_from_the_start_line():
         "mlx5_0 port 1 ACTIVE infiniband 100 Gb/s 4X MTU 4096 fw 20.31.1014, GID fe80::1 (IB/RoCE v1); "
         "ib0 mlx5_core MTU 2044 100000 Mb/s IPoIB datagram")
     assert fabric_summary({}) == ""
+
+
+def test_compare_tells_a_firmware_update():
+    """Two results from before and after a firmware update differ in the fabric's firmware, and compare says so."""
+    from fabmeter.compare import env_diff
+    before = {"engine": {"fabric": {"rdma": {"device": "mlx5_0", "firmware": "20.31.1014"}}}}
+    after = {"engine": {"fabric": {"rdma": {"device": "mlx5_0", "firmware": "20.35.2000"}}}}
+    assert env_diff([before], [after]) == [("engine.fabric.rdma.firmware", "20.31.1014", "20.35.2000")]
