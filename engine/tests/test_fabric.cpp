@@ -147,6 +147,13 @@ TEST_F(FakeTree, HugeMasksLeaveTheListsOut) {
   EXPECT_EQ(f["netdev"]["name"], "lo");
 }
 
+TEST(Fabric, InterfaceOfALocalAddress) {
+  EXPECT_EQ(fm::interface_of("127.0.0.1"), "lo");
+  EXPECT_EQ(fm::interface_of("127.0.0.3"), "lo");  // lo's through 127.0.0.1/8
+  EXPECT_EQ(fm::interface_of("192.0.2.77"), "");   // in no loopback's prefix, and held by nobody here
+  EXPECT_EQ(fm::interface_of("not an address"), "");
+}
+
 TEST_F(FakeTree, NoAddressNoNetdev) {
   const nlohmann::json f = nlohmann::json::parse(fm::fabric_json({"192.0.2.77", "tcp", "", 1, -1, 0, {}}, sys(), proc()));
   EXPECT_TRUE(f["netdev"].is_null());

@@ -44,7 +44,8 @@ struct NumaLocality {
 };
 NumaLocality numa_locality(const std::string& sys, const std::string& device_dir, const std::string& device, int cpu);
 
-// The interface owning a local address (getifaddrs), "" if none does.
+// The interface owning a local address (getifaddrs): the one holding it,
+// else the loopback whose prefix holds it (lo for 127.0.0.2); "" if none does.
 std::string interface_of(const std::string& addr);
 
 }  // namespace fm

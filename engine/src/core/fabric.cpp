@@ -439,17 +439,28 @@ std::string interface_of(const std::string& addr) {
     family = AF_INET6;
     if (inet_pton(AF_INET6, addr.c_str(), want) != 1) return "";
   }
+  const size_t len = family == AF_INET ? 4 : 16;
+  auto bytes = [&](const sockaddr* sa) {
+    return family == AF_INET ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr)
+                             : reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+  };
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return "";
-  std::string name;
-  for (ifaddrs* a = list; a && name.empty(); a = a->ifa_next) {
+  // The interface holding the address, else the loopback whose prefix holds
+  // it (127.0.0.2 is lo's through 127.0.0.1/8: the whole prefix is local).
+  std::string exact, prefix;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
     if (!a->ifa_addr || a->ifa_addr->sa_family != family) continue;
-    const void* have = family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
-                                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
-    if (std::memcmp(have, want, family == AF_INET ? 4 : 16) == 0) name = a->ifa_name;
+    const uint8_t* have = bytes(a->ifa_addr);
+    if (std::memcmp(have, want, len) == 0 && exact.empty()) exact = a->ifa_name;
+    if (!a->ifa_netmask || !prefix.empty() || !(a->ifa_flags & IFF_LOOPBACK)) continue;
+    const uint8_t* mask = bytes(a->ifa_netmask);
+    bool inside = true;
+    for (size_t i = 0; i < len && inside; ++i) inside = (have[i] & mask[i]) == (want[i] & mask[i]);
+    if (inside) prefix = a->ifa_name;
   }
   freeifaddrs(list);
-  return name;
+  return exact.empty() ? prefix : exact;
 }
 
 NumaLocality numa_locality(const std::string& sys, const std::string& device_dir, const std::string& device, int cpu) {
