@@ -2,7 +2,7 @@
 // (libfabmeter-<name>.so, in the engine's plugin directory) exports one C
 // symbol, kPluginSymbol, returning this descriptor. The engine dlopens the
 // plugin at the transport's first use (experiment/registry.cpp) and takes the
-// two functions of its table entry from it; the measuring loops live in the
+// functions of its table entry from it; the measuring loops live in the
 // plugin (its generated run_points_<name>.cpp), instantiated for its class,
 // so the data path makes no indirect call per message.
 //
