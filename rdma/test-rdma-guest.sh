@@ -480,7 +480,25 @@ mesh() {
   echo $? >"$f.rank1.rc"
   printf '%-58s rc=%s\n' "$name" "$(cat "$f.rc")"
 }
+# fabric NAME OPTIONS...: `fabmeter lat --server --out` over verbs; run.json
+# must name each end's rxe device, its port, MTU, link layer and GID.
+fabric() {
+  local name=$1 f=$OUT/$1
+  shift
+  PORT=$((PORT + 1))
+  echo "fabmeter fabric lat -t verbs $*" >"$f.cmd"
+  echo 0 >"$f.expect"
+  serve "$f"
+  local spid=$SPID t0=$EPOCHREALTIME
+  timeout 120 "${PY[@]}" -m fabmeter lat -t verbs --server "$SERVER:$PORT" --cpus 0 --timeout-ms 15000 "$@" \
+    --out "$f.results" >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
 if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== the fabric in run.json (each end's rxe device)"
+  fabric "fabric-rc-rdma_cm" --service rc -n 200 --warmup 20
   echo "== fabmeter mesh over verbs (two ranks, one per rxe device)"
   mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic

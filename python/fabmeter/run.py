@@ -266,6 +266,18 @@ def execute(spec: RunSpec,
     return res
 
 
+def _fabric_warnings(start: dict) -> list[str]:
+    """The warnings of both ends' fabric (a device on another NUMA node than the pinned CPU) in an engine's
+    start line, each prefixed with its end."""
+    out = []
+    for end, key in (("client", "env"), ("server", "server_env")):
+        env = start.get(key)
+        fabric = env.get("fabric") if isinstance(env, dict) else None
+        said = fabric.get("warnings") if isinstance(fabric, dict) else None
+        out += [f"{end}: {w}" for w in (said if isinstance(said, list) else ()) if isinstance(w, str)]
+    return out
+
+
 def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[LocalServer],
             timeout_s: float, res: RunResult, on_start, on_point, on_event) -> None:
     """Reads the client's JSON lines until EOF, with a watchdog on the server."""
@@ -297,6 +309,10 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
             res.start = obj
             if on_start:
                 on_start(obj)
+            for warning in _fabric_warnings(obj):
+                sys.stderr.write(f"fabmeter: warning: {warning}\n")
+                if on_event is not None:
+                    on_event({"type": "warning", "message": warning})
         elif kind == "point":
             res.points.append(obj)
             if on_point:

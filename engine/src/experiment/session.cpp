@@ -87,6 +87,13 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
 }
 
+// Where this end's fabric is: the control connection's local address, the
+// RDMA device the options name, and what the transport's library can add.
+FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu) {
+  return {ctrl.local_addr(), p.transport, p.verbs.device, p.verbs.port, p.verbs.gid_index, cpu,
+          entry_for(p.transport).port_facts};
+}
+
 void write_status_line(Status st, const std::string& msg) {
   JsonObj end;
   end.add("type", "end").add("status", st == Status::ok ? "ok" : st == Status::interrupted ? "interrupted" : "failed");
@@ -165,7 +172,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
   std::string msg;
   JsonObj start;
   start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan.size()))
-      .add("env", engine_env(clk, o.cpu))
+      .add("env", engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)))
       .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
   try {
@@ -439,7 +446,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
   ctrl.set_timeout_ms(p.timeout_ms);
   const Clock& clk = clocks.of(p);
-  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
+  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
