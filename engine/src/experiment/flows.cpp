@@ -39,7 +39,7 @@ struct FlowEnd {
 };
 
 // A flow's frame crosses the control channel as an exchange frame
-// "FLOW TYPE BODY", FLOW and TYPE in decimal.
+// "FLOW TYPE BODY", FLOW and TYPE in decimal (and kFlowsDone, below).
 std::string tag_frame(uint32_t flow, CtrlType type, const std::string& body) {
   return std::to_string(flow) + " " + std::to_string(static_cast<unsigned>(type)) + " " + body;
 }
@@ -64,27 +64,39 @@ Tagged untag_frame(std::string_view frame, uint32_t flows) {
   return t;
 }
 
-// The type of the frame waiting on one of our own flows' channels (written
-// by our own thread, so only read, not checked; recv() checks it next).
-CtrlType waiting_type(const Ctrl& ch) {
+// The type byte of the frame waiting on a flow's channel (peek() said one
+// is there; our own thread wrote it): picks the recv() that checks it.
+uint8_t waiting_type(const Ctrl& ch) {
   unsigned char hdr[kFrameHeaderBytes];
   if (::recv(ch.fd(), hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof hdr))
-    runtime_error("flows: a flow's frame header is short");
-  return static_cast<CtrlType>(hdr[4]);
+    runtime_error("flows: a frame header is short");
+  return hdr[4];
 }
+
+// How the relay ended, beside the flows' own ends.
+struct RelayEnd {
+  std::exception_ptr error;  // a frame from the peer that could not be read (a refusal, a failure, an invalid frame)
+  bool peer_closed = false;  // the peer closed the control channel: every flow's end follows from it
+  bool peer_failed = false;  // the peer's flows ended early (kFlowsDone 1) and ended ours
+};
+
+// Each session thread ends its relay with kFlowsDone (then 0: its flows
+// ended ok, 1: not) once all its flows have ended, after every frame of
+// theirs, and leaves the relay once it has the peer's too: so neither reads
+// a frame of the session's next step (the next point's barrier) as a
+// flow's, and a failure on one end ends the other end's flows.
+constexpr std::string_view kFlowsDone = "done ";
 
 // The session thread's part while the flows run: relays frames both ways
 // and the peer's heartbeats, ends every flow when one fails or the peer
-// goes. Returns when every flow's channel is closed (its thread is ending).
-// A frame from the peer that cannot be read (a refusal, a failure, an
-// invalid frame) ends the flows and is rethrown by the caller.
-std::exception_ptr relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) {
+// goes. Returns when every flow's channel is closed (its thread is ending)
+// and the peer's flows are done too.
+RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) {
   const uint32_t n = static_cast<uint32_t>(ch.size());
   std::vector<bool> open(n, true);
   uint32_t live = n;
-  bool ctrl_open = true;
-  bool ended = false;
-  std::exception_ptr error;
+  bool ctrl_open = true, ended = false, said_done = false, peer_done = false;
+  RelayEnd end;
   uint64_t heard = c.ctrl.frames_in();
   auto end_all = [&] {
     if (ended) return;
@@ -92,33 +104,41 @@ std::exception_ptr relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>&
     for (uint32_t i = 0; i < n; ++i)
       if (open[i]) ::shutdown(ch[i].fd(), SHUT_RDWR);
   };
+  auto give_up = [&](std::exception_ptr e) {
+    if (!end.error) end.error = e;
+    ctrl_open = false;
+    end_all();
+  };
   std::vector<pollfd> fds;
-  while (live) {
+  while (live || (ctrl_open && !peer_done)) {
     fds.clear();
-    fds.push_back({ctrl_open ? c.ctrl.fd() : -1, POLLIN, 0});
+    fds.push_back({ctrl_open && !peer_done ? c.ctrl.fd() : -1, POLLIN, 0});
     for (uint32_t i = 0; i < n; ++i) fds.push_back({open[i] ? ch[i].fd() : -1, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), kWaitSliceMs) < 0 && errno != EINTR) sys_error("flows: poll");
-    if (ctrl_open && fds[0].revents) {
+    if (fds[0].revents) {
       try {
         const Ctrl::Peek peek = c.ctrl.peek();
         if (peek == Ctrl::Peek::closed) {
           ctrl_open = false;
+          end.peer_closed = true;
           end_all();
         } else if (peek == Ctrl::Peek::message) {
           const std::string frame = c.ctrl.recv(CtrlType::exchange, "a flow's frame");
-          const Tagged t = untag_frame(frame, n);
-          // A flow that ended already (it failed) has nobody reading.
-          if (open[t.flow] && !ended) {
+          if (std::string_view(frame).substr(0, kFlowsDone.size()) == kFlowsDone) {
+            peer_done = true;
+            if (parse_peer_u64(std::string_view(frame).substr(kFlowsDone.size()), "flows' end", 1) && !ended) {
+              end.peer_failed = !failing.load(std::memory_order_acquire);
+              end_all();
+            }
+          } else if (const Tagged t = untag_frame(frame, n); open[t.flow] && !ended) {
             try {
               ch[t.flow].send(t.type, t.body);
-            } catch (const Error&) {
+            } catch (const Error&) {  // the flow ended meanwhile: nobody reads it
             }
           }
         }
       } catch (const Error&) {
-        error = std::current_exception();
-        ctrl_open = false;
-        end_all();
+        give_up(std::current_exception());
       }
     }
     // The peer's heartbeats (consumed by peek) go on to every flow's Guard.
@@ -138,16 +158,23 @@ std::exception_ptr relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>&
       }
       if (peek != Ctrl::Peek::message) continue;
       try {
-        const CtrlType type = waiting_type(ch[i]);
+        const auto type = static_cast<CtrlType>(waiting_type(ch[i]));
         const std::string body = ch[i].recv(type, "a flow's frame");
         if (ctrl_open) c.ctrl.send(CtrlType::exchange, tag_frame(i, type, body));
       } catch (const Error&) {
-        if (!error) error = std::current_exception();
-        end_all();
+        give_up(std::current_exception());
+      }
+    }
+    if (!live && !said_done && ctrl_open) {
+      said_done = true;
+      try {
+        c.ctrl.send(CtrlType::exchange, std::string(kFlowsDone) + (failing.load() || ended ? "1" : "0"));
+      } catch (const Error&) {
+        give_up(std::current_exception());
       }
     }
   }
-  return error;
+  return end;
 }
 
 nlohmann::json fields_of(const PointOut& out) {
@@ -320,7 +347,8 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, Poin
     });
   while (ready.load(std::memory_order_acquire) < n) std::this_thread::yield();
   go.store(true, std::memory_order_release);
-  const std::exception_ptr error = relay(c, mine, failing);
+  const RelayEnd relayed = relay(c, mine, failing);
+  const std::exception_ptr error = relayed.error;
   for (std::thread& t : threads) t.join();
 
   for (const FlowEnd& e : ends)
@@ -336,15 +364,19 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, Poin
   // The point's status: the first flow that failed, the others having been
   // ended by it (or all interrupted alike).
   Status st = error ? Status::failed : Status::ok;
-  uint64_t first = UINT64_MAX;
-  for (uint32_t i = 0; i < n; ++i) {
-    const FlowEnd& e = ends[i];
-    if (e.status == Status::ok || e.ended_seq >= first) continue;
-    first = e.ended_seq;
-    if (!error) {
-      st = e.status;
-      c.failure = "flow " + std::to_string(i) + ": " + e.failure;
-    }
+  if (relayed.peer_closed && !error) {
+    st = Status::peer_lost;
+    c.failure = "the peer closed the control channel (process ended?)";
+  } else if (relayed.peer_failed && !error) {
+    st = Status::peer_lost;
+    c.failure = "the peer's flows ended the point early (failed or interrupted)";
+  }
+  uint32_t first = n;
+  for (uint32_t i = 0; i < n; ++i)
+    if (ends[i].status != Status::ok && (first == n || ends[i].ended_seq < ends[first].ended_seq)) first = i;
+  if (st == Status::ok && first < n) {
+    st = ends[first].status;
+    if (!ends[first].failure.empty()) c.failure = "flow " + std::to_string(first) + ": " + ends[first].failure;
   }
   if (c.role == Role::client) {
     if (c.p.experiment == "lat") merge_lat(pt, ends, out);
