@@ -103,3 +103,12 @@ def test_bad_flows_are_usage_errors(fm, args, message):
     r = fm.run(*args)
     assert r.returncode == 2, r.stderr
     assert message in one_line_error(r.stderr), r.stderr
+
+
+def test_report_names_the_flows_and_their_fairness(fm, tmp_path):
+    r = fm.run("bw", "-t", "shm", "--flows", "2", "-n", "2000", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    r = fm.run("report", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "2 flows (sum), Jain&#x27;s index" in html
