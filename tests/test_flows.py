@@ -24,6 +24,7 @@ def _check_sums(p: dict, n: int):
     for key in ("iterations", "bytes", "lost"):
         assert sum(f[key] for f in flows) == p[key], (key, p)
     assert 1 / n - 1e-9 <= p["jain_index"] <= 1 + 1e-9, p
+    assert 0 <= p["overlap"] <= 1, p
 
 
 def test_bw_four_tcp_flows_add_up(fm):

@@ -165,6 +165,7 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
     if isinstance(point.get("flows"), list):
         extra.append([f"fairness over {len(point['flows'])} flows (Jain's index, 1 = equal)",
                       fmt_num(point.get("jain_index"), 3)])
+        extra.append(["flows running at once, share of their span (1 = all the time)", fmt_num(point.get("overlap"), 3)])
     if point.get("lost") is not None:
         extra.append(["lost messages", fmt_num(point["lost"])])
     if point.get("warmup_lost"):

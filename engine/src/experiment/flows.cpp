@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fabmeter/clock.hpp"
 #include "fabmeter/cpu.hpp"
 
 namespace fm {
@@ -34,6 +36,7 @@ struct FlowEnd {
   std::string failure;
   PointOut out;
   int cpu = -1;              // where it ran, read from the kernel at its end; -1: unpinned
+  int64_t began_ns = 0, ended_ns = 0;  // CLOCK_MONOTONIC around its loop (warm-up included)
   uint64_t ended_seq = 0;    // order in which failing flows ended (the first is the cause)
   std::exception_ptr usage;  // a refusal (usage error) thrown in the flow: the session's to report
 };
@@ -200,6 +203,22 @@ JsonObj flow_entry(uint32_t i, const FlowEnd& e) {
   return o;
 }
 
+// How much the flows ran at once: the time all their loops ran together
+// over the time any ran (warm-up included). Near 1, the sum of their rates
+// is a rate they reached together; far below (flows that took turns on a
+// shared CPU), it is not.
+void add_overlap(JsonObj& f, const std::vector<FlowEnd>& ends) {
+  int64_t first = INT64_MAX, last = INT64_MIN, all_began = INT64_MIN, first_ended = INT64_MAX;
+  for (const FlowEnd& e : ends) {
+    first = std::min(first, e.began_ns);
+    last = std::max(last, e.ended_ns);
+    all_began = std::max(all_began, e.began_ns);
+    first_ended = std::min(first_ended, e.ended_ns);
+  }
+  const double span = static_cast<double>(last - first);
+  f.add("overlap", span > 0 ? static_cast<double>(std::max<int64_t>(0, first_ended - all_began)) / span : 0.0);
+}
+
 void add_jain(JsonObj& f, const std::vector<double>& rates) {
   const double j = jain_index(rates);
   if (std::isfinite(j)) f.add("jain_index", j);
@@ -247,6 +266,7 @@ void merge_lat(const Point& pt, std::vector<FlowEnd>& ends, PointOut& out) {
       .add("samples_locked", locked).add("round_trips_per_s", rate_sum)
       .add("aggregate", "latency: every flow's round trips in one summary; rates: the flows' sum");
   add_jain(out.fields, rates);
+  add_overlap(out.fields, ends);
   out.fields.add_raw("flows", "[" + list + "]");
   out.arrays.emplace_back("rtt_ns", std::move(rtt));
 }
@@ -294,6 +314,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
       .add("aggregate", "the sum of the flows' rates, each over its own measured window");
   if (has_credits) out.fields.add("credit_writes", credit_writes);
   add_jain(out.fields, rates);
+  add_overlap(out.fields, ends);
   out.fields.add_raw("flows", "[" + list + "]");
 }
 
@@ -328,7 +349,9 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, Poin
         // their measured windows start together too).
         ready.fetch_add(1, std::memory_order_acq_rel);
         while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+        e.began_ns = monotonic_ns();
         e.status = loop(i, fc, e.out);
+        e.ended_ns = monotonic_ns();
         e.failure = fc.failure;
         if (!c.cpus.empty()) e.cpu = sched_getcpu();
       } catch (const Error& err) {

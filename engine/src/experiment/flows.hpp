@@ -25,7 +25,8 @@ using FlowLoop = std::function<Status(uint32_t flow, Ctx& flow_ctx, PointOut& ou
 // pinned to ctx.cpus[flow mod size] where CPUs are given, all released at
 // once (a barrier), the session's thread relaying their control frames. On
 // the client, merges what they measured into `out`: per flow and in
-// aggregate, with Jain's fairness index. Returns the first flow's failure.
+// aggregate, with Jain's fairness index and how much the flows overlapped
+// in time. Returns the first flow's failure.
 Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, PointOut& out);
 
 // Jain's fairness index of the flows' throughputs: (sum x)^2 / (n sum x^2),
