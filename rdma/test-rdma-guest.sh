@@ -368,6 +368,12 @@ fm "refuse-load-ud-workload-w1" 2 load "${LOAD[@]}" --service ud --workload w1
 fm "load-ud-send-workload-w1-clamped" 0 load "${LOAD[@]}" --service ud --workload w1 --max-size 1024
 fm "refuse-load-event-conns2" 2 load "${LOAD[@]}" --service rc --poll event --conns 2
 
+echo "== verbs: --flows (a QP and a thread per flow; the host checks the flows add up)"
+# Fewer messages in CI's reduced mode (FM_CMP_ROUNDS=0).
+FLOWS_N=$(((${FM_CMP_ROUNDS:-5} == 0) ? 500 : 5000))
+fm "bw-rc-send-flows4" 0 bw -s 1K -n "$FLOWS_N" --warmup 100 --service rc --flows 4
+fm "lat-ud-send-raw-flows2" 0 lat -s 32 -n 200 --warmup 20 --service ud --cm raw --flows 2
+
 echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at random and counts them)"
 # loss NAME PERCENT EXPERIMENT OPTIONS...: while the case runs, a rule on the
 # input hook drops PERCENT % of the RoCE v2 packets (udp 4791; both ends are

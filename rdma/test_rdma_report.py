@@ -123,6 +123,16 @@ def check_fabmeter(raw, name):
             for key in ("post_ns", "completion_ns"):
                 if not (p.get(key) or {}).get("min", -1) >= 0:
                     problems.append(f"oneway: no {key} stage (or a negative one): {p.get(key)!r}")
+        flows = option(cmd, "flows")
+        if flows and p.get("experiment") in ("lat", "bw"):  # a QP per flow, and their counts add up
+            each = p.get("flows") or []
+            if len(each) != int(flows) or granted.get("connections") != int(flows):
+                problems.append(f"--flows {flows}: {len(each)} flows reported, {granted.get('connections')} QPs granted")
+            for key in ("iterations", "bytes", "lost"):
+                if sum(f.get(key, 0) for f in each) != p.get(key):
+                    problems.append(f"--flows {flows}: the flows' {key} do not add up to the point's {p.get(key)}")
+            if not all(f.get("iterations", 0) > 0 for f in each):
+                problems.append(f"--flows {flows}: a flow measured nothing")
         if p.get("experiment") == "load":
             if p.get("sent", 0) != p.get("completed", 0) + p.get("lost", 0) or p.get("sent", 0) == 0:
                 problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")

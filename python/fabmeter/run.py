@@ -36,7 +36,7 @@ SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server s
 class RunSpec:
     experiment: str                      # lat | oneway | bw | stream | check | load
     options: dict                        # engine option key -> typed value (options.py); absent: the default
-    cpus: Optional[tuple[int, ...]] = None  # (client, server) pinning; None = unpinned
+    cpus: Optional[tuple] = None  # (client, server) pinning, each a CPU or "A+A2" (--flows); None = unpinned
     server: Optional[str] = None         # HOST[:PORT] of a remote server; None = start one locally
     out: Optional[Path] = None           # results folder (the engine writes .npy there)
     engine: Optional[str] = None
@@ -122,17 +122,23 @@ RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "-
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
     """Limits between the run's two CPUs, sized for its message; None when
     they cannot be measured (one CPU, or both ends on one, probe failed). Ctrl-C still stops."""
-    if not spec.cpus or len(set(spec.cpus)) < 2:
+    cpus = first_cpus(spec.cpus)
+    if not cpus or len(set(cpus)) < 2:
         return None
     args = list(RECORD_LIMITS_ARGS)
     if "size" in spec.options:
         args += ["--sizes", str(spec.options["size"])]
     try:
-        return run_limits(spec.cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
+        return run_limits(cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
     except FabmeterError as e:
         if e.exit_code == EXIT_INTERRUPTED:
             raise
         return None
+
+
+def first_cpus(cpus: Optional[tuple]) -> Optional[tuple[int, ...]]:
+    """Each side's first CPU (where its session thread runs): what the limits probe and warnings compare."""
+    return tuple(int(str(c).split("+")[0]) for c in cpus) if cpus else cpus
 
 
 def _dry_run(engine: str, spec: "RunSpec") -> None:

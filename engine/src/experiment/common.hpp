@@ -112,6 +112,7 @@ struct Ctx {
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
   uint64_t spin_ticks = 0;   // --spin-us: event mode polls this long before it sleeps
   uint64_t sleeps = 0;       // event mode: waits that slept (wait_for_msg), this point; any thread, atomic_ref
+  std::vector<int> cpus = {};  // --flows: the CPUs this end's flows run on, in turn (--cpu N+M...); empty: unpinned
 };
 
 // Event mode's wait for a message: poll for --spin-us first (spin, then

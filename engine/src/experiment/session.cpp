@@ -83,6 +83,8 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
         usage_error("--op " + p.rdma.op + " moves exactly " + std::to_string(caps.fixed_msg_size) + " B: give -s " +
                     std::to_string(caps.fixed_msg_size) + " (not " + std::to_string(size) + ")");
   experiment_for(p.experiment).check_caps(p, caps);
+  if (const uint32_t n = experiment_for(p.experiment).connections(p); n > 1 && caps.one_connection)
+    usage_error(p.transport + ": " + std::to_string(n) + " connections asked (--flows, --conns): " + caps.one_connection);
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
 }
@@ -167,6 +169,7 @@ int run_client(const Params& requested, const ClientOptions& o) {
   Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.start_at_ns = o.start_at_ns;
+  ctx.cpus = o.cpus;
   JsonObj transport_info;
   Status st;
   std::string msg;
@@ -452,6 +455,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
+  ctx.cpus = o.cpus;
   Status st;
   try {
     st = entry->points(p, ctx, "", nullptr);
