@@ -368,6 +368,12 @@ fm "refuse-load-ud-workload-w1" 2 load "${LOAD[@]}" --service ud --workload w1
 fm "load-ud-send-workload-w1-clamped" 0 load "${LOAD[@]}" --service ud --workload w1 --max-size 1024
 fm "refuse-load-event-conns2" 2 load "${LOAD[@]}" --service rc --poll event --conns 2
 
+echo "== verbs: --flows (a QP and a thread per flow; the host checks the flows add up)"
+# Fewer messages in CI's reduced mode (FM_CMP_ROUNDS=0).
+FLOWS_N=$(((${FM_CMP_ROUNDS:-5} == 0) ? 500 : 5000))
+fm "bw-rc-send-flows4" 0 bw -s 1K -n "$FLOWS_N" --warmup 100 --service rc --flows 4
+fm "lat-ud-send-raw-flows2" 0 lat -s 32 -n 200 --warmup 20 --service ud --cm raw --flows 2
+
 echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at random and counts them)"
 # loss NAME PERCENT EXPERIMENT OPTIONS...: while the case runs, a rule on the
 # input hook drops PERCENT % of the RoCE v2 packets (udp 4791; both ends are
@@ -480,7 +486,25 @@ mesh() {
   echo $? >"$f.rank1.rc"
   printf '%-58s rc=%s\n' "$name" "$(cat "$f.rc")"
 }
+# fabric NAME OPTIONS...: `fabmeter lat --server --out` over verbs; run.json
+# must name each end's rxe device, its port, MTU, link layer and GID.
+fabric() {
+  local name=$1 f=$OUT/$1
+  shift
+  PORT=$((PORT + 1))
+  echo "fabmeter fabric lat -t verbs $*" >"$f.cmd"
+  echo 0 >"$f.expect"
+  serve "$f"
+  local spid=$SPID t0=$EPOCHREALTIME
+  timeout 120 "${PY[@]}" -m fabmeter lat -t verbs --server "$SERVER:$PORT" --cpus 0 --timeout-ms 15000 "$@" \
+    --out "$f.results" >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
 if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== the fabric in run.json (each end's rxe device)"
+  fabric "fabric-rc-rdma_cm" --service rc -n 200 --warmup 20
   echo "== fabmeter mesh over verbs (two ranks, one per rxe device)"
   mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic

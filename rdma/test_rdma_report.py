@@ -123,6 +123,16 @@ def check_fabmeter(raw, name):
             for key in ("post_ns", "completion_ns"):
                 if not (p.get(key) or {}).get("min", -1) >= 0:
                     problems.append(f"oneway: no {key} stage (or a negative one): {p.get(key)!r}")
+        flows = option(cmd, "flows")
+        if flows and p.get("experiment") in ("lat", "bw"):  # a QP per flow, and their counts add up
+            each = p.get("flows") or []
+            if len(each) != int(flows) or granted.get("connections") != int(flows):
+                problems.append(f"--flows {flows}: {len(each)} flows reported, {granted.get('connections')} QPs granted")
+            for key in ("iterations", "bytes", "lost"):
+                if sum(f.get(key, 0) for f in each) != p.get(key):
+                    problems.append(f"--flows {flows}: the flows' {key} do not add up to the point's {p.get(key)}")
+            if not all(f.get("iterations", 0) > 0 for f in each):
+                problems.append(f"--flows {flows}: a flow measured nothing")
         if p.get("experiment") == "load":
             if p.get("sent", 0) != p.get("completed", 0) + p.get("lost", 0) or p.get("sent", 0) == 0:
                 problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")
@@ -148,7 +158,10 @@ def check_fabmeter(raw, name):
         summary.update(experiment=p.get("experiment"), size=p.get("size"), iterations=p.get("iterations"),
                        lost=p.get("lost"), latency_kind=p.get("latency_kind"), latency_ns=p.get("latency_ns"),
                        gbps=p.get("gbps"), msg_rate=p.get("msg_rate"), points=len(points))
-    if is_ofi:
+    if is_ofi:  # the device behind the verbs provider is the control address's, and libfabric says its version
+        rdma = ((next((l for l in lines if l.get("type") == "start"), {}).get("env") or {}).get("fabric") or {}).get("rdma") or {}
+        if rdma.get("device") != granted.get("domain", "rxe0") or not str(rdma.get("libfabric") or "").startswith("1."):
+            problems.append(f"environment's fabric: device {rdma.get('device')!r}, libfabric {rdma.get('libfabric')!r}")
         return problems, summary
     # The knobs must show in what the transport was granted.
     want = {
@@ -191,6 +204,18 @@ def check_fabmeter(raw, name):
             problems.append(f"plain write of fixed sizes: slots of {granted.get('recv_slot_bytes')} B, expected {slot}")
     if "device" not in want and granted.get("device") != "rxe0":
         problems.append(f"the client should be on rxe0 (its control address), got {granted.get('device')}")
+    # Each end's environment names the device it used (the server's: --device, else its address's, rxe1).
+    start = next((l for l in lines if l.get("type") == "start"), {})
+    mine = ((start.get("env") or {}).get("fabric") or {}).get("rdma") or {}
+    theirs = ((start.get("server_env") or {}).get("fabric") or {}).get("rdma") or {}
+    for what, got, expected in (("device", mine.get("device"), granted.get("device")),
+                                ("gid", mine.get("gid"), granted.get("gid")),
+                                ("active_mtu", mine.get("active_mtu"), granted.get("active_mtu")),
+                                ("server's device", theirs.get("device"), option(cmd, "device") or "rxe1"),
+                                ("port_state", mine.get("port_state"), "ACTIVE"),
+                                ("server's port_state", theirs.get("port_state"), "ACTIVE")):
+        if got != expected:
+            problems.append(f"environment's fabric: {what} {got!r}, expected {expected!r}")
     return problems, summary
 
 
@@ -216,6 +241,44 @@ def check_suite(raw, name):
     elif not os.path.exists(f"{raw}/{name}.results/report.html"):
         problems.append("fabmeter report wrote no report.html")
     return problems, {"name": name, "tool": "fabmeter suite", "points": len(points), "failed_points": len(bad)}
+
+
+def check_fabric(raw, name):
+    """`fabmeter lat -t verbs --out` in the guest: run.json's environment names each end's rxe device (the
+    client's rxe0, the server's rxe1), its port ACTIVE, its active MTU, link layer ethernet and the GID of the
+    end's address; the client's agree with what its transport line says it used."""
+    problems = []
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0":
+        return [f"fabmeter lat exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"], {"name": name}
+    try:
+        with open(f"{raw}/{name}.results/run.json") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"no run.json: {e}"], {"name": name}
+    env = doc.get("environment") or {}
+    granted = next((e.get("granted") or {} for e in doc.get("engine_events") or [] if e.get("type") == "transport"),
+                   {})
+    ends = {}
+    for key, device, addr, netdev in (("engine", "rxe0", "10.77.0.1", "veth0"), ("server_engine", "rxe1", "10.77.0.2", "veth1")):
+        fabric = (env.get(key) or {}).get("fabric") or {}
+        rdma, nd = fabric.get("rdma") or {}, fabric.get("netdev") or {}
+        ends[key] = rdma
+        want = {"device": device, "port": 1, "port_state": "ACTIVE", "link_layer": "ethernet",
+                "gid": f"::ffff:{addr}", "gid_netdev": netdev}
+        problems += [f"{key} rdma {k} = {rdma.get(k)!r}, expected {v!r}" for k, v in want.items() if rdma.get(k) != v]
+        if not (isinstance(rdma.get("active_mtu"), int) and rdma["active_mtu"] >= 256):
+            problems.append(f"{key} rdma active_mtu = {rdma.get('active_mtu')!r}")
+        if not rdma.get("rdma_core"):
+            problems.append(f"{key} rdma rdma_core = {rdma.get('rdma_core')!r}")
+        if nd.get("name") != netdev or nd.get("driver") != "veth" or not nd.get("mtu"):
+            problems.append(f"{key} netdev {nd.get('name')!r} driver {nd.get('driver')!r} mtu {nd.get('mtu')!r}, "
+                            f"expected {netdev}, veth")
+    client = ends["engine"]
+    for mine, theirs in (("device", "device"), ("active_mtu", "active_mtu"), ("gid", "gid")):
+        if client.get(mine) != granted.get(theirs):
+            problems.append(f"environment says {mine} {client.get(mine)!r}, the transport used {granted.get(theirs)!r}")
+    return problems, {"name": name, "tool": "fabmeter fabric", "client": client, "server": ends["server_engine"]}
 
 
 def check_mesh(raw, name):
@@ -509,6 +572,7 @@ def main():
         cmd = read(f"{raw}/{name}.cmd")
         check = (check_perftest if cmd.startswith(("ib_", "fi_"))
                  else check_suite if cmd.startswith("fabmeter suite")
+                 else check_fabric if cmd.startswith("fabmeter fabric")
                  else check_mesh if cmd.startswith("fabmeter mesh") else check_fabmeter)
         problems, summary = check(raw, name)
         summary["passed"] = not problems

@@ -50,6 +50,7 @@ def check_side(side: dict, per: str) -> None:
 
 @pytest.mark.parametrize("experiment,args,per", [
     ("lat", ["-n", "500"], "round_trip"),
+    ("lat", ["-n", "500", "--flows", "2"], "round_trip"),
     ("oneway", ["--bursts", "2", "--burst-size", "100"], "message"),
     ("bw", ["-n", "2000"], "message"),
     ("stream", ["--rate", "1000", "--count", "100", "--warmup", "0"], "message"),
@@ -69,6 +70,9 @@ def test_every_experiment_carries_both_sides(fm, experiment, args, per):
         assert (sd is not None and sd > 0) if experiment in ("bw", "stream") else sd is None
         cpus = p["cpu"][side]["cpus"]   # fabmeter pins both ends by default where it has two CPUs
         assert cpus is None or (len(cpus) == 1 and set(cpus[0]) == CPU_KEYS), cpus
+    if "--flows" in args:   # every flow's round trips, over the span of their windows, no one CPU's lines
+        assert p["cpu"]["client"]["count"] == p["iterations"] == 1000 and p["cpu"]["client"]["cpus"] is None
+        assert p["cpu"]["server"]["count"] == 1000
 
 
 def test_pinned_cpus_and_the_kernels_own_reading(fm):

@@ -28,7 +28,7 @@ POISONED_ENVS = {
     "closes the line early": '{"hostname":"evil"}},"points":99,"version":"forged","x":{"a":1',
     "override keys": '{"hostname":"evil"}, "version": "forged", "env": {}',
     "not an object": '["evil"]',
-    "nested too deep": '{"a":{"b":{"c":1}}}',
+    "nested too deep": '{"a":{"b":{"c":{"d":{"e":1}}}}}',
     "bad key": '{"Host Name":"evil"}',
     "huge string": json.dumps({"hostname": "x" * 5000}),
     "raw control character": '{"hostname":"a\x01b"}',

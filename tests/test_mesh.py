@@ -928,9 +928,11 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
         pairs = {(p["src"], p["dst"]): p for p in lines if p["type"] == "pair"}
         assert sorted(pairs) == patterns.pairs("all-to-all", 3)
         assert all(p["status"] == "ok" and p["latency_ns"]["p50"] > 0 for p in pairs.values()), pairs
-        # No fabmeter on the hosts: their identity is what their engines' start lines say (no MTU there).
+        # No fabmeter on the hosts: their identity is what their engines' start lines say (lo's MTU in their fabric).
         envs = lines[-1]["environments"]
-        assert all(e["collected_by"] == "engine" and e["kernel_release"] and e["mtu"] is None for e in envs), envs
+        lo_mtu = int(open("/sys/class/net/lo/mtu").read())
+        assert all(e["collected_by"] == "engine" and e["kernel_release"] and e["interface"] == "lo"
+                   and e["mtu"] == lo_mtu for e in envs), envs
         assert lines[-1]["drift"]["fields"] == [] and lines[-1]["outliers"]["links_judged"] == 6
         # Relaying needs the target among the serve's --peers: an engine asked for another host is refused.
         bad = subprocess.run([str(engine), "run", "lat", "--server", f"127.0.0.9:{port}", "--via",

@@ -140,6 +140,11 @@ def test_an_identity_from_another_host_is_held_to_its_shape():
     engine = envinfo.identity_from_engine({"hostname": "h", "kernel": "6.1.0 #1 SMP", "cpu_model": "c",
                                            "glibc": "2.36", "clock_source": "tsc"})
     assert (engine["kernel_release"], engine["kernel_version"], engine["mtu"]) == ("6.1.0", "#1 SMP", None)
+    netdev = {"name": "eth0", "mtu": 9000, "speed_mbps": 100000, "driver": "mlx5_core", "numa_node": None}
+    engine = envinfo.identity_from_engine({"hostname": "h", "fabric": {"netdev": netdev}})
+    assert (engine["interface"], engine["mtu"], engine["link_speed_mbps"], engine["nic_driver"]) == \
+        ("eth0", 9000, 100000, "mlx5_core")
+    assert envinfo.identity_from_engine({"fabric": {"netdev": "x"}})["mtu"] is None
 
 
 def test_this_hosts_identity_records_the_interface_carrying_the_route():

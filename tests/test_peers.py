@@ -117,6 +117,20 @@ def test_iperf3_parse():
         iperf3.parse(recorded("iperf3-no-server.json"), Case("bw", "tcp"))
 
 
+def test_iperf3_parallel_streams_and_its_cpu_figure():
+    # iperf3 -P 4 -k 1000 -l 64K (3.12): the streams share the 1000 blocks; the sums are over them.
+    text = recorded("iperf3-bw-tcp-P4.json")
+    doc = json.loads(text)
+    p = only(iperf3.parse(text, Case("bw", "tcp")))
+    assert p["flows"] == 4 and "the sum over 4 TCP streams" in p["statistic_note"]
+    assert p["gbps"] == doc["end"]["sum_received"]["bits_per_second"] / 1e9
+    assert sum(s["receiver"]["bytes"] for s in doc["end"]["streams"]) == doc["end"]["sum_received"]["bytes"]
+    assert p["cpu_utilization_percent"] == doc["end"]["cpu_utilization_percent"]
+    i = iperf3.command("client", Case("bw", "tcp"), Params(bw_size=65536, iters=1000, flows=4), 5000)
+    assert i[i.index("-P") + 1] == "4" and i[i.index("-k") + 1] == "1000"
+    assert "-P" not in iperf3.command("client", Case("bw", "tcp"), Params(), 5000)
+
+
 def test_ucx_perftest_parse():
     lat = only(ucx.parse(recorded("ucx_perftest-lat-shm.txt"), Case("lat", "shm")))
     assert lat["latency_ns"] == {"p50": 458.0, "mean": 15366.0} and lat["iterations"] == 20000

@@ -1,5 +1,7 @@
 // fabmeter-engine: runs one role of one experiment. The Python CLI drives it;
 // it also works alone, perftest-style (`serve` on one host, `run` on another).
+#include <sched.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -24,9 +26,9 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N] [--out DIR] [--token-file F]
+  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
-  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N] [--once] [--token-file F] [--data-dir DIR]
+  fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N]
@@ -49,7 +51,8 @@ point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
 if run there (that serve must list the --server host in its --peers); no
---out or --cpu then. --dry-run: check the options against the transport
+--out or --cpu then. --cpu N+M+...: this end's thread on N; with --flows
+each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
@@ -84,6 +87,26 @@ int parse_int(const std::string& opt, const std::string& v) {
   long x = std::strtol(v.c_str(), &end, 10);
   if (v.empty() || *end || x < 0 || x > 1'000'000'000) fm::usage_error(opt + ": expected a non-negative integer, got '" + v + "'");
   return static_cast<int>(x);
+}
+
+// --cpu N or N+M+...: the end's thread on the first, --flows' threads dealt
+// over all of them in turn; each one this process may run on.
+void parse_cpu_list(const std::string& v, int* cpu, std::vector<int>* cpus) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const bool known = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+  cpus->clear();
+  for (size_t from = 0;;) {
+    const size_t plus = v.find('+', from);
+    const int c = parse_int("--cpu", v.substr(from, plus == std::string::npos ? std::string::npos : plus - from));
+    if (c >= CPU_SETSIZE || (known && !CPU_ISSET(c, &allowed)))
+      fm::usage_error("--cpu: CPU " + std::to_string(c) + " is not one this process may run on");
+    cpus->push_back(c);
+    if (cpus->size() > 1024) fm::usage_error("--cpu: at most 1024 CPUs");
+    if (plus == std::string::npos) break;
+    from = plus + 1;
+  }
+  *cpu = cpus->front();
 }
 
 // --start-at: CLOCK_MONOTONIC ns, no more than kMaxStartLeadNs ahead (a
@@ -241,7 +264,7 @@ int main_(std::vector<std::string> args) {
     std::string v;
     if (take(args, "--bind", &v)) o.bind = v;
     if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
-    if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
+    if (take(args, "--cpu", &v)) parse_cpu_list(v, &o.cpu, &o.cpus);
     o.once = take(args, "--once", nullptr);
     take(args, "--data-dir", &o.data_dir);
     if (take(args, "--max-memory", &v)) o.max_memory = parse_bytes("--max-memory", v);
@@ -264,7 +287,7 @@ int main_(std::vector<std::string> args) {
     fm::ClientOptions o;
     std::string v;
     if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
-    if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
+    if (take(args, "--cpu", &v)) parse_cpu_list(v, &o.cpu, &o.cpus);
     take(args, "--out", &o.out_dir);
     if (take(args, "--start-at", &v)) o.start_at_ns = parse_start_at(v);
     take(args, "--via", &o.via);

@@ -243,11 +243,12 @@ TEST(Handshake, DecodersRejectMalformedInput) {
   EXPECT_EQ(w.host, "host-b");
   EXPECT_EQ(w.env, "{\"a\":1}");  // re-encoded on one line
   EXPECT_TRUE(w.mac.empty());
+  EXPECT_EQ(fm::decode_env("{\"f\":{\"n\":{\"q\":[\"0\"]}}}"), "{\"f\":{\"n\":{\"q\":[\"0\"]}}}");  // three levels
   EXPECT_EQ(fm::decode_env("{\"k\": \"a\\nb\", \"o\": {\"x\": 1}, \"l\": [1, 2]}"),
             "{\"k\":\"a\\nb\",\"l\":[1,2],\"o\":{\"x\":1}}");
   for (const std::string& bad :
        {std::string("{\"a\":1}\n{\"type\":\"point\"}"), std::string("{\"a\":1}},\"b\":{"), std::string("[1]"),
-        std::string("1"), std::string("{\"a\":{\"b\":{\"c\":1}}}"), std::string("{\"A\":1}"), std::string("{\"\":1}"),
+        std::string("1"), std::string("{\"a\":{\"b\":{\"c\":{\"d\":{\"e\":1}}}}}"), std::string("{\"a\":[[[[1]]]]}"), std::string("{\"A\":1}"), std::string("{\"\":1}"),
         "{\"a\":\"" + std::string(fm::kMaxEnvString + 1, 'x') + "\"}", std::string("{\"a\":\"\x01\"}"),
         std::string("{\"a\":1e999}"), std::string("{\"a\":\"\xff\"}"), std::string("")})
     EXPECT_THROW(fm::decode_env(bad), fm::Error) << bad;

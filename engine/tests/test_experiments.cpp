@@ -1,6 +1,7 @@
 // The experiment table and the transport concept.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -130,3 +131,10 @@ TEST(ExperimentTable, LoopsPerPollMode) {
 }
 
 }  // namespace
+
+TEST(Flows, JainIndexBounds) {
+  EXPECT_DOUBLE_EQ(fm::jain_index({3, 3, 3, 3}), 1.0);
+  EXPECT_DOUBLE_EQ(fm::jain_index({5, 0, 0, 0}), 0.25);  // one flow has everything: 1/n
+  EXPECT_DOUBLE_EQ(fm::jain_index({1, 2}), 9.0 / 10.0);
+  EXPECT_TRUE(std::isnan(fm::jain_index({0, 0})));
+}

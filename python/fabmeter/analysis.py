@@ -179,6 +179,10 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
                    f"{point.get('order_errors')} / {point.get('content_errors')} / {point.get('size_errors')}"],
                   [f"wake-up after {fmt_num(point.get('wake_after_ms'), 0)} ms idle, ns",
                    fmt_num(point.get("wake_ns"), 0)]]
+    if isinstance(point.get("flows"), list):
+        extra.append([f"fairness over {len(point['flows'])} flows (Jain's index, 1 = equal)",
+                      fmt_num(point.get("jain_index"), 3)])
+        extra.append(["flows running at once, share of their span (1 = all the time)", fmt_num(point.get("overlap"), 3)])
     client, server = cpu_sides(point)
     if client or server:
         per = cpu_per([point]).replace("_", " ")
@@ -192,7 +196,29 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
         extra.append(["lost during warm-up (not in the figures)", fmt_num(point["warmup_lost"])])
     if extra:
         parts.append(format_table(["figure", "value"], extra))
+    if isinstance(point.get("flows"), list):
+        parts.append(flows_table(point))
     return "\n".join(parts)
+
+
+def flows_table(point: dict) -> str:
+    """--flows: one row per flow (its CPU, counts and rate; lat: its one-way = RTT/2 percentiles)."""
+    lat = point.get("experiment") == "lat"
+    headers = ["flow", "cpu", "iterations", "bytes"] + (
+        ["round trips/s", "one-way p50 ns", "one-way p99 ns"] if lat else ["Gbit/s", "msg/s"])
+    rows = []
+    for f in point["flows"]:
+        if not isinstance(f, dict):
+            continue
+        row = [f.get("flow"), "-" if f.get("cpu") is None else f.get("cpu"), fmt_num(f.get("iterations"), 0),
+               fmt_num(f.get("bytes"), 0)]
+        if lat:
+            one_way = f.get("latency_ns") if isinstance(f.get("latency_ns"), dict) else {}
+            row += [fmt_num(f.get("round_trips_per_s"), 0), fmt_num(one_way.get("p50")), fmt_num(one_way.get("p99"))]
+        else:
+            row += [fmt_num(f.get("gbps"), 3), fmt_num(f.get("msg_rate"), 0)]
+        rows.append(row)
+    return format_table(headers, rows)
 
 
 def sweep_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
@@ -324,5 +350,9 @@ def run_report(points: list[dict], percentiles: Sequence[float] = ()) -> str:
         table = stream_table(points, percentiles)
     else:
         table = sweep_table(points, percentiles)
+        for p in points:
+            if isinstance(p.get("flows"), list):
+                table += f"\nflows at {fmt_size(p.get('size'))} (Jain's index {fmt_num(p.get('jain_index'), 3)}):\n" \
+                    + flows_table(p)
     clock = clock_line(points)
     return table + ("\n" + clock if clock else "")

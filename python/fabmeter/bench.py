@@ -48,6 +48,7 @@ LAG_BUDGET_NS = 1000.0
 KNEE_LOADS = [0.25, 0.5, 0.75, 1.0]  # shm sweep as fractions of its closed-loop capacity
 KNEE_SECONDS = 0.3
 BW_MSGS = 1_000_000               # bw beside the knee: long enough to be more than its warm-up
+FLOWS = 4                         # bw --flows beside iperf3 -P
 
 # The stream row: missed steps beside the schedule floor, same rate, steps and CPU.
 STREAM_RATE = 100_000
@@ -120,13 +121,14 @@ class Bench:
             return pick(lim)
         return measure
 
-    def peer(self, tool: str, experiment: str, transport: str, pick: Callable[[dict], float]) -> Callable[[], float]:
+    def peer(self, tool: str, experiment: str, transport: str, pick: Callable[[dict], float],
+             flows: int = 1) -> Callable[[], float]:
         adapter = registry.PEERS.get(tool)
 
         def measure() -> float:
             if adapter is None or not adapter.available():
                 raise Skip(f"{tool} is not installed")
-            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iters=ITERS, duration=1.0,
+            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iters=ITERS, duration=1.0, flows=flows,
                                       cpus=tuple(self.cpus) if self.cpus else None)
             try:
                 points = adapter.run_case(peer_base.Case(experiment, transport), params)
@@ -229,7 +231,7 @@ class Bench:
         for lib in rawpp.LIBS:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
-        return rows + self.stream_rows() + self.load_rows() + self.cpu_rows()
+        return rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.cpu_rows()
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -276,6 +278,17 @@ class Bench:
                     self.peer("qperf", "lat", "tcp", qperf_cpu_per_round_trip),
                     "CPU ns per round trip: fabmeter its client process; qperf the whole machine's busy CPUs", None,
                     floor=False)]
+
+    def flows_rows(self) -> list[Row]:
+        """bw over FLOWS tcp connections beside iperf3 -P FLOWS: 64 KiB messages, ITERS of them in all (fabmeter
+        sends ITERS / FLOWS on each flow; iperf3's streams share its -k), each end's flows on its one CPU. Event
+        mode: FLOWS busy-polling threads on one CPU would take turns in time slices; iperf3 blocks in select.
+        iperf3's own CPU figure stays in peers.json (cpu_utilization_percent)."""
+        return [Row(f"tcp bw 64 KiB x{FLOWS} flows / iperf3 -P {FLOWS}",
+                    self.fabmeter("bw", {"transport": "tcp", "poll": "event", "size": BW_SIZE, "iters": ITERS // FLOWS,
+                                         "flows": FLOWS}, lambda p: p["gbps"]),
+                    f"iperf3 -l 64K -P {FLOWS}", self.peer("iperf3", "bw", "tcp", lambda p: p["gbps"], flows=FLOWS),
+                    f"Gbit/s at the receivers, the sum over {FLOWS} connections", 1.0, higher_is_better=True)]
 
     def load_rows(self) -> list[Row]:
         """fabmeter load beside sockperf under-load (same CPUs, size, rate and a send every 1/rate; both figures

@@ -74,7 +74,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
             Options(info).add_arguments(command, exp, skip=PY_ONLY)
         command.add_argument("--cpus", metavar="A,B",
                        help="pin the client to CPU A and the local server to CPU B (default: the first two CPUs; "
-                            "none: unpinned)")
+                            "none: unpinned); A+A2+...,B+B2+...: with --flows, each end's flows on its CPUs in turn")
         command.add_argument("--json", action="store_true",
                        help="print one JSON object per measured point (JSON Lines for sweeps)")
         command.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
@@ -208,8 +208,10 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
     return parser
 
 
-def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple[int, ...]]:
-    """--cpus A,B -> (A, B); the default is the first two CPUs we may run on; `none`: unpinned (None)."""
+def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple]:
+    """--cpus A,B -> (A, B); the default is the first two CPUs we may run on; `none`: unpinned (None).
+    A side may name several CPUs, A+A2+...: that end's --flows threads take them in turn (kept as the
+    engine's --cpu text, "A+A2"; a side of one CPU stays an int)."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except OSError:
@@ -220,16 +222,17 @@ def parse_cpus(text: Optional[str], remote: bool = False) -> Optional[tuple[int,
         if remote:
             return (allowed[0],) if allowed else None
         return (allowed[0], allowed[1]) if len(allowed) >= 2 else None
+    expected = f"--cpus: expected A,B (client and server CPUs; a side may be A+A2+... for --flows), got '{text}'"
     try:
-        cpus = tuple(int(x) for x in text.split(","))
+        sides = [[int(x) for x in side.split("+")] for side in text.split(",")]
     except ValueError:
-        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", EXIT_USAGE)
-    if len(cpus) != 2 and not (remote and len(cpus) == 1):
-        die(f"--cpus: expected A,B (two CPU numbers), got '{text}'", EXIT_USAGE)
-    bad = [c for c in cpus if c not in allowed]
+        die(expected, EXIT_USAGE)
+    if len(sides) != 2 and not (remote and len(sides) == 1):
+        die(expected, EXIT_USAGE)
+    bad = [c for side in sides for c in side if c not in allowed]
     if bad:
         die(f"--cpus: CPU {bad[0]} is not available (allowed: {','.join(map(str, allowed))})", EXIT_USAGE)
-    return cpus
+    return tuple(side[0] if len(side) == 1 else "+".join(map(str, side)) for side in sides)
 
 
 class _Progress:

@@ -190,13 +190,18 @@ def identity(peers: list[str]) -> dict:
 
 def identity_from_engine(env: dict) -> dict:
     """The identity fields an engine's start line carries (`env`, `server_env`), for hosts fabmeter itself does
-    not run on (`fabmeter mesh --launch serve`); the rest unknown."""
+    not run on (`fabmeter mesh --launch serve`): with the netdev of the engine's fabric (the one carrying its
+    control connection); the rest unknown."""
     kernel = str(env.get("kernel") or "")
     release, _, version = kernel.partition(" ")
+    fabric = env.get("fabric") if isinstance(env.get("fabric"), dict) else {}
+    netdev = fabric.get("netdev") if isinstance(fabric.get("netdev"), dict) else {}
     out = {key: None for key in IDENTITY_KEYS}
     out.update(collected_by="engine", hostname=env.get("hostname"), kernel_release=release or None,
                kernel_version=version or None, cpu_model=env.get("cpu_model"), glibc=env.get("glibc"),
-               clock_source=env.get("clock_source"))
+               clock_source=env.get("clock_source"), interface=netdev.get("name"), mtu=netdev.get("mtu"),
+               link_speed_mbps=netdev.get("speed_mbps"), nic_driver=netdev.get("driver"),
+               numa_node=netdev.get("numa_node"))
     return valid_identity(out)
 
 

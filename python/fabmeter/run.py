@@ -36,7 +36,7 @@ SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server s
 class RunSpec:
     experiment: str                      # lat | oneway | bw | stream | check | load
     options: dict                        # engine option key -> typed value (options.py); absent: the default
-    cpus: Optional[tuple[int, ...]] = None  # (client, server) pinning; None = unpinned
+    cpus: Optional[tuple] = None  # (client, server) pinning, each a CPU or "A+A2" (--flows); None = unpinned
     server: Optional[str] = None         # HOST[:PORT] of a remote server; None = start one locally
     out: Optional[Path] = None           # results folder (the engine writes .npy there)
     engine: Optional[str] = None
@@ -122,17 +122,23 @@ RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "-
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
     """Limits between the run's two CPUs, sized for its message; None when
     they cannot be measured (one CPU, or both ends on one, probe failed). Ctrl-C still stops."""
-    if not spec.cpus or len(set(spec.cpus)) < 2:
+    cpus = first_cpus(spec.cpus)
+    if not cpus or len(set(cpus)) < 2:
         return None
     args = list(RECORD_LIMITS_ARGS)
     if "size" in spec.options:
         args += ["--sizes", str(spec.options["size"])]
     try:
-        return run_limits(spec.cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
+        return run_limits(cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
     except FabmeterError as e:
         if e.exit_code == EXIT_INTERRUPTED:
             raise
         return None
+
+
+def first_cpus(cpus: Optional[tuple]) -> Optional[tuple[int, ...]]:
+    """Each side's first CPU (where its session thread runs): what the limits probe and warnings compare."""
+    return tuple(int(str(c).split("+")[0]) for c in cpus) if cpus else cpus
 
 
 def _dry_run(engine: str, spec: "RunSpec") -> None:
@@ -266,6 +272,18 @@ def execute(spec: RunSpec,
     return res
 
 
+def _fabric_warnings(start: dict) -> list[str]:
+    """The warnings of both ends' fabric (a device on another NUMA node than the pinned CPU) in an engine's
+    start line, each prefixed with its end."""
+    out = []
+    for end, key in (("client", "env"), ("server", "server_env")):
+        env = start.get(key)
+        fabric = env.get("fabric") if isinstance(env, dict) else None
+        said = fabric.get("warnings") if isinstance(fabric, dict) else None
+        out += [f"{end}: {w}" for w in (said if isinstance(said, list) else ()) if isinstance(w, str)]
+    return out
+
+
 def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[LocalServer],
             timeout_s: float, res: RunResult, on_start, on_point, on_event) -> None:
     """Reads the client's JSON lines until EOF, with a watchdog on the server."""
@@ -297,6 +315,10 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
             res.start = obj
             if on_start:
                 on_start(obj)
+            for warning in _fabric_warnings(obj):
+                sys.stderr.write(f"fabmeter: warning: {warning}\n")
+                if on_event is not None:
+                    on_event({"type": "warning", "message": warning})
         elif kind == "point":
             res.points.append(obj)
             if on_point:

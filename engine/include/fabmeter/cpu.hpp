@@ -3,6 +3,7 @@
 #include <string>
 
 #include "fabmeter/clock.hpp"
+#include "fabmeter/fabric.hpp"
 #include "fabmeter/results.hpp"
 
 namespace fm {
@@ -12,7 +13,8 @@ void pin_to_cpu(int cpu);
 // Same value on every process of one booted machine (network namespaces
 // included): tells whether both ends share one TSC and one /dev/shm.
 std::string host_id();
-// What this end ran on: kernel, CPU, clock, pinning, compiler and libc.
-JsonObj engine_env(const Clock& clk, int cpu);
+// What this end ran on: kernel, CPU, clock, pinning, compiler and libc, and
+// the fabric (fabric.hpp) at `where`, whose warnings it also prints on stderr.
+JsonObj engine_env(const Clock& clk, int cpu, const FabricWhere& where);
 
 }  // namespace fm

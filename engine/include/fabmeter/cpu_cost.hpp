@@ -49,6 +49,11 @@ class CpuWindow {
   // trips, messages, requests: `per` names them), `bytes` moved (bw,
   // stream: netperf's service demand; 0 elsewhere).
   void end(uint64_t units, const char* per, uint64_t bytes = 0);
+  // --flows: a flow's ended window joins this one, which then runs from the
+  // first flow's start to the last one's end with their counts added: the
+  // process's CPU (every thread's) over that span. No run-queue wait nor
+  // CPU lines: each flow is a thread of its own, on a CPU of its own.
+  void add_flow(const CpuWindow& flow);
   // Session, after the point: ends a window the experiment left open.
   void close_point(uint64_t units);
   bool ended() const { return ended_; }
@@ -62,6 +67,7 @@ class CpuWindow {
   const char* window_ = "point";
   const char* per_ = "message";
   uint64_t units_ = 0, bytes_ = 0;
+  uint32_t flows_ = 0;
   bool ended_ = false;
 };
 

@@ -48,6 +48,7 @@ std::string decode_auth(std::string_view payload);  // exactly kMacBytes
 // nothing a server writes there adds a line or a key to the client's output.
 constexpr size_t kMaxEnvItems = 512;   // keys and values, all levels together
 constexpr size_t kMaxEnvKey = 64;
+constexpr int kMaxEnvDepth = 3;        // objects and arrays below the top one (env.fabric.netdev.rps_cpus)
 constexpr size_t kMaxEnvString = 1024;
 std::string decode_env(std::string_view json);
 

@@ -23,6 +23,7 @@ constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load";
 // Options of every experiment and transport.
 struct CommonOptions {
   static constexpr const char* kGroup = "common";
+  static constexpr uint32_t kMaxFlows = 64;  // --flows: threads and connections each end runs at once
   std::string transport = "shm";    // one of available_transports()
   Poll poll = Poll::busy;
 
@@ -43,6 +44,8 @@ struct CommonOptions {
   std::string clock = "tsc";        // tsc | monotonic
   uint32_t timeout_ms = 5000;       // connect and control-channel waits
   double gap_us = 0;                // lat, oneway: pause between consecutive messages
+  double spin_us = 0;               // event mode: poll this long before sleeping (0: sleep at once)
+  uint32_t flows = 1;               // lat, bw: connections, each driven by a thread of its own (experiment/flows.hpp)
   bool operator==(const CommonOptions&) const = default;
 };
 

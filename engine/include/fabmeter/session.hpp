@@ -16,6 +16,7 @@ struct ClientOptions {
   std::string server;   // HOST[:PORT]
   std::string out_dir;  // raw samples go here when set
   int cpu = -1;
+  std::vector<int> cpus;  // --cpu N+M+...: every CPU named (cpu is the first), --flows deals them out
   std::string token;    // shared secret (load_token); empty: none
   // CLOCK_MONOTONIC ns (0: none): the first point's measured part starts no
   // earlier, whenever the connection was made (mesh starts a round's pairs so).
@@ -36,6 +37,7 @@ struct ServerOptions {
   std::string bind = "127.0.0.1";
   uint16_t port = 18515;  // kDefaultPort
   int cpu = -1;
+  std::vector<int> cpus;  // --cpu N+M+...: every CPU named (cpu is the first), --flows deals them out
   bool once = false;
   // Server-side outputs (a stream's file sink) go to one fresh 0700
   // subdirectory per session under here; "" = a private temp dir made at start.

@@ -40,6 +40,9 @@ struct Caps {
   uint64_t fixed_msg_size = 0;      // atomics: every message is exactly this many bytes
   const char* busy_only = nullptr;  // why --poll event cannot work here (nullptr: it can)
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
+  // Why this transport, as configured, carries one connection per session
+  // (--flows, load's --conns refused with it); nullptr: it opens several.
+  const char* one_connection = nullptr;
 };
 
 // What the experiment asks of a transport, beside the transport's own options.

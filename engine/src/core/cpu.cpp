@@ -5,7 +5,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "fabmeter/error.hpp"
 
@@ -30,7 +32,7 @@ std::string host_id() {
   return id;
 }
 
-JsonObj engine_env(const Clock& clk, int cpu) {
+JsonObj engine_env(const Clock& clk, int cpu, const FabricWhere& where) {
   utsname u{};
   uname(&u);
   std::string model;
@@ -51,6 +53,10 @@ JsonObj engine_env(const Clock& clk, int cpu) {
       .add("timestamp_cost_ns", clk.timestamp_cost_ns())
       .add("compiler", __VERSION__)
       .add("glibc", gnu_get_libc_version());
+  const std::string fabric = fabric_json(where);
+  o.add_raw("fabric", fabric);
+  for (const auto& w : nlohmann::json::parse(fabric)["warnings"])
+    std::fprintf(stderr, "fabmeter-engine: warning: %s\n", w.get<std::string>().c_str());
   if (const std::optional<ClockSkew> skew = clock_skew_from_env())
     o.add("clock_skew", JsonObj().add("offset_ns", skew->offset_ns).add("drift_ppm", skew->drift_ppm));
   return o;

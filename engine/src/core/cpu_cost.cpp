@@ -109,8 +109,27 @@ void CpuWindow::open_point() {
   window_ = "point";
   per_ = "message";
   units_ = bytes_ = 0;
+  flows_ = 0;
   ended_ = false;
   start_ = cpu_snapshot(cpus_);
+}
+
+void CpuWindow::add_flow(const CpuWindow& flow) {
+  if (!flow.ended_) return;
+  if (!flows_++) {
+    *this = flow;
+    flows_ = 1;
+    units_ = bytes_ = 0;
+  } else {
+    if (flow.start_.mono_ns < start_.mono_ns) start_ = flow.start_;
+    if (flow.stop_.mono_ns > stop_.mono_ns) stop_ = flow.stop_;
+    if (flow.window_ != window_) window_ = "point";
+  }
+  units_ += flow.units_;
+  bytes_ += flow.bytes_;
+  cpus_.clear();
+  start_.run_delay_s = stop_.run_delay_s = -1;
+  ended_ = true;
 }
 
 void CpuWindow::begin(const char* window) {

@@ -194,10 +194,10 @@ std::string encode_welcome(std::string_view mac, std::string_view body) {
 namespace {
 
 // Checks the environment's shape while nlohmann's parser reads it, and stops
-// it at the first value out of bounds: an object of at most kMaxEnvKeys keys
-// [a-z0-9_], whose values are scalars, or objects and arrays of scalars one
-// level down; strings of at most kMaxEnvString bytes; at most kMaxEnvItems
-// keys and values in all.
+// it at the first value out of bounds: an object of keys [a-z0-9_] whose
+// values are scalars, objects or arrays, nested at most kMaxEnvDepth levels
+// below it; strings of at most kMaxEnvString bytes; at most kMaxEnvItems keys
+// and values in all.
 class EnvShape final : public nlohmann::json_sax<nlohmann::json> {
  public:
   std::string why;
@@ -233,7 +233,9 @@ class EnvShape final : public nlohmann::json_sax<nlohmann::json> {
   }
   bool counted() { return ++items_ <= kMaxEnvItems || no("more than " + std::to_string(kMaxEnvItems) + " keys and values"); }
   bool scalar() { return depth_ > 0 ? counted() : no("not an object"); }
-  bool open() { return ++depth_ <= 2 || no("nested deeper than one level"); }
+  bool open() {
+    return ++depth_ <= 1 + kMaxEnvDepth || no("nested deeper than " + std::to_string(kMaxEnvDepth) + " levels");
+  }
   bool close() { return --depth_, true; }
 };
 

@@ -174,6 +174,9 @@ std::vector<OptSpec> make_table() {
      .help = "completion mode: busy (spin) or event (sleep until woken)",
      .set = [](Params& p, std::string_view v) { p.poll = one_of("poll", v) == "busy" ? Poll::busy : Poll::event; },
      .get = [](const Params& p) { return std::string(poll_name(p.poll)); }},
+    {.name = "spin-us", .metavar = "US", .type = T::duration, .unit = "us",
+     .help = "event mode: poll this long for a message before sleeping, microseconds (spin, then sleep; 0: sleep at once)",
+     DBL(Com, spin_us)},
     {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw",
      .help = "message size in bytes (K/M suffixes allowed)", U64(Com, size)},
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
@@ -197,6 +200,9 @@ std::vector<OptSpec> make_table() {
     {.name = "gap-us", .metavar = "G", .group = "common", .type = T::duration, .unit = "us", .scope = "lat,oneway",
      .help = "pause between consecutive messages (lat: round trips), microseconds, as perftest's --latency_gap (oneway: within a burst; --pause-us follows the burst)",
      DBL(Com, gap_us)},
+    {.name = "flows", .metavar = "N", .group = "common", .type = T::count, .scope = "lat,bw",
+     .help = "N connections at once, each driven by a thread of its own (on its own CPU where --cpus names a list per end), started together; reported per flow and in aggregate, with Jain's fairness index",
+     U32(Com, flows)},
     {.name = "threshold-us", .metavar = "T", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
      .help = "report the share of one-way latencies above this, microseconds", DBL(Oneway, threshold_us)},
     {.name = "bidir", .group = "bw", .type = T::flag, .scope = "bw",
@@ -556,12 +562,17 @@ void validate(const Params& p) {
       if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
   }
   if (p.experiment == "load") validate_load(p);
+  if (p.flows < 1 || p.flows > CommonOptions::kMaxFlows) usage_error("--flows must be between 1 and " + std::to_string(CommonOptions::kMaxFlows));
+  if (p.flows > 1 && p.experiment == "lat" && p.samples == "hist")
+    usage_error("lat --flows merges the flows' round trips from their raw samples: give --samples raw (or auto)");
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
   if (p.bw.size_spread > 90) usage_error("--size-spread must be 0 .. 90 (percent)");
   if (p.rdma.sq_depth == 0) usage_error("--sq-depth must be at least 1");
   if (p.queue.rq_depth < 2 || p.queue.rq_depth > (1u << 16)) usage_error("--rq-depth must be between 2 and 65536");
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
+  if (!(p.spin_us >= 0 && p.spin_us <= 1e6)) usage_error("--spin-us must be between 0 and 1000000 (one second)");
+  if (p.spin_us > 0 && p.poll != Poll::event) usage_error("--spin-us applies to --poll event (busy mode never sleeps)");
   check_percentiles(p.percentiles);
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }

@@ -296,7 +296,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     }
     if (P == Poll::event && !progressed) {
       if (me.sent < my_total) t.wait_send();
-      else if (t.wait_recv(m)) {
+      else if (wait_for_msg(t, m, c)) {
         take(m);
         stamp();
       }
@@ -388,6 +388,8 @@ struct BwExperiment : ExperimentDefaults {
                   " B, above the transport's maximum of " + std::to_string(caps.max_msg_size) + " B");
   }
   static bool fixed_sizes(const Params& p) { return !p.bw.size_spread; }
+  static constexpr bool kFlows = true;
+  static uint32_t connections(const Params& p) { return p.flows; }
   // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
   static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }
   template <Transport T, Poll P>

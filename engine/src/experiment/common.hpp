@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <cstdint>
@@ -110,8 +111,29 @@ struct Ctx {
   std::string failure;       // why the point ended early
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
+  uint64_t spin_ticks = 0;   // --spin-us: event mode polls this long before it sleeps
+  uint64_t sleeps = 0;       // event mode: waits that slept (wait_for_msg), this point; any thread, atomic_ref
+  std::vector<int> cpus = {};  // --flows: the CPUs this end's flows run on, in turn (--cpu N+M...); empty: unpinned
   CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
 };
+
+// Event mode's wait for a message: poll for --spin-us first (spin, then
+// sleep), then sleep in the transport, counted in Ctx::sleeps. A caller
+// with something else due at tick `due` (load's next send) gets false
+// there instead of a sleep.
+template <Transport T>
+[[gnu::always_inline]] inline bool wait_for_msg(T& t, RecvMsg& m, Ctx& c, uint64_t due = UINT64_MAX) {
+  if (c.spin_ticks) {
+    const uint64_t now = c.clk.ticks(), until = std::min(now + c.spin_ticks, due);
+    do {
+      if (t.poll_recv(m)) return true;
+      cpu_relax();
+    } while (c.clk.ticks() < until);
+    if (until == due) return false;
+  }
+  std::atomic_ref<uint64_t>(c.sleeps).fetch_add(1, std::memory_order_relaxed);
+  return t.wait_recv(m);
+}
 
 // FABMETER_CLOCK_PROBES=control_channel (a test hook, like
 // FABMETER_CLOCK_SKEW; set by whoever starts the engine): this engine
@@ -178,6 +200,7 @@ constexpr double kTickMs = 100;
 // rate-limited to once a millisecond.
 class Guard {
  public:
+  Ctx& ctx() const { return c_; }
   explicit Guard(Ctx& c)
       : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
@@ -264,7 +287,7 @@ template <Poll P, Transport T>
     }
   } else {
     for (;;) {
-      if (t.wait_recv(m)) return Status::ok;
+      if (wait_for_msg(t, m, g.ctx())) return Status::ok;
       if (Status s = g.check(t); s != Status::ok) return s;
       if (deadline != UINT64_MAX && clk.ticks() >= deadline) return Status::timeout;
     }

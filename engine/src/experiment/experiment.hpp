@@ -77,6 +77,9 @@ struct ExperimentDefaults {
   // loops take them all (Conns<T>); otherwise one (T&).
   static constexpr bool kManyConnections = false;
   static uint32_t connections(const Params&) { return 1; }
+  // --flows: connections(p) of them, each driven by a thread of its own
+  // through the one-connection loops (flows.hpp).
+  static constexpr bool kFlows = false;
   // The client's chance to fill in, before the hello, what only it can know
   // (load: the largest message of a workload file the server never reads).
   static void resolve(Params&, const Caps&) {}

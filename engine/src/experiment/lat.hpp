@@ -162,6 +162,8 @@ struct LatExperiment : ExperimentDefaults {
   static constexpr bool kOneCpuTicks = true;  // RTTs read on the client, nothing stamped by the server
   static constexpr uint32_t kInFlight = 1;    // one ping, then its pong
   static bool fixed_sizes(const Params&) { return true; }
+  static constexpr bool kFlows = true;
+  static uint32_t connections(const Params& p) { return p.flows; }
   static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
     return {0, counted_seconds(p, static_cast<double>(pt.size), 10000, kMinRoundTripNs),

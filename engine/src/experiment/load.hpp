@@ -648,7 +648,8 @@ class LoadSender {
   void wait(T& t) {
     if (outstanding_) {
       RecvMsg m;
-      if (t.wait_recv(m)) take(t, m, clk_.ticks());
+      if (wait_for_msg(t, m, c_, tally_.issued < s_.total && !s_.closed ? next_due_ : UINT64_MAX))
+        take(t, m, clk_.ticks());
     } else if (tally_.issued < s_.total && !s_.closed) {
       sleep_until_ticks(clk_, next_due_);
     } else if (n_thinking_) {
@@ -853,7 +854,7 @@ template <Transport T, Poll P>
 class LoadResponder {
  public:
   LoadResponder(Ctx& c, std::vector<T*> conns, uint64_t max_msg)
-      : clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg),
+      : c_(c), clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg),
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
@@ -891,7 +892,7 @@ class LoadResponder {
       if constexpr (P == Poll::event) {
         T& t = *conns_[0];
         RecvMsg m;
-        if (t.wait_recv(m)) {
+        if (wait_for_msg(t, m, c_)) {
           uint64_t n = 1;
           if (Status st = answer(t, m, stop); st != Status::ok) return ended(t, st, failure);
           while (t.poll_recv(m)) {
@@ -990,6 +991,7 @@ class LoadResponder {
     }
   }
 
+  Ctx& c_;
   const Clock& clk_;
   std::vector<T*> conns_;
   PayloadBuf reply_;

@@ -2,7 +2,7 @@
 // (libfabmeter-<name>.so, in the engine's plugin directory) exports one C
 // symbol, kPluginSymbol, returning this descriptor. The engine dlopens the
 // plugin at the transport's first use (experiment/registry.cpp) and takes the
-// two functions of its table entry from it; the measuring loops live in the
+// functions of its table entry from it; the measuring loops live in the
 // plugin (its generated run_points_<name>.cpp), instantiated for its class,
 // so the data path makes no indirect call per message.
 //
@@ -24,7 +24,7 @@
 
 namespace fm {
 
-constexpr uint32_t kPluginAbi = 1;
+constexpr uint32_t kPluginAbi = 2;
 constexpr const char* kPluginSymbol = "fabmeter_transport_plugin";
 
 struct PluginDescriptor {
@@ -35,6 +35,7 @@ struct PluginDescriptor {
   const char* name;           // the transport
   Caps (*caps)(const Params&);
   Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*);
+  std::string (*port_facts)(const std::string&, unsigned);
 };
 
 // The same facts as plain data in a section of their own (kTagSection), so
@@ -58,9 +59,10 @@ constexpr PluginTag plugin_tag(const char* name) {
 
 // What a plugin built now would say, but for its name and functions.
 inline constexpr PluginDescriptor plugin_descriptor(const char* name, Caps (*caps)(const Params&),
-                                                    Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*)) {
+                                                    Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*),
+                                                    std::string (*port_facts)(const std::string&, unsigned)) {
   return {kPluginAbi, sizeof(PluginDescriptor), kEngineVersion, sizeof(Params), sizeof(Ctx), sizeof(Caps),
-          sizeof(std::string), name, caps, points};
+          sizeof(std::string), name, caps, points, port_facts};
 }
 
 }  // namespace fm

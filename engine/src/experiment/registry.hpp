@@ -17,6 +17,9 @@ struct TransportEntry {
   const char* name;
   Caps (*caps)(const Params&);
   Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*);
+  // A JSON object of what the transport's library says of an RDMA device's
+  // port (fabric.hpp's FabricWhere::port_facts), "" if it has nothing to say.
+  std::string (*port_facts)(const std::string& device, unsigned port);
 };
 
 // The entry of a transport, its plugin loaded if it is one; a usage error

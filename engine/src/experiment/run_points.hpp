@@ -98,6 +98,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
     trace_phase(role, "point");
     PointOut out;
+    ctx.sleeps = 0;
     ctx.cpu.open_point();
     Status st = loop(Conns<T>(conns), ctx, pt, out);
     trace_phase(role, "results");
@@ -107,6 +108,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       JsonObj line;
       line.add("type", "point").add("experiment", p.experiment).add("transport", p.transport)
           .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
+      if (p.poll == Poll::event) line.add("sleeps", ctx.sleeps);
       if (started_ns && &pt == &plan.front())
         line.add("started_mono_ns", started_ns).add("start_late_ns", started_ns - ctx.start_at_ns);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";

@@ -83,8 +83,17 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
         usage_error("--op " + p.rdma.op + " moves exactly " + std::to_string(caps.fixed_msg_size) + " B: give -s " +
                     std::to_string(caps.fixed_msg_size) + " (not " + std::to_string(size) + ")");
   experiment_for(p.experiment).check_caps(p, caps);
+  if (const uint32_t n = experiment_for(p.experiment).connections(p); n > 1 && caps.one_connection)
+    usage_error(p.transport + ": " + std::to_string(n) + " connections asked (--flows, --conns): " + caps.one_connection);
   if (caps.same_host_only && !same_host)
     usage_error(p.transport + ": both ends must run on the same host (they share memory)");
+}
+
+// Where this end's fabric is: the control connection's local address, the
+// RDMA device the options name, and what the transport's library can add.
+FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu) {
+  return {ctrl.local_addr(), p.transport, p.verbs.device, p.verbs.port, p.verbs.gid_index, cpu,
+          entry_for(p.transport).port_facts};
 }
 
 void write_status_line(Status st, const std::string& msg) {
@@ -158,13 +167,15 @@ int run_client(const Params& requested, const ClientOptions& o) {
 
   Heartbeat beat(ctrl);
   Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
+  ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.start_at_ns = o.start_at_ns;
+  ctx.cpus = o.cpus;
   JsonObj transport_info;
   Status st;
   std::string msg;
   JsonObj start;
   start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan.size()))
-      .add("env", engine_env(clk, o.cpu))
+      .add("env", engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)))
       .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
   emit_line(start);
   try {
@@ -438,11 +449,13 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
   ctrl.set_timeout_ms(p.timeout_ms);
   const Clock& clk = clocks.of(p);
-  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu).str();
+  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
   if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
+  ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
+  ctx.cpus = o.cpus;
   Status st;
   try {
     st = entry->points(p, ctx, "", nullptr);

@@ -13,6 +13,7 @@
 #include "experiment/bw.hpp"
 #include "experiment/check.hpp"
 #include "experiment/experiment.hpp"
+#include "experiment/flows.hpp"
 #include "experiment/lat.hpp"
 #include "experiment/load.hpp"
 #include "experiment/oneway.hpp"
@@ -91,9 +92,13 @@ template <Transport T>
 using PointLoops = std::array<std::array<PointLoop<T>, 2>, 2>;
 
 // An experiment's loop for one end; one-connection experiments get the
-// point's only transport (a call per point, none per message).
+// point's only transport (a call per point, none per message), or with
+// --flows a thread per transport (flows.hpp).
 template <Transport T, class E, Role R, Poll P>
 Status run_loop(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
+  if constexpr (E::kFlows) {
+    if (conns.size() > 1) return flows_loop<T, E, R, P>(conns, c, pt, out);
+  }
   if constexpr (E::kManyConnections) {
     if constexpr (R == Role::client) return E::template client<T, P>(conns, c, pt, out);
     else return E::template server<T, P>(conns, c, pt, out);

@@ -52,6 +52,7 @@ class Params:
     iters: int = 10000                    # for tools that count messages
     rate: int = 10000                     # load: requests per second offered (fabmeter load's --rate)
     duration: float = 1.0                 # seconds, for tools that only stop on a timer
+    flows: int = 1                        # bw: connections at once (fabmeter's --flows, iperf3 -P)
     cpus: Optional[tuple[int, int]] = None  # (client CPU, server CPU); None = unpinned
     transports: tuple[str, ...] = ("tcp", "udp", "shm")
     timeout_s: float = 30.0               # per client run, on top of duration

@@ -3,7 +3,11 @@
 What iperf3 reports: end.sum_received.bits_per_second = bytes the server
 received / the receiver's elapsed time, over the whole test (no --omit);
 end.sum_sent is the sender's view. The client writes -k blocks of -l bytes,
-so the message count matches fabmeter's -n.
+so the message count matches fabmeter's -n; with -P N (Params.flows) N
+streams share the -k blocks (fabmeter's --flows N sends -n on each), and
+the sums are over the streams. Its own CPU figure, end.cpu_utilization_percent
+(host_*: the client, remote_*: the server, % of one CPU over the test), is
+kept in the point as iperf3 gives it.
 """
 
 from __future__ import annotations
@@ -14,10 +18,7 @@ from typing import Optional
 from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
 
 NOTE = ("iperf3, blocking sockets: bytes received / receiver's elapsed time over the whole test "
-        "(end.sum_received); one TCP stream")
-
-TOOL_CPU_NOTE = ("iperf3's own end.cpu_utilization_percent: each end's process CPU time (getrusage) over its test's "
-                 "wall time, in %, host (this client) and remote (its server)")
+        "(end.sum_received); {streams}")
 
 
 class Iperf3(Peer):
@@ -30,8 +31,9 @@ class Iperf3(Peer):
     def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
         if role == "server":  # -1: serve one test, then exit
             return pinned(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], params.server_cpu)
+        streams = ["-P", str(params.flows)] if params.flows > 1 else []
         return pinned(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(case.size(params)),
-                       "-k", str(params.iters), "-J"], params.client_cpu)
+                       "-k", str(params.iters), *streams, "-J"], params.client_cpu)
 
     def parse(self, text: str, case: Case) -> list[dict]:
         start, end = text.find("{"), text.rfind("}")
@@ -50,16 +52,19 @@ class Iperf3(Peer):
         if test.get("protocol") not in (None, "TCP"):
             raise PeerError(f"iperf3 ran {test.get('protocol')}, expected TCP")
         size = test.get("blksize")
-        p = point(self.tool, case, statistic_note=NOTE, gbps=received["bits_per_second"] / 1e9,
-                  duration_s=received["seconds"])
+        streams = test.get("num_streams") or 1
+        p = point(self.tool, case, statistic_note=NOTE.format(
+                      streams="one TCP stream" if streams == 1 else f"the sum over {streams} TCP streams (-P)"),
+                  gbps=received["bits_per_second"] / 1e9, duration_s=received["seconds"])
+        p["flows"] = streams
+        cpu = doc.get("end", {}).get("cpu_utilization_percent")
+        if isinstance(cpu, dict):
+            p["cpu_utilization_percent"] = {k: v for k, v in cpu.items() if isinstance(v, (int, float))}
         if size:
             p["size"] = size
             p["msg_rate"] = received["bytes"] / size / received["seconds"]
         if test.get("blocks"):
             p["iterations"] = test["blocks"]
-        own = doc.get("end", {}).get("cpu_utilization_percent")
-        if isinstance(own, dict):
-            p["tool_cpu"] = {**{k: v for k, v in own.items() if isinstance(v, (int, float))}, "note": TOOL_CPU_NOTE}
         sent = doc.get("end", {}).get("sum_sent") or {}
         if sent.get("retransmits") is not None:
             p["retransmits"] = sent["retransmits"]

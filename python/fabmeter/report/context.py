@@ -29,9 +29,66 @@ def machine_line(runs: list[Run]) -> str:
                                                                  if number(engine.get("tsc_ghz")) else "")
     words = [str(env.get("cpu_model") or "CPU unknown"), cpus, "CPUs used " + "; ".join(used),
              "kernel " + str(obj(env.get("kernel")).get("release") or "-"), "clock " + clock]
+    for end, key in (("client", "engine"), ("server", "server_engine")):
+        summary = fabric_summary(obj(obj(env.get(key)).get("fabric")))
+        if summary:
+            words.append(f"{end} fabric {summary}")
     if len(set(machines)) > 1:
         words.append("runs from more than one machine: see Environment")
     return " \u00b7 ".join(words)
+
+
+def fabric_summary(fabric: dict) -> str:
+    """One end's RDMA device and netdev in a few words ("rxe0 port 1 ACTIVE ethernet 10 Gb/s 1X MTU 1024, GID
+    ::ffff:10.0.0.1 (RoCE v2); veth0 veth MTU 1500"); "" when none was recorded."""
+    parts = []
+    rdma, netdev = obj(fabric.get("rdma")), obj(fabric.get("netdev"))
+    if rdma.get("device"):
+        words = [str(rdma["device"]), f"port {rdma.get('port')}", rdma.get("port_state"), rdma.get("link_layer"),
+                 f"{rdma['speed_gbps']:g} Gb/s" if number(rdma.get("speed_gbps")) is not None else None,
+                 rdma.get("width"), f"MTU {rdma['active_mtu']}" if rdma.get("active_mtu") is not None else None,
+                 f"fw {rdma['firmware']}" if rdma.get("firmware") else None]
+        text = " ".join(str(w) for w in words if w)
+        if rdma.get("gid"):
+            text += f", GID {rdma['gid']}" + (f" ({rdma['gid_type']})" if rdma.get("gid_type") else "")
+        parts.append(text)
+    if netdev.get("name"):
+        words = [str(netdev["name"]), netdev.get("driver"),
+                 f"MTU {netdev['mtu']}" if netdev.get("mtu") is not None else None,
+                 f"{netdev['speed_mbps']} Mb/s" if netdev.get("speed_mbps") is not None else None,
+                 f"IPoIB {netdev['ipoib_mode']}" if netdev.get("ipoib_mode") else None]
+        parts.append(" ".join(str(w) for w in words if w))
+    return "; ".join(parts)
+
+
+def fabric_detail(fabric: dict) -> str:
+    """The rest of one end's fabric for the Environment table: offloads, coalescing, queues and IRQs, NUMA
+    locality and the host's latency settings; "" when none was recorded."""
+    netdev, numa = obj(fabric.get("netdev")), obj(fabric.get("numa"))
+    words = []
+    if netdev:
+        def on(key):
+            return "?" if netdev.get(key) is None else ("on" if netdev.get(key) else "off")
+        words.append(f"GRO {on('gro')}, GSO {on('gso')}, TSO {on('tso')}")
+        co = obj(netdev.get("coalesce"))
+        if co:
+            words.append(f"coalescing rx {co.get('rx_usecs')} us/{co.get('rx_frames')} frames, tx {co.get('tx_usecs')} "
+                         f"us/{co.get('tx_frames')} frames" + (", adaptive" if co.get("adaptive_rx") else ""))
+        words.append(f"{netdev.get('rx_queues', '?')} rx / {netdev.get('tx_queues', '?')} tx queues, "
+                     f"{netdev.get('irq_count', '?')} IRQs")
+    if numa:
+        words.append(f"NUMA: {numa.get('device')} node {_or_unknown(numa.get('device_node'))}, CPU "
+                     f"{_or_unknown(numa.get('cpu'))} node {_or_unknown(numa.get('cpu_node'))}")
+    if "thp_enabled" in fabric:
+        latency = fabric.get("cpu_dma_latency_us")
+        words.append(f"tuned {fabric.get('tuned_profile') or 'none'}, cpu_dma_latency "
+                     f"{_or_unknown(latency)}{' us' if number(latency) is not None else ''}, "
+                     f"THP {fabric.get('thp_enabled') or '?'} (defrag {fabric.get('thp_defrag') or '?'})")
+    return "; ".join(words)
+
+
+def _or_unknown(value) -> str:
+    return "unknown" if value is None else str(value)
 
 
 def _machine(env: dict) -> str:
@@ -63,6 +120,11 @@ def warnings(runs: list[Run]) -> list[str]:
     if shared:
         out.append(f"{', '.join(shared)} busy: the library's I/O thread shares the client's pinned CPU with the "
                    "busy-polling client, so its latency measures the two taking turns on one CPU, not the library.")
+    for end, key in (("client", "engine"), ("server", "server_engine")):
+        lists = [obj(obj(obj(r.doc.get("environment")).get(key)).get("fabric")).get("warnings") for r in runs
+                 if not r.peer]
+        said = sorted({w for ws in lists if isinstance(ws, list) for w in ws if isinstance(w, str)})
+        out += [f"{end}: {w}" for w in said]
     return out
 
 

@@ -73,8 +73,13 @@ def section_environment(runs: list[Run]) -> Html:
                            f"{eng.get('timestamp_cost_ns', '-')} ns per timestamp" if eng else "-"),
             ("libraries", ", ".join(f"{k} {v}" for k, v in libs.items()) +
              (f", engine compiler {eng.get('compiler')}" if eng.get("compiler") else "")),
-            ("runs", f"{len(rels)}: " + ", ".join(rels[:8]) + (", ..." if len(rels) > 8 else "")),
         ]
+        for end, key in (("client", "engine"), ("server", "server_engine")):
+            fabric = obj(obj(env.get(key)).get("fabric"))
+            if fabric:
+                rows.append((f"{end} fabric", "; ".join(w for w in (context.fabric_summary(fabric),
+                                                                     context.fabric_detail(fabric)) if w)))
+        rows.append(("runs", f"{len(rels)}: " + ", ".join(rels[:8]) + (", ..." if len(rels) > 8 else "")))
         out.append(el("table", [el("tr", el("th", k), el("td", v)) for k, v in rows], class_="env"))
     return join(out, "\n")
 

@@ -249,7 +249,7 @@ def varying_mode_keys(runs: list[Run]) -> dict[str, list[str]]:
 # The point keys the report reads, by the type it reads them as: a value of another type is dropped, as if absent.
 NUMBER_KEYS = ("size", "rate_hz", "values", "offered_rps", "load", "iterations", "warmup", "gbps", "msg_rate",
                "missed_pct", "lost", "achieved_rps", "threshold_us", "above_threshold_pct", "deadline_us",
-               "deadline_miss_pct")
+               "deadline_miss_pct", "jain_index")
 OBJECT_KEYS = ("latency_ns", "rtt_ns", "samples", "server", "knee", "throughput_series")
 TEXT_KEYS = ("experiment", "transport", "poll", "latency_kind", "phase", "tool", "type", "statistic_note", "reason")
 

@@ -70,6 +70,8 @@ def _row(e: Entry, anchors: dict[int, str]) -> tuple[Optional[float], Html]:
     if e.run.peer:   # peers.json records: points, and cases the tool skipped or failed
         status = "peer" if p.get("type", "point") == "point" else str(p.get("type"))
         note = str(p.get("statistic_note") or p.get("reason") or "")
+    elif isinstance(p.get("flows"), list):  # --flows: the figures are the flows' aggregate
+        note = f"{len(p['flows'])} flows (sum), Jain's index {analysis.fmt_num(p.get('jain_index'), 3)}"
     anchor = anchors.get(id(e.run))
     p50 = stat(p, block, "p50")
     cells = [el("td", el("a", e.run.rel, href=f"#{anchor}") if anchor else e.run.rel),

@@ -235,10 +235,10 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
         if key == "cpus":
             if value == "none":             # unpinned: the scheduler places both ends
                 return value
-            if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(,\d+)?$", str(value)):
-                bad('a CPU list "A,B" (client, server) or "none" (unpinned)')
+            if isinstance(value, bool) or not isinstance(value, (str, int)) or not re.match(r"^\d+(\+\d+)*(,\d+(\+\d+)*)?$", str(value)):
+                bad('a CPU list "A,B" (client, server; a side may be A+A2+... for --flows) or "none" (unpinned)')
             allowed = os.sched_getaffinity(0)
-            missing = [c for c in map(int, str(value).split(",")) if c not in allowed]
+            missing = [c for c in map(int, re.split(r"[,+]", str(value))) if c not in allowed]
             if missing:
                 raise SuiteError(f"key 'cpus': CPU {missing[0]} is not available here "
                                  f"(allowed: {','.join(map(str, sorted(allowed)))})", line)

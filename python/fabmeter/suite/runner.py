@@ -193,7 +193,7 @@ def _cpus_of(point: Point, override: Optional[tuple[int, ...]],
     if point.cpus == "none":
         return None
     if point.cpus:
-        return tuple(int(x) for x in point.cpus.split(","))
+        return tuple(side if "+" in side else int(side) for side in point.cpus.split(","))
     return default
 
 

@@ -131,6 +131,20 @@ inline Endpoint listen_endpoint(const std::string& transport, const std::string&
   return {"tcp", url_host(ctrl.local_addr()), "0", ""};
 }
 
+// A fixed --endpoint names one listening socket, which the first of several
+// connections (--flows, --conns) would take.
+inline const char* one_connection(const std::string& transport, const std::string& endpoint) {
+  if (endpoint.empty()) return nullptr;
+  const Endpoint e = parse_endpoint(transport, endpoint);
+  if (e.scheme == "ipc")
+    return "--endpoint ipc:// is one socket file per session, which one connection takes: leave --endpoint out "
+           "(tcp, a free port per connection)";
+  if (!e.free_port())
+    return "--endpoint names one tcp port, which one connection takes: give tcp://HOST:* (a free port per "
+           "connection) or leave --endpoint out";
+  return nullptr;
+}
+
 // ipc:// needs both ends on one host.
 inline bool same_host_only(const std::string& transport, const std::string& endpoint) {
   return !endpoint.empty() && parse_endpoint(transport, endpoint).scheme == "ipc";

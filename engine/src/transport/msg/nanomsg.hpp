@@ -26,7 +26,8 @@ class NanomsgTransport {
   static Caps caps(const MessagingOptions& m) {
     return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false,
-            .same_host_only = msg::same_host_only("nanomsg", m.endpoint)};
+            .same_host_only = msg::same_host_only("nanomsg", m.endpoint),
+            .one_connection = msg::one_connection("nanomsg", m.endpoint)};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;

@@ -857,6 +857,27 @@ void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   ctrl.barrier("verbs connected");
 }
 
+std::string VerbsTransport::port_facts(const std::string& device, unsigned port) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list) return "";
+  JsonObj o;
+  for (int i = 0; i < n; ++i) {
+    if (device != ibv_get_device_name(list[i])) continue;
+    ibv_context* c = ibv_open_device(list[i]);
+    if (!c) break;
+    ibv_port_attr pa;
+    ibv_device_attr da;
+    if (ibv_query_port(c, static_cast<uint8_t>(port), &pa) == 0)
+      o.add("active_mtu", mtu_bytes(pa.active_mtu)).add("max_mtu", mtu_bytes(pa.max_mtu));
+    if (ibv_query_device(c, &da) == 0) o.add("hw_ver", da.hw_ver).add("vendor_part_id", da.vendor_part_id);
+    ibv_close_device(c);
+    break;
+  }
+  ibv_free_device_list(list);
+  return o.empty() ? "" : o.str();
+}
+
 void VerbsTransport::describe(JsonObj& o) const {
   o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))
       .add("link_layer", port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband")

@@ -113,6 +113,10 @@ class VerbsTransport {
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // The port's active and largest MTU (bytes) and its device's hardware
+  // version and part id, as ibv_query_port/ibv_query_device say; "" if the
+  // device cannot be opened.
+  static std::string port_facts(const std::string& device, unsigned port);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
   Pools pools() const { return {"work requests", refill_.held(), rq_granted_, posted_ - completed_, sq_limit_}; }
   // Slow-path check (the measuring loops' guard calls it): completion errors

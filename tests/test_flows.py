@@ -1,0 +1,115 @@
+"""--flows N: N connections at once, a thread each, reported per flow and in aggregate.
+
+The flows' counts add up to the point's, the raw samples hold every flow's
+round trips, each flow's thread runs on the CPU --cpus gives it (read back
+from the kernel), a transport fixed to one listening socket refuses with
+the reason (in --dry-run too), and bad values are exit 2. Rates are never
+asserted, only their arithmetic (sums, Jain's index within its bounds).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import json_lines, one_line_error
+
+
+def _check_sums(p: dict, n: int):
+    flows = p["flows"]
+    assert [f["flow"] for f in flows] == list(range(n)), p
+    for key in ("iterations", "bytes", "lost"):
+        assert sum(f[key] for f in flows) == p[key], (key, p)
+    assert 1 / n - 1e-9 <= p["jain_index"] <= 1 + 1e-9, p
+    assert 0 <= p["overlap"] <= 1, p
+
+
+def test_bw_four_tcp_flows_add_up(fm):
+    r = fm.run("bw", "-t", "tcp", "--flows", "4", "-n", "20000", "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    _check_sums(p, 4)
+    assert all(f["iterations"] == 20000 and f["bytes"] == 20000 * 32 and f["gbps"] > 0 for f in p["flows"]), p
+    assert p["iterations"] == 80000 and p["bytes"] == 80000 * 32
+    assert p["gbps"] == pytest.approx(sum(f["gbps"] for f in p["flows"]), rel=1e-6)
+    assert p["msg_rate"] == pytest.approx(sum(f["msg_rate"] for f in p["flows"]), rel=1e-6)
+    assert not fm.leftovers()
+
+
+def test_lat_two_flows_merge_every_round_trip(fm, tmp_path):
+    r = fm.run("lat", "-t", "udp", "--poll", "event", "--flows", "2", "-n", "3000", "--out", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    _check_sums(p, 2)
+    assert p["latency_kind"] == "rtt/2" and p["samples_kind"] == "raw"
+    # The saved round trips are every flow's, and the summary is theirs.
+    rtt = np.load(tmp_path / p["samples"]["rtt_ns"])
+    assert len(rtt) == p["iterations"] == 6000
+    assert rtt.min() == pytest.approx(p["rtt_ns"]["min"]) and rtt.max() == pytest.approx(p["rtt_ns"]["max"])
+    assert min(f["rtt_ns"]["min"] for f in p["flows"]) == pytest.approx(p["rtt_ns"]["min"])
+    assert p["latency_ns"]["p50"] == pytest.approx(np.percentile(rtt, 50) / 2)
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["config"]["params"]["flows"] == 2
+
+
+def test_flows_on_the_cpus_given(fm):
+    r = fm.run("lat", "-t", "tcp", "--poll", "event", "--flows", "2", "-n", "500", "--cpus", "1+0,0+1", "--json")
+    if r.returncode == 2 and "not available" in r.stderr:
+        pytest.skip("needs CPUs 0 and 1")
+    assert r.returncode == 0, r.stderr
+    (p,) = json_lines(r.stdout)
+    assert [f["cpu"] for f in p["flows"]] == [1, 0], p
+    r = fm.run("lat", "-t", "tcp", "--poll", "event", "--flows", "2", "-n", "500", "--cpus", "none", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [f["cpu"] for f in json_lines(r.stdout)[0]["flows"]] == [None, None]
+
+
+def test_flows_table_in_the_terminal(fm):
+    r = fm.run("bw", "-t", "shm", "--flows", "2", "-n", "2000")
+    assert r.returncode == 0, r.stderr
+    assert "fairness over 2 flows (Jain's index" in r.stdout and "Gbit/s" in r.stdout, r.stdout
+
+
+def _built(engine) -> list[str]:
+    out = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True).stdout
+    return json.loads(out)["transports"]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_one_listening_socket_refuses_several(fm, engine, dry_run):
+    if "zmq" not in _built(engine):
+        pytest.skip("zmq is not built here")
+    args = ["bw", "-t", "zmq", "--flows", "2", "--endpoint", "ipc://"]
+    if dry_run:
+        r = subprocess.run([str(engine), "run", *args, "--server", "127.0.0.1:1", "--dry-run"],
+                           capture_output=True, text=True, timeout=10)
+    else:
+        r = fm.run(*args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "zmq: 2 connections asked" in r.stderr and "ipc://" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bw", "-t", "tcp", "--flows", "0"], "--flows must be between 1 and 64"),
+    (["bw", "-t", "tcp", "--flows", "65"], "--flows must be between 1 and 64"),
+    (["bw", "-t", "tcp", "--flows", "99999999999"], "flows"),
+    (["oneway", "-t", "tcp", "--flows", "2"], "does not apply to 'oneway'"),
+    (["lat", "-t", "tcp", "--flows", "2", "--samples", "hist"], "raw samples"),
+    (["lat", "-t", "tcp", "--flows", "2", "--cpus", "0+x,1"], "--cpus"),
+])
+def test_bad_flows_are_usage_errors(fm, args, message):
+    r = fm.run(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in one_line_error(r.stderr), r.stderr
+
+
+def test_report_names_the_flows_and_their_fairness(fm, tmp_path):
+    r = fm.run("bw", "-t", "shm", "--flows", "2", "-n", "2000", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    r = fm.run("report", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "2 flows (sum), Jain&#x27;s index" in html
