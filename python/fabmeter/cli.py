@@ -1,6 +1,6 @@
 """The `fabmeter` command.
 
-The experiment subcommands (lat, oneway, bw, stream, check, load) get their
+The experiment subcommands (lat, oneway, bw, stream, check, load, setup) get their
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
@@ -33,6 +33,7 @@ EXPERIMENTS_HELP = {
     "stream": "a real-time stream at a fixed rate: latency, missed steps, deadline misses",
     "check": "conformance: sizes up to the transport's maximum, content, order, event-mode wake-up",
     "load": "open-loop request/response: tail latency against offered load (workloads W1-W5, server pools)",
+    "setup": "setup costs: connection establishment, memory registration by size (with and without huge pages)",
 }
 PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "

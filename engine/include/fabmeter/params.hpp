@@ -18,7 +18,7 @@ namespace fm {
 enum class Poll { busy, event };
 
 // Every experiment the engine runs, as a list for in_list() and messages.
-constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load";
+constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load,setup";
 
 // Options of every experiment and transport.
 struct CommonOptions {
@@ -43,6 +43,7 @@ struct CommonOptions {
   std::string clock = "tsc";        // tsc | monotonic
   uint32_t timeout_ms = 5000;       // connect and control-channel waits
   double gap_us = 0;                // lat, oneway: pause between consecutive messages
+  std::string what = "connect";     // setup: connect | mr | all
   bool operator==(const CommonOptions&) const = default;
 };
 
