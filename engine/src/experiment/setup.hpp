@@ -56,6 +56,7 @@ template <Transport T, Poll P>
 Status setup_connect_client(T& own, const Fresh<T>& fresh, Ctx& c, const Point& pt, PointOut& out) {
   const Clock& clk = c.clk;
   std::vector<double> connect_ns, teardown_ns, ctrl_ns;
+  for (auto* v : {&connect_ns, &teardown_ns, &ctrl_ns}) v->reserve(pt.iterations);
   NamedSamples phases;
   std::string covers;
   Status st = Status::ok;
@@ -151,6 +152,8 @@ Status setup_mr_client(T& t, Ctx& c, const Point& pt, PointOut& out) {
       const std::string prefix = huge ? "huge_" : "";
       Region r(pt.register_bytes, huge);
       std::vector<double> reg, dereg;
+      reg.reserve(pt.iterations);
+      dereg.reserve(pt.iterations);
       std::string refused;
       if (!r.kind()) {
         out.fields.add_raw("huge_pages", "null").add_raw("huge_register_ns", "null").add("huge_pages_reason", r.why());
