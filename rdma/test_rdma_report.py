@@ -129,7 +129,7 @@ def check_fabmeter(raw, name):
             if name.endswith("workload-w1-clamped") and not p.get("clamped", 0) > 0:
                 problems.append("load: w1 over UD clamped no request to the MTU")
     if any(p.get("experiment") == "setup" for p in points):
-        problems += check_setup(cmd, points, granted)
+        problems += check_setup(name, cmd, points, granted)
     if name.startswith("dup-"):  # reordered and duplicated, nothing dropped
         for p in points:
             lost = p.get("lost", 0) + p.get("warmup_lost", 0)
@@ -202,9 +202,10 @@ SETUP_STEPS = {"raw": ("ibv_create_qp", "to INIT", "to RTR", "to RTS"),
 SETUP_ORDER = ("min", "p50", "p90", "p99", "max")
 
 
-def check_setup(cmd, points, granted):
+def check_setup(cmd_name, cmd, points, granted):
     """setup: every repetition counted, percentiles in order, verbs' connect steps, and a registration figure
-    per size on base pages and on huge pages (or no huge-page figure and the reason)."""
+    per size on base pages and on huge pages (or no huge-page figure and the reason; hugetlbfs pages in the
+    case named for them, which reserves them)."""
     problems = []
     m = re.search(r"(?:^|\s)(?:-n|--iters)[ =](\d+)", cmd)
     reps = int(m.group(1)) if m else 0
@@ -229,6 +230,9 @@ def check_setup(cmd, points, granted):
         elif p.get("what") == "mr":
             ordered(p.get("register_ns"), f"register {p.get('registered_bytes')} B")
             ordered(p.get("deregister_ns"), f"deregister {p.get('registered_bytes')} B")
+            if "hugetlb" in cmd_name and p.get("huge_pages") != "hugetlb":
+                problems.append(f"setup mr: {p.get('registered_bytes')} B took {p.get('huge_pages')!r} with huge "
+                                f"pages reserved ({p.get('huge_pages_reason')})")
             if p.get("huge_pages") in ("hugetlb", "thp"):
                 ordered(p.get("huge_register_ns"), f"huge-page register {p.get('registered_bytes')} B")
             elif p.get("huge_pages") is not None or not p.get("huge_pages_reason"):

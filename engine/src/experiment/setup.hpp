@@ -48,10 +48,6 @@ struct NamedSamples {
   }
 };
 
-inline void add_figure(PointOut& out, const Params& p, const std::string& name, std::vector<double>&& ns) {
-  add_latency(out, p, name, std::move(ns));
-}
-
 template <Transport T, Poll P>
 Status setup_connect_client(T& own, const Fresh<T>& fresh, Ctx& c, const Point& pt, PointOut& out) {
   const Clock& clk = c.clk;
@@ -89,9 +85,9 @@ Status setup_connect_client(T& own, const Fresh<T>& fresh, Ctx& c, const Point& 
       .add("latency_kind", "connect (client: construction to connect() returned)")
       .add("registration", c.caps.registration ? c.caps.registration : "not applicable");
   add_samples_kind(out, keep_raw(c.p));
-  add_figure(out, c.p, "connect_ns", std::move(connect_ns));
-  add_figure(out, c.p, "teardown_ns", std::move(teardown_ns));
-  add_figure(out, c.p, "control_rtt_ns", std::move(ctrl_ns));
+  add_latency(out, c.p, "connect_ns", std::move(connect_ns));
+  add_latency(out, c.p, "teardown_ns", std::move(teardown_ns));
+  add_latency(out, c.p, "control_rtt_ns", std::move(ctrl_ns));
   if (!phases.figures.empty()) {
     JsonObj steps;
     for (auto& [name, v] : phases.figures) steps.add(name, to_json(summarize(v.data(), v.size())));
@@ -113,24 +109,25 @@ Status setup_connect_server(const Fresh<T>& fresh, Ctx& c, const Point& pt) {
   return Status::ok;
 }
 
-// One page kind of an mr point: register and deregister the region,
-// warm-up repetitions first; false (with out's reason) if the device refused.
+// One page kind of an mr point: register and deregister the region, warm-up
+// repetitions first; false, with `refused` saying why, if the device refused.
 template <Transport T>
-bool time_registration(T& t, const Clock& clk, const Region& r, const Point& pt, std::vector<double>& reg,
-                       std::vector<double>& dereg, std::string& refused) {
+bool time_registration(T& t, const Clock& clk, const Region& r, const Point& pt, const char* call,
+                       std::vector<double>& reg, std::vector<double>& dereg, std::string& refused) {
   for (uint64_t i = 0; i < pt.warmup + pt.iterations && !stop_requested(); ++i) {
     const uint64_t t0 = clk.ticks();
     void* h = t.register_memory(r.data(), pt.register_bytes);
     const uint64_t t1 = clk.ticks();
     if (!h) {
-      refused = std::string(t.failure() ? t.failure() : "") + std::strerror(errno) +
-                (errno == ENOMEM || errno == EPERM ? " (the locked-memory limit, `ulimit -l`?)" : "");
+      const int err = errno;
+      refused = std::string(call) + ": " + std::strerror(err) +
+                (err == ENOMEM || err == EPERM ? " (the locked-memory limit, `ulimit -l`?)" : "");
       return false;
     }
     const int err = t.deregister_memory(h);
     const uint64_t t2 = clk.ticks();
     if (err) {
-      refused = std::string("deregistration: ") + std::strerror(err);
+      refused = std::string(call) + ": deregistration: " + std::strerror(err);
       return false;
     }
     if (i < pt.warmup) continue;
@@ -160,13 +157,13 @@ Status setup_mr_client(T& t, Ctx& c, const Point& pt, PointOut& out) {
         continue;
       }
       if (huge) out.fields.add("huge_pages", r.kind()).add("huge_backed_bytes", r.huge_bytes());
-      if (!time_registration(t, c.clk, r, pt, reg, dereg, refused)) {
+      if (!time_registration(t, c.clk, r, pt, c.caps.registration, reg, dereg, refused)) {
         out.fields.add_raw(prefix + "register_ns", "null").add(prefix + "refused", refused);
         continue;
       }
       counted = std::max<uint64_t>(counted, reg.size());
-      add_figure(out, c.p, prefix + "register_ns", std::move(reg));
-      add_figure(out, c.p, prefix + "deregister_ns", std::move(dereg));
+      add_latency(out, c.p, prefix + "register_ns", std::move(reg));
+      add_latency(out, c.p, prefix + "deregister_ns", std::move(dereg));
     }
   } else {
     runtime_error(c.p.transport + ": caps name a registration the transport has no register_memory for");
