@@ -75,8 +75,11 @@ def test_registration_by_size_with_and_without_huge_pages(fm, engine, tmp_path):
         else:
             assert p["huge_pages"] in ("hugetlb", "thp") and p["huge_backed_bytes"] >= p["registered_bytes"]
             assert ordered(p["huge_register_ns"]) and ordered(p["huge_deregister_ns"])
+    # The terminal table puts the machine's bare connect/accept beside the connect (limits, recorded with --out).
+    r = fm.run("setup", "-t", "tcp", "-n", str(REPS), "--warmup", str(WARMUP), "--out", tmp_path / "tcp")
+    assert r.returncode == 0, r.stderr
+    assert "\nconnect ns " in r.stdout and "\nfloor: bare loopback connect/accept ns (limits) " in r.stdout
     # The report draws connect time per transport and registration against size.
-    run_setup(fm, tmp_path / "tcp", "-t", "tcp")
     r = fm.run("report", tmp_path, "-o", tmp_path / "report.html")
     assert r.returncode == 0, r.stderr
     page = (tmp_path / "report.html").read_text()

@@ -279,8 +279,9 @@ def _stat_row(label: str, summary: Optional[dict]) -> list:
     return [label] + [(summary or {}).get(k) for k in STAT_KEYS]
 
 
-def setup_table(points: list[dict]) -> str:
-    """A setup run: the connect point's figures, then one row per registration size."""
+def setup_table(points: list[dict], limits: Optional[dict] = None) -> str:
+    """A setup run: the connect point's figures (with the machine's bare connect/accept floor when the run
+    recorded its limits), then one row per registration size."""
     first = points[0]
     parts = [f"setup  {first.get('transport', '?')}  warm-up repetitions excluded"]
     for p in (q for q in points if q.get("what") == "connect"):
@@ -291,6 +292,8 @@ def setup_table(points: list[dict]) -> str:
         rows += [_stat_row(f"  step: {name} ns", s) for name, s in (p.get("phases_ns") or {}).items()]
         rows += [_stat_row("teardown ns (destroying it)", p.get("teardown_ns")),
                  _stat_row("control-channel round trip ns", p.get("control_rtt_ns"))]
+        if isinstance((limits or {}).get("connect_floor_ns"), dict):
+            rows.append(_stat_row("floor: bare loopback connect/accept ns (limits)", limits["connect_floor_ns"]))
         parts.append(format_table(["figure"] + [STAT_LABELS[k] for k in STAT_KEYS], rows))
         parts.append(f"covers: {p.get('covers')}")
         if p.get("registration") == "not applicable":
@@ -325,15 +328,15 @@ def clock_line(points: list[dict]) -> str:
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
-def run_report(points: list[dict], percentiles: Sequence[float] = ()) -> str:
+def run_report(points: list[dict], percentiles: Sequence[float] = (), limits: Optional[dict] = None) -> str:
     """The terminal tables of a run; `percentiles`: its --percentiles, shown
-    instead of each table's own."""
+    instead of each table's own; `limits`: the machine limits it recorded, if any."""
     if not points:
         return "no points measured"
     if points[0].get("experiment") == "load":
         return load_table(points, percentiles)
     if points[0].get("experiment") == "setup":
-        return setup_table(points)
+        return setup_table(points, limits)
     if len(points) == 1:
         table = point_block(points[0], percentiles)
     elif points[0].get("experiment") == "stream":

@@ -290,7 +290,7 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         record.finish(res.status, res.message, code, slo=verdict)
     if not ns.json and res.points:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
-        print(analysis.run_report(res.points, chosen), flush=True)
+        print(analysis.run_report(res.points, chosen, record.doc.get("limits")), flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
