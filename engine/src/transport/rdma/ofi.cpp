@@ -458,10 +458,12 @@ const char* OfiTransport::connect_covers() const {
   if (ofi_.ep == "msg")
     return "msg endpoint: fi_getinfo, fabric, event queue; server: passive endpoint listening, its name over the "
            "control channel, the connect request; both: domain, CQs, endpoint, the rings mapped (and registered where "
-           "the provider asks), receives posted, fi_connect/fi_accept to FI_CONNECTED, a control-channel barrier";
+           "the provider asks), receives posted, fi_connect/fi_accept to FI_CONNECTED, a control-channel barrier (2 "
+           "control-channel round trips, 3 with --op write-imm)";
   return "connectionless endpoint: fi_getinfo, fabric, domain, address vector, CQs, endpoint, the rings mapped (and "
          "registered where the provider asks), receives posted, addresses swapped over the control channel and "
-         "inserted, a control-channel barrier; rdm: then one ping-pong (the provider connects on the first message)";
+         "inserted, a control-channel barrier (2 control-channel round trips, 3 with --op write-imm); rdm: then one "
+         "ping-pong (the provider connects on the first message)";
 }
 
 void* OfiTransport::register_memory(void* buf, size_t len) {
