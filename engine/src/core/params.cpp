@@ -526,7 +526,7 @@ void validate_load(const Params& p) {
   if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
   if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
 }
-// The largest region setup registers: the issue of registration costs ends at 1 GiB.
+// The largest region setup registers: the top of its registration sweep.
 constexpr uint64_t kMaxRegisterBytes = 1ull << 30;
 
 void validate_setup(const Params& p) {
