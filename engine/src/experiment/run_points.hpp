@@ -86,6 +86,10 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   }
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
+  const Fresh<T> fresh = [&] {
+    return std::apply([](const auto&... args) { return std::make_unique<T>(args...); },
+                      std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+  };
 
   int64_t started_ns = 0;  // when the first point went on after waiting for --start-at
   for (const Point& pt : plan) {
@@ -95,7 +99,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     trace_phase(role, "point");
     PointOut out;
     ctx.sleeps = 0;
-    Status st = loop(Conns<T>(conns), ctx, pt, out);
+    Status st = loop(Conns<T>(conns), fresh, ctx, pt, out);
     trace_phase(role, "results");
 
     if (ctx.role == Role::client) {
@@ -109,6 +113,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
       if (pt.capacity) stem += "-capacity";
+      if (pt.register_bytes) stem += "-reg" + std::to_string(pt.register_bytes) + "B";
       write_arrays(out_dir, stem, out);
       std::string body = out.fields.str();
       line.add("partial", out.partial || st != Status::ok);
