@@ -421,6 +421,21 @@ def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Color
     return png(fig)
 
 
+def _two_panels(fig, axes, x: tuple[str, int], left_label: str, right_label: str, title: str, entries: int) -> bytes:
+    """Finishes a figure of two panels over one log x axis (label, base): the right one's y axis log too, the
+    legend on the left one."""
+    left, right = axes
+    for ax in axes:
+        ax.set_xscale("log", base=x[1])
+        ax.set_xlabel(x[0])
+    left.set_ylabel(left_label)
+    right.set_yscale("log")
+    right.set_ylabel(right_label)
+    fig.suptitle(title)
+    _legend(fig, left, entries, "upper left", 9.0)
+    return png(fig)
+
+
 def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
     """Closed loop: achieved request rate (left) and p50/p99 latency (right) against the number of clients."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
@@ -431,15 +446,9 @@ def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) 
         for key, style in (("p50", "-"), ("p99", "--")):
             y = np.array([(p.get("latency_ns") or {}).get(key, np.nan) for p in points], dtype=float)
             right.plot(x, y / 1e3, color=colors(label), ls=style, marker="o", ms=3, lw=1.2)
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("closed-loop clients [log]")
-    left.set_ylabel("achieved [requests/s]")
-    right.set_yscale("log")
-    right.set_ylabel("RTT [µs, log]; solid p50, dashed p99")
-    fig.suptitle(f"{title}: closed loop, throughput and latency against clients")
-    _legend(fig, left, len(series), "upper left", 9.0)
-    return png(fig)
+    return _two_panels(fig, (left, right), ("closed-loop clients [log]", 2), "achieved [requests/s]",
+                       "RTT [µs, log]; solid p50, dashed p99", f"{title}: closed loop, throughput and latency against clients",
+                       len(series))
 
 
 def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
@@ -482,15 +491,9 @@ def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> by
                    ms=3, lw=1.2, ls="-")
         right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
                    ms=3, lw=1.2, ls="--")
-    for ax in (left, right):
-        ax.set_xscale("log")
-        ax.set_xlabel("offered load [requests/s, log]")
-    left.set_ylabel("send completions per non-empty poll")
-    right.set_yscale("log")
-    right.set_ylabel("µs, log: solid wait for a buffer, dashed one poll")
-    fig.suptitle(f"{title}: the server's transmit path")
-    _legend(fig, left, len(series), "upper left", 9.0)
-    return png(fig)
+    return _two_panels(fig, (left, right), ("offered load [requests/s, log]", 10), "send completions per non-empty poll",
+                       "µs, log: solid wait for a buffer, dashed one poll", f"{title}: the server's transmit path",
+                       len(series))
 
 
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
