@@ -510,8 +510,26 @@ if [[ ! -f $OUT/_python_skipped ]]; then
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic
 fi
 
+echo "== setup: connection establishment and memory registration over verbs"
+# Registrations from 4 KiB up to SETUP_MAX: 16 MiB in CI (FM_CMP_ROUNDS=0;
+# the guest has 2 GiB of RAM and the case stays within a few seconds of
+# TCG), else 256 MiB; FM_SETUP_MAX_SIZE overrides both (at most 1G).
+SETUP=(-n 10 --warmup 2)
+SETUP_MAX=${FM_SETUP_MAX_SIZE:-$([[ ${FM_CMP_ROUNDS:-5} == 0 ]] && echo 16M || echo 256M)}
+fm "setup-rc-raw-all" 0 setup "${SETUP[@]}" --service rc --cm raw --what all -a --max-size "$SETUP_MAX"
+fm "setup-rc-rdma_cm-connect" 0 setup "${SETUP[@]}" --service rc
+fm "setup-ud-rdma_cm-connect" 0 setup "${SETUP[@]}" --service ud
+# The guest reserves no huge pages: setup-rc-raw-all's huge-page figures are
+# THP's. With 16 reserved (32 MiB), every size up to 16 MiB takes hugetlbfs
+# pages (MAP_HUGETLB).
+echo 16 >/proc/sys/vm/nr_hugepages
+fm "setup-rc-raw-mr-hugetlb" 0 setup "${SETUP[@]}" --service rc --cm raw --what mr -a --max-size 16M
+echo 0 >/proc/sys/vm/nr_hugepages
+fm "refuse-setup-mr-above-1G" 2 setup --what mr -s 2G --service rc
+
 echo "== libfabric verbs provider through fabmeter's ofi transport"
 if "$ENGINE" options | grep -q '"ofi"'; then
+  ofi "ofi-verbs-msg-setup" setup -t ofi --provider verbs --ep msg --what all -a --max-size "$SETUP_MAX" "${SETUP[@]}"
   ofi "ofi-verbs-msg-lat" lat -t ofi --provider verbs --ep msg -s 32 -n 200 --warmup 50
   ofi "ofi-verbs-rdm-lat" lat -t ofi --provider verbs --ep rdm -s 32 -n 200 --warmup 50
   ofi "ofi-verbs-msg-bw" bw -t ofi --provider verbs --ep msg -s 1K -n 2000 --warmup 100

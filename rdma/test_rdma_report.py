@@ -138,6 +138,8 @@ def check_fabmeter(raw, name):
                 problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")
             if name.endswith("workload-w1-clamped") and not p.get("clamped", 0) > 0:
                 problems.append("load: w1 over UD clamped no request to the MTU")
+    if any(p.get("experiment") == "setup" for p in points):
+        problems += check_setup(name, cmd, points, granted)
     if name.startswith("dup-"):  # reordered and duplicated, nothing dropped
         for p in points:
             lost = p.get("lost", 0) + p.get("warmup_lost", 0)
@@ -217,6 +219,58 @@ def check_fabmeter(raw, name):
         if got != expected:
             problems.append(f"environment's fabric: {what} {got!r}, expected {expected!r}")
     return problems, summary
+
+
+# The steps verbs reports of its connect (phases_ns), by how it connects.
+SETUP_STEPS = {"raw": ("ibv_create_qp", "to INIT", "to RTR", "to RTS"),
+               "rdma_cm": ("rdma_resolve_route", "rdma_create_qp, receives posted", "rdma_connect to ESTABLISHED")}
+SETUP_ORDER = ("min", "p50", "p90", "p99", "max")
+
+
+def check_setup(cmd_name, cmd, points, granted):
+    """setup: every repetition counted, percentiles in order, verbs' connect steps, and a registration figure
+    per size on base pages and on huge pages (or no huge-page figure and the reason; hugetlbfs pages in the
+    case named for them, which reserves them)."""
+    problems = []
+    m = re.search(r"(?:^|\s)(?:-n|--iters)[ =](\d+)", cmd)
+    reps = int(m.group(1)) if m else 0
+
+    def ordered(block, what):
+        values = [(block or {}).get(k) for k in SETUP_ORDER]
+        if None in values or values != sorted(values) or values[0] <= 0:
+            problems.append(f"setup {what}: percentiles missing or out of order: {block!r}")
+
+    registration = "fi_mr_reg" if " -t ofi" in f" {cmd}" else "ibv_reg_mr"
+    for p in points:
+        if reps and p.get("iterations") != reps:
+            problems.append(f"setup {p.get('what')}: {p.get('iterations')} repetitions, asked {reps}")
+        if p.get("what") == "connect":
+            for key in ("connect_ns", "teardown_ns", "control_rtt_ns"):
+                ordered(p.get(key), key)
+            if not p.get("covers") or p.get("registration") != registration:
+                problems.append(f"setup connect: covers {p.get('covers')!r}, registration {p.get('registration')!r}")
+            steps = SETUP_STEPS.get(granted.get("cm")) if registration == "ibv_reg_mr" else ()
+            for step in steps or ():
+                ordered((p.get("phases_ns") or {}).get(step), f"step {step}")
+        elif p.get("what") == "mr":
+            ordered(p.get("register_ns"), f"register {p.get('registered_bytes')} B")
+            ordered(p.get("deregister_ns"), f"deregister {p.get('registered_bytes')} B")
+            if "hugetlb" in cmd_name and p.get("huge_pages") != "hugetlb":
+                problems.append(f"setup mr: {p.get('registered_bytes')} B took {p.get('huge_pages')!r} with huge "
+                                f"pages reserved ({p.get('huge_pages_reason')})")
+            if p.get("huge_pages") in ("hugetlb", "thp"):
+                ordered(p.get("huge_register_ns"), f"huge-page register {p.get('registered_bytes')} B")
+            elif p.get("huge_pages") is not None or not p.get("huge_pages_reason"):
+                problems.append(f"setup mr: huge pages {p.get('huge_pages')!r} without figures or reason")
+        else:
+            problems.append(f"setup: a point of unknown kind {p.get('what')!r}")
+    sizes = [p.get("registered_bytes") for p in points if p.get("what") == "mr"]
+    want = option(cmd, "max-size")
+    if "--what all" in cmd and sizes and want:
+        top = int(want[:-1]) << {"K": 10, "M": 20, "G": 30}[want[-1]] if want[-1] in "KMG" else int(want)
+        if sizes != [4096 << i for i in range(len(sizes))] or sizes[-1] != top:
+            problems.append(f"setup mr: sizes {sizes}, expected 4 KiB .. {want}")
+    return problems
 
 
 def check_suite(raw, name):

@@ -148,3 +148,17 @@ def test_bench_ab_keys_every_row(tmp_path, engine):
     assert [r.name for r in rows] == [r.name for r in bench.Bench(tmp_path, (0, 1), str(engine)).rows()]
     keys = [r.fabmeter.key for r in rows]
     assert all(keys) and any(k.startswith("limits: ") for k in keys) and len(set(keys)) < len(keys)
+
+
+# --- the setup row ---------------------------------------------------------------
+
+def test_setup_row_measures_both_sides(tmp_path, engine, monkeypatch):
+    """tcp setup's connect p50 beside limits' bare connect/accept, each side real and short: a floor, no target."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    monkeypatch.setattr(bench, "SETUP_REPS", 20)
+    (row,) = bench.Bench(tmp_path, None, str(engine)).setup_rows()
+    assert row.target is None and "connect p50 ns" in row.figure
+    assert row.fabmeter() > 0 and row.other() > 0
+    [run_json] = list((tmp_path / "runs").glob("*/run.json"))
+    params = json.loads(run_json.read_text())["config"]["params"]
+    assert (params["experiment"], params["transport"], params["iters"]) == ("setup", "tcp", 20)

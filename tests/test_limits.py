@@ -12,7 +12,7 @@ from conftest import json_lines
 def test_limits_probe_reports_every_figure(engine):
     r = subprocess.run([str(engine), "limits", "--cpus", "0,1", "-n", "2000", "--sizes", "32,65536",
                         "--timer-wakeups", "20", "--wakeup-round-trips", "20", "--schedule-rate", "50000",
-                        "--schedule-steps", "2000"], capture_output=True, text=True, timeout=60)
+                        "--schedule-steps", "2000", "--connects", "200"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     (lim,) = json_lines(r.stdout)
     assert lim["cpus"] == [0, 1] and lim["cacheline_kind"] == "rtt/2"
@@ -38,11 +38,16 @@ def test_limits_probe_reports_every_figure(engine):
     busy = lim["schedule_floor_busy_peer"]
     assert (busy["cpu"], busy["busy_cpu"], busy["schedule_steps"]) == (0, 1, 2000) and "busy_cpu" not in floor
     assert busy["missed_pct"] == 100.0 * busy["missed_steps"] / 2000
+    # setup's floor: a bare loopback connect/accept, as percentiles.
+    conn = lim["connect_floor_ns"]
+    assert 0 < conn["min"] <= conn["p50"] <= conn["p90"] <= conn["p99"] <= conn["max"]
+    assert "connect" in lim["connect_floor_covers"]
 
 
 def test_limits_bad_arguments(engine):
     for args in (["--cpus", "0"], ["-n", "0"], ["--wakeup-round-trips", "0"], ["--sizes", "x"], ["--bogus"],
-                 ["--schedule-rate", "0"], ["--schedule-rate", "20000000"], ["--schedule-steps", "0"]):
+                 ["--schedule-rate", "0"], ["--schedule-rate", "20000000"], ["--schedule-steps", "0"],
+                 ["--connects", "0"]):
         r = subprocess.run([str(engine), "limits", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("fabmeter-engine: error: ")
@@ -55,3 +60,4 @@ def test_every_local_run_records_limits(fm, tmp_path):
     assert run["limits"]["cpus"] == run["config"]["cpus"]
     assert list(run["limits"]["memcpy_gbps"]) == ["64"]
     assert run["limits"]["schedule_floor"]["schedule_steps"] == 10000
+    assert run["limits"]["connect_floor_ns"]["p50"] > 0

@@ -26,12 +26,12 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check|load --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
+  fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
-                         [--schedule-rate HZ] [--schedule-steps N]
+                         [--schedule-rate HZ] [--schedule-steps N] [--connects N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
   fabmeter-engine transports   # each transport: available, or unavailable and why
 
@@ -318,9 +318,11 @@ int main_(std::vector<std::string> args) {
       o.wakeup_round_trips = static_cast<uint64_t>(parse_int("--wakeup-round-trips", v));
     if (take(args, "--schedule-rate", &v)) o.schedule_rate = static_cast<uint64_t>(parse_int("--schedule-rate", v));
     if (take(args, "--schedule-steps", &v)) o.schedule_steps = static_cast<uint64_t>(parse_int("--schedule-steps", v));
+    if (take(args, "--connects", &v)) o.connects = static_cast<uint64_t>(parse_int("--connects", v));
     if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
-    if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0 || o.schedule_steps == 0)
-      fm::usage_error("-n, --timer-wakeups, --wakeup-round-trips and --schedule-steps must be at least 1");
+    if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0 || o.schedule_steps == 0 ||
+        o.connects == 0)
+      fm::usage_error("-n, --timer-wakeups, --wakeup-round-trips, --schedule-steps and --connects must be at least 1");
     if (o.schedule_rate == 0 || o.schedule_rate > 10'000'000)
       fm::usage_error("--schedule-rate: expected 1 .. 10000000 steps per second (stream's --rate range)");
     fm::emit_line(fm::measure_limits(o));

@@ -326,6 +326,48 @@ def load_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
     return out
 
 
+def _stat_row(label: str, summary: Optional[dict]) -> list:
+    return [label] + [(summary or {}).get(k) for k in STAT_KEYS]
+
+
+def setup_table(points: list[dict], limits: Optional[dict] = None) -> str:
+    """A setup run: the connect point's figures (with the machine's bare connect/accept floor when the run
+    recorded its limits), then one row per registration size."""
+    first = points[0]
+    parts = [f"setup  {first.get('transport', '?')}  warm-up repetitions excluded"]
+    for p in (q for q in points if q.get("what") == "connect"):
+        parts.append(f"connect: {fmt_num(p.get('iterations'))} repetitions (+{fmt_num(p.get('warmup'))} warm-up), "
+                     "timed on the client from constructing the transport to its connect() returned"
+                     + ("  [PARTIAL]" if p.get("partial") else ""))
+        rows = [_stat_row("connect ns", p.get("connect_ns"))]
+        rows += [_stat_row(f"  step: {name} ns", s) for name, s in (p.get("phases_ns") or {}).items()]
+        rows += [_stat_row("teardown ns (destroying it)", p.get("teardown_ns")),
+                 _stat_row("control-channel round trip ns", p.get("control_rtt_ns"))]
+        if isinstance((limits or {}).get("connect_floor_ns"), dict):
+            rows.append(_stat_row("floor: bare loopback connect/accept ns (limits)", limits["connect_floor_ns"]))
+        parts.append(format_table(["figure"] + [STAT_LABELS[k] for k in STAT_KEYS], rows))
+        parts.append(f"covers: {p.get('covers')}")
+        if p.get("registration") == "not applicable":
+            parts.append("memory registration: not applicable (the transport registers no memory)")
+    mr = [p for p in points if p.get("what") == "mr"]
+    if mr:
+        parts.append(f"memory registration ({mr[0].get('registration')}), client, ns; base pages vs huge pages")
+        rows = []
+        for p in mr:
+            reg, dereg = p.get("register_ns") or {}, p.get("deregister_ns") or {}
+            hreg, hdereg = p.get("huge_register_ns") or {}, p.get("huge_deregister_ns") or {}
+            rows.append([fmt_size(p.get("registered_bytes")) + (" (partial)" if p.get("partial") else ""),
+                         p.get("iterations"), reg.get("p50"), reg.get("p99"), dereg.get("p50"),
+                         p.get("huge_pages") or "none", hreg.get("p50"), hreg.get("p99"), hdereg.get("p50")])
+        parts.append(format_table(["size", "reps", "register p50", "register p99", "dereg p50", "huge pages",
+                                   "huge register p50", "huge register p99", "huge dereg p50"], rows))
+        reasons = {p["huge_pages_reason"] for p in mr if p.get("huge_pages_reason")}
+        parts += [f"no huge pages: {r}" for r in sorted(reasons)]
+        refused = {p.get(k) for p in mr for k in ("refused", "huge_refused") if p.get(k)}
+        parts += [f"refused: {r}" for r in sorted(refused)]
+    return "\n".join(parts)
+
+
 def clock_line(points: list[dict]) -> str:
     """Where the peer's clock was probed: the last point's fit, the one over the most probes."""
     probed = [p["clock"] for p in points if (p.get("clock") or {}).get("method") == "probe"]
@@ -337,13 +379,15 @@ def clock_line(points: list[dict]) -> str:
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
-def run_report(points: list[dict], percentiles: Sequence[float] = ()) -> str:
+def run_report(points: list[dict], percentiles: Sequence[float] = (), limits: Optional[dict] = None) -> str:
     """The terminal tables of a run; `percentiles`: its --percentiles, shown
-    instead of each table's own."""
+    instead of each table's own; `limits`: the machine limits it recorded, if any."""
     if not points:
         return "no points measured"
     if points[0].get("experiment") == "load":
         return load_table(points, percentiles)
+    if points[0].get("experiment") == "setup":
+        return setup_table(points, limits)
     if len(points) == 1:
         table = point_block(points[0], percentiles)
     elif points[0].get("experiment") == "stream":

@@ -50,6 +50,9 @@ KNEE_SECONDS = 0.3
 BW_MSGS = 1_000_000               # bw beside the knee: long enough to be more than its warm-up
 FLOWS = 4                         # bw --flows beside iperf3 -P
 
+# The setup row: tcp connects per round, fabmeter's and the bare floor's alike.
+SETUP_REPS = 500
+
 # The stream row: missed steps beside the schedule floor, same rate, steps and CPU.
 STREAM_RATE = 100_000
 STREAM_STEPS = 100_000            # 1 s, stream's default at this rate
@@ -231,7 +234,8 @@ class Bench:
         for lib in rawpp.LIBS:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
-        return rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.cpu_rows()
+        return (rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.setup_rows()
+                + self.cpu_rows())
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -289,6 +293,16 @@ class Bench:
                                          "flows": FLOWS}, lambda p: p["gbps"]),
                     f"iperf3 -l 64K -P {FLOWS}", self.peer("iperf3", "bw", "tcp", lambda p: p["gbps"], flows=FLOWS),
                     f"Gbit/s at the receivers, the sum over {FLOWS} connections", 1.0, higher_is_better=True)]
+
+    def setup_rows(self) -> list[Row]:
+        """tcp connection establishment (setup: a new transport's whole connect(), with its 2 control-channel round
+        trips) beside limits' bare loopback connect/accept in one thread: the kernel's part of it, a floor."""
+        return [Row("tcp setup connect / bare connect-accept floor",
+                    self.fabmeter("setup", {"transport": "tcp", "iters": SETUP_REPS}, lambda p: p["connect_ns"]["p50"]),
+                    "limits: bare tcp socket, connect and accept on loopback, one thread, no control channel",
+                    self.limit(lambda lim: lim["connect_floor_ns"]["p50"], ("--connects", str(SETUP_REPS))),
+                    f"connect p50 ns over {SETUP_REPS} repetitions (setup: client, a new transport to its connect() "
+                    "returned)", None)]
 
     def load_rows(self) -> list[Row]:
         """fabmeter load beside sockperf under-load (same CPUs, size, rate and a send every 1/rate; both figures

@@ -1,6 +1,6 @@
 """The `fabmeter` command.
 
-The experiment subcommands (lat, oneway, bw, stream, check, load) get their
+The experiment subcommands (lat, oneway, bw, stream, check, load, setup) get their
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
@@ -33,6 +33,7 @@ EXPERIMENTS_HELP = {
     "stream": "a real-time stream at a fixed rate: latency, missed steps, deadline misses",
     "check": "conformance: sizes up to the transport's maximum, content, order, event-mode wake-up",
     "load": "open-loop request/response: tail latency against offered load (workloads W1-W5, server pools)",
+    "setup": "setup costs: connection establishment, memory registration by size (with and without huge pages)",
 }
 PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
@@ -296,7 +297,7 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         record.finish(res.status, res.message, code, slo=verdict)
     if not ns.json and res.points:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
-        print(analysis.run_report(res.points, chosen), flush=True)
+        print(analysis.run_report(res.points, chosen, record.doc.get("limits")), flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:

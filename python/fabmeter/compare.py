@@ -73,7 +73,8 @@ def point_key(entry: model.Entry) -> tuple:
     """What a run's point measured."""
     params = {k: v for k, v in entry.run.params.items() if k not in NOT_WHAT}
     p = entry.point
-    where = tuple((k, p.get(k)) for k in ("size", "rate_hz", "values", "offered_rps", "phase")
+    where = tuple((k, p.get(k)) for k in ("size", "rate_hz", "values", "offered_rps", "phase", "what",
+                                          "registered_bytes")
                   if p.get(k) is not None)
     server = (entry.run.doc.get("config") or {}).get("server")   # HOST:PORT; the port is new every serve
     host = str(server).rsplit(":", 1)[0] if server else None
@@ -87,6 +88,10 @@ def item_of_point(entry: model.Entry) -> Item:
     label = f"{entry.experiment} {entry.label} {entry.where()}" + (f" to {server.rsplit(':', 1)[0]}" if server else "")
     if entry.experiment == "bw" and isinstance(p.get("msg_rate"), (int, float)):
         return Item(point_key(entry), label, "msg/s", float(p["msg_rate"]), True, lambda: bins_of(p))
+    if entry.experiment == "setup":   # a connect's or a registration's time, on base pages
+        key = "connect_ns" if p.get("what") == "connect" else "register_ns"
+        value = model.stat(p, key, "p50")
+        return Item(point_key(entry), label, f"{key[:-3]} p50 ns", value, False, lambda: entry.raw_samples(key))
     value = (p.get("latency_ns") if isinstance(p.get("latency_ns"), dict) else {}).get("p50")
     return Item(point_key(entry), label, f"p50 {'RTT/2' if entry.rtt_half else 'one-way'} ns",
                 float(value) if isinstance(value, (int, float)) else None, False, entry.samples)

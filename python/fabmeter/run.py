@@ -116,7 +116,8 @@ def _parse_json(line: str) -> Optional[dict]:
 
 # The limits recorded with every run: about 0.4 s, cheap enough for that.
 RECORD_LIMITS_ITERS = 20000
-RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "--schedule-steps", "10000"]
+RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "--schedule-steps", "10000",
+                      "--connects", "100"]
 
 
 def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:

@@ -32,7 +32,7 @@ FIGURES = {"p10": "p10", "p50": "p50", "p90": "p90", "p99": "p99", "p999": "p999
 UNITS_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 OPS = ("<=", "<")
 # Experiments whose points carry no latency figure: objectives do not apply.
-NO_LATENCY = ("bw", "check")
+NO_LATENCY = ("bw", "check", "setup")
 HELP = ("latency objectives checked on every point's one-way latency, e.g. 'p99<=20us,p999<=100us' "
         "(FIGURE: p10, p50, p90, p99, p999 or p99.9, p9999 or p99.99, max, mean; OP: <= or <; a unit is required: ns, us, ms, s); "
         "a missed one ends with exit code 4")

@@ -17,6 +17,7 @@ struct LimitsOptions {
   double timer_period_us = 100;
   uint64_t schedule_rate = 100000;                    // schedule floor: steps per second (stream's --rate)
   uint64_t schedule_steps = 100000;                   // measured steps, after stream's default warm-up
+  uint64_t connects = 1000;                           // bare tcp connect/accept on loopback (setup's floor)
 };
 
 // - cache line bounced between threads pinned to cpu_a and cpu_b: RTT/2 with a
@@ -29,7 +30,9 @@ struct LimitsOptions {
 // - the schedule floor: the steps a bare TSC spin on cpu_a (the stream
 //   source's CPU) misses at schedule_rate, counted as stream counts them,
 //   once with cpu_b idle and once with a thread spinning on it (as the
-//   stream's busy sink keeps it).
+//   stream's busy sink keeps it);
+// - the connect floor: a bare tcp connect/accept on loopback in one thread
+//   (socket, connect, accept), what setup's tcp connect costs at least.
 JsonObj measure_limits(const LimitsOptions& o);
 
 }  // namespace fm

@@ -18,7 +18,7 @@ namespace fm {
 enum class Poll { busy, event };
 
 // Every experiment the engine runs, as a list for in_list() and messages.
-constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load";
+constexpr const char* kExperiments = "lat,oneway,bw,stream,check,load,setup";
 
 // Options of every experiment and transport.
 struct CommonOptions {
@@ -46,6 +46,7 @@ struct CommonOptions {
   double gap_us = 0;                // lat, oneway: pause between consecutive messages
   double spin_us = 0;               // event mode: poll this long before sleeping (0: sleep at once)
   uint32_t flows = 1;               // lat, bw: connections, each driven by a thread of its own (experiment/flows.hpp)
+  std::string what = "connect";     // setup: connect | mr | all
   bool operator==(const CommonOptions&) const = default;
 };
 

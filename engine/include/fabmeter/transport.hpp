@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <concepts>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
@@ -43,6 +44,15 @@ struct Caps {
   // Why this transport, as configured, carries one connection per session
   // (--flows, load's --conns refused with it); nullptr: it opens several.
   const char* one_connection = nullptr;
+  // The call that registers memory with the device (setup --what mr times
+  // it through register_memory, below); nullptr: the transport registers none.
+  const char* registration = nullptr;
+};
+
+// One step of a connect() and how long it took (the optional connect_phases, below).
+struct ConnectPhase {
+  const char* name;
+  uint64_t ns;
 };
 
 // What the experiment asks of a transport, beside the transport's own options.
@@ -134,6 +144,22 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // (lat and bw call it before each point; common.hpp's fix_message_size).
   !requires(T& t) { t.fix_message_size(uint32_t{}); } || requires(T& t) {
     { t.fix_message_size(uint32_t{}) } -> std::same_as<void>;
+  }) && (
+  // Optional (setup): what connect() covers, in words, once connected.
+  // Without it: "the transport's connect()".
+  !requires(const T& ct) { ct.connect_covers(); } || requires(const T& ct) {
+    { ct.connect_covers() } -> std::convertible_to<const char*>;
+  }) && (
+  // Optional (setup): the steps of the last connect() and their times.
+  !requires(const T& ct) { ct.connect_phases(); } || requires(const T& ct) {
+    { ct.connect_phases() } -> std::same_as<std::span<const ConnectPhase>>;
+  }) && (
+  // Optional (setup --what mr), with Caps::registration: registers len bytes
+  // at buf on the connected transport's device (a handle; nullptr with errno
+  // set when refused), and deregisters a handle (0, or an errno value).
+  !requires(T& t, void* p) { t.register_memory(p, size_t{}); } || requires(T& t, void* p) {
+    { t.register_memory(p, size_t{}) } -> std::same_as<void*>;
+    { t.deregister_memory(p) } -> std::same_as<int>;
   });
 
 }  // namespace fm

@@ -1,5 +1,8 @@
 #include "fabmeter/limits.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -220,6 +223,46 @@ JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps,
   return o;
 }
 
+// setup's floor: socket, connect and accept on loopback, in one thread (the
+// kernel completes a loopback handshake inside connect), a tenth of n as
+// warm-up. The client closes with a reset (SO_LINGER 0), so that the loop
+// leaves no TIME_WAIT behind, outside the timed part.
+std::vector<double> connect_floor(const Clock& clk, uint64_t n) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 16) != 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (lfd >= 0) ::close(lfd);
+    sys_error("limits: a loopback listening socket");
+  }
+  const uint64_t warmup = n / 10;
+  std::vector<double> ns;
+  ns.reserve(n);
+  const linger reset{1, 0};
+  for (uint64_t i = 0; i < warmup + n; ++i) {
+    const uint64_t t0 = clk.ticks();
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool ok = c >= 0 && ::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    const int s = ok ? ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC) : -1;
+    const uint64_t t1 = clk.ticks();
+    if (c >= 0) {
+      setsockopt(c, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+      ::close(c);
+    }
+    if (s < 0) {
+      ::close(lfd);
+      sys_error("limits: loopback connect/accept");
+    }
+    ::close(s);
+    if (i >= warmup) ns.push_back(clk.to_ns(static_cast<double>(t1 - t0)));
+  }
+  ::close(lfd);
+  return ns;
+}
+
 }  // namespace
 
 JsonObj measure_limits(const LimitsOptions& o) {
@@ -239,6 +282,7 @@ JsonObj measure_limits(const LimitsOptions& o) {
   timers.add("period_us", o.timer_period_us)
       .add("timerfd_late_ns", to_json(timer_lateness("timerfd", o.timer_wakeups, o.timer_period_us)))
       .add("nanosleep_late_ns", to_json(timer_lateness("nanosleep", o.timer_wakeups, o.timer_period_us)));
+  const std::vector<double> floor = connect_floor(clk, o.connects);
   JsonObj out;
   out.add("type", "limits")
       .add_raw("cpus", "[" + std::to_string(o.cpu_a) + ", " + std::to_string(o.cpu_b) + "]")
@@ -256,6 +300,8 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add("timer_wakeup", timers)
       .add("schedule_floor", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps, -1))
       .add("schedule_floor_busy_peer", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps, o.cpu_b))
+      .add("connect_floor_ns", to_json(summarize(floor.data(), floor.size())))
+      .add("connect_floor_covers", "tcp socket, connect and accept on loopback in one thread, no control channel")
       .add("clock_source", clk.source_name());
   return out;
 }

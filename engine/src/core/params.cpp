@@ -177,19 +177,19 @@ std::vector<OptSpec> make_table() {
     {.name = "spin-us", .metavar = "US", .type = T::duration, .unit = "us",
      .help = "event mode: poll this long for a message before sleeping, microseconds (spin, then sleep; 0: sleep at once)",
      DBL(Com, spin_us)},
-    {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw",
-     .help = "message size in bytes (K/M suffixes allowed)", U64(Com, size)},
-    {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw",
-     .help = "sweep sizes 1 B .. --max-size by powers of two", FLAG(Com, sweep)},
-    {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check,load",
+    {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw,setup",
+     .help = "message size in bytes (K/M suffixes allowed; setup: the bytes --what mr registers, at most 1 GiB)", U64(Com, size)},
+    {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw,setup",
+     .help = "sweep sizes 1 B .. --max-size by powers of two (setup: 4 KiB .. --max-size)", FLAG(Com, sweep)},
+    {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check,load,setup",
      .help = "largest size of the -a sweep or of check (capped by the transport); load --workload: given, larger workload sizes are clamped to it and counted; not given, the workload runs whole, refused where the transport cannot carry its largest request",
      U64(Com, max_size)},
-    {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw",
-     .help = "measured iterations (auto: lat 10000, bw 100000; fewer for sizes > 64 KiB)", AUTO_NUM(Com, iters, 0)},
+    {.name = "iters", .short_name = 'n', .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,bw,setup",
+     .help = "measured iterations (auto: lat 10000, bw 100000, setup 200 repetitions; fewer for sizes > 64 KiB)", AUTO_NUM(Com, iters, 0)},
     {.name = "duration", .metavar = "SEC", .type = T::duration, .unit = "s", .scope = "lat,bw,stream,load",
      .help = "run for this many seconds instead of -n (stream, load: per point, instead of --count; 0: off)", DBL(Com, duration)},
-    {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream,load",
-     .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream, load: 0.1 s worth, at most 1000)",
+    {.name = "warmup", .metavar = "N", .type = T::count, .accepts_auto = true, .scope = "lat,oneway,bw,stream,load,setup",
+     .help = "warm-up iterations, excluded and counted (auto: 1000, fewer for sizes > 64 KiB; stream, load: 0.1 s worth, at most 1000; setup: 10 repetitions)",
      AUTO_NUM(Com, warmup, -1)},
     {.name = "bursts", .metavar = "B", .group = "oneway", .type = T::count, .scope = "oneway",
      .help = "number of bursts", U64(Oneway, bursts)},
@@ -203,6 +203,9 @@ std::vector<OptSpec> make_table() {
     {.name = "flows", .metavar = "N", .group = "common", .type = T::count, .scope = "lat,bw",
      .help = "N connections at once, each driven by a thread of its own (on its own CPU where --cpus names a list per end), started together; reported per flow and in aggregate, with Jain's fairness index",
      U32(Com, flows)},
+    {.name = "what", .metavar = "COST", .type = T::choice, .values = "connect,mr,all", .scope = "setup",
+     .help = "setup: connect (a new connection of the transport, each timed: its whole connect), mr (memory registration and deregistration by size, with and without huge pages; transports that register memory) or all (both; mr left out where the transport registers none)",
+     CHOICE(Com, what)},
     {.name = "threshold-us", .metavar = "T", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
      .help = "report the share of one-way latencies above this, microseconds", DBL(Oneway, threshold_us)},
     {.name = "bidir", .group = "bw", .type = T::flag, .scope = "bw",
@@ -529,6 +532,16 @@ void validate_load(const Params& p) {
   if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
   if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
 }
+// The largest region setup registers: the top of its registration sweep.
+constexpr uint64_t kMaxRegisterBytes = 1ull << 30;
+
+void validate_setup(const Params& p) {
+  if (p.what == "connect" && (p.sweep || p.size != CommonOptions{}.size))
+    usage_error("setup: -s, -a and --max-size give the sizes --what mr registers, not with --what connect");
+  if (p.size > kMaxRegisterBytes || (p.sweep && p.max_size > kMaxRegisterBytes))
+    usage_error("setup: registration sizes are limited to 1 GiB (-s, --max-size)");
+  if (p.sweep && p.max_size < 4096) usage_error("setup: the -a sweep starts at 4 KiB: give --max-size of at least 4K");
+}
 }  // namespace
 
 void validate(const Params& p) {
@@ -565,6 +578,7 @@ void validate(const Params& p) {
   if (p.flows < 1 || p.flows > CommonOptions::kMaxFlows) usage_error("--flows must be between 1 and " + std::to_string(CommonOptions::kMaxFlows));
   if (p.flows > 1 && p.experiment == "lat" && p.samples == "hist")
     usage_error("lat --flows merges the flows' round trips from their raw samples: give --samples raw (or auto)");
+  if (p.experiment == "setup") validate_setup(p);
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
   if (p.bw.size_spread > 90) usage_error("--size-spread must be 0 .. 90 (percent)");
@@ -586,6 +600,7 @@ std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max) {
 
 static uint64_t default_iters(const Params& p) {
   if (p.iters) return p.iters;
+  if (p.experiment == "setup") return 200;  // connections or registrations of up to 1 GiB, not messages
   return p.experiment == "bw" ? 100000 : 10000;
 }
 
@@ -598,6 +613,7 @@ uint64_t iters_for(const Params& p, uint64_t size) {
 }
 
 uint64_t warmup_for(const Params& p, uint64_t size) {
+  if (p.warmup < 0 && p.experiment == "setup") return 10;
   uint64_t w = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
   if (p.warmup < 0 && p.experiment != "oneway" && size > (64 << 10))
     w = std::max<uint64_t>(10, w * (64 << 10) / size);

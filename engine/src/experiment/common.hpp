@@ -173,6 +173,7 @@ struct Point {
   bool capacity = false;     // load: the closed-loop point that measures the capacity --load refers to
   uint64_t clients = 0;      // load --clients: closed-loop clients of this point (0: open loop or capacity)
   uint64_t max_size = 0;     // bw --size-spread: the largest message (0: every message is `size`)
+  uint64_t register_bytes = 0;  // setup: the bytes a memory-registration point registers (0: not one)
   uint64_t largest() const { return max_size ? max_size : size; }
 };
 

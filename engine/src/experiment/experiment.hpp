@@ -7,7 +7,8 @@
 //   template <Transport T, Poll P> static Status client(T&, Ctx&, const Point&, PointOut&);
 //   template <Transport T, Poll P> static Status server(T&, Ctx&, const Point&, PointOut&);
 //
-// (with kManyConnections, client and server take Conns<T> instead of T&)
+// (with kManyConnections, client and server take Conns<T> instead of T&;
+// with kFreshConnections, they take a Fresh<T> after the T&)
 //
 // and the hooks of ExperimentDefaults below, hidden where it differs. The
 // list of experiments is in table.hpp; the session (session.cpp) knows none
@@ -15,6 +16,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +42,11 @@ inline constexpr double kMaxSampleBytes = static_cast<double>(2ull << 30);
 // A point's connections, for experiments with kManyConnections.
 template <class T>
 using Conns = std::span<T* const>;
+
+// A new transport like the point's own, constructed and not yet connected,
+// for experiments with kFreshConnections (setup times their connect).
+template <class T>
+using Fresh = std::function<std::unique_ptr<T>()>;
 
 // Floors no transport beats here, so a plan's run time is never overestimated.
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
@@ -80,6 +88,8 @@ struct ExperimentDefaults {
   // --flows: connections(p) of them, each driven by a thread of its own
   // through the one-connection loops (flows.hpp).
   static constexpr bool kFlows = false;
+  // The loops also get a Fresh<T>, to make transports of their own.
+  static constexpr bool kFreshConnections = false;
   // The client's chance to fill in, before the hello, what only it can know
   // (load: the largest message of a workload file the server never reads).
   static void resolve(Params&, const Caps&) {}

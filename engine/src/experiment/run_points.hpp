@@ -55,7 +55,7 @@ Use use_of(const Params& p, const ExperimentEntry& experiment, Role role);
 // After a point: ends its CPU window; a server that finished the point
 // sends its side (cpu_cost), a client that did reads and checks it.
 // Returns the server's side as JSON for the client ("null" if none came).
-std::string exchange_cpu_cost(Ctx& ctx, const Point& pt, Status st);
+std::string exchange_cpu_cost(Ctx& ctx, Status st);
 
 template <class D>
 Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info) {
@@ -90,6 +90,10 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   }
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
+  const Fresh<T> fresh = [&] {
+    return std::apply([](const auto&... args) { return std::make_unique<T>(args...); },
+                      std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+  };
 
   int64_t started_ns = 0;  // when the first point went on after waiting for --start-at
   for (const Point& pt : plan) {
@@ -100,9 +104,9 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     PointOut out;
     ctx.sleeps = 0;
     ctx.cpu.open_point();
-    Status st = loop(Conns<T>(conns), ctx, pt, out);
+    Status st = loop(Conns<T>(conns), fresh, ctx, pt, out);
     trace_phase(role, "results");
-    const std::string server_cpu = exchange_cpu_cost(ctx, pt, st);
+    const std::string server_cpu = exchange_cpu_cost(ctx, st);
 
     if (ctx.role == Role::client) {
       JsonObj line;
@@ -115,6 +119,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
       if (pt.capacity) stem += "-capacity";
+      if (pt.register_bytes) stem += "-reg" + std::to_string(pt.register_bytes) + "B";
       write_arrays(out_dir, stem, out);
       out.fields.add("cpu", JsonObj().add("client", ctx.cpu.side()).add_raw("server", server_cpu));
       std::string body = out.fields.str();

@@ -17,6 +17,7 @@
 #include "experiment/lat.hpp"
 #include "experiment/load.hpp"
 #include "experiment/oneway.hpp"
+#include "experiment/setup.hpp"
 #include "experiment/stream.hpp"
 
 namespace fm {
@@ -25,7 +26,8 @@ template <class... E>
 struct ExperimentList {};
 // Adding an experiment: its header (with its struct) and its struct here.
 using Experiments =
-    ExperimentList<LatExperiment, OnewayExperiment, BwExperiment, StreamExperiment, CheckExperiment, LoadExperiment>;
+    ExperimentList<LatExperiment, OnewayExperiment, BwExperiment, StreamExperiment, CheckExperiment, LoadExperiment,
+                   SetupExperiment>;
 
 // An experiment's hooks, without its loops (those are per transport, below).
 struct ExperimentEntry {
@@ -85,7 +87,7 @@ inline const ExperimentEntry* find_experiment(std::string_view name) {
 
 // One point of one experiment over transport T, on one end.
 template <Transport T>
-using PointLoop = Status (*)(Conns<T>, Ctx&, const Point&, PointOut&);
+using PointLoop = Status (*)(Conns<T>, const Fresh<T>&, Ctx&, const Point&, PointOut&);
 
 // [role][poll]: client, server x busy, event.
 template <Transport T>
@@ -95,11 +97,14 @@ using PointLoops = std::array<std::array<PointLoop<T>, 2>, 2>;
 // point's only transport (a call per point, none per message), or with
 // --flows a thread per transport (flows.hpp).
 template <Transport T, class E, Role R, Poll P>
-Status run_loop(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
+Status run_loop(Conns<T> conns, const Fresh<T>& fresh, Ctx& c, const Point& pt, PointOut& out) {
   if constexpr (E::kFlows) {
     if (conns.size() > 1) return flows_loop<T, E, R, P>(conns, c, pt, out);
   }
-  if constexpr (E::kManyConnections) {
+  if constexpr (E::kFreshConnections) {
+    if constexpr (R == Role::client) return E::template client<T, P>(*conns[0], fresh, c, pt, out);
+    else return E::template server<T, P>(*conns[0], fresh, c, pt, out);
+  } else if constexpr (E::kManyConnections) {
     if constexpr (R == Role::client) return E::template client<T, P>(conns, c, pt, out);
     else return E::template server<T, P>(conns, c, pt, out);
   } else {

@@ -362,6 +362,46 @@ def fig_load_latency(title: str, series: dict[str, list[dict]], colors: Colors) 
     return png(fig)
 
 
+def fig_setup_connect(rows: list[tuple[str, float, float]], floor: Optional[tuple[float, float]]) -> bytes:
+    """setup's connect time per transport (label, p50, p99): a p50 marker and a bar to p99, the limits' bare
+    loopback connect/accept last, in grey."""
+    entries = sorted(rows, key=lambda r: r[1])
+    if floor:
+        entries.append(("floor: bare loopback connect/accept", *floor))
+    unit, scale = unit_for(min(e[1] for e in entries))
+    fig, ax = plt.subplots(figsize=(9.0, 1.3 + 0.38 * len(entries)))
+    for i, (label, p50, p99) in enumerate(entries):
+        color = "0.45" if floor and i == len(entries) - 1 else "C0"
+        ax.plot([p50 / scale, p99 / scale], [i, i], color=color, lw=2.5, alpha=0.6)
+        ax.plot([p50 / scale], [i], "o", color=color, ms=5)
+    ax.set_yticks(range(len(entries)), [e[0] for e in entries])
+    ax.set_xscale("log")
+    ax.set_xlabel(f"connection establishment [{unit}, log]")
+    ax.set_title("setup: connect time per transport, client: a new transport to its connect() returned\n"
+                 "marker: p50; bar: p50 to p99; grey: limits' bare tcp connect/accept (no control channel)")
+    return png(fig)
+
+
+def fig_setup_mr(series: dict[str, list[tuple[float, float, float]]], colors: Colors) -> bytes:
+    """setup's memory registration time against the registered size (rows: size, p50, p99), per run and page
+    kind."""
+    unit, scale = unit_for(min(r[1] for rows in series.values() for r in rows))
+    fig, ax = plt.subplots(figsize=(6.8, 3.9))
+    for label, rows in sorted(series.items()):
+        size, p50, p99 = (np.array(c, dtype=float) for c in zip(*sorted(rows)))
+        ax.errorbar(size, p50 / scale, yerr=[np.zeros_like(p50), (p99 - p50) / scale], color=colors(label),
+                    ls="--" if label.endswith("huge pages") else "-", marker="o", ms=3.5, lw=1.2, capsize=2.5,
+                    label=label)
+    _size_ticks(ax)
+    ax.set_yscale("log")
+    ax.set_xlabel("registered bytes")
+    ax.set_ylabel(f"registration [{unit}, log]")
+    ax.set_title("setup: memory registration against size (client)\nmarkers: p50; bars: to p99; "
+                 "dashed: huge pages")
+    ax.legend(loc="upper left", ncol=1)
+    return png(fig)
+
+
 def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
     """Achieved against offered request rate; the diagonal is a path that keeps up."""
     fig, ax = plt.subplots(figsize=(6.2, 3.9))
@@ -381,6 +421,21 @@ def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Color
     return png(fig)
 
 
+def _two_panels(fig, axes, x: tuple[str, int], left_label: str, right_label: str, title: str, entries: int) -> bytes:
+    """Finishes a figure of two panels over one log x axis (label, base): the right one's y axis log too, the
+    legend on the left one."""
+    left, right = axes
+    for ax in axes:
+        ax.set_xscale("log", base=x[1])
+        ax.set_xlabel(x[0])
+    left.set_ylabel(left_label)
+    right.set_yscale("log")
+    right.set_ylabel(right_label)
+    fig.suptitle(title)
+    _legend(fig, left, entries, "upper left", 9.0)
+    return png(fig)
+
+
 def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
     """Closed loop: achieved request rate (left) and p50/p99 latency (right) against the number of clients."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
@@ -391,15 +446,9 @@ def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) 
         for key, style in (("p50", "-"), ("p99", "--")):
             y = np.array([(p.get("latency_ns") or {}).get(key, np.nan) for p in points], dtype=float)
             right.plot(x, y / 1e3, color=colors(label), ls=style, marker="o", ms=3, lw=1.2)
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("closed-loop clients [log]")
-    left.set_ylabel("achieved [requests/s]")
-    right.set_yscale("log")
-    right.set_ylabel("RTT [µs, log]; solid p50, dashed p99")
-    fig.suptitle(f"{title}: closed loop, throughput and latency against clients")
-    _legend(fig, left, len(series), "upper left", 9.0)
-    return png(fig)
+    return _two_panels(fig, (left, right), ("closed-loop clients [log]", 2), "achieved [requests/s]",
+                       "RTT [µs, log]; solid p50, dashed p99", f"{title}: closed loop, throughput and latency against clients",
+                       len(series))
 
 
 def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
@@ -442,15 +491,9 @@ def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> by
                    ms=3, lw=1.2, ls="-")
         right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
                    ms=3, lw=1.2, ls="--")
-    for ax in (left, right):
-        ax.set_xscale("log")
-        ax.set_xlabel("offered load [requests/s, log]")
-    left.set_ylabel("send completions per non-empty poll")
-    right.set_yscale("log")
-    right.set_ylabel("µs, log: solid wait for a buffer, dashed one poll")
-    fig.suptitle(f"{title}: the server's transmit path")
-    _legend(fig, left, len(series), "upper left", 9.0)
-    return png(fig)
+    return _two_panels(fig, (left, right), ("offered load [requests/s, log]", 10), "send completions per non-empty poll",
+                       "µs, log: solid wait for a buffer, dashed one poll", f"{title}: the server's transmit path",
+                       len(series))
 
 
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:

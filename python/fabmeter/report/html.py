@@ -15,8 +15,8 @@ from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
                                      fig_cpu_cost, fig_histogram, fig_latency_vs_size, fig_load_clients,
                                      fig_load_latency, fig_load_throughput, fig_mesh_load_cdf, fig_mesh_matrix,
-                                     fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate, fig_summary,
-                                     fig_throughput_over_time, fig_tx_path, fmt_ns)
+                                     fig_setup_connect, fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap,
+                                     fig_stream_vs_rate, fig_summary, fig_throughput_over_time, fig_tx_path, fmt_ns)
 from fabmeter import compare
 from fabmeter.report import context
 from fabmeter.report.comparison import section as comparison_section
@@ -389,6 +389,38 @@ def section_load(entries: list[Entry]) -> list[str]:
     return figs
 
 
+def section_setup(entries: list[Entry]) -> list[str]:
+    """fabmeter setup: connect time per transport beside the bare connect/accept floor, registration time
+    against size."""
+    setup = [e for e in entries if not e.run.peer and e.experiment == "setup"]
+    connects, series = [], {}
+    for e in setup:
+        if e.point.get("what") == "connect":
+            p50, p99 = stat(e.point, "connect_ns", "p50"), stat(e.point, "connect_ns", "p99")
+            if p50 is not None and p99 is not None:
+                connects.append((e.label, p50, p99))
+        elif e.point.get("what") == "mr" and number(e.point.get("registered_bytes")):
+            for prefix, kind in (("", "base pages"), ("huge_", "huge pages")):
+                p50, p99 = stat(e.point, prefix + "register_ns", "p50"), stat(e.point, prefix + "register_ns", "p99")
+                if p50 is not None and p99 is not None:
+                    series.setdefault(f"{e.label} {kind}", []).append((float(e.point["registered_bytes"]), p50, p99))
+    figs = []
+    if connects:
+        floors = [obj(obj(e.run.doc.get("limits")).get("connect_floor_ns")) for e in setup]
+        floor = next(((float(f["p50"]), float(f["p99"])) for f in floors
+                      if number(f.get("p50")) is not None and number(f.get("p99")) is not None), None)
+        figs.append(_img(fig_setup_connect(connects, floor), "setup connect time per transport",
+                         "setup: connection establishment per transport, timed on the client from constructing a new "
+                         "transport to its connect() returned (control-channel round trips included: each point's "
+                         "covers says how many); grey: the machine's bare loopback tcp connect/accept (limits)",
+                         wide=True))
+    if series:
+        figs.append(_img(fig_setup_mr(series, Colors(sorted(series))), "setup registration against size",
+                         "setup: memory registration (ibv_reg_mr, fi_mr_reg) of a touched region against its size, on "
+                         "base pages and on huge pages; a size without huge pages has no huge-page marker"))
+    return figs
+
+
 MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-way latency = RTT/2",
                 "stream": "one-way latency from the scheduled step", "load": "RTT from the intended send"}
 
@@ -692,6 +724,9 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
          drawn(section_load, entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
          "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
+        ("setup", "Setup: connection establishment and memory registration", drawn(section_setup, entries),
+         "fabmeter setup: what a connection and a registration cost before the first message, percentiles over "
+         "repetitions after warm-up ones."),
     ]
     n_points = sum(1 for e in entries if not e.run.peer)
     n_peer = sum(1 for e in entries if e.run.peer)

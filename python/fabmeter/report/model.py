@@ -97,7 +97,7 @@ class Entry:
         return int(limit) if 0 < (self.point.get("size") or 0) <= limit else 0
 
     def where(self) -> str:
-        """The point's size, rate and values for a stream, offered rate for load."""
+        """The point's size, rate and values for a stream, offered rate for load, setup's kind of cost."""
         p = self.point
         if p.get("offered_rps") is not None:
             if p.get("phase") == "capacity":
@@ -107,6 +107,10 @@ class Entry:
         if p.get("rate_hz") is not None:
             return (f"{analysis.fmt_num(p['rate_hz'])} Hz x {p.get('values')} values "
                     f"({analysis.fmt_size(p.get('size'))})")
+        if p.get("what") == "mr":   # setup: the region registered, not a message
+            return f"registering {analysis.fmt_size(number(p.get('registered_bytes')))}"
+        if p.get("what") == "connect":
+            return "connect"
         return analysis.fmt_size(p.get("size"))
 
 

@@ -31,6 +31,12 @@ class NanomsgTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "an NN_PAIR socket; server: nn_bind, its endpoint over the control channel; client: nn_connect; a "
+           "one-byte ping-pong on the data connection (nanomsg connects in the background); a "
+           "control-channel barrier (2 control-channel round trips)";
+  }
   // Library errors, and the data connection going away (nanomsg's
   // connection count drops to zero once it was up).
   const char* failure() const;

@@ -31,6 +31,12 @@ class NngTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "a pair1 socket; server: listener started, its endpoint over the control channel; client: "
+           "nng_dial (non-blocking); a one-byte ping-pong on the data connection; a control-channel barrier "
+           "(2 control-channel round trips)";
+  }
   const char* failure() const {
     return peer_gone_.load(std::memory_order_relaxed) ? "nng: the peer dropped the data connection" : failure_;
   }

@@ -30,6 +30,12 @@ class ZmqTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "zmq_ctx_new (its I/O thread), a PAIR socket and its monitor; server: bind, its endpoint over the "
+           "control channel; client: zmq_connect; a one-byte ping-pong on the data connection (zmq connects "
+           "in the background); a control-channel barrier (2 control-channel round trips)";
+  }
   // Library errors, and the peer's disconnect as reported by the socket monitor.
   const char* failure() const;
 

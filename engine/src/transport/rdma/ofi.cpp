@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <bit>
 #include <chrono>
 #include <map>
@@ -162,7 +163,7 @@ Caps OfiTransport::caps(const QueueOptions& q, const RdmaOptions& r, const OfiOp
     usage_error("--rq-refill " + std::to_string(r.rq_refill) + " is larger than --rq-depth " + std::to_string(q.rq_depth));
   return {.max_msg_size = pr.max_msg, .max_inline = r.inline_size, .reliable = o.ep != "dgram", .ordered = pr.ordered,
           .supports_write = r.op == "write-imm", .send_completions = true, .same_host_only = pr.local_only,
-          .max_msg_note = who(o).substr(5) + "'s max_msg_size"};
+          .max_msg_note = who(o).substr(5) + "'s max_msg_size", .registration = "fi_mr_reg"};
 }
 
 OfiTransport::OfiTransport(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o, const Use& use)
@@ -452,6 +453,32 @@ void OfiTransport::register_memory() {
     bounce_desc_ = fi_mr_desc(bounce_mr_);
   }
 }
+
+const char* OfiTransport::connect_covers() const {
+  if (ofi_.ep == "msg")
+    return "msg endpoint: fi_getinfo, fabric, event queue; server: passive endpoint listening, its name over the "
+           "control channel, the connect request; both: domain, CQs, endpoint, the rings mapped (and registered where "
+           "the provider asks), receives posted, fi_connect/fi_accept to FI_CONNECTED, a control-channel barrier (2 "
+           "control-channel round trips, 3 with --op write-imm)";
+  return "connectionless endpoint: fi_getinfo, fabric, domain, address vector, CQs, endpoint, the rings mapped (and "
+         "registered where the provider asks), receives posted, addresses swapped over the control channel and "
+         "inserted, a control-channel barrier (2 control-channel round trips, 3 with --op write-imm); rdm: then one "
+         "ping-pong (the provider connects on the first message)";
+}
+
+void* OfiTransport::register_memory(void* buf, size_t len) {
+  const uint64_t mr_mode = info_->domain_attr->mr_mode;
+  fid_mr* mr = nullptr;
+  const uint64_t access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  const int rc = fi_mr_reg(domain_, buf, len, access, 0, (mr_mode & FI_MR_PROV_KEY) ? 0 : next_mr_key_++, 0, &mr, nullptr);
+  if (rc != 0) {
+    errno = -rc;
+    return nullptr;
+  }
+  return mr;
+}
+
+int OfiTransport::deregister_memory(void* mr) { return -fi_close(&static_cast<fid_mr*>(mr)->fid); }
 
 void OfiTransport::post_receives() {
   void* desc = rx_mr_ ? fi_mr_desc(rx_mr_) : nullptr;

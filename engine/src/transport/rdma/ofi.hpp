@@ -44,6 +44,10 @@ class OfiTransport {
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o);
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does, and fi_mr_reg on the domain (nullptr with errno set when refused).
+  const char* connect_covers() const;
+  void* register_memory(void* buf, size_t len);
+  int deregister_memory(void* mr);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
   Pools pools() const { return {"work requests", refill_.held(), rx_slots_, tx_posted_ - tx_freed_, send_window_}; }
   // A CQ error, or (msg endpoints) the peer's FI_SHUTDOWN on the EQ.
@@ -294,6 +298,7 @@ class OfiTransport {
   Role role_;
   bool event_;
   fi_info* info_ = nullptr;
+  uint64_t next_mr_key_ = 1 << 20;  // setup's registrations, clear of the rings' keys
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
   fid_eq* eq_ = nullptr;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <random>
 
+#include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
 #include "transport/sock/sock.hpp"
@@ -214,6 +215,7 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
   // --passive-rx: the writer's completions (RC acknowledgements) are its answers, as a read's.
   c.one_sided = verbs::is_one_sided(op) || v.passive_rx;
   c.fixed_msg_size = atomic ? verbs::kAtomicBytes : 0;
+  c.registration = "ibv_reg_mr";
   if (marked_write)
     c.busy_only = "--op write completes nothing at the receiver, which polls memory (use --op write-imm to sleep on completions)";
   else if (c.one_sided)
@@ -679,7 +681,9 @@ void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
 
 void VerbsTransport::connect_raw(Ctrl& ctrl) {
   ibv_qp_init_attr ia = qp_init_attr();
+  phase("device, PD, CQs and rings");
   qp_ = ibv_create_qp(pd_, &ia);
+  phase("ibv_create_qp");
   if (!qp_)
     sys_error("verbs: ibv_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
               std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
@@ -698,9 +702,11 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     mask |= IBV_QP_ACCESS_FLAGS;
   }
   modify(qp_, a, mask, "INIT");
+  phase("to INIT");
   after_qp_created(ia);  // posts the receives (allowed from INIT on)
 
   peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  phase("receives posted, endpoint info swapped");
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
@@ -719,6 +725,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     }
   }
   modify(qp_, a, mask, "RTR");
+  phase("to RTR");
 
   a = {};
   a.qp_state = IBV_QPS_RTS;
@@ -732,6 +739,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
   modify(qp_, a, mask, "RTS");
+  phase("to RTS");
 
   if (ud_) {
     ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
@@ -793,8 +801,10 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
                           static_cast<int>(tmo)) != 0)
       sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
+    phase("port swapped, rdma_resolve_addr");
     if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
+    phase("rdma_resolve_route");
   }
 
   ctx_ = cm_id_->verbs;
@@ -804,6 +814,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + verbs_.device +
                 " (use --cm raw to choose the device yourself)");
   setup(max_msg);
+  phase("PD, CQs and rings");
   ibv_qp_init_attr ia = qp_init_attr();
   if (rdma_create_qp(cm_id_, pd_, &ia) != 0)
     sys_error("verbs: rdma_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
@@ -811,6 +822,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
               " B: more than " + device_name_ + " grants?)");
   qp_ = cm_id_->qp;
   after_qp_created(ia);
+  phase("rdma_create_qp, receives posted");
 
   rdma_conn_param cp{};
   cp.responder_resources = static_cast<uint8_t>(rd_atomic_);
@@ -826,6 +838,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
     if (ud_) cm_ah = ev->param.ud.ah_attr;  // from the server's SIDR reply
     rdma_ack_cm_event(ev);
+    phase("rdma_connect to ESTABLISHED");
   }
   peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   if (ud_) {
@@ -841,6 +854,8 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
 }
 
 void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  n_phases_ = 0;
+  phase_start_ns_ = Clock::mono_ns();
   int n = 0;
   if (ibv_device** list = ibv_get_device_list(&n)) ibv_free_device_list(list);
   if (n == 0) runtime_error(kNoDevice);
@@ -855,6 +870,7 @@ void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   }
   // Both ends have posted their receives before either sends.
   ctrl.barrier("verbs connected");
+  phase("the rest, the connected barrier");
 }
 
 std::string VerbsTransport::port_facts(const std::string& device, unsigned port) {
@@ -877,6 +893,29 @@ std::string VerbsTransport::port_facts(const std::string& device, unsigned port)
   ibv_free_device_list(list);
   return o.empty() ? "" : o.str();
 }
+
+void VerbsTransport::phase(const char* name) {
+  const uint64_t now = Clock::mono_ns();
+  if (n_phases_ < std::size(phases_)) phases_[n_phases_++] = {name, now - phase_start_ns_};
+  phase_start_ns_ = now;
+}
+
+const char* VerbsTransport::connect_covers() const {
+  if (use_cm_)
+    return "rdma_cm: an event channel and id; server: bind, listen, its port over the control channel, the connect "
+           "request; client: address and route resolution; both: PD, CQs, the send and receive rings mapped and "
+           "registered, rdma_create_qp, receives posted, rdma_connect/rdma_accept to ESTABLISHED, endpoint info "
+           "swapped over the control channel, a control-channel barrier (3 control-channel round trips)";
+  return "raw: the device opened (the one holding the control address), PD, CQs, the send and receive rings mapped "
+         "and registered, ibv_create_qp, INIT, receives posted, QP number, GID and PSN swapped over the control "
+         "channel, RTR, RTS, a control-channel barrier (2 control-channel round trips)";
+}
+
+void* VerbsTransport::register_memory(void* buf, size_t len) {
+  return ibv_reg_mr(pd_, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+}
+
+int VerbsTransport::deregister_memory(void* mr) { return ibv_dereg_mr(static_cast<ibv_mr*>(mr)); }
 
 void VerbsTransport::describe(JsonObj& o) const {
   o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))

@@ -54,6 +54,7 @@
 #include <rdma/rdma_cma.h>
 
 #include <algorithm>
+#include <span>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -117,6 +118,11 @@ class VerbsTransport {
   // version and part id, as ibv_query_port/ibv_query_device say; "" if the
   // device cannot be opened.
   static std::string port_facts(const std::string& device, unsigned port);
+  // setup: what connect() does, its steps and their times, and memory registration on the PD.
+  const char* connect_covers() const;
+  std::span<const ConnectPhase> connect_phases() const { return {phases_, n_phases_}; }
+  void* register_memory(void* buf, size_t len);
+  int deregister_memory(void* mr);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
   Pools pools() const { return {"work requests", refill_.held(), rq_granted_, posted_ - completed_, sq_limit_}; }
   // Slow-path check (the measuring loops' guard calls it): completion errors
@@ -496,6 +502,11 @@ class VerbsTransport {
   const verbs::Op op_;
   const bool one_sided_, reliable_;
   bool use_cm_ = false;
+  // connect()'s steps (setup): ends at the step's name, measured from the previous one.
+  void phase(const char* name);
+  ConnectPhase phases_[8];
+  size_t n_phases_ = 0;
+  uint64_t phase_start_ns_ = 0;
 
   // data-path state, hot members first
   ibv_qp* qp_ = nullptr;

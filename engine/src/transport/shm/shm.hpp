@@ -53,6 +53,12 @@ class ShmTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "server: shm_open, ftruncate; the segment name over the control channel; client: shm_open; both: "
+           "mmap (populated) and mlock the two rings; the server writes the header; a barrier, the client checks "
+           "the header; a barrier, the server unlinks the name (3 control-channel round trips)";
+  }
   const char* failure() const { return nullptr; }  // a dead peer shows on the control channel
 
   // ---- data path ----

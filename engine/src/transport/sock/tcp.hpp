@@ -29,6 +29,12 @@ class TcpTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "server: socket, bind, listen, its port over the control channel; client: socket, connect (the "
+           "three-way handshake); server: accept; TCP_NODELAY, buffers read; a control-channel barrier (2 "
+           "control-channel round trips)";
+  }
   // Bytes queued in the socket's receive and send buffers (SIOCINQ, SIOCOUTQ: two system calls, slow path only).
   Pools pools() const { return sock::pools(fd_, rcvbuf_, sndbuf_); }
   const char* failure() const { return failure_; }

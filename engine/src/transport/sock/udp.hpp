@@ -31,6 +31,11 @@ class UdpTransport {
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
+  // setup: what connect() does.
+  const char* connect_covers() const {
+    return "both: socket, bind, ports swapped over the control channel, connect (no packet: udp has no "
+           "handshake), buffers sized; a control-channel barrier (2 control-channel round trips)";
+  }
   // Bytes queued in the socket's receive and send buffers (SIOCINQ, SIOCOUTQ: two system calls, slow path only).
   Pools pools() const { return sock::pools(fd_, rcvbuf_, sndbuf_); }
   const char* failure() const { return failure_; }
