@@ -228,12 +228,13 @@ TEST(Handshake, DecodersRejectMalformedInput) {
   EXPECT_EQ(fm::decode_hello("1\nold format\n").version, 1u);
   EXPECT_EQ(fm::decode_hello("2\nhost\n" + std::string(64, '0') + "\nexperiment=lat\n").version, 2u);  // only the version read
   const std::string nonce_hex(64, '0');
+  const std::string v = std::to_string(fm::kProtocolVersion);  // this version's hello: read whole
   for (const std::string& bad :
-       {std::string(), std::string("3"), std::string("x\n"), std::string("99999999999\n"), std::string("3\nhost\nabc\n"),
-        std::string("3\n\n00\n"), std::string("3\nho st\n"),
-        "3\nhost\n" + nonce_hex + "\n",                                  // no relay line
-        "3\nhost\n" + nonce_hex + "\nbad host\nexperiment=lat\n",        // relay not printable
-        "3\nhost\n" + nonce_hex + "\n" + std::string(fm::kMaxRelay + 1, 'a') + "\n"})  // relay too long
+       {std::string(), v, std::string("x\n"), std::string("99999999999\n"), v + "\nhost\nabc\n", v + "\n\n00\n",
+        v + "\nho st\n",
+        v + "\nhost\n" + nonce_hex + "\n",                                  // no relay line
+        v + "\nhost\n" + nonce_hex + "\nbad host\nexperiment=lat\n",        // relay not printable
+        v + "\nhost\n" + nonce_hex + "\n" + std::string(fm::kMaxRelay + 1, 'a') + "\n"})  // relay too long
     EXPECT_THROW(fm::decode_hello(bad), fm::Error) << bad;
   EXPECT_THROW(fm::decode_challenge("short"), fm::Error);
   EXPECT_EQ(fm::decode_challenge(""), "");
