@@ -204,6 +204,11 @@ def test_fabtests_bw_rows_compare_message_rates(tmp_path):
     assert abs(row["ratio"] - 22000 * 46.52 / 1e6) < 1e-12 and row["at_target"] is True
 
 
+# Each end's environment as a guest run's start line gives it: the client on rxe0, the server on rxe1.
+START = {"type": "start", "env": {"fabric": {"rdma": {"device": "rxe0", "port_state": "ACTIVE"}}},
+         "server_env": {"fabric": {"rdma": {"device": "rxe1", "port_state": "ACTIVE"}}}}
+
+
 def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
     """In --bidir each plain write of 16 B or more carries its writer's credit:
     a client that still sent one credit write per --rq-refill messages (33 in
@@ -219,7 +224,8 @@ def test_a_bidir_plain_write_client_sends_next_to_no_credit_writes(tmp_path):
         (tmp_path / f"{name}.rc").write_text("0\n")
         (tmp_path / f"{name}.server.rc").write_text("0\n")
         (tmp_path / f"{name}.err").write_text("")
-        lines = [{"type": "point", "experiment": "bw", "size": size, "iterations": iterations, "warmup": 100,
+        lines = [START,
+                 {"type": "point", "experiment": "bw", "size": size, "iterations": iterations, "warmup": 100,
                   "lost": 0, "gbps": 0.3, "bidir": True, "size_spread": 0, "credit_writes": credit_writes},
                  {"type": "transport", "granted": {"op": "write", "service": "rc", "cm": "rdma_cm", "post_list": 1,
                                                    "device": "rxe0", "write_credits": "...", "rq_refill": 64,
@@ -255,7 +261,8 @@ def test_a_passive_receiver_is_granted_and_sends_nothing_back(tmp_path):
                    "rq_refill": 64, "recv_slot_bytes": 1024, "passive_rx": granted_passive}
         if not granted_passive:
             granted["write_credits"] = "..."
-        lines = [{"type": "point", "experiment": "bw", "size": 1024, "iterations": 2000, "warmup": 100, "lost": 0,
+        lines = [START,
+                 {"type": "point", "experiment": "bw", "size": 1024, "iterations": 2000, "warmup": 100, "lost": 0,
                   "gbps": 0.3, "bidir": False, "size_spread": 0, "credit_writes": credit_writes,
                   "measured_at": measured_at},
                  {"type": "transport", "granted": granted}, {"type": "end", "status": "ok"}]
