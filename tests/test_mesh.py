@@ -254,6 +254,8 @@ def check_pairs(out: str, pattern: str, n: int = 4) -> tuple[dict, dict]:
         # On synchronised clocks a latency is known within the fit's bound (0 on a shared clock).
         assert p["latency_ns"]["p50"] > -p["clock"]["error_bound_ns"], p
         assert p["gbps"] is None and p["lost"] is not None
+        for side in ("client", "server"):   # each end's CPU cost, measured where it ran
+            assert p["cpu"][side]["cpu_s"] > 0 and p["cpu"][side]["window"] in ("measured", "point"), p["cpu"]
     assert summary["pairs"] == len(pairs) and summary["failed"] == 0 and len(summary["hosts"]) == n
     return pairs, summary
 
@@ -968,3 +970,14 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
     assert len(failed) == 2 and all("--peers" in p["message"] and p["status"] == "failed" for p in failed), failed
     r = fm.run("mesh", "--launch", "serve", "--rank", "0", "--hosts", "127.0.0.1,127.0.0.2", "-t", "tcp")
     assert r.returncode == 2 and "no ranks" in r.stderr
+
+
+def test_pair_cpu_figures_are_numbers_only():
+    """Each end's CPU totals cross the channel; rank 0 keeps them only when they are numbers and known words."""
+    side = {k: 1.0 for k in output.CPU_NUMBERS} | {"window": "measured", "per": "message"}
+    assert output.valid_cpu({"client": side, "server": None}) and output.valid_cpu(None)
+    for bad in ({"client": side}, {"client": side | {"cpu_s": "1"}, "server": side},
+                {"client": side | {"window": "<b>"}, "server": side}, {"client": side | {"extra": 1}, "server": side}):
+        assert not output.valid_cpu(bad), bad
+    point = {"cpu": {"client": {**side, "cpus": [{"cpu": 0}]}, "server": side}}
+    assert output.valid_cpu(output.cpu_figures(point))

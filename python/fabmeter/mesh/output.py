@@ -22,7 +22,29 @@ BUCKET_NUMBERS = ("size_lo", "size_hi", "count", "p50", "p99", "latency_p50_ns",
                   "unloaded_count")
 BUCKET_HISTS = ("latency_hist", "unloaded_hist")
 MAX_BUCKETS = 32                 # the engine's slowdown buckets: the deciles of a workload, merged
+# Each end's CPU cost of a pair (the point's `cpu`, docs/results.md), without its per-CPU lines.
+CPU_NUMBERS = ("window_s", "cpu_s", "user_s", "system_s", "utilization", "voluntary_switches", "involuntary_switches",
+               "per_message_ns", "count")
+CPU_WINDOWS = ("measured", "with_warmup", "point")
+CPU_PER = ("message", "round_trip", "request")
 HIST_BUDGET = 40 * 1024          # characters of a pair's histograms together; beyond: the buckets', then all dropped
+
+
+def cpu_figures(point: dict) -> Optional[dict]:
+    """Each end's CPU cost of the point, its totals only."""
+    cpu = point.get("cpu")
+    if not isinstance(cpu, dict):
+        return None
+    return {side: {k: s.get(k) for k in (*CPU_NUMBERS, "window", "per")} if isinstance(s, dict) else None
+            for side, s in ((side, cpu.get(side)) for side in ("client", "server"))}
+
+
+def valid_cpu(v) -> bool:
+    return v is None or (isinstance(v, dict) and set(v) == {"client", "server"} and all(
+        s is None or (isinstance(s, dict) and set(s) == {*CPU_NUMBERS, "window", "per"}
+                      and all(s[k] is None or _number(s[k]) for k in CPU_NUMBERS)
+                      and s["window"] in CPU_WINDOWS and s["per"] in (None, *CPU_PER))
+        for s in v.values()))
 
 
 def pair_figures(point: dict) -> dict:
@@ -33,7 +55,7 @@ def pair_figures(point: dict) -> dict:
     return {"latency_ns": point.get("latency_ns"), "latency_kind": point.get("latency_kind"),
             "gbps": point.get("gbps", point.get("achieved_gbps")), "lost": point.get("lost"),
             "size": point.get("size"), "throughput_series": point.get("throughput_series"),
-            "load": load_figures(point),
+            "load": load_figures(point), "cpu": cpu_figures(point),
             "clock": None if not clock else {"method": clock.get("method"),
                                              "path": clock.get("path"),
                                              **{k: (0 if shared else clock.get(k)) for k in CLOCK_KEYS}}}
@@ -73,7 +95,8 @@ def samples_dir(src: int, dst: int) -> str:
 def failed_pair(src: int, dst: int, message: str) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
-            "throughput_series": None, "load": None, "samples_dir": None, "clock": None, "start_late_ns": None,
+            "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
+            "start_late_ns": None,
             "start_margin_ns": None}
 
 
@@ -142,7 +165,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
           and all(body.get(k) is None or (isinstance(body.get(k), int) and not isinstance(body.get(k), bool))
                   for k in ("started_ns", "start_late_ns", "start_margin_ns"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
-          and _series(body.get("throughput_series"))
+          and _series(body.get("throughput_series")) and valid_cpu(body.get("cpu"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
                                  and clock.get("path") in CLOCK_PATHS
                                  and all(clock.get(k) is None or _number(clock.get(k)) for k in CLOCK_KEYS))))
@@ -151,7 +174,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     return {"type": "pair", "src": src, "dst": dst, "status": body["status"], "message": body["message"][:300],
             "latency_ns": body.get("latency_ns"), "latency_kind": body.get("latency_kind"),
             "gbps": body.get("gbps"), "lost": body.get("lost"), "size": body.get("size"),
-            "throughput_series": body.get("throughput_series"), "load": load or None,
+            "throughput_series": body.get("throughput_series"), "load": load or None, "cpu": body.get("cpu"),
             "samples_dir": body.get("samples_dir"),
             "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
