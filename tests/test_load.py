@@ -193,13 +193,15 @@ def test_open_loop_queues_as_md1_closed_loop_does_not(fm):
 
 
 def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
-    """A server whose send queue fills (2 deep, 256 KiB replies) waits for free buffers: every wait, every
-    poll for send completions (with and without any) is counted and timed, the completions per poll add up;
-    the report draws it. A transport without send completions has no such path: `tx` is null."""
+    """A server whose send queue fills (one send deep, 1 MiB replies over libfabric's shm provider, whose sends
+    complete only when the peer has copied them) waits for free buffers: every wait, every poll for send
+    completions (with and without any) is counted and timed, the completions per poll add up; the report
+    draws it. A transport without send completions has no such path: `tx` is null."""
     if "ofi" not in built_transports(engine):
         pytest.skip("the engine was built without ofi")
-    r = fm.run("load", "-t", "ofi", "--provider", "tcp", "--sq-depth", "2", "--resp-size", "256K", "--rate",
-               "500,20000", "--duration", "0.2", "--warmup", "10", "--json", "--out", tmp_path / "run", timeout=120)
+    r = fm.run("load", "-t", "ofi", "--provider", "shm", "--ep", "rdm", "--sq-depth", "1", "--rq-depth", "4",
+               "--resp-size", "1M", "--rate", "500,2000", "--duration", "0.2", "--warmup", "2", "--json",
+               "--out", tmp_path / "run", timeout=120)
     assert r.returncode == 0, r.stderr
     points = json_lines(r.stdout)
     tx = points[-1]["server"]["tx"]
