@@ -190,32 +190,29 @@ FORGED = {
 }
 
 
-@pytest.mark.parametrize("case", FORGED)
-def test_a_forged_server_side_is_refused(fm, case):
+def run_through_forger(fm, frame: bytes) -> subprocess.CompletedProcess:
+    """A lat run whose server's cpu_cost frame the forger replaces with `frame`."""
     server, port = serve(fm.env)
-    forger = CpuFrameForger(port, FORGED[case])
+    forger = CpuFrameForger(port, frame)
     try:
-        r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
-                            "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=60)
+        return subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
+                               "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=60)
     finally:
         forger.close()
         stop(server)
+
+
+@pytest.mark.parametrize("case", FORGED)
+def test_a_forged_server_side_is_refused(fm, case):
+    r = run_through_forger(fm, FORGED[case])
     assert r.returncode == 3, r.stderr
     assert not points(r.stdout), "no point line from a refused side"
     assert "cpu_cost" in r.stderr, r.stderr
 
 
 def test_the_checked_server_side_is_printed(fm):
-    server, port = serve(fm.env)
-    forger = CpuFrameForger(port, json.dumps(GOOD).encode())
-    try:
-        r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
-                            "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=60)
-    finally:
-        forger.close()
-        stop(server)
+    r = run_through_forger(fm, json.dumps(GOOD).encode())
     assert r.returncode == 0, r.stderr
     (p,) = points(r.stdout)
     assert p["cpu"]["server"] == GOOD
