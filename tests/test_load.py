@@ -171,25 +171,31 @@ def test_think_time_bounds_a_closed_loop_client(fm):
     assert p["outstanding_max"] == 1 and p["completed"] > 0, p
 
 
-def test_open_loop_queues_as_md1_closed_loop_does_not(fm):
+def test_open_loop_queues_as_md1_closed_loop_does_not(fm, tmp_path):
     """Poisson arrivals into a fixed service time D at utilisation rho wait, on average, rho D / (2 (1 - rho))
-    ahead of service (M/D/1); one closed-loop client at the same throughput never finds a queue: its wait
-    stays near zero. The wait is the latency's mean beyond the unloaded round trip (which includes D)."""
+    ahead of service, and a share rho of them wait at all (M/D/1); one closed-loop client at the same
+    throughput never finds a queue. A request's wait is its latency beyond the unloaded round trip's p50
+    (which includes D). Judged robustly, as a shared machine stalls now and then: the share that waited more
+    than D / 10 (M/D/1: 0.47), and the median of ten blocks' mean waits (a stall spoils one or two)."""
     service_ns, rho = 100_000, 0.5
     rate = rho * 1e9 / service_ns
     md1_wait = rho * service_ns / (2 * (1 - rho))
-    args = ["load", "-t", "shm", "--service-ns", str(service_ns), "--duration", "1", "--json"]
-    r = fm.run(*args, "--rate", f"{rate:.0f}", "--arrivals", "poisson", timeout=120)
-    assert r.returncode == 0, r.stderr
-    (open_loop,) = json_lines(r.stdout)
-    think_us = (1e9 / rate - service_ns) / 1e3
-    r = fm.run(*args, "--clients", "1", "--think-us", f"{think_us:.0f}", timeout=120)
-    assert r.returncode == 0, r.stderr
-    (closed,) = json_lines(r.stdout)
-    wait = {n: p["latency_ns"]["mean"] - p["unloaded_ns"]["mean"] for n, p in (("open", open_loop), ("closed", closed))}
-    assert 0.5 * md1_wait <= wait["open"] <= 2 * md1_wait, (wait, md1_wait)
+
+    def run(name: str, *args) -> tuple[dict, np.ndarray]:
+        r = fm.run("load", "-t", "shm", "--service-ns", str(service_ns), "--duration", "1", "--samples", "raw",
+                   "--out", tmp_path / name, "--json", *args, timeout=120)
+        assert r.returncode == 0, r.stderr
+        (p,) = json_lines(r.stdout)
+        return p, np.load(tmp_path / name / p["samples"]["latency_ns"]) - p["unloaded_ns"]["p50"]
+
+    open_loop, open_wait = run("open", "--rate", f"{rate:.0f}", "--arrivals", "poisson")
+    closed, closed_wait = run("closed", "--clients", "1", "--think-us", f"{(1e9 / rate - service_ns) / 1e3:.0f}")
     assert closed["achieved_rps"] == pytest.approx(open_loop["achieved_rps"], rel=0.3), (closed, open_loop)
-    assert wait["closed"] < 0.25 * md1_wait, (wait, md1_wait)
+    waited = {n: float(np.mean(w > service_ns / 10)) for n, w in (("open", open_wait), ("closed", closed_wait))}
+    block = {n: float(np.median([b.mean() for b in np.array_split(w, 10)]))
+             for n, w in (("open", open_wait), ("closed", closed_wait))}
+    assert 0.35 <= waited["open"] <= 0.62 and waited["closed"] < 0.1, waited
+    assert 0.6 * md1_wait <= block["open"] <= 2 * md1_wait and block["closed"] < 0.25 * md1_wait, (block, md1_wait)
 
 
 def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):

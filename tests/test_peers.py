@@ -328,7 +328,9 @@ def test_live_run(tool, tag, tmp_path):
             assert cpu["window"] == "process" and "warm-up" in cpu["window_note"] and cpu["window_s"] > 0, cpu
             assert cpu["cpu_s"] == pytest.approx(cpu["user_s"] + cpu["system_s"])
             assert (cpu["cpus"] is None) == (params.cpus is None), cpu
-        if p["experiment"] != "bw":   # a second of ping-pong spends ticks; 300 blocks of bw may not
+        # The kernel counts a process's CPU in ticks (10 ms): half a second of ping-pong spends some, a tool
+        # done in 50 ms (ucx_perftest's 300 round trips) may show none.
+        if p["experiment"] != "bw" and p["cpu"]["client"]["window_s"] >= 0.5:
             assert p["cpu"]["client"]["cpu_s"] > 0 and p["cpu"]["client"]["per_message_ns"] > 0, p["cpu"]
 
 
