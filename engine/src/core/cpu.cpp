@@ -55,7 +55,9 @@ JsonObj engine_env(const Clock& clk, int cpu, const FabricWhere& where) {
       .add("glibc", gnu_get_libc_version());
   const std::string fabric = fabric_json(where);
   o.add_raw("fabric", fabric);
-  for (const auto& w : nlohmann::json::parse(fabric)["warnings"])
+  // Parsed into a local: a range-for over a temporary's member would outlive the temporary.
+  const nlohmann::json facts = nlohmann::json::parse(fabric);
+  for (const auto& w : facts.value("warnings", nlohmann::json::array()))
     std::fprintf(stderr, "fabmeter-engine: warning: %s\n", w.get<std::string>().c_str());
   if (const std::optional<ClockSkew> skew = clock_skew_from_env())
     o.add("clock_skew", JsonObj().add("offset_ns", skew->offset_ns).add("drift_ppm", skew->drift_ppm));
