@@ -142,7 +142,7 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
         head += "  [PARTIAL: run did not finish]"
     parts = [head]
     rows = []
-    cols = ["min", *shown_percentiles([k for k in STAT_KEYS if k in PERCENTILES], percentiles), "max", "mean", "stdev"]
+    cols = ["min", *shown_percentiles(list(PERCENTILES), percentiles), "max", "mean", "stdev"]
     if point.get("latency_ns"):
         rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in cols])
     if point.get("rtt_ns"):

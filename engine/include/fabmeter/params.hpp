@@ -5,6 +5,7 @@
 // names: the engine CLI, the control-channel handshake, run.json and the
 // Python CLI (which reads `fabmeter-engine options`) all use it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -161,6 +162,7 @@ struct Params : CommonOptions {
   // Options named on this end's command line, so one given at its default
   // value is still checked for applying (the peer only sees values).
   std::vector<std::string> given;
+  bool named(std::string_view option) const { return std::find(given.begin(), given.end(), option) != given.end(); }
 };
 
 // Every group but common, in the order a transport's constructor takes

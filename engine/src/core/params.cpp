@@ -500,7 +500,7 @@ void validate_load(const Params& p) {
   for (double f : l.load)
     if (!(f > 0 && f <= 10)) usage_error("--load must be a multiple of the capacity: above 0 and at most 10");
   if (!l.clients.empty()) {
-    if (!l.load.empty() || std::find(p.given.begin(), p.given.end(), "rate") != p.given.end())
+    if (!l.load.empty() || p.named("rate"))
       usage_error("give one of --rate, --load and --clients");
     if (l.clients.size() > 64) usage_error("--clients takes at most 64 values");
     for (uint64_t n : l.clients) {
@@ -513,11 +513,9 @@ void validate_load(const Params& p) {
   if (l.outstanding < 1 || l.outstanding > LoadOptions::kMaxOutstanding)
     usage_error("--outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
   if (!(l.think_us >= 0 && l.think_us <= 1e6)) usage_error("--think-us must be between 0 and 1000000 (one second)");
-  if (l.clients.empty() && (std::find(p.given.begin(), p.given.end(), "outstanding") != p.given.end() ||
-                            std::find(p.given.begin(), p.given.end(), "think-us") != p.given.end()))
+  if (l.clients.empty() && (p.named("outstanding") || p.named("think-us")))
     usage_error("--outstanding and --think-us apply to closed loop only: give --clients");
-  const bool req_given = std::find(p.given.begin(), p.given.end(), "req-size") != p.given.end();
-  if (!l.workload.empty() && req_given) usage_error("give either --req-size or --workload, not both");
+  if (!l.workload.empty() && p.named("req-size")) usage_error("give either --req-size or --workload, not both");
   if (l.req_size < 8) usage_error("--req-size must be at least 8 bytes (its sequence number and response size ride in it)");
   if (l.resp_size != 0 && l.resp_size < 8) usage_error("--resp-size must be at least 8 bytes");
   if (l.req_size > (1ull << 30) || l.resp_size > (1ull << 30)) usage_error("--req-size and --resp-size are limited to 1 GiB");
@@ -550,7 +548,7 @@ void validate(const Params& p) {
   // An option that does not apply is refused rather than silently ignored.
   Params defaults;
   for (const auto& o : option_table()) {
-    const bool named = std::find(p.given.begin(), p.given.end(), o.name) != p.given.end();
+    const bool named = p.named(o.name);
     if (!named && o.get(p) == o.get(defaults)) continue;
     if (!in_list(o.scope, p.experiment))
       usage_error("--" + std::string(o.name) + " does not apply to '" + p.experiment + "' (only to " + o.scope + ")");

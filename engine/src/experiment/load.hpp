@@ -1043,7 +1043,7 @@ struct LoadExperiment : ExperimentDefaults {
   static void resolve(Params& p, const Caps& caps) {
     if (p.load.workload.empty()) return;
     const Workload w = Workload::load(p.load.workload);
-    const bool max_given = std::find(p.given.begin(), p.given.end(), "max-size") != p.given.end();
+    const bool max_given = p.named("max-size");
     if (!max_given && w.max_size() > caps.max_msg_size) {
       const Workload::Share lost = w.share_above(caps.max_msg_size);
       char share[160];
