@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -441,6 +442,18 @@ def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, tok
     assert doc["status"] == "ok" and all(q["status"] == "ok" for q in doc["pairs"]), doc["pairs"]
     assert sorted((q["src"], q["dst"]) for q in doc["pairs"]) == [(0, 1), (1, 0)]
     assert doc["command"][:4] == ["fabmeter", "mesh", "--launch", "local"] and "--token-file" in doc["command"]
+
+
+def test_a_mesh_point_that_breaks_fails_alone(tmp_path, info, engine):
+    """Its coordination port taken: that point fails with the reason, the suite goes on to the next."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        s = _load(tmp_path, info, f'name = "b"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
+                                  f'bursts = 2\nmesh_port = {taken.getsockname()[1]}\n'
+                                  '[[matrix]]\nexperiment = "lat"\ntransport = "tcp"\niters = 200\n')
+        assert run_suite(s, tmp_path / "out", str(engine), None, None) == 3
+    mesh, lat = _index(tmp_path / "out")["points"]
+    assert mesh["status"] == "failed" and "Address already in use" in mesh["message"], mesh
+    assert lat["status"] == "ok", lat
 
 
 # --- a suite stays inside its results folder (docs/security.md) -------------

@@ -16,7 +16,7 @@ from typing import Optional
 
 from fabmeter import __version__, run, slo
 from fabmeter.engine import engine_info
-from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
+from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import command as mesh_command
 from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
@@ -111,6 +111,8 @@ def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[
         return "failed", e.message, e.exit_code
     except KeyboardInterrupt:     # Ctrl-C, or SIGTERM (run_suite makes it one)
         return "interrupted", "interrupted", EXIT_INTERRUPTED
+    except Exception as e:      # noqa: BLE001 -- a mesh point that breaks (its port taken, ...) fails alone
+        return "failed", f"{type(e).__name__}: {e}", EXIT_INTERNAL
     return ("ok", "", code) if code == EXIT_OK else ("failed", f"exit {code}", code)
 
 
