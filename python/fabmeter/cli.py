@@ -4,8 +4,9 @@ The experiment subcommands (lat, oneway, bw, stream, check, load, setup) get the
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
---out, --server, --token-file, --slo (slo.py; and serve's own; mesh's are
-in mesh/command.py).
+--out, --server, --token-file, --slo (slo.py); serve's, mesh's and watch's
+own are data in serve.py, mesh/command.py and watch/command.py
+(command_options.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, recorded, run, search, slo
+from fabmeter import __version__, analysis, recorded, run, search, serve, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import command as mesh_command
@@ -88,31 +89,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
 
     mesh_command.add_parser(sub, info)
 
-    command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
-                       description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
-                                   "Nothing a client sends names a path on this host; docs/security.md lists what a "
-                                   "client can make the server do.")
-    command.add_argument("--bind", metavar="ADDR", help="address to listen on")
-    command.add_argument("--port", metavar="N", help="port to listen on (0: any free port)")
-    command.add_argument("--cpu", metavar="N", help="pin the server to this CPU")
-    command.add_argument("--once", action="store_true",
-                         help="exit after one session, with its exit code (a connection that never authenticated "
-                              "is none; others are answered busy meanwhile)")
-    command.add_argument("--data-dir", metavar="DIR",
-                   help="server-side outputs (a stream's file sink, sent back to the client) go to one fresh 0700 "
-                        "subdirectory per session here (default: a private temporary directory, removed at exit if empty)")
-    command.add_argument("--max-memory", metavar="BYTES",
-                   help="refuse a session whose plan needs more memory here (K/M/G/T suffixes; default: a quarter of RAM)")
-    command.add_argument("--max-duration", metavar="SEC",
-                   help="refuse a plan stating a longer run, and end a session running longer (default: 3600; 0: no limit)")
-    command.add_argument("--max-sessions", metavar="N",
-                   help="sessions at once (1 .. 1024), one process each, taken only by clients that have "
-                        "authenticated; more are refused with 'busy' (default: 4)")
-    command.add_argument("--token-file", metavar="F",
-                   help="admit only clients that know the secret in F (default: $FABMETER_TOKEN)")
-    command.add_argument("--peers", metavar="HOST,...",
-                   help="the servers (hosts as clients name them) this one may run a client against for an "
-                        "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)")
+    serve.add_parser(sub)
 
     sub.add_parser("transports", allow_abbrev=False,
                    help="every transport: available, or unavailable and why (a plugin's library missing, ...)",
@@ -310,18 +287,6 @@ def cmd_transports(info: dict) -> int:
     return EXIT_OK
 
 
-def cmd_serve(ns: argparse.Namespace) -> int:
-    args = []
-    for name in ("bind", "port", "cpu", "data_dir", "max_memory", "max_duration", "max_sessions", "token_file", "peers"):
-        value = getattr(ns, name)
-        if value is not None:
-            args += [f"--{name.replace('_', '-')}", str(value)]
-    if ns.once:
-        args.append("--once")
-    run.exec_server(args)  # does not return
-    return EXIT_INTERNAL
-
-
 def main(argv: Optional[list[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     info, engine, problem = None, None, ""
@@ -353,7 +318,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 die(problem, EXIT_INTERNAL)
             code = mesh_command.main(ns, engine)
         elif ns.command == "serve":
-            code = cmd_serve(ns)
+            code = serve.main(ns)
         elif ns.command == "transports":
             if info is None:
                 die(problem, EXIT_INTERNAL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -15,13 +16,61 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from fabmeter import envinfo
+from fabmeter import command_options, envinfo
+from fabmeter.command_options import CommandOption
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import outliers, output, patterns, rendezvous
 from fabmeter.mesh import run as mesh_run
 from fabmeter.options import PY_ONLY, Options
 from fabmeter.results import now_iso, out_folder, write_json
+
+
+# Shared with `fabmeter watch`, which runs its pairs as `--launch serve` does.
+EXPERIMENT = CommandOption("experiment", "what each pair runs, with that experiment's options (default: %(default)s)",
+                           default="oneway", choices=mesh_run.EXPERIMENTS)
+SCHEDULE = CommandOption("schedule", "scheduled: rounds in which each host has at most one peer; chaotic: all pairs "
+                                     "at once (default: %(default)s)",
+                         default="scheduled", choices=patterns.SCHEDULES)
+HOSTFILE = CommandOption("hostfile", "the hosts, one per line (the first word; # comments)", metavar="F")
+SERVE_PORT = CommandOption("serve-port", "the port every host's serve listens on (default: %(default)s)", metavar="N",
+                           type=int, default=mesh_run.DEFAULT_SERVE_PORT)
+
+OPTIONS = (
+    CommandOption("hosts", "the hosts' addresses, rank 0 first; Slurm's ranges too (node[01-64],b5); default under "
+                           "Slurm: its node list", metavar="A,B,..."),
+    HOSTFILE,
+    CommandOption("rank", "this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)",
+                  metavar="R", type=int),
+    EXPERIMENT,
+    CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
+                             "all the others at once, its --rate and --count split among them (--schedule chaotic)",
+                  default="all-to-all", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS),
+    SCHEDULE,
+    CommandOption("mesh-port", "rank 0's coordination port on the first host (default: %(default)s)", metavar="N",
+                  type=int, default=mesh_run.DEFAULT_MESH_PORT),
+    CommandOption("token-file", "the mesh's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
+    CommandOption("json", "print one JSON object per pair, then the mesh summary", flag=True),
+    CommandOption("launch", "ssh: run here as rank 0 (the first host) and start every other rank over ssh; local: run "
+                            "all --ranks here on 127.0.0.1, rank 0 starting the others; serve: coordinate from here "
+                            "(any host), every pair run by its source host's `fabmeter serve --peers ...` (already "
+                            "running on each host)",
+                  choices=("ssh", "local", "serve")),
+    CommandOption("ranks", "--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1", metavar="N",
+                  type=int),
+    dataclasses.replace(SERVE_PORT, help="--launch serve: " + SERVE_PORT.help),
+    CommandOption("ssh", "--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and a "
+                         "ConnectTimeout of the control timeout are added)", metavar="CMD", default="ssh"),
+    CommandOption("remote-fabmeter", "--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)",
+                  metavar="CMD", default="fabmeter"),
+    CommandOption("outlier-mads", "a link is an outlier beyond K scaled MADs of the links' median (default: "
+                                  "%(default)s)", metavar="K", type=float, default=outliers.K_MADS),
+    CommandOption("outlier-floor", "... and also at least PCT %% from that median (default: %(default)g)",
+                  metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100),
+    CommandOption("out", "rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures (`fabmeter "
+                         "report DIR` draws them); with --samples raw every rank also writes its pairs' samples in "
+                         "DIR/pairs/SRC-DST (on its own host)", metavar="DIR"),
+)
 
 
 def add_parser(sub, info: Optional[dict]) -> None:
@@ -33,47 +82,7 @@ def add_parser(sub, info: Optional[dict]) -> None:
                                          "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
                                          "anywhere, with --launch serve: every host already runs `fabmeter serve "
                                          "--peers HOSTS`, which runs that host's outgoing pairs.")
-    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first; Slurm's ranges "
-                                                         "too (node[01-64],b5); default under Slurm: its node list")
-    command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
-    command.add_argument("--rank", metavar="R", type=int,
-                         help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
-    command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
-                         help="what each pair runs, with that experiment's options (default: %(default)s)")
-    command.add_argument("--pattern", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS,
-                         default="all-to-all",
-                         help="which directed pairs (default: %(default)s); many-to-many: load, every host a client "
-                              "of all the others at once, its --rate and --count split among them (--schedule "
-                              "chaotic)")
-    command.add_argument("--schedule", choices=patterns.SCHEDULES, default="scheduled",
-                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
-                              "(default: %(default)s)")
-    command.add_argument("--mesh-port", metavar="N", type=int, default=mesh_run.DEFAULT_MESH_PORT,
-                         help="rank 0's coordination port on the first host (default: %(default)s)")
-    command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
-    command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
-    command.add_argument("--launch", choices=["ssh", "local", "serve"],
-                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh; "
-                              "local: run all --ranks here on 127.0.0.1, rank 0 starting the others; "
-                              "serve: coordinate from here (any host), every pair run by its source host's "
-                              "`fabmeter serve --peers ...` (already running on each host)")
-    command.add_argument("--ranks", metavar="N", type=int,
-                         help="--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1")
-    command.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
-                         help="--launch serve: the port every host's serve listens on (default: %(default)s)")
-    command.add_argument("--ssh", metavar="CMD", default="ssh",
-                         help="--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and "
-                              "a ConnectTimeout of the control timeout are added)")
-    command.add_argument("--remote-fabmeter", metavar="CMD", default="fabmeter",
-                         help="--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)")
-    command.add_argument("--outlier-mads", metavar="K", type=float, default=outliers.K_MADS,
-                         help="a link is an outlier beyond K scaled MADs of the links' median (default: %(default)s)")
-    command.add_argument("--outlier-floor", metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100,
-                         help="... and also at least PCT %% from that median (default: %(default)g)")
-    command.add_argument("--out", metavar="DIR",
-                         help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
-                              "(`fabmeter report DIR` draws them); with --samples raw every rank also writes its "
-                              "pairs' samples in DIR/pairs/SRC-DST (on its own host)")
+    command_options.add_arguments(command, OPTIONS)
     if info is not None:
         Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
 

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fabmeter import slo as slo_mod
-from fabmeter.mesh import patterns as mesh_patterns
-from fabmeter.mesh import run as mesh_run
+from fabmeter.mesh import command as mesh_command
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids
 from fabmeter.suite.ids import PY_KEYS
@@ -24,10 +23,14 @@ from fabmeter.suite.ids import PY_KEYS
 TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
-# A mesh point's own keys (fabmeter mesh's options, `mesh_experiment` its --experiment) and the values each takes.
-MESH_KEYS = {"mesh_experiment": mesh_run.EXPERIMENTS, "pattern": mesh_patterns.PATTERNS + mesh_patterns.SPLIT_PATTERNS,
-             "schedule": mesh_patterns.SCHEDULES, "launch": ("local", "ssh"), "ranks": int, "hostfile": str,
-             "mesh_port": int, "ssh": str, "remote_fabmeter": str, "token_file": str}
+# A mesh point's own keys: fabmeter mesh's options (mesh/command.py) that a suite may set, in the order point ids
+# name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh").
+# A suite starts its ranks itself or over ssh, never through standing serves.
+_MESH_OPTIONS = {o.name: o for o in mesh_command.OPTIONS}
+MESH_KEYS = {("mesh_" if name == "experiment" else "") + _MESH_OPTIONS[name].key: _MESH_OPTIONS[name]
+             for name in ("experiment", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port", "ssh",
+                          "remote-fabmeter", "token-file")}
+MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
 
 
 # A suite only names things inside its results folder, and runs nothing but fabmeter (docs/security.md):
@@ -223,14 +226,14 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
         raise SuiteError(f"key '{key}': expected {expected}, got {_type_name(value)} ({value!r})", line)
 
     if key in MESH_KEYS:
-        kind = MESH_KEYS[key]
-        if kind is int:
+        choices = MESH_KEYS[key].choices
+        if MESH_KEYS[key].type is int:
             if isinstance(value, bool) or not isinstance(value, int) or not (
                     2 <= value <= 64 if key == "ranks" else 0 < value < 65536):
                 bad("a number from 2 to 64" if key == "ranks" else "a port number")
-        elif not isinstance(value, str) or not value or (kind is not str and value not in kind):
-            bad("one of " + ", ".join(kind) if kind is not str else "a non-empty string")
-        return _checked_text(key, value, line) if kind is str else value
+        elif not isinstance(value, str) or not value or (choices and value not in choices):
+            bad("one of " + ", ".join(choices) if choices else "a non-empty string")
+        return _checked_text(key, value, line) if MESH_KEYS[key].type is None and not choices else value
     if opt is None or key == "transport":   # python-side keys; transports are checked by name
         if key == "cpus":
             if value == "none":             # unpinned: the scheduler places both ends
@@ -403,7 +406,7 @@ def load(path: Path, info: dict) -> Suite:
             mesh = None
             if exp == MESH:
                 mesh = {k: chosen.get(k, defaults.get(k)) for k in MESH_KEYS}
-                mesh["mesh_experiment"] = mesh["mesh_experiment"] or "oneway"
+                mesh["mesh_experiment"] = mesh["mesh_experiment"] or MESH_KEYS["mesh_experiment"].default
                 mesh["launch"] = mesh["launch"] or "local"
                 used_defaults.update(k for k in MESH_KEYS if k in defaults)
             opts: dict[str, Any] = {}

@@ -22,7 +22,7 @@ from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
 from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
-from fabmeter.suite.load import Point, Suite, SuiteError, load
+from fabmeter.suite.load import MESH_KEYS, Point, Suite, SuiteError, load
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -89,12 +89,10 @@ def _read_mesh(folder: Path) -> Optional[dict]:
 def mesh_argv(point: Point, table: Options, out: Optional[Path] = None) -> list[str]:
     """The `fabmeter mesh` arguments of a mesh point (OUT/mesh.json with `out`)."""
     m = point.mesh
-    argv = ["mesh", "--launch", m["launch"], *(["--ranks", str(m["ranks"])] if m["launch"] == "local"
-                                               else ["--hostfile", m["hostfile"]]),
-            "--experiment", m["mesh_experiment"]]
-    for key in ("pattern", "schedule", "mesh_port", "ssh", "remote_fabmeter", "token_file"):
+    argv = ["mesh"]
+    for key in sorted(MESH_KEYS, key=lambda k: k not in ("launch", "ranks", "hostfile")):   # how it starts first
         if m.get(key) is not None:
-            argv += ["--" + key.replace("_", "-"), str(m[key])]
+            argv += ["--" + MESH_KEYS[key].name, str(m[key])]
     return argv + table.engine_argv(point.options_in(out) if out else point.options) + (["--out", str(out)] if out else [])
 
 

@@ -9,14 +9,52 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, slo
+from fabmeter import __version__, command_options, slo
+from fabmeter.command_options import CommandOption
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.mesh import patterns as mesh_patterns, rendezvous as mesh_rendezvous, run as mesh_run
+from fabmeter.mesh import command as mesh_command, patterns as mesh_patterns, rendezvous as mesh_rendezvous
+from fabmeter.mesh import run as mesh_run
 from fabmeter.options import PY_ONLY, Options
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_METRICS_PORT = 9477
 UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str) -> float:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", text)
+    if not m:
+        raise ValueError(f"expected seconds, or a number with s, m, h or d, got {text!r}")
+    return float(m.group(1)) * UNITS_S[m.group(2)]
+
+
+OPTIONS = (
+    CommandOption("hosts", "the hosts (their serves' addresses)", metavar="A,B,..."),
+    mesh_command.HOSTFILE,
+    CommandOption("pair", "a directed pair to run instead of a pattern over --hosts (repeat it)",
+                  metavar=("SRC", "DST"), repeat=True),
+    mesh_command.EXPERIMENT,
+    CommandOption("pattern", "which directed pairs of --hosts (default: all-to-all)", choices=mesh_patterns.PATTERNS),
+    mesh_command.SCHEDULE,
+    mesh_command.SERVE_PORT,
+    CommandOption("token-file", "the serves' shared secret (default: $FABMETER_TOKEN)", metavar="F"),
+    CommandOption("interval", "a sweep (every pair once) starts this often; one that runs longer is followed at once "
+                              "(s, m, h, d suffixes; default: %(default)g)",
+                  metavar="SEC", type=duration, default=DEFAULT_INTERVAL_S),
+    CommandOption("for", "start no sweep after this long, then exit 0 (default: until Ctrl-C or SIGTERM)",
+                  metavar="SEC", type=duration, dest="for_s"),
+    CommandOption("round-lead", "a round's pairs start together this long after it begins, as in mesh (0: each as "
+                                "soon as its engines connect; default: %(default)g)",
+                  metavar="SEC", type=duration, default=mesh_run.ROUND_LEAD_S),
+    CommandOption("metrics-port", f"serve the metrics over HTTP on this port (0: any free one, logged; default: "
+                                  f"{DEFAULT_METRICS_PORT}, or none with --textfile)", metavar="N", type=int),
+    CommandOption("metrics-bind", "the address the metrics are served on (default: %(default)s)", metavar="ADDR",
+                  default="127.0.0.1"),
+    CommandOption("textfile", "also write the metrics to PATH after every sweep, replaced atomically (node_exporter's "
+                              "textfile collector reads *.prom)", metavar="PATH"),
+    CommandOption("slo", "latency objectives checked on every run of every pair, e.g. 'p99<=200us'; misses are "
+                         "counted per pair (fabmeter_pair_slo_misses_total) and logged", metavar="OBJECTIVES"),
+)
 
 
 def add_parser(sub, info: Optional[dict]) -> None:
@@ -29,48 +67,9 @@ def add_parser(sub, info: Optional[dict]) -> None:
                                    "failures and SLO misses are served over HTTP (--metrics-port) and/or written "
                                    "to a node_exporter textfile (--textfile). Until Ctrl-C or SIGTERM (exit 130), "
                                    "or --for (exit 0). docs/cli.md lists every metric.")
-    p.add_argument("--hosts", metavar="A,B,...", help="the hosts (their serves' addresses)")
-    p.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
-    p.add_argument("--pair", metavar=("SRC", "DST"), nargs=2, action="append",
-                   help="a directed pair to run instead of a pattern over --hosts (repeat it)")
-    p.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
-                   help="what each pair runs, with that experiment's options (default: %(default)s)")
-    p.add_argument("--pattern", choices=mesh_patterns.PATTERNS,
-                   help="which directed pairs of --hosts (default: all-to-all)")
-    p.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
-                   help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
-                        "(default: %(default)s)")
-    p.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
-                   help="the port every host's serve listens on (default: %(default)s)")
-    p.add_argument("--token-file", metavar="F", help="the serves' shared secret (default: $FABMETER_TOKEN)")
-    p.add_argument("--interval", metavar="SEC", type=duration, default=DEFAULT_INTERVAL_S,
-                   help="a sweep (every pair once) starts this often; one that runs longer is followed at once "
-                        "(s, m, h, d suffixes; default: 60)")
-    p.add_argument("--for", metavar="SEC", dest="for_s", type=duration,
-                   help="start no sweep after this long, then exit 0 (default: until Ctrl-C or SIGTERM)")
-    p.add_argument("--round-lead", metavar="SEC", type=duration, default=mesh_run.ROUND_LEAD_S,
-                   help="a round's pairs start together this long after it begins, as in mesh (0: each as soon as "
-                        f"its engines connect; default: {mesh_run.ROUND_LEAD_S:g})")
-    p.add_argument("--metrics-port", metavar="N", type=int,
-                   help=f"serve the metrics over HTTP on this port (0: any free one, logged; default: "
-                        f"{DEFAULT_METRICS_PORT}, or none with --textfile)")
-    p.add_argument("--metrics-bind", metavar="ADDR", default="127.0.0.1",
-                   help="the address the metrics are served on (default: %(default)s)")
-    p.add_argument("--textfile", metavar="PATH",
-                   help="also write the metrics to PATH after every sweep, replaced atomically (node_exporter's "
-                        "textfile collector reads *.prom)")
-    p.add_argument("--slo", metavar="OBJECTIVES",
-                   help="latency objectives checked on every run of every pair, e.g. 'p99<=200us'; misses are "
-                        "counted per pair (fabmeter_pair_slo_misses_total) and logged")
+    command_options.add_arguments(p, OPTIONS)
     if info is not None:
         Options(info).add_arguments(p, mesh_run.EXPERIMENTS, skip=PY_ONLY)
-
-
-def duration(text: str) -> float:
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*", text)
-    if not m:
-        raise ValueError(f"expected seconds, or a number with s, m, h or d, got {text!r}")
-    return float(m.group(1)) * UNITS_S[m.group(2)]
 
 
 def _hosts(ns: argparse.Namespace) -> tuple[list[str], list[tuple[int, int]]]:

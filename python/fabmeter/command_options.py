@@ -1,0 +1,46 @@
+"""The options fabmeter's own commands define (serve, mesh, watch), as data.
+
+Each of those commands keeps one list of `CommandOption`s. From it come its
+argparse options (so its --help), a mesh point's suite keys (suite/load.py)
+and the command's table in docs/cli.md (scripts/gen-cli-doc.py): a knob is
+written once. The experiments' options are the engine's table (options.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class CommandOption:
+    name: str                                   # --name on the command line
+    help: str                                   # as --help shows it; %(default)s (or %(default)g) is the default
+    metavar: str | tuple[str, ...] = ""         # a tuple: the option takes that many words (--pair SRC DST)
+    type: Optional[Callable[[str], Any]] = None  # int, float or a parser; None: the text as given
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    flag: bool = False                          # takes no value: True when given
+    repeat: bool = False                        # may be given again: ns.<key> is the list of them
+    dest: str = ""                              # ns.<dest>; default: the name with '_'
+
+    @property
+    def key(self) -> str:
+        return self.dest or self.name.replace("-", "_")
+
+    def help_text(self) -> str:
+        """The help as --help prints it (the default filled in)."""
+        return self.help % {"default": self.default}
+
+
+def add_arguments(parser: argparse.ArgumentParser, options: Sequence[CommandOption]) -> None:
+    """The options, in their order, onto an argparse (sub)parser."""
+    for o in options:
+        if o.flag:
+            parser.add_argument(f"--{o.name}", action="store_true", dest=o.key, help=o.help)
+            continue
+        words = len(o.metavar) if isinstance(o.metavar, tuple) else None
+        parser.add_argument(f"--{o.name}", action="append" if o.repeat else "store", dest=o.key, help=o.help,
+                            metavar=o.metavar or None, nargs=words, type=o.type, default=o.default,
+                            choices=o.choices or None)

@@ -1,0 +1,83 @@
+"""serve's, mesh's and watch's own options are data (command_options.py): their --help, a mesh point's
+suite keys and their tables in docs/cli.md all come from the one list each command keeps."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, script_module
+from fabmeter import cli, serve
+from fabmeter.mesh import command as mesh_command
+from fabmeter.suite.load import MESH_KEYS
+from fabmeter.watch import command as watch_command
+
+COMMANDS = {"serve": serve, "mesh": mesh_command, "watch": watch_command}
+
+
+@pytest.fixture(scope="module")
+def info(engine) -> dict:
+    return json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
+
+
+def subparser(info: dict, command: str) -> argparse.ArgumentParser:
+    parser = cli.build_parser(info)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_parser_and_its_help_are_the_commands_options(info, command, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")   # one line an option: the help as written
+    options = COMMANDS[command].OPTIONS
+    parser = subparser(info, command)
+    # The engine's options (options.py) and --help are those whose default is SUPPRESS: absent unless given.
+    own = [a for a in parser._actions if a.default is not argparse.SUPPRESS]
+    assert [a.option_strings for a in own] == [[f"--{o.name}"] for o in options], "an option not from the data"
+    help_text = flat(parser.format_help())
+    for o, action in zip(options, own):
+        assert action.dest == o.key and action.help == o.help, o.name
+        assert action.default == (False if o.flag else o.default), o.name
+        assert tuple(action.choices or ()) == o.choices, o.name
+        assert flat(o.help_text()) in help_text, o.name
+        # A default is written once: the help states it from the data, never as a copy.
+        assert ("%(default" in o.help) == (o.default is not None and not o.flag), o.name
+
+
+def test_a_mesh_points_suite_keys_are_meshs_options():
+    options = {o.name: o for o in mesh_command.OPTIONS}
+    for key, o in MESH_KEYS.items():
+        assert key in (o.key, f"mesh_{o.key}")
+        if key == "launch":     # a suite starts its ranks itself or over ssh
+            assert o == dataclasses.replace(options["launch"], choices=o.choices)
+            assert set(o.choices) < set(options["launch"].choices)
+        else:
+            assert o is options[o.name], key
+
+
+def test_the_docs_tables_are_the_commands_options(info, monkeypatch):
+    gen = script_module("gen_cli_doc", "scripts/gen-cli-doc.py")
+    text = (REPO / "docs" / "cli.md").read_text()
+    assert gen.generate(text, info) == text, "docs/cli.md is stale: run .venv/bin/python scripts/gen-cli-doc.py"
+    for command, module in COMMANDS.items():
+        block = text.split(gen.command_begin(command), 1)[1].split(gen.END, 1)[0]
+        rows = [r for r in block.splitlines() if r.startswith("| `--")]
+        assert len(rows) == len(module.OPTIONS), command
+        for o, row in zip(module.OPTIONS, rows):
+            assert row.startswith(f"| {gen.fmt_usage(o)} |") and row.endswith(f" | {gen.cell(o.help_text())} |"), row
+    assert re.search(r"^\| `--experiment` \| `mesh_experiment` \|", text, flags=re.M)
+    # A changed or a new option changes the document.
+    changed = dataclasses.replace(mesh_command.OPTIONS[0], help=mesh_command.OPTIONS[0].help + " (changed)")
+    new = dataclasses.replace(mesh_command.SERVE_PORT, name="slot-knob", help="a new knob (default: %(default)s)")
+    monkeypatch.setattr(mesh_command, "OPTIONS", (changed, *mesh_command.OPTIONS[1:], new))
+    regenerated = gen.generate(text, info)
+    assert "Slurm: its node list (changed) |" in regenerated and "| `--slot-knob N` |" in regenerated
