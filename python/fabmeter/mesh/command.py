@@ -36,6 +36,16 @@ HOSTFILE = CommandOption("hostfile", "the hosts, one per line (the first word; #
 SERVE_PORT = CommandOption("serve-port", "the port every host's serve listens on (default: %(default)s)", metavar="N",
                            type=int, default=mesh_run.DEFAULT_SERVE_PORT)
 
+
+def read_hostfile(path: str) -> list[str]:
+    """--hostfile's hosts: each line's first word (so Open MPI's `HOST slots=N` lines do), # comments."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise FabmeterError(f"--hostfile {path}: {e.strerror}", EXIT_USAGE) from None
+    return [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+
+
 OPTIONS = (
     CommandOption("hosts", "the hosts' addresses, rank 0 first; Slurm's ranges too (node[01-64],b5); default under "
                            "Slurm: its node list", metavar="A,B,..."),
@@ -99,6 +109,19 @@ def parse(args: list[str], info: dict) -> argparse.Namespace:
     return parser.parse_args(["mesh", *args])
 
 
+def pair_options(ns: argparse.Namespace, table: Options, command: str) -> dict:
+    """The engine options given for the pairs (mesh's and watch's), typed; a transport must be among them,
+    and each must apply to --experiment (else exit 2)."""
+    given = table.given(ns)
+    if given.get("transport") is None:
+        raise FabmeterError(f"{command}: choose a transport with -t", EXIT_USAGE)
+    for key in given:
+        if not table[key].for_experiment(ns.experiment):
+            raise FabmeterError(f"--{table[key].name} does not apply to '{ns.experiment}' (only to "
+                                f"{table[key].scope})", EXIT_USAGE)
+    return given
+
+
 @contextlib.contextmanager
 def _token_in_environment(token: bytes) -> Iterator[None]:
     """The engines this process starts (its server, the pairs' clients) read the token from FABMETER_TOKEN;
@@ -133,11 +156,7 @@ def _hosts(ns: argparse.Namespace) -> list[str]:
     elif ns.hosts is not None:
         hosts = mesh_run.expand_hosts(ns.hosts, "--hosts")
     else:
-        try:
-            lines = Path(ns.hostfile).read_text().splitlines()
-        except OSError as e:
-            raise FabmeterError(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE) from None
-        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+        hosts = read_hostfile(ns.hostfile)
     if len(hosts) < 2 or not all(hosts):
         raise FabmeterError(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
     return hosts
@@ -186,15 +205,9 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
     if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
         raise FabmeterError("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
     table = engine_options(engine)
-    given = table.given(ns)
+    given = pair_options(ns, table, "mesh")
     raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
     out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
-    if given.get("transport") is None:
-        raise FabmeterError("mesh: choose a transport with -t", EXIT_USAGE)
-    for key in given:
-        if not table[key].for_experiment(ns.experiment):
-            raise FabmeterError(f"--{table[key].name} does not apply to '{ns.experiment}' (only to "
-                                f"{table[key].scope})", EXIT_USAGE)
     token = rendezvous.read_token(ns.token_file, dict(os.environ))
     if not token and not all(mesh_run.is_loopback(h) for h in hosts):
         raise FabmeterError("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",

@@ -97,11 +97,7 @@ def _hosts(ns: argparse.Namespace) -> tuple[list[str], list[tuple[int, int]]]:
     if ns.hosts is not None:
         hosts = [h.strip() for h in ns.hosts.split(",")]
     else:
-        try:
-            lines = Path(ns.hostfile).read_text().splitlines()
-        except OSError as e:
-            raise FabmeterError(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE) from e
-        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+        hosts = mesh_command.read_hostfile(ns.hostfile)
     if len(hosts) < 2 or not all(hosts) or len(set(hosts)) != len(hosts):
         raise FabmeterError(f"watch: needs at least 2 different hosts, got {','.join(hosts)}", EXIT_USAGE)
     return hosts, mesh_patterns.pairs(ns.pattern or "all-to-all", len(hosts))
@@ -122,13 +118,7 @@ def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
         raise FabmeterError("watch: --interval must be more than 0", EXIT_USAGE)
     if ns.for_s is not None and ns.for_s <= 0:
         raise FabmeterError("watch: --for must be more than 0", EXIT_USAGE)
-    given = table.given(ns)
-    if given.get("transport") is None:
-        raise FabmeterError("watch: choose a transport with -t", EXIT_USAGE)
-    for key in given:
-        if not table[key].for_experiment(ns.experiment):
-            raise FabmeterError(f"--{table[key].name} does not apply to '{ns.experiment}' (only to "
-                                f"{table[key].scope})", EXIT_USAGE)
+    given = mesh_command.pair_options(ns, table, "watch")
     if "samples" in table and table["samples"].for_experiment(ns.experiment) and "samples" not in given:
         given["samples"] = "hist"        # the engine's HdrHistogram in each point: exact bucket counts
     objectives = None
