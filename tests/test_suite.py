@@ -21,6 +21,7 @@ from conftest import REPO, free_port, one_line_error
 from fabmeter.engine import engine_info
 from fabmeter.options import Options
 from fabmeter.suite import load as suite
+from fabmeter.suite import runner
 from fabmeter.suite.runner import run_suite
 
 
@@ -442,6 +443,8 @@ def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, tok
     assert doc["status"] == "ok" and all(q["status"] == "ok" for q in doc["pairs"]), doc["pairs"]
     assert sorted((q["src"], q["dst"]) for q in doc["pairs"]) == [(0, 1), (1, 0)]
     assert doc["command"][:4] == ["fabmeter", "mesh", "--launch", "local"] and "--token-file" in doc["command"]
+    # Its pattern and schedule not given, the mesh ran mesh's defaults: the point is finished, not run again.
+    assert runner.is_finished(out / p.id, p, s.options)
 
 
 def test_a_mesh_point_that_breaks_fails_alone(tmp_path, info, engine):
