@@ -21,7 +21,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from fabmeter import serve
 from fabmeter.command_options import CommandOption
+from fabmeter.mesh import command as mesh
+from fabmeter.suite.load import MESH_KEYS
+from fabmeter.watch import command as watch
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "cli.md"
@@ -123,10 +127,6 @@ def render(info: dict) -> str:
 def commands() -> list[tuple[str, Sequence[CommandOption], dict[str, tuple[str, CommandOption]]]]:
     """Each command with options of its own: (name, its options, {option name: (suite key, the option as a suite
     takes it)} for those a suite takes)."""
-    from fabmeter import serve
-    from fabmeter.mesh import command as mesh
-    from fabmeter.suite.load import MESH_KEYS
-    from fabmeter.watch import command as watch
     return [("serve", serve.OPTIONS, {}), ("mesh", mesh.OPTIONS, {o.name: (k, o) for k, o in MESH_KEYS.items()}),
             ("watch", watch.OPTIONS, {})]
 
@@ -159,8 +159,8 @@ def render_command(command: str, options: Sequence[CommandOption],
              "| option |" + (" suite key |" if suite_keys else "") + " values | what it does |",
              "|---|" + ("---|" if suite_keys else "") + "---|---|"]
     for o in options:
-        lines.append(f"| {cell(fmt_usage(o))} |" + (f" {cell(fmt_suite_key(o, suite_keys))} |" if suite_keys else "")
-                     + f" {cell(fmt_values(o))} | {cell(o.help_text())} |")
+        suite_key = f" {cell(fmt_suite_key(o, suite_keys))} |" if suite_keys else ""
+        lines.append(f"| {cell(fmt_usage(o))} |{suite_key} {cell(fmt_values(o))} | {cell(o.help_text())} |")
     return "\n".join(lines + ["", END])
 
 
