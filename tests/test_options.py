@@ -32,6 +32,11 @@ def test_parse_size_follows_the_engine():
             parse_size(bad)
 
 
+def test_the_serve_port_is_the_engines(info):
+    from fabmeter.mesh import run as mesh_run
+    assert mesh_run.DEFAULT_SERVE_PORT == info["default_port"]
+
+
 def test_every_exported_type_is_typed(info):
     table = Options(info)
     kinds = {o.type for o in table}

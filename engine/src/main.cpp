@@ -213,7 +213,8 @@ void print_options() {
   fm::JsonObj out;
   out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
       .add_raw("transports", json_list(fm::available_transports())).add("transports_unavailable", unavailable)
-      .add("plugin_dir", plugin_dir).add_raw("options", "[" + opts + "]");
+      .add("plugin_dir", plugin_dir).add("default_port", static_cast<uint64_t>(fm::kDefaultPort))
+      .add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
 }
 

@@ -41,7 +41,7 @@ from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
-DEFAULT_SERVE_PORT = 18515      # the engine's default (perftest's)
+DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/test_options.py holds them equal
 DEFAULT_MESH_PORT = DEFAULT_SERVE_PORT + 1
 EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
