@@ -8,7 +8,11 @@ half the round trip, for read and atomics (one-sided: the requester waits
 for the response) the whole operation. The bw tools run for --duration
 seconds (-D, with perftest's own margin at both ends left out) and print
 the average bandwidth (--report_gbits: Gbit/s, 10^9 bit/s) and message rate
-(Mpps) over the measured period; --cpu_util adds CPU_Util[%], perftest's own
+(Mpps) over the measured period, and #iterations, the messages in it (the
+count CPU per message divides by); it times with the TSC at a clock rate
+it estimates, and where the estimate is shaky (a virtual machine) it warns
+("Correlation coefficient r^2 ... < 0.9"), kept as tool_warnings: under
+Soft-RoCE in a TCG guest its write and read bandwidth then print as 0; --cpu_util adds CPU_Util[%], perftest's own
 reading of the CPU (from /proc/stat, the whole machine's CPUs, any
 process), which perftest prints only in duration mode, so only the bw tools
 have it. Local runs need an RDMA device here (--device, --server-device).
@@ -33,6 +37,9 @@ NOTE_BW = ("perftest {tool} -D SECONDS --report_gbits, RC: average bandwidth and
            "period (perftest's margins left out)")
 TOOL_CPU_NOTE = ("perftest's own --cpu_util: the whole machine's CPUs busy over its measured period, in % "
                  "(its reading of /proc/stat, any process), on the client's host")
+# perftest times with the TSC and its own estimate of the CPU's clock; where that estimate is shaky
+# (a virtual machine) it says so, and its figures are then to be read with that in mind.
+_WARNING = re.compile(r"^.*(?:Correlation coefficient|Conflicting CPU frequency).*$", re.M)
 _ERROR = re.compile(r"^.*(?:Couldn't|Unable|error|Error|failed|not supported).*$", re.M)
 
 
@@ -120,6 +127,9 @@ class Perftest(Peer):
         except ValueError as e:
             raise PeerError(f"perftest printed a result that is not a number: {e}") from e
         extra = {"size": int(fields["#bytes"]), "service": "RC", "op": case.variant[3:].rsplit("_", 1)[0]}
+        warnings = [m.group(0).strip() for m in _WARNING.finditer(text)]
+        if warnings:
+            extra["tool_warnings"] = warnings
         if "#iterations" in fields:
             extra["iterations"] = int(fields["#iterations"])
         one_sided = extra["op"] in ONE_SIDED
@@ -157,10 +167,6 @@ class Perftest(Peer):
             p["tool_cpu"] = {"cpu_util_pct": cpu, "note": TOOL_CPU_NOTE}
         return [p]
 
-    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
-        if case.experiment == "bw" and p.get("msg_rate"):
-            return p["msg_rate"] * self.seconds(params)
-        return p.get("iterations")
 
     def _raw_name(self, case: Case, params: Params) -> str:
         return f"{case.variant}-{case.size(params)}B.txt"

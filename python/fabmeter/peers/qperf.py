@@ -1,7 +1,11 @@
 """qperf tcp_lat, udp_lat and tcp_bw (blocking sockets), and its RDMA tests
 (rc_lat, uc_lat, ud_lat, rc_rdma_read_lat, rc_rdma_write_lat, rc_bw, ud_bw,
-rc_rdma_read_bw, rc_rdma_write_bw: transport "verbs", connected through
-rdma_cm, -cm1, so the devices follow the addresses).
+rc_rdma_read_bw, rc_rdma_write_bw: transport "verbs"; the RC tests connect
+through rdma_cm, -cm1, so the devices follow the addresses). qperf connects
+UC and UD itself, from the device's GID 0, and takes no GID index: on RoCE,
+where GID 0 is a link-local address (Soft-RoCE between two local veths),
+they fail with the server's "failed to modify QP to RTR" or "failed to
+create address handle".
 
 What qperf reports (calc_results() in qperf.c): latency = the client's
 elapsed time / the messages received by both sides, i.e. the mean of half
@@ -25,11 +29,11 @@ from fabmeter.peers.base import Case, Params, Peer, PeerError, Unsupported, pinn
 NOTE_LAT = ("qperf, blocking sockets: latency = elapsed time / messages in both directions, "
             "the mean RTT/2 over the whole run; no percentiles")
 NOTE_BW = "qperf, blocking sockets: bytes received / elapsed time over the whole run"
-NOTE_RDMA_LAT = ("qperf {test}, rdma_cm: latency = elapsed time / messages in both directions, the mean "
+NOTE_RDMA_LAT = ("qperf {test}: latency = elapsed time / messages in both directions, the mean "
                  "RTT/2 over the whole run; no percentiles")
 NOTE_RDMA_OP_LAT = ("qperf {test}, rdma_cm: latency = elapsed time / operations of the requester, the mean "
                     "time of a whole one-sided operation (RTT) over the whole run; no percentiles")
-NOTE_RDMA_BW = "qperf {test}, rdma_cm: bytes received / elapsed time over the whole run"
+NOTE_RDMA_BW = "qperf {test}: bytes received / elapsed time over the whole run"
 TESTS = {("lat", "tcp"): "tcp_lat", ("lat", "udp"): "udp_lat", ("bw", "tcp"): "tcp_bw"}
 RDMA_TESTS = (("lat", "rc_lat"), ("lat", "uc_lat"), ("lat", "ud_lat"), ("lat", "rc_rdma_read_lat"),
               ("lat", "rc_rdma_write_lat"), ("bw", "rc_bw"), ("bw", "ud_bw"), ("bw", "rc_rdma_read_bw"),
@@ -69,7 +73,7 @@ class Qperf(Peer):
         # -uu -ub: plain units (ns, bits/sec) that parse exactly; -v adds msg_size, time, msg_rate.
         if case.transport == "verbs" and params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
-        rdma = ["-cm1"] if case.transport == "verbs" else []
+        rdma = ["-cm1"] if case.variant.startswith("rc_") else []   # qperf connects UC and UD without rdma_cm
         return pinned(["qperf", params.host, "--listen_port", str(port), "--msg_size", str(case.size(params)),
                        "--time", str(seconds), "-uu", "-ub", "-v", *rdma, self.test(case)], params.client_cpu)
 
