@@ -18,7 +18,7 @@ import pytest
 
 from conftest import TAG_VAR, cli_cmd, cli_env, json_lines, one_line_error
 from fabmeter.peers import base
-from fabmeter.peers.base import Case, Params, Peer, PeerError, Rdma
+from fabmeter.peers.base import Case, Params, Peer, PeerError, Rdma, Unsupported
 from fabmeter.peers.registry import PEERS
 
 DATA = Path(__file__).parent / "data" / "peers"
@@ -149,6 +149,9 @@ def test_perftest_parse():
     assert any("Correlation coefficient" in w for w in write["tool_warnings"])
     with pytest.raises(PeerError):
         pt.parse("Couldn't connect to 10.77.0.2:19001\n", Case("lat", "verbs", "ib_send_lat"))
+    broken = recorded("perftest-ib_send_lat-rxe.txt").replace(" 32      1000          19.82 ", " 32      1000          inf ")
+    with pytest.raises(Unsupported, match="clock estimate"):
+        pt.parse(broken, Case("lat", "verbs", "ib_send_lat"))
 
 
 def test_qperf_rdma_parse():

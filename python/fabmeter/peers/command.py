@@ -66,14 +66,15 @@ def add_parser(sub) -> None:
     p.add_argument("--bw-size", metavar="N", type=_message_size, default="64K",
                    help="bandwidth message size (default: %(default)s)")
     p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
-                   help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
+                   help="iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: %(default)s)")
     p.add_argument("--duration", metavar="S", type=float, default=1.0,
-                   help="seconds, for the tools that only stop on a timer: sockperf, qperf; "
+                   help="seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's bandwidth tools; "
                         "whole seconds, rounded up; fabmeter load runs this long (default: %(default)s)")
     p.add_argument("--rate", metavar="HZ", type=int, default=10000,
                    help="load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
                         "(default: %(default)s)")
-    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs)")
+    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs; "
+                                                 "with --server, B is the serve's own --cpu and A alone counts)")
     p.add_argument("--server", metavar="HOST[:PORT]",
                    help="run each tool's server side on HOST, started by the `fabmeter serve` there "
                         "(which needs a token); the clients here connect to HOST")

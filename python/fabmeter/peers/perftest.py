@@ -126,6 +126,11 @@ class Perftest(Peer):
             fields = {k: float(v) for k, v in row.items()}
         except ValueError as e:
             raise PeerError(f"perftest printed a result that is not a number: {e}") from e
+        if not all(math.isfinite(v) for v in fields.values()):
+            # Its TSC rate estimate failed (inf, nan): the machine's, not the path's; no figure to keep.
+            warned = _WARNING.search(text)
+            raise Unsupported("perftest's clock estimate failed on this machine, its figures are inf/nan"
+                              + (f" ({warned.group(0).strip()})" if warned else ""))
         extra = {"size": int(fields["#bytes"]), "service": "RC", "op": case.variant[3:].rsplit("_", 1)[0]}
         warnings = [m.group(0).strip() for m in _WARNING.finditer(text)]
         if warnings:

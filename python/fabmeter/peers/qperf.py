@@ -74,6 +74,8 @@ class Qperf(Peer):
         if case.transport == "verbs" and params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
         rdma = ["-cm1"] if case.variant.startswith("rc_") else []   # qperf connects UC and UD without rdma_cm
+        if case.transport == "verbs":   # its 5 s for each exchange and connection event is short for a slow host
+            rdma += ["--timeout", "30"]
         return pinned(["qperf", params.host, "--listen_port", str(port), "--msg_size", str(case.size(params)),
                        "--time", str(seconds), "-uu", "-ub", "-v", *rdma, self.test(case)], params.client_cpu)
 
