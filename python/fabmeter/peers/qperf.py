@@ -75,7 +75,7 @@ class Qperf(Peer):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
         rdma = ["-cm1"] if case.variant.startswith("rc_") else []   # qperf connects UC and UD without rdma_cm
         if case.transport == "verbs":   # its 5 s for each exchange and connection event is short for a slow host
-            rdma += ["--timeout", "30"]
+            rdma += ["-to", "30"]
         return pinned(["qperf", params.host, "--listen_port", str(port), "--msg_size", str(case.size(params)),
                        "--time", str(seconds), "-uu", "-ub", "-v", *rdma, self.test(case)], params.client_cpu)
 
