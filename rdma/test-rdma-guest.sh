@@ -510,6 +510,50 @@ if [[ ! -f $OUT/_python_skipped ]]; then
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic
 fi
 
+# peers NAME OPTIONS...: `fabmeter peers --server` over verbs: each tool's
+# server side on rxe1's address, started by a standing serve (token, CPU 1)
+# from its allow-list; the clients on rxe0 (CPU 0; the 1 of --cpus 0,1 is
+# the serve's own --cpu). NAME.left lists any tool
+# process still running afterwards (there must be none).
+peers() {
+  local name=$1 f=$OUT/$1 spid i
+  shift
+  PORT=$((PORT + 1))
+  echo "fabmeter peers --server $*" >"$f.cmd"
+  echo 0 >"$f.expect"
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f.token"
+  chmod 600 "$f.token"
+  timeout 600 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --cpu 1 --token-file "$f.token" \
+    >"$f.server.out" 2>"$f.server.err" &
+  spid=$!
+  for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
+  local t0=$EPOCHREALTIME
+  timeout 600 "${PY[@]}" -m fabmeter peers --server "$SERVER:$PORT" --token-file "$f.token" --transports verbs \
+    --device "${FM_RDMA_DEV0:-rxe0}" --server-device "${FM_RDMA_DEV1:-rxe1}" --gid-index "${FM_RDMA_GID_INDEX:-1}" \
+    --cpus 0,1 --json --out "$f.results" "$@" >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  pgrep -a -f '^(/usr/(local/)?bin/)?(ib_(send|write|read|atomic)_|qperf)' >"$f.left"
+  kill -TERM $spid 2>/dev/null
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
+if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== peer tools' server sides through the serve (perftest, qperf RDMA)"
+  # An image built before qperf was among its packages: the host's copy (the
+  # same Debian release), when the share carries one.
+  if ! command -v qperf >/dev/null && [[ -x $REPO/build/guest-tools/qperf ]]; then
+    install -o root -m 755 "$REPO/build/guest-tools/qperf" /usr/local/bin/qperf
+  fi
+  # qperf's UC and UD tests take GID 0, link-local here: they cannot run (python/fabmeter/peers/qperf.py).
+  if [[ ${FM_CMP_ROUNDS:-5} == 0 ]]; then  # CI: a latency and a bandwidth test of each tool
+    peers "peers-server-rdma" --tools perftest,qperf -n 200 --duration 1 --tests ib_send_lat,ib_write_bw,rc_lat,rc_bw
+  else
+    tests=ib_send_lat,ib_send_bw,ib_write_lat,ib_write_bw,ib_read_lat,ib_read_bw,ib_atomic_lat,ib_atomic_bw
+    tests+=,rc_lat,rc_bw,rc_rdma_read_lat,rc_rdma_write_lat,rc_rdma_read_bw,rc_rdma_write_bw
+    peers "peers-server-rdma" --tools perftest,qperf -n 1000 --duration 2 --tests "$tests"
+  fi
+fi
+
 echo "== setup: connection establishment and memory registration over verbs"
 # Registrations from 4 KiB up to SETUP_MAX: 16 MiB in CI (FM_CMP_ROUNDS=0;
 # the guest has 2 GiB of RAM and the case stays within a few seconds of

@@ -335,6 +335,54 @@ def check_fabric(raw, name):
     return problems, {"name": name, "tool": "fabmeter fabric", "client": client, "server": ends["server_engine"]}
 
 
+PEERS_SERVER_TESTS = ("ib_send_lat", "ib_send_bw", "ib_write_lat", "ib_write_bw", "ib_read_lat", "ib_read_bw",
+                      "ib_atomic_lat", "ib_atomic_bw", "rc_lat", "uc_lat", "ud_lat", "rc_rdma_read_lat",
+                      "rc_rdma_write_lat", "rc_bw", "ud_bw", "rc_rdma_read_bw", "rc_rdma_write_bw")
+
+
+def check_peers_server(raw, name):
+    """`fabmeter peers --server` over verbs: every test asked for (--tests, else all) measured, its server side
+    run by the serve (its argv reported, its CPU counted there), perftest's bw with its own --cpu_util figure,
+    and no tool process left in the guest."""
+    cmd = read(f"{raw}/{name}.cmd")
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0":
+        return [f"fabmeter peers exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"], {"name": name}
+    wanted = set((option(cmd, "tests") or ",".join(PEERS_SERVER_TESTS)).split(","))
+    recs = json_lines(read(f"{raw}/{name}.out"))
+    points = {p.get("variant"): p for p in recs if p.get("type") == "point"}
+    # perftest's TSC rate estimate may fail under TCG (inf, nan): skipped with that reason, not fabmeter's
+    # failure; each tool must still measure something.
+    clock = {r.get("variant") for r in recs if r.get("type") == "skipped" and "clock estimate" in (r.get("reason") or "")}
+    problems = [f"{r.get('variant')}: {r.get('type')}: {r.get('reason')}" for r in recs
+                if r.get("type") != "point" and r.get("variant") not in clock]
+    problems += [f"{t}: no point" for t in sorted(wanted - set(points) - clock)]
+    for tool, prefix in (("perftest", "ib_"), ("qperf", "rc_")):
+        if any(t.startswith(prefix) for t in wanted) and not any(t.startswith(prefix) for t in points):
+            problems.append(f"{tool}: no point at all")
+    for test, p in points.items():
+        lat = p.get("latency_ns") or p.get("rtt_ns") or {}
+        if p.get("experiment") == "lat" and not (lat and all(isinstance(v, (int, float)) and v > 0 for v in lat.values())):
+            problems.append(f"{test}: latency {lat!r}")
+        # perftest's bandwidth may print as 0 under TCG (its clock estimate: tool_warnings); its count may not.
+        if p.get("experiment") == "bw" and not ((p.get("gbps") or 0) > 0 or (
+                test.startswith("ib_") and p.get("tool_warnings") and (p.get("iterations") or 0) > 0)):
+            problems.append(f"{test}: gbps {p.get('gbps')!r}, iterations {p.get('iterations')!r}")
+        if not (p.get("server_command") or [""])[0].endswith("/" + (test if test.startswith("ib_") else "qperf")):
+            problems.append(f"{test}: server command {p.get('server_command')!r}")
+        if not ((p.get("cpu") or {}).get("server") or {}).get("window_s"):
+            problems.append(f"{test}: no server CPU window")
+        if test.startswith("ib_") and test.endswith("_bw") and not isinstance(
+                (p.get("tool_cpu") or {}).get("cpu_util_pct"), (int, float)):
+            problems.append(f"{test}: no perftest --cpu_util figure")
+    left = read(f"{raw}/{name}.left").strip()
+    if left:
+        problems.append(f"tool processes left: {left}")
+    rows = {t: {k: p.get(k) for k in ("experiment", "latency_kind", "latency_ns", "rtt_ns", "gbps", "msg_rate",
+                                      "tool_cpu")} for t, p in points.items()}
+    return problems, {"name": name, "tool": "fabmeter peers --server", "points": rows}
+
+
 def check_mesh(raw, name):
     """`fabmeter mesh` of two ranks in the guest: both ranks ended 0, and rank 0
     printed both directed pairs, ok, over verbs, and a summary with none failed."""
@@ -627,7 +675,8 @@ def main():
         check = (check_perftest if cmd.startswith(("ib_", "fi_"))
                  else check_suite if cmd.startswith("fabmeter suite")
                  else check_fabric if cmd.startswith("fabmeter fabric")
-                 else check_mesh if cmd.startswith("fabmeter mesh") else check_fabmeter)
+                 else check_mesh if cmd.startswith("fabmeter mesh")
+                 else check_peers_server if cmd.startswith("fabmeter peers --server") else check_fabmeter)
         problems, summary = check(raw, name)
         summary["passed"] = not problems
         summary["problems"] = problems

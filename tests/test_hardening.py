@@ -29,7 +29,7 @@ def recv_frame(s: socket.socket) -> tuple[int, bytes]:
 
 def start_session(s: socket.socket, host: str, params: str) -> None:
     """The protocol against a server without a token: hello (no relay), an empty challenge, welcome."""
-    s.sendall(frame(HELLO, f"{PROTOCOL}\n{host}\n{os.urandom(32).hex()}\n\n{params}".encode()))
+    s.sendall(frame(HELLO, f"{PROTOCOL}\n{host}\n{os.urandom(32).hex()}\n\n\n{params}".encode()))
     kind, nonce = recv_frame(s)
     assert (kind, nonce) == (CHALLENGE, b""), "a server without a token challenges with nothing"
     assert recv_frame(s)[0] == WELCOME

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import TAG_VAR, cli_cmd, cli_env, json_lines, one_line_error
 from fabmeter.peers import base
-from fabmeter.peers.base import Case, Params, Peer, PeerError
+from fabmeter.peers.base import Case, Params, Peer, PeerError, Rdma, Unsupported
 from fabmeter.peers.registry import PEERS
 
 DATA = Path(__file__).parent / "data" / "peers"
@@ -129,6 +129,57 @@ def test_iperf3_parallel_streams_and_its_cpu_figure():
     i = iperf3.command("client", Case("bw", "tcp"), Params(bw_size=65536, iters=1000, flows=4), 5000)
     assert i[i.index("-P") + 1] == "4" and i[i.index("-k") + 1] == "1000"
     assert "-P" not in iperf3.command("client", Case("bw", "tcp"), Params(), 5000)
+
+
+def test_perftest_parse():
+    """Recorded in the Soft-RoCE guest (a TCG virtual machine: perftest warns about its clock estimate)."""
+    pt = PEERS["perftest"]
+    lat = only(pt.parse(recorded("perftest-ib_send_lat-rxe.txt"), Case("lat", "verbs", "ib_send_lat")))
+    assert lat["latency_kind"] == "rtt/2" and lat["variant"] == "ib_send_lat" and lat["iterations"] == 1000
+    assert lat["latency_ns"] == {"min": 19820.0, "max": 54192660.0, "p50": 20880.0, "mean": 1393770.0,
+                                 "stdev": 4756940.0, "p99": 26458820.0, "p999": 54192660.0}
+    atomic = only(pt.parse(recorded("perftest-ib_atomic_lat-rxe.txt"), Case("lat", "verbs", "ib_atomic_lat")))
+    assert atomic["latency_kind"] == "rtt" and atomic["size"] == 8 and atomic["rtt_ns"]["p50"] == 29680.0
+    assert "latency_ns" not in atomic   # a whole operation, not half a round trip
+    bw = only(pt.parse(recorded("perftest-ib_send_bw-rxe.txt"), Case("bw", "verbs", "ib_send_bw")))
+    assert bw["gbps"] == 0.020436 and bw["msg_rate"] == pytest.approx(39.0) and bw["iterations"] == 80
+    assert bw["tool_cpu"]["cpu_util_pct"] == 100.0 and "--cpu_util" in bw["tool_cpu"]["note"]
+    write = only(pt.parse(recorded("perftest-ib_write_bw-rxe.txt"), Case("bw", "verbs", "ib_write_bw")))
+    assert write["gbps"] == 0.0 and write["iterations"] == 109 and write["tool_cpu"]["cpu_util_pct"] == 10.13
+    assert any("Correlation coefficient" in w for w in write["tool_warnings"])
+    with pytest.raises(PeerError):
+        pt.parse("Couldn't connect to 10.77.0.2:19001\n", Case("lat", "verbs", "ib_send_lat"))
+    broken = recorded("perftest-ib_send_lat-rxe.txt").replace(" 32      1000          19.82 ", " 32      1000          inf ")
+    with pytest.raises(Unsupported, match="clock estimate"):
+        pt.parse(broken, Case("lat", "verbs", "ib_send_lat"))
+
+
+def test_qperf_rdma_parse():
+    q = PEERS["qperf"]
+    read = only(q.parse(recorded("qperf-rc_rdma_read_lat-rxe.txt"), Case("lat", "verbs", "rc_rdma_read_lat")))
+    assert read["latency_kind"] == "rtt" and read["rtt_ns"] == {"mean": 106163.0} and read["msg_rate"] == 10669
+    assert read["tool_cpu"]["send_cpus_used_pct"] == 50.3
+    bw = only(q.parse(recorded("qperf-rc_bw-rxe.txt"), Case("bw", "verbs", "rc_bw")))
+    assert bw["gbps"] > 0 and bw["variant"] == "rc_bw" and bw["size"] == 65536
+    with pytest.raises(PeerError, match="address handle"):
+        q.parse(recorded("qperf-ud_lat-rxe.txt"), Case("lat", "verbs", "ud_lat"))
+
+
+def test_server_requests_are_the_allow_lists_shapes():
+    """What `peers --server` asks a serve for, per adapter: only keys its allow-list takes."""
+    params = Params(iters=500, duration=2, server="10.0.0.2:18515", rdma=Rdma(server_device="rxe1", gid_index=1))
+    assert sockperf.request(Case("lat", "udp"), params)["proto"] == "udp"
+    assert set(qperf.request(Case("lat", "verbs", "rc_lat"), params)) == {"tool", "lifetime_s"}
+    pt = PEERS["perftest"]
+    assert pt.request(Case("lat", "verbs", "ib_send_lat"), params) == {
+        "tool": "ib_send_lat", "conn": "RC", "size": 32, "iters": 500, "device": "rxe1", "gid_index": 1,
+        "lifetime_s": 32}
+    atomic = pt.request(Case("bw", "verbs", "ib_atomic_bw"), params)
+    assert "size" not in atomic and atomic["duration_s"] == 2
+    client = pt.command("client", Case("bw", "verbs", "ib_write_bw"), params, 4242)
+    assert client[-1] == "10.0.0.2" and "--cpu_util" in client and client[client.index("-D") + 1] == "2"
+    for peer in (PEERS["ucx_perftest"], PEERS["fi_pingpong"]):
+        assert peer.request(peer.cases[0], params) is None
 
 
 def test_ucx_perftest_parse():
@@ -305,7 +356,7 @@ def test_live_run(tool, tag, tmp_path):
     peer = PEERS[tool]
     params = Params(iters=300, duration=1, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
     records = peer.run(params)
-    assert [r["type"] for r in records] == ["point"] * len(peer.cases), records
+    assert [r["type"] for r in records] == ["point"] * len(peer.selected(params)), records
     for p in records:
         assert p["tool"] == tool and p["tool_version"] and p["command"][0] in ("taskset", "env")
         assert tool in p["command"] and p["size"] == (params.bw_size if p["experiment"] == "bw" else params.size)

@@ -22,7 +22,7 @@ from conftest import ENGINE, cli_cmd, one_line_error, wait_until
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
-PROTOCOL = 4
+PROTOCOL = 5
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
@@ -31,7 +31,7 @@ def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
 
 def hello_body(nonce: bytes | None = None, version: int = PROTOCOL) -> bytes:
     nonce = os.urandom(32) if nonce is None else nonce
-    return f"{version}\nattacker-host\n{nonce.hex()}\n\nexperiment=lat\ntransport=tcp\n".encode()  # no relay
+    return f"{version}\nattacker-host\n{nonce.hex()}\n\n\nexperiment=lat\ntransport=tcp\n".encode()  # no relay, no tool
 
 
 def read_frame(sock: socket.socket) -> tuple[int, bytes]:

@@ -30,6 +30,7 @@ constexpr const char* kUsage = R"(usage:
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
+  fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
@@ -56,6 +57,15 @@ each flow's thread on the next CPU of the list, round robin. --dry-run: check th
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
 130 interrupted (finished points and the partial one are still printed).
+
+tool asks the serve there to start a peer tool's server side (fabmeter peers
+--server): JSON names the tool and its parameters, e.g.
+{"tool":"sockperf","proto":"udp"} or {"tool":"ib_send_lat","size":64,"conn":"RC"};
+the server builds the command from a fixed table (docs/security.md) and
+refuses anything else (exit 2). It prints a "ready" line (the port and the
+server's command), keeps the tool running until this process's standard
+input closes (or SIGINT/SIGTERM), then prints an "end" line (how the tool
+ended, its CPU time) and exits 0 (3: it never listened).
 
 serve runs each session in a process of its own (at most --max-sessions, 1 ..
 1024, default 4; more are refused with "busy"). A connection takes a session
@@ -285,6 +295,16 @@ int main_(std::vector<std::string> args) {
     fm::parse_options(p, args);
     return fm::run_client(p, o);
   }
+  if (cmd == "tool") {
+    fm::ClientOptions o;
+    std::string request, v;
+    if (!take(args, "--server", &o.server)) fm::usage_error("tool: --server HOST[:PORT] is required");
+    if (!take(args, "--request", &request)) fm::usage_error("tool: --request JSON is required");
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
+    if (!args.empty()) fm::usage_error("tool: unexpected argument '" + args[0] + "'");
+    return fm::run_tool(request, o);
+  }
   if (cmd == "limits") {
     fm::LimitsOptions o;
     std::string v;
@@ -315,7 +335,7 @@ int main_(std::vector<std::string> args) {
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }
-  fm::usage_error("unknown command '" + cmd + "' (run, serve, limits, options, transports)");
+  fm::usage_error("unknown command '" + cmd + "' (run, serve, tool, limits, options, transports)");
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ SUITE=bookworm
 # binaries (built on the Debian 12 host, run from the 9p share) link against;
 # nftables (with nf_tables, nft_numgen below) drops packets for the loss cases.
 PACKAGES=(
-  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qperf
   libfabric-bin libfabric1 iproute2 kmod procps
   libstdc++6 libzmq5 libnng1 libnanomsg5
   nftables

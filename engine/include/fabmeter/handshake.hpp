@@ -1,5 +1,5 @@
-// The opening of a session (protocol 3), as iperf3 and OWAMP authenticate:
-//   client -> server  hello      "3\n" host id "\n" client nonce (hex) "\n" relay "\n" parameters
+// The opening of a session (protocol 5), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "5\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" parameters
 //   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
 //   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
 //   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
@@ -10,6 +10,8 @@
 // relay is empty, or HOST[:PORT] of another server: the client asks this
 // server to run the client role against that one and to carry the run's
 // output back (session.cpp; only to servers its operator allows).
+// tool is empty, or a JSON object asking the server to start a peer tool's
+// server side (experiment/tool_server.hpp); never both.
 #pragma once
 #include <string>
 #include <string_view>
@@ -22,6 +24,7 @@ constexpr size_t kMinTokenBytes = 16;
 constexpr size_t kMaxTokenBytes = 4096;
 constexpr size_t kMaxHostId = 128;
 constexpr size_t kMaxRelay = 300;  // HOST[:PORT]: a DNS name is at most 253 bytes
+constexpr size_t kMaxToolLine = 1024;
 
 // The shared secret: `token_file` when given, else $FABMETER_TOKEN, else ""
 // (no authentication). Refuses a file others may read, and secrets shorter
@@ -32,10 +35,10 @@ std::string random_bytes(size_t n);  // RAND_bytes
 
 struct Hello {
   unsigned long version = 0;
-  std::string host, nonce, relay, params;  // nonce raw; empty fields when the version is not ours
+  std::string host, nonce, relay, tool, params;  // nonce raw; empty fields when the version is not ours
 };
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view params);
+                         std::string_view tool, std::string_view params);
 // Only the version line is read when the version is not kProtocolVersion.
 Hello decode_hello(std::string_view payload);
 

@@ -69,6 +69,10 @@ ServerCost server_cost(const Params& p, const Caps& caps);
 // Return the process exit code: 0 ok, 3 runtime failure, 130 interrupted.
 int run_client(const Params& p, const ClientOptions& o);
 int run_server(const ServerOptions& o);
+// `fabmeter-engine tool`: asks the server to start a peer tool's server side
+// (`request`, a JSON object: experiment/tool_server.hpp) and holds it until
+// standard input closes.
+int run_tool(const std::string& request, const ClientOptions& o);
 
 // Capabilities of a transport by name, for validation before connecting.
 Caps transport_caps(const Params& p);

@@ -151,9 +151,9 @@ std::string random_bytes(size_t n) {
 }
 
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view params) {
+                         std::string_view tool, std::string_view params) {
   return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(relay) + "\n" +
-         std::string(params);
+         std::string(tool) + "\n" + std::string(params);
 }
 
 Hello decode_hello(std::string_view s) {
@@ -172,6 +172,11 @@ Hello decode_hello(std::string_view s) {
   for (unsigned char c : relay)
     if (c <= 0x20 || c >= 0x7f) malformed("hello", "relay target is not printable");
   h.relay = std::string(relay);
+  // Read as JSON (decode_tool_request) only after the client proved itself.
+  const std::string_view tool = take_line(s, "hello", "tool");
+  if (tool.size() > kMaxToolLine) malformed("hello", "tool request of " + std::to_string(tool.size()) + " bytes");
+  if (!tool.empty() && !relay.empty()) malformed("hello", "both a relay target and a tool request");
+  h.tool = std::string(tool);
   h.params = std::string(s);
   return h;
 }

@@ -23,6 +23,7 @@
 #include <deque>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "experiment/admission.hpp"
@@ -31,6 +32,7 @@
 #include "experiment/relay.hpp"
 #include "experiment/run_points.hpp"
 #include "experiment/table.hpp"
+#include "experiment/tool_server.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
@@ -106,11 +108,12 @@ void write_status_line(Status st, const std::string& msg) {
 }  // namespace
 
 // The client's side of the opening (handshake.hpp): hello, proof, welcome.
-// `relay`: the server is asked to run the client against that server (relay.hpp).
+// `relay`: the server is asked to run the client against that server (relay.hpp);
+// `tool`: to start a peer tool's server side (tool_server.hpp).
 Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
-                     const std::string& relay) {
+                     const std::string& relay, const std::string& tool = "") {
   trace_phase("client", "hello");
-  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, encode_params(p));
+  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, encode_params(p));
   ctrl.send(CtrlType::hello, hello);
   // A server answers a hello at once and beats from its proof on (serve_one):
   // one frozen in the handshake is noticed like one frozen later.
@@ -130,6 +133,19 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
                            : !proof_matches(server_proof(o.token, hello, server_nonce, welcome.body), welcome.mac))
     runtime_error("authentication failed: the server did not prove it knows the token");
   return welcome;
+}
+
+int run_tool(const std::string& request, const ClientOptions& o) {
+  // Sent as one line, as the library writes it; the server checks what it asks for.
+  const nlohmann::json j = nlohmann::json::parse(request, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) usage_error("--request: expected a JSON object, got '" + request + "'");
+  const std::string line = j.dump();
+  if (line.size() > kMaxToolLine) usage_error("--request: at most " + std::to_string(kMaxToolLine) + " bytes");
+  Params p;  // sent as every hello carries them; a tool session runs none of them
+  p.experiment = "lat";
+  Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
+  open_session(ctrl, p, o, host_id(), "", line);
+  return run_tool_client(ctrl);
 }
 
 int run_client(const Params& requested, const ClientOptions& o) {
@@ -425,7 +441,13 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   Caps caps{};
   bool same_host = client_host == host_id();
   const bool relaying = !decoded.relay.empty();
+  ToolRequest tool;
+  std::string tool_binary;
   try {
+    if (!decoded.tool.empty()) {  // nothing of the experiment runs: the parameters are the defaults
+      tool = decode_tool_request(decoded.tool);
+      tool_binary = check_tool(tool, o);
+    }
     p = decode_params(decoded.params);
     validate_run(p);
     set_reported_percentiles(p.percentiles);
@@ -438,6 +460,13 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return 2;
+  }
+  if (!tool_binary.empty() && o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
+  if (!tool_binary.empty()) {
+    const std::string body = host_id() + "\n" + engine_env(clocks.of(p), o.cpu, fabric_where(p, ctrl, o.cpu)).str();
+    ctrl.send(CtrlType::welcome,
+              encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
+    return serve_tool(ctrl, tool, tool_binary, o);
   }
   SessionFiles files(o);
   try {

@@ -12,18 +12,25 @@ An adapter is a subclass of `Peer` in its own module that says
 - `listens(case)`: "tcp" or "udp", how to tell that the server is ready
   (its socket on `port` shows up in /proc/net: nothing connects to it early),
 - `parse(text, case)`: the client's output -> point dicts in fabmeter's
-  schema (`point()` builds the common keys).
+  schema (`point()` builds the common keys),
+- `request(case, params)`: what to ask a remote `fabmeter serve` for when
+  the server side runs there (`--server`): the tool and its parameters as
+  the server's allow-list takes them (engine/src/experiment/tool_server.cpp);
+  None: the tool cannot run so.
 
 `Peer.run(params)` does the rest for every case: a free port, the server in
 a process group of its own, wait until it listens, the client under a
 timeout, parse, and always stop both (SIGTERM, then SIGKILL, to the whole
-group). A case that cannot run gives a record {"type": "skipped"} or
+group). With `params.server`, the server side runs on that host instead:
+`fabmeter-engine tool` asks its `fabmeter serve` to start it (the port is
+the server's pick) and holds it until the client is done (RemoteServer). A case that cannot run gives a record {"type": "skipped"} or
 {"type": "failed"} with a one-line `reason` instead of points.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shutil
 import socket
@@ -57,6 +64,21 @@ class Params:
     transports: tuple[str, ...] = ("tcp", "udp", "shm")
     timeout_s: float = 30.0               # per client run, on top of duration
     raw_dir: Optional[Path] = None        # where to keep each tool's raw output
+    server: Optional[str] = None          # HOST[:PORT] of a `fabmeter serve` that runs the server side
+    token_file: Optional[str] = None      # its shared secret (else $FABMETER_TOKEN)
+    engine: Optional[str] = None          # fabmeter-engine, which speaks to that serve
+    rdma: Optional["Rdma"] = None         # RDMA tools: the devices of each side
+    tests: Optional[tuple[str, ...]] = None  # only these of the tools' tests (Case.variant); None = all
+
+    @property
+    def host(self) -> str:
+        """Where the client connects: the server's host, or loopback."""
+        if self.server is None:
+            return "127.0.0.1"
+        host = self.server
+        if host.startswith("["):
+            return host[1:host.index("]")]
+        return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
     @property
     def client_cpu(self) -> Optional[int]:
@@ -68,9 +90,19 @@ class Params:
 
 
 @dataclass(frozen=True)
+class Rdma:
+    """The RDMA devices perftest and qperf's RDMA tests use on each side."""
+    client_device: Optional[str] = None   # perftest -d, qperf -cm1 ... -Li
+    server_device: Optional[str] = None
+    gid_index: Optional[int] = None       # perftest -x (RoCE: the GID of the address family used)
+    ib_port: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Case:
     experiment: str   # lat | bw | load
-    transport: str    # tcp | udp | shm
+    transport: str    # tcp | udp | shm | verbs
+    variant: str = "" # which of the tool's tests or binaries, where it has several (qperf rc_lat, ib_send_bw)
 
     def size(self, params: Params) -> int:
         return params.bw_size if self.experiment == "bw" else params.size
@@ -109,8 +141,9 @@ def probe_version(argv: tuple[str, ...], pattern: str) -> Optional[str]:
 
 def point(tool: str, case: Case, **fields) -> dict:
     """A peer point: fabmeter's point keys plus who measured it and how."""
+    variant = {"variant": case.variant} if case.variant else {}
     return {"type": "point", "peer": True, "tool": tool, "experiment": case.experiment,
-            "transport": case.transport, **fields}
+            "transport": case.transport, **variant, **fields}
 
 
 def us_to_ns(value: str | float) -> float:
@@ -227,6 +260,9 @@ class Peer:
     def parse(self, text: str, case: Case) -> list[dict]:
         raise NotImplementedError
 
+    def request(self, case: Case, params: Params) -> Optional[dict]:
+        return None
+
     def started(self, case: Case, params: Params, client: "Process") -> dict:
         """Called once the client runs (it may place the client's threads); what it returns goes into every
         point of the case."""
@@ -244,13 +280,16 @@ class Peer:
         rec = {"type": "skipped", "peer": True, "tool": self.tool, "reason": reason}
         if case is not None:
             rec.update(experiment=case.experiment, transport=case.transport)
+            if case.variant:
+                rec["variant"] = case.variant
         return rec
 
     def not_installed(self) -> dict:
         return self.skipped(f"not installed (apt-get install {self.package})")
 
     def selected(self, params: Params) -> list[Case]:
-        return [c for c in self.cases if c.transport in params.transports]
+        return [c for c in self.cases if c.transport in params.transports
+                and (params.tests is None or c.variant in params.tests)]
 
     def run(self, params: Params, on_record: Optional[Callable[[dict], None]] = None) -> list[dict]:
         """Every selected case: points, or one skipped/failed record per case.
@@ -275,10 +314,13 @@ class Peer:
                 add([self.skipped(str(e), case)])
             except PeerError as e:
                 add([{"type": "failed", "peer": True, "tool": self.tool, "experiment": case.experiment,
-                      "transport": case.transport, "reason": str(e)}])
+                      "transport": case.transport, **({"variant": case.variant} if case.variant else {}),
+                      "reason": str(e)}])
         return records
 
     def run_case(self, case: Case, params: Params) -> list[dict]:
+        if params.server is not None:
+            return self.run_remote_case(case, params)
         port = free_port()
         server_cmd = self.command("server", case, params, port)
         client_cmd = self.command("client", case, params, port)
@@ -321,6 +363,51 @@ class Peer:
                 p["raw_output"] = self._raw_name(case, params)
         return points
 
+    def run_remote_case(self, case: Case, params: Params) -> list[dict]:
+        """The server side on params.server, started by its `fabmeter serve`; the client here."""
+        request = self.request(case, params)
+        if request is None:
+            raise Unsupported(f"{self.tool} does not run its server side through fabmeter serve (--server)")
+        pinned_cpus = (params.client_cpu,) if params.client_cpu is not None else ()
+        server = RemoteServer(params, request)
+        client: Optional[Process] = None
+        try:
+            port = server.wait_ready()
+            client_cmd = self.command("client", case, params, port)
+            client = Process(client_cmd)
+            client_cpu0 = cpu_cost.read(client.proc.pid, pinned_cpus)
+            placed = self.started(case, params, client)
+            if not cpu_cost.exited(client.proc.pid, params.duration + params.timeout_s):
+                raise PeerError(f"client did not finish within {params.duration + params.timeout_s:.0f} s")
+            client_cpu1 = cpu_cost.read(client.proc.pid, pinned_cpus)
+            client.wait(SERVER_EXIT_GRACE_S)
+            text = client.output()
+            self._keep_raw(params, case, text)
+            end = server.finish()
+            if client.proc.returncode != 0:
+                raise PeerError(f"client exited {client.proc.returncode}: {client.last_line()}"
+                                + (f" (server: {end['output']})" if end.get("output") else ""))
+            points = self.parse(text, case)
+            if not points:
+                raise PeerError(f"no result in the client's output: {client.last_line()}")
+        finally:
+            if client is not None:
+                client.stop()
+                client.close()
+            server.close()
+        version = self.version()
+        for p in points:
+            p.setdefault("size", case.size(params))
+            count, per = self.measured_count(p, case, params), self.per_unit(case)
+            nbytes = count * p["size"] if count and case.experiment == "bw" else None
+            p["cpu"] = {"client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
+                        "server": cpu_cost.remote_side(end, count, per, nbytes)}
+            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server.argv,
+                     server=params.server, **placed)
+            if params.raw_dir is not None:
+                p["raw_output"] = self._raw_name(case, params)
+        return points
+
     def _raw_name(self, case: Case, params: Params) -> str:
         return f"{self.tool}-{case.experiment}-{case.transport}-{case.size(params)}B.txt"
 
@@ -328,3 +415,62 @@ class Peer:
         if params.raw_dir is not None:
             params.raw_dir.mkdir(parents=True, exist_ok=True)
             (params.raw_dir / self._raw_name(case, params)).write_text(text)
+
+
+class RemoteServer:
+    """A tool's server side on another host: `fabmeter-engine tool --server HOST --request JSON` asks that host's
+    `fabmeter serve` to start it and holds it until our standard input to it closes."""
+
+    def __init__(self, params: Params, request: dict):
+        if params.engine is None:
+            raise PeerError("--server needs fabmeter-engine (make build)")
+        argv = [params.engine, "tool", "--server", params.server, "--request", json.dumps(request)]
+        if params.token_file is not None:
+            argv += ["--token-file", params.token_file]
+        self.argv: list[str] = []
+        self._err = tempfile.TemporaryFile(mode="w+")
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+                                         text=True, preexec_fn=procs.child_setup)
+        except OSError as e:
+            self._err.close()
+            raise PeerError(f"cannot start {argv[0]}: {e.strerror}") from e
+
+    def _line(self, kind: str) -> dict:
+        for text in self.proc.stdout:
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("type") == kind:
+                return rec
+        self.proc.wait(timeout=10)
+        self._err.seek(0)
+        lines = [ln.strip() for ln in self._err.read().splitlines() if ln.strip()]
+        reason = lines[-1].removeprefix("fabmeter-engine: error: ") if lines else f"exit {self.proc.returncode}"
+        if self.proc.returncode == 2:
+            raise Unsupported(f"the server refused: {reason}")
+        raise PeerError(f"the server's tool: {reason}")
+
+    def wait_ready(self) -> int:
+        ready = self._line("ready")
+        if not ready.get("ready"):
+            raise PeerError(f"the server's tool did not listen: {ready.get('reason')}")
+        self.argv = list(ready.get("server_argv") or [])
+        return int(ready["port"])
+
+    def finish(self) -> dict:
+        """Stops the tool there (our stdin closes) and returns the engine's "end" line."""
+        self.proc.stdin.close()
+        return self._line("end")
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            procs.stop_group(self.proc, 0.0)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._err.close()

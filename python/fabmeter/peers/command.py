@@ -1,9 +1,13 @@
 """`fabmeter peers`: the established tools beside fabmeter, on this host.
 
 Each selected tool measures what it can among the chosen transports
-(loopback only): sockperf lat and load (under-load at --rate) tcp/udp, qperf
+(loopback, or to --server HOST): sockperf lat and load (under-load at --rate) tcp/udp, qperf
 lat tcp/udp and bw tcp, iperf3 bw tcp, ucx_perftest lat and bw over shm and tcp, fi_pingpong lat over each
-transport's libfabric provider (tcp msg, udp dgram, shm rdm). fabmeter
+transport's libfabric provider (tcp msg, udp dgram, shm rdm); over verbs (RDMA devices: --transports
+verbs), perftest's ib_{send,write,read,atomic}_{lat,bw} and qperf's RDMA tests.
+With --server HOST[:PORT], each tool's server side runs on that host, started
+by its `fabmeter serve` (docs/security.md: what such a server will start),
+and fabmeter's own runs use that serve too. fabmeter
 itself (tool "fabmeter") runs lat for every transport x poll (busy, event),
 bw over tcp and load over tcp and udp (busy, fixed arrivals at --rate), with
 the same sizes, iterations, rate and CPUs. One table, every row saying
@@ -26,14 +30,15 @@ from typing import Iterator, Optional
 from fabmeter import __version__, analysis, envinfo, run
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
-from fabmeter.peers.base import Params
+from fabmeter.peers.base import Params, Rdma
 from fabmeter.peers.registry import PEERS
 from fabmeter.recorded import equivalent_command, run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
 
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
-TRANSPORTS = ("tcp", "udp", "shm")
+TRANSPORTS = ("tcp", "udp", "shm", "verbs")
+DEFAULT_TRANSPORTS = ("tcp", "udp", "shm")
 FABMETER_RUNS = ([("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
                  + [("load", t, "busy") for t in ("tcp", "udp")])
 FABMETER_NOTE = {
@@ -46,28 +51,41 @@ FABMETER_NOTE = {
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong) beside fabmeter",
-                       description="Run sockperf, qperf, iperf3, ucx_perftest and fi_pingpong over loopback with the same sizes, "
+    p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong, "
+                                     "perftest) beside fabmeter",
+                       description="Run sockperf, qperf, iperf3, ucx_perftest, fi_pingpong and perftest over loopback "
+                                   "(or to --server HOST) with the same sizes, "
                                    "iterations and CPUs as fabmeter's own runs, and print them side by side, "
                                    "each figure labelled with the statistic its tool reports.",
                        allow_abbrev=False)
     p.add_argument("--tools", metavar="LIST", default=",".join(TOOLS),
                    help="comma-separated, from: %(default)s (default: all)")
-    p.add_argument("--transports", metavar="LIST", default=",".join(TRANSPORTS),
-                   help="comma-separated, from: %(default)s (default: all)")
+    p.add_argument("--transports", metavar="LIST", default=",".join(DEFAULT_TRANSPORTS),
+                   help=f"comma-separated, from: {','.join(TRANSPORTS)} (default: %(default)s; verbs needs RDMA devices)")
     p.add_argument("-s", "--size", metavar="N", type=_message_size, default="32",
                    help="latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)")
     p.add_argument("--bw-size", metavar="N", type=_message_size, default="64K",
                    help="bandwidth message size (default: %(default)s)")
     p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
-                   help="iterations, for fabmeter, iperf3 and ucx_perftest (default: %(default)s)")
+                   help="iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: %(default)s)")
     p.add_argument("--duration", metavar="S", type=float, default=1.0,
-                   help="seconds, for the tools that only stop on a timer: sockperf, qperf; "
+                   help="seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's bandwidth tools; "
                         "whole seconds, rounded up; fabmeter load runs this long (default: %(default)s)")
     p.add_argument("--rate", metavar="HZ", type=int, default=10000,
                    help="load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
                         "(default: %(default)s)")
-    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs)")
+    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs; "
+                                                 "with --server, B is the serve's own --cpu and A alone counts)")
+    p.add_argument("--server", metavar="HOST[:PORT]",
+                   help="run each tool's server side on HOST, started by the `fabmeter serve` there "
+                        "(which needs a token); the clients here connect to HOST")
+    p.add_argument("--token-file", metavar="F", help="with --server: the serve's shared secret (default: $FABMETER_TOKEN)")
+    p.add_argument("--device", metavar="DEV", help="verbs: the client's RDMA device (perftest -d)")
+    p.add_argument("--server-device", metavar="DEV", help="verbs: the server's RDMA device (perftest -d there)")
+    p.add_argument("--gid-index", metavar="N", type=int, help="verbs: the GID index on both sides (perftest -x)")
+    p.add_argument("--tests", metavar="LIST",
+                   help="verbs: only these of the tools' tests, comma-separated (perftest's binaries such as "
+                        "ib_send_lat, qperf's tests such as rc_lat; default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object per point or skipped/failed case")
     p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
 
@@ -91,16 +109,36 @@ def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     return items
 
 
-def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path]) -> Params:
+def _tests(text: Optional[str]) -> Optional[tuple[str, ...]]:
+    if text is None:
+        return None
+    known = tuple(c.variant for peer in PEERS.values() for c in peer.cases if c.variant)
+    return _list(text, known, "tests")
+
+
+def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine: Optional[str] = None) -> Params:
+    if ns.token_file is not None and ns.server is None:
+        raise FabmeterError("--token-file goes with --server", EXIT_USAGE)
+    if ns.gid_index is not None and not 0 <= ns.gid_index <= 255:
+        raise FabmeterError("--gid-index must be 0 .. 255", EXIT_USAGE)
+    transports = _list(ns.transports, TRANSPORTS, "transports")
+    if ns.server is not None and "shm" in transports:
+        if ns.transports != ",".join(DEFAULT_TRANSPORTS):
+            raise FabmeterError("--server: shm shares memory, so both ends run on one host (leave it out)", EXIT_USAGE)
+        transports = tuple(t for t in transports if t != "shm")
+    if ns.server is not None and cpus:
+        cpus = (cpus[0], None)   # the server's CPU is its serve's --cpu
     if ns.iters < 1:
         raise FabmeterError("--iters must be at least 1", EXIT_USAGE)
     if not ns.duration > 0:
         raise FabmeterError("--duration must be positive", EXIT_USAGE)
     if not 1 <= ns.rate <= 10_000_000:   # fabmeter load's bounds
         raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
+    rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index)
     return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
-                  cpus=tuple(cpus) if cpus else None, transports=_list(ns.transports, TRANSPORTS, "transports"),
-                  raw_dir=out / "peers-raw" if out else None)
+                  cpus=tuple(cpus) if cpus else None, transports=transports,
+                  raw_dir=out / "peers-raw" if out else None, server=ns.server, token_file=ns.token_file,
+                  engine=engine, rdma=rdma, tests=_tests(ns.tests))
 
 
 def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optional[Path]) -> Iterator[dict]:
@@ -111,6 +149,8 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
     for experiment, transport, poll in FABMETER_RUNS:
         if transport not in params.transports:
             continue
+        if params.server is not None and transport == "shm":
+            continue
         size = params.bw_size if experiment == "bw" else params.size
         if experiment == "load":   # sockperf under-load's schedule: a send every 1/rate
             options = {"transport": transport, "poll": poll, "rate": [params.rate], "arrivals": "fixed",
@@ -118,7 +158,8 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
         else:
             options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
-        spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine)
+        spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine, server=params.server,
+                           token_file=params.token_file)
         command = equivalent_command(spec)
         res = run_recorded(spec, limits=folder is not None).result
         if res.exit_code == EXIT_INTERRUPTED:
@@ -149,13 +190,18 @@ def table(points: list[dict], params: Params) -> str:
         lat = p.get("latency_ns") or p.get("rtt_ns") or {}
         note = p.get("statistic_note")
         mark = f"[{notes.setdefault(note, len(notes) + 1)}]" if note else ""
-        rows.append([p.get("tool", "?"), p.get("experiment", "?"), p.get("transport", "?"), p.get("poll") or "-",
+        tool = p.get("tool", "?") + (f" {p['variant']}" if p.get("variant") else "")
+        rows.append([tool, p.get("experiment", "?"), p.get("transport", "?"), p.get("poll") or "-",
                      analysis.fmt_size(p.get("size")), _figure(p) if lat else "-",
                      lat.get("p50"), lat.get("p99"), lat.get("mean"),
                      analysis.fmt_num(p.get("gbps"), 3),
                      analysis.fmt_num(p.get("msg_rate") or p.get("achieved_rps"), 0), analysis.cpu_cell(p), mark])
-    cpus = f"client CPU {params.cpus[0]}, server CPU {params.cpus[1]}" if params.cpus else "unpinned"
-    head = (f"fabmeter peers: loopback, {cpus}; latency in ns as each tool defines it (see notes), "
+    if params.server is not None:
+        cpus = (f"client CPU {params.cpus[0]}" if params.cpus else "client unpinned") + ", server as its serve pins it"
+    else:
+        cpus = f"client CPU {params.cpus[0]}, server CPU {params.cpus[1]}" if params.cpus else "unpinned"
+    where = f"server side on {params.server}" if params.server else "loopback"
+    head = (f"fabmeter peers: {where}, {cpus}; latency in ns as each tool defines it (see notes), "
             f"bandwidth in Gbit/s (10^9 bit/s); load: msg/s is the achieved request rate; CPU: ns of process CPU "
             f"per round trip (lat), message (bw) or request (load), fabmeter's runs over their measured window, "
             f"the tools' processes over their whole run")
@@ -171,7 +217,7 @@ def table(points: list[dict], params: Params) -> str:
 def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: str) -> int:
     tools = _list(ns.tools, TOOLS, "tools")
     out = out_folder(ns.out) if ns.out else None
-    params = params_from(ns, cpus, out)
+    params = params_from(ns, cpus, out, engine)
     started = now_iso()
     progress = sys.stderr.isatty()
     records: list[dict] = []
@@ -202,7 +248,7 @@ def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: st
             "started_at": started, "finished_at": now_iso(),
             "params": {"size": params.size, "bw_size": params.bw_size, "iters": params.iters, "rate": params.rate,
                        "duration": params.duration, "cpus": list(params.cpus) if params.cpus else None,
-                       "transports": list(params.transports), "tools": list(tools)},
+                       "transports": list(params.transports), "tools": list(tools), "server": params.server},
             "environment": envinfo.collect(),
             "points": [p for p in points if p.get("peer")],
             "skipped": [r for r in records if r.get("type") != "point"],

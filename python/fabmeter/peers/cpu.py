@@ -85,3 +85,19 @@ def exited(pid: int, timeout: float) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.005)
+
+
+REMOTE_NOTE = ("the tool's server side on the other host, as its `fabmeter serve` counted it: the user and system "
+               "time of every process of its group (wait4), from its start until it ended or was stopped")
+
+
+def remote_side(end: dict, count: Optional[float], per: str, nbytes: Optional[float] = None) -> dict:
+    """fabmeter's cpu side from a remote serve's "end" line (its tool's processes, whole run)."""
+    window, user, system = end.get("window_s"), end.get("user_s") or 0.0, end.get("system_s") or 0.0
+    cpu = user + system
+    return {"window": "process", "window_note": REMOTE_NOTE, "window_s": window, "user_s": user, "system_s": system,
+            "cpu_s": cpu, "utilization": cpu / window if window else None, "voluntary_switches": None,
+            "involuntary_switches": None, "run_delay_s": None, "per": per, "count": count,
+            "per_message_ns": cpu * 1e9 / count if count else None,
+            "service_demand_us_per_kb": cpu * 1e6 / (nbytes / 1024) if nbytes else None,
+            "resolution_s": 1e-6, "cpus": None}

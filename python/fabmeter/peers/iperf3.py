@@ -13,6 +13,7 @@ kept in the point as iperf3 gives it.
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional
 
 from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
@@ -32,8 +33,11 @@ class Iperf3(Peer):
         if role == "server":  # -1: serve one test, then exit
             return pinned(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], params.server_cpu)
         streams = ["-P", str(params.flows)] if params.flows > 1 else []
-        return pinned(["iperf3", "-c", "127.0.0.1", "-p", str(port), "-l", str(case.size(params)),
+        return pinned(["iperf3", "-c", params.host, "-p", str(port), "-l", str(case.size(params)),
                        "-k", str(params.iters), *streams, "-J"], params.client_cpu)
+
+    def request(self, case: Case, params: Params) -> dict:
+        return {"tool": "iperf3", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
 
     def parse(self, text: str, case: Case) -> list[dict]:
         start, end = text.find("{"), text.rfind("}")

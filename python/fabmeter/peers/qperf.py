@@ -1,8 +1,17 @@
-"""qperf tcp_lat, udp_lat and tcp_bw (blocking sockets).
+"""qperf tcp_lat, udp_lat and tcp_bw (blocking sockets), and its RDMA tests
+(rc_lat, uc_lat, ud_lat, rc_rdma_read_lat, rc_rdma_write_lat, rc_bw, ud_bw,
+rc_rdma_read_bw, rc_rdma_write_bw: transport "verbs"; the RC tests connect
+through rdma_cm, -cm1, so the devices follow the addresses). qperf connects
+UC and UD itself, from the device's GID 0, and takes no GID index: on RoCE,
+where GID 0 is a link-local address (Soft-RoCE between two local veths),
+they fail with the server's "failed to modify QP to RTR" or "failed to
+create address handle".
 
 What qperf reports (calc_results() in qperf.c): latency = the client's
 elapsed time / the messages received by both sides, i.e. the mean of half
-a round trip over the whole run; no percentiles. bw = bytes received / time.
+a round trip over the whole run; no percentiles. In an RDMA read or write
+latency test only the requester counts operations, so its figure is one
+whole operation (request and response), the RTT. bw = bytes received / time.
 Its socket tests stop only on the timer (-t): -n is honoured by the RDMA
 tests alone (the socket loops would never end). Its own CPU flags count
 from 1 (-rca 1 pins to CPU 0), so pinning uses taskset instead.
@@ -12,14 +21,23 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Optional
 
-from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
+from fabmeter.peers.base import Case, Params, Peer, PeerError, Unsupported, pinned, point, probe_version
 
 NOTE_LAT = ("qperf, blocking sockets: latency = elapsed time / messages in both directions, "
             "the mean RTT/2 over the whole run; no percentiles")
 NOTE_BW = "qperf, blocking sockets: bytes received / elapsed time over the whole run"
+NOTE_RDMA_LAT = ("qperf {test}: latency = elapsed time / messages in both directions, the mean "
+                 "RTT/2 over the whole run; no percentiles")
+NOTE_RDMA_OP_LAT = ("qperf {test}, rdma_cm: latency = elapsed time / operations of the requester, the mean "
+                    "time of a whole one-sided operation (RTT) over the whole run; no percentiles")
+NOTE_RDMA_BW = "qperf {test}: bytes received / elapsed time over the whole run"
 TESTS = {("lat", "tcp"): "tcp_lat", ("lat", "udp"): "udp_lat", ("bw", "tcp"): "tcp_bw"}
+RDMA_TESTS = (("lat", "rc_lat"), ("lat", "uc_lat"), ("lat", "ud_lat"), ("lat", "rc_rdma_read_lat"),
+              ("lat", "rc_rdma_write_lat"), ("bw", "rc_bw"), ("bw", "ud_bw"), ("bw", "rc_rdma_read_bw"),
+              ("bw", "rc_rdma_write_bw"))
 
 # qperf's own CPU figures (-v): each is the whole machine's busy time over its run (every CPU's /proc/stat,
 # whoever used it), in % of one CPU; costs in ns of that per GB moved.
@@ -35,7 +53,15 @@ _SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "sec": 1e9}
 class Qperf(Peer):
     def __init__(self):
         super().__init__(tool="qperf", package="qperf",
-                         cases=(Case("lat", "tcp"), Case("lat", "udp"), Case("bw", "tcp")))
+                         cases=(Case("lat", "tcp"), Case("lat", "udp"), Case("bw", "tcp"),
+                                *(Case(exp, "verbs", test) for exp, test in RDMA_TESTS)))
+
+    @staticmethod
+    def test(case: Case) -> str:
+        return case.variant or TESTS[(case.experiment, case.transport)]
+
+    def request(self, case: Case, params: Params) -> dict:
+        return {"tool": "qperf", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
 
     def version(self) -> Optional[str]:
         return probe_version(("qperf", "--version"), r"qperf\s+(\S+)")
@@ -45,12 +71,16 @@ class Qperf(Peer):
             return pinned(["qperf", "--listen_port", str(port)], params.server_cpu)
         seconds = max(1, math.ceil(params.duration))
         # -uu -ub: plain units (ns, bits/sec) that parse exactly; -v adds msg_size, time, msg_rate.
-        return pinned(["qperf", "127.0.0.1", "--listen_port", str(port), "--msg_size", str(case.size(params)),
-                       "--time", str(seconds), "-uu", "-ub", "-v", TESTS[(case.experiment, case.transport)]],
-                      params.client_cpu)
+        if case.transport == "verbs" and params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
+            raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
+        rdma = ["-cm1"] if case.variant.startswith("rc_") else []   # qperf connects UC and UD without rdma_cm
+        if case.transport == "verbs":   # its 5 s for each exchange and connection event is short for a slow host
+            rdma += ["-to", "30"]
+        return pinned(["qperf", params.host, "--listen_port", str(port), "--msg_size", str(case.size(params)),
+                       "--time", str(seconds), "-uu", "-ub", "-v", *rdma, self.test(case)], params.client_cpu)
 
     def parse(self, text: str, case: Case) -> list[dict]:
-        test = TESTS[(case.experiment, case.transport)]
+        test = self.test(case)
         head = re.search(rf"^{test}:\s*$", text, re.M)
         fields = {m.group(1): (float(m.group(2).replace(",", "")), m.group(3))
                   for m in _FIELD.finditer(text[head.end():])} if head else {}
@@ -69,21 +99,31 @@ class Qperf(Peer):
         own = {TOOL_CPU[k]: v for k, (v, _unit) in fields.items() if k in TOOL_CPU}
         if own:
             extra["tool_cpu"] = {**own, "note": TOOL_CPU_NOTE}
+        rdma = case.transport == "verbs"
         if case.experiment == "lat":
             value, unit = fields["latency"]
-            return [point(self.tool, case, latency_kind="rtt/2", statistic_note=NOTE_LAT,
-                          latency_ns={"mean": value * _SCALE[unit]}, **extra)]
+            stats = {"mean": value * _SCALE[unit]}
+            if "rdma" in test:   # one-sided: the requester's whole operation
+                return [point(self.tool, case, latency_kind="rtt", statistic_note=NOTE_RDMA_OP_LAT.format(test=test),
+                              rtt_ns=stats, **extra)]
+            return [point(self.tool, case, latency_kind="rtt/2",
+                          statistic_note=NOTE_RDMA_LAT.format(test=test) if rdma else NOTE_LAT,
+                          latency_ns=stats, **extra)]
         value, unit = fields["bw"]
         if unit != "bits/sec":
             raise PeerError(f"qperf bw in {unit!r}, expected bits/sec (-ub -uu)")
-        return [point(self.tool, case, statistic_note=NOTE_BW, gbps=value / 1e9, **extra)]
+        return [point(self.tool, case, statistic_note=NOTE_RDMA_BW.format(test=test) if rdma else NOTE_BW,
+                      gbps=value / 1e9, **extra)]
+
+    def _raw_name(self, case: Case, params: Params) -> str:
+        return f"qperf-{self.test(case)}-{case.size(params)}B.txt" if case.variant else super()._raw_name(case, params)
 
     def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
         """Its messages over its run (msg_rate x time); lat's msg_rate counts both directions: round trips are half."""
         if not p.get("msg_rate") or not p.get("duration_s"):
             return None
         messages = p["msg_rate"] * p["duration_s"]
-        return messages / 2 if case.experiment == "lat" else messages
+        return messages / 2 if case.experiment == "lat" and "rdma" not in self.test(case) else messages
 
 
 PEER = Qperf()

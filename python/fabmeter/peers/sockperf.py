@@ -50,6 +50,7 @@ LOAD_NOTE = ("sockperf under-load --mps RATE --reply-every 1 --full-rtt: a sende
 LOAD_KIND = "rtt from the actual send time"
 MIN_SIZE, MAX_SIZE = 14, 65507   # sockperf's -m limits (its header; one UDP datagram)
 RECEIVER_WAIT_S = 10.0           # sockperf 3.7 starts its receiver thread after a fixed 2 s pause
+RECEIVER_WAIT_S_INT = 10         # sockperf's own pauses, in a remote server's lifetime
 
 _PCT = re.compile(r"---> percentile\s+([\d.]+)\s*=\s*([\d.]+)")
 _EDGE = re.compile(r"---> <(MAX|MIN)> observation\s*=\s*([\d.]+)")
@@ -80,11 +81,15 @@ class Sockperf(Peer):
         if not MIN_SIZE <= size <= MAX_SIZE:
             raise Unsupported(f"sockperf takes {MIN_SIZE}..{MAX_SIZE} B messages, not {size}")
         seconds = max(1, math.ceil(params.duration))
-        common = ["-i", "127.0.0.1", "-p", str(port), *proto, "-m", str(size), "-t", str(seconds)]
+        common = ["-i", params.host, "-p", str(port), *proto, "-m", str(size), "-t", str(seconds)]
         if case.experiment == "load":
             return pinned(["sockperf", "under-load", *common, "--mps", str(params.rate), "--reply-every", "1",
                            "--full-rtt"], params.client_cpu)
         return pinned(["sockperf", "ping-pong", *common], params.client_cpu)
+
+    def request(self, case: Case, params: Params) -> dict:
+        return {"tool": "sockperf", "proto": case.transport,
+                "lifetime_s": math.ceil(params.duration + params.timeout_s) + RECEIVER_WAIT_S_INT}
 
     def started(self, case: Case, params: Params, client) -> dict:
         """load with two CPUs: the receiver thread onto the server's CPU as soon as sockperf starts it."""

@@ -1,0 +1,180 @@
+"""perftest (linux-rdma/perftest) over RDMA verbs: ib_{send,write,read}_{lat,bw}
+and ib_atomic_{lat,bw}, RC.
+
+What perftest reports: the lat tools (-n iterations) print t_min, t_max,
+t_typical (the median), t_avg, t_stdev and the 99 % and 99.9 % percentiles
+in usec over every iteration; for send and write (ping-pong) each sample is
+half the round trip, for read and atomics (one-sided: the requester waits
+for the response) the whole operation. The bw tools run for --duration
+seconds (-D, with perftest's own margin at both ends left out) and print
+the average bandwidth (--report_gbits: Gbit/s, 10^9 bit/s) and message rate
+(Mpps) over the measured period, and #iterations, the messages in it (the
+count CPU per message divides by); it times with the TSC at a clock rate
+it estimates, and where the estimate is shaky (a virtual machine) it warns
+("Correlation coefficient r^2 ... < 0.9"), kept as tool_warnings: under
+Soft-RoCE in a TCG guest its write and read bandwidth then print as 0; --cpu_util adds CPU_Util[%], perftest's own
+reading of the CPU (from /proc/stat, the whole machine's CPUs, any
+process), which perftest prints only in duration mode, so only the bw tools
+have it. Local runs need an RDMA device here (--device, --server-device).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from fabmeter.peers.base import (Case, Params, Peer, PeerError, Unsupported, percentile_key, pinned, point,
+                                 probe_version, us_to_ns)
+
+OPS = ("send", "write", "read", "atomic")
+ONE_SIDED = ("read", "atomic")
+NOTE_LAT = ("perftest {tool} -n ITERS, RC: t_typical is the median, percentiles and mean over every iteration, "
+            "each sample {what}")
+NOTE_BW = ("perftest {tool} -D SECONDS --report_gbits, RC: average bandwidth and message rate over the measured "
+           "period (perftest's margins left out)")
+TOOL_CPU_NOTE = ("perftest's own --cpu_util: the whole machine's CPUs busy over its measured period, in % "
+                 "(its reading of /proc/stat, any process), on the client's host")
+# perftest times with the TSC and its own estimate of the CPU's clock; where that estimate is shaky
+# (a virtual machine) it says so, and its figures are then to be read with that in mind.
+_WARNING = re.compile(r"^.*(?:Correlation coefficient|Conflicting CPU frequency).*$", re.M)
+_ERROR = re.compile(r"^.*(?:Couldn't|Unable|error|Error|failed|not supported).*$", re.M)
+
+
+def _columns(header: str) -> list[str]:
+    """perftest's header row -> column names: '#bytes', 'BW average[Gb/sec]', '99% percentile[usec]', ..."""
+    return re.findall(r"#\w+|(?:[\w.%]+ )?[\w.%]+\[[^\]]*\]|[\w.%]+", header.strip())
+
+
+class Perftest(Peer):
+    def __init__(self):
+        super().__init__(tool="perftest", package="perftest",
+                         cases=tuple(Case(exp, "verbs", f"ib_{op}_{exp}") for op in OPS for exp in ("lat", "bw")),
+                         server_exits_alone=True, poll="busy")
+
+    def available(self) -> bool:
+        return shutil.which("ib_send_lat") is not None
+
+    def version(self) -> Optional[str]:
+        return probe_version(("ib_send_lat", "--version"), r"(\d[\d.]*\S*)")
+
+    def request(self, case: Case, params: Params) -> dict:
+        rdma = params.rdma
+        req: dict = {"tool": case.variant, "conn": "RC", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
+        if not case.variant.startswith("ib_atomic_"):
+            req["size"] = case.size(params)
+        if case.experiment == "lat":
+            req["iters"] = params.iters
+        else:
+            req["duration_s"] = self.seconds(params)
+        if rdma is not None:
+            if rdma.server_device:
+                req["device"] = rdma.server_device
+            if rdma.gid_index is not None:
+                req["gid_index"] = rdma.gid_index
+            if rdma.ib_port is not None:
+                req["ib_port"] = rdma.ib_port
+        return req
+
+    @staticmethod
+    def seconds(params: Params) -> int:
+        return max(1, math.ceil(params.duration))
+
+    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+        if params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
+            raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
+        rdma = params.rdma
+        device = (rdma.client_device if role == "client" else rdma.server_device) if rdma else None
+        argv = [case.variant, "-p", str(port), "-F", "-c", "RC"]
+        if device:
+            argv += ["-d", device]
+        if rdma is not None and rdma.ib_port is not None:
+            argv += ["-i", str(rdma.ib_port)]
+        if rdma is not None and rdma.gid_index is not None:
+            argv += ["-x", str(rdma.gid_index)]
+        if not case.variant.startswith("ib_atomic_"):   # atomics move 8 B, their own size
+            argv += ["-s", str(case.size(params))]
+        if case.experiment == "lat":
+            argv += ["-n", str(params.iters)]
+        else:
+            argv += ["-D", str(self.seconds(params))]
+            if role == "client":
+                argv += ["--cpu_util", "--report_gbits"]
+        if role == "client":
+            argv.append(params.host)
+        return pinned(argv, params.client_cpu if role == "client" else params.server_cpu)
+
+    def parse(self, text: str, case: Case) -> list[dict]:
+        lines = text.splitlines()
+        row = None
+        for i, line in enumerate(lines):
+            if "#bytes" in line:
+                names = _columns(line)
+                for data in lines[i + 1:]:
+                    values = data.split()
+                    if values and re.fullmatch(r"\d+", values[0]):
+                        row = dict(zip(names, values))
+                        break
+        if row is None:
+            err = _ERROR.search(text)
+            if err:
+                raise PeerError(err.group(0).strip())
+            return []
+        try:
+            fields = {k: float(v) for k, v in row.items()}
+        except ValueError as e:
+            raise PeerError(f"perftest printed a result that is not a number: {e}") from e
+        if not all(math.isfinite(v) for v in fields.values()):
+            # Its TSC rate estimate failed (inf, nan): the machine's, not the path's; no figure to keep.
+            warned = _WARNING.search(text)
+            raise Unsupported("perftest's clock estimate failed on this machine, its figures are inf/nan"
+                              + (f" ({warned.group(0).strip()})" if warned else ""))
+        extra = {"size": int(fields["#bytes"]), "service": "RC", "op": case.variant[3:].rsplit("_", 1)[0]}
+        warnings = [m.group(0).strip() for m in _WARNING.finditer(text)]
+        if warnings:
+            extra["tool_warnings"] = warnings
+        if "#iterations" in fields:
+            extra["iterations"] = int(fields["#iterations"])
+        one_sided = extra["op"] in ONE_SIDED
+        if case.experiment == "lat":
+            stats = {}
+            for name, key in (("t_min[usec]", "min"), ("t_max[usec]", "max"), ("t_typical[usec]", "p50"),
+                              ("t_avg[usec]", "mean"), ("t_stdev[usec]", "stdev")):
+                if name in fields:
+                    stats[key] = us_to_ns(fields[name])
+            for name, value in fields.items():
+                m = re.fullmatch(r"([\d.]+)% percentile\[usec\]", name)
+                if m:
+                    stats[percentile_key(m.group(1))] = us_to_ns(value)
+            if "p50" not in stats and "mean" not in stats:
+                return []
+            what = "a whole operation (request and response)" if one_sided else "half a round trip"
+            note = NOTE_LAT.format(tool=case.variant, what=what)
+            if one_sided:
+                return [point("perftest", case, latency_kind="rtt", statistic_note=note, rtt_ns=stats,
+                              tool_binary=case.variant, **extra)]
+            return [point("perftest", case, latency_kind="rtt/2", statistic_note=note, latency_ns=stats,
+                          tool_binary=case.variant, **extra)]
+        bw = next((v for k, v in fields.items() if k.startswith("BW average")), None)
+        unit = next((k for k in fields if k.startswith("BW average")), "")
+        if bw is None:
+            return []
+        if "[Gb/sec]" not in unit:
+            raise PeerError(f"perftest bandwidth in {unit!r}, expected Gb/sec (--report_gbits)")
+        p = point("perftest", case, statistic_note=NOTE_BW.format(tool=case.variant), gbps=bw,
+                  tool_binary=case.variant, **extra)
+        if "MsgRate[Mpps]" in fields:
+            p["msg_rate"] = fields["MsgRate[Mpps]"] * 1e6
+        cpu = next((v for k, v in fields.items() if k.startswith("CPU_Util")), None)
+        if cpu is not None:
+            p["tool_cpu"] = {"cpu_util_pct": cpu, "note": TOOL_CPU_NOTE}
+        return [p]
+
+
+    def _raw_name(self, case: Case, params: Params) -> str:
+        return f"{case.variant}-{case.size(params)}B.txt"
+
+
+PEER = Perftest()
