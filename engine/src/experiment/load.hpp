@@ -910,7 +910,8 @@ class LoadResponder {
 
  private:
   static Status ended(const T& t, Status st, std::string* failure) {
-    if (st == Status::failed) *failure = t.failure();
+    if (st != Status::failed) return st;
+    if (const char* f = t.failure()) *failure = f;  // a transport that cannot fail (shm) says nothing
     return st;
   }
 
