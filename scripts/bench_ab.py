@@ -79,6 +79,10 @@ class Keyed(bench.Bench):
         key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + " (all points)"
         return Measure(key, super().fabmeter_all(experiment, options, lambda points: points), pick)
 
+    def one_run(self, experiment, options, ours, theirs):
+        # Only the fabmeter side is compared here: a Measure like any other.
+        return self.fabmeter(experiment, options, ours), self.fabmeter(experiment, options, theirs)
+
     def limit(self, pick, args=()):
         # Keyed after its row below: two limits rows of one run are measured apart, as the bench does.
         return Measure(None, super().limit(lambda lim: lim, args), pick)

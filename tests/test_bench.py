@@ -8,6 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from fabmeter import bench
 
 
@@ -162,3 +164,52 @@ def test_setup_row_measures_both_sides(tmp_path, engine, monkeypatch):
     [run_json] = list((tmp_path / "runs").glob("*/run.json"))
     params = json.loads(run_json.read_text())["config"]["params"]
     assert (params["experiment"], params["transport"], params["iters"]) == ("setup", "tcp", 20)
+
+
+# --- what measuring costs -----------------------------------------------------------
+
+def test_one_run_gives_both_sides_of_a_row_from_one_point(tmp_path, engine, monkeypatch):
+    """Whichever side a round measures first runs fabmeter, the other takes its figure from that same point."""
+    b = bench.Bench(tmp_path, None, str(engine))
+    runs = iter([{"a": 1, "b": 10}, {"a": 2, "b": 20}])
+    monkeypatch.setattr(b, "fabmeter", lambda experiment, options, pick: lambda: pick(next(runs)))
+    ours, theirs = b.one_run("lat", {}, lambda p: p["a"], lambda p: p["b"])
+    assert (ours(), theirs(), theirs(), ours()) == (1, 10, 20, 2)
+
+
+def test_tx_rows_picks_refuse_a_run_that_measured_nothing():
+    """The stamped side must have waited for a buffer (else the stamps cost nothing because nothing was
+    stamped); the unstamped side must report no tx at all."""
+    def pts(tx):
+        return [{"achieved_rps": 1000.0, "server": {"tx": tx}}]
+    assert bench.tx_stamped_rps(pts({"waits": 3})) == 1000.0
+    assert bench.tx_unstamped_rps(pts(None)) == 1000.0
+    for bad in (None, {"waits": 0}):
+        with pytest.raises(bench.Skip):
+            bench.tx_stamped_rps(pts(bad))
+    with pytest.raises(bench.Skip):
+        bench.tx_unstamped_rps(pts({"waits": 0}))
+    with pytest.raises(bench.Skip):
+        bench.cpu_side({"cpu": {"client": {}, "server": None}}, "server")
+
+
+def test_measuring_rows_measure_both_sides(tmp_path, engine, monkeypatch):
+    """Each row once, short: the accounting reads of each end beside the same point's window (one lat run per
+    row), and closed-loop req/s with the transmit-path stamps on beside off, each run.json saying which."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    monkeypatch.setattr(bench, "ITERS", 2000)
+    monkeypatch.setattr(bench, "TX_SECONDS", 0.1)
+    b = bench.Bench(tmp_path, None, str(engine))
+    client, server, tx = b.measuring_rows()
+    for row in (client, server):
+        assert row.target is None and not row.floor and "read_ns" in row.figure
+        reads, window = row.fabmeter(), row.other()
+        assert reads > 0 and window > 0, row.name
+    assert len(list((tmp_path / "runs").glob("*-lat-*"))) == 2   # one run per row, both figures from it
+    assert (tx.target, tx.higher_is_better) == (bench.TX_TARGET, True) == (0.98, True)
+    if "ofi" not in b.info.get("transports", []):
+        return
+    assert tx.fabmeter() > 0 and tx.other() > 0
+    stamps = [json.loads(r.read_text())["config"]["params"]["tx_stamps"]
+              for r in sorted((tmp_path / "runs").glob("*-load-*/run.json"))]
+    assert stamps == ["on", "off"]

@@ -225,6 +225,26 @@ def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
     assert p["server"]["tx"] is None
 
 
+def test_tx_stamps_switch_the_transmit_path_record(fm, engine, tmp_path):
+    """--tx-stamps off: a server whose every reply waits for a send buffer (as above, closed loop) serves every
+    request unstamped and reports server.tx null, not zeros; by default (on) the same run stamps its waits.
+    run.json records which."""
+    if "ofi" not in built_transports(engine):
+        pytest.skip("the engine was built without ofi")
+    for stamps in ("off", None):
+        r = fm.run("load", "-t", "ofi", "--provider", "shm", "--ep", "rdm", "--sq-depth", "1", "--rq-depth", "4",
+                   "--resp-size", "64K", "--clients", "2", "--duration", "0.1", "--warmup", "2",
+                   *(["--tx-stamps", stamps] if stamps else []), "--json", "--out", tmp_path / str(stamps),
+                   timeout=120)
+        assert r.returncode == 0, r.stderr
+        (p,) = json_lines(r.stdout)
+        assert p["server"]["requests"] > 0 and p["achieved_rps"] > 0, p["server"]
+        tx = p["server"]["tx"]
+        assert tx is None if stamps == "off" else tx["waits"] > 0 and tx["wait_ns_total"] > 0, tx
+        params = json.loads((tmp_path / str(stamps) / "run.json").read_text())["config"]["params"]
+        assert params["tx_stamps"] == (stamps or "on")
+
+
 def test_threads_and_connections(fm):
     r = fm.run("load", "-t", "tcp", "--conns", "4", "--threads", "2", "--server-threads", "2", "--rate", "20000",
                "--count", "4000", "--json")

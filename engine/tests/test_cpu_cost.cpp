@@ -45,6 +45,28 @@ TEST(CpuCost, AWindowCountsTheCpuSpentInIt) {
   EXPECT_DOUBLE_EQ(field(side, "service_demand_us_per_kb"), field(side, "cpu_s") * 1e6 / 1000);
 }
 
+TEST(CpuCost, TheReadsAreTimedOutsideTheWindow) {
+  // Each snapshot's reads are timed; the closing one takes the clock before
+  // reading, the opening one after, so the window ends where the reads begin.
+  const fm::CpuSnapshot opening = fm::cpu_snapshot({0});
+  const fm::CpuSnapshot closing = fm::cpu_snapshot({0}, true);
+  EXPECT_GT(opening.read_ns, 0);
+  EXPECT_GT(closing.read_ns, 0);
+  EXPECT_LE(opening.mono_ns, closing.mono_ns);
+  const fm::CpuSnapshot after = fm::cpu_snapshot({0});
+  EXPECT_GE(after.mono_ns - after.read_ns, closing.mono_ns + closing.read_ns);
+  fm::CpuWindow w;
+  w.open_point();
+  w.begin();
+  w.end(10, "round_trip");
+  fm::CpuWindow flows;
+  flows.open_point();
+  flows.add_flow(w);
+  flows.add_flow(w);
+  EXPECT_GT(field(w.side().str(), "read_ns"), 0.0);
+  EXPECT_DOUBLE_EQ(field(flows.side().str(), "read_ns"), 2 * field(w.side().str(), "read_ns"));
+}
+
 TEST(CpuCost, AnUnmarkedPointIsThePointsWindow) {
   fm::CpuWindow w;
   w.open_point();
@@ -68,6 +90,7 @@ TEST(CpuCost, APeersSideIsCheckedFieldByField) {
     return s.replace(at, from.size(), to);
   };
   EXPECT_NE(refused(with("\"per\": \"round_trip\"", "\"per\": \"hour\"")), "");
+  EXPECT_NE(refused(with("\"read_ns\": ", "\"read_ns\": -")), "");
   EXPECT_NE(refused(with("\"count\": 10", "\"count\": 10.5")), "");
   EXPECT_NE(refused(with("\"count\": 10", "\"count\": -10")), "");
   EXPECT_NE(refused(with("\"count\": 10", "\"count\": 1e400")), "");

@@ -54,6 +54,13 @@ FLOWS = 4                         # bw --flows beside iperf3 -P
 # The setup row: tcp connects per round, fabmeter's and the bare floor's alike.
 SETUP_REPS = 500
 
+# The transmit-path stamps' row: closed-loop clients over libfabric's shm provider, a one-deep send queue and
+# replies large enough that a send completes only once the peer has copied it: every reply waits for a buffer.
+TX_CLIENTS = 4
+TX_RESP_SIZE = 64 * 1024
+TX_SECONDS = 0.3
+TX_TARGET = 0.98                  # what the stamps may cost: at most 2 % of the requests/s
+
 # The stream row: missed steps beside the schedule floor, same rate, steps and CPU.
 STREAM_RATE = 100_000
 STREAM_STEPS = 100_000            # 1 s, stream's default at this rate
@@ -151,6 +158,23 @@ class Bench:
             return pick(self._points(experiment, options, words))
         return measure
 
+    def one_run(self, experiment: str, options: dict, ours: Callable[[dict], float],
+                theirs: Callable[[dict], float]) -> tuple[Callable[[], float], Callable[[], float]]:
+        """Both sides of a row from one fabmeter run (two figures of one point): whichever side a round
+        measures first runs it, the other takes its figure from the same point."""
+        run_once = self.fabmeter(experiment, options, lambda p: p)
+        held: list[dict] = []
+
+        def side(pick: Callable[[dict], float]) -> Callable[[], float]:
+            def measure() -> float:
+                if held:
+                    return pick(held.pop())
+                point = run_once()
+                held.append(point)
+                return pick(point)
+            return measure
+        return side(ours), side(theirs)
+
     def sockperf_load(self, transport: str, rates: tuple[int, ...],
                       pick: Callable[[list[dict]], float]) -> Callable[[], float]:
         """sockperf under-load at each rate (1 s each, the shortest it runs), `pick` given the points."""
@@ -237,7 +261,7 @@ class Bench:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
         return (rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.setup_rows()
-                + self.cpu_rows())
+                + self.cpu_rows() + self.measuring_rows())
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -284,6 +308,34 @@ class Bench:
                     self.peer("qperf", "lat", "tcp", qperf_cpu_per_round_trip),
                     "CPU ns per round trip: fabmeter its client process; qperf the whole machine's busy CPUs", None,
                     floor=False)]
+
+    def measuring_rows(self) -> list[Row]:
+        """What measuring costs. The CPU accounting reads, each side, before the first measured round trip and
+        after the last: their time (read_ns, both reads) beside the measured window of the same point, the
+        shortest window of the bench's lat runs (shm busy). The server's transmit-path stamps: closed-loop
+        requests/s with --tx-stamps on beside off, where every reply waits for a send buffer; a round whose
+        stamped run saw no wait measured nothing and skips the row."""
+        def lat_shm() -> dict:
+            return {"transport": "shm", "poll": "busy", "size": SIZE, "iters": ITERS}
+
+        rows = []
+        for end in ("client", "server"):
+            reads, window = self.one_run("lat", lat_shm(), lambda p, e=end: cpu_side(p, e)["read_ns"],
+                                         lambda p, e=end: cpu_side(p, e)["window_s"] * 1e9)
+            rows.append(Row(f"CPU accounting reads / measured window: lat shm busy {end}", reads,
+                            "the same point's measured window (window_s)", window,
+                            f"ns: the {end}'s two cpu snapshots (read_ns) beside its window", None, floor=False))
+
+        def tx_load(stamps: str) -> dict:
+            return {"transport": "ofi", "provider": "shm", "ep": "rdm", "sq_depth": 1, "rq_depth": 4,
+                    "req_size": SIZE, "resp_size": TX_RESP_SIZE, "clients": [TX_CLIENTS], "duration": TX_SECONDS,
+                    "tx_stamps": stamps}
+        rows.append(Row("load server tx stamps on / off: closed-loop req/s",
+                        self.fabmeter_all("load", tx_load("on"), tx_stamped_rps), "the same with --tx-stamps off",
+                        self.fabmeter_all("load", tx_load("off"), tx_unstamped_rps),
+                        f"achieved req/s, {TX_CLIENTS} closed-loop clients, ofi shm rdm, --sq-depth 1, "
+                        f"{TX_RESP_SIZE // 1024} KiB replies", TX_TARGET, higher_is_better=True))
+        return rows
 
     def flows_rows(self) -> list[Row]:
         """bw over FLOWS tcp connections beside iperf3 -P FLOWS: 64 KiB messages, ITERS of them in all (fabmeter
@@ -371,6 +423,29 @@ def sockperf_highest_held(points: list[dict]) -> float:
     # sockperf has no unloaded probe: its lowest-rate run stands in for one.
     base = min(points, key=lambda p: p["offered_rps"])["latency_ns"]["p99"]
     return _highest_held(points, lambda p: p["latency_ns"]["p99"], lambda p: base)
+
+
+def cpu_side(point: dict, end: str) -> dict:
+    """A point's cpu side of `end` (client or server); a server's that never came is no figure."""
+    side = point["cpu"][end]
+    if side is None:
+        raise Skip(f"the point has no {end} cpu side")
+    return side
+
+
+def tx_stamped_rps(points: list[dict]) -> float:
+    """The last point's achieved req/s, where the server's send queue filled and its waits were stamped."""
+    tx = points[-1]["server"]["tx"]
+    if not tx or not tx["waits"]:
+        raise Skip("the server's send queue never filled: the transmit path was not measured")
+    return points[-1]["achieved_rps"]
+
+
+def tx_unstamped_rps(points: list[dict]) -> float:
+    """The last point's achieved req/s, the server's transmit path unstamped (server.tx null)."""
+    if points[-1]["server"]["tx"] is not None:
+        raise Skip("--tx-stamps off still reported server.tx")
+    return points[-1]["achieved_rps"]
 
 
 def qperf_cpu_per_round_trip(p: dict) -> float:

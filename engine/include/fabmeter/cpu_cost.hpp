@@ -24,13 +24,17 @@ struct CpuSnapshot {
   int64_t voluntary = 0, involuntary = 0;   // context switches
   double run_delay_s = -1;                  // the measuring thread's wait on a run queue (-1: unknown)
   int64_t mono_ns = 0;                      // CLOCK_MONOTONIC
+  int64_t read_ns = 0;                      // how long taking this snapshot took
   std::vector<CpuStatTimes> cpus;           // the pinned CPUs, in order
 };
 
 // The CPUs this process may run on when that is fewer than the online ones
 // (pinned: --cpu, taskset); empty when it may run anywhere.
 std::vector<int> pinned_cpus();
-CpuSnapshot cpu_snapshot(const std::vector<int>& cpus);
+// `closing`: the snapshot that ends a window reads the clock first and
+// /proc/stat last, the one that opens it the other way round, so neither
+// the window's time nor its CPU holds the reading of /proc/stat.
+CpuSnapshot cpu_snapshot(const std::vector<int>& cpus, bool closing = false);
 
 // What one side of a point cost, and over which window: "measured" (the
 // measured messages alone, warm-up excluded), "with_warmup" (from the first
@@ -67,6 +71,7 @@ class CpuWindow {
   const char* window_ = "point";
   const char* per_ = "message";
   uint64_t units_ = 0, bytes_ = 0;
+  int64_t read_ns_ = 0;  // the two snapshots' reads (every flow's, added)
   uint32_t flows_ = 0;
   bool ended_ = false;
 };

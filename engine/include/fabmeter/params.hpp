@@ -97,6 +97,7 @@ struct LoadOptions {
   uint32_t threads = 1;                  // client threads, the connections dealt among them
   uint32_t server_threads = 1;
   double service_ns = 0;                 // the server's busy-wait per request (a synthetic service time)
+  std::string tx_stamps = "on";          // on | off: the server times its transmit path (load.hpp's TxRecord)
   uint64_t seed = 1;                     // arrivals and sizes
   bool operator==(const LoadOptions&) const = default;
 };

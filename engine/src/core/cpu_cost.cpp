@@ -85,9 +85,15 @@ std::vector<int> pinned_cpus() {
   return cpus;
 }
 
-CpuSnapshot cpu_snapshot(const std::vector<int>& cpus) {
-  CpuSnapshot s;
-  if (!cpus.empty()) s.cpus = parse_stat(read_proc_stat(), cpus);
+namespace {
+
+int64_t mono_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void read_usage(CpuSnapshot& s) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   s.user_s = tv_s(ru.ru_utime);
@@ -95,9 +101,24 @@ CpuSnapshot cpu_snapshot(const std::vector<int>& cpus) {
   s.voluntary = ru.ru_nvcsw;
   s.involuntary = ru.ru_nivcsw;
   s.run_delay_s = run_delay_s();
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  s.mono_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+CpuSnapshot cpu_snapshot(const std::vector<int>& cpus, bool closing) {
+  CpuSnapshot s;
+  if (closing) {
+    s.mono_ns = mono_now_ns();
+    read_usage(s);
+    if (!cpus.empty()) s.cpus = parse_stat(read_proc_stat(), cpus);
+    s.read_ns = mono_now_ns() - s.mono_ns;
+  } else {
+    const int64_t from = mono_now_ns();
+    if (!cpus.empty()) s.cpus = parse_stat(read_proc_stat(), cpus);
+    read_usage(s);
+    s.mono_ns = mono_now_ns();
+    s.read_ns = s.mono_ns - from;
+  }
   return s;
 }
 
@@ -109,6 +130,7 @@ void CpuWindow::open_point() {
   window_ = "point";
   per_ = "message";
   units_ = bytes_ = 0;
+  read_ns_ = 0;
   flows_ = 0;
   ended_ = false;
   start_ = cpu_snapshot(cpus_);
@@ -124,6 +146,7 @@ void CpuWindow::add_flow(const CpuWindow& flow) {
     if (flow.start_.mono_ns < start_.mono_ns) start_ = flow.start_;
     if (flow.stop_.mono_ns > stop_.mono_ns) stop_ = flow.stop_;
     if (flow.window_ != window_) window_ = "point";
+    read_ns_ += flow.read_ns_;
   }
   units_ += flow.units_;
   bytes_ += flow.bytes_;
@@ -138,7 +161,8 @@ void CpuWindow::begin(const char* window) {
 }
 
 void CpuWindow::end(uint64_t units, const char* per, uint64_t bytes) {
-  stop_ = cpu_snapshot(cpus_);
+  stop_ = cpu_snapshot(cpus_, true);
+  read_ns_ = start_.read_ns + stop_.read_ns;
   units_ = units;
   per_ = per;
   bytes_ = bytes;
@@ -163,7 +187,7 @@ JsonObj CpuWindow::side() const {
       .add("involuntary_switches", stop_.involuntary - start_.involuntary);
   if (start_.run_delay_s >= 0 && stop_.run_delay_s >= 0) o.add("run_delay_s", nonneg(stop_.run_delay_s - start_.run_delay_s));
   else o.add_raw("run_delay_s", "null");
-  o.add("per", per_).add("count", units_);
+  o.add("read_ns", read_ns_).add("per", per_).add("count", units_);
   if (units_) o.add("per_message_ns", cpu * 1e9 / static_cast<double>(units_));
   else o.add_raw("per_message_ns", "null");
   if (bytes_) o.add("service_demand_us_per_kb", cpu * 1e6 / (static_cast<double>(bytes_) / 1024));
@@ -230,7 +254,7 @@ std::string decode_cpu_side(std::string_view frame) {
   if (frame.size() > kMaxCpuFrame) bad("too long");
   nlohmann::json j = nlohmann::json::parse(frame, nullptr, false);
   if (j.is_discarded()) bad("not JSON");
-  only_keys(j, 14, "the side");
+  only_keys(j, 15, "the side");
   constexpr double kMaxS = 1e9, kMaxCount = 9007199254740992.0;  // 2^53: exact in a double
   nlohmann::json out;
   out["window"] = one_of(j, "window", {kMeasured, kWithWarmup, "point"});
@@ -242,6 +266,7 @@ std::string decode_cpu_side(std::string_view frame) {
   out["voluntary_switches"] = count(j, "voluntary_switches", kMaxCount);
   out["involuntary_switches"] = count(j, "involuntary_switches", kMaxCount);
   out["run_delay_s"] = number(j, "run_delay_s", kMaxS, true);
+  out["read_ns"] = count(j, "read_ns", kMaxCount);
   out["per"] = one_of(j, "per", {"round_trip", "message", "request"});
   out["count"] = count(j, "count", kMaxCount);
   out["per_message_ns"] = number(j, "per_message_ns", 1e15, true);

@@ -224,7 +224,8 @@ struct LoadSchedule {
 // free send buffer (the send queue full) polls for send completions until
 // one frees; each poll is stamped, split into polls that returned
 // completions and polls that returned none, and the whole wait is timed.
-// Only that path is stamped: a reply that goes out at once costs nothing.
+// Only that path is stamped: a reply that goes out at once costs nothing;
+// --tx-stamps off waits the same way unstamped, to show what stamping costs.
 constexpr int kTxPollMax = 16;  // completions one poll may return (reap_send_comps)
 struct TxRecord {
   uint64_t waits = 0, wait_ns = 0;                    // replies that found no free buffer; their time waiting
@@ -258,7 +259,7 @@ struct TxRecord {
 struct LoadServerStats {
   uint64_t requests = 0, malformed = 0, empty_polls = 0;
   uint64_t per_poll[kMaxBatch] = {};  // [n-1]: polls of a connection that returned n requests (the last: 64 and more)
-  bool tx_timed = false;              // the transport reports send completions: `tx` below means something
+  bool tx_timed = false;              // send completions reported and --tx-stamps on: `tx` below means something
   TxRecord tx;
 
   PoolRecord pools;
@@ -859,7 +860,7 @@ class LoadResponder {
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
-    stats_.tx_timed = c.caps.send_completions;
+    stats_.tx_timed = c.caps.send_completions && c.p.load.tx_stamps == "on";
   }
 
   // Until `stop`; `g` only on the session's thread, which returns ctrl_pending
@@ -910,7 +911,8 @@ class LoadResponder {
 
  private:
   static Status ended(const T& t, Status st, std::string* failure) {
-    if (st == Status::failed) *failure = t.failure();
+    if (st != Status::failed) return st;
+    if (const char* f = t.failure()) *failure = f;  // a transport that cannot fail (shm) says nothing
     return st;
   }
 
@@ -965,25 +967,35 @@ class LoadResponder {
     }
     std::memcpy(reply_.data(), &h.tag, sizeof h.tag);
     if (t.post_send(reply_.data(), len, 0, 0)) [[likely]] return Status::ok;
-    // No free send buffer: poll for send completions until one frees (TxRecord).
+    return stats_.tx_timed ? wait_for_buffer<true>(t, len, stop) : wait_for_buffer<false>(t, len, stop);
+  }
+
+  // No free send buffer: poll for send completions until one frees, each
+  // poll and the whole wait stamped (TxRecord) when kStamp.
+  template <bool kStamp>
+  Status wait_for_buffer(T& t, uint32_t len, std::atomic<bool>& stop) {
     TxRecord& tx = stats_.tx;
-    const uint64_t waited_from = clk_.ticks();
-    ++tx.waits;
+    uint64_t waited_from = 0;
+    if constexpr (kStamp) waited_from = clk_.ticks(), ++tx.waits;
     for (uint32_t spins = 0;; ++spins) {
       if constexpr (P == Poll::event) t.wait_send();
       else cpu_relax();
       IgnoreCompletions none;
-      const uint64_t t0 = clk_.ticks();
-      const int n = reap_send_comps(t, none);
-      const uint64_t t1 = clk_.ticks();
-      if (n > 0) {
-        ++tx.polls, tx.completions += n, tx.poll_ns += ticks_ns(t1 - t0);
-        ++tx.per_poll[std::min(n, kTxPollMax) - 1];
+      if constexpr (kStamp) {
+        const uint64_t t0 = clk_.ticks();
+        const int n = reap_send_comps(t, none);
+        const uint64_t t1 = clk_.ticks();
+        if (n > 0) {
+          ++tx.polls, tx.completions += n, tx.poll_ns += ticks_ns(t1 - t0);
+          ++tx.per_poll[std::min(n, kTxPollMax) - 1];
+        } else {
+          ++tx.polls_empty, tx.empty_ns += ticks_ns(t1 - t0);
+        }
       } else {
-        ++tx.polls_empty, tx.empty_ns += ticks_ns(t1 - t0);
+        reap_send_comps(t, none);
       }
       if (t.post_send(reply_.data(), len, 0, 0)) {
-        tx.wait_ns += ticks_ns(clk_.ticks() - waited_from);
+        if constexpr (kStamp) tx.wait_ns += ticks_ns(clk_.ticks() - waited_from);
         return Status::ok;
       }
       if (spins % kGuardSpins) continue;
