@@ -15,8 +15,8 @@ import pytest
 
 from conftest import ENGINE, json_lines
 from fabmeter import analysis
-from fabmeter.report import context
-from fabmeter.report.model import Run
+from fabmeter.report import context, table
+from fabmeter.report.model import Entry, Run
 from test_cpu_cost import serve, stop
 from test_messaging import MESSAGING, built, need  # noqa: F401 (built: a fixture)
 
@@ -148,6 +148,9 @@ def test_the_note_follows_the_record():
     assert not context.io_thread_shared(run(both, "event"))
     assert not context.io_thread_shared(run({"io_cpus": {"asked": "auto", "client": side, "server": side}}))
     assert any("I/O thread sharing" in w for w in context.warnings([run(both)]))
+    point = {"experiment": "lat", "latency_ns": {"p50": 1.0, "p99": 2.0, "max": 3.0}}
+    _, row = table._row(Entry(run(both), point, "nng busy"), {})
+    assert NOTE.replace("'", "&#x27;") in str(row), "the report's row says it"
 
 
 def test_one_cpu_cpuset_has_no_spare(built, fm, tmp_path):
