@@ -143,7 +143,10 @@ static std::string other_value(const fm::OptSpec& o, const Params& p) {
         values.remove_prefix(c + 1);
       }
     }
-    case fm::OptType::text: return std::string(o.name) == "sink" ? "file:x.csv" : "something";
+    case fm::OptType::text: {
+      const std::string name = o.name;
+      return name == "sink" ? "file:x.csv" : name == "io-cpu" ? "none" : "something";
+    }
     default: return "7";
   }
 }

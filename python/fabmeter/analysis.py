@@ -379,11 +379,47 @@ def clock_line(points: list[dict]) -> str:
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
-def run_report(points: list[dict], percentiles: Sequence[float] = (), limits: Optional[dict] = None) -> str:
+def granted(events: Iterable[dict]) -> dict:
+    """What the transport was granted: the engine's "transport" line among a run's events ({} if none)."""
+    return next((e.get("granted") or {} for e in events if isinstance(e, dict) and e.get("type") == "transport"
+                 and isinstance(e.get("granted"), dict)), {})
+
+
+def io_thread_note(granted_: dict) -> Optional[str]:
+    """Where a messaging library's own I/O threads shared a CPU with a busy loop (granted.io_cpus, --io-cpu):
+    the run's latency tail then includes the two taking turns on that CPU, which the library alone would not
+    show. None where they had a CPU of their own, or the run records nothing of them."""
+    io = granted_.get("io_cpus")
+    if not isinstance(io, dict):
+        return None
+    shared = []
+    for end in ("client", "server"):
+        side = io.get(end)
+        if isinstance(side, dict) and side.get("shares_busy_cpu") is True:
+            cpus = [c for c in side.get("cpus") or [] if c in (side.get("busy_cpus") or [])]
+            shared.append(f"{end} on CPU {','.join(str(c) for c in cpus)}")
+    if not shared:
+        return None
+    asked = str(io.get("asked"))
+    why = ("no CPU was spare for it (--io-cpu auto: give the run a CPU no busy loop uses)" if asked == "auto"
+           else f"--io-cpu {asked} put it there")
+    return (f"note: the tail includes the library's I/O thread sharing the busy loop's CPU ({'; '.join(shared)}), "
+            f"not the library alone: {why}")
+
+
+def run_report(points: list[dict], percentiles: Sequence[float] = (), limits: Optional[dict] = None,
+               granted_: Optional[dict] = None) -> str:
     """The terminal tables of a run; `percentiles`: its --percentiles, shown
-    instead of each table's own; `limits`: the machine limits it recorded, if any."""
+    instead of each table's own; `limits`: the machine limits it recorded, if any;
+    `granted_`: what the transport was granted (its I/O thread note)."""
     if not points:
         return "no points measured"
+    note = io_thread_note(granted_ or {})
+    table = _run_tables(points, percentiles, limits)
+    return table + ("\n" + note if note else "")
+
+
+def _run_tables(points: list[dict], percentiles: Sequence[float], limits: Optional[dict]) -> str:
     if points[0].get("experiment") == "load":
         return load_table(points, percentiles)
     if points[0].get("experiment") == "setup":

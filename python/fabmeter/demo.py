@@ -56,6 +56,7 @@ def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experime
 def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
+    notes: dict[str, str] = {}   # transport/poll -> its I/O thread note (analysis.io_thread_note)
     status = "ok"
     info = engine_info(find_engine())
     for name, why in (info.get("transports_unavailable") or {}).items():
@@ -77,16 +78,22 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
                     sys.stderr.write(f"demo: {transport}/{poll} {name} failed, skipped: {errors[name]}\n")
                     continue
                 got[name] = res.points[-1]
+                if name == "lat" and (note := analysis.io_thread_note(analysis.granted(res.events))):
+                    notes[f"{transport}/{poll}"] = note
             lat = (got.get("lat") or {})
             one_way = lat.get("latency_ns") or {}
             rtt = lat.get("rtt_ns") or {}
             bw32, bw32k = got.get("bw") or {}, got.get("bw-32K") or {}
-            rows.append([transport, poll, one_way.get("p50"), one_way.get("p99"), rtt.get("p50"),
+            p99 = one_way.get("p99")
+            if f"{transport}/{poll}" in notes:
+                p99 = f"{analysis.fmt_num(p99)} *"
+            rows.append([transport, poll, one_way.get("p50"), p99, rtt.get("p50"),
                          analysis.fmt_num(bw32.get("gbps"), 3), analysis.fmt_num(bw32.get("msg_rate"), 0),
                          analysis.fmt_num(bw32k.get("gbps"), 3)])
             summary_rows.append({"transport": transport, "poll": poll,
                                  "oneway_rtt_half_p50_ns": one_way.get("p50"),
                                  "oneway_rtt_half_p99_ns": one_way.get("p99"),
+                                 "note": notes.get(f"{transport}/{poll}"),
                                  "rtt_p50_ns": rtt.get("p50"),
                                  "bw_32B_gbps": bw32.get("gbps"), "bw_32B_msg_rate": bw32.get("msg_rate"),
                                  "bw_32KiB_gbps": bw32k.get("gbps"),
@@ -103,6 +110,8 @@ def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
     print(analysis.format_table(
         ["transport", "poll", "one-way (RTT/2) p50 ns", "one-way (RTT/2) p99 ns", "RTT p50 ns",
          "bw 32 B Gbit/s", "32 B msg/s", "bw 32 KiB Gbit/s"], rows, left=2))
+    for row, note in notes.items():
+        print(f"* {row}: {note}")
     if failures:
         print(f"{failures} of {total} runs failed (see above); '-' marks a figure not measured")
     if failures == total and status != "interrupted":

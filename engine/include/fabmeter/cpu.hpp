@@ -1,6 +1,7 @@
 // CPU placement and the environment a result is recorded with.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/fabric.hpp"
@@ -10,6 +11,9 @@ namespace fm {
 
 // Pins the calling thread; usage error if the CPU does not exist or is not allowed.
 void pin_to_cpu(int cpu);
+// The CPUs this process may run on, as it started: before pin_to_cpu
+// narrowed it to one (a messaging library's I/O threads go on another).
+const std::vector<int>& usable_cpus();
 // Same value on every process of one booted machine (network namespaces
 // included): tells whether both ends share one TSC and one /dev/shm.
 std::string host_id();

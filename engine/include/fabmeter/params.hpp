@@ -144,6 +144,7 @@ struct OfiOptions {
 struct MessagingOptions {
   static constexpr const char* kGroup = "messaging";
   std::string endpoint;             // tcp://HOST:PORT or ipc://PATH; "" = tcp next to the control channel
+  std::string io_cpu = "auto";      // where the library's own threads run: auto | none | a CPU number (msg/io_threads.hpp)
   bool operator==(const MessagingOptions&) const = default;
 };
 

@@ -13,8 +13,22 @@
 
 namespace fm {
 
+const std::vector<int>& usable_cpus() {
+  static const std::vector<int> cpus = [] {
+    std::vector<int> out;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) out.push_back(c);
+    return out;
+  }();
+  return cpus;
+}
+
 void pin_to_cpu(int cpu) {
   if (cpu < 0) return;
+  usable_cpus();  // taken before the pin narrows it
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);

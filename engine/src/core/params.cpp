@@ -1,5 +1,7 @@
 #include "fabmeter/params.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -335,6 +337,17 @@ std::vector<OptSpec> make_table() {
     {.name = "endpoint", .metavar = "URL", .group = "messaging", .type = T::text,
      .help = "where the server listens: tcp://HOST:PORT (HOST: the address the client reaches the server at, or *; PORT: * or 0 for a free one, else >= 1024) or ipc:// (one host; the server names the socket file); default: tcp on the control connection's address, free port. inproc:// is refused: the two ends are separate processes",
      TEXT(Msg, endpoint)},
+    {.name = "io-cpu", .metavar = "CPU", .group = "messaging", .type = T::text,
+     .help = "where each end runs the library's own I/O threads: a CPU number, none (where they start: the end's pinned CPU), or auto: busy polling on a pinned CPU, a CPU of the process's set that no busy loop of this host uses (the client the lowest, the server the highest), else none; event mode or unpinned, none. run.json's granted.io_cpus says where they ran and whether they shared a busy loop's CPU",
+     .set = [](Params& p, std::string_view v) {
+       if (v != "auto" && v != "none") {
+         const uint64_t cpu = parse_u64("io_cpu", v);
+         if (cpu >= CPU_SETSIZE) usage_error("--io-cpu: no CPU " + std::string(v));
+         p.messaging.io_cpu = std::to_string(cpu);
+       } else {
+         p.messaging.io_cpu = std::string(v);
+       } },
+     .get = [](const Params& p) { return p.messaging.io_cpu; }},
   };
 }
 

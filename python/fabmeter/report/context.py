@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from fabmeter import analysis
 from fabmeter.report.files import number, obj
 from fabmeter.report.model import Run
 
-# Transports whose library moves messages on an I/O thread of its own: in busy mode it competes with the
-# busy-polling client for the client's pinned CPU.
+# Transports whose library moves messages on an I/O thread of its own: run.json's granted.io_cpus says
+# whether it shared a busy loop's CPU; a run recorded before there was such a record shared the client's.
 IO_THREAD_LIBRARIES = ("zmq", "nng", "nanomsg")
 
 
@@ -106,7 +107,7 @@ def _cpus_used(run: Run) -> str:
 
 def warnings(runs: list[Run]) -> list[str]:
     """Where the machine dominates the figures: busy-polling pairs on two CPUs or fewer, and a library's I/O
-    thread on the busy client's pinned CPU."""
+    thread on a busy loop's CPU."""
     out = []
     busy = [r for r in runs if not r.peer and r.params.get("poll") == "busy"]
     small = [r for r in busy if _usable_cpus(r) is not None and _usable_cpus(r) <= 2]
@@ -115,17 +116,28 @@ def warnings(runs: list[Run]) -> list[str]:
                    f"{_usable_cpus(small[0])} usable CPUs: client and server each spin a CPU, so every other task "
                    "on the machine (and the kernel's own work) runs on theirs, and the tails and max are the "
                    "scheduler's, not the transport's.")
-    shared = sorted({str(r.params.get("transport")) for r in busy
-                     if r.params.get("transport") in IO_THREAD_LIBRARIES and obj(r.doc.get("config")).get("cpus")})
+    shared = sorted({str(r.params.get("transport")) for r in busy if io_thread_shared(r)})
     if shared:
-        out.append(f"{', '.join(shared)} busy: the library's I/O thread shares the client's pinned CPU with the "
-                   "busy-polling client, so its latency measures the two taking turns on one CPU, not the library.")
+        out.append(f"{', '.join(shared)} busy: the tail includes the library's I/O thread sharing the busy loop's "
+                   "CPU (no spare CPU for it, or --io-cpu put it there): the latency measures the two taking turns "
+                   "on one CPU, not the library alone.")
     for end, key in (("client", "engine"), ("server", "server_engine")):
         lists = [obj(obj(obj(r.doc.get("environment")).get(key)).get("fabric")).get("warnings") for r in runs
                  if not r.peer]
         said = sorted({w for ws in lists if isinstance(ws, list) for w in ws if isinstance(w, str)})
         out += [f"{end}: {w}" for w in said]
     return out
+
+
+def io_thread_shared(run: Run) -> bool:
+    """A busy zmq, nng or nanomsg run whose library's I/O threads shared a busy loop's CPU."""
+    if run.params.get("poll") != "busy" or run.params.get("transport") not in IO_THREAD_LIBRARIES:
+        return False
+    events = run.doc.get("engine_events")
+    granted = analysis.granted(events if isinstance(events, list) else [])
+    if isinstance(granted.get("io_cpus"), dict):
+        return analysis.io_thread_note(granted) is not None
+    return bool(obj(run.doc.get("config")).get("cpus"))
 
 
 def _usable_cpus(run: Run):

@@ -7,6 +7,7 @@ from typing import Optional
 
 from fabmeter import analysis
 from fabmeter.report.files import obj
+from fabmeter.report.context import io_thread_shared
 from fabmeter.report.markup import Html, el, trusted
 from fabmeter.report.model import EXPERIMENT_ORDER, Entry, Run, stat
 
@@ -72,6 +73,8 @@ def _row(e: Entry, anchors: dict[int, str]) -> tuple[Optional[float], Html]:
         note = str(p.get("statistic_note") or p.get("reason") or "")
     elif isinstance(p.get("flows"), list):  # --flows: the figures are the flows' aggregate
         note = f"{len(p['flows'])} flows (sum), Jain's index {analysis.fmt_num(p.get('jain_index'), 3)}"
+    if kind and not e.run.peer and io_thread_shared(e.run):
+        note = "; ".join(filter(None, [note, "the tail includes the library's I/O thread sharing the busy loop's CPU"]))
     anchor = anchors.get(id(e.run))
     p50 = stat(p, block, "p50")
     cells = [el("td", el("a", e.run.rel, href=f"#{anchor}") if anchor else e.run.rel),

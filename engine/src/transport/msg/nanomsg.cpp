@@ -61,17 +61,23 @@ uint16_t free_port(const std::string& host) {
   return ntohs(ss.ss_family == AF_INET6 ? v6->sin6_port : v4->sin_port);
 }
 
+std::vector<pid_t> g_threads;  // nanomsg's threads seen so far (msg::remember_threads)
+
 }  // namespace
 
-NanomsgTransport::NanomsgTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {}
+NanomsgTransport::NanomsgTransport(const MessagingOptions& m, const Use& use)
+    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {}
 
 NanomsgTransport::~NanomsgTransport() {
   if (sock_ >= 0) nn_close(sock_);
 }
 
 void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  io_.emplace("nanomsg", io_cpu_, use_, ctrl);
+  const std::vector<pid_t> before = msg::own_threads();
   sock_ = nn_socket(AF_SP, NN_PAIR);
   if (sock_ < 0) runtime_error(std::string("nanomsg: nn_socket: ") + nn_strerror(nn_errno()));
+  io_->adopt(msg::remember_threads(g_threads, msg::started_since(before, msg::own_threads())), true);
   rcvmaxsize_ = static_cast<int>(max_msg + msg::kHeaderRoom);  // the default (1 MiB) would drop larger messages
   set_int(sock_, NN_SOL_SOCKET, NN_RCVMAXSIZE, rcvmaxsize_, "NN_RCVMAXSIZE");
   set_int(sock_, NN_SOL_SOCKET, NN_RCVTIMEO, kWaitSliceMs, "NN_RCVTIMEO");
@@ -102,7 +108,7 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   }
   msg::data_handshake(*this, ctrl, role_, "nanomsg");
   connected_ = true;
-  ctrl.barrier("nanomsg connected");
+  io_->exchange_where(ctrl, "nanomsg connected");
 }
 
 const char* NanomsgTransport::failure() const {
@@ -131,6 +137,7 @@ void NanomsgTransport::describe(JsonObj& o) const {
       .add("rcvmaxsize", rcvmaxsize_);
   if (url_.rfind("tcp://", 0) == 0) o.add("tcp_nodelay", get_int(sock_, NN_TCP, NN_TCP_NODELAY) != 0);
   o.add("send", "nn_send (copy)").add("recv", "nn_recv NN_MSG (zero-copy)");
+  if (io_) io_->describe(o);
 }
 
 }  // namespace fm

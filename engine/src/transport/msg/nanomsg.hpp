@@ -2,17 +2,20 @@
 // connects. Busy mode spins on nn_recv(NN_DONTWAIT); event mode blocks in
 // nn_recv with NN_RCVTIMEO = one wait slice. Receives are zero-copy (NN_MSG:
 // the library's own buffer, freed with nn_freemsg in release()). nanomsg
-// moves bytes in its own worker thread, which inherits our CPU pinning.
+// moves bytes in its own worker thread (one per process, started by the
+// first socket); --io-cpu places it by its affinity, nanomsg having no option for it.
 #pragma once
 #include <nanomsg/nn.h>
 
 #include <cerrno>
+#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
 
 namespace fm {
@@ -33,9 +36,10 @@ class NanomsgTransport {
   void describe(JsonObj& o) const;
   // setup: what connect() does.
   const char* connect_covers() const {
-    return "an NN_PAIR socket; server: nn_bind, its endpoint over the control channel; client: nn_connect; a "
-           "one-byte ping-pong on the data connection (nanomsg connects in the background); a "
-           "control-channel barrier (2 control-channel round trips)";
+    return "where each end's busy loop runs (a control-channel round trip); an NN_PAIR socket (the first of "
+           "the process starts nanomsg's worker thread); server: nn_bind, its endpoint over the control channel; "
+           "client: nn_connect; a one-byte ping-pong on the data connection (nanomsg connects in the "
+           "background); where each end's I/O threads run (3 control-channel round trips)";
   }
   // Library errors, and the data connection going away (nanomsg's
   // connection count drops to zero once it was up).
@@ -77,7 +81,10 @@ class NanomsgTransport {
   void fail(const char* what);
 
   Role role_;
+  Use use_;
   std::string endpoint_param_;
+  std::string io_cpu_;
+  std::optional<msg::IoThreads> io_;
   int sock_ = -1;
   std::string url_;
   int rcvmaxsize_ = 0;

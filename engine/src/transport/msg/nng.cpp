@@ -13,9 +13,12 @@ void check(int rv, const std::string& what) {
   if (rv != 0) runtime_error("nng: " + what + ": " + nng_strerror(rv));
 }
 
+std::vector<pid_t> g_threads;  // nng's threads seen so far (msg::remember_threads)
+
 }  // namespace
 
-NngTransport::NngTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {}
+NngTransport::NngTransport(const MessagingOptions& m, const Use& use)
+    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {}
 
 NngTransport::~NngTransport() {
   if (nng_socket_id(sock_) > 0) nng_close(sock_);  // also closes its listener or dialer
@@ -26,7 +29,10 @@ void NngTransport::on_pipe_removed(nng_pipe, nng_pipe_ev, void* self) {
 }
 
 void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  io_.emplace("nng", io_cpu_, use_, ctrl);
+  const std::vector<pid_t> before = msg::own_threads();
   check(nng_pair1_open(&sock_), "nng_pair1_open");
+  io_->adopt(msg::remember_threads(g_threads, msg::started_since(before, msg::own_threads())), true);
   queue_depth_ = msg::queue_depth(max_msg);
   recv_max_ = max_msg + msg::kHeaderRoom;  // the default (1 MiB) would drop larger messages
   check(nng_socket_set_size(sock_, NNG_OPT_RECVMAXSZ, recv_max_), "set NNG_OPT_RECVMAXSZ");
@@ -59,7 +65,7 @@ void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     check(nng_dial(sock_, url_.c_str(), nullptr, NNG_FLAG_NONBLOCK), "dial " + url_);
   }
   msg::data_handshake(*this, ctrl, role_, "nng");
-  ctrl.barrier("nng connected");
+  io_->exchange_where(ctrl, "nng connected");
 }
 
 void NngTransport::wait_send() {
@@ -81,6 +87,7 @@ void NngTransport::describe(JsonObj& o) const {
       .add("recv_size_max", static_cast<uint64_t>(recv_max_));
   if (url_.rfind("tcp://", 0) == 0) o.add("tcp_nodelay", nodelay);
   o.add("send", "nng_send (copy)").add("recv", "nng_recvmsg (zero-copy)");
+  if (io_) io_->describe(o);
 }
 
 }  // namespace fm

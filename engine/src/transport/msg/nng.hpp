@@ -2,18 +2,22 @@
 // listens, the client dials. Busy mode spins on nng_recvmsg(NNG_FLAG_NONBLOCK);
 // event mode blocks in nng_recvmsg with NNG_OPT_RECVTIMEO = one wait slice.
 // Receives are zero-copy: the nng_msg is handed over as is and freed in
-// release(). nng moves bytes in its own threads, which inherit our CPU pinning.
+// release(). nng moves bytes in threads of its own (a task pool, a poller,
+// resolvers: one set per process, started by the first socket); --io-cpu
+// places them by their affinity, nng having no option for it.
 #pragma once
 #include <nng/nng.h>
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
 
 namespace fm {
@@ -33,9 +37,10 @@ class NngTransport {
   void describe(JsonObj& o) const;
   // setup: what connect() does.
   const char* connect_covers() const {
-    return "a pair1 socket; server: listener started, its endpoint over the control channel; client: "
-           "nng_dial (non-blocking); a one-byte ping-pong on the data connection; a control-channel barrier "
-           "(2 control-channel round trips)";
+    return "where each end's busy loop runs (a control-channel round trip); a pair1 socket (the first of the "
+           "process starts nng's threads); server: listener started, its endpoint over the control channel; "
+           "client: nng_dial (non-blocking); a one-byte ping-pong on the data connection; where each end's "
+           "I/O threads run (3 control-channel round trips)";
   }
   const char* failure() const {
     return peer_gone_.load(std::memory_order_relaxed) ? "nng: the peer dropped the data connection" : failure_;
@@ -79,7 +84,10 @@ class NngTransport {
   static void on_pipe_removed(nng_pipe, nng_pipe_ev, void* self);
 
   Role role_;
+  Use use_;
   std::string endpoint_param_;
+  std::string io_cpu_;
+  std::optional<msg::IoThreads> io_;
   nng_socket sock_ = NNG_SOCKET_INITIALIZER;
   int send_fd_ = -1;          // readable when a send would be accepted (NNG_OPT_SENDFD)
   std::string url_;

@@ -19,7 +19,8 @@ void set_int(void* sock, int opt, int value, const char* name) {
 
 }  // namespace
 
-ZmqTransport::ZmqTransport(const MessagingOptions& m, const Use& use) : role_(use.role), endpoint_param_(m.endpoint) {
+ZmqTransport::ZmqTransport(const MessagingOptions& m, const Use& use)
+    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {
   zmq_msg_init(&rx_);
 }
 
@@ -35,10 +36,15 @@ ZmqTransport::~ZmqTransport() {
 }
 
 void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  ctx_ = zmq_ctx_new();  // starts the I/O thread, on our CPU
+  io_.emplace("zmq", io_cpu_, use_, ctrl);
+  ctx_ = zmq_ctx_new();
   if (!ctx_) sys_error("zmq_ctx_new");
-  sock_ = zmq_socket(ctx_, ZMQ_PAIR);
+  if (io_->cpu() >= 0 && zmq_ctx_set(ctx_, ZMQ_THREAD_AFFINITY_CPU_ADD, io_->cpu()) != 0)
+    runtime_error(std::string("zmq: cannot set ZMQ_THREAD_AFFINITY_CPU_ADD: ") + zmq_strerror(errno));
+  const std::vector<pid_t> before = msg::own_threads();
+  sock_ = zmq_socket(ctx_, ZMQ_PAIR);  // the context's first socket starts its threads
   if (!sock_) runtime_error(std::string("zmq: zmq_socket: ") + zmq_strerror(errno));
+  io_->adopt(msg::started_since(before, msg::own_threads()), false);
   hwm_ = msg::queue_depth(max_msg);
   max_msg_size_ = static_cast<int64_t>(max_msg + msg::kHeaderRoom);
   set_int(sock_, ZMQ_SNDHWM, hwm_, "ZMQ_SNDHWM");
@@ -75,7 +81,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (zmq_connect(sock_, url_.c_str()) != 0) runtime_error("zmq: cannot connect to " + url_ + ": " + zmq_strerror(errno));
   }
   msg::data_handshake(*this, ctrl, role_, "zmq");
-  ctrl.barrier("zmq connected");
+  io_->exchange_where(ctrl, "zmq connected");
 }
 
 const char* ZmqTransport::failure() const {
@@ -107,6 +113,7 @@ void ZmqTransport::describe(JsonObj& o) const {
       .add("sndhwm", hwm_).add("rcvhwm", hwm_).add("maxmsgsize", max_msg_size_)
       .add("io_threads", zmq_ctx_get(ctx_, ZMQ_IO_THREADS))
       .add("send", "zmq_send (copy)").add("recv", "zmq_msg_recv (zero-copy)");
+  if (io_) io_->describe(o);
 }
 
 }  // namespace fm

@@ -2,17 +2,20 @@
 // connects. Busy mode spins on zmq_msg_recv(ZMQ_DONTWAIT); event mode blocks
 // in zmq_msg_recv with ZMQ_RCVTIMEO = one wait slice. Receives are zero-copy:
 // the message stays in the library's zmq_msg_t until the next receive.
-// libzmq moves bytes in its own I/O thread, which inherits our CPU pinning.
+// libzmq moves bytes in its own I/O thread (and frees in a reaper thread),
+// placed by --io-cpu through the context's ZMQ_THREAD_AFFINITY_CPU_ADD.
 #pragma once
 #include <zmq.h>
 
 #include <cerrno>
+#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
+#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
 
 namespace fm {
@@ -32,9 +35,10 @@ class ZmqTransport {
   void describe(JsonObj& o) const;
   // setup: what connect() does.
   const char* connect_covers() const {
-    return "zmq_ctx_new (its I/O thread), a PAIR socket and its monitor; server: bind, its endpoint over the "
-           "control channel; client: zmq_connect; a one-byte ping-pong on the data connection (zmq connects "
-           "in the background); a control-channel barrier (2 control-channel round trips)";
+    return "where each end's busy loop runs (a control-channel round trip); zmq_ctx_new and a PAIR socket (its "
+           "I/O and reaper threads) and its monitor; server: bind, its endpoint over the control channel; client: "
+           "zmq_connect; a one-byte ping-pong on the data connection (zmq connects in the background); where "
+           "each end's I/O threads run (3 control-channel round trips)";
   }
   // Library errors, and the peer's disconnect as reported by the socket monitor.
   const char* failure() const;
@@ -74,7 +78,10 @@ class ZmqTransport {
   void fail(const char* what);
 
   Role role_;
+  Use use_;
   std::string endpoint_param_;
+  std::string io_cpu_;
+  std::optional<msg::IoThreads> io_;
   void* ctx_ = nullptr;
   void* sock_ = nullptr;
   void* monitor_ = nullptr;   // PAIR socket reading the data socket's monitor events
