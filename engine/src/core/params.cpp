@@ -277,7 +277,12 @@ std::vector<OptSpec> make_table() {
     {.name = "threads", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
      .help = "client threads; each sends its share of the rate on its own connections", U32(Load, threads)},
     {.name = "server-threads", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
-     .help = "server threads, each serving its own connections", U32(Load, server_threads)},
+     .help = "server threads, each serving its own connections (--server-rx own) or all of them (shared)",
+     U32(Load, server_threads)},
+    {.name = "server-rx", .metavar = "KIND", .group = "load", .type = T::choice, .values = "own,shared",
+     .scope = "load",
+     .help = "how the server's threads receive: own (each reads connections of its own) or shared (every thread reads every connection's socket, as receiver threads sharing one port: udp, each datagram to the thread that reads it; tcp, one whole message at a time under a lock; udp and tcp only)",
+     CHOICE(Load, server_rx)},
     {.name = "service-ns", .metavar = "NS", .group = "load", .type = T::duration, .unit = "ns", .scope = "load",
      .help = "the server busy-waits this long per request before it replies (a synthetic service time)",
      DBL(Load, service_ns)},
@@ -522,10 +527,15 @@ void validate_load(const Params& p) {
   if (l.max_outstanding < 1 || l.max_outstanding > LoadOptions::kMaxOutstanding)
     usage_error("--max-outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
   if (l.conns < 1 || l.conns > 64) usage_error("--conns must be between 1 and 64");
-  if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || l.server_threads > l.conns)
-    usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its own)");
-  if (p.poll == Poll::event && (l.threads != l.conns || l.server_threads != l.conns))
-    usage_error("event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
+  const bool shared = l.server_rx == "shared";
+  if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || (!shared && l.server_threads > l.conns))
+    usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its own; "
+                "--server-rx shared lets every server thread read every connection)");
+  if (l.server_threads > LoadOptions::kMaxServerThreads)
+    usage_error("--server-threads must be at most " + std::to_string(LoadOptions::kMaxServerThreads));
+  if (p.poll == Poll::event && (l.threads != l.conns || (shared ? l.conns != 1 : l.server_threads != l.conns)))
+    usage_error(shared ? "event mode sleeps on one connection per thread: with --server-rx shared give --conns 1 and --threads 1"
+                       : "event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
   if (l.service_ns > 1e9) usage_error("--service-ns must be at most 1e9 (one second)");
   if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
   if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");

@@ -11,7 +11,9 @@
 // The server answers each request with a reply of the size the request asks
 // for, after an optional busy-wait (--service-ns), and counts how many
 // requests each poll of a connection returned (completions per poll, as in
-// the RAMCloud notes).
+// the RAMCloud notes) and how many each of its threads answered. Its threads
+// serve connections of their own, or (--server-rx shared) every one of them
+// through readers of their own, as Homa's receiver threads share one port.
 //
 // Latencies go into log-linear histograms (histogram.hpp: 3 significant
 // digits), one set per thread, merged at the end; --samples raw also keeps
@@ -259,6 +261,7 @@ struct LoadServerStats {
   uint64_t per_poll[kMaxBatch] = {};  // [n-1]: polls of a connection that returned n requests (the last: 64 and more)
   bool tx_timed = false;              // the transport reports send completions: `tx` below means something
   TxRecord tx;
+  std::vector<uint64_t> per_thread;   // requests each server thread answered (load_server fills it)
 
   PoolRecord pools;
 
@@ -285,10 +288,13 @@ struct LoadServerStats {
       s += " " + std::to_string(n);
     for (const auto& row : p.series)
       for (uint64_t n : row) s += " " + std::to_string(n);
+    s += " " + std::to_string(per_thread.size());
+    for (uint64_t n : per_thread) s += " " + std::to_string(n);
     return s;
   }
   // The largest encode(): 20 digits and a space per number.
-  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries) * 21;
+  static constexpr uint64_t kMaxEncoded =
+      (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries + 1 + LoadOptions::kMaxServerThreads) * 21;
   // Every number checked, the series' length bounded before it is read:
   // the peer's text is untrusted.
   static LoadServerStats decode(std::string_view s) {
@@ -310,6 +316,8 @@ struct LoadServerStats {
     p.series.resize(next(kPoolSeries));
     for (auto& row : p.series)
       for (uint64_t& n : row) n = next();
+    st.per_thread.resize(next(LoadOptions::kMaxServerThreads));
+    for (uint64_t& n : st.per_thread) n = next();
     if (!s.empty()) runtime_error("load: the server's counts have extra fields: '" + peer_excerpt(s) + "'");
     return st;
   }
@@ -322,7 +330,10 @@ struct LoadServerStats {
       polls += per_poll[i];
       sum += per_poll[i] * static_cast<uint64_t>(i + 1);
     }
-    o.add("requests", requests).add("malformed", malformed).add("empty_polls", empty_polls)
+    std::string threads;
+    for (uint64_t n : per_thread) threads += (threads.empty() ? "" : ",") + std::to_string(n);
+    o.add("requests", requests).add_raw("requests_per_thread", "[" + threads + "]")
+        .add("malformed", malformed).add("empty_polls", empty_polls)
         .add("completions_per_poll", per).add("mean_per_poll", polls ? static_cast<double>(sum) / static_cast<double>(polls) : 0.0);
     if (tx_timed) o.add("tx", tx.json());
     else o.add_raw("tx", "null");
@@ -820,7 +831,8 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
       .add("server", server.json())
       .add("mean_req_bytes", sizes.mean_request())
       .add("conns", static_cast<uint64_t>(l.conns)).add("threads", static_cast<uint64_t>(l.threads))
-      .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("service_ns", l.service_ns)
+      .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("server_rx", l.server_rx)
+      .add("service_ns", l.service_ns)
       .add("histogram", histogram_info(rec.latency.config()))
       .add("samples_kind", keep_raw(p, true) ? "raw" : "hist");
   if (pt.clients) out.fields.add("clients", pt.clients).add("outstanding", l.outstanding).add("think_us", l.think_us);
@@ -1001,12 +1013,29 @@ class LoadResponder {
   LoadServerStats stats_;
 };
 
+// --server-rx shared: a reader of the connection for one server thread.
+template <Transport T>
+std::unique_ptr<T> reader_of(T& t) {
+  if constexpr (requires { t.reader(); }) return t.reader();
+  else runtime_error("load: this transport has no readers (--server-rx shared)");  // check_caps refused it first
+}
+
 template <Transport T, Poll P>
 Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
   const uint32_t threads = c.p.load.server_threads;
+  // own: thread k serves connections k, k + threads, ...; shared: every
+  // thread serves every connection, each through readers of its own.
+  const bool shared = c.p.load.server_rx == "shared";
+  std::vector<std::unique_ptr<T>> readers;
   std::vector<std::unique_ptr<LoadResponder<T, P>>> responders;
-  for (uint32_t k = 0; k < threads; ++k)
-    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, deal(conns, threads, k), pt.size));
+  for (uint32_t k = 0; k < threads; ++k) {
+    std::vector<T*> mine;
+    if (shared)
+      for (T* t : conns) mine.push_back(readers.emplace_back(reader_of(*t)).get());
+    else
+      mine = deal(conns, threads, k);
+    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, std::move(mine), pt.size));
+  }
   Guard g(c);
   std::atomic<bool> stop{false};
   std::vector<LoadThreadEnd> ends(threads);
@@ -1020,7 +1049,10 @@ Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
   for (std::thread& w : workers) w.join();
   if (ends[0].status == Status::ctrl_pending) {  // the client's end of the point: every reply it waits for went out
     LoadServerStats total;
-    for (const auto& r : responders) total.add(r->stats());
+    for (const auto& r : responders) {
+      total.add(r->stats());
+      total.per_thread.push_back(r->stats().requests);
+    }
     c.cpu.end(total.requests, "request");
     recv_count(c.ctrl, "load sent count");
     c.ctrl.send(CtrlType::exchange, total.encode());
@@ -1080,6 +1112,9 @@ struct LoadExperiment : ExperimentDefaults {
   }
 
   static void check_caps(const Params& p, const Caps& caps) {
+    if (p.load.server_rx == "shared" && !caps.shared_rx)
+      usage_error(p.transport + ": --server-rx shared needs a socket several threads can read (udp, tcp); " +
+                  p.transport + " serves each connection from one thread (--server-rx own)");
     const uint64_t largest = load_largest_message(p);
     if (largest > caps.max_msg_size)
       usage_error(p.transport + ": load's largest message, " + std::to_string(largest) +
@@ -1091,7 +1126,11 @@ struct LoadExperiment : ExperimentDefaults {
     const double threads = p.load.server_threads;
     const double seconds = p.count ? static_cast<double>(p.count) * kMinRoundTripNs * 1e-9
                                    : (p.duration > 0 ? p.duration : 1.0);
-    return {threads * static_cast<double>(pt.size), seconds};  // a reply buffer per server thread
+    // A reply buffer per server thread; shared, a reader per thread and
+    // connection, each with a receive buffer (udp's holds its largest datagram).
+    const double readers = p.load.server_rx == "shared" ? threads * p.load.conns : 0;
+    return {threads * static_cast<double>(pt.size) + readers * static_cast<double>(std::max<uint64_t>(pt.size + 4, 65508)),
+            seconds};
   }
 
   template <Transport T, Poll P>
