@@ -12,6 +12,7 @@ Transports that serve a connection from one thread refuse it (exit 2, in
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -51,14 +52,15 @@ def test_shared_socket_in_event_mode(fm):
     assert len(per) == 2 and all(n > 0 for n in per) and sum(per) == p["server"]["requests"], per
 
 
-def test_own_connections_count_per_thread(fm):
+def test_own_connections_count_per_thread(fm, tmp_path):
     r = fm.run("load", "-t", "tcp", "--conns", "2", "--threads", "2", "--server-threads", "2", "--rate", "4000",
-               "--count", "800", "--json")
+               "--count", "800", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    (p,) = json_lines(r.stdout)
+    (p,) = json.loads((tmp_path / "run.json").read_text())["points"]
     per = p["server"]["requests_per_thread"]
     assert p["server_rx"] == "own" and len(per) == 2 and all(n > 0 for n in per), per
     assert sum(per) == p["server"]["requests"]
+    assert "requests each server thread answered (each its own connections)" in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
