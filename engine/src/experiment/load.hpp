@@ -865,8 +865,10 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
 template <Transport T, Poll P>
 class LoadResponder {
  public:
-  LoadResponder(Ctx& c, std::vector<T*> conns, uint64_t max_msg)
-      : c_(c), clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg),
+  // `pools`: whether this thread samples its connections' pools (readers
+  // of shared connections: only one of them, or each socket counts N times).
+  LoadResponder(Ctx& c, std::vector<T*> conns, uint64_t max_msg, bool pools)
+      : c_(c), clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg), pools_(pools),
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
@@ -928,7 +930,7 @@ class LoadResponder {
   // Slow path, about every kPoolSampleNs: the pools of this thread's connections, added up.
   void sample_pools() {
     const uint64_t now = clk_.ticks();
-    if (now < next_sample_) return;
+    if (!pools_ || now < next_sample_) return;
     next_sample_ = now + sample_every_;
     PoolRecord& r = stats_.pools;
     uint64_t rx = 0, tx = 0, rx_cap = 0, tx_cap = 0;
@@ -1008,6 +1010,7 @@ class LoadResponder {
   std::vector<T*> conns_;
   PayloadBuf reply_;
   uint64_t max_msg_;
+  bool pools_;
   uint64_t service_ticks_;
   uint64_t t_start_, sample_every_, next_sample_ = 0;
   LoadServerStats stats_;
@@ -1034,7 +1037,7 @@ Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
       for (T* t : conns) mine.push_back(readers.emplace_back(reader_of(*t)).get());
     else
       mine = deal(conns, threads, k);
-    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, std::move(mine), pt.size));
+    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, std::move(mine), pt.size, !shared || k == 0));
   }
   Guard g(c);
   std::atomic<bool> stop{false};
