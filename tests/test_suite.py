@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, one_line_error
+from conftest import REPO, free_port, one_line_error
 from fabmeter.engine import engine_info
 from fabmeter.options import Options
 from fabmeter.suite import load as suite
@@ -411,6 +414,46 @@ def test_udapl_suite_dry_run_and_a_shortened_run(fm, tmp_path, info, engine):
             assert sum(pair["throughput_series"]["c2s"]["msgs"]) == 2000, pair
     # Finished mesh points are not run again.
     assert run_suite(s, out, str(engine), None, None) == 0
+
+
+def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, token_file, monkeypatch):
+    """A mesh point is a call, not `python -m fabmeter mesh` (its other ranks, `... mesh --rank R`, are
+    processes); its token reaches its engines and the suite's own FABMETER_TOKEN is as it was afterwards
+    (a later point against a serve still needs it)."""
+    real_popen = subprocess.Popen
+
+    class NoMeshCommand(real_popen):
+        def __init__(self, args, *more, **kw):
+            words = args if isinstance(args, str) else " ".join(map(str, args))
+            if re.search(r"-m fabmeter mesh\b", words) and not re.search(r"--rank(?![\w-])", words):
+                raise AssertionError(f"the suite started a mesh command: {words}")
+            super().__init__(args, *more, **kw)
+    monkeypatch.setattr(subprocess, "Popen", NoMeshCommand)
+    monkeypatch.setenv("FABMETER_TOKEN", "the-suites-own-secret-" + "x" * 16)
+    port = free_port()
+    s = _load(tmp_path, info, f'name = "m"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
+                              f'bursts = 2\nburst_size = 50\nmesh_port = {port}\ntoken_file = "{token_file}"\n')
+    out = tmp_path / "out"
+    assert run_suite(s, out, str(engine), None, None) == 0
+    assert os.environ["FABMETER_TOKEN"] == "the-suites-own-secret-" + "x" * 16
+    [p] = s.points
+    assert [e["status"] for e in _index(out)["points"]] == ["ok"]
+    doc = json.loads((out / p.id / "mesh.json").read_text())
+    assert doc["status"] == "ok" and all(q["status"] == "ok" for q in doc["pairs"]), doc["pairs"]
+    assert sorted((q["src"], q["dst"]) for q in doc["pairs"]) == [(0, 1), (1, 0)]
+    assert doc["command"][:4] == ["fabmeter", "mesh", "--launch", "local"] and "--token-file" in doc["command"]
+
+
+def test_a_mesh_point_that_breaks_fails_alone(tmp_path, info, engine):
+    """Its coordination port taken: that point fails with the reason, the suite goes on to the next."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        s = _load(tmp_path, info, f'name = "b"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
+                                  f'bursts = 2\nmesh_port = {taken.getsockname()[1]}\n'
+                                  '[[matrix]]\nexperiment = "lat"\ntransport = "tcp"\niters = 200\n')
+        assert run_suite(s, tmp_path / "out", str(engine), None, None) == 3
+    mesh, lat = _index(tmp_path / "out")["points"]
+    assert mesh["status"] == "failed" and "Address already in use" in mesh["message"], mesh
+    assert lat["status"] == "ok", lat
 
 
 # --- a suite stays inside its results folder (docs/security.md) -------------

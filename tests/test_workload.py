@@ -1,5 +1,5 @@
 """The workloads W1-W5 (and a user's CSV) sampled by the engine and by
-python/fabmeter/workload.py: the same seed gives the same sizes, draw for
+tests/workload_model.py: the same seed gives the same sizes, draw for
 draw, and the same mean; the draws follow the file's CDF."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import ENGINE
-from fabmeter.workload import BUILTIN, Rng, Workload
+from workload_model import BUILTIN, Rng, Workload
 
 TOOL = ENGINE.parent / "workload-tool"
 DRAWS = 20000
@@ -50,7 +50,7 @@ def test_engine_and_python_draw_the_same_sizes(tool, tmp_path, spec):
 
 def test_generator_is_mt19937_64():
     # The C++ standard fixes it: the 10000th output of a default-seeded (5489) mt19937_64.
-    from fabmeter.workload import Mt19937_64
+    from workload_model import Mt19937_64
     gen = Mt19937_64(5489)
     for _ in range(9999):
         gen()

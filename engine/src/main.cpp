@@ -137,23 +137,9 @@ std::vector<std::string> split_hosts(const std::string& opt, const std::string& 
 
 // BYTES with an optional K/M/G/T suffix (powers of two); at least 1.
 uint64_t parse_bytes(const std::string& opt, const std::string& v) {
-  uint64_t mult = 1;
-  std::string digits = v;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
-      case 't': case 'T': mult = 1ull << 40; break;
-    }
-    if (mult != 1) digits.pop_back();
-  }
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long x = std::strtoull(digits.c_str(), &end, 10);
-  if (digits.empty() || digits[0] == '-' || *end || errno || x == 0 || x > UINT64_MAX / mult)
-    fm::usage_error(opt + ": expected a number of bytes (K/M/G/T suffixes allowed), got '" + v + "'");
-  return x * mult;
+  const uint64_t x = fm::parse_count(opt, v);
+  if (x == 0) fm::usage_error(opt + ": expected at least 1 byte, got '" + v + "'");
+  return x;
 }
 
 double parse_seconds(const std::string& opt, const std::string& v) {

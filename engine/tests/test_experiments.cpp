@@ -99,6 +99,32 @@ TEST(ExperimentTable, PlansAreTheExperimentsOwn) {
   EXPECT_EQ(check[0].warmup, 0u);
 }
 
+// Each counted experiment's defaults, and fewer messages above 64 KiB.
+TEST(ExperimentTable, CountedIterationsAndWarmup) {
+  fm::Params p = params("lat");
+  EXPECT_EQ(fm::counted_iterations<fm::LatExperiment>(p, 4096), 10000u);
+  EXPECT_EQ(fm::counted_iterations<fm::BwExperiment>(p, 4096), 100000u);
+  EXPECT_EQ(fm::counted_iterations<fm::SetupExperiment>(p, 4096), 200u);
+  EXPECT_EQ(fm::counted_iterations<fm::LatExperiment>(p, 1 << 20), 625u);
+  EXPECT_EQ(fm::counted_iterations<fm::LatExperiment>(p, 8 << 20), 100u);
+  EXPECT_EQ(fm::counted_warmup<fm::LatExperiment>(p, 4096), 1000u);
+  EXPECT_EQ(fm::counted_warmup<fm::LatExperiment>(p, 1 << 20), 62u);
+  EXPECT_EQ(fm::counted_warmup<fm::LatExperiment>(p, 1 << 30), 10u);
+  EXPECT_EQ(fm::counted_warmup<fm::OnewayExperiment>(p, 1 << 20), 1000u);  // oneway keeps its warm-up
+  EXPECT_EQ(fm::counted_warmup<fm::SetupExperiment>(p, 1 << 30), 10u);
+  p.iters = 50;
+  EXPECT_EQ(fm::counted_iterations<fm::LatExperiment>(p, 8 << 20), 50u);  // never more than asked
+  p.iters = UINT64_MAX;  // a client's number: an estimate in double must not wrap
+  EXPECT_GT((fm::counted_iterations<fm::LatExperiment, double>(p, 1 << 20)), 1e17);
+  p.warmup = 7;
+  EXPECT_EQ(fm::counted_warmup<fm::LatExperiment>(p, 1 << 30), 7u);
+  fm::Params ow = params("oneway");
+  ow.oneway.bursts = 3;
+  ow.oneway.burst_size = 5;
+  const Caps caps = fm::transport_caps(ow);
+  for (const auto& pt : fm::find_experiment("oneway")->plan(ow, caps)) EXPECT_EQ(pt.iterations, 15u);
+}
+
 // Only the experiments whose peer stamps messages need its clock, and a
 // bigger control frame than the default for the stamps.
 TEST(ExperimentTable, PeerClockAndReportFrames) {

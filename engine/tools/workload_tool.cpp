@@ -1,6 +1,6 @@
 // Test tool (built with the tests): draws request sizes as the load
 // experiment does, so tests/test_workload.py can hold the engine's sampler
-// against the Python one (python/fabmeter/workload.py) draw for draw.
+// against the Python one (tests/workload_model.py) draw for draw.
 //
 //   workload-tool SPEC SEED N      # SPEC: w1..w5 or a CSV file; prints N sizes, one a line
 //

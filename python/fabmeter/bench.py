@@ -31,7 +31,8 @@ from fabmeter.engine import engine_info, find_engine
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, FabmeterError
 from fabmeter.peers import base as peer_base
 from fabmeter.peers import registry, rawpp
-from fabmeter.results import execute_recorded, now_iso, write_json
+from fabmeter.recorded import run_recorded
+from fabmeter.results import now_iso, write_json
 
 SIZE = 32
 BW_SIZE = 64 * 1024
@@ -103,7 +104,8 @@ class Bench:
             raise Skip(f"transport {options['transport']} is not built into this engine")
         self.runs += 1
         folder = self.out / "runs" / f"{self.runs:03d}-{experiment}-{words}"
-        res = execute_recorded(run.RunSpec(experiment, options, cpus=self.cpus, out=folder, engine=self.engine))
+        res = run_recorded(run.RunSpec(experiment, options, cpus=self.cpus, out=folder, engine=self.engine),
+                           limits=True).result
         if res.exit_code == EXIT_INTERRUPTED:
             raise FabmeterError("interrupted", EXIT_INTERRUPTED)
         if res.exit_code != EXIT_OK or not res.points:

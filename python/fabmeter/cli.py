@@ -4,27 +4,26 @@ The experiment subcommands (lat, oneway, bw, stream, check, load, setup) get the
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
---out, --server, --token-file, --slo (slo.py; and serve's and mesh's own).
+--out, --server, --token-file, --slo (slo.py; and serve's own; mesh's are
+in mesh/command.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, envinfo, run, search, slo
+from fabmeter import __version__, analysis, recorded, run, search, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
-from fabmeter.mesh import output as mesh_output, patterns as mesh_patterns, rendezvous as mesh_rendezvous
-from fabmeter.mesh import outliers as mesh_outliers
-from fabmeter.mesh import run as mesh_run
-from fabmeter.options import Options
-from fabmeter.results import RunRecord, now_iso, out_folder, run_config, write_json
+from fabmeter.mesh import command as mesh_command
+from fabmeter.options import PY_ONLY, Options
+from fabmeter.results import out_folder
 
 EXPERIMENTS_HELP = {
     "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
@@ -35,7 +34,6 @@ EXPERIMENTS_HELP = {
     "load": "open-loop request/response: tail latency against offered load (workloads W1-W5, server pools)",
     "setup": "setup costs: connection establishment, memory registration by size (with and without huge pages)",
 }
-PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
               "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
 
@@ -88,57 +86,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         if exp == "load":
             command.add_argument("--search", metavar="OBJECTIVES", help=search.HELP)
 
-    command = sub.add_parser("mesh", help="oneway, lat, bw, stream or load between every pair of a pattern over "
-                                          "N hosts, run once per host",
-                             allow_abbrev=False,
-                             description="Run once per host (by mpirun, srun or by hand with --rank): rank 0 "
-                                         "coordinates, every rank serves its incoming pairs and runs its outgoing "
-                                         "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
-                                         "anywhere, with --launch serve: every host already runs `fabmeter serve "
-                                         "--peers HOSTS`, which runs that host's outgoing pairs.")
-    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first; Slurm's ranges "
-                                                         "too (node[01-64],b5); default under Slurm: its node list")
-    command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
-    command.add_argument("--rank", metavar="R", type=int,
-                         help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
-    command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
-                         help="what each pair runs, with that experiment's options (default: %(default)s)")
-    command.add_argument("--pattern", choices=mesh_patterns.PATTERNS + mesh_patterns.SPLIT_PATTERNS,
-                         default="all-to-all",
-                         help="which directed pairs (default: %(default)s); many-to-many: load, every host a client "
-                              "of all the others at once, its --rate and --count split among them (--schedule "
-                              "chaotic)")
-    command.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
-                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
-                              "(default: %(default)s)")
-    command.add_argument("--mesh-port", metavar="N", type=int, default=mesh_run.DEFAULT_MESH_PORT,
-                         help="rank 0's coordination port on the first host (default: %(default)s)")
-    command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
-    command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
-    command.add_argument("--launch", choices=["ssh", "local", "serve"],
-                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh; "
-                              "local: run all --ranks here on 127.0.0.1, rank 0 starting the others; "
-                              "serve: coordinate from here (any host), every pair run by its source host's "
-                              "`fabmeter serve --peers ...` (already running on each host)")
-    command.add_argument("--ranks", metavar="N", type=int,
-                         help="--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1")
-    command.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
-                         help="--launch serve: the port every host's serve listens on (default: %(default)s)")
-    command.add_argument("--ssh", metavar="CMD", default="ssh",
-                         help="--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and "
-                              "a ConnectTimeout of the control timeout are added)")
-    command.add_argument("--remote-fabmeter", metavar="CMD", default="fabmeter",
-                         help="--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)")
-    command.add_argument("--outlier-mads", metavar="K", type=float, default=mesh_outliers.K_MADS,
-                         help="a link is an outlier beyond K scaled MADs of the links' median (default: %(default)s)")
-    command.add_argument("--outlier-floor", metavar="PCT", type=float, default=mesh_outliers.MIN_RELATIVE * 100,
-                         help="... and also at least PCT %% from that median (default: %(default)g)")
-    command.add_argument("--out", metavar="DIR",
-                         help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
-                              "(`fabmeter report DIR` draws them); with --samples raw every rank also writes its "
-                              "pairs' samples in DIR/pairs/SRC-DST (on its own host)")
-    if info is not None:
-        Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
+    mesh_command.add_parser(sub, info)
 
     command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                        description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its own. "
@@ -272,32 +220,23 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, remote)
     out = out_folder(ns.out) if ns.out else None
-    record = RunRecord(out, run_config(experiment, cpus, ns.server, engine,
-                                       slo=slo.canonical(objectives) if objectives else None))
     progress = _Progress(enabled=sys.stderr.isatty() and bool(given.get("all")))
 
-    def on_start(start):
-        record.on_start(start)
-        progress.start(start)
-
     def on_point(point):
-        record.on_point(point)
         progress.point(point)
         if ns.json:
             print(json.dumps({**point, "slo": slo.evaluate_point(objectives, point)} if objectives else point),
                   flush=True)
 
-    res = run.execute(run.RunSpec(experiment, given, cpus=cpus, server=ns.server, out=out, engine=engine,
-                                   token_file=ns.token_file),
-                      on_start=on_start, on_point=on_point, on_event=record.on_event)
+    spec = run.RunSpec(experiment, given, cpus=cpus, server=ns.server, out=out, engine=engine,
+                       token_file=ns.token_file)
+    ran = recorded.run_recorded(spec, objectives, limits=out is not None, command=sys.argv, record_refusal=False,
+                                on_start=progress.start, on_point=on_point)
     progress.done()
-    verdict = slo.evaluate(objectives, res.points) if objectives and res.start is not None else None
-    code = slo.exit_code(res.exit_code, verdict)
-    if not (res.exit_code == EXIT_USAGE and res.start is None):
-        record.finish(res.status, res.message, code, slo=verdict)
+    res, verdict, code = ran.result, ran.verdict, ran.exit_code
     if not ns.json and res.points:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
-        print(analysis.run_report(res.points, chosen, record.doc.get("limits")), flush=True)
+        print(analysis.run_report(res.points, chosen, ran.doc.get("limits")), flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
@@ -325,18 +264,17 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
         die("--token-file goes with --server (a local run makes its own secret)", EXIT_USAGE)
     cpus = parse_cpus(ns.cpus, ns.server is not None)
     out = out_folder(ns.out) if ns.out else None
-    record = RunRecord(out, run_config("load", cpus, ns.server, engine, search=slo.canonical(objectives)))
+    spec = run.RunSpec("load", given, cpus=cpus, server=ns.server, out=out, engine=engine, token_file=ns.token_file)
+    record = recorded.new_record(spec, command=sys.argv, search=slo.canonical(objectives))
     failed: list = []
 
     def on_point(point):
-        record.on_point(point)
         if ns.json:
             print(json.dumps({**point, "slo": slo.evaluate_point(objectives, point)}), flush=True)
 
     def run_point(options: dict) -> Optional[dict]:
-        spec = run.RunSpec("load", {**given, **options}, cpus=cpus, server=ns.server, out=out, engine=engine,
-                           token_file=ns.token_file)
-        res = run.execute(spec, on_start=record.on_start, on_point=on_point, on_event=record.on_event)
+        res = recorded.execute_into(record, dataclasses.replace(spec, options={**given, **options}),
+                                    limits=out is not None, on_point=on_point)
         if res.exit_code != EXIT_OK or not res.points:
             failed.append(res)
             return None
@@ -359,107 +297,6 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
     if res:
         sys.stderr.write(f"fabmeter: error: {res.message}\n")
     return code
-
-
-def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
-    if (ns.launch == "local") != (ns.ranks is not None):
-        die("mesh: --launch local and --ranks N go together", EXIT_USAGE)
-    if ns.launch == "local":
-        if ns.hosts is not None or ns.hostfile is not None:
-            die("mesh: --launch local runs every rank on 127.0.0.1: no --hosts or --hostfile", EXIT_USAGE)
-        hosts = ["127.0.0.1"] * ns.ranks
-    elif ns.hosts is not None and ns.hostfile is not None:
-        die("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
-    elif ns.hosts is None and ns.hostfile is None:
-        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None else None
-        if hosts is None:
-            die("mesh: give the hosts by --hosts A,B,... or --hostfile F (or run under Slurm)", EXIT_USAGE)
-    elif ns.hosts is not None:
-        hosts = mesh_run.expand_hosts(ns.hosts, "--hosts")
-    else:
-        try:
-            lines = Path(ns.hostfile).read_text().splitlines()
-        except OSError as e:
-            die(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE)
-        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
-    if len(hosts) < 2 or not all(hosts):
-        die(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
-    if ns.launch == "serve":
-        if ns.rank is not None:
-            die("mesh: --launch serve has no ranks: it coordinates from here, the hosts' serves run the pairs",
-                EXIT_USAGE)
-        rank = None
-    elif ns.launch:
-        if ns.rank not in (None, 0):
-            die(f"mesh: --launch {ns.launch} runs rank 0 here (the first host) and starts the other ranks",
-                EXIT_USAGE)
-        rank = 0
-    elif ns.rank is not None:
-        rank = ns.rank
-    else:
-        launched = mesh_run.launcher_rank(dict(os.environ))
-        if launched is None:
-            die("mesh: no rank: give --rank R, or run under mpirun, srun or a PMI launcher", EXIT_USAGE)
-        rank, size, var = launched
-        if size is not None and size != len(hosts):
-            die(f"mesh: the launcher started {size} ranks (${var}) for {len(hosts)} hosts", EXIT_USAGE)
-    if rank is not None and not 0 <= rank < len(hosts):
-        die(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
-    if not 0 < ns.serve_port < 65536:
-        die(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
-    if ns.pattern in mesh_patterns.SPLIT_PATTERNS and (ns.experiment != "load" or ns.schedule != "chaotic"):
-        die(f"mesh: --pattern {ns.pattern} splits load's rate among every other host at once: it needs "
-            "--experiment load --schedule chaotic", EXIT_USAGE)
-    if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
-        die("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
-    table = engine_options(engine)
-    given = table.given(ns)
-    raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
-    out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
-    if given.get("transport") is None:
-        die("mesh: choose a transport with -t", EXIT_USAGE)
-    for key in given:
-        if not table[key].for_experiment(ns.experiment):
-            die(f"--{table[key].name} does not apply to '{ns.experiment}' (only to {table[key].scope})", EXIT_USAGE)
-    token = mesh_rendezvous.read_token(ns.token_file, dict(os.environ))
-    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
-        die("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file", EXIT_USAGE)
-    if not token:
-        sys.stderr.write("fabmeter: warning: mesh without a token: its channel and engines are not authenticated\n")
-        os.environ.pop("FABMETER_TOKEN", None)
-    else:
-        os.environb[b"FABMETER_TOKEN"] = token   # the engines (server and clients) read it from there
-    timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
-    launch = None
-    if ns.launch in ("ssh", "local"):
-        rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
-                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
-        if out and raw:     # the same folder on every host: as typed over ssh, this one's here
-            rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
-        # local: this interpreter, this fabmeter and this engine, whatever PATH says.
-        here = (f"FABMETER_ENGINE={shlex.quote(engine)} PYTHONPATH={shlex.quote(str(Path(__file__).parent.parent))} "
-                f"{shlex.quote(sys.executable)} -m fabmeter")
-        launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
-    spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
-                             timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
-                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
-    pairs: list[dict] = []
-    started_at = now_iso()
-
-    def emit(obj: dict) -> None:
-        if obj["type"] == "pair":
-            pairs.append(obj)
-        if ns.json:
-            print(json.dumps(obj), flush=True)
-        elif obj["type"] != "pair":
-            print(mesh_output.matrix(obj, pairs), flush=True)
-        if obj["type"] == "mesh" and out:     # rank 0, at the end: failed pairs are kept and marked
-            path = out / mesh_output.MESH_FILE
-            write_json(path, mesh_output.record(obj, pairs, started_at, now_iso(), sys.argv, given,
-                                                envinfo.collect()))
-            sys.stderr.write(f"fabmeter: results: {path}\n")
-
-    return mesh_run.main(spec, emit, lambda line: sys.stderr.write(f"fabmeter: warning: {line}\n"))
 
 
 def cmd_transports(info: dict) -> int:
@@ -514,7 +351,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif ns.command == "mesh":
             if info is None:
                 die(problem, EXIT_INTERNAL)
-            code = cmd_mesh(ns, engine)
+            code = mesh_command.main(ns, engine)
         elif ns.command == "serve":
             code = cmd_serve(ns)
         elif ns.command == "transports":

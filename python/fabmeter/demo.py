@@ -18,7 +18,8 @@ from typing import Optional
 from fabmeter import analysis, envinfo, run
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME
-from fabmeter.results import execute_recorded, now_iso, write_json
+from fabmeter.recorded import run_recorded
+from fabmeter.results import now_iso, write_json
 
 POLLS = ("busy", "event")
 # (label, transport options, polls) of the transports the demo runs in a
@@ -49,7 +50,7 @@ def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experime
          cpus: Optional[tuple[int, ...]]) -> run.RunResult:
     folder = out / f"{label.replace(' ', '-')}-{poll}-{name}"
     options = {**engine_options(find_engine()).from_argv(experiment, targs), "poll": poll, **opts}
-    return execute_recorded(run.RunSpec(experiment, options, cpus=cpus, out=folder))
+    return run_recorded(run.RunSpec(experiment, options, cpus=cpus, out=folder), limits=True).result
 
 
 def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:

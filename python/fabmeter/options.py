@@ -17,16 +17,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-_SIZE_RE = re.compile(r"^(\d+)([KkMmGg]?)$")
-_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30}
+_SIZE_RE = re.compile(r"^(\d+)([KkMmGgTt]?)$")
+_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
 NUMBER_TYPES = ("size", "count", "duration")
+# Options fabmeter's commands define themselves: an engine option of one of these names is not added to them.
+PY_ONLY = frozenset({"cpus", "json", "out", "server", "help", "slo", "search"})
 
 
 def parse_size(text: str) -> int:
-    """'32', '64K', '1M' -> bytes: the engine's rule (K/M/G: powers of two, no fractions)."""
+    """'32', '64K', '1M' -> bytes: the engine's rule (parse_count: K/M/G/T, powers of two, no fractions)."""
     match = _SIZE_RE.match(str(text).strip())
     if not match:
-        raise ValueError(f"expected a non-negative integer with an optional K/M/G suffix, got '{text}'")
+        raise ValueError(f"expected a non-negative integer with an optional K/M/G/T suffix, got '{text}'")
     return int(match.group(1)) << _SHIFT[match.group(2).lower()]
 
 

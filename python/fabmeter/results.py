@@ -4,7 +4,8 @@ run.json is rewritten after every point (status "running"), so a run that
 is killed outright still leaves what it had measured; the final write
 carries the run's status: ok, failed or interrupted. Its configuration is
 the engine's own typed `params` (from the "start" line), whoever started
-the run: the CLI, a suite, the demo, the bench or `fabmeter peers`.
+the run: the CLI, a suite, the demo, the bench or `fabmeter peers`, each
+through recorded.py.
 docs/results.md describes every field.
 """
 
@@ -17,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, envinfo, run
-from fabmeter.engine import engine_info, engine_options, find_engine
+from fabmeter import __version__, analysis, envinfo
+from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 
 
@@ -153,26 +154,3 @@ class RunRecord:
     def flush(self) -> None:
         if self.out is not None:
             write_json(self.out / "run.json", self.doc)
-
-
-def equivalent_command(spec: "run.RunSpec", slo: Optional[str] = None) -> list[str]:
-    """The `fabmeter` command line that makes the same run (`slo`: its --slo)."""
-    engine = spec.engine or find_engine()
-    return (["fabmeter", spec.experiment, *engine_options(engine).engine_argv(spec.options)]
-            + (["--slo", slo] if slo else [])
-            + (["--cpus", ",".join(map(str, spec.cpus))] if spec.cpus else [])
-            + (["--server", spec.server] if spec.server else [])
-            + (["--out", str(spec.out)] if spec.out else []))
-
-
-def execute_recorded(spec: "run.RunSpec", **config_more) -> "run.RunResult":
-    """One run into spec.out: run.json follows every engine line and ends
-    with the run's status (`config_more`: more keys of its "config")."""
-    engine = spec.engine or find_engine()
-    if spec.out is not None:
-        out_folder(spec.out)   # the engine makes only the last level
-    record = RunRecord(spec.out, run_config(spec.experiment, spec.cpus, spec.server, engine, **config_more),
-                       command=equivalent_command(spec))
-    res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
-    record.finish(res.status, res.message, res.exit_code)
-    return res

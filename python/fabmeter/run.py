@@ -114,46 +114,6 @@ def _parse_json(line: str) -> Optional[dict]:
     return obj if isinstance(obj, dict) else None
 
 
-# The limits recorded with every run: about 0.4 s, cheap enough for that.
-RECORD_LIMITS_ITERS = 20000
-RECORD_LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "--schedule-steps", "10000",
-                      "--connects", "100"]
-
-
-def _limits_for_record(engine: str, spec: "RunSpec") -> Optional[dict]:
-    """Limits between the run's two CPUs, sized for its message; None when
-    they cannot be measured (one CPU, or both ends on one, probe failed). Ctrl-C still stops."""
-    cpus = first_cpus(spec.cpus)
-    if not cpus or len(set(cpus)) < 2:
-        return None
-    args = list(RECORD_LIMITS_ARGS)
-    if "size" in spec.options:
-        args += ["--sizes", str(spec.options["size"])]
-    try:
-        return run_limits(cpus, RECORD_LIMITS_ITERS, engine, timeout=30, args=args)
-    except FabmeterError as e:
-        if e.exit_code == EXIT_INTERRUPTED:
-            raise
-        return None
-
-
-def first_cpus(cpus: Optional[tuple]) -> Optional[tuple[int, ...]]:
-    """Each side's first CPU (where its session thread runs): what the limits probe and warnings compare."""
-    return tuple(int(str(c).split("+")[0]) for c in cpus) if cpus else cpus
-
-
-def _dry_run(engine: str, spec: "RunSpec") -> None:
-    """The engine's own check of the run's options (`run --dry-run`): raises its one-line refusal."""
-    cmd = [engine, "run", spec.experiment, "--server", "127.0.0.1", "--dry-run",
-           *engine_options(engine).engine_argv(spec.options)]
-    try:
-        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise FabmeterError(f"cannot run `fabmeter-engine run --dry-run`: {e}") from e
-    if res.returncode != 0:
-        raise FabmeterError(last_error_line(res.stderr), res.returncode)
-
-
 def _one_cpu_warning(spec: RunSpec, poll: str) -> Optional[str]:
     """A busy-polling client and server pinned to one CPU take turns in the scheduler's time slices, so the
     figures measure the scheduler (p50 in milliseconds): allowed, as an experiment may want it, but said."""
@@ -184,19 +144,6 @@ def execute(spec: RunSpec,
         sys.stderr.write(f"fabmeter: warning: {warning}\n")
         if on_event is not None:
             on_event({"type": "warning", "message": warning})
-    # Limits are recorded with every local run that keeps results, measured
-    # before the engines start so neither disturbs the other; and the run is
-    # checked first, so the limits never copy a message the run would refuse.
-    if spec.out is not None and spec.server is None and on_event is not None:
-        try:
-            _dry_run(engine, spec)
-            limits = _limits_for_record(engine, spec)
-        except FabmeterError as e:
-            res.status = "interrupted" if e.exit_code == EXIT_INTERRUPTED else "failed"
-            res.exit_code, res.message = e.exit_code, e.message
-            return res
-        if limits:
-            on_event(limits)
     # A local run's server admits only its own client: a fresh secret per run,
     # passed through the environment (another local user cannot take the port).
     env = None if spec.server is not None else {**os.environ, "FABMETER_TOKEN": secrets.token_hex(32)}

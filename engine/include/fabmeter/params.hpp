@@ -34,6 +34,7 @@ struct CommonOptions {
   uint64_t iters = 0;               // -n; 0 = the experiment's default
   double duration = 0;              // seconds; replaces -n when > 0
   int64_t warmup = -1;              // -1 = the experiment's default
+  static constexpr uint64_t kDefaultWarmup = 1000;  // the most any experiment warms up with by default
 
   // Scheduled experiments (stream, load): lists make a sweep.
   std::vector<uint64_t> rate = {1000};   // stream: samples per second; load: requests per second
@@ -238,6 +239,11 @@ Params decode_params(std::string_view text);
 // Impossible combinations and out-of-range values; throws usage_error.
 void validate(const Params& p);
 
+// A number with an optional K/M/G/T suffix (powers of two: 64K, 8M), the one
+// parser of every count and size the engine reads; a usage error naming
+// `option` otherwise.
+uint64_t parse_count(std::string_view option, std::string_view text);
+
 // "all" or a comma list; constexpr: the transport registry's groups are compile-time lists.
 constexpr bool in_list(std::string_view list, std::string_view item) {
   if (list == "all") return true;
@@ -264,8 +270,6 @@ std::string transports_reading(std::string_view group);
 // Sizes of this run: one, or the sweep up to min(max_size, transport_max).
 std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max);
 // Iterations and warm-up for one size: large messages get fewer, as fabtests.
-uint64_t iters_for(const Params& p, uint64_t size);
-uint64_t warmup_for(const Params& p, uint64_t size);
 
 const char* poll_name(Poll p);
 std::string key_of(const char* option_name);  // "tx-depth" -> "tx_depth"

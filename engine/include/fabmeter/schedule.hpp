@@ -9,11 +9,13 @@
 #include <cstdint>
 
 #include "fabmeter/clock.hpp"
+#include "fabmeter/params.hpp"
 
 namespace fm {
 
-// Steps sent before measuring when --warmup does not say: 0.1 s, at most 1000.
-inline uint64_t default_step_warmup(uint64_t rate) { return std::min<uint64_t>(1000, rate / 10); }
+// Steps (stream) or requests (load) sent before measuring when --warmup does
+// not say: 0.1 s worth, at most CommonOptions::kDefaultWarmup.
+inline uint64_t default_step_warmup(uint64_t rate) { return std::min<uint64_t>(CommonOptions::kDefaultWarmup, rate / 10); }
 
 struct StepSchedule {
   uint64_t t0;    // ticks

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/transport.hpp"
 
@@ -35,7 +36,7 @@ constexpr uint32_t kMaxSessions = 1024;
 
 struct ServerOptions {
   std::string bind = "127.0.0.1";
-  uint16_t port = 18515;  // kDefaultPort
+  uint16_t port = kDefaultPort;
   int cpu = -1;
   std::vector<int> cpus;  // --cpu N+M+...: every CPU named (cpu is the first), --flows deals them out
   bool once = false;

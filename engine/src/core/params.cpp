@@ -12,6 +12,27 @@
 #include "fabmeter/stats.hpp"
 
 namespace fm {
+uint64_t parse_count(std::string_view option, std::string_view text) {
+  std::string_view v = text;
+  uint64_t mult = 1;
+  if (!v.empty()) {
+    switch (v.back()) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      case 't': case 'T': mult = 1ull << 40; break;
+    }
+    if (mult != 1) v.remove_suffix(1);
+  }
+  uint64_t x = 0;
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
+    usage_error(std::string(option) + ": expected a non-negative integer (K/M/G/T suffixes allowed), got '" +
+                std::string(text) + "'");
+  if (x > UINT64_MAX / mult) usage_error(std::string(option) + ": value too large");
+  return x * mult;
+}
+
 namespace {
 
 // "--burst-size" for the field burst_size: messages name the option as typed.
@@ -21,24 +42,7 @@ std::string flag(std::string_view key) {
   return f;
 }
 
-uint64_t parse_u64(std::string_view opt, std::string_view v) {
-  // Accepts plain numbers and K/M/G suffixes (powers of two), e.g. 64K, 8M.
-  uint64_t mult = 1;
-  if (!v.empty()) {
-    switch (v.back()) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
-    }
-    if (mult != 1) v.remove_suffix(1);
-  }
-  uint64_t x = 0;
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
-    usage_error(flag(opt) + ": expected a non-negative integer, got '" + std::string(v) + "'");
-  if (x > UINT64_MAX / mult) usage_error(flag(opt) + ": value too large");
-  return x * mult;
-}
+uint64_t parse_u64(std::string_view opt, std::string_view v) { return parse_count(flag(opt), v); }
 
 // A number or the word auto (returned as `none`). The number `none` itself
 // is refused: "-n 0" must not quietly mean auto.
@@ -497,61 +501,6 @@ Params decode_params(std::string_view text) {
   return p;
 }
 
-namespace {
-// Bounds keep a client's numbers from making either end allocate or run without limit.
-void validate_load(const Params& p) {
-  const LoadOptions& l = p.load;
-  if (l.load.size() > 64) usage_error("--load takes at most 64 values");
-  for (double f : l.load)
-    if (!(f > 0 && f <= 10)) usage_error("--load must be a multiple of the capacity: above 0 and at most 10");
-  if (!l.clients.empty()) {
-    if (!l.load.empty() || p.named("rate"))
-      usage_error("give one of --rate, --load and --clients");
-    if (l.clients.size() > 64) usage_error("--clients takes at most 64 values");
-    for (uint64_t n : l.clients) {
-      if (n < 1 || n > 4096) usage_error("--clients must be between 1 and 4096");
-      if (n < l.threads) usage_error("--clients must be at least --threads (each thread drives clients of its own)");
-      if (n * l.outstanding > LoadOptions::kMaxOutstanding)
-        usage_error("--clients x --outstanding must be at most " + std::to_string(LoadOptions::kMaxOutstanding));
-    }
-  }
-  if (l.outstanding < 1 || l.outstanding > LoadOptions::kMaxOutstanding)
-    usage_error("--outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
-  if (!(l.think_us >= 0 && l.think_us <= 1e6)) usage_error("--think-us must be between 0 and 1000000 (one second)");
-  if (l.clients.empty() && (p.named("outstanding") || p.named("think-us")))
-    usage_error("--outstanding and --think-us apply to closed loop only: give --clients");
-  if (!l.workload.empty() && p.named("req-size")) usage_error("give either --req-size or --workload, not both");
-  if (l.req_size < 8) usage_error("--req-size must be at least 8 bytes (its sequence number and response size ride in it)");
-  if (l.resp_size != 0 && l.resp_size < 8) usage_error("--resp-size must be at least 8 bytes");
-  if (l.req_size > (1ull << 30) || l.resp_size > (1ull << 30)) usage_error("--req-size and --resp-size are limited to 1 GiB");
-  if (l.max_outstanding < 1 || l.max_outstanding > LoadOptions::kMaxOutstanding)
-    usage_error("--max-outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
-  if (l.conns < 1 || l.conns > 64) usage_error("--conns must be between 1 and 64");
-  const bool shared = l.server_rx == "shared";
-  if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || (!shared && l.server_threads > l.conns))
-    usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its own; "
-                "--server-rx shared lets every server thread read every connection)");
-  if (l.server_threads > LoadOptions::kMaxServerThreads)
-    usage_error("--server-threads must be at most " + std::to_string(LoadOptions::kMaxServerThreads));
-  if (p.poll == Poll::event && (l.threads != l.conns || (shared ? l.conns != 1 : l.server_threads != l.conns)))
-    usage_error(shared ? "event mode sleeps on one connection per thread: with --server-rx shared give --conns 1 and --threads 1"
-                       : "event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
-  if (l.service_ns > 1e9) usage_error("--service-ns must be at most 1e9 (one second)");
-  if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
-  if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
-}
-// The largest region setup registers: the top of its registration sweep.
-constexpr uint64_t kMaxRegisterBytes = 1ull << 30;
-
-void validate_setup(const Params& p) {
-  if (p.what == "connect" && (p.sweep || p.size != CommonOptions{}.size))
-    usage_error("setup: -s, -a and --max-size give the sizes --what mr registers, not with --what connect");
-  if (p.size > kMaxRegisterBytes || (p.sweep && p.max_size > kMaxRegisterBytes))
-    usage_error("setup: registration sizes are limited to 1 GiB (-s, --max-size)");
-  if (p.sweep && p.max_size < 4096) usage_error("setup: the -a sweep starts at 4 KiB: give --max-size of at least 4K");
-}
-}  // namespace
-
 void validate(const Params& p) {
   if (!in_list(kExperiments, p.experiment))
     usage_error("unknown experiment '" + p.experiment + "' (expected " + kExperiments + ")");
@@ -569,24 +518,7 @@ void validate(const Params& p) {
   if (p.size == 0) usage_error("--size must be at least 1 byte");
   if (p.sweep && p.max_size == 0) usage_error("--max-size must be at least 1 byte");
   if (p.iters > 0 && p.duration > 0) usage_error("give either -n or --duration, not both");
-  if (p.experiment == "oneway" && (p.oneway.bursts == 0 || p.oneway.burst_size == 0))
-    usage_error("--bursts and --burst-size must be at least 1");
-  if (p.experiment == "stream" || p.experiment == "load") {
-    if (p.rate.empty() || p.rate.size() > 64) usage_error("--rate takes 1 to 64 values");
-    for (uint64_t r : p.rate)
-      if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 per second");
-    if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
-  }
-  if (p.experiment == "stream") {
-    if (p.stream.values.empty() || p.stream.values.size() > 64) usage_error("--values takes 1 to 64 values");
-    for (uint64_t v : p.stream.values)
-      if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
-  }
-  if (p.experiment == "load") validate_load(p);
   if (p.flows < 1 || p.flows > CommonOptions::kMaxFlows) usage_error("--flows must be between 1 and " + std::to_string(CommonOptions::kMaxFlows));
-  if (p.flows > 1 && p.experiment == "lat" && p.samples == "hist")
-    usage_error("lat --flows merges the flows' round trips from their raw samples: give --samples raw (or auto)");
-  if (p.experiment == "setup") validate_setup(p);
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
   if (p.bw.size_spread > 90) usage_error("--size-spread must be 0 .. 90 (percent)");
@@ -604,28 +536,6 @@ std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max) {
   std::vector<uint64_t> out;
   for (uint64_t s = 1; s <= p.max_size && s <= transport_max; s *= 2) out.push_back(s);
   return out;
-}
-
-static uint64_t default_iters(const Params& p) {
-  if (p.iters) return p.iters;
-  if (p.experiment == "setup") return 200;  // connections or registrations of up to 1 GiB, not messages
-  return p.experiment == "bw" ? 100000 : 10000;
-}
-
-uint64_t iters_for(const Params& p, uint64_t size) {
-  if (p.experiment == "oneway") return p.oneway.bursts * p.oneway.burst_size;
-  uint64_t n = default_iters(p);
-  constexpr uint64_t kFull = 64 << 10;
-  if (size > kFull) n = std::max<uint64_t>(std::min<uint64_t>(n, 100), n * kFull / size);
-  return n;
-}
-
-uint64_t warmup_for(const Params& p, uint64_t size) {
-  if (p.warmup < 0 && p.experiment == "setup") return 10;
-  uint64_t w = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
-  if (p.warmup < 0 && p.experiment != "oneway" && size > (64 << 10))
-    w = std::max<uint64_t>(10, w * (64 << 10) / size);
-  return w;
 }
 
 const char* poll_name(Poll p) { return p == Poll::busy ? "busy" : "event"; }

@@ -367,14 +367,16 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
 struct BwExperiment : ExperimentDefaults {
   static constexpr const char* name = "bw";
   static constexpr bool kOneCpuTicks = true;  // each end times its own sends and receives
+  static constexpr uint64_t kIterations = 100000;
+  static constexpr bool kOneSided = true;
   static std::vector<Point> plan(const Params& p, const Caps& caps) {
-    std::vector<Point> plan = sized_points(p, caps);
+    std::vector<Point> plan = sized_points<BwExperiment>(p, caps);
     if (p.bw.size_spread)
       for (Point& pt : plan) pt.max_size = SpreadSizes::high(pt.size, p.bw.size_spread);
     return plan;
   }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
-    return {0, counted_seconds(p, static_cast<double>(pt.size), 100000, kMinMessageNs)};
+    return {0, counted_seconds<BwExperiment>(p, static_cast<double>(pt.size), kMinMessageNs)};
   }
   static void check_caps(const Params& p, const Caps& caps) {
     ExperimentDefaults::check_caps(p, caps);
@@ -388,7 +390,7 @@ struct BwExperiment : ExperimentDefaults {
                   " B, above the transport's maximum of " + std::to_string(caps.max_msg_size) + " B");
   }
   static bool fixed_sizes(const Params& p) { return !p.bw.size_spread; }
-  static constexpr bool kFlows = true;
+  static constexpr Flows kFlows = Flows::throughput;
   static uint32_t connections(const Params& p) { return p.flows; }
   // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
   static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }

@@ -48,6 +48,9 @@ using Conns = std::span<T* const>;
 template <class T>
 using Fresh = std::function<std::unique_ptr<T>()>;
 
+// How an experiment's --flows are merged (ExperimentDefaults::kFlows).
+enum class Flows { none, round_trips, throughput };
+
 // Floors no transport beats here, so a plan's run time is never overestimated.
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
 
@@ -86,13 +89,25 @@ struct ExperimentDefaults {
   static constexpr bool kManyConnections = false;
   static uint32_t connections(const Params&) { return 1; }
   // --flows: connections(p) of them, each driven by a thread of its own
-  // through the one-connection loops (flows.hpp).
-  static constexpr bool kFlows = false;
+  // through the one-connection loops (flows.hpp), merged on the client as
+  // round trips or as throughput.
+  static constexpr Flows kFlows = Flows::none;
   // The loops also get a Fresh<T>, to make transports of their own.
   static constexpr bool kFreshConnections = false;
   // The client's chance to fill in, before the hello, what only it can know
   // (load: the largest message of a workload file the server never reads).
   static void resolve(Params&, const Caps&) {}
+  // Refuses (usage_error) what this experiment cannot run, on its own
+  // options, before the transport is known (params.hpp's validate does the
+  // common ones).
+  static void validate(const Params&) {}
+  // Counted points (counted_iterations, counted_warmup): the messages measured
+  // and warmed up with where -n and --warmup are not given.
+  static constexpr uint64_t kIterations = 10000;
+  static constexpr uint64_t kWarmup = CommonOptions::kDefaultWarmup;
+  static constexpr bool kFewerWarmupAboveFullSize = true;
+  // Runs over one-sided operations (--op write/read), which the server's CPU never sees.
+  static constexpr bool kOneSided = false;
 };
 
 inline uint64_t sat_mul(uint64_t a, uint64_t b) {
@@ -108,27 +123,56 @@ uint64_t stamp_report_bytes(uint64_t messages) {
   return sat_add(sizeof(Header), sat_mul(messages, sizeof(uint64_t)));
 }
 
+// stream's and load's --rate (their sweep) and --count or --duration.
+inline void validate_rates(const Params& p) {
+  if (p.rate.empty() || p.rate.size() > 64) usage_error("--rate takes 1 to 64 values");
+  for (uint64_t r : p.rate)
+    if (r < 1 || r > 10'000'000) usage_error("--rate must be between 1 and 10000000 per second");
+  if (p.count > 0 && p.duration > 0) usage_error("give either --count or --duration, not both");
+}
+
+// Above this size a counted point takes fewer messages, in proportion: about
+// the bytes of a 64 KiB point rather than hours of 1 GiB transfers.
+inline constexpr double kFullSizeBytes = 64 << 10;
+
+template <class N>
+N fewer_above_full_size(N n, double size, N least) {
+  if (size <= kFullSizeBytes) return n;
+  return std::max(least, static_cast<N>(static_cast<double>(n) * (kFullSizeBytes / size)));
+}
+
+// A counted point's measured messages (-n, else E's default) and warm-up
+// (--warmup, else E's default), at message size `size`. N = double for
+// estimates: a client's numbers may be anything up to 2^64 and must not wrap.
+template <class E, class N = uint64_t>
+N counted_iterations(const Params& p, double size) {
+  const N n = static_cast<N>(p.iters ? p.iters : E::kIterations);
+  return fewer_above_full_size(n, size, std::min<N>(n, 100));
+}
+template <class E, class N = uint64_t>
+N counted_warmup(const Params& p, double size) {
+  if (p.warmup >= 0) return static_cast<N>(p.warmup);
+  const N w = static_cast<N>(E::kWarmup);
+  return E::kFewerWarmupAboveFullSize ? fewer_above_full_size(w, size, std::min<N>(w, 10)) : w;
+}
+
 // The plan of the counted experiments (lat, bw): one point per message size,
 // each with its iteration and warm-up counts.
-inline std::vector<Point> sized_points(const Params& p, const Caps& caps) {
+template <class E>
+std::vector<Point> sized_points(const Params& p, const Caps& caps) {
   std::vector<Point> plan;
-  for (uint64_t size : sizes_for(p, caps.max_msg_size))
-    plan.push_back({.size = size, .iterations = iters_for(p, size), .warmup = warmup_for(p, size)});
+  for (uint64_t size : sizes_for(p, caps.max_msg_size)) {
+    const double s = static_cast<double>(size);
+    plan.push_back({.size = size, .iterations = counted_iterations<E>(p, s), .warmup = counted_warmup<E>(p, s)});
+  }
   return plan;
 }
 
-// The least time a counted point (lat, bw) takes: its messages (or
-// --duration) and its warm-up at `per_msg_ns` each, counted as iters_for and
-// warmup_for count them. In double: a client's numbers may be anything up to
-// 2^64, and an estimate must not wrap around to something small.
-inline double counted_seconds(const Params& p, double size, double default_iters, double per_msg_ns) {
-  double iters = p.iters ? static_cast<double>(p.iters) : default_iters;
-  double warmup = p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000;
-  constexpr double kFull = 64 << 10;  // fewer above 64 KiB
-  if (size > kFull) {
-    iters = std::max(std::min(iters, 100.0), iters * kFull / size);
-    if (p.warmup < 0) warmup = std::max(10.0, warmup * kFull / size);
-  }
+// The least time a counted point takes: its messages (or --duration) and its
+// warm-up at `per_msg_ns` each.
+template <class E>
+double counted_seconds(const Params& p, double size, double per_msg_ns) {
+  const double iters = counted_iterations<E, double>(p, size), warmup = counted_warmup<E, double>(p, size);
   return (p.duration > 0 ? p.duration : iters * per_msg_ns * 1e-9) + warmup * per_msg_ns * 1e-9;
 }
 

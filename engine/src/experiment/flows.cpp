@@ -321,7 +321,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
 
 }  // namespace
 
-Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, PointOut& out) {
+Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoop& loop, PointOut& out) {
   // Each flow's control channel: flow[i] is the flow thread's end, mine[i]
   // the session thread's.
   std::vector<Ctrl> flow(n), mine(n);
@@ -407,7 +407,7 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, Poin
     if (!ends[first].failure.empty()) c.failure = "flow " + std::to_string(first) + ": " + ends[first].failure;
   }
   if (c.role == Role::client) {
-    if (c.p.experiment == "lat") merge_lat(pt, ends, out);
+    if (merge == Flows::round_trips) merge_lat(pt, ends, out);
     else merge_bw(ends, out);
     for (const FlowEnd& e : ends) out.partial = out.partial || e.out.partial;
   }

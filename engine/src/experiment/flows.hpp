@@ -27,7 +27,7 @@ using FlowLoop = std::function<Status(uint32_t flow, Ctx& flow_ctx, PointOut& ou
 // the client, merges what they measured into `out`: per flow and in
 // aggregate, with Jain's fairness index and how much the flows overlapped
 // in time. Returns the first flow's failure.
-Status run_flows(Ctx& c, const Point& pt, uint32_t n, const FlowLoop& loop, PointOut& out);
+Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoop& loop, PointOut& out);
 
 // Jain's fairness index of the flows' throughputs: (sum x)^2 / (n sum x^2),
 // 1 when equal, 1/n when one flow has it all; NaN when every x is 0.
@@ -36,7 +36,7 @@ double jain_index(const std::vector<double>& x);
 template <Transport T, class E, Role R, Poll P>
 Status flows_loop(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   return run_flows(
-      c, pt, static_cast<uint32_t>(conns.size()),
+      c, pt, static_cast<uint32_t>(conns.size()), E::kFlows,
       [&](uint32_t i, Ctx& fc, PointOut& fo) {
         if constexpr (R == Role::client) return E::template client<T, P>(*conns[i], fc, pt, fo);
         else return E::template server<T, P>(*conns[i], fc, pt, fo);

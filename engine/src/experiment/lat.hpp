@@ -161,12 +161,17 @@ struct LatExperiment : ExperimentDefaults {
   static constexpr const char* name = "lat";
   static constexpr bool kOneCpuTicks = true;  // RTTs read on the client, nothing stamped by the server
   static constexpr uint32_t kInFlight = 1;    // one ping, then its pong
+  static constexpr bool kOneSided = true;
+  static void validate(const Params& p) {
+    if (p.flows > 1 && p.samples == "hist")
+      usage_error("lat --flows merges the flows' round trips from their raw samples: give --samples raw (or auto)");
+  }
   static bool fixed_sizes(const Params&) { return true; }
-  static constexpr bool kFlows = true;
+  static constexpr Flows kFlows = Flows::round_trips;
   static uint32_t connections(const Params& p) { return p.flows; }
-  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points<LatExperiment>(p, caps); }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
-    return {0, counted_seconds(p, static_cast<double>(pt.size), 10000, kMinRoundTripNs),
+    return {0, counted_seconds<LatExperiment>(p, static_cast<double>(pt.size), kMinRoundTripNs),
             8 * static_cast<double>(lat_raw_slots(p, pt.iterations))};
   }
   template <Transport T, Poll P>

@@ -52,6 +52,7 @@
 #include "fabmeter/arrivals.hpp"
 #include "fabmeter/histogram.hpp"
 #include "fabmeter/samples.hpp"
+#include "fabmeter/schedule.hpp"
 #include "fabmeter/workload.hpp"
 
 namespace fm {
@@ -1067,6 +1068,49 @@ Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
 struct LoadExperiment : ExperimentDefaults {
   static constexpr const char* name = "load";
   static constexpr bool kManyConnections = true;
+  // Bounds keep a client's numbers from making either end allocate or run without limit.
+  static void validate(const Params& p) {
+    validate_rates(p);
+    const LoadOptions& l = p.load;
+    if (l.load.size() > 64) usage_error("--load takes at most 64 values");
+    for (double f : l.load)
+      if (!(f > 0 && f <= 10)) usage_error("--load must be a multiple of the capacity: above 0 and at most 10");
+    if (!l.clients.empty()) {
+      if (!l.load.empty() || p.named("rate"))
+        usage_error("give one of --rate, --load and --clients");
+      if (l.clients.size() > 64) usage_error("--clients takes at most 64 values");
+      for (uint64_t n : l.clients) {
+        if (n < 1 || n > 4096) usage_error("--clients must be between 1 and 4096");
+        if (n < l.threads) usage_error("--clients must be at least --threads (each thread drives clients of its own)");
+        if (n * l.outstanding > LoadOptions::kMaxOutstanding)
+          usage_error("--clients x --outstanding must be at most " + std::to_string(LoadOptions::kMaxOutstanding));
+      }
+    }
+    if (l.outstanding < 1 || l.outstanding > LoadOptions::kMaxOutstanding)
+      usage_error("--outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
+    if (!(l.think_us >= 0 && l.think_us <= 1e6)) usage_error("--think-us must be between 0 and 1000000 (one second)");
+    if (l.clients.empty() && (p.named("outstanding") || p.named("think-us")))
+      usage_error("--outstanding and --think-us apply to closed loop only: give --clients");
+    if (!l.workload.empty() && p.named("req-size")) usage_error("give either --req-size or --workload, not both");
+    if (l.req_size < 8) usage_error("--req-size must be at least 8 bytes (its sequence number and response size ride in it)");
+    if (l.resp_size != 0 && l.resp_size < 8) usage_error("--resp-size must be at least 8 bytes");
+    if (l.req_size > (1ull << 30) || l.resp_size > (1ull << 30)) usage_error("--req-size and --resp-size are limited to 1 GiB");
+    if (l.max_outstanding < 1 || l.max_outstanding > LoadOptions::kMaxOutstanding)
+      usage_error("--max-outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
+    if (l.conns < 1 || l.conns > 64) usage_error("--conns must be between 1 and 64");
+    const bool shared = l.server_rx == "shared";
+    if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || (!shared && l.server_threads > l.conns))
+      usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its "
+                  "own; --server-rx shared lets every server thread read every connection)");
+    if (l.server_threads > LoadOptions::kMaxServerThreads)
+      usage_error("--server-threads must be at most " + std::to_string(LoadOptions::kMaxServerThreads));
+    if (p.poll == Poll::event && (l.threads != l.conns || (shared ? l.conns != 1 : l.server_threads != l.conns)))
+      usage_error(shared ? "event mode sleeps on one connection per thread: with --server-rx shared give --conns 1 and --threads 1"
+                         : "event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
+    if (l.service_ns > 1e9) usage_error("--service-ns must be at most 1e9 (one second)");
+    if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
+    if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
+  }
   static uint64_t report_bytes(const Params&, const Point&) { return LoadServerStats::kMaxEncoded; }
   static uint32_t connections(const Params& p) { return p.load.conns; }
 
@@ -1096,7 +1140,7 @@ struct LoadExperiment : ExperimentDefaults {
 
   static std::vector<Point> plan(const Params& p, const Caps&) {
     const uint64_t size = load_largest_message(p);
-    const uint64_t warmup = p.warmup >= 0 ? static_cast<uint64_t>(p.warmup) : 1000;
+    const uint64_t warmup = counted_warmup<LoadExperiment>(p, 0);
     std::vector<Point> points;
     if (!p.load.clients.empty()) {
       for (uint64_t n : p.load.clients) points.push_back({.size = size, .warmup = warmup, .clients = n});
@@ -1108,7 +1152,7 @@ struct LoadExperiment : ExperimentDefaults {
       return points;
     }
     for (uint64_t r : p.rate) {
-      const uint64_t auto_warmup = std::min<uint64_t>(1000, std::max<uint64_t>(1, r / 10));
+      const uint64_t auto_warmup = std::max<uint64_t>(1, default_step_warmup(r));
       points.push_back({.size = size, .rate = r, .warmup = p.warmup >= 0 ? warmup : auto_warmup});
     }
     return points;

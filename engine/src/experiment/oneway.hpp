@@ -188,7 +188,15 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
 struct OnewayExperiment : ExperimentDefaults {
   static constexpr const char* name = "oneway";
   static constexpr bool kPeerClock = true;
-  static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points(p, caps); }
+  static constexpr bool kFewerWarmupAboveFullSize = false;
+  static void validate(const Params& p) {
+    if (p.oneway.bursts == 0 || p.oneway.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
+  }
+  static std::vector<Point> plan(const Params& p, const Caps& caps) {
+    std::vector<Point> plan = sized_points<OnewayExperiment>(p, caps);
+    for (Point& pt : plan) pt.iterations = sat_mul(p.oneway.bursts, p.oneway.burst_size);  // its bursts, at any size
+    return plan;
+  }
   static uint64_t report_bytes(const Params& p, const Point& pt) {
     return stamp_report_bytes<OnewayReport>(sat_add(pt.warmup, sat_mul(p.oneway.bursts, p.oneway.burst_size)));
   }
@@ -199,7 +207,7 @@ struct OnewayExperiment : ExperimentDefaults {
                   " needs --size >= 4 to carry a sequence number (the transport may lose or reorder)");
   }
   static PointCost cost(const Params& p, const Caps& caps, const Point&) {
-    const double total = (p.warmup >= 0 ? static_cast<double>(p.warmup) : 1000) +
+    const double total = counted_warmup<OnewayExperiment, double>(p, 0) +
                          static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
     return {8 * total,  // the receive stamps
             static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * (kMinMessageNs * 1e-9 + p.gap_us * 1e-6),

@@ -14,6 +14,11 @@ const ExperimentEntry& experiment_for(const std::string& name) {
   usage_error("unknown experiment '" + name + "' (one of " + kExperiments + ")");
 }
 
+void validate_run(const Params& p) {
+  validate(p);
+  experiment_for(p.experiment).validate(p);
+}
+
 // A sample file that cannot be written (a full disk) loses the samples, not
 // the point: its statistics are in hand and go out with `samples_error`.
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out) {

@@ -48,6 +48,8 @@ Caps caps_of(const Params& p) {
 
 // The steps of run_points that are the same for every transport (run_points.cpp).
 const ExperimentEntry& experiment_for(const std::string& name);
+// params.hpp's validate, then the experiment's own checks: both ends, before the transport.
+void validate_run(const Params& p);
 void write_arrays(const std::string& out_dir, const std::string& stem, PointOut& out);
 Status end_mid_point(Ctx& ctx);
 bool reason_follows(const Ctrl& ctrl);

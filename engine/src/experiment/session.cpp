@@ -73,7 +73,7 @@ uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std:
 
 // Checks that need the transport's capabilities; both ends run them.
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
-  if (caps.one_sided && p.experiment != "lat" && p.experiment != "bw")
+  if (caps.one_sided && !experiment_for(p.experiment).one_sided)
     usage_error("--op " + p.rdma.op + " is one-sided (the server's CPU never sees it): it runs lat and bw, not " +
                 p.experiment);
   if (caps.busy_only && p.poll == Poll::event) usage_error(std::string("--poll event: ") + caps.busy_only);
@@ -133,7 +133,7 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
 }
 
 int run_client(const Params& requested, const ClientOptions& o) {
-  validate(requested);
+  validate_run(requested);
   set_reported_percentiles(requested.percentiles);
   const TransportEntry& entry = entry_for(requested.transport);
   Caps caps = entry.caps(requested);
@@ -427,7 +427,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   const bool relaying = !decoded.relay.empty();
   try {
     p = decode_params(decoded.params);
-    validate(p);
+    validate_run(p);
     set_reported_percentiles(p.percentiles);
     entry = &entry_for(p.transport);
     caps = entry->caps(p);

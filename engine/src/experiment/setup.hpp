@@ -31,6 +31,8 @@ namespace fm {
 // The transports' rings are built for messages of this size in every setup
 // point (the sizes of the run's options are those mr registers).
 constexpr uint64_t kSetupMsgBytes = 32;
+// The largest region setup registers: the top of its registration sweep.
+constexpr uint64_t kMaxRegisterBytes = 1ull << 30;
 
 template <Transport T>
 const char* connect_covers(const T& t) {
@@ -177,11 +179,21 @@ Status setup_mr_client(T& t, Ctx& c, const Point& pt, PointOut& out) {
 struct SetupExperiment : ExperimentDefaults {
   static constexpr const char* name = "setup";
   static constexpr bool kFreshConnections = true;
+  static void validate(const Params& p) {
+    if (p.what == "connect" && (p.sweep || p.size != CommonOptions{}.size))
+      usage_error("setup: -s, -a and --max-size give the sizes --what mr registers, not with --what connect");
+    if (p.size > kMaxRegisterBytes || (p.sweep && p.max_size > kMaxRegisterBytes))
+      usage_error("setup: registration sizes are limited to 1 GiB (-s, --max-size)");
+    if (p.sweep && p.max_size < 4096) usage_error("setup: the -a sweep starts at 4 KiB: give --max-size of at least 4K");
+  }
+  static constexpr uint64_t kIterations = 200;  // connections or registrations of up to 1 GiB, not messages
+  static constexpr uint64_t kWarmup = 10;
   static bool registers(const Params& p) { return p.what != "connect"; }
   static std::vector<Point> plan(const Params& p, const Caps& caps) {
     std::vector<Point> points;
     if (p.what != "mr")
-      points.push_back({.size = kSetupMsgBytes, .iterations = iters_for(p, kSetupMsgBytes), .warmup = warmup_for(p, kSetupMsgBytes)});
+      points.push_back({.size = kSetupMsgBytes, .iterations = counted_iterations<SetupExperiment>(p, kSetupMsgBytes),
+                        .warmup = counted_warmup<SetupExperiment>(p, kSetupMsgBytes)});
     if (!registers(p) || !caps.registration) return points;
     std::vector<uint64_t> sizes{p.size};
     if (p.sweep) {
@@ -189,7 +201,8 @@ struct SetupExperiment : ExperimentDefaults {
       for (uint64_t s = 4096; s <= p.max_size; s *= 2) sizes.push_back(s);
     }
     for (uint64_t s : sizes)
-      points.push_back({.size = kSetupMsgBytes, .iterations = iters_for(p, s), .warmup = warmup_for(p, s),
+      points.push_back({.size = kSetupMsgBytes, .iterations = counted_iterations<SetupExperiment>(p, static_cast<double>(s)),
+                        .warmup = counted_warmup<SetupExperiment>(p, static_cast<double>(s)),
                         .register_bytes = s});
     return points;
   }

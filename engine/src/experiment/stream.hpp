@@ -284,6 +284,12 @@ constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
 struct StreamExperiment : ExperimentDefaults {
   static constexpr const char* name = "stream";
   static constexpr bool kPeerClock = true;
+  static void validate(const Params& p) {
+    validate_rates(p);
+    if (p.stream.values.empty() || p.stream.values.size() > 64) usage_error("--values takes 1 to 64 values");
+    for (uint64_t v : p.stream.values)
+      if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
+  }
   // The grid of rates x sample widths.
   static std::vector<Point> plan(const Params& p, const Caps&) {
     std::vector<Point> plan;

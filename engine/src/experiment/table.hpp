@@ -45,6 +45,8 @@ struct ExperimentEntry {
   bool (*fixed_sizes)(const Params&);
   uint32_t (*connections)(const Params&);
   void (*resolve)(Params&, const Caps&);
+  void (*validate)(const Params&);
+  bool one_sided;  // ExperimentDefaults::kOneSided
 };
 
 // E's checks against the transport's capabilities, then its plan's sample
@@ -69,7 +71,7 @@ constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence
   return std::array<ExperimentEntry, sizeof...(E)>{
       ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
                       &check_plan<E>, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
-                      &E::resolve}...};
+                      &E::resolve, &E::validate, E::kOneSided}...};
 }
 template <class... E>
 constexpr auto make_experiment_entries(ExperimentList<E...> list) {
@@ -98,7 +100,7 @@ using PointLoops = std::array<std::array<PointLoop<T>, 2>, 2>;
 // --flows a thread per transport (flows.hpp).
 template <Transport T, class E, Role R, Poll P>
 Status run_loop(Conns<T> conns, const Fresh<T>& fresh, Ctx& c, const Point& pt, PointOut& out) {
-  if constexpr (E::kFlows) {
+  if constexpr (E::kFlows != Flows::none) {
     if (conns.size() > 1) return flows_loop<T, E, R, P>(conns, c, pt, out);
   }
   if constexpr (E::kFreshConnections) {

@@ -28,7 +28,8 @@ from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE,
 from fabmeter.options import parse_size
 from fabmeter.peers.base import Params
 from fabmeter.peers.registry import PEERS
-from fabmeter.results import equivalent_command, execute_recorded, now_iso, out_folder, write_json
+from fabmeter.recorded import equivalent_command, run_recorded
+from fabmeter.results import now_iso, out_folder, write_json
 
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
@@ -119,7 +120,7 @@ def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optio
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine)
         command = equivalent_command(spec)
-        res = execute_recorded(spec)
+        res = run_recorded(spec, limits=folder is not None).result
         if res.exit_code == EXIT_INTERRUPTED:
             raise FabmeterError("interrupted", EXIT_INTERRUPTED)
         if res.exit_code != EXIT_OK or not res.points:

@@ -10,8 +10,8 @@ the option table before anything runs; a mistake is reported with the key
 and its line (exit 2).
 
 Every point runs exactly as `fabmeter EXP ... --out OUT/<point-id>` would
-(run.execute + RunRecord) and OUT/index.json lists the points with their
-status. A point whose run.json says "ok" and whose recorded params (what
+(recorded.run_recorded; a mesh point as `fabmeter mesh`, mesh/command.py, in
+this process) and OUT/index.json lists the points with their status. A point whose run.json says "ok" and whose recorded params (what
 the engine ran with) are the point's options over the engine's defaults is finished:
 running the suite again skips it, so an interrupted suite resumes where it
 stopped. Points on a transport or experiment this engine was built without

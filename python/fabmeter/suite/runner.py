@@ -8,7 +8,6 @@ import os
 import shlex
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -17,10 +16,12 @@ from typing import Optional
 
 from fabmeter import __version__, run, slo
 from fabmeter.engine import engine_info
-from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
+from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
+from fabmeter.mesh import command as mesh_command
 from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
-from fabmeter.results import RunRecord, equivalent_command, now_iso, out_folder, run_config, write_json
+from fabmeter.recorded import run_recorded
+from fabmeter.results import now_iso, out_folder, write_json
 from fabmeter.suite.load import Point, Suite, SuiteError, load
 
 
@@ -98,17 +99,21 @@ def mesh_argv(point: Point, table: Options, out: Optional[Path] = None) -> list[
 
 
 def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[str, str, int]:
-    """Runs a mesh point as `fabmeter mesh` (this interpreter, this fabmeter, this engine): (status, message,
-    exit code)."""
-    env = {**os.environ, "FABMETER_ENGINE": engine, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    r = subprocess.run([sys.executable, "-m", "fabmeter", *mesh_argv(point, table, folder)], env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode == EXIT_INTERRUPTED:
-        return "interrupted", "interrupted", r.returncode
-    errors = [ln for ln in r.stderr.splitlines() if "error" in ln]
-    message = errors[-1].split("error: ", 1)[-1] if errors else ""
-    return ("ok", "", r.returncode) if r.returncode == EXIT_OK else ("failed", message or f"exit {r.returncode}",
-                                                                    r.returncode)
+    """Runs a mesh point here, as `fabmeter mesh` would run it, quietly (its mesh.json is the result):
+    (status, message, exit code)."""
+    argv = mesh_argv(point, table, folder)
+    try:
+        code = mesh_command.main(mesh_command.parse(argv[1:], engine_info(engine)), engine,
+                                 command=["fabmeter", *argv], quiet=True)
+    except FabmeterError as e:
+        if e.exit_code == EXIT_INTERRUPTED:
+            return "interrupted", "interrupted", EXIT_INTERRUPTED
+        return "failed", e.message, e.exit_code
+    except KeyboardInterrupt:     # Ctrl-C, or SIGTERM (run_suite makes it one)
+        return "interrupted", "interrupted", EXIT_INTERRUPTED
+    except Exception as e:      # noqa: BLE001 -- a mesh point that breaks (its port taken, ...) fails alone
+        return "failed", f"{type(e).__name__}: {e}", EXIT_INTERNAL
+    return ("ok", "", code) if code == EXIT_OK else ("failed", f"exit {code}", code)
 
 
 def is_finished(folder: Path, point: Point, table: Options) -> bool:
@@ -272,7 +277,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
     failed: list[tuple[str, str]] = []
     ran = 0
     status = "ok"
-    current: Optional[tuple[Point, RunRecord]] = None
+    current: Optional[Point] = None
     # SIGTERM between points stops the suite like Ctrl-C (during a point,
     # run.execute forwards it to the engines).
     main_thread = threading.current_thread() is threading.main_thread()
@@ -302,19 +307,14 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
             spec = run.RunSpec(p.experiment, p.options_in(folder), cpus=cpus, server=p.server, out=folder, engine=engine)
-            config = run_config(p.experiment, cpus, p.server, engine, slo=p.slo,
-                                suite={"name": suite.name, "file": str(suite.path), "point": p.id})
-            record = RunRecord(folder, config, command=equivalent_command(spec, p.slo))
-            record.flush()
-            current = (p, record)
+            current = p
             index.set(p.id, status="running", message="")
             t0 = time.monotonic()
-            res = run.execute(spec, on_start=record.on_start, on_point=record.on_point, on_event=record.on_event)
+            rec = run_recorded(spec, slo.parse(p.slo) if p.slo else None, limits=True,
+                               suite={"name": suite.name, "file": str(suite.path), "point": p.id})
             seconds = time.monotonic() - t0
-            verdict = slo.evaluate(slo.parse(p.slo), res.points) if p.slo and res.start is not None else None
-            code = slo.exit_code(res.exit_code, verdict)
-            record.finish(res.status, res.message, code, slo=verdict)
             current = None
+            res, verdict, code = rec.result, rec.verdict, rec.exit_code
             index.set(p.id, status=res.status, message=res.message, seconds=round(seconds, 3),
                       slo=_slo_entry(p, verdict))
             if code == EXIT_SLO:
@@ -330,10 +330,8 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
                 progress.say(f"suite: {p.id} failed: {res.message or res.status}")
     except KeyboardInterrupt:
         status = "interrupted"
-        if current is not None:   # stopped between starting the record and the engines
-            p, record = current
-            record.finish("interrupted", "interrupted", EXIT_INTERRUPTED)
-            index.set(p.id, status="interrupted", message="interrupted")
+        if current is not None:   # stopped outside the engines' run (run_recorded finished its record)
+            index.set(current.id, status="interrupted", message="interrupted")
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)

@@ -12,12 +12,11 @@ from typing import Optional
 from fabmeter import __version__, slo
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import patterns as mesh_patterns, rendezvous as mesh_rendezvous, run as mesh_run
-from fabmeter.options import Options
+from fabmeter.options import PY_ONLY, Options
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_METRICS_PORT = 9477
 UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-PY_ONLY = {"cpus", "json", "out", "server", "help", "slo", "search"}
 
 
 def add_parser(sub, info: Optional[dict]) -> None:

@@ -10,9 +10,8 @@ gives the same sizes in Python as in the engine (tests/test_workload.py holds
 the two side by side). The engine validates files and names the bad line;
 here a file the engine would refuse raises ValueError.
 
-No command imports this module: it is the Python half of that pair, which the
-design asks for (workloads sampled identically from C++ and Python, a test
-comparing the two), and only tests/test_workload.py uses it.
+It lives with the tests: an independent model of the engine's sampler, which
+no command needs.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from __future__ import annotations
 import bisect
 from pathlib import Path
 
-WORKLOADS = Path(__file__).resolve().parents[2] / "data" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[1] / "data" / "workloads"
 BUILTIN = ("w1", "w2", "w3", "w4", "w5")
 _MASK = (1 << 64) - 1
 

@@ -1,0 +1,228 @@
+"""`fabmeter mesh`: its options, their checks, and one rank's (or the coordinator's) run with its output.
+
+cli.py runs it for `fabmeter mesh`; suite/runner.py calls it for each mesh point in the suite's own
+process, so it leaves the environment as it found it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+from fabmeter import envinfo
+from fabmeter.engine import engine_options
+from fabmeter.errors import EXIT_USAGE, FabmeterError
+from fabmeter.mesh import outliers, output, patterns, rendezvous
+from fabmeter.mesh import run as mesh_run
+from fabmeter.options import PY_ONLY, Options
+from fabmeter.results import now_iso, out_folder, write_json
+
+
+def add_parser(sub, info: Optional[dict]) -> None:
+    command = sub.add_parser("mesh", help="oneway, lat, bw, stream or load between every pair of a pattern over "
+                                          "N hosts, run once per host",
+                             allow_abbrev=False,
+                             description="Run once per host (by mpirun, srun or by hand with --rank): rank 0 "
+                                         "coordinates, every rank serves its incoming pairs and runs its outgoing "
+                                         "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
+                                         "anywhere, with --launch serve: every host already runs `fabmeter serve "
+                                         "--peers HOSTS`, which runs that host's outgoing pairs.")
+    command.add_argument("--hosts", metavar="A,B,...", help="the hosts' addresses, rank 0 first; Slurm's ranges "
+                                                         "too (node[01-64],b5); default under Slurm: its node list")
+    command.add_argument("--hostfile", metavar="F", help="the hosts, one per line (the first word; # comments)")
+    command.add_argument("--rank", metavar="R", type=int,
+                         help="this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)")
+    command.add_argument("--experiment", choices=mesh_run.EXPERIMENTS, default="oneway",
+                         help="what each pair runs, with that experiment's options (default: %(default)s)")
+    command.add_argument("--pattern", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS,
+                         default="all-to-all",
+                         help="which directed pairs (default: %(default)s); many-to-many: load, every host a client "
+                              "of all the others at once, its --rate and --count split among them (--schedule "
+                              "chaotic)")
+    command.add_argument("--schedule", choices=patterns.SCHEDULES, default="scheduled",
+                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
+                              "(default: %(default)s)")
+    command.add_argument("--mesh-port", metavar="N", type=int, default=mesh_run.DEFAULT_MESH_PORT,
+                         help="rank 0's coordination port on the first host (default: %(default)s)")
+    command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
+    command.add_argument("--json", action="store_true", help="print one JSON object per pair, then the mesh summary")
+    command.add_argument("--launch", choices=["ssh", "local", "serve"],
+                         help="ssh: run here as rank 0 (the first host) and start every other rank over ssh; "
+                              "local: run all --ranks here on 127.0.0.1, rank 0 starting the others; "
+                              "serve: coordinate from here (any host), every pair run by its source host's "
+                              "`fabmeter serve --peers ...` (already running on each host)")
+    command.add_argument("--ranks", metavar="N", type=int,
+                         help="--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1")
+    command.add_argument("--serve-port", metavar="N", type=int, default=mesh_run.DEFAULT_SERVE_PORT,
+                         help="--launch serve: the port every host's serve listens on (default: %(default)s)")
+    command.add_argument("--ssh", metavar="CMD", default="ssh",
+                         help="--launch ssh: the ssh command, with its options (default: %(default)s; BatchMode and "
+                              "a ConnectTimeout of the control timeout are added)")
+    command.add_argument("--remote-fabmeter", metavar="CMD", default="fabmeter",
+                         help="--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)")
+    command.add_argument("--outlier-mads", metavar="K", type=float, default=outliers.K_MADS,
+                         help="a link is an outlier beyond K scaled MADs of the links' median (default: %(default)s)")
+    command.add_argument("--outlier-floor", metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100,
+                         help="... and also at least PCT %% from that median (default: %(default)g)")
+    command.add_argument("--out", metavar="DIR",
+                         help="rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures "
+                              "(`fabmeter report DIR` draws them); with --samples raw every rank also writes its "
+                              "pairs' samples in DIR/pairs/SRC-DST (on its own host)")
+    if info is not None:
+        Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)
+
+
+class _Refusing(argparse.ArgumentParser):
+    def error(self, message):
+        raise FabmeterError(f"mesh: {message}", EXIT_USAGE)
+
+
+def parse(args: list[str], info: dict) -> argparse.Namespace:
+    """`fabmeter mesh ARGS` as the command line reads them; a bad argument raises (exit 2)."""
+    parser = _Refusing(prog="fabmeter", allow_abbrev=False)
+    add_parser(parser.add_subparsers(dest="command"), info)
+    return parser.parse_args(["mesh", *args])
+
+
+@contextlib.contextmanager
+def _token_in_environment(token: bytes) -> Iterator[None]:
+    """The engines this process starts (its server, the pairs' clients) read the token from FABMETER_TOKEN;
+    as it was afterwards (a suite goes on with its other points)."""
+    before = os.environb.get(b"FABMETER_TOKEN")
+    if token:
+        os.environb[b"FABMETER_TOKEN"] = token
+    else:
+        os.environb.pop(b"FABMETER_TOKEN", None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environb.pop(b"FABMETER_TOKEN", None)
+        else:
+            os.environb[b"FABMETER_TOKEN"] = before
+
+
+def _hosts(ns: argparse.Namespace) -> list[str]:
+    if ns.launch == "local":
+        if ns.hosts is not None or ns.hostfile is not None:
+            raise FabmeterError("mesh: --launch local runs every rank on 127.0.0.1: no --hosts or --hostfile",
+                                EXIT_USAGE)
+        hosts = ["127.0.0.1"] * ns.ranks
+    elif ns.hosts is not None and ns.hostfile is not None:
+        raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
+    elif ns.hosts is None and ns.hostfile is None:
+        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None else None
+        if hosts is None:
+            raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F (or run under Slurm)",
+                                EXIT_USAGE)
+    elif ns.hosts is not None:
+        hosts = mesh_run.expand_hosts(ns.hosts, "--hosts")
+    else:
+        try:
+            lines = Path(ns.hostfile).read_text().splitlines()
+        except OSError as e:
+            raise FabmeterError(f"--hostfile {ns.hostfile}: {e.strerror}", EXIT_USAGE) from None
+        hosts = [ln.split("#", 1)[0].split()[0] for ln in lines if ln.split("#", 1)[0].strip()]
+    if len(hosts) < 2 or not all(hosts):
+        raise FabmeterError(f"mesh: needs at least 2 hosts, got {len(hosts)}", EXIT_USAGE)
+    return hosts
+
+
+def _rank(ns: argparse.Namespace, hosts: list[str]) -> Optional[int]:
+    """This process's rank: --rank, 0 when it launches the others, the launcher's; None with --launch serve."""
+    if ns.launch == "serve":
+        if ns.rank is not None:
+            raise FabmeterError("mesh: --launch serve has no ranks: it coordinates from here, the hosts' serves "
+                                "run the pairs", EXIT_USAGE)
+        return None
+    if ns.launch:
+        if ns.rank not in (None, 0):
+            raise FabmeterError(f"mesh: --launch {ns.launch} runs rank 0 here (the first host) and starts the "
+                                "other ranks", EXIT_USAGE)
+        return 0
+    rank = ns.rank
+    if rank is None:
+        launched = mesh_run.launcher_rank(dict(os.environ))
+        if launched is None:
+            raise FabmeterError("mesh: no rank: give --rank R, or run under mpirun, srun or a PMI launcher",
+                                EXIT_USAGE)
+        rank, size, var = launched
+        if size is not None and size != len(hosts):
+            raise FabmeterError(f"mesh: the launcher started {size} ranks (${var}) for {len(hosts)} hosts",
+                                EXIT_USAGE)
+    if not 0 <= rank < len(hosts):
+        raise FabmeterError(f"mesh: rank {rank} is not one of 0..{len(hosts) - 1}", EXIT_USAGE)
+    return rank
+
+
+def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = None, quiet: bool = False) -> int:
+    """Runs the mesh `ns` describes; the exit code (bad arguments raise, exit 2). `command`: the command line
+    mesh.json records (default: this process's); `quiet`: print nothing (a suite's point: mesh.json is its
+    result)."""
+    if (ns.launch == "local") != (ns.ranks is not None):
+        raise FabmeterError("mesh: --launch local and --ranks N go together", EXIT_USAGE)
+    hosts = _hosts(ns)
+    rank = _rank(ns, hosts)
+    if not 0 < ns.serve_port < 65536:
+        raise FabmeterError(f"mesh: --serve-port {ns.serve_port} is not a port", EXIT_USAGE)
+    if ns.pattern in patterns.SPLIT_PATTERNS and (ns.experiment != "load" or ns.schedule != "chaotic"):
+        raise FabmeterError(f"mesh: --pattern {ns.pattern} splits load's rate among every other host at once: it "
+                            "needs --experiment load --schedule chaotic", EXIT_USAGE)
+    if not (0 < ns.outlier_mads < 1e6 and 0 <= ns.outlier_floor < 1e6):
+        raise FabmeterError("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
+    table = engine_options(engine)
+    given = table.given(ns)
+    raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
+    out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
+    if given.get("transport") is None:
+        raise FabmeterError("mesh: choose a transport with -t", EXIT_USAGE)
+    for key in given:
+        if not table[key].for_experiment(ns.experiment):
+            raise FabmeterError(f"--{table[key].name} does not apply to '{ns.experiment}' (only to "
+                                f"{table[key].scope})", EXIT_USAGE)
+    token = rendezvous.read_token(ns.token_file, dict(os.environ))
+    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
+        raise FabmeterError("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",
+                            EXIT_USAGE)
+    say = (lambda line: None) if quiet else (lambda line: sys.stderr.write(f"fabmeter: {line}\n"))
+    if not token:
+        say("warning: mesh without a token: its channel and engines are not authenticated")
+    timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
+    launch = None
+    if ns.launch in ("ssh", "local"):
+        rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
+                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+        if out and raw:     # the same folder on every host: as typed over ssh, this one's here
+            rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
+        # local: this interpreter, this fabmeter and this engine, whatever PATH says.
+        here = (f"FABMETER_ENGINE={shlex.quote(engine)} "
+                f"PYTHONPATH={shlex.quote(str(Path(__file__).resolve().parents[2]))} "
+                f"{shlex.quote(sys.executable)} -m fabmeter")
+        launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
+    spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token,
+                             engine, timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
+                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
+    pairs: list[dict] = []
+    started_at = now_iso()
+
+    def emit(obj: dict) -> None:
+        if obj["type"] == "pair":
+            pairs.append(obj)
+        if ns.json and not quiet:
+            print(json.dumps(obj), flush=True)
+        elif obj["type"] != "pair" and not quiet:
+            print(output.matrix(obj, pairs), flush=True)
+        if obj["type"] == "mesh" and out:     # rank 0, at the end: failed pairs are kept and marked
+            path = out / output.MESH_FILE
+            write_json(path, output.record(obj, pairs, started_at, now_iso(),
+                                           sys.argv if command is None else command, given, envinfo.collect()))
+            say(f"results: {path}")
+
+    with _token_in_environment(token):
+        return mesh_run.main(spec, emit, lambda line: say(f"warning: {line}"))
