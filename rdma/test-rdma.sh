@@ -84,5 +84,12 @@ if [[ ! -f $OUT/raw/_started ]]; then
   exit 1
 fi
 ((rc == 0)) || echo "test-rdma: the in-guest driver exited with $rc; checking what it left" >&2
+# The reports of the suites the guest left to the host (test-rdma-guest.sh's `suite ... host`).
+for results in "$OUT"/raw/*.results; do
+  name=${results%.results}
+  [[ -f $results/index.json && ! -f $name.report.rc ]] || continue
+  "$REPO/.venv/bin/fabmeter" report "$results" >>"$name.err" 2>&1
+  echo $? >"$name.report.rc"
+done
 python3 "$HERE/test_rdma_report.py" "$OUT" || exit 1
 ((rc == 0)) || exit 1

@@ -297,6 +297,57 @@ def check_suite(raw, name):
     return problems, {"name": name, "tool": "fabmeter suite", "points": len(points), "failed_points": len(bad)}
 
 
+# The report's figures a run of suites/ramcloud-load.toml must draw (their alt texts).
+RAMCLOUD_FIGURES = ("load achieved vs offered", "load closed loop against clients", "load transmit path")
+TX_KEYS = ("waits", "wait_ns_mean", "polls", "completions_per_poll", "mean_per_poll", "poll_ns_mean", "polls_empty",
+           "empty_poll_ns_mean")
+
+
+def check_ramcloud_load(raw, name):
+    """suites/ramcloud-load.toml's verbs rows: as any suite, and each row's
+    run.json carries its pool sizes, every point's achieved throughput, the
+    closed-loop points their clients, and the server's transmit path
+    (completions per send-completion poll, poll and wait times); offered
+    load reaches past the capacity; the report draws achieved against
+    offered load and against clients, and the transmit path."""
+    problems, summary = check_suite(raw, name)
+    folder = f"{raw}/{name}.results"
+    pools, clients, top_load = set(), [], 0.0
+    for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        try:
+            with open(f"{folder}/{entry}/run.json") as f:
+                run = json.load(f)
+        except (OSError, ValueError):
+            continue
+        params = run.get("config", {}).get("params", {})
+        pool = (params.get("rq_depth"), params.get("sq_depth"))
+        for p in run.get("points", []):
+            where = f"{entry} rq {pool[0]} sq {pool[1]} {p.get('phase')}"
+            # A short open-loop point over Soft-RoCE under TCG may complete nothing in its window;
+            # closed loop (the capacity, the clients) always completes some.
+            achieved = p.get("achieved_rps")
+            if not isinstance(achieved, (int, float)) or achieved < 0 or (p.get("phase") != "open loop" and not achieved):
+                problems.append(f"{where}: achieved_rps {achieved!r}")
+            tx = (p.get("server") or {}).get("tx")
+            if not isinstance(tx, dict) or any(k not in tx for k in TX_KEYS):
+                problems.append(f"{where}: server.tx {tx!r} lacks the transmit path's figures")
+            if p.get("phase") == "closed loop":
+                clients.append(p.get("clients"))
+            elif isinstance(p.get("load"), (int, float)):
+                top_load = max(top_load, p["load"])
+                pools.add(pool)
+    if len(pools) < 2:
+        problems.append(f"offered-load rows of {len(pools)} pool size(s), not the suite's several: {sorted(pools)}")
+    if top_load <= 1.0:
+        problems.append(f"offered load up to {top_load} x capacity, not past it")
+    if len(clients) < 2 or not all(isinstance(n, int) and n > 0 for n in clients):
+        problems.append(f"closed-loop points' clients {clients}")
+    html = read(f"{folder}/report.html")
+    problems += [f"the report draws no '{alt}' figure" for alt in RAMCLOUD_FIGURES if html and f'alt="{alt}' not in html]
+    summary.update(pools=sorted(pools), clients=clients, top_load=top_load)
+    return problems, summary
+
+
 def check_fabric(raw, name):
     """`fabmeter lat -t verbs --out` in the guest: run.json's environment names each end's rxe device (the
     client's rxe0, the server's rxe1), its port ACTIVE, its active MTU, link layer ethernet and the GID of the
@@ -673,6 +724,7 @@ def main():
     for name in names:
         cmd = read(f"{raw}/{name}.cmd")
         check = (check_perftest if cmd.startswith(("ib_", "fi_"))
+                 else check_ramcloud_load if cmd.startswith("fabmeter suite") and "ramcloud-load" in cmd
                  else check_suite if cmd.startswith("fabmeter suite")
                  else check_fabric if cmd.startswith("fabmeter fabric")
                  else check_mesh if cmd.startswith("fabmeter mesh")

@@ -141,6 +141,48 @@ def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
     assert problems == ["the suite ran no point"]
 
 
+def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_path):
+    """suites/ramcloud-load.toml's verbs rows in the guest: besides a suite's
+    checks, each row's pool sizes, offered load past the capacity, the
+    closed-loop points' clients, every point's server.tx and the report's
+    three figures."""
+    import json
+    m = report_module()
+    tx = {"waits": 3, "wait_ns_mean": 5e4, "polls": 3, "completions_per_poll": {"2": 3}, "mean_per_poll": 2.0,
+          "poll_ns_mean": 6e3, "polls_empty": 0, "empty_poll_ns_mean": 0.0}
+
+    def case(name, sq_depths=(8, 64), top=2.0, tx=tx, figures=m.RAMCLOUD_FIGURES):
+        res = tmp_path / f"{name}.results"
+        res.mkdir()
+        (tmp_path / f"{name}.cmd").write_text(f"fabmeter suite {tmp_path}/ramcloud-load-verbs.toml\n")
+        (tmp_path / f"{name}.rc").write_text("0\n")
+        (tmp_path / f"{name}.report.rc").write_text("0\n")
+        rows = {f"sq{sq}": ({"rq_depth": 24, "sq_depth": sq},
+                            [{"phase": "capacity", "load": None, "achieved_rps": 900.0, "server": {"tx": tx}}]
+                            + [{"phase": "open loop", "load": f, "achieved_rps": 0.0 if f == 1.0 else 400.0,
+                                "server": {"tx": tx}} for f in (0.5, 1.0, top)]) for sq in sq_depths}
+        rows["clients"] = ({"rq_depth": 256, "sq_depth": 128},
+                           [{"phase": "closed loop", "clients": n, "achieved_rps": 100.0 * n, "server": {"tx": tx}}
+                            for n in (1, 8, 40)])
+        for rid, (params, points) in rows.items():
+            (res / rid).mkdir()
+            (res / rid / "run.json").write_text(json.dumps({"config": {"params": params}, "points": points}))
+        (res / "index.json").write_text(json.dumps({"points": [{"id": rid, "status": "ok"} for rid in rows]}))
+        (res / "report.html").write_text("".join(f'<img alt="{alt} x" src="">' for alt in figures))
+        return m.check_ramcloud_load(str(tmp_path), name)
+
+    problems, summary = case("good")
+    assert problems == [] and summary["clients"] == [1, 8, 40] and summary["top_load"] == 2.0, problems
+    problems, _ = case("one-pool", sq_depths=(8,))
+    assert any("1 pool size" in p for p in problems), problems
+    problems, _ = case("not-past-capacity", top=0.9)
+    assert any("not past it" in p for p in problems), problems
+    problems, _ = case("no-tx", tx=None)
+    assert any("server.tx None" in p for p in problems), problems
+    problems, _ = case("no-clients-figure", figures=m.RAMCLOUD_FIGURES[:1])
+    assert any("load closed loop against clients" in p for p in problems), problems
+
+
 def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
     """A two-rank mesh in the guest: both exit codes 0, both directed pairs ok over verbs, none failed."""
     m = report_module()

@@ -319,6 +319,13 @@ def load_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
              f"mean request {fmt_num(first.get('mean_req_bytes'), 0)} B  "
              "(latency = reply - intended send time, round trip; percentiles of a 3-digit histogram)")
     out = title + "\n" + format_table(headers, rows)
+    # Several server threads: how the requests spread over them, per point.
+    spread = [(row[0], (p.get("server") or {}).get("requests_per_thread")) for row, p in zip(rows, points)]
+    spread = [(label, per) for label, per in spread if isinstance(per, list) and len(per) > 1]
+    if spread:
+        how = "every thread reading every connection" if first.get("server_rx") == "shared" else "each its own connections"
+        out += (f"\nrequests each server thread answered ({how}): "
+                + "; ".join(f"{label}: {', '.join(fmt_num(n, 0) for n in per)}" for label, per in spread))
     knee = points[-1].get("knee")
     if knee and len(points) > 1:
         where = f"at {fmt_num(knee['offered_rps'], 0)}/s: {knee['reason']}" if knee.get("offered_rps") else knee["reason"]

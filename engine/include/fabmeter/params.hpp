@@ -96,6 +96,8 @@ struct LoadOptions {
   uint32_t conns = 1;                    // connections (one transport each)
   uint32_t threads = 1;                  // client threads, the connections dealt among them
   uint32_t server_threads = 1;
+  static constexpr uint32_t kMaxServerThreads = 64;
+  std::string server_rx = "own";         // own: each server thread reads connections of its own; shared: all of them
   double service_ns = 0;                 // the server's busy-wait per request (a synthetic service time)
   std::string tx_stamps = "on";          // on | off: the server times its transmit path (load.hpp's TxRecord)
   uint64_t seed = 1;                     // arrivals and sizes

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -38,6 +39,9 @@ struct Caps {
   // One-sided ops (--op read, atomics): the client's poll_recv returns each
   // post's own answer, the server's CPU sees nothing; only lat and bw run.
   bool one_sided = false;
+  // Several threads may read one connection, each through a reader() of its
+  // own (load --server-rx shared).
+  bool shared_rx = false;
   uint64_t fixed_msg_size = 0;      // atomics: every message is exactly this many bytes
   const char* busy_only = nullptr;  // why --poll event cannot work here (nullptr: it can)
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
@@ -144,6 +148,12 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // (lat and bw call it before each point; common.hpp's fix_message_size).
   !requires(T& t) { t.fix_message_size(uint32_t{}); } || requires(T& t) {
     { t.fix_message_size(uint32_t{}) } -> std::same_as<void>;
+  }) && (
+  // Optional, with Caps::shared_rx: a transport of this kind reading and
+  // writing this connected one's socket, with a receive buffer of its own,
+  // so that several threads can serve one connection (load --server-rx shared).
+  !requires(T& t) { t.reader(); } || requires(T& t) {
+    { t.reader() } -> std::same_as<std::unique_ptr<T>>;
   }) && (
   // Optional (setup): what connect() covers, in words, once connected.
   // Without it: "the transport's connect()".

@@ -11,7 +11,9 @@
 // The server answers each request with a reply of the size the request asks
 // for, after an optional busy-wait (--service-ns), and counts how many
 // requests each poll of a connection returned (completions per poll, as in
-// the RAMCloud notes).
+// the RAMCloud notes) and how many each of its threads answered. Its threads
+// serve connections of their own, or (--server-rx shared) every one of them
+// through readers of their own, as Homa's receiver threads share one port.
 //
 // Latencies go into log-linear histograms (histogram.hpp: 3 significant
 // digits), one set per thread, merged at the end; --samples raw also keeps
@@ -261,6 +263,7 @@ struct LoadServerStats {
   uint64_t per_poll[kMaxBatch] = {};  // [n-1]: polls of a connection that returned n requests (the last: 64 and more)
   bool tx_timed = false;              // send completions reported and --tx-stamps on: `tx` below means something
   TxRecord tx;
+  std::vector<uint64_t> per_thread;   // requests each server thread answered (load_server fills it)
 
   PoolRecord pools;
 
@@ -287,10 +290,13 @@ struct LoadServerStats {
       s += " " + std::to_string(n);
     for (const auto& row : p.series)
       for (uint64_t n : row) s += " " + std::to_string(n);
+    s += " " + std::to_string(per_thread.size());
+    for (uint64_t n : per_thread) s += " " + std::to_string(n);
     return s;
   }
   // The largest encode(): 20 digits and a space per number.
-  static constexpr uint64_t kMaxEncoded = (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries) * 21;
+  static constexpr uint64_t kMaxEncoded =
+      (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries + 1 + LoadOptions::kMaxServerThreads) * 21;
   // Every number checked, the series' length bounded before it is read:
   // the peer's text is untrusted.
   static LoadServerStats decode(std::string_view s) {
@@ -312,6 +318,8 @@ struct LoadServerStats {
     p.series.resize(next(kPoolSeries));
     for (auto& row : p.series)
       for (uint64_t& n : row) n = next();
+    st.per_thread.resize(next(LoadOptions::kMaxServerThreads));
+    for (uint64_t& n : st.per_thread) n = next();
     if (!s.empty()) runtime_error("load: the server's counts have extra fields: '" + peer_excerpt(s) + "'");
     return st;
   }
@@ -324,7 +332,10 @@ struct LoadServerStats {
       polls += per_poll[i];
       sum += per_poll[i] * static_cast<uint64_t>(i + 1);
     }
-    o.add("requests", requests).add("malformed", malformed).add("empty_polls", empty_polls)
+    std::string threads;
+    for (uint64_t n : per_thread) threads += (threads.empty() ? "" : ",") + std::to_string(n);
+    o.add("requests", requests).add_raw("requests_per_thread", "[" + threads + "]")
+        .add("malformed", malformed).add("empty_polls", empty_polls)
         .add("completions_per_poll", per).add("mean_per_poll", polls ? static_cast<double>(sum) / static_cast<double>(polls) : 0.0);
     if (tx_timed) o.add("tx", tx.json());
     else o.add_raw("tx", "null");
@@ -822,7 +833,8 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
       .add("server", server.json())
       .add("mean_req_bytes", sizes.mean_request())
       .add("conns", static_cast<uint64_t>(l.conns)).add("threads", static_cast<uint64_t>(l.threads))
-      .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("service_ns", l.service_ns)
+      .add("server_threads", static_cast<uint64_t>(l.server_threads)).add("server_rx", l.server_rx)
+      .add("service_ns", l.service_ns)
       .add("histogram", histogram_info(rec.latency.config()))
       .add("samples_kind", keep_raw(p, true) ? "raw" : "hist");
   if (pt.clients) out.fields.add("clients", pt.clients).add("outstanding", l.outstanding).add("think_us", l.think_us);
@@ -855,8 +867,10 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
 template <Transport T, Poll P>
 class LoadResponder {
  public:
-  LoadResponder(Ctx& c, std::vector<T*> conns, uint64_t max_msg)
-      : c_(c), clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg),
+  // `pools`: whether this thread samples its connections' pools (readers
+  // of shared connections: only one of them, or each socket counts N times).
+  LoadResponder(Ctx& c, std::vector<T*> conns, uint64_t max_msg, bool pools)
+      : c_(c), clk_(c.clk), conns_(std::move(conns)), reply_(max_msg), max_msg_(max_msg), pools_(pools),
         service_ticks_(c.clk.ns_to_ticks(c.p.load.service_ns)), t_start_(c.clk.ticks()),
         sample_every_(c.clk.ns_to_ticks(kPoolSampleNs)) {
     stats_.pools.series.reserve(kPoolSeries);
@@ -919,7 +933,7 @@ class LoadResponder {
   // Slow path, about every kPoolSampleNs: the pools of this thread's connections, added up.
   void sample_pools() {
     const uint64_t now = clk_.ticks();
-    if (now < next_sample_) return;
+    if (!pools_ || now < next_sample_) return;
     next_sample_ = now + sample_every_;
     PoolRecord& r = stats_.pools;
     uint64_t rx = 0, tx = 0, rx_cap = 0, tx_cap = 0;
@@ -1009,17 +1023,35 @@ class LoadResponder {
   std::vector<T*> conns_;
   PayloadBuf reply_;
   uint64_t max_msg_;
+  bool pools_;
   uint64_t service_ticks_;
   uint64_t t_start_, sample_every_, next_sample_ = 0;
   LoadServerStats stats_;
 };
 
+// --server-rx shared: a reader of the connection for one server thread.
+template <Transport T>
+std::unique_ptr<T> reader_of(T& t) {
+  if constexpr (requires { t.reader(); }) return t.reader();
+  else runtime_error("load: this transport has no readers (--server-rx shared)");  // check_caps refused it first
+}
+
 template <Transport T, Poll P>
 Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
   const uint32_t threads = c.p.load.server_threads;
+  // own: thread k serves connections k, k + threads, ...; shared: every
+  // thread serves every connection, each through readers of its own.
+  const bool shared = c.p.load.server_rx == "shared";
+  std::vector<std::unique_ptr<T>> readers;
   std::vector<std::unique_ptr<LoadResponder<T, P>>> responders;
-  for (uint32_t k = 0; k < threads; ++k)
-    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, deal(conns, threads, k), pt.size));
+  for (uint32_t k = 0; k < threads; ++k) {
+    std::vector<T*> mine;
+    if (shared)
+      for (T* t : conns) mine.push_back(readers.emplace_back(reader_of(*t)).get());
+    else
+      mine = deal(conns, threads, k);
+    responders.push_back(std::make_unique<LoadResponder<T, P>>(c, std::move(mine), pt.size, !shared || k == 0));
+  }
   Guard g(c);
   std::atomic<bool> stop{false};
   std::vector<LoadThreadEnd> ends(threads);
@@ -1033,7 +1065,10 @@ Status load_server(Conns<T> conns, Ctx& c, const Point& pt) {
   for (std::thread& w : workers) w.join();
   if (ends[0].status == Status::ctrl_pending) {  // the client's end of the point: every reply it waits for went out
     LoadServerStats total;
-    for (const auto& r : responders) total.add(r->stats());
+    for (const auto& r : responders) {
+      total.add(r->stats());
+      total.per_thread.push_back(r->stats().requests);
+    }
     c.cpu.end(total.requests, "request");
     recv_count(c.ctrl, "load sent count");
     c.ctrl.send(CtrlType::exchange, total.encode());
@@ -1075,10 +1110,15 @@ struct LoadExperiment : ExperimentDefaults {
     if (l.max_outstanding < 1 || l.max_outstanding > LoadOptions::kMaxOutstanding)
       usage_error("--max-outstanding must be between 1 and " + std::to_string(LoadOptions::kMaxOutstanding));
     if (l.conns < 1 || l.conns > 64) usage_error("--conns must be between 1 and 64");
-    if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || l.server_threads > l.conns)
-      usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its own)");
-    if (p.poll == Poll::event && (l.threads != l.conns || l.server_threads != l.conns))
-      usage_error("event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
+    const bool shared = l.server_rx == "shared";
+    if (l.threads < 1 || l.server_threads < 1 || l.threads > l.conns || (!shared && l.server_threads > l.conns))
+      usage_error("--threads and --server-threads must be between 1 and --conns (each thread serves connections of its "
+                  "own; --server-rx shared lets every server thread read every connection)");
+    if (l.server_threads > LoadOptions::kMaxServerThreads)
+      usage_error("--server-threads must be at most " + std::to_string(LoadOptions::kMaxServerThreads));
+    if (p.poll == Poll::event && (l.threads != l.conns || (shared ? l.conns != 1 : l.server_threads != l.conns)))
+      usage_error(shared ? "event mode sleeps on one connection per thread: with --server-rx shared give --conns 1 and --threads 1"
+                         : "event mode sleeps on one connection per thread: give --conns, --threads and --server-threads the same value");
     if (l.service_ns > 1e9) usage_error("--service-ns must be at most 1e9 (one second)");
     if (p.count > (1ull << 32)) usage_error("--count is limited to 4294967296 requests per point");
     if (p.duration > 86400) usage_error("--duration is limited to 86400 s per point");
@@ -1131,6 +1171,9 @@ struct LoadExperiment : ExperimentDefaults {
   }
 
   static void check_caps(const Params& p, const Caps& caps) {
+    if (p.load.server_rx == "shared" && !caps.shared_rx)
+      usage_error(p.transport + ": --server-rx shared needs a socket several threads can read (udp, tcp); " +
+                  p.transport + " serves each connection from one thread (--server-rx own)");
     const uint64_t largest = load_largest_message(p);
     if (largest > caps.max_msg_size)
       usage_error(p.transport + ": load's largest message, " + std::to_string(largest) +
@@ -1142,7 +1185,11 @@ struct LoadExperiment : ExperimentDefaults {
     const double threads = p.load.server_threads;
     const double seconds = p.count ? static_cast<double>(p.count) * kMinRoundTripNs * 1e-9
                                    : (p.duration > 0 ? p.duration : 1.0);
-    return {threads * static_cast<double>(pt.size), seconds};  // a reply buffer per server thread
+    // A reply buffer per server thread; shared, a reader per thread and
+    // connection, each with a receive buffer (udp's holds its largest datagram).
+    const double readers = p.load.server_rx == "shared" ? threads * p.load.conns : 0;
+    return {threads * static_cast<double>(pt.size) + readers * static_cast<double>(std::max<uint64_t>(pt.size + 4, 65508)),
+            seconds};
   }
 
   template <Transport T, Poll P>

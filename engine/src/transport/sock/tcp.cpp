@@ -1,5 +1,6 @@
 #include "transport/sock/tcp.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -15,6 +16,20 @@
 namespace fm {
 
 TcpTransport::TcpTransport(const Use& use) : role_(use.role) {}
+
+TcpTransport::TcpTransport(ReaderOf r)
+    : role_(r.owner.role_), fd_(::fcntl(r.owner.fd_, F_DUPFD_CLOEXEC, 0)), rx_(r.owner.max_msg_ + 4),
+      sndbuf_(r.owner.sndbuf_), rcvbuf_(r.owner.rcvbuf_), max_msg_(r.owner.max_msg_) {
+  if (fd_ < 0) sys_error("tcp: duplicate the socket for a reader");
+}
+
+std::unique_ptr<TcpTransport> TcpTransport::reader() {
+  // What the owner read ahead or left unsent would be lost to its readers.
+  if (rx_end_ != rx_begin_ || pending_len_) runtime_error("tcp: a reader of a connection with bytes in its buffers");
+  auto r = std::unique_ptr<TcpTransport>(new TcpTransport(ReaderOf{*this}));
+  r->share_ = share_ ? share_ : (share_ = std::make_shared<Share>());
+  return r;
+}
 
 TcpTransport::~TcpTransport() {
   if (fd_ >= 0) ::close(fd_);
@@ -60,6 +75,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   sock::set_rcv_timeout_ms(fd_, kWaitSliceMs);
   sndbuf_ = sock::get_int_opt(fd_, SOL_SOCKET, SO_SNDBUF);
   rcvbuf_ = sock::get_int_opt(fd_, SOL_SOCKET, SO_RCVBUF);
+  max_msg_ = max_msg;
   rx_.resize(std::max<size_t>(2 * (max_msg + 4), 256 << 10));
   pending_.resize(max_msg + 4);
   ctrl.barrier("tcp connected");
@@ -129,7 +145,83 @@ bool TcpTransport::flush() {
   return true;
 }
 
+// A busy reader that finds another one reading goes on (that one takes the
+// message); an event-mode reader waits for the lock, then in recv.
+bool TcpTransport::recv_shared(RecvMsg& m, int flags) {
+  std::unique_lock lock(share_->rx, std::defer_lock);
+  if (!(flags & MSG_DONTWAIT)) lock.lock();
+  else if (!lock.try_lock()) return false;
+  uint32_t len = 0;
+  const ssize_t k = ::recv(fd_, &len, 4, MSG_PEEK | flags);
+  if (k < 4) {  // no whole header yet
+    if (k == 0) failure_ = "tcp: the peer closed the data connection";
+    else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail_errno("recv");
+    return false;
+  }
+  // The peer's length is bounded before anything is read into the buffer.
+  if (len > max_msg_) {
+    failure_text_ = "tcp: a message of " + std::to_string(len) + " B, above the plan's largest (" +
+                    std::to_string(max_msg_) + " B)";
+    failure_ = failure_text_.c_str();
+    return false;
+  }
+  if (!rest_of(rx_.data(), 4 + static_cast<size_t>(len), false)) return false;
+  m.data = rx_.data() + 4;
+  m.len = len;
+  m.imm = 0;
+  return true;
+}
+
+bool TcpTransport::send_shared(const void* buf, uint32_t len) {
+  std::lock_guard lock(share_->tx);
+  iovec iov[2] = {{&len, 4}, {const_cast<void*>(buf), len}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  const ssize_t k = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (k == static_cast<ssize_t>(len) + 4) [[likely]] return true;
+  if (k < 0) {
+    if (errno != EAGAIN && errno != EINTR) fail_errno("send");
+    return false;
+  }
+  // Part of the message went out: the rest must follow before any other
+  // reader's message, so it goes now, under the lock.
+  const size_t sent = static_cast<size_t>(k);
+  if (sent < 4 && !rest_of(reinterpret_cast<const std::byte*>(&len) + sent, 4 - sent, true)) return true;
+  const size_t body = sent < 4 ? 0 : sent - 4;
+  rest_of(static_cast<const std::byte*>(buf) + body, len - body, true);
+  return true;  // posted; a failure shows in failure()
+}
+
+// The socket's timeouts (kWaitSliceMs) slice the wait; a peer silent
+// mid-message for this many slices has broken the connection.
+constexpr int kRestSlices = 100;
+
+bool TcpTransport::rest_of(const std::byte* p, size_t n, bool sending) {
+  for (int idle = 0; n;) {
+    const ssize_t k = sending ? ::send(fd_, p, n, MSG_NOSIGNAL) : ::recv(fd_, const_cast<std::byte*>(p), n, MSG_WAITALL);
+    if (k > 0) {
+      p += k, n -= static_cast<size_t>(k), idle = 0;
+      continue;
+    }
+    if (k == 0 && !sending) {
+      failure_ = "tcp: the peer closed the data connection";
+      return false;
+    }
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      fail_errno(sending ? "send" : "recv");
+      return false;
+    }
+    if (++idle == kRestSlices) {
+      failure_ = sending ? "tcp: the peer took no byte of a message for 5 s" : "tcp: a message stopped arriving for 5 s";
+      return false;
+    }
+  }
+  return true;
+}
+
 bool TcpTransport::wait_recv(RecvMsg& m) {
+  if (share_) [[unlikely]] return recv_shared(m, 0);
   if (pending_len_) {
     // Our own send is still going out: wait for either direction.
     wait_send();

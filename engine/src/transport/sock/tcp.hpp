@@ -1,12 +1,17 @@
 // tcp: one TCP_NODELAY connection, messages framed by a 4-byte length.
 // Busy mode spins on non-blocking recv; event mode blocks in recv (one system
-// call per message, no epoll in between).
+// call per message, no epoll in between). Several threads may share one
+// connection (reader()): each reads one whole message at a time under a lock
+// (a byte stream has no message boundaries the kernel would keep), without
+// reading ahead, and sends each whole message under another.
 #pragma once
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "fabmeter/ctrl.hpp"
@@ -25,9 +30,12 @@ class TcpTransport {
 
   static Caps caps() {
     return {.max_msg_size = 1ull << 30, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false, .same_host_only = false};
+            .supports_write = false, .send_completions = false, .same_host_only = false, .shared_rx = true};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
+  // The same connection (a duplicate descriptor), shared with this one's
+  // other readers: a message at a time, each in a buffer of the reader's own.
+  std::unique_ptr<TcpTransport> reader();
   void describe(JsonObj& o) const;
   // setup: what connect() does.
   const char* connect_covers() const {
@@ -41,6 +49,7 @@ class TcpTransport {
 
   // ---- data path ----
   bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
+    if (share_) [[unlikely]] return send_shared(buf, len);
     if (pending_len_ && !flush()) return false;
     iovec iov[2] = {{&len, 4}, {const_cast<void*>(buf), len}};
     msghdr m{};
@@ -57,12 +66,14 @@ class TcpTransport {
   }
 
   bool poll_recv(RecvMsg& m) {
+    if (share_) [[unlikely]] return recv_shared(m, MSG_DONTWAIT);
     if (pending_len_) flush();
     if (take(m)) return true;
     return fill(MSG_DONTWAIT) && take(m);
   }
 
   void release(const RecvMsg& m) {
+    if (share_) [[unlikely]] return;  // a reader's buffer holds one message
     rx_begin_ += 4 + m.len;
     if (rx_begin_ == rx_end_) rx_begin_ = rx_end_ = 0;
   }
@@ -93,6 +104,17 @@ class TcpTransport {
   bool flush();           // sends what a partial send left; true when all is out
   void keep_unsent(const uint32_t* hdr, const std::byte* payload, uint32_t len, size_t sent);
   void fail_errno(const char* what);
+  // A reader's data path: one whole message under the shared locks.
+  bool recv_shared(RecvMsg& m, int flags);
+  bool send_shared(const void* buf, uint32_t len);
+  bool rest_of(const std::byte* p, size_t n, bool sending);  // blocks until n more bytes went in or out
+  struct Share {
+    std::mutex rx, tx;
+  };
+  struct ReaderOf {
+    TcpTransport& owner;
+  };
+  explicit TcpTransport(ReaderOf r);
 
   Role role_;
   int fd_ = -1;
@@ -103,6 +125,8 @@ class TcpTransport {
   const char* failure_ = nullptr;
   std::string failure_text_;
   int sndbuf_ = 0, rcvbuf_ = 0;
+  uint64_t max_msg_ = 0;
+  std::shared_ptr<Share> share_;  // set in readers only
 };
 
 }  // namespace fm

@@ -1,5 +1,6 @@
 #include "transport/sock/udp.hpp"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <unistd.h>
@@ -17,6 +18,16 @@ namespace fm {
 constexpr int kSockBufBytes = 8 << 20;
 
 UdpTransport::UdpTransport(const Use& use) : loss_timeout_ms_(use.loss_timeout_ms) {}
+
+UdpTransport::UdpTransport(ReaderOf r)
+    : loss_timeout_ms_(r.owner.loss_timeout_ms_), fd_(::fcntl(r.owner.fd_, F_DUPFD_CLOEXEC, 0)),
+      rx_(r.owner.rx_.size()), sndbuf_(r.owner.sndbuf_), rcvbuf_(r.owner.rcvbuf_) {
+  if (fd_ < 0) sys_error("udp: duplicate the socket for a reader");
+}
+
+std::unique_ptr<UdpTransport> UdpTransport::reader() const {
+  return std::unique_ptr<UdpTransport>(new UdpTransport(ReaderOf{*this}));
+}
 
 UdpTransport::~UdpTransport() {
   if (fd_ >= 0) ::close(fd_);

@@ -1,11 +1,14 @@
 // udp: one connected datagram socket per end; a message is one datagram.
 // Nothing is ever truncated: sizes above the datagram limit are refused
 // before the run. Losses are counted by the measuring loops, never waited on.
+// Several threads may read one socket (reader()): the kernel hands each
+// datagram to one of them, whole, so they need no lock.
 #pragma once
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,9 +30,11 @@ class UdpTransport {
 
   static Caps caps() {
     return {.max_msg_size = kMaxDatagram, .max_inline = 0, .reliable = false, .ordered = false,
-            .supports_write = false, .send_completions = false, .same_host_only = false};
+            .supports_write = false, .send_completions = false, .same_host_only = false, .shared_rx = true};
   }
   void connect(Ctrl& ctrl, uint64_t max_msg);
+  // The same socket (a duplicate descriptor) with a receive buffer of its own.
+  std::unique_ptr<UdpTransport> reader() const;
   void describe(JsonObj& o) const;
   // setup: what connect() does.
   const char* connect_covers() const {
@@ -70,6 +75,10 @@ class UdpTransport {
     return false;
   }
   void fail_errno(const char* what);
+  struct ReaderOf {
+    const UdpTransport& owner;
+  };
+  explicit UdpTransport(ReaderOf r);
 
   uint32_t loss_timeout_ms_;
   int fd_ = -1;
