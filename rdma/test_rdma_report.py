@@ -119,10 +119,11 @@ def check_fabmeter(raw, name):
                                 f"(at most {limit}, a quarter of one per rq_refill {granted.get('rq_refill')})")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
-        if p.get("experiment") == "oneway":  # the stages from t_subm: post (t_send) and completion (t_comp)
+        if p.get("experiment") == "oneway":  # the stages from t_subm: post (t_post) and completion (t_comp)
             for key in ("post_ns", "completion_ns"):
                 if not (p.get(key) or {}).get("min", -1) >= 0:
                     problems.append(f"oneway: no {key} stage (or a negative one): {p.get(key)!r}")
+            problems += check_t_send(raw, name, cmd, p, summary)
         flows = option(cmd, "flows")
         if flows and p.get("experiment") in ("lat", "bw"):  # a QP per flow, and their counts add up
             each = p.get("flows") or []
@@ -225,6 +226,31 @@ def check_fabmeter(raw, name):
 SETUP_STEPS = {"raw": ("ibv_create_qp", "to INIT", "to RTR", "to RTS"),
                "rdma_cm": ("rdma_resolve_route", "rdma_create_qp, receives posted", "rdma_connect to ESTABLISHED")}
 SETUP_ORDER = ("min", "p50", "p90", "p99", "max")
+
+
+def check_t_send(raw, name, cmd, p, summary):
+    """oneway's t_send (the device read the payload; the time thread's stamp): for every stamped
+    message t_subm <= t_send <= t_recv, so both stages' minima are >= 0; inline sends have none, with
+    the reason; a -tsend case has it wherever the guest has a CPU for the thread."""
+    problems = []
+    send, from_send, absent = p.get("send_ns"), p.get("latency_send_ns"), p.get("t_send_absent")
+    inline = int(option(cmd, "inline") or 0) >= (p.get("size") or 0)
+    if inline and (send is not None or "inline" not in (absent or "")):
+        problems.append(f"inline sends: t_send should be absent for inline, got {send!r} ({absent!r})")
+    if send is not None:
+        if not (send.get("min", -1) >= 0 and (from_send or {}).get("min", -1) >= 0):
+            problems.append(f"t_send outside [t_subm, t_recv]: t_send - t_subm {send!r}, t_recv - t_send {from_send!r}")
+        # Under TCG the thread's vCPU is not always running: a message read before it wrote is missed (counted).
+        summary.update(t_send_missed=p.get("t_send_missed"), iterations=p.get("iterations"),
+                       t_send_p50_ns=send.get("p50"), t_recv_from_send_p50_ns=from_send.get("p50"),
+                       t_recv_p50_ns=(p.get("latency_ns") or {}).get("p50"))
+    elif name.endswith("-tsend") and not inline:
+        cpus = int(read(f"{raw}/_nproc", "0").strip() or 0)
+        # libfabric's verbs provider sends small messages inline on its own: every stamp predates its post.
+        provider_inline = " -t ofi" in f" {cmd}" and "no message carried a stamp" in (absent or "")
+        if not provider_inline and (cpus >= 3 or "no CPU of its own" not in (absent or "")):
+            problems.append(f"no t_send on {cpus} CPUs: {absent!r}")
+    return problems
 
 
 def check_setup(cmd_name, cmd, points, granted):
@@ -635,6 +661,11 @@ def main():
         if problems:
             failed.append(name)
             print(f"FAIL {name}: {'; '.join(problems)}")
+        if summary.get("t_send_p50_ns") is not None:
+            print(f"t_send {name}: p50 t_recv - t_subm {summary['t_recv_p50_ns']:.0f} ns (all arrivals); over the "
+                  f"{summary['iterations'] - summary['t_send_missed']} of {summary['iterations']} messages stamped "
+                  f"after their post: p50 t_send - t_subm {summary['t_send_p50_ns']:.0f} ns, p50 t_recv - t_send "
+                  f"{summary['t_recv_from_send_p50_ns']:.0f} ns")
     faults = []
     for name in sorted(f[: -len(".fault")] for f in os.listdir(raw) if f.endswith(".fault")):
         problems, summary = check_fault(raw, name)
@@ -644,6 +675,13 @@ def main():
         if problems:
             failed.append(name)
             print(f"FAIL {name}: {'; '.join(problems)}")
+    # thesis-stream's verbs rows, read from the suite in the guest: one per service.
+    if os.path.exists(f"{raw}/_stream_rows"):
+        rows = nonempty_lines(read(f"{raw}/_stream_rows"))
+        if len(rows) != 3:
+            failed.append("_stream_rows")
+            print(f"FAIL thesis-stream: {len(rows)} verbs rows read from the suite, not 3 (RC, UC, UD): "
+                  f"{read(f'{raw}/_stream_rows.err').strip()[-300:]}")
     fault_run = read_kv(f"{raw}/_faults")
     if fault_run:
         struck = sum(1 for f in faults if f.get("struck") == "1")
