@@ -92,12 +92,13 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       // ---- hot path ----
       // The very last send asks for a completion, so the end of the run is known.
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
+      t_subm[sent] = clk.ticks();
+      // After t_subm: every stamp the thread writes once it sees this payload is at least t_subm.
       if constexpr (requires(const char** why) { t.deferred_read(0u, 0u, why); })
         if (tt) {
           const char* why;
           tt->publish(sent, t.deferred_read(len, flags, &why));
         }
-      t_subm[sent] = clk.ticks();
       if ((st = send_one<P>(t, buf.data(), len, flags, sent, g, stamp_comp)) != Status::ok) break;
       t_post[sent] = clk.ticks();
       ++sent;
