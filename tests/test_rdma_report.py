@@ -364,5 +364,7 @@ def test_t_send_is_checked_inside_its_stamps_and_absent_for_inline(tmp_path):
     assert m.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, stamped, {}), "inline with a number"
     no_cpu = {"size": 32, "send_ns": None, "t_send_absent": "no CPU of its own for the time thread: ..."}
     assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}), "3 CPUs: the thread had one"
+    beaten = {"size": 32, "send_ns": None, "t_send_absent": "no message carried a stamp written after its post: ..."}
+    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, beaten, {}) == [], "judged over all cases by main()"
     (tmp_path / "_nproc").write_text("2\n")
     assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}) == []
