@@ -271,6 +271,15 @@ fm "oneway-uc-write-imm-raw-event-sig1" 0 oneway "${ONEWAY[@]}" --service uc --o
 fm "bw-rc-write-imm-raw-event" 0 bw "${BW[@]}" --service rc --op write-imm --cm raw --poll event
 fm "bw-ud-send-rdma_cm-event" 0 bw "${BW[@]}" --service ud --poll event
 
+echo "== verbs: t_send, the HCA's read of the payload (oneway's time thread, on a CPU of its own: $(nproc) CPUs here)"
+nproc >"$OUT/_nproc"
+# One send in flight (every send signaled, 100 us apart): the thread's pass covers one payload, its
+# finest stamp (rxe reads the payload inside ibv_post_send; under TCG most reads beat the thread: missed).
+TSEND=(-s 32 --bursts 4 --burst-size 250 --gap-us 100 --pause-us 200 --warmup 50 --service rc --signal-every 1)
+fm "oneway-rc-send-raw-tsend" 0 oneway "${TSEND[@]}" --cm raw
+fm "oneway-rc-write-imm-rdma_cm-tsend" 0 oneway "${TSEND[@]}" --op write-imm
+fm "oneway-rc-send-raw-inline64-tsend" 0 oneway "${TSEND[@]}" --cm raw --inline 64
+
 echo "== verbs: perftest's ops (plain write polled at the receiver; read and atomics, one-sided, RC)"
 for cm in raw rdma_cm; do
   for inl in 0 64; do
@@ -508,6 +517,22 @@ fabric() {
   reap $spid >"$f.server.rc"
   printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
 }
+# The thesis' node-type benchmark over verbs: suites/thesis-stream.toml's verbs
+# rows (RC, UC, UD; every rate x values point, inline 188, S = D_SQ/2), read
+# from the suite (rdma/suite_rows.py), at FM_STREAM_COUNT samples a point:
+# 20 in CI (FM_CMP_ROUNDS=0), else 1000; `suite` keeps the suite's own 250 000
+# (about 17 hours: raise test-rdma.sh's guest timeout for it).
+STREAM_COUNT=${FM_STREAM_COUNT:-$([[ ${FM_CMP_ROUNDS:-5} == 0 ]] && echo 20 || echo 1000)}
+[[ $STREAM_COUNT == suite ]] && STREAM_COUNT=
+if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== verbs: thesis-stream's verbs rows (${STREAM_COUNT:-250000, the suite} samples a point)"
+  # The rows read are kept in _stream_rows (the host's report wants them there).
+  "${PY[@]}" "$REPO/rdma/suite_rows.py" "$REPO/suites/thesis-stream.toml" verbs $STREAM_COUNT \
+    >"$OUT/_stream_rows" 2>"$OUT/_stream_rows.err"
+  while IFS=$'\t' read -r pid args; do
+    eval "fm \"suite-\$pid\" 0 $args"
+  done <"$OUT/_stream_rows"
+fi
 if [[ ! -f $OUT/_python_skipped ]]; then
   echo "== the fabric in run.json (each end's rxe device)"
   fabric "fabric-rc-rdma_cm" --service rc -n 200 --warmup 20
@@ -616,6 +641,8 @@ if "$ENGINE" options | grep -q '"ofi"'; then
   ofi "ofi-verbs-rdm-lat" lat -t ofi --provider verbs --ep rdm -s 32 -n 200 --warmup 50
   ofi "ofi-verbs-msg-bw" bw -t ofi --provider verbs --ep msg -s 1K -n 2000 --warmup 100
   ofi "ofi-verbs-msg-load" load -t ofi --provider verbs --ep msg --rate 2000 --count 400 --warmup 50
+  ofi "ofi-verbs-msg-oneway-tsend" oneway -t ofi --provider verbs --ep msg -s 32 --bursts 4 --burst-size 250 --gap-us 100 \
+    --warmup 50
 else
   echo "skipped: this engine has no ofi transport (libfabric not found at build time)" | tee "$OUT/_ofi_skipped"
 fi

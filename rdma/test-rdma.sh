@@ -74,7 +74,8 @@ mkdir -p "$OUT/raw"
 [[ -z $FABTESTS_SKIPPED ]] || echo "$FABTESTS_SKIPPED" >"$OUT/raw/_fabtests_skipped"
 [[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
 rc=0
-"$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
+# Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
+FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
   FM_CMP_ROUNDS=$ROUNDS FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"

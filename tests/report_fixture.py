@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -105,13 +106,23 @@ def _latency_point(folder: Path, rng, experiment: str, transport: str, poll: str
     return p
 
 
-def _add_stages(folder: Path, rng, p: dict, one_way: np.ndarray, completions: bool) -> None:
-    """oneway's post stage (and completion, where the transport reports it), as the engine adds them."""
+def _add_stages(folder: Path, rng, p: dict, one_way: np.ndarray, completions: bool,
+                t_send: Optional[bool] = None) -> None:
+    """oneway's post stage (and completion, where the transport reports it), as the engine adds them;
+    t_send True: the time thread's send stage and t_recv - t_send; False: absent, as for inline sends."""
     name = p["samples"]["latency_ns"].removesuffix(".latency_ns.npy")
     post = one_way * rng.uniform(0.05, 0.4, one_way.size)
     stages = {"post_ns": post}
     if completions:
         stages["completion_ns"] = one_way * rng.uniform(1.1, 1.6, one_way.size)
+    if t_send:   # the thesis' 42 %: t_send - t_subm about 0.42 of t_recv - t_subm
+        send = one_way * rng.uniform(0.35, 0.49, one_way.size)
+        stages.update(send_ns=send, latency_send_ns=one_way - send)
+        p.update(time_thread={"cpu": 2, "pass_ns": 31.0}, t_send_missed=0)
+    elif t_send is False:
+        p.update(send_ns=None, latency_send_ns=None,
+                 t_send_absent="inline sends: the payload travels in the work request, the HCA reads no send "
+                               "buffer after the post")
     for key, a in stages.items():
         np.save(folder / f"{name}.{key}.npy", a)
         p[key] = _summary(a)
@@ -235,7 +246,8 @@ def build(root: Path) -> Path:
         folder = root / f"oneway-verbs-busy-inline-{inline}"
         folder.mkdir(parents=True, exist_ok=True)
         p = _latency_point(folder, rng, "oneway", "verbs", "busy", 32, median)
-        _add_stages(folder, rng, p, np.load(folder / p["samples"]["latency_ns"]), completions=True)
+        _add_stages(folder, rng, p, np.load(folder / p["samples"]["latency_ns"]), completions=True,
+                    t_send=not inline)
         _write(folder, _run_doc("oneway", {"transport": "verbs", "poll": "busy", "size": 32, "inline": inline}, [p]))
     for transport, base in (("tcp", 3000.0), ("shm", 140.0)):
         folder = root / f"lat-{transport}-busy-sweep"

@@ -66,15 +66,22 @@ def check_point(p: dict, experiment: str, transport: str, poll: str, size: int) 
 
 
 def check_stages(p: dict, out, send_completions: bool) -> None:
-    """oneway's stages from t_subm: post (t_send) for every measured send,
+    """oneway's stages from t_subm: post (t_post) for every measured send,
     completion (t_comp) exactly where the transport reports send completions.
     Nothing orders post against receive: a socket's message may arrive before
-    its send call returns."""
+    its send call returns. t_send (the device's read of the payload) is
+    measured or absent with a reason, never a number without its thread."""
+    if p.get("send_ns") is None:
+        assert p["latency_send_ns"] is None and p["t_send_absent"], p.get("t_send_absent")
+        assert "send_ns" not in p["samples"] and "time_thread" not in p
+    else:
+        assert p["send_ns"]["min"] >= 0 and p["latency_send_ns"]["min"] >= 0, "t_send outside [t_subm, t_recv]"
+        assert "t_send_absent" not in p and p["time_thread"]["pass_ns"] > 0
     check_stats(p["post_ns"], "post_ns")
     assert ("completion_ns" in p) == send_completions == ("completion_ns" in p["samples"])
     post = np.load(out / p["samples"]["post_ns"])
     assert post.dtype == np.float64 and post.size == p["sent"], "one post stage per measured send, arrived or not"
-    assert post.min() >= 0, "t_send before t_subm: one thread's reads of one clock"
+    assert post.min() >= 0, "t_post before t_subm: one thread's reads of one clock"
     assert p["post_ns"]["p50"] == pytest.approx(np.percentile(post, 50), rel=1e-6)
     if send_completions:
         check_stats(p["completion_ns"], "completion_ns")
@@ -137,6 +144,7 @@ def test_human_table_labels(fm):
 def test_human_table_stage_rows(fm):
     r = fm.run("oneway", "-t", "shm", *ARGS["oneway"], "--warmup", "100")
     assert r.returncode == 0, r.stderr
-    for label in ("one-way ns", "one-way stage post ns (t_send - t_subm)", "p50", "p99.9"):
+    for label in ("one-way ns", "one-way stage post ns (t_post - t_subm)", "p50", "p99.9", "t_send (the device's read)",
+                  "absent: the post call copies the payload"):
         assert label in r.stdout, label
     assert "completion" not in r.stdout, "shm reports no send completions"

@@ -385,3 +385,28 @@ def test_a_control_run_puts_the_peer_in_fabmeters_column(capsys):
     assert plain[0]["control"] is False and plain[0]["fabmeter_median"] == 27.0
     m.print_comparison(plain, None)
     assert "CONTROL" not in capsys.readouterr().out
+
+
+def test_t_send_is_checked_inside_its_stamps_and_absent_for_inline(tmp_path):
+    """The guest's t_send cases: t_subm <= t_send <= t_recv (both stages' minima >= 0), inline sends
+    with no t_send and the reason, and a -tsend case without one only where no CPU was left for it."""
+    m = report_module()
+    (tmp_path / "_nproc").write_text("3\n")
+    stamped = {"size": 32, "iterations": 1000, "t_send_missed": 10, "latency_ns": {"p50": 9000.0},
+               "send_ns": {"min": 100.0, "p50": 4000.0}, "latency_send_ns": {"min": 50.0, "p50": 5000.0}}
+    cmd = "fabmeter-engine run oneway -s 32 --service rc"
+    assert m.check_t_send(str(tmp_path), "oneway-rc-send-tsend", cmd, stamped, {}) == []
+    before = {**stamped, "send_ns": {"min": -5.0, "p50": 1.0}}
+    assert "outside [t_subm, t_recv]" in m.check_t_send(str(tmp_path), "x-tsend", cmd, before, {})[0]
+    after = {**stamped, "latency_send_ns": {"min": -1.0, "p50": 1.0}}
+    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, after, {})
+    inline_cmd = cmd + " --inline 64"
+    absent = {"size": 32, "send_ns": None, "latency_send_ns": None, "t_send_absent": "inline sends: the payload ..."}
+    assert m.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, absent, {}) == []
+    assert m.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, stamped, {}), "inline with a number"
+    no_cpu = {"size": 32, "send_ns": None, "t_send_absent": "no CPU of its own for the time thread: ..."}
+    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}), "3 CPUs: the thread had one"
+    beaten = {"size": 32, "send_ns": None, "t_send_absent": "no message carried a stamp written after its post: ..."}
+    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, beaten, {}) == [], "judged over all cases by main()"
+    (tmp_path / "_nproc").write_text("2\n")
+    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}) == []

@@ -251,3 +251,35 @@ def test_report_in_headless_chromium(tmp_path, fixture_report):
     assert _console_lines(r.stderr) == []
     w, h = _png_size(shot.read_bytes())
     assert (w, h) == (1280, 4000) and shot.stat().st_size > 50_000   # a blank page compresses to a few KB
+
+
+def test_stage_figure_draws_t_recv_minus_t_send_beside_t_recv_minus_t_subm(monkeypatch):
+    """The thesis' pair in one axes: t_recv - t_send over t_recv - t_subm, each with its median;
+    a run without t_send (inline) says why in its send row instead of drawing a number."""
+    import numpy as np
+    from fabmeter import analysis
+    from fabmeter.report import figures
+    drawn = {}
+    monkeypatch.setattr(figures, "png", lambda fig: drawn.setdefault("fig", fig) and b"")
+    rng = np.random.default_rng(7)
+    whole = rng.normal(1253, 40, 2000)
+    send = whole * 0.42
+    reason = "inline sends: the payload travels in the work request"
+    stages = [(k, f"{n}: {s}") for k, n, s in analysis.ONEWAY_STAGES if k != "completion_ns"]
+    columns = [("inline off", {"post_ns": whole * 0.1, "send_ns": send, "latency_ns": whole,
+                               "latency_send_ns": whole - send}),
+               ("inline on", {"post_ns": whole * 0.1, "latency_ns": whole * 0.72})]
+    figures.fig_stages("t", stages, columns, ["C0", "C1"], [{}, {"send_ns": reason}],
+                       beside={"latency_ns": analysis.ONEWAY_FROM_SEND})
+    axes = drawn["fig"].axes
+    row = {k: i for i, (k, _) in enumerate(stages)}
+
+    def legend(ax):
+        return [t.get_text() for t in ax.get_legend().get_texts()]
+    off_recv, on_recv = axes[2 * row["latency_ns"]], axes[2 * row["latency_ns"] + 1]
+    assert "t_recv - t_send" in legend(off_recv) and "t_recv - t_subm" in legend(off_recv)
+    assert sum(t.startswith("median") for t in legend(off_recv)) == 2, legend(off_recv)
+    assert "t_recv - t_send: absent" in legend(on_recv)
+    on_send = axes[2 * row["send_ns"] + 1]
+    assert any("inline sends" in t.get_text() for t in on_send.texts), [t.get_text() for t in on_send.texts]
+    assert not on_send.patches, "an absent t_send drew a histogram"

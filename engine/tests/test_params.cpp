@@ -145,7 +145,7 @@ static std::string other_value(const fm::OptSpec& o, const Params& p) {
     }
     case fm::OptType::text: {
       const std::string name = o.name;
-      return name == "sink" ? "file:x.csv" : name == "io-cpu" ? "none" : "something";
+      return name == "sink" ? "file:x.csv" : name == "io-cpu" ? "none" : name == "time-thread" ? "3" : "something";
     }
     default: return "7";
   }
@@ -168,6 +168,19 @@ TEST(Params, EachOptionWritesOnlyItsOwnGroup) {
     const auto changed = changed_groups(before, after, static_cast<fm::OptionGroups*>(nullptr));
     EXPECT_EQ(changed, std::vector<std::string>{o.group}) << o.name;
   }
+}
+
+TEST(Params, TimeThreadIsAutoOffOrACpu) {
+  const auto* o = fm::find_option("time-thread");
+  Params p;
+  EXPECT_EQ(o->get(p), "auto");
+  for (const char* v : {"off", "auto", "3"}) {
+    o->set(p, v);
+    EXPECT_EQ(o->get(p), v);
+  }
+  o->set(p, "007");  // a number is kept as the number it is
+  EXPECT_EQ(o->get(p), "7");
+  for (const char* bad : {"", "x", "-1", "1.5", "99999"}) EXPECT_THROW(o->set(p, bad), fm::Error) << bad;
 }
 
 TEST(Params, OptionTransportsComeFromTheGroupsTransportsRead) {

@@ -114,7 +114,7 @@ TEST(PeerParse, ClockProbeAnswersAreChecked) {
 
 TEST(PeerParse, StampReportsAreChecked) {
   const fm::Clock clk(false);
-  fm::OnewayReport r{fm::ClockInfo::of(clk), 2, 0, 0, 3};
+  fm::OnewayReport r{fm::ClockInfo::of(clk), 2, 0, 0, 3, 0};
   std::string blob(sizeof r + 3 * 8, '\0');
   std::memcpy(blob.data(), &r, sizeof r);
   fm::OnewayReport h;
@@ -125,6 +125,17 @@ TEST(PeerParse, StampReportsAreChecked) {
   std::memcpy(blob.data(), &r, sizeof r);
   fm_error([&] { fm::read_stamp_report(blob, 3, &h, "oneway"); });
   r.received = 2;
+  // With send_stamps 1 a second array (t_send) follows: its size must be there, and 0 or 1 only.
+  r.send_stamps = 1;
+  std::memcpy(blob.data(), &r, sizeof r);
+  fm_error([&] { fm::read_stamp_report(blob, 3, &h, "oneway"); });
+  std::string both = blob + std::string(3 * 8, '\0');
+  EXPECT_NO_THROW(fm::read_stamp_report(both, 3, &h, "oneway"));
+  r.send_stamps = 2;
+  std::memcpy(both.data(), &r, sizeof r);
+  fm_error([&] { fm::read_stamp_report(both, 3, &h, "oneway"); });
+  r.send_stamps = 0;
+  std::memcpy(blob.data(), &r, sizeof r);
   r.clock.ns_per_tick = std::nan("");
   std::memcpy(blob.data(), &r, sizeof r);
   fm_error([&] { fm::read_stamp_report(blob, 3, &h, "oneway"); });

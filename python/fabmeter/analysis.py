@@ -46,11 +46,16 @@ def shown_percentiles(default: Sequence[str], chosen: Sequence[float] = ()) -> l
     return [percentile_key(q) for q in sorted(set(chosen))] if chosen else list(default)
 
 # oneway's stages, each from the submit stamp t_subm (docs/results.md): the
-# point's key, the stage's name, the stamps it spans. Completion exists only
-# where the transport reports send completions.
-ONEWAY_STAGES = (("post_ns", "post", "t_send - t_subm"),
+# point's key, the stage's name, the stamps it spans. Send (the device read
+# the payload: the time thread's t_send) exists only where the device reads
+# it after the post (verbs, ofi; not inline), completion only where the
+# transport reports send completions.
+ONEWAY_STAGES = (("post_ns", "post", "t_post - t_subm"),
+                 ("send_ns", "send", "t_send - t_subm"),
                  ("latency_ns", "receive", "t_recv - t_subm"),
                  ("completion_ns", "completion", "t_comp - t_subm"))
+# The one-way latency from t_send, drawn and listed beside t_recv - t_subm (the thesis' pair).
+ONEWAY_FROM_SEND = ("latency_send_ns", "receive from t_send", "t_recv - t_send")
 
 
 def summarize(samples: np.ndarray, extra: Sequence[float] = ()) -> dict:
@@ -147,7 +152,7 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
         rows.append([_latency_label(point)] + [point["latency_ns"].get(k) for k in cols])
     if point.get("rtt_ns"):
         rows.append(["RTT ns"] + [point["rtt_ns"].get(k) for k in cols])
-    for key, name, stamps in ONEWAY_STAGES:
+    for key, name, stamps in (*ONEWAY_STAGES, ONEWAY_FROM_SEND):
         if key != "latency_ns" and point.get(key):
             rows.append([f"one-way stage {name} ns ({stamps})"] + [point[key].get(k) for k in cols])
     if rows:
@@ -160,6 +165,13 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
     if point.get("threshold_us") is not None:
         extra.append([f"one-way above {fmt_num(point['threshold_us'])} us, %",
                       fmt_num(point.get("above_threshold_pct"), 3)])
+    if point.get("t_send_absent"):
+        extra.append(["t_send (the device's read)", f"absent: {point['t_send_absent']}"])
+    elif point.get("time_thread"):
+        tt = point["time_thread"]
+        extra.append(["t_send: time thread CPU, pass ns (a stamp's resolution), messages it missed",
+                      f"{'unpinned' if tt.get('cpu') is None else tt.get('cpu')}, {fmt_num(tt.get('pass_ns'), 0)}, "
+                      f"{fmt_num(point.get('t_send_missed'), 0)}"])
     if point.get("experiment") == "stream":
         extra += [["rate Hz (asked / achieved at the sink)",
                    f"{fmt_num(point.get('rate_hz'), 0)} / {fmt_num(point.get('achieved_rate_hz'), 0)}"],

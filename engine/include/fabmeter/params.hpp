@@ -58,6 +58,7 @@ struct OnewayOptions {
   uint64_t burst_size = 1000;
   double pause_us = 100;
   double threshold_us = 10;
+  std::string time_thread = "auto";  // t_send's thread: auto, off or a CPU (experiment/time_thread.hpp)
   bool operator==(const OnewayOptions&) const = default;
 };
 

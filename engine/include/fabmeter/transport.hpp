@@ -81,6 +81,12 @@ enum SendFlags : uint32_t {
   kSameBytes = 1u << 3,
 };
 
+// Where oneway's time thread writes t_send into a payload (the optional
+// deferred_read, below): clear of the sequence number of unreliable
+// transports (bytes 0-3), 8-byte aligned in a send slot aligned to 64.
+constexpr uint32_t kSendStampOffset = 8;
+constexpr uint32_t kSendStampEnd = kSendStampOffset + 8;
+
 struct RecvMsg {
   const std::byte* data;
   uint32_t len;
@@ -154,6 +160,15 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // so that several threads can serve one connection (load --server-rx shared).
   !requires(T& t) { t.reader(); } || requires(T& t) {
     { t.reader() } -> std::same_as<std::unique_ptr<T>>;
+  }) && (
+  // Optional (oneway's t_send): where the device reads the payload of the
+  // next post_send(len, flags) after the call returned, a buffer of the
+  // transport's own that stays put until the send completes; nullptr and
+  // *why (a sentence) where nothing reads it after the call (inline sends).
+  // Without it, nothing does (the call copies the payload).
+  !requires(const T& ct, const char** why) { ct.deferred_read(uint32_t{}, uint32_t{}, why); } ||
+  requires(const T& ct, const char** why) {
+    { ct.deferred_read(uint32_t{}, uint32_t{}, why) } -> std::same_as<std::byte*>;
   }) && (
   // Optional (setup): what connect() covers, in words, once connected.
   // Without it: "the transport's connect()".

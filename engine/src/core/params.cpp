@@ -214,6 +214,17 @@ std::vector<OptSpec> make_table() {
      CHOICE(Com, what)},
     {.name = "threshold-us", .metavar = "T", .group = "oneway", .type = T::duration, .unit = "us", .scope = "oneway",
      .help = "report the share of one-way latencies above this, microseconds", DBL(Oneway, threshold_us)},
+    {.name = "time-thread", .metavar = "CPU", .group = "oneway", .type = T::text, .scope = "oneway",
+     .help = "t_send, the moment the device read a send's payload (verbs, ofi; not inline): a thread keeps writing the clock into every payload posted and not yet read, on a CPU of its own: auto (the lowest CPU neither end is pinned to; none left: t_send is null, with the reason), off, or a CPU number",
+     .set = [](Params& p, std::string_view v) {
+       if (v == "auto" || v == "off") {
+         p.oneway.time_thread = std::string(v);
+         return;
+       }
+       const uint64_t cpu = parse_u64("time_thread", v);
+       if (cpu >= CPU_SETSIZE) usage_error("--time-thread: expected auto, off or a CPU number, got '" + std::string(v) + "'");
+       p.oneway.time_thread = std::to_string(cpu); },
+     .get = [](const Params& p) { return p.oneway.time_thread; }},
     {.name = "bidir", .group = "bw", .type = T::flag, .scope = "bw",
      .help = "both ends send and receive at once", FLAG(Bw, bidir)},
     {.name = "tx-depth", .metavar = "N", .group = "bw", .type = T::count, .scope = "bw",

@@ -114,6 +114,8 @@ struct Ctx {
   uint64_t spin_ticks = 0;   // --spin-us: event mode polls this long before it sleeps
   uint64_t sleeps = 0;       // event mode: waits that slept (wait_for_msg), this point; any thread, atomic_ref
   std::vector<int> cpus = {};  // --flows: the CPUs this end's flows run on, in turn (--cpu N+M...); empty: unpinned
+  int own_cpu = -1;          // this end's --cpu (-1: unpinned)
+  int peer_cpu = -1;         // client: the server's --cpu, as its welcome says (-1: unpinned or not said)
   CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
 };
 
@@ -401,7 +403,7 @@ inline void check_clock_info(const ClockInfo& ci, const char* what) {
 
 // After a one-way point the receiver answers with a fixed header (with a
 // `total` field) followed by one receive stamp per message (0 = never
-// arrived). The receiver builds it before the run, pages touched.
+// arrived), and for oneway with send_stamps 1 a second array after it. The receiver builds it before the run, pages touched.
 template <class Header>
 std::string stamp_report(uint64_t total, uint64_t** stamps) {
   std::string blob(sizeof(Header) + total * sizeof(uint64_t), '\0');
@@ -414,7 +416,12 @@ template <class Header>
 const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Header* h, const char* what) {
   if (blob.size() < sizeof *h) runtime_error(std::string(what) + ": short report from the peer");
   std::memcpy(h, blob.data(), sizeof *h);
-  if (h->total != total || blob.size() != sizeof *h + total * sizeof(uint64_t))
+  uint64_t arrays = 1;  // oneway's report may carry a second array (send_stamps)
+  if constexpr (requires { h->send_stamps; }) {
+    if (h->send_stamps > 1) runtime_error(std::string(what) + ": the peer's report has an impossible layout");
+    arrays += h->send_stamps;
+  }
+  if (h->total != total || blob.size() != sizeof *h + arrays * total * sizeof(uint64_t))
     runtime_error(std::string(what) + ": the peer's report does not match this run (version mismatch?)");
   check_clock_info(h->clock, what);
   if (h->received > total) runtime_error(std::string(what) + ": the peer's report counts more arrivals than were sent");

@@ -1,7 +1,11 @@
 // oneway: the thesis' custom one-way benchmark. The client sends bursts of
-// messages, stamping t_subm just before each post and t_send as the post
+// messages, stamping t_subm just before each post and t_post as the post
 // returns; the server stamps t_recv as it sees each one; where the transport
-// reports send completions the client stamps t_comp as it reaps each. Both ends on one host read the same TSC, so
+// reports send completions the client stamps t_comp as it reaps each. Where
+// the device reads the payload after the post (verbs, ofi; not inline), the
+// client's time thread (time_thread.hpp) keeps writing the clock into it, and
+// the server hands back the stamp each message carried: t_send, the device's
+// read. Both ends on one host read the same TSC, so
 // t_recv - t_subm needs no clock correction; across hosts the server's clock
 // is mapped onto the client's by the offset and drift fitted to the clock
 // probes so far, the last burst taken right after this point's report.
@@ -13,16 +17,39 @@
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
+#include "experiment/time_thread.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/stats.hpp"
 
 namespace fm {
 
-// Server -> client after the point: how many arrived and when.
+// Server -> client after the point: how many arrived and when (and, with
+// send_stamps 1, a second array: the t_send each message carried).
 struct OnewayReport {
   ClockInfo clock;
-  uint64_t received, duplicated, reordered, total;
+  uint64_t received, duplicated, reordered, total, send_stamps;
 };
+
+// Both ends: whether the payloads carry t_send (the client may still find no
+// CPU for its thread: then they carry zeros).
+template <Transport T>
+bool carries_send_stamps(const Params& p, uint64_t size) {
+  return requires(const T& t, const char** why) { t.deferred_read(0u, 0u, why); } && p.oneway.time_thread != "off" &&
+         size >= kSendStampEnd;
+}
+
+// Why this point has no t_send, or nullptr (it has; *src: the first payload).
+template <Transport T>
+const char* no_send_stamp(const T& t, const Params& p, uint64_t size) {
+  if (p.oneway.time_thread == "off") return "--time-thread off";
+  if constexpr (!requires(const T& ct, const char** why) { ct.deferred_read(0u, 0u, why); }) {
+    return "the post call copies the payload: nothing reads the send buffer after it";
+  } else {
+    if (size < kSendStampEnd) return "messages under 16 B have no room for the stamp (bytes 8-15)";
+    const char* why = nullptr;
+    return t.deferred_read(static_cast<uint32_t>(size), 0, &why) ? nullptr : why;
+  }
+}
 
 template <Transport T, Poll P>
 Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out) {
@@ -30,13 +57,25 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   const Clock& clk = c.clk;
   const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   SampleBuf t_subm(total);
-  SampleBuf t_send(total);
+  SampleBuf t_post(total);
   // t_comp only where the transport reports send completions (verbs, ofi).
   SampleBuf t_comp(c.caps.send_completions ? total : 0);
+  // t_send: the time thread, where the device reads the payload after the post and a CPU is free for it.
+  std::string no_send = no_send_stamp(t, p, size) ?: "";
+  std::unique_ptr<TimeThread> tt;
+  TimeThreadPlace place;
+  if (no_send.empty()) {
+    place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.peer_cpu, c.same_host);
+    no_send = place.why;
+    if (no_send.empty()) tt = std::make_unique<TimeThread>(clk, place.cpu);
+  }
   auto stamp_comp = [&](uint64_t wr_id) {
     if (wr_id < t_comp.capacity()) t_comp[wr_id] = clk.ticks();
+    if (tt) tt->read_before(wr_id + 1);  // a completion: the device read this send and every one before
   };
   PayloadBuf buf(size);
+  // The stamp field leaves with zeros: a payload the thread never reached says so.
+  if (size >= kSendStampEnd) std::memset(buf.data() + kSendStampOffset, 0, kSendStampEnd - kSendStampOffset);
   Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
   uint64_t sent = 0;
@@ -54,8 +93,14 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       // The very last send asks for a completion, so the end of the run is known.
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
       t_subm[sent] = clk.ticks();
+      // After t_subm: every stamp the thread writes once it sees this payload is at least t_subm.
+      if constexpr (requires(const char** why) { t.deferred_read(0u, 0u, why); })
+        if (tt) {
+          const char* why;
+          tt->publish(sent, t.deferred_read(len, flags, &why));
+        }
       if ((st = send_one<P>(t, buf.data(), len, flags, sent, g, stamp_comp)) != Status::ok) break;
-      t_send[sent] = clk.ticks();
+      t_post[sent] = clk.ticks();
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
@@ -86,10 +131,13 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
     uint64_t last = sent ? sent - 1 : 0;
     while (sent && !t_comp[last] && clk.ticks() < until && !t.failure()) reap_send_comps(t, stamp_comp);
   }
+  const uint64_t t_end = clk.ticks();  // no stamp of the thread is later
+  if (tt) tt->stop();
   c.ctrl.send(CtrlType::end_point, std::to_string(sent));
   std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
   OnewayReport report;
   const uint64_t* t_recv = read_stamp_report(blob, total, &report, "oneway");
+  const uint64_t* t_send = report.send_stamps ? t_recv + total : nullptr;
   if (c.sync.probed) probe_clock(c);
   const ClockFit& fit = c.sync.fit;
 
@@ -108,10 +156,29 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
     latency.push_back(ns);
   }
   // Both on the client's clock: no correction.
-  std::vector<double> post;  // t_send - t_subm: how long the post call took
+  std::vector<double> post;  // t_post - t_subm: how long the post call took
   post.reserve(sent - std::min(sent, warmup));
   for (uint64_t k = warmup; k < sent; ++k)
-    post.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_send[k] - t_subm[k]))));
+    post.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_post[k] - t_subm[k]))));
+  // t_send - t_subm (the client's clock) and t_recv - t_send (as t_recv - t_subm), per
+  // message that arrived with a stamp the thread wrote after its t_subm; the others are missed.
+  std::vector<double> send, latency_send;
+  uint64_t send_missed = 0;
+  if (tt && !t_send) no_send = "the server did not return the payloads' stamps";
+  if (tt && t_send) {
+    for (uint64_t k = warmup; k < sent; ++k) {
+      if (t_recv[k] == 0) continue;
+      if (t_send[k] < t_subm[k] || t_send[k] > t_end) { ++send_missed; continue; }
+      send.push_back(clk.to_ns(static_cast<double>(t_send[k] - t_subm[k])));
+      latency_send.push_back(
+          !c.sync.probed ? clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_send[k])))
+                         : fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(t_send[k]));
+    }
+  }
+  // Every stamp older than its post: the payloads were read inside the call after all.
+  if (tt && t_send && send.empty() && send_missed)
+    no_send = "no message carried a stamp written after its post: the payload was read inside the post call "
+              "(a provider that sends small messages inline on its own, as libfabric's verbs provider does)";
   std::vector<double> comp;  // t_comp - t_subm: when the sender learns its send is done
   for (uint64_t k = warmup; k < t_comp.capacity() && k < sent; ++k)
     if (t_comp[k]) comp.push_back(clk.to_ns(static_cast<double>(t_comp[k] - t_subm[k])));
@@ -127,21 +194,36 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
            latency.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(latency.size()))
       .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us).add("gap_us", p.gap_us)
       .add("clock", c.sync.json())
-      .add("samples_locked", t_subm.locked() && t_send.locked());
+      .add("samples_locked", t_subm.locked() && t_post.locked());
   add_latency(out, p, "latency_ns", std::move(latency));
   add_latency(out, p, "post_ns", std::move(post));
+  if (tt) {
+    JsonObj thread;
+    if (place.cpu >= 0) thread.add("cpu", place.cpu);
+    else thread.add_raw("cpu", "null");
+    thread.add("pass_ns", tt->pass_ns());
+    out.fields.add("time_thread", thread).add("t_send_missed", send_missed);
+  }
+  if (no_send.empty()) {
+    add_latency(out, p, "send_ns", std::move(send));
+    add_latency(out, p, "latency_send_ns", std::move(latency_send));
+  } else {
+    out.fields.add_raw("send_ns", "null").add_raw("latency_send_ns", "null").add("t_send_absent", no_send);
+  }
   if (c.caps.send_completions) add_latency(out, p, "completion_ns", std::move(comp));
   add_samples_kind(out, keep_raw(p));
   return st;
 }
 
 template <Transport T, Poll P>
-Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
+Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
   const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
   uint64_t* t_recv;
-  std::string blob = stamp_report<OnewayReport>(total, &t_recv);
+  const bool stamps = carries_send_stamps<T>(p, size);
+  std::string blob = stamp_report<OnewayReport>(stamps ? 2 * total : total, &t_recv);
+  uint64_t* t_send = stamps ? t_recv + total : nullptr;
   Guard g(c);
   uint64_t received = 0, duplicated = 0, reordered = 0, expected = UINT64_MAX, last_seq = 0;
   uint64_t deadline = UINT64_MAX;
@@ -156,9 +238,13 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
       // ---- hot path ----
       const uint64_t now = clk.ticks();
       uint64_t idx = c.caps.reliable ? received : get_seq(m.data, m.len);
+      if (idx < total && t_recv[idx] == 0) {
+        t_recv[idx] = now;
+        if (t_send && m.len >= kSendStampEnd) std::memcpy(&t_send[idx], m.data + kSendStampOffset, sizeof(uint64_t));
+      } else {
+        ++duplicated;
+      }
       t.release(m);
-      if (idx < total && t_recv[idx] == 0) t_recv[idx] = now;
-      else ++duplicated;
       if (idx < last_seq) ++reordered;
       last_seq = idx;
       if (++received == warmup) c.cpu.begin();
@@ -178,7 +264,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t warmup) {
     return st;
   }
   c.cpu.end(received - std::min(received, warmup), "message");
-  OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total};
+  OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total, stamps};
   std::memcpy(blob.data(), &report, sizeof report);
   c.ctrl.send(CtrlType::exchange, blob);
   if (c.sync.probed) probe_clock(c);
@@ -198,7 +284,10 @@ struct OnewayExperiment : ExperimentDefaults {
     return plan;
   }
   static uint64_t report_bytes(const Params& p, const Point& pt) {
-    return stamp_report_bytes<OnewayReport>(sat_add(pt.warmup, sat_mul(p.oneway.bursts, p.oneway.burst_size)));
+    const uint64_t total = sat_add(pt.warmup, sat_mul(p.oneway.bursts, p.oneway.burst_size));
+    // A bound: the t_send array too wherever a payload may carry one.
+    const bool stamps = p.oneway.time_thread != "off" && pt.size >= kSendStampEnd;
+    return stamp_report_bytes<OnewayReport>(stamps ? sat_mul(total, 2) : total);
   }
   static void check_caps(const Params& p, const Caps& caps) {
     ExperimentDefaults::check_caps(p, caps);
@@ -209,9 +298,11 @@ struct OnewayExperiment : ExperimentDefaults {
   static PointCost cost(const Params& p, const Caps& caps, const Point&) {
     const double total = counted_warmup<OnewayExperiment, double>(p, 0) +
                          static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
-    return {8 * total,  // the receive stamps
+    // Devices that read payloads after the post have send completions: their t_send comes back too.
+    const bool stamps = caps.send_completions && p.oneway.time_thread != "off" && p.size >= kSendStampEnd;
+    return {8 * total * (stamps ? 2 : 1),  // the receive stamps (and the payloads' t_send)
             static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * (kMinMessageNs * 1e-9 + p.gap_us * 1e-6),
-            8 * total * (caps.send_completions ? 3 : 2)};  // t_subm, t_send (and t_comp)
+            8 * total * (caps.send_completions ? 3 : 2)};  // t_subm, t_post (and t_comp)
   }
   template <Transport T, Poll P>
   static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {
@@ -219,7 +310,7 @@ struct OnewayExperiment : ExperimentDefaults {
   }
   template <Transport T, Poll P>
   static Status server(T& t, Ctx& c, const Point& pt, PointOut&) {
-    return oneway_server<T, P>(t, c, pt.warmup);
+    return oneway_server<T, P>(t, c, pt.size, pt.warmup);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -23,8 +24,9 @@
 #include <deque>
 #include <fstream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "experiment/admission.hpp"
 #include "experiment/common.hpp"
@@ -142,10 +144,18 @@ int run_tool(const std::string& request, const ClientOptions& o) {
   const std::string line = j.dump();
   if (line.size() > kMaxToolLine) usage_error("--request: at most " + std::to_string(kMaxToolLine) + " bytes");
   Params p;  // sent as every hello carries them; a tool session runs none of them
-  p.experiment = "lat";
+  p.experiment = kExperimentTable.front().name;  // any: the session runs none
   Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
   open_session(ctrl, p, o, host_id(), "", line);
   return run_tool_client(ctrl);
+}
+
+// The server's --cpu from its welcome's environment (untrusted: -1 unless a CPU number).
+static int peer_cpu_of(const std::string& env) {
+  const nlohmann::json j = nlohmann::json::parse(env, nullptr, false);
+  if (!j.is_object() || !j.contains("cpu") || !j["cpu"].is_number_integer()) return -1;
+  const int64_t cpu = j["cpu"].get<int64_t>();
+  return cpu >= 0 && cpu < CPU_SETSIZE ? static_cast<int>(cpu) : -1;
 }
 
 int run_client(const Params& requested, const ClientOptions& o) {
@@ -186,6 +196,8 @@ int run_client(const Params& requested, const ClientOptions& o) {
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.start_at_ns = o.start_at_ns;
   ctx.cpus = o.cpus;
+  ctx.own_cpu = o.cpu;
+  ctx.peer_cpu = peer_cpu_of(server_env);
   JsonObj transport_info;
   Status st;
   std::string msg;
@@ -485,6 +497,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.cpus = o.cpus;
+  ctx.own_cpu = o.cpu;
   Status st;
   try {
     st = entry->points(p, ctx, "", nullptr);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Optional
 
 import matplotlib
@@ -291,35 +292,52 @@ def fig_stream_heatmap(label: str, cells: dict[tuple[int, int], tuple[float, flo
 
 
 def fig_stages(title: str, stages: list[tuple[str, str]], columns: list[tuple[str, dict[str, np.ndarray]]],
-               colors: list) -> bytes:
+               colors: list, absent: Optional[list[dict[str, str]]] = None,
+               beside: Optional[dict[str, tuple[str, str, str]]] = None) -> bytes:
     """oneway's stages (the thesis' timestamps): a histogram per stage (rows, each
     `(key, what it is)`), one column per run (inline off and on side by side);
     a stage shares its axis across the columns, from the lowest sample over
-    the body of each (the samples beyond counted in the legend)."""
+    the body of each (the samples beyond counted in the legend). `absent`: per
+    column, why a stage was not measured (key -> reason); `beside`: a stage key
+    -> (key, name, stamps) of samples drawn over its row as an outline (the
+    thesis' t_recv - t_send beside t_recv - t_subm)."""
+    absent = absent or [{} for _ in columns]
+    beside = beside or {}
     fig, axes = plt.subplots(len(stages), len(columns), figsize=(4.4 * len(columns) + 1.0, 2.5 * len(stages)),
                              squeeze=False, sharex="row")
     for row, (key, what) in enumerate(stages):
-        present = [c[key] for _, c in columns if key in c]
-        lo = min(float(a.min()) for a in present)
-        hi = max(_body_end(a) for a in present)
+        other = beside.get(key)
+        present = [c[k] for _, c in columns for k in (key, other[0] if other else None) if k in c]
+        lo = min(float(a.min()) for a in present) if present else 0.0
+        hi = max(_body_end(a) for a in present) if present else 1.0
         hi = hi if hi > lo else lo + 1.0
         unit, scale = unit_for(hi)
         bins = np.linspace(lo, hi, 101) / scale
-        for col, ((name, samples), color) in enumerate(zip(columns, colors)):
+        for col, ((name, samples), color, why) in enumerate(zip(columns, colors, absent)):
             ax = axes[row, col]
             a = samples.get(key)
             if a is None:
-                ax.text(0.5, 0.5, "not measured here\n(no send completions)", transform=ax.transAxes,
-                        ha="center", va="center", color="0.4")
+                note = why.get(key) or "(no send completions)"
+                ax.text(0.5, 0.5, "not measured here\n" + textwrap.fill(note, 38), transform=ax.transAxes,
+                        ha="center", va="center", color="0.4", fontsize=8)
                 ax.set_yticks([])
             else:
                 p50 = float(np.median(a))
                 beyond = int(np.count_nonzero(a > hi))
-                ax.hist(a[a <= hi] / scale, bins=bins, color=color, alpha=0.85, log=True, histtype="stepfilled")
+                ax.hist(a[a <= hi] / scale, bins=bins, color=color, alpha=0.85, log=True, histtype="stepfilled",
+                        label=what.split(": ")[-1] if other else None)
                 ax.axvline(p50 / scale, color="k", lw=1.2, label=f"median {fmt_ns(p50)}")
                 if beyond:
                     ax.plot([], [], " ", label=f"{beyond} beyond the axis (max {fmt_ns(float(a.max()))})")
-                ax.legend(loc="upper right")
+                b = samples.get(other[0]) if other else None
+                if b is not None:
+                    ax.hist(b[b <= hi] / scale, bins=bins, color="k", log=True, histtype="step", lw=1.0,
+                            label=other[2])
+                    ax.axvline(float(np.median(b)) / scale, color="k", lw=1.2, ls="--",
+                               label=f"median {fmt_ns(float(np.median(b)))}")
+                elif other and why.get("send_ns"):
+                    ax.plot([], [], " ", label=f"{other[2]}: absent")
+                ax.legend(loc="upper right", fontsize=7 if other else None)
             ax.set_xlim(lo / scale, hi / scale)
             if row == 0:
                 ax.set_title(name)

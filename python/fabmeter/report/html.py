@@ -177,14 +177,18 @@ def section_stages(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
     figs = []
     for es in (by_config[k] for k in sorted(by_config)):
         es.sort(key=lambda e: (e.inline, e.run.rel))
+        keys = (*analysis.ONEWAY_STAGES, analysis.ONEWAY_FROM_SEND)
         columns = [(f"{e.run.rel}: inline {f'on (--inline {e.inline})' if e.inline else 'off'}",
-                    {key: a for key, *_ in analysis.ONEWAY_STAGES if (a := e.raw_samples(key)) is not None})
+                    {key: a for key, *_ in keys if (a := e.raw_samples(key)) is not None})
                    for e in es]
+        # A run without t_send says why (inline, no CPU for the time thread, ...).
+        absent = [{"send_ns": e.point["t_send_absent"]} if e.point.get("t_send_absent") else {} for e in es]
         stages = [(key, f"{name}: {stamps}") for key, name, stamps in analysis.ONEWAY_STAGES
-                  if any(key in c for _, c in columns)]
+                  if any(key in c for _, c in columns) or (key == "send_ns" and any(absent))]
         e0 = es[0]
         title = f"oneway {e0.label} {e0.where()}: one-way stages from the submit stamp t_subm"
-        figs.append(_img(fig_stages(title, stages, columns, [colors(e.label) for e in es]),
+        figs.append(_img(fig_stages(title, stages, columns, [colors(e.label) for e in es], absent,
+                                    beside={"latency_ns": analysis.ONEWAY_FROM_SEND}),
                          f"one-way stages {e0.label} {e0.where()}",
                          f"{e0.where()}: " + ", ".join(e.run.rel for e in es) + "; a row per stage, a column per run",
                          wide=len(es) > 1))
@@ -710,12 +714,14 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
          "on a log axis from min to max."),
         ("cdf", "CDF overlays per transport and mode", drawn(section_cdfs, groups, colors),
          "Runs of the same experiment and size side by side (multi-point runs: their representative point)."),
-        ("stages", "One-way stages (t_subm, t_send, t_recv, t_comp)", drawn(section_stages, groups, colors),
-         "oneway's four timestamps, each stage from t_subm, just before the post: post (t_send, the post call "
-         "returned), receive (t_recv, the receiver saw the message) and, where the transport reports send "
-         "completions, completion (t_comp, the sender saw it). Runs that differ only by the inline option side by "
-         "side. Each row's axis runs from its lowest sample to p50 + 4 x (p99 - p50) of the widest run, the samples "
-         "beyond counted in the legend; solid: median."),
+        ("stages", "One-way stages (t_subm, t_post, t_send, t_recv, t_comp)", drawn(section_stages, groups, colors),
+         "oneway's timestamps, each stage from t_subm, just before the post: post (t_post, the post call "
+         "returned), send (t_send, the device read the payload: the last stamp the time thread wrote into it "
+         "before the read; absent for inline sends, with the reason), receive (t_recv, the receiver saw the "
+         "message; t_recv - t_send drawn beside t_recv - t_subm, as the thesis does) and, where the transport "
+         "reports send completions, completion (t_comp, the sender saw it). Runs that differ only by the inline "
+         "option side by side. Each row's axis runs from its lowest sample to p50 + 4 x (p99 - p50) of the widest "
+         "run, the samples beyond counted in the legend; solid: median (dashed: t_recv - t_send's)."),
         ("sizes", "Latency vs message size", drawn(section_sizes, entries, colors), ""),
         ("bandwidth", "Bandwidth and message rate vs message size", drawn(section_bandwidth, entries, colors), ""),
         ("cpu", "CPU cost: CPU per message beside latency, busy vs event", drawn(section_cpu, entries, colors), ""),

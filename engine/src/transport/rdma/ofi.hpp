@@ -114,6 +114,17 @@ class OfiTransport {
     return true;
   }
 
+  // oneway's time thread (t_send): where the provider reads the payload of
+  // the next post_send(len, flags) after the call, our registered copy;
+  // nullptr and *why where it reads none then.
+  std::byte* deferred_read(uint32_t len, uint32_t flags, const char** why) const {
+    if (len <= inline_max_ && !(flags & kSendSignaled)) {
+      *why = "inline sends (fi_inject): the provider copies the payload inside the call";
+      return nullptr;
+    }
+    return bounce_ + (tx_posted_ & tx_mask_) * slot_size_;
+  }
+
   // Every send up to the last signaled one has completed. Providers with
   // manual progress (tcp) move a large message only while we poll the send
   // CQ, so flush_sends polls until then; a sender that instead went to wait

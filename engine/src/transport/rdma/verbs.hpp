@@ -228,6 +228,26 @@ class VerbsTransport {
     return n;
   }
 
+  // oneway's time thread (t_send): where the HCA reads the payload of the
+  // next post_send(len, flags) after the call, its send slot; nullptr and
+  // *why where it reads none then.
+  std::byte* deferred_read(uint32_t len, uint32_t flags, const char** why) const {
+    const uint32_t bytes = marked_write() && !msg_size_ ? len + verbs::kTrailerBytes : len;
+    if (goes_inline(bytes, flags)) {
+      *why = "inline sends: the payload travels in the work request, the HCA reads no send buffer after the post";
+      return nullptr;
+    }
+    if (one_sided_ && op_ != verbs::Op::write) {
+      *why = "a one-sided read or atomic carries no payload of ours";
+      return nullptr;
+    }
+    if (piggy_ && len < kSendStampEnd + 8) {
+      *why = "a plain write under 24 B: its last 8 bytes carry the credit, over the stamp's";
+      return nullptr;
+    }
+    return tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
+  }
+
   // lat and bw: every message has `len` bytes until the next call.
   void fix_message_size(uint32_t len) {
     msg_size_ = marked_write() && len >= verbs::kMinFixedBytes ? len : 0;
