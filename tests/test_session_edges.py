@@ -1,6 +1,6 @@
 """The edges of a served session: a stalled handshake is dropped after serve's
---handshake-timeout-ms, and a session that fails on the server after its
-welcome tells the client why.
+--handshake-timeout-ms, a session that fails on the server after its
+welcome tells the client why, and a relayed run brings its raw samples back.
 
 Over loopback against the real engine; time bounds are loose (seconds, on a
 shared 2-core machine) and one-sided where the machine's load could only
@@ -13,10 +13,11 @@ import json
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, one_line_error, stop_serve
+from conftest import ENGINE, json_lines, one_line_error, stop_serve
 
 
 @pytest.fixture
@@ -110,3 +111,28 @@ def test_a_session_failing_after_the_welcome_tells_the_client_why(fm, serve):
     line = one_line_error(r.stderr)
     assert "the server's session ended" in line, line
     assert f"127.0.0.1:{port}" in line and "Address already in use" in line, line
+
+
+# ---- a relayed run keeps its raw samples ----
+
+def test_a_relayed_run_brings_its_raw_samples_back(fm, serve, token_file, tmp_path):
+    # The relay's run writes each point's samples in the relay session's own
+    # directory and sends them after the point's line, a chunk at a time,
+    # removing each; the client writes them under its --out. The old relay
+    # refused --out (the samples would have stayed on the relay host).
+    _, target = serve("--token-file", token_file)
+    relay_proc, relay = serve("--token-file", token_file, "--peers", "127.0.0.1")
+    out = tmp_path / "out"
+    r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "-n", "300", "--warmup", "10", "--poll", "event",
+                        "-a", "--max-size", "4", "--server", f"127.0.0.1:{target['port']}",
+                        "--via", f"127.0.0.1:{relay['port']}", "--token-file", token_file, "--out", str(out)],
+                       env=fm.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    points = [ln for ln in json_lines(r.stdout) if ln["type"] == "point"]
+    assert [p["size"] for p in points] == [1, 2, 4]
+    import numpy as np
+    for p in points:
+        rtt = np.load(out / p["samples"]["rtt_ns"])
+        assert len(rtt) == p["iterations"] == 300 and rtt.min() > 0
+    assert sorted(f.name for f in out.iterdir()) == sorted(p["samples"]["rtt_ns"] for p in points)
+    assert not list(Path(relay["data_dir"]).iterdir()), "the relay kept sample files"

@@ -51,8 +51,8 @@ size; stream: a rate x values pair; load: an offered rate), "transport", "end".
 point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
-if run there (that serve must list the --server host in its --peers); no
---out or --cpu then. --cpu N+M+...: this end's thread on N; with --flows
+if run there (that serve must list the --server host in its --peers), and
+with --out the raw samples; no --cpu then. --cpu N+M+...: this end's thread on N; with --flows
 each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,

@@ -142,7 +142,6 @@ int run_client(const Params& requested, const ClientOptions& o) {
   check_against_caps(p, caps, true);
   if (o.dry_run) return 0;
   if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
-    if (!o.out_dir.empty()) usage_error("--via: the raw samples would stay on the relay host; run without --out");
     if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
     Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
     open_session(ctrl, p, o, host_id(), o.server);
