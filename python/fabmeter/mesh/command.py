@@ -79,7 +79,7 @@ OPTIONS = (
                   metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100),
     CommandOption("out", "rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures (`fabmeter "
                          "report DIR` draws them); with --samples raw every rank also writes its pairs' samples in "
-                         "DIR/pairs/SRC-DST (on its own host)", metavar="DIR"),
+                         "DIR/pairs/SRC-DST (on its own host; --launch serve: all here)", metavar="DIR"),
 )
 
 
