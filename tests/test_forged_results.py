@@ -183,3 +183,31 @@ def test_relayed_output_is_one_line_each(env_no_token, tmp_path, line):
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert "relay: the run's output" in engine_error(r.stderr)
     assert "1000000" not in r.stdout
+
+
+POINT_WITH_SAMPLES = {"type": "point", "samples": {"rtt_ns": "lat-tcp-busy-32B.rtt_ns.npy"}}
+
+
+@pytest.mark.parametrize("frames,why", [
+    ([b"file ..%2Fevil.npy 4", b"data evil"], "did not name"),                  # before any point named it
+    ([b"out " + json.dumps({**POINT_WITH_SAMPLES, "samples": {"rtt_ns": "../evil.npy"}}).encode(),
+      b"file ../evil.npy 4", b"data evil"], "did not name"),                    # a path, not a name
+    ([b"out " + json.dumps(POINT_WITH_SAMPLES).encode(), b"file lat-tcp-busy-32B.rtt_ns.npy 3000000000"],
+     "sample file size"),                                                     # over a point's 2 GiB
+    ([b"out " + json.dumps(POINT_WITH_SAMPLES).encode(), b"file lat-tcp-busy-32B.rtt_ns.npy 4",
+      b"data 12345"], "more bytes"),                                          # more than announced
+], ids=["unnamed", "a path", "too big", "longer than said"])
+def test_relayed_samples_are_only_what_the_point_named(env_no_token, tmp_path, frames, why):
+    token = os.urandom(24).hex().encode()
+    tf = tmp_path / "token"
+    tf.write_bytes(token)
+    tf.chmod(0o600)
+    srv = FakeServer(relay_lying(token, frames))
+    out = tmp_path / "out"
+    r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "-n", "200", "--server", "127.0.0.1:1",
+                        "--via", f"127.0.0.1:{srv.port}", "--token-file", str(tf), "--out", str(out)],
+                       env=env_no_token, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    srv.close()
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert why in engine_error(r.stderr)
+    assert not (tmp_path / "evil.npy").exists() and list(out.iterdir()) == []

@@ -21,6 +21,7 @@ import time
 import zlib
 
 import numpy
+import numpy as np
 import pytest
 from hdrh.codec import get_compression_cookie, get_encoding_cookie
 
@@ -924,12 +925,18 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
     serves = start_serves(fm, hosts, port, token_file)
     try:
         r = fm.run("mesh", "--launch", "serve", "--serve-port", port, "--hosts", ",".join(hosts), "--experiment",
-                   "lat", "-t", "tcp", "-n", "300", "--warmup", "30", "--token-file", token_file, "--json")
+                   "lat", "-t", "tcp", "-n", "300", "--warmup", "30", "--token-file", token_file, "--json",
+                   "--samples", "raw", "--out", tmp_path / "mesh")
         assert r.returncode == 0, r.stderr
         lines = json_lines(r.stdout)
         pairs = {(p["src"], p["dst"]): p for p in lines if p["type"] == "pair"}
         assert sorted(pairs) == patterns.pairs("all-to-all", 3)
         assert all(p["status"] == "ok" and p["latency_ns"]["p50"] > 0 for p in pairs.values()), pairs
+        # Every pair's raw samples, relayed back to where the mesh was launched.
+        for (src, dst), p in pairs.items():
+            assert p["samples_dir"] == f"pairs/{src}-{dst}", p
+            (npy,) = (tmp_path / "mesh" / p["samples_dir"]).glob("*.rtt_ns.npy")
+            assert len(np.load(npy)) == 300
         # No fabmeter on the hosts: their identity is what their engines' start lines say (lo's MTU in their fabric).
         envs = lines[-1]["environments"]
         lo_mtu = int(open("/sys/class/net/lo/mtu").read())

@@ -29,7 +29,8 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
-                        [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--peers HOST,...]
+                        [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
+                        [--peers HOST,...]
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
@@ -51,8 +52,8 @@ size; stream: a rate x values pair; load: an offered rate), "transport", "end".
 point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
-if run there (that serve must list the --server host in its --peers); no
---out or --cpu then. --cpu N+M+...: this end's thread on N; with --flows
+if run there (that serve must list the --server host in its --peers), and
+with --out the raw samples; no --cpu then. --cpu N+M+...: this end's thread on N; with --flows
 each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
@@ -71,7 +72,9 @@ serve runs each session in a process of its own (at most --max-sessions, 1 ..
 1024, default 4; more are refused with "busy"). A connection takes a session
 slot only once the client has authenticated (without a token: sent a valid
 hello); until then at most 64 silent connections and 16 handshakes wait apart,
-the oldest dropped first, each for 2 s at most. --once exits after one
+the oldest dropped first. --handshake-timeout-ms MS (100 .. 60000, default
+2000): how long a connection has for its first word, then for its hello, then
+for its proof; one that stalls longer is dropped. --once exits after one
 session, with its exit code; a connection that never became one is none.
 SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 130); at start it removes
 what killed servers left in $TMPDIR (docs/security.md).
@@ -269,6 +272,13 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--max-sessions", &v)) o.max_sessions = static_cast<uint32_t>(parse_int("--max-sessions", v));
     if (o.max_sessions == 0 || o.max_sessions > fm::kMaxSessions)
       fm::usage_error("--max-sessions must be 1 .. " + std::to_string(fm::kMaxSessions));
+    if (take(args, "--handshake-timeout-ms", &v)) {
+      const int ms = parse_int("--handshake-timeout-ms", v);
+      if (ms < static_cast<int>(fm::kMinHandshakeTimeoutMs) || ms > static_cast<int>(fm::kMaxHandshakeTimeoutMs))
+        fm::usage_error("--handshake-timeout-ms must be " + std::to_string(fm::kMinHandshakeTimeoutMs) + " .. " +
+                        std::to_string(fm::kMaxHandshakeTimeoutMs));
+      o.handshake_timeout_ms = static_cast<uint32_t>(ms);
+    }
     if (take(args, "--peers", &v)) o.peers = split_hosts("--peers", v);
     v.clear();
     take(args, "--token-file", &v);

@@ -24,6 +24,9 @@ OPTIONS = (
                                   "3600; 0: no limit)", metavar="SEC"),
     CommandOption("max-sessions", "sessions at once (1 .. 1024), one process each, taken only by clients that have "
                                   "authenticated; more are refused with 'busy' (default: 4)", metavar="N"),
+    CommandOption("handshake-timeout-ms", "how long a connection has for its first word, then its hello, then its "
+                                          "proof (100 .. 60000); one that stalls longer is dropped (default: 2000)",
+                  metavar="MS"),
     CommandOption("token-file", "admit only clients that know the secret in F (default: $FABMETER_TOKEN)",
                   metavar="F"),
     CommandOption("peers", "the servers (hosts as clients name them) this one may run a client against for an "

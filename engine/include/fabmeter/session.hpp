@@ -33,6 +33,8 @@ struct ClientOptions {
 // The most sessions a server may run at once (--max-sessions): each is a
 // process, and each slot a word that a client's admission looks through.
 constexpr uint32_t kMaxSessions = 1024;
+// serve --handshake-timeout-ms: its bounds and default.
+constexpr uint32_t kMinHandshakeTimeoutMs = 100, kMaxHandshakeTimeoutMs = 60000, kDefaultHandshakeTimeoutMs = 2000;;
 
 struct ServerOptions {
   std::string bind = "127.0.0.1";
@@ -46,6 +48,9 @@ struct ServerOptions {
   uint64_t max_memory = 0;     // bytes one session's plan may need here; 0 = a quarter of MemTotal
   double max_duration = 3600;  // seconds per session (stated up front, then a watchdog); 0 = no limit
   uint32_t max_sessions = 4;   // sessions at once (one process each, kMaxSessions at most); more are answered "busy"
+  // How long a connection has for its first word, then its hello, then its
+  // proof: each of these waits ends a connection that stalls in its handshake.
+  uint32_t handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
   // Set by run_server, not options: its private 0711 directory where each
   // session makes its ipc sockets (short paths: sun_path holds 108 bytes).
   std::string ipc_root;

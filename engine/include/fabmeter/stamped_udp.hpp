@@ -74,8 +74,18 @@ class StampedUdp {
   // `ctrl_fd` (if >= 0) has input, at most `ms`.
   void wait(int ctrl_fd, int ms) const;
 
+  // Whether CLOCK_REALTIME, the stamps' clock, was set (stepped: date -s,
+  // settimeofday, an NTP step) since the socket was made or the last call.
+  // A step between a ClockPair and its stamps moves them by the step, which
+  // no delay shows; NTP's slewing is no step (the pairs absorb it). A
+  // timerfd armed on CLOCK_REALTIME with TFD_TIMER_CANCEL_ON_SET: the
+  // kernel cancels it on every set of the clock.
+  bool clock_stepped();
+
  private:
+  bool arm_step_watch();
   int fd_ = -1;
+  int step_fd_ = -1;
   uint16_t port_ = 0;
   uint32_t sent_ = 0;
 };

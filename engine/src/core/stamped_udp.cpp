@@ -4,6 +4,7 @@
 #include <linux/net_tstamp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,9 +81,34 @@ StampedUdp::StampedUdp(const sockaddr_storage& local) {
   ::getsockname(fd_, reinterpret_cast<sockaddr*>(&me), &len);
   port_ = ntohs(me.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(me).sin6_port
                                          : reinterpret_cast<sockaddr_in&>(me).sin_port);
+  step_fd_ = ::timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (step_fd_ < 0 || !arm_step_watch()) {
+    const int err = errno;
+    ::close(fd_);
+    if (step_fd_ >= 0) ::close(step_fd_);
+    errno = err;
+    sys_error("clock probe socket: a timerfd to see CLOCK_REALTIME steps");
+  }
 }
 
-StampedUdp::~StampedUdp() { ::close(fd_); }
+StampedUdp::~StampedUdp() {
+  ::close(fd_);
+  ::close(step_fd_);
+}
+
+// Armed to expire only in a century: all it does is get cancelled.
+bool StampedUdp::arm_step_watch() {
+  itimerspec far{};
+  far.it_value.tv_sec = ::time(nullptr) + 100LL * 365 * 86400;
+  return ::timerfd_settime(step_fd_, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &far, nullptr) == 0;
+}
+
+bool StampedUdp::clock_stepped() {
+  uint64_t expirations;
+  if (::read(step_fd_, &expirations, sizeof expirations) >= 0 || errno != ECANCELED) return false;
+  arm_step_watch();  // failing, the watch stays cancelled: every later burst counts as stepped
+  return true;
+}
 
 void StampedUdp::connect(const sockaddr_storage& peer, uint16_t port) {
   sockaddr_storage to = peer;

@@ -24,6 +24,7 @@
 
 #include "experiment/common.hpp"
 #include "fabmeter/handshake.hpp"
+#include "fabmeter/trace.hpp"
 
 namespace fm {
 
@@ -126,6 +127,7 @@ void serve_udp_burst(Ctx& ctx) {
   const Clock& clk = ctx.clk;
   StampedUdp& udp = *ctx.sync.udp;
   const uint64_t nonce = parse_peer_u64(ctx.ctrl.recv(CtrlType::exchange, "clock probe nonce"), "clock probe nonce");
+  udp.clock_stepped();  // a step before the burst moves none of its stamps
   struct Answer {
     ClockPair pair;
     int64_t arrived = 0, left = 0;  // kernel stamps; 0: none (yet)
@@ -173,7 +175,10 @@ void serve_udp_burst(Ctx& ctx) {
   if (end != "end") runtime_error("clock probe: expected the end of the burst, got '" + peer_excerpt(end) + "'");
   take_tx_stamps();  // the last answer's stamp was taken long before the client's frame arrived
   std::string frame = std::to_string(dropped);
-  for (uint32_t i = 0; i < kProbesPerBurst; ++i) {
+  // Stamps that may straddle a step of the clock go unsent: with none, the
+  // client takes the burst again over the control channel.
+  const bool stepped = udp.clock_stepped();
+  for (uint32_t i = 0; i < kProbesPerBurst && !stepped; ++i) {
     const Answer& a = answers[i];
     if (!answered[i] || !a.left) continue;
     // The latest the arrival and the earliest the departure may have been
@@ -195,6 +200,7 @@ bool probe_udp_burst(Ctx& ctx) {
   ClockSync& sync = ctx.sync;
   StampedUdp& udp = *sync.udp;
   const uint64_t nonce = new_nonce();
+  udp.clock_stepped();  // a step before the burst moves none of its stamps
   ctx.ctrl.send(CtrlType::exchange, std::to_string(nonce));
   constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
   std::array<ProbeStamps, kProbesPerBurst> mine;
@@ -202,6 +208,7 @@ bool probe_udp_burst(Ctx& ctx) {
   uint64_t stamped = 0;
   for (uint32_t i = 0, lost_in_a_row = 0; i < kProbesPerBurst && lost_in_a_row < kMaxLostInARow; ++i) {
     const ClockPair pair = ClockPair::read(clk);
+    if (i == 0) trace_phase("client", "clock probe");
     const uint32_t id = udp.sent();
     const ProbeDatagram out{nonce, i, 0};
     int64_t sent = 0, received = 0;
@@ -241,6 +248,10 @@ bool probe_udp_burst(Ctx& ctx) {
       read_probe_stamps(ctx.ctrl.recv(CtrlType::exchange, "clock probe stamps"), mine, &sync.datagrams_dropped);
   std::erase_if(probes, [](const ClockProbe& p) { return p.turnaround_ns > kMaxTurnaroundNs || p.delay_ns() < 0; });
   sync.probes_lost += stamped - probes.size();  // answered, but the server had no stamp of its own or held it long
+  if (udp.clock_stepped()) {  // our stamps and pairs may straddle the step: the burst again, over the control channel
+    ++sync.realtime_steps;
+    probes.clear();
+  }
   ctx.ctrl.send(CtrlType::exchange, probes.empty() ? kControlChannel : kUdpKernelTimestamps);
   for (const ClockProbe& p : probes) sync.estimator.add(p);
   return !probes.empty();

@@ -79,6 +79,7 @@ struct ClockSync {
   uint64_t control_bursts = 0;       // bursts over the control channel (fallbacks included)
   uint64_t probes_lost = 0;          // UDP probes without an answer or a stamp, or held long by the server
   uint64_t datagrams_dropped = 0;    // by either end: wrong length, nonce, index, a repeat
+  uint64_t realtime_steps = 0;       // UDP bursts during which our CLOCK_REALTIME was set (taken again by control channel)
   const char* path() const {
     return udp_bursts && control_bursts ? "mixed" : udp_bursts ? kUdpKernelTimestamps : kControlChannel;
   }
@@ -94,7 +95,7 @@ struct ClockSync {
           .add("span_ns", fit.span_ns);
       if (udp)
         o.add("fallback_bursts", control_bursts).add("probes_lost", probes_lost)
-            .add("datagrams_dropped", datagrams_dropped);
+            .add("datagrams_dropped", datagrams_dropped).add("realtime_steps", realtime_steps);
     }
     return o;
   }

@@ -1,6 +1,7 @@
 #include "experiment/relay.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "experiment/experiment.hpp"
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
@@ -29,6 +31,29 @@ namespace {
 
 constexpr int kPollMs = 100;          // how often the relay looks at the client while the run goes on
 constexpr uint32_t kByeTimeoutMs = 5000;
+// A sample file travels in chunks of at most this much: all the relay holds of it.
+constexpr size_t kSampleChunk = 1 << 20;
+// The largest sample file a client takes: a point's whole sample storage and the .npy header.
+constexpr uint64_t kMaxSampleFile = static_cast<uint64_t>(kMaxSampleBytes) + 4096;
+
+// A sample file's name as the run names it (write_arrays: a stem and
+// ".NAME.npy"): one plain name, never a path.
+bool plain_file_name(std::string_view name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.' || !name.ends_with(".npy")) return false;
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '-' || c == '_';
+  });
+}
+
+// The sample files a point line names ("samples": {"rtt": FILE, ...}); none for any other line.
+std::vector<std::string> sample_files(std::string_view line) {
+  std::vector<std::string> files;
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("samples") || !j["samples"].is_object()) return files;
+  for (const auto& [name, file] : j["samples"].items())
+    if (file.is_string()) files.push_back(file.get<std::string>());
+  return files;
+}
 
 // A relayed line is written here as this client's own output, so it must be
 // one line (no control character could start another) and, on stdout, one
@@ -51,13 +76,14 @@ std::string self_exe() {
 // The relay's command line: every option that differs from its default, so
 // the run sees exactly the parameters the client validated and sent.
 std::vector<std::string> run_args(const Params& p, const std::string& target, const ServerOptions& o,
-                                  int64_t start_at) {
+                                  int64_t start_at, const std::string& out_dir) {
   std::vector<std::string> args{self_exe(), "run", p.experiment, "--server", target};
   const Params defaults;
   for (const OptSpec& opt : option_table())
     if (opt.get(p) != opt.get(defaults)) args.push_back("--" + std::string(opt.name) + "=" + opt.get(p));
   if (o.cpu >= 0) args.insert(args.end(), {"--cpu", std::to_string(o.cpu)});
   if (start_at > 0) args.insert(args.end(), {"--start-at", std::to_string(start_at)});
+  if (!out_dir.empty()) args.insert(args.end(), {"--out", out_dir});
   return args;
 }
 
@@ -86,10 +112,40 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& token, int 
   return pid;
 }
 
-// Lines from one of the run's pipes, each sent as "<tag><line>".
+// Sends the sample files a point line named, each as "file NAME BYTES" and
+// "data <bytes>" chunks, and removes it: the relay keeps none of them.
+void send_samples(Ctrl& ctrl, const std::string& dir, std::string_view line) {
+  for (const std::string& file : sample_files(line)) {
+    if (!plain_file_name(file)) runtime_error("relay: the run named a sample file '" + peer_excerpt(file) + "'");
+    const std::string path = dir + "/" + file;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) sys_error("relay: the run's sample file " + path);
+    ctrl.send(CtrlType::exchange, "file " + file + " " + std::to_string(st.st_size));
+    std::string chunk;
+    for (off_t left = st.st_size; left > 0;) {
+      chunk.assign("data ");
+      chunk.resize(5 + std::min<size_t>(kSampleChunk, static_cast<size_t>(left)));
+      const ssize_t n = ::read(fd, chunk.data() + 5, chunk.size() - 5);
+      if (n <= 0) {
+        ::close(fd);
+        sys_error("relay: reading the run's sample file " + path);
+      }
+      chunk.resize(5 + static_cast<size_t>(n));
+      ctrl.send(CtrlType::exchange, chunk);
+      left -= n;
+    }
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+}
+
+// Lines from one of the run's pipes, each sent as "<tag><line>"; with
+// `samples_dir`, each point's sample files after its line.
 struct LinePipe {
   int fd;
   const char* tag;
+  std::string samples_dir;
   std::string pending;
   bool open = true;
 
@@ -116,6 +172,7 @@ struct LinePipe {
   void send_line(Ctrl& ctrl, std::string_view line) const {
     if (line.size() > kMaxRelayLine) runtime_error("relay: the run wrote a line longer than the relay carries");
     ctrl.send(CtrlType::exchange, tag + std::string(line));
+    if (!samples_dir.empty()) send_samples(ctrl, samples_dir, line);
   }
 };
 
@@ -144,6 +201,7 @@ void check_relay(const std::string& target, const Params& p, const ServerOptions
 
 int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {
   int64_t start_at = 0;
+  bool samples = false;
   for (int pings = 0;; ++pings) {
     const std::string frame = ctrl.recv(CtrlType::exchange, "relay start");
     if (frame == "ping" && pings < kRelayPings) {
@@ -152,17 +210,26 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
     }
     if (frame.rfind("start ", 0) != 0)
       runtime_error("relay: expected 'start NS' from the client, got '" + peer_excerpt(frame) + "'");
-    start_at = static_cast<int64_t>(
-        parse_peer_u64(std::string_view(frame).substr(6), "relay start time", monotonic_ns() + kMaxStartLeadNs));
+    std::string_view when = std::string_view(frame).substr(6);
+    samples = when.ends_with(kSamplesWord);
+    if (samples) when.remove_suffix(kSamplesWord.size());
+    start_at = static_cast<int64_t>(parse_peer_u64(when, "relay start time", monotonic_ns() + kMaxStartLeadNs));
     break;
   }
-  const std::vector<std::string> args = run_args(p, target, o, start_at);
+  // The run's samples go to the session's own directory (removed with the
+  // session, as the server removes every session's), and on to the client.
+  std::string out_dir;
+  if (samples) {
+    out_dir = o.data_dir + "/session-" + std::to_string(::getpid());
+    if (::mkdir(out_dir.c_str(), 0700) != 0) sys_error("relay: cannot create the session's directory " + out_dir);
+  }
+  const std::vector<std::string> args = run_args(p, target, o, start_at, out_dir);
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) sys_error("relay: pipe");
   const pid_t pid = spawn(args, o.token, out[1], err[1]);
   ::close(out[1]);
   ::close(err[1]);
-  LinePipe pipes[2] = {{out[0], "out ", {}}, {err[0], "err ", {}}};
+  LinePipe pipes[2] = {{out[0], "out ", out_dir, {}}, {err[0], "err ", {}, {}}};
   bool stopping = false;
   try {
     PeerWatch watch(ctrl);
@@ -190,11 +257,65 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (!out_dir.empty()) ::rmdir(out_dir.c_str());
   ctrl.send(CtrlType::exchange, "exit " + std::to_string(code));
   ctrl.set_timeout_ms(kByeTimeoutMs);
   ctrl.recv(CtrlType::bye, "end of the relayed run");
   return code;
 }
+
+namespace {
+
+// The client's side of a relayed run's samples: only files the point line
+// just relayed named, each once, each no bigger than a point's samples can
+// be, written under --out (as NAME.part, renamed when whole).
+class SampleReceiver {
+ public:
+  explicit SampleReceiver(const std::string& out_dir) : dir_(out_dir) {
+    if (!dir_.empty() && ::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) sys_error("cannot create " + dir_);
+  }
+  void expect(std::string_view line) {
+    if (!dir_.empty()) expected_ = sample_files(line);
+  }
+  // `header`: "NAME BYTES"; the data frames follow.
+  void receive(Ctrl& ctrl, std::string_view header) {
+    const size_t space = header.rfind(' ');
+    const std::string name(header.substr(0, space == std::string_view::npos ? 0 : space));
+    const auto it = std::find(expected_.begin(), expected_.end(), name);
+    if (dir_.empty() || it == expected_.end() || !plain_file_name(name))
+      runtime_error("relay: a sample file the run's point did not name: '" + peer_excerpt(header) + "'");
+    expected_.erase(it);
+    uint64_t left = parse_peer_u64(header.substr(space + 1), "relay: sample file size", kMaxSampleFile);
+    const std::string path = dir_ + "/" + name, part = path + ".part";
+    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) sys_error("cannot write " + part);
+    try {
+      while (left > 0) {
+        const std::string frame = ctrl.recv(CtrlType::exchange, "the relayed run's samples");
+        if (frame.rfind("data ", 0) != 0 || frame.size() - 5 > left)
+          runtime_error("relay: expected " + std::to_string(left) + " more bytes of " + name);
+        for (size_t at = 5; at < frame.size();) {
+          const ssize_t n = ::write(fd, frame.data() + at, frame.size() - at);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) sys_error("cannot write " + part);
+          at += static_cast<size_t>(n);
+        }
+        left -= frame.size() - 5;
+      }
+    } catch (...) {
+      ::close(fd);
+      ::unlink(part.c_str());
+      throw;
+    }
+    if (::close(fd) != 0 || ::rename(part.c_str(), path.c_str()) != 0) sys_error("cannot write " + path);
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> expected_;
+};
+
+}  // namespace
 
 int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
   Heartbeat beat(ctrl);  // the relay kills the run when we fall silent
@@ -219,7 +340,8 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
     emit_line(JsonObj().add("type", "relay").add("via", o.via).add("clock_offset_ns", offset)
                   .add("clock_error_ns", (best + 1) / 2));
   }
-  ctrl.send(CtrlType::exchange, "start " + std::to_string(start_there));
+  ctrl.send(CtrlType::exchange, "start " + std::to_string(start_there) + (o.out_dir.empty() ? "" : std::string(kSamplesWord)));
+  SampleReceiver samples(o.out_dir);
   // The run may go on for long between lines: its heartbeats, not a timeout, say the relay is alive.
   ctrl.set_max_frame(kMaxRelayLine + 8);
   ctrl.set_timeout_ms(UINT32_MAX);
@@ -238,6 +360,9 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
       std::fwrite(v.data() + 4, 1, v.size() - 4, to);
       std::fputc('\n', to);
       std::fflush(to);
+      if (to == stdout) samples.expect(v.substr(4));
+    } else if (v.rfind("file ", 0) == 0) {
+      samples.receive(ctrl, v.substr(5));
     } else if (v.rfind("exit ", 0) == 0) {
       const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
       ctrl.say_bye();

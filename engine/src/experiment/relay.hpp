@@ -10,9 +10,12 @@
 //   client -> relay   "ping"           at most kRelayPings times
 //   relay -> client   "<ns>"           its CLOCK_MONOTONIC
 //   client -> relay   "start <ns>"     --start-at on the relay's clock (0: none);
-//                                      the client prints a "relay" line: that clock's offset
+//                                      the client prints a "relay" line: that clock's offset;
+//                                      "start <ns> samples": the client keeps the raw samples (--out)
 //   relay -> client   "out <line>"     a line of the run's stdout
 //                     "err <line>"     a line of its stderr
+//                     "file <name> <bytes>", "data <bytes>"...: after a point
+//                                      line, each sample file it names (with samples)
 //                     "exit <code>"    the run ended with that exit code
 //   client -> relay   bye
 // The relay runs only to servers its operator listed (serve --peers), only
@@ -21,6 +24,7 @@
 // falls silent.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
@@ -32,6 +36,7 @@ constexpr int kRelayPings = 8;
 // Bytes of one relayed line: a point's line with its histogram fits (load's
 // hist mode carries a few hundred KiB); longer ones end the run.
 constexpr uint32_t kMaxRelayLine = 8u << 20;
+constexpr std::string_view kSamplesWord = " samples";
 
 // Server: refuses (usage_error, the reason for the client) a relay this
 // server may not make: a target not among --peers, no token, or options

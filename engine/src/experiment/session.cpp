@@ -168,7 +168,6 @@ int run_client(const Params& requested, const ClientOptions& o) {
   check_against_caps(p, caps, true);
   if (o.dry_run) return 0;
   if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
-    if (!o.out_dir.empty()) usage_error("--via: the raw samples would stay on the relay host; run without --out");
     if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
     Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
     open_session(ctrl, p, o, host_id(), o.server);
@@ -228,9 +227,6 @@ int run_client(const Params& requested, const ClientOptions& o) {
 
 namespace {
 
-// A client has this long to send its hello, and then its proof: a connection
-// that says nothing holds a process this long at most.
-constexpr uint32_t kHandshakeTimeoutMs = 2000;
 // Connections that have said nothing yet wait in the accepting process (no
 // process of their own), at most this many; when all are, the oldest is
 // dropped for a new one once it has had kSilentGraceMs to speak (a client
@@ -397,11 +393,23 @@ std::string busy_reason(const ServerOptions& o) {
                 : "busy: " + std::to_string(o.max_sessions) + " sessions running (the server's --max-sessions)";
 }
 
+// Tells the client why its session ended on this side (a fail frame; the
+// client prints it and exits 3). A client that is gone, or frozen with its
+// receive buffer full, is told nothing: the session never waits on it here.
+void tell_failure(Ctrl& ctrl, const std::string& why) noexcept {
+  pollfd out{ctrl.fd(), POLLOUT, 0};
+  if (::poll(&out, 1, 0) != 1 || !(out.revents & POLLOUT) || (out.revents & (POLLERR | POLLHUP))) return;
+  try {
+    ctrl.send(CtrlType::fail, "the server's session ended: " + why);
+  } catch (...) {
+  }
+}
+
 // One session on the server side, in record `rec` of `admission`. Returns the exit code it would have.
 int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission, size_t rec) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
-  ctrl.set_timeout_ms(kHandshakeTimeoutMs);
+  ctrl.set_timeout_ms(o.handshake_timeout_ms);
   std::string hello;
   try {
     hello = ctrl.recv(CtrlType::hello, "client hello");
@@ -493,35 +501,43 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
   ctrl.send(CtrlType::welcome,
             encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
-  if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
-  Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
-  ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
-  ctx.cpus = o.cpus;
-  ctx.own_cpu = o.cpu;
-  Status st;
+  // From here on the client waits on this end: whatever ends the session
+  // goes to it with the reason, not as a bare close.
   try {
-    st = entry->points(p, ctx, "", nullptr);
-  } catch (const Error&) {
-    if (!g_overtime) throw;
-    st = Status::interrupted;
-  }
-  if (g_overtime) {
-    const std::string why = "the server ended the session: it ran longer than the server's --max-duration of " +
-                            seconds(o.max_duration) + " (+" + seconds(kWatchdogGraceS) + " for set-up)";
+    if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
+    Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
+    ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
+    ctx.cpus = o.cpus;
+    ctx.own_cpu = o.cpu;
+    Status st;
     try {
-      ctrl.send(CtrlType::refuse, why);
+      st = entry->points(p, ctx, "", nullptr);
     } catch (const Error&) {
+      if (!g_overtime) throw;
+      st = Status::interrupted;
     }
+    if (g_overtime) {
+      const std::string why = "the server ended the session: it ran longer than the server's --max-duration of " +
+                              seconds(o.max_duration) + " (+" + seconds(kWatchdogGraceS) + " for set-up)";
+      try {
+        ctrl.send(CtrlType::refuse, why);
+      } catch (const Error&) {
+      }
+      std::fprintf(stderr, "fabmeter-engine: session ended: %s\n", why.c_str());
+      return 3;
+    }
+    if (st == Status::ok) {
+      ctrl.recv(CtrlType::bye, "end of session");
+      return 0;
+    }
+    const std::string why = std::string(status_name(st)) + (ctx.failure.empty() ? "" : ": ") + ctx.failure;
+    tell_failure(ctrl, why);
     std::fprintf(stderr, "fabmeter-engine: session ended: %s\n", why.c_str());
-    return 3;
+    return exit_code(st);
+  } catch (const std::exception& e) {
+    tell_failure(ctrl, e.what());
+    throw;
   }
-  if (st == Status::ok) {
-    ctrl.recv(CtrlType::bye, "end of session");
-    return 0;
-  }
-  std::fprintf(stderr, "fabmeter-engine: session ended: %s%s%s\n", status_name(st), ctx.failure.empty() ? "" : ": ",
-               ctx.failure.c_str());
-  return exit_code(st);
 }
 
 // A session child: dies with the server, serves one connection, exits.
@@ -644,7 +660,7 @@ class Children {
 // Connections that have not said a word yet wait here, in the accepting
 // process, without a process of their own; one gets a process once it has
 // sent something (or closed). At most kMaxSilent wait (see there), each at
-// most kHandshakeTimeoutMs.
+// most serve --handshake-timeout-ms.
 class Silent {
  public:
   // Whether a new connection may be taken now (add).
@@ -656,12 +672,14 @@ class Silent {
     waiting_.push_back({std::move(ctrl), Clock::mono_ns()});
   }
 
-  // Drops those silent for kHandshakeTimeoutMs; returns how long until the
+  explicit Silent(uint32_t timeout_ms) : timeout_ms_(timeout_ms) {}
+
+  // Drops those silent for the handshake timeout; returns how long until the
   // next is due, or, while there is no room, until there is.
   timespec expire() {
-    const uint64_t limit = uint64_t{kHandshakeTimeoutMs} * 1000000;
+    const uint64_t limit = uint64_t{timeout_ms_} * 1000000;
     while (!waiting_.empty() && oldest_ns() >= limit)
-      drop_oldest("said nothing within " + std::to_string(kHandshakeTimeoutMs / 1000) + " s");
+      drop_oldest("said nothing within " + seconds(timeout_ms_ / 1e3));
     if (waiting_.empty()) return {1, 0};
     const uint64_t left = (has_room() ? limit : kSilentGraceMs * 1000000) - oldest_ns();
     return {static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
@@ -708,6 +726,7 @@ class Silent {
     }
     waiting_.pop_front();
   }
+  uint32_t timeout_ms_;
   std::deque<Waiting> waiting_;
   uint64_t logged_ns_ = 0, dropped_ = 0;
 };
@@ -881,7 +900,8 @@ int run_server(const ServerOptions& opts) {
   JsonObj ev;
   ev.add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener.port()))
       .add("data_dir", o.data_dir).add("max_memory", o.max_memory).add("max_duration", o.max_duration)
-      .add("max_sessions", static_cast<uint64_t>(o.max_sessions));
+      .add("max_sessions", static_cast<uint64_t>(o.max_sessions))
+      .add("handshake_timeout_ms", static_cast<uint64_t>(o.handshake_timeout_ms));
   emit_line(ev);
   const pid_t me = getpid();
   struct sigaction sa {};
@@ -898,7 +918,7 @@ int run_server(const ServerOptions& opts) {
   // became a session (fabmeter mesh's reachability check, a failed
   // handshake) is none.
   Children kids(o, o.once ? 1 : o.max_sessions);
-  Silent silent;
+  Silent silent(o.handshake_timeout_ms);
   // A connection that has spoken gets a process of its own, or the busy
   // answer when every place is taken.
   auto start = [&](Ctrl ctrl) {
@@ -951,7 +971,7 @@ int run_server(const ServerOptions& opts) {
     if (::ppoll(fds.data(), fds.size(), &slice, &wait_mask) <= 0) continue;
     for (Ctrl& ctrl : silent.spoken(fds, 1)) start(std::move(ctrl));
     if (fds[0].revents & POLLIN) {
-      Ctrl ctrl = listener.accept(kHandshakeTimeoutMs);
+      Ctrl ctrl = listener.accept(o.handshake_timeout_ms);
       if (ctrl.fd() >= 0) silent.add(std::move(ctrl));
     }
   }

@@ -79,7 +79,7 @@ OPTIONS = (
                   metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100),
     CommandOption("out", "rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures (`fabmeter "
                          "report DIR` draws them); with --samples raw every rank also writes its pairs' samples in "
-                         "DIR/pairs/SRC-DST (on its own host)", metavar="DIR"),
+                         "DIR/pairs/SRC-DST (on its own host; --launch serve: all here)", metavar="DIR"),
 )
 
 
@@ -206,7 +206,7 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
         raise FabmeterError("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
     table = engine_options(engine)
     given = pair_options(ns, table, "mesh")
-    raw = given.get("samples") == "raw" and ns.launch != "serve"     # every rank keeps its pairs' raw samples
+    raw = given.get("samples") == "raw"     # every rank keeps its pairs' raw samples (--launch serve: all come here)
     out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     token = rendezvous.read_token(ns.token_file, dict(os.environ))
     if not token and not all(mesh_run.is_loopback(h) for h in hosts):

@@ -182,7 +182,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
     where the identity fields of the two ends' engines (their start line) are kept, by rank."""
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
-    samples = output.samples_dir(src, dst) if spec.out is not None and via is None else None
+    samples = output.samples_dir(src, dst) if spec.out is not None else None   # relayed: the relay sends them here
     folder = None if samples is None else spec.out / samples
     try:
         if folder is not None:
