@@ -109,8 +109,12 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                               "of all the others at once, its --rate and --count split among them (--schedule "
                               "chaotic)")
     command.add_argument("--schedule", choices=mesh_patterns.SCHEDULES, default="scheduled",
-                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once "
-                              "(default: %(default)s)")
+                         help="scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once; "
+                              "slotted: all pairs at once, stream, each message in a time slot of its own at its "
+                              "receiver (default: %(default)s)")
+    command.add_argument("--slot-us", metavar="US", type=float,
+                         help="--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
+                              "the sample: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)")
     command.add_argument("--mesh-port", metavar="N", type=int, default=mesh_run.DEFAULT_MESH_PORT,
                          help="rank 0's coordination port on the first host (default: %(default)s)")
     command.add_argument("--token-file", metavar="F", help="the mesh's shared secret (default: $FABMETER_TOKEN)")
@@ -433,7 +437,8 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
     launch = None
     if ns.launch in ("ssh", "local"):
         rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
-                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
+                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else [])]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
             rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
@@ -442,7 +447,7 @@ def cmd_mesh(ns: argparse.Namespace, engine: str) -> int:
         launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token, engine,
                              timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
-                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
+                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None, slot_us=ns.slot_us)
     pairs: list[dict] = []
     started_at = now_iso()
 
