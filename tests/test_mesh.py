@@ -212,6 +212,34 @@ def test_the_engine_starts_its_first_point_at_the_given_instant(fm, engine, poll
     assert res.exit_code == 0 and res.points[0]["start_late_ns"] >= 1_000_000_000
 
 
+def test_stream_steps_start_at_the_given_instant_and_are_listed(engine):
+    """stream with --start-at: step 0 is due at that instant (step0_mono_ns), so each step's send lateness is
+    against the plan; --per-step lists every measured step's lateness and latency; too many steps are refused."""
+    start = time.monotonic_ns() + 400_000_000
+    res = run.execute(run.RunSpec("stream", {"transport": "udp", "poll": "event", "timer": "nanosleep",
+                                             "rate": [200], "count": 20, "warmup": 3, "per_step": True},
+                                  engine=str(engine), start_at_ns=start))
+    assert res.exit_code == 0, res.message
+    (point,) = res.points
+    assert point["step0_mono_ns"] == start and point["started_mono_ns"] >= start
+    assert len(point["step_late_ns"]) == len(point["step_latency_ns"]) == 20
+    sent = [x for x in point["step_late_ns"] if x is not None]
+    # Loose: on 2 loaded CPUs a wake-up may come milliseconds late, never a whole step early.
+    assert len(sent) >= 10 and min(sent) > -5_000_000 and abs(point["source_late_ns"]["max"] - max(sent)) <= 1
+    r = subprocess.run([str(engine), "run", "stream", "--server", "127.0.0.1:9", "--per-step", "--rate", "5000",
+                        "--count", "3000"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2 and "--per-step lists at most 2048" in r.stderr, r.stderr
+
+
+def test_slotted_refusals(fm, token_file):
+    for args, why in ((["--experiment", "oneway"], "add --experiment stream"),
+                      (["--experiment", "stream", "--slot-us", "3"], "too short"),
+                      (["--experiment", "stream", "--rate", "10"], "drop --rate")):
+        r = fm.run("mesh", "--hosts", "127.0.0.1,127.0.0.2", "--rank", "0", "-t", "udp", "--schedule", "slotted",
+                   "--token-file", token_file, *args)
+        assert r.returncode == 2 and why in one_line_error(r.stderr), r.stderr
+
+
 @pytest.mark.parametrize("value,why", [("soon", "expected CLOCK_MONOTONIC nanoseconds"), ("0", "expected"),
                                       (str(10**18), "more than 600 s ahead")])
 def test_the_engine_refuses_a_bad_start_instant(engine, value, why):
