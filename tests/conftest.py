@@ -271,14 +271,16 @@ def wait_until(pred, timeout: float) -> bool:
     return bool(pred())
 
 
-def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, peers: str | None = None):
+def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, peers: str | None = None,
+                 extra: tuple = ()):
     """`fabmeter serve` on each host (in its namespace: `prefixes`), all on one port, `--peers` all the hosts
-    unless `peers` says otherwise ("" for none); returns them once each listens, or stops them all."""
+    unless `peers` says otherwise ("" for none), with `extra` arguments; returns them once each listens, or stops
+    them all."""
     peers = ",".join(hosts) if peers is None else peers
     serves = []
     try:
         for i, host in enumerate(hosts):
-            args = ["serve", "--bind", host, "--port", port, "--token-file", token_file]
+            args = ["serve", "--bind", host, "--port", port, "--token-file", token_file, *extra]
             serves.append(fm.popen(*args, *(["--peers", peers] if peers else []),
                                    prefix=prefixes[i] if prefixes else ()))
         for s in serves:

@@ -78,6 +78,8 @@ struct StreamOptions {
   std::string timer = "tsc";             // tsc | timerfd | nanosleep
   std::string sink = "memory";           // memory | file:PATH
   double deadline_us = 0;                // 0 = one period
+  bool per_step = false;                 // the point lists every measured step's send lateness and latency
+  static constexpr uint64_t kMaxPerStep = 2048;  // steps a point may list: its line fits a mesh frame (64 KiB)
   bool operator==(const StreamOptions&) const = default;
 };
 

@@ -4,6 +4,8 @@
 // catch up). One definition, so limits' schedule floor counts missed steps
 // exactly as the stream source does.
 #pragma once
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +26,18 @@ struct StepSchedule {
   // `rate` steps a second from 1 ms from now, so the first step is not already late.
   static StepSchedule starting_soon(const Clock& clk, uint64_t rate) {
     return {clk.ticks() + clk.ns_to_ticks(1e6), static_cast<double>(clk.ns_to_ticks(1e9)) / static_cast<double>(rate)};
+  }
+
+  // `rate` steps a second, step 0 at CLOCK_MONOTONIC `mono_ns` (--start-at: a
+  // plan's instant; already past when the wait for it ended late).
+  static StepSchedule starting_at(const Clock& clk, uint64_t rate, int64_t mono_ns) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t ticks = clk.ticks();
+    const double ahead_ns = static_cast<double>(mono_ns) - (static_cast<double>(now.tv_sec) * 1e9 + static_cast<double>(now.tv_nsec));
+    const double back = static_cast<double>(clk.ns_to_ticks(ahead_ns < 0 ? -ahead_ns : 0));
+    return {ticks - static_cast<uint64_t>(std::min(back, static_cast<double>(ticks))) + clk.ns_to_ticks(ahead_ns > 0 ? ahead_ns : 0),
+            static_cast<double>(clk.ns_to_ticks(1e9)) / static_cast<double>(rate)};
   }
 
   uint64_t due(uint64_t k) const { return t0 + static_cast<uint64_t>(std::llround(static_cast<double>(k) * period)); }

@@ -112,6 +112,7 @@ struct Ctx {
   std::string failure;       // why the point ended early
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
+  int64_t step0_ns = 0;      // client, this point: CLOCK_MONOTONIC instant of stream's step 0 (--start-at); 0: soon
   uint64_t spin_ticks = 0;   // --spin-us: event mode polls this long before it sleeps
   uint64_t sleeps = 0;       // event mode: waits that slept (wait_for_msg), this point; any thread, atomic_ref
   std::vector<int> cpus = {};  // --flows: the CPUs this end's flows run on, in turn (--cpu N+M...); empty: unpinned

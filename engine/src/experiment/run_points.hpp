@@ -102,6 +102,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     ctx.ctrl.barrier("start of point");
     if (ctx.start_at_ns && &pt == &plan.front())
       started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
+    ctx.step0_ns = &pt == &plan.front() ? ctx.start_at_ns : 0;
     trace_phase(role, "point");
     PointOut out;
     ctx.sleeps = 0;

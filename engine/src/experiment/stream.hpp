@@ -124,7 +124,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
   uint64_t sent = 0, missed_measured = 0, sent_in_warmup = UINT64_MAX;
   Status st = Status::ok;
 
-  StepTimer timer(clk, p.stream.timer, StepSchedule::starting_soon(clk, rate));
+  StepTimer timer(clk, p.stream.timer, c.step0_ns ? StepSchedule::starting_at(clk, rate, c.step0_ns)
+                                                   : StepSchedule::starting_soon(clk, rate));
   for (uint64_t k = 0; k < total;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     if (k >= warmup && sent_in_warmup == UINT64_MAX) c.cpu.begin(), sent_in_warmup = sent;  // before the wait: off the step's time
@@ -169,16 +170,30 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
   const ClockFit& fit = c.sync.fit;
   const double deadline_ns = (p.stream.deadline_us > 0 ? p.stream.deadline_us * 1e3 : 1e9 / static_cast<double>(rate));
   std::vector<double> latency, late;
+  std::string step_late = "[", step_latency = "[";  // --per-step: every measured step, null where none
+  const auto put = [](std::string& list, const double* ns) {
+    if (list.size() > 1) list += ',';
+    list += ns ? std::to_string(std::llround(*ns)) : "null";
+  };
   uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
   for (uint64_t k = 0; k < warmup; ++k) warmup_lost += t_subm[k] && !t_recv[k];
   for (uint64_t k = warmup; k < total; ++k) {
-    if (!t_subm[k]) continue;  // missed step: never sent
+    if (!t_subm[k]) {  // missed step: never sent
+      if (p.stream.per_step) put(step_late, nullptr), put(step_latency, nullptr);
+      continue;
+    }
     ++sent_measured;
     // Signed: a timer may wake (and the step go out) before its due time.
     late.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_subm[k] - timer.due(k)))));
-    if (!t_recv[k]) { ++lost; continue; }
+    if (p.stream.per_step) put(step_late, &late.back());
+    if (!t_recv[k]) {
+      if (p.stream.per_step) put(step_latency, nullptr);
+      ++lost;
+      continue;
+    }
     double ns = c.sync.probed ? fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(timer.due(k))
                             : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
+    if (p.stream.per_step) put(step_latency, &ns);
     latency.push_back(ns);
     over_deadline += ns > deadline_ns;
   }
@@ -199,6 +214,8 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
       .add("latency_kind", "one-way (receive - scheduled step time)")
       .add("source_late_ns", to_json(summarize(late.data(), late.size())))
       .add("timer", p.stream.timer).add("sink", sink).add("clock", c.sync.json());
+  if (c.step0_ns) out.fields.add("step0_mono_ns", c.step0_ns);
+  if (p.stream.per_step) out.fields.add_raw("step_late_ns", step_late + "]").add_raw("step_latency_ns", step_latency + "]");
   add_latency(out, p, "latency_ns", std::move(latency));
   add_samples_kind(out, keep_raw(p));
   return st;
@@ -289,6 +306,13 @@ struct StreamExperiment : ExperimentDefaults {
     if (p.stream.values.empty() || p.stream.values.size() > 64) usage_error("--values takes 1 to 64 values");
     for (uint64_t v : p.stream.values)
       if (v < 1 || v > (1u << 20)) usage_error("--values must be between 1 and 1048576");
+    if (p.stream.per_step)
+      for (uint64_t rate : p.rate)
+        if (stream_steps(p, rate) + stream_warmup(p, rate) > StreamOptions::kMaxPerStep)
+          usage_error("--per-step lists at most " + std::to_string(StreamOptions::kMaxPerStep) +
+                      " steps a point, warm-up included; " + std::to_string(rate) + " Hz makes " +
+                      std::to_string(stream_steps(p, rate) + stream_warmup(p, rate)) +
+                      " (lower --count, --duration or --warmup)");
   }
   // The grid of rates x sample widths.
   static std::vector<Point> plan(const Params& p, const Caps&) {

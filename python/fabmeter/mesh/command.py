@@ -31,7 +31,7 @@ EXPERIMENT = CommandOption("experiment", "what each pair runs, with that experim
                            default="oneway", choices=mesh_run.EXPERIMENTS)
 SCHEDULE = CommandOption("schedule", "scheduled: rounds in which each host has at most one peer; chaotic: all pairs "
                                      "at once (default: %(default)s)",
-                         default="scheduled", choices=patterns.SCHEDULES)
+                         default="scheduled", choices=patterns.ROUND_SCHEDULES)
 HOSTFILE = CommandOption("hostfile", "the hosts, one per line (the first word; # comments)", metavar="F")
 SERVE_PORT = CommandOption("serve-port", "the port every host's serve listens on (default: %(default)s)", metavar="N",
                            type=int, default=mesh_run.DEFAULT_SERVE_PORT)
@@ -56,7 +56,13 @@ OPTIONS = (
     CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
                   default="all-to-all", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS),
-    SCHEDULE,
+    CommandOption("schedule", "scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once; "
+                              "slotted: all pairs at once, stream, each message in a time slot of its own at its "
+                              "receiver (default: %(default)s)",
+                  default="scheduled", choices=patterns.SCHEDULES),
+    CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
+                             "the sample: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
+                  metavar="US", type=float),
     CommandOption("mesh-port", "rank 0's coordination port on the first host (default: %(default)s)", metavar="N",
                   type=int, default=mesh_run.DEFAULT_MESH_PORT),
     CommandOption("token-file", "the mesh's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
@@ -219,7 +225,8 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
     launch = None
     if ns.launch in ("ssh", "local"):
         rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
-                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given)]
+                     "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
+                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else [])]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
             rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
@@ -229,7 +236,8 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
         launch = (ns.ssh, ns.remote_fabmeter, rank_args) if ns.launch == "ssh" else (None, here, rank_args)
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token,
                              engine, timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
-                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None)
+                             (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None,
+                             slot_us=ns.slot_us)
     pairs: list[dict] = []
     started_at = now_iso()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo
-from fabmeter.mesh import aggregate, outliers
+from fabmeter.mesh import aggregate, outliers, slotted
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
@@ -97,7 +97,7 @@ def failed_pair(src: int, dst: int, message: str) -> dict:
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
             "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
             "start_late_ns": None,
-            "start_margin_ns": None}
+            "start_margin_ns": None, "steps": None}
 
 
 def spread(values: list) -> Optional[dict]:
@@ -178,7 +178,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "samples_dir": body.get("samples_dir"),
             "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
-            "started_ns": body.get("started_ns")}
+            "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps"))}
 
 
 class Summary:
@@ -195,8 +195,13 @@ class Summary:
         self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
         self._late: list[int] = []                                      # every pair's start_late_ns
         self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
+        self.slots: Optional[slotted.Plan] = None                      # --schedule slotted: its plan
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
+        """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots)."""
+        steps = pair.pop("steps", None)
+        if self.slots is not None:
+            pair["slotted"] = slotted.pair_slots(self.slots, pair["src"], pair["dst"], steps)
         self.pairs.append(pair)
         if self.load is not None:
             self.load.add(pair)
@@ -228,6 +233,7 @@ class Summary:
                 "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
                 "load": self.load.as_json(self.rounds) if self.load is not None else None,
+                "slotted": slotted.receivers(self.slots, self.pairs) if self.slots is not None else None,
                 "environments": self.environments}
 
 
@@ -265,6 +271,7 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
         out += drift_lines(summary["hosts"], summary["drift"])
     if summary.get("load"):
         out += load_lines(summary["load"])
+    out += slotted.lines(summary, pairs)
     return "\n".join(out)
 
 

@@ -13,7 +13,8 @@ PATTERNS = ("all-to-all", "one-to-all", "all-to-one", "fixed-target", "ring", "p
 # them. With Poisson arrivals that is Homa's cp_node (each request to a random server): a Poisson stream split at
 # random is independent Poisson streams of the shares.
 SPLIT_PATTERNS = ("many-to-many",)
-SCHEDULES = ("scheduled", "chaotic")
+ROUND_SCHEDULES = ("scheduled", "chaotic")          # what watch's sweeps take
+SCHEDULES = ROUND_SCHEDULES + ("slotted",)   # slotted: all pairs at once, each message in a slot (slotted.py)
 
 Pair = tuple[int, int]
 
@@ -56,18 +57,18 @@ def iter_rounds(pattern: str, schedule: str, n: int) -> Iterator[list[Pair]]:
     """The pattern's pairs in rounds, one round at a time (each sorted). scheduled:
     tournament rounds, each host with at most one peer per round (both directions
     to that peer run together), empty rounds dropped; chaotic: every pair in one
-    round. A round costs O(n), not O(pairs): 1,000 hosts have ~10^6 pairs."""
+    round; slotted: as chaotic, one round (its pairs keep to slots within it). A round costs O(n), not O(pairs): 1,000 hosts have ~10^6 pairs."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule '{schedule}' (one of {', '.join(SCHEDULES)})")
     if pattern == "all-to-all" and n >= 2:     # every pair a round holds is wanted: no n^2 set
         wanted = lambda p: True
     else:
         wanted_list = pairs(pattern, n)
-        if schedule == "chaotic":
+        if schedule != "scheduled":
             yield wanted_list
             return
         wanted = set(wanted_list).__contains__
-    if schedule == "chaotic":
+    if schedule != "scheduled":
         yield pairs(pattern, n)
         return
     for matches in tournament(n):

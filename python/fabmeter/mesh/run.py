@@ -38,7 +38,7 @@ from typing import Callable, Optional
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous
+from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, slotted
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/test_options.py holds them equal
@@ -70,6 +70,8 @@ class MeshSpec:
     serve_port: Optional[int] = None             # --launch serve: the port of every host's serve (no ranks)
     outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
     out: Optional[Path] = None   # --out with --samples raw: this rank's engine clients write there (samples_dir)
+    slot_us: Optional[float] = None              # --schedule slotted: --slot-us (None: slotted.plan's default)
+    slots: Optional[slotted.Plan] = None         # --schedule slotted: the plan every rank computes alike (main)
     # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
     # the first round's lead, and how many rounds (None: all).
     run_pair: Optional[Callable[..., dict]] = None
@@ -134,6 +136,8 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     # below or from the kernel as we exit (PR_SET_PDEATHSIG). Set explicitly, as every other command
     # sets its own: Python leaves SIGINT ignored when it starts with it ignored (a background job).
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if spec.schedule == "slotted":
+        spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
     if spec.serve_port is not None:
         return _coordinate_serves(spec, emit)
     server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
@@ -179,8 +183,11 @@ class Lead:
 def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, via: Optional[str] = None,
               envs: Optional[dict] = None) -> dict:
     """One experiment run from `src` to `dst`, its measured part started at `start_ns` on our clock (the engine
-    connects first, then waits for that instant: --start-at), here or relayed by `via`: its result body. `envs`:
-    where the identity fields of the two ends' engines (their start line) are kept, by rank."""
+    connects first, then waits for that instant: --start-at; slotted: that instant plus the pair's slot offset),
+    here or relayed by `via`: its result body. `envs`: where the identity fields of the two ends' engines (their
+    start line) are kept, by rank. Slotted, started_ns is less the offset: the round's instant as this pair met it."""
+    slot_offset = spec.slots.offset_ns(src, dst) if spec.slots else 0
+    start_ns += slot_offset
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
     samples = output.samples_dir(src, dst) if spec.out is not None else None   # relayed: the relay sends them here
     folder = None if samples is None else spec.out / samples
@@ -210,10 +217,12 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
         started = started - offset if started is not None and isinstance(offset, int) else None
         clock_error = clock_error if isinstance(clock_error, int) else 0
     return {"type": "pair", "src": src, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
-            "message": res.message[:MAX_MESSAGE], "started_ns": started, "start_late_ns": late,
+            "message": res.message[:MAX_MESSAGE], "started_ns": None if started is None else started - slot_offset,
+            "start_late_ns": late,
             "start_margin_ns": start_ns - opened[0] if opened else None,
             "clock_error_ns": clock_error,
             "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
+            "steps": slotted.steps_of(point) if spec.slots else None,
             **output.pair_figures(res.points[-1] if res.points else {})}
 
 
@@ -222,6 +231,8 @@ def pair_options(spec: MeshSpec, src: int, dst: int) -> dict:
     src x N + dst, so that clients sending at once draw independent send times and sizes (one seed would make
     every client send at the same instants); many-to-many: the client's --rate and --count split evenly over
     its N - 1 servers (rounded up to whole requests)."""
+    if spec.slots:
+        return slotted.pair_options(spec.slots, spec.options)
     if spec.experiment != "load":
         return spec.options
     n = len(spec.hosts)
@@ -349,7 +360,9 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
                                  max((p.offset_error_ns for p in peers.values()), default=0))
         summary.environments = [env] + [peers[r].env for r in range(1, n)]
         summary.outlier_rule = spec.outlier_rule
-        lead = Lead(spec.lead_s)
+        summary.slots = spec.slots
+        lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), spec.lead_s, MAX_LEAD_S) if spec.slots
+                    else spec.lead_s)
         for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
             if spec.max_rounds is not None and index >= spec.max_rounds:
                 break
@@ -552,8 +565,10 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     _check_serves(spec, address)
     summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options, 0)
     summary.outlier_rule = spec.outlier_rule
+    summary.slots = spec.slots
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
-    lead = Lead()
+    lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), ROUND_LEAD_S, MAX_LEAD_S) if spec.slots
+                else ROUND_LEAD_S)
     for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
         lead_ns = lead.ns
         start_ns = time.monotonic_ns() + lead_ns
@@ -568,6 +583,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
         for _ in pairs:
             pair = done.get()
             pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
+            pair["steps"] = slotted.valid_steps(pair["steps"])
             summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
             started_ns = pair.pop("started_ns", None)
             if started_ns is not None:

@@ -1,0 +1,207 @@
+"""--schedule slotted: every message of every pair has its send instant on the
+common timebase, so that no receiver is sent to by two senders in one slot.
+
+All pairs run at once (one round). Sender i sends to receiver j only in the
+slots s = (j - i - 1) mod n of each period of n - 1 slots ((j - i) mod n is
+1..n - 1 over the senders of one receiver, and over the receivers of one
+sender): each receiver has exactly one sender a slot, each sender one
+receiver. Each pair is a stream (its steps are
+its slots): the round's instant plus its slot offset is its --start-at, and
+its rate one step a period, so step k of pair (i, j) is due at slot
+k (n - 1) + (j - i - 1) mod n. The engine lists each measured step's
+send lateness and one-way latency (--per-step); the arrival instant is the
+planned one plus the latency, and the slot it falls in says whether the
+receiver's arrivals interleaved as planned.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from fabmeter.errors import EXIT_USAGE, FabmeterError
+
+# The shortest slot a transport gets: its one-way trip on an idle host, microseconds (event mode wakes in tens;
+# shm and RDMA in a few), plus the message's time on a 10 Gbit/s wire.
+FLOOR_US = {"shm": 5.0, "verbs": 10.0, "ofi": 10.0}
+OTHER_FLOOR_US = 50.0
+WIRE_GBPS = 10.0
+DEFAULT_FACTOR = 20          # the default slot: this many floors (a loaded host's wake-ups and queues)
+MAX_STEPS = 2048             # the engine's --per-step bound (StreamOptions::kMaxPerStep), warm-up included
+MAX_RATE = 10_000_000        # the engine's --rate bound
+# The plan goes out this much earlier a pair: its one round starts every engine at once, and a step due before its
+# engine is ready is missed (56 engines on 2 loaded CPUs were ready up to 2 s after a 1 s lead).
+LEAD_PER_PAIR_S = 0.1
+
+
+def lead_s(pairs: int, least_s: float, most_s: float) -> float:
+    """How far ahead of its instant the slotted round's plan is sent."""
+    return min(most_s, least_s + LEAD_PER_PAIR_S * pairs)
+
+
+def residue(src: int, dst: int, n: int) -> int:
+    """The slot of pair (src, dst) within each period of n - 1 slots."""
+    return (dst - src - 1) % n
+
+
+def floor_us(transport: str, size: int) -> float:
+    return FLOOR_US.get(transport, OTHER_FLOOR_US) + size * 8 / (WIRE_GBPS * 1e3)
+
+
+@dataclass(frozen=True)
+class Plan:
+    n: int
+    slot_ns: float           # the slot as planned: a whole number of periods a second makes it exact
+    rate_hz: int             # every pair's stream rate: one step a period
+
+    @property
+    def period_ns(self) -> float:
+        return self.slot_ns * (self.n - 1)
+
+    def offset_ns(self, src: int, dst: int) -> int:
+        """How far after the round's instant pair (src, dst) sends its step 0."""
+        return round(residue(src, dst, self.n) * self.slot_ns)
+
+    def slot(self, src: int, dst: int, step: int) -> int:
+        """The slot (from the round's instant) step `step` of pair (src, dst) is planned in."""
+        return step * (self.n - 1) + residue(src, dst, self.n)
+
+    def as_json(self) -> dict:
+        return {"slot_ns": round(self.slot_ns), "period_ns": round(self.period_ns), "rate_hz": self.rate_hz}
+
+
+def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Plan:
+    """The slotted plan of n hosts, or exit 2 saying why there is none: --slot-us (default: DEFAULT_FACTOR x the
+    transport's floor for the sample) rounded up so that a whole number of periods make a second."""
+    if experiment != "stream":
+        raise FabmeterError("mesh: --schedule slotted runs stream (each step a slot): add --experiment stream",
+                            EXIT_USAGE)
+    for key in ("rate", "values"):
+        if key == "rate" and "rate" in options:
+            raise FabmeterError("mesh: --schedule slotted sets each pair's --rate (one step a period): drop --rate",
+                                EXIT_USAGE)
+        if isinstance(options.get(key), list) and len(options[key]) > 1:
+            raise FabmeterError(f"mesh: --schedule slotted runs one point: one --{key}", EXIT_USAGE)
+    values = (options.get("values") or [1])[0]
+    size = 24 + 8 * values
+    least = floor_us(options.get("transport") or "", size)
+    if slot_us is None:
+        slot_us = DEFAULT_FACTOR * least
+    if not slot_us >= least:
+        raise FabmeterError(f"mesh: --slot-us {slot_us:g} is too short for a {size} B sample over "
+                            f"{options.get('transport')}: at least {least:g} us", EXIT_USAGE)
+    rate = math.floor(1e6 / (slot_us * (n - 1)))
+    if rate < 1:
+        raise FabmeterError(f"mesh: --slot-us {slot_us:g} x {n - 1} slots makes a period over 1 s", EXIT_USAGE)
+    rate = min(rate, MAX_RATE)
+    the = Plan(n, 1e9 / (rate * (n - 1)), rate)
+    steps = options.get("count") if isinstance(options.get("count"), int) else None
+    if steps is None:
+        duration = options.get("duration") or 0
+        steps = max(1, int(duration * rate)) if duration > 0 else rate
+    warmup = options.get("warmup") if isinstance(options.get("warmup"), int) else min(1000, rate // 10)
+    if steps + warmup > MAX_STEPS:
+        raise FabmeterError(f"mesh: --schedule slotted lists every step of a pair, at most {MAX_STEPS}: "
+                            f"{the.rate_hz} Hz makes {steps} steps and {warmup} of warm-up (lower --count, "
+                            "--duration or --warmup, or lengthen --slot-us)", EXIT_USAGE)
+    return the
+
+
+def pair_options(the: Plan, options: dict) -> dict:
+    return {**options, "rate": [the.rate_hz], "per_step": True}
+
+
+def _ints(v, n: int) -> bool:
+    return isinstance(v, list) and len(v) <= n and all(
+        x is None or (isinstance(x, int) and not isinstance(x, bool) and abs(x) < 10**15) for x in v)
+
+
+def valid_steps(v) -> Optional[dict]:
+    """A pair's steps as rank 0 takes them from a rank (None: none or not valid)."""
+    if not (isinstance(v, dict) and set(v) == {"first", "late_ns", "latency_ns"} and isinstance(v["first"], int)
+            and not isinstance(v["first"], bool) and 0 <= v["first"] <= MAX_STEPS
+            and _ints(v["late_ns"], MAX_STEPS) and _ints(v["latency_ns"], MAX_STEPS)
+            and len(v["late_ns"]) == len(v["latency_ns"])):
+        return None
+    return {k: v[k] for k in ("first", "late_ns", "latency_ns")}
+
+
+def steps_of(point: dict) -> Optional[dict]:
+    """The engine point's per-step lists: measured steps from step `first` (its warm-up) on."""
+    late, latency = point.get("step_late_ns"), point.get("step_latency_ns")
+    if not isinstance(late, list) or not isinstance(latency, list):
+        return None
+    return valid_steps({"first": point.get("warmup"), "late_ns": late, "latency_ns": latency})
+
+
+def pair_slots(the: Plan, src: int, dst: int, steps: Optional[dict]) -> Optional[dict]:
+    """A pair's messages against the plan: each one's send lateness (actual minus planned send instant) and
+    arrival instant (ns after the round's instant, on the common timebase), the lateness spread, and how many
+    arrivals fell outside their own slot."""
+    from fabmeter.mesh.output import spread
+    if steps is None:
+        return None
+    arrival, slot_shift = [], []
+    for m, latency in enumerate(steps["latency_ns"]):
+        planned = the.slot(src, dst, steps["first"] + m)
+        at = None if latency is None else round(planned * the.slot_ns) + latency
+        arrival.append(at)
+        if at is not None:
+            slot_shift.append(math.floor(at / the.slot_ns) - planned)
+    late = [x for x in steps["late_ns"] if x is not None]
+    return {"offset_ns": the.offset_ns(src, dst), "first_step": steps["first"],
+            "late_ns": spread(late), "missed": sum(x is None for x in steps["late_ns"]),
+            "arrived": len(slot_shift), "outside_slot": sum(s != 0 for s in slot_shift),
+            "slot_shift": spread(slot_shift),
+            "step_late_ns": steps["late_ns"], "step_arrival_ns": arrival}
+
+
+def receivers(the: Plan, pairs: list[dict]) -> dict:
+    """Per receiver: each arrival attributed to the slot it fell in; a collision is a slot in which two or more
+    senders' messages arrived. Interleaved as planned: every arrival in its own slot, no collision."""
+    from fabmeter.mesh.output import spread
+    by_dst: dict[int, dict[int, set]] = {}
+    counts: dict[int, list[int]] = {}
+    late: list[int] = []
+    for p in pairs:
+        s = p.get("slotted")
+        if not s:
+            continue
+        late += [x for x in s["step_late_ns"] if x is not None]
+        slots = by_dst.setdefault(p["dst"], {})
+        c = counts.setdefault(p["dst"], [0, 0])
+        c[0] += s["arrived"]
+        c[1] += s["outside_slot"]
+        for at in s["step_arrival_ns"]:
+            if at is not None:
+                slots.setdefault(math.floor(at / the.slot_ns), set()).add(p["src"])
+    out = []
+    for dst in sorted(by_dst):
+        collisions = sum(len(senders) > 1 for senders in by_dst[dst].values())
+        arrived, outside = counts[dst]
+        out.append({"rank": dst, "arrivals": arrived, "outside_slot": outside, "collisions": collisions,
+                    "interleaved": arrived > 0 and outside == 0 and collisions == 0})
+    return {**the.as_json(), "late_ns": spread(late), "receivers": out,
+            "collisions": sum(r["collisions"] for r in out),
+            "interleaved": bool(out) and all(r["interleaved"] for r in out)}
+
+
+def lines(summary: dict, pairs: list[dict]) -> list[str]:
+    """The slotted section under the matrix."""
+    s = summary.get("slotted")
+    if not s:
+        return []
+    us = lambda ns: "n/a" if ns is None else f"{ns / 1000:.1f} us"     # noqa: E731
+    late = s["late_ns"] or {}
+    ok = sum(r["interleaved"] for r in s["receivers"])
+    out = [f"slotted: slot {us(s['slot_ns'])}, period {us(s['period_ns'])} ({s['rate_hz']} Hz a pair); "
+           f"send lateness (actual - planned instant) over every message p50 {us(late.get('p50'))}, "
+           f"p99 {us(late.get('p99'))}, max {us(late.get('max'))}; receivers interleaved as planned "
+           f"{ok}/{len(s['receivers'])}, collisions {s['collisions']}"]
+    for p in pairs:
+        sl = p.get("slotted")
+        if sl and sl["outside_slot"]:
+            out.append(f"  {p['src']}->{p['dst']}: {sl['outside_slot']}/{sl['arrived']} arrivals outside their "
+                       f"slot (shift p50 {sl['slot_shift']['p50']}, max {sl['slot_shift']['max']} slots)")
+    return out
