@@ -317,3 +317,36 @@ def token_file(tmp_path):
     path.write_text(os.urandom(16).hex() + "\n")
     path.chmod(0o600)
     return str(path)
+
+
+@pytest.fixture
+def serve(fm):
+    """Starts `fabmeter serve --port 0 ARGS...`; returns (process, listening event)."""
+    started = []
+
+    def start(*args):
+        proc = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", *args)
+        line = proc.stdout.readline()
+        assert line, f"server printed nothing: {proc.stderr.read() if proc.poll() is not None else ''}"
+        event = json.loads(line)
+        assert event["event"] == "listening", event
+        started.append(proc)
+        return proc, event
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            stop_serve(proc)
+
+
+def refusal(fm, engine, args: list[str], dry_run: bool) -> str:
+    """The one line `fabmeter ARGS` (or the engine's `run ARGS --dry-run`, which checks the plan and runs
+    nothing) refuses ARGS with, exit 2."""
+    if dry_run:
+        r = subprocess.run([str(engine), "run", *args, "--server", "127.0.0.1:1", "--dry-run"],
+                           capture_output=True, text=True, timeout=10)
+    else:
+        r = fm.run(*args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    return r.stderr

@@ -20,26 +20,6 @@ import pytest
 from conftest import ENGINE, json_lines, one_line_error, stop_serve
 
 
-@pytest.fixture
-def serve(fm):
-    """Starts `fabmeter serve --port 0 ARGS...`; returns (process, listening event)."""
-    started = []
-
-    def start(*args):
-        proc = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", *args)
-        line = proc.stdout.readline()
-        assert line, f"server printed nothing: {proc.stderr.read() if proc.poll() is not None else ''}"
-        event = json.loads(line)
-        assert event["event"] == "listening", event
-        started.append(proc)
-        return proc, event
-
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            stop_serve(proc)
-
-
 def closed_after(conn: socket.socket, t0: float, limit: float) -> float:
     """Seconds from t0 until the server closed `conn` (EOF or reset); fails past `limit`."""
     conn.settimeout(max(0.01, t0 + limit - time.monotonic()))

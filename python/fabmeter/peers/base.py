@@ -351,17 +351,11 @@ class Peer:
                 client.close()
             server.stop(SERVER_EXIT_GRACE_S if self.server_exits_alone else 0.0)
             server.close()
-        version = self.version()
-        for p in points:
-            p.setdefault("size", case.size(params))
-            count, per = self.measured_count(p, case, params), self.per_unit(case)
-            nbytes = count * p["size"] if count and case.experiment == "bw" else None
-            p["cpu"] = {"client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
-                        "server": cpu_cost.side(server_cpu0, server_cpu1, count, per, nbytes)}
-            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server_cmd, **placed)
-            if params.raw_dir is not None:
-                p["raw_output"] = self._raw_name(case, params)
-        return points
+        return self._label(points, case, params,
+                           lambda count, per, nbytes: {
+                               "client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
+                               "server": cpu_cost.side(server_cpu0, server_cpu1, count, per, nbytes)},
+                           command=client_cmd, server_command=server_cmd, **placed)
 
     def run_remote_case(self, case: Case, params: Params) -> list[dict]:
         """The server side on params.server, started by its `fabmeter serve`; the client here."""
@@ -395,15 +389,23 @@ class Peer:
                 client.stop()
                 client.close()
             server.close()
+        return self._label(points, case, params,
+                           lambda count, per, nbytes: {
+                               "client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
+                               "server": cpu_cost.remote_side(end, count, per, nbytes)},
+                           command=client_cmd, server_command=server.argv, server=params.server, **placed)
+
+    def _label(self, points: list[dict], case: Case, params: Params,
+               cpu: Callable[[Optional[float], str, Optional[float]], dict], **fields) -> list[dict]:
+        """Each parsed point with its size, both ends' CPU cost (cpu(count, per, bytes)), the tool's
+        version and where it ran (fields)."""
         version = self.version()
         for p in points:
             p.setdefault("size", case.size(params))
             count, per = self.measured_count(p, case, params), self.per_unit(case)
             nbytes = count * p["size"] if count and case.experiment == "bw" else None
-            p["cpu"] = {"client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
-                        "server": cpu_cost.remote_side(end, count, per, nbytes)}
-            p.update(poll=self.poll, tool_version=version, command=client_cmd, server_command=server.argv,
-                     server=params.server, **placed)
+            p["cpu"] = cpu(count, per, nbytes)
+            p.update(poll=self.poll, tool_version=version, **fields)
             if params.raw_dir is not None:
                 p["raw_output"] = self._raw_name(case, params)
         return points
