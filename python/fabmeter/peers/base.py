@@ -338,13 +338,7 @@ class Peer:
             client_cpu1 = cpu_cost.read(client.proc.pid, pinned_cpus[:1])
             server_cpu1 = cpu_cost.read(server.proc.pid, pinned_cpus[1:])
             client.wait(SERVER_EXIT_GRACE_S)
-            text = client.output()
-            self._keep_raw(params, case, text)
-            if client.proc.returncode != 0:
-                raise PeerError(f"client exited {client.proc.returncode}: {client.last_line()}")
-            points = self.parse(text, case)
-            if not points:
-                raise PeerError(f"no result in the client's output: {client.last_line()}")
+            points = self._client_points(client, case, params)
         finally:
             if client is not None:
                 client.stop()
@@ -375,15 +369,9 @@ class Peer:
                 raise PeerError(f"client did not finish within {params.duration + params.timeout_s:.0f} s")
             client_cpu1 = cpu_cost.read(client.proc.pid, pinned_cpus)
             client.wait(SERVER_EXIT_GRACE_S)
-            text = client.output()
-            self._keep_raw(params, case, text)
             end = server.finish()
-            if client.proc.returncode != 0:
-                raise PeerError(f"client exited {client.proc.returncode}: {client.last_line()}"
-                                + (f" (server: {end['output']})" if end.get("output") else ""))
-            points = self.parse(text, case)
-            if not points:
-                raise PeerError(f"no result in the client's output: {client.last_line()}")
+            points = self._client_points(client, case, params,
+                                         f" (server: {end['output']})" if end.get("output") else "")
         finally:
             if client is not None:
                 client.stop()
@@ -394,6 +382,17 @@ class Peer:
                                "client": cpu_cost.side(client_cpu0, client_cpu1, count, per, nbytes),
                                "server": cpu_cost.remote_side(end, count, per, nbytes)},
                            command=client_cmd, server_command=server.argv, server=params.server, **placed)
+
+    def _client_points(self, client: Process, case: Case, params: Params, server_said: str = "") -> list[dict]:
+        """The ended client's points: its output kept (--raw) and parsed; PeerError if it failed or said nothing."""
+        text = client.output()
+        self._keep_raw(params, case, text)
+        if client.proc.returncode != 0:
+            raise PeerError(f"client exited {client.proc.returncode}: {client.last_line()}{server_said}")
+        points = self.parse(text, case)
+        if not points:
+            raise PeerError(f"no result in the client's output: {client.last_line()}")
+        return points
 
     def _label(self, points: list[dict], case: Case, params: Params,
                cpu: Callable[[Optional[float], str, Optional[float]], dict], **fields) -> list[dict]:
