@@ -16,8 +16,8 @@ import pytest
 from conftest import ENGINE, json_lines, one_line_error, run_with_pause
 from fabmeter.errors import FabmeterError
 from fabmeter.results import RunRecord
-from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, HEARTBEAT, HELLO, PROTOCOL, WELCOME,
-                                  frame, read_frame)
+from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, FAIL, HEARTBEAT, HELLO, PROTOCOL,
+                                  WELCOME, frame, read_frame)
 
 
 def recv_frame(s: socket.socket) -> tuple[int, bytes]:
@@ -48,15 +48,18 @@ def server(fm):
 @pytest.mark.parametrize("port_text", [b"abc", b"", b"-1", b"99999", b"1" * 30, b"12\n34"])
 def test_server_survives_a_malformed_peer_port(fm, server, port_text):
     # A client with a valid hello, then garbage where its udp port belongs:
-    # the server ends that session with one line and serves the next client.
+    # the server ends that session, telling the client why (a fail frame),
+    # and serves the next client.
     proc, port = server
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         start_session(s, "fuzzer", "experiment=lat\ntransport=udp\n")
         kind, _ = recv_frame(s)  # the server's own udp port
         assert kind == EXCHANGE
         s.sendall(frame(EXCHANGE, port_text))
+        kind, why = recv_frame(s)
+        assert kind == FAIL and why.startswith(b"the server's session ended: "), (kind, why)
         with pytest.raises(ConnectionError):
-            recv_frame(s)  # the server gives up on this session
+            recv_frame(s)  # ... and gives up on this session
     r = fm.run("lat", "-t", "udp", "--server", f"127.0.0.1:{port}", "-n", "200", "--json")
     assert r.returncode == 0, r.stderr
     assert proc.poll() is None, "the server died"

@@ -9,7 +9,7 @@
 // malformed input with a one-line fm::Error and nothing else.
 // relay is empty, or HOST[:PORT] of another server: the client asks this
 // server to run the client role against that one and to carry the run's
-// output back (session.cpp; only to servers its operator allows).
+// output back (relay.hpp; only to servers its operator allows).
 // tool is empty, or a JSON object asking the server to start a peer tool's
 // server side (experiment/tool_server.hpp); never both.
 #pragma once

@@ -11,7 +11,7 @@
 // with kFreshConnections, they take a Fresh<T> after the T&)
 //
 // and the hooks of ExperimentDefaults below, hidden where it differs. The
-// list of experiments is in table.hpp; the session (session.cpp) knows none
+// list of experiments is in table.hpp; the session (client.cpp, server_session.cpp) knows none
 // of them by name.
 #pragma once
 #include <algorithm>

@@ -74,7 +74,7 @@ std::string check_tool(const ToolRequest& r, const ServerOptions& o);
 // the session's exit code.
 int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, const ServerOptions& o);
 
-// Client, after the welcome (`fabmeter-engine tool`, session.cpp's
+// Client, after the welcome (`fabmeter-engine tool`, client.cpp's
 // run_tool): prints a "ready" line, waits until its standard input closes
 // (or SIGINT/SIGTERM, or the server ends the tool), then prints an "end"
 // line. Returns 0, or 3 when the tool never listened.
