@@ -18,7 +18,7 @@ import pytest
 
 from conftest import POLLS, json_lines, one_line_error
 from fabmeter.peers import fi_pingpong
-from fabmeter.peers.base import Params
+from fabmeter.peers.base import PeerRun
 from test_matrix import check_stages, check_stats
 
 COMBOS = [("tcp", "msg"), ("tcp", "rdm"), ("udp", "dgram"), ("udp", "rdm"), ("shm", "rdm")]
@@ -211,18 +211,18 @@ def test_fi_pingpong_parse_size_sweep_and_errors():
 
 
 def test_fi_pingpong_command():
-    params = Params(size=64, iters=500, cpus=(0, 1))
+    params = PeerRun(size=64, iters=500, cpus=(0, 1))
     peer, case = fi_pingpong.PEER, fi_pingpong.case_for("udp", "dgram")
     client = peer.command("client", case, params, 40000)
     assert client == ["taskset", "-c", "0", "fi_pingpong", "-p", "udp", "-e", "dgram", "-I", "500", "-S", "64",
                       "-d", "lo", "-P", "40000", "127.0.0.1"]
     assert peer.command("server", fi_pingpong.case_for("shm", "rdm"), params, 40000)[-4:] == ["-S", "64", "-B", "40000"]
-    assert [c.transport for c in peer.selected(Params(transports=("shm",)))] == ["ofi:shm:rdm"]
+    assert [c.transport for c in peer.selected(PeerRun(transports=("shm",)))] == ["ofi:shm:rdm"]
 
 
 @pytest.mark.skipif(shutil.which("fi_pingpong") is None, reason="fi_pingpong not installed (libfabric-bin)")
 def test_fi_pingpong_live():
-    (p,) = fi_pingpong.PEER.run_case(fi_pingpong.case_for("shm", "rdm"), Params(iters=200, timeout_s=20))
+    (p,) = fi_pingpong.PEER.run_case(fi_pingpong.case_for("shm", "rdm"), PeerRun(iters=200, timeout_s=20))
     assert (p["tool"], p["provider"], p["ep"], p["iterations"], p["size"]) == ("fi_pingpong", "shm", "rdm", 200, 32)
     assert p["latency_ns"]["mean"] > 0 and p["tool_version"][0].isdigit()
     assert p["command"][-1] == "127.0.0.1" and p["server_command"][0] == "fi_pingpong"

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import TAG_VAR, cli_cmd, cli_env, json_lines, one_line_error
 from fabmeter.peers import base
-from fabmeter.peers.base import Case, Params, Peer, PeerError, Rdma, Unsupported
+from fabmeter.peers.base import Case, PeerRun, Peer, PeerError, Rdma, Unsupported
 from fabmeter.peers.registry import PEERS
 
 DATA = Path(__file__).parent / "data" / "peers"
@@ -64,7 +64,7 @@ def test_sockperf_refusals_and_mismatch():
     with pytest.raises(PeerError, match="ran TCP, expected udp"):
         sockperf.parse(recorded("sockperf-lat-tcp.txt"), Case("lat", "udp"))
     with pytest.raises(base.Unsupported):
-        sockperf.command("client", Case("lat", "tcp"), Params(size=8), 1234)
+        sockperf.command("client", Case("lat", "tcp"), PeerRun(size=8), 1234)
 
 
 def test_sockperf_parse_under_load():
@@ -92,7 +92,7 @@ def test_qperf_parse():
     assert tcp["size"] == 32 and tcp["duration_s"] == 1.0 and "no percentiles" in tcp["statistic_note"]
     # Its own CPU figures, named as its own; round trips for CPU per round trip: msg_rate counts both ways.
     assert tcp["tool_cpu"]["loc_cpus_used_pct"] == 200 and tcp["tool_cpu"]["rem_cpus_used_pct"] == 200
-    assert qperf.measured_count(tcp, Case("lat", "tcp"), Params()) == 8168 / 2
+    assert qperf.measured_count(tcp, Case("lat", "tcp"), PeerRun()) == 8168 / 2
     udp = only(qperf.parse(recorded("qperf-lat-udp.txt"), Case("lat", "udp")))
     assert udp["latency_ns"] == {"mean": 97628.0}
     bw = only(qperf.parse(recorded("qperf-bw-tcp.txt"), Case("bw", "tcp")))
@@ -126,9 +126,9 @@ def test_iperf3_parallel_streams_and_its_cpu_figure():
     assert p["gbps"] == doc["end"]["sum_received"]["bits_per_second"] / 1e9
     assert sum(s["receiver"]["bytes"] for s in doc["end"]["streams"]) == doc["end"]["sum_received"]["bytes"]
     assert p["cpu_utilization_percent"] == doc["end"]["cpu_utilization_percent"]
-    i = iperf3.command("client", Case("bw", "tcp"), Params(bw_size=65536, iters=1000, flows=4), 5000)
+    i = iperf3.command("client", Case("bw", "tcp"), PeerRun(bw_size=65536, iters=1000, flows=4), 5000)
     assert i[i.index("-P") + 1] == "4" and i[i.index("-k") + 1] == "1000"
-    assert "-P" not in iperf3.command("client", Case("bw", "tcp"), Params(), 5000)
+    assert "-P" not in iperf3.command("client", Case("bw", "tcp"), PeerRun(), 5000)
 
 
 def test_perftest_parse():
@@ -167,7 +167,7 @@ def test_qperf_rdma_parse():
 
 def test_server_requests_are_the_allow_lists_shapes():
     """What `peers --server` asks a serve for, per adapter: only keys its allow-list takes."""
-    params = Params(iters=500, duration=2, server="10.0.0.2:18515", rdma=Rdma(server_device="rxe1", gid_index=1))
+    params = PeerRun(iters=500, duration=2, server="10.0.0.2:18515", rdma=Rdma(server_device="rxe1", gid_index=1))
     assert sockperf.request(Case("lat", "udp"), params)["proto"] == "udp"
     assert set(qperf.request(Case("lat", "verbs", "rc_lat"), params)) == {"tool", "lifetime_s"}
     pt = PEERS["perftest"]
@@ -203,12 +203,12 @@ def test_ucx_perftest_parse():
 # --- commands and helpers --------------------------------------------------------
 
 def test_commands_match_params():
-    params = Params(size=64, bw_size=4096, iters=500, duration=1.5, cpus=(0, 1))
+    params = PeerRun(size=64, bw_size=4096, iters=500, duration=1.5, cpus=(0, 1))
     c = sockperf.command("client", Case("lat", "udp"), params, 5000)
     assert c[:3] == ["taskset", "-c", "0"] and c[c.index("-m") + 1] == "64" and c[c.index("-t") + 1] == "2"
     assert "--tcp" not in c and "--tcp" in sockperf.command("server", Case("lat", "tcp"), params, 5000)
     assert sockperf.command("server", Case("lat", "tcp"), params, 5000)[:3] == ["taskset", "-c", "1"]
-    ul = sockperf.command("client", Case("load", "tcp"), Params(size=64, rate=25000, duration=1, cpus=(0, 1)), 5000)
+    ul = sockperf.command("client", Case("load", "tcp"), PeerRun(size=64, rate=25000, duration=1, cpus=(0, 1)), 5000)
     assert ul[3:5] == ["sockperf", "under-load"] and ul[ul.index("--mps") + 1] == "25000" and "--tcp" in ul
     assert ul[ul.index("--reply-every") + 1] == "1" and "--full-rtt" in ul and ul[ul.index("-m") + 1] == "64"
     q = qperf.command("client", Case("bw", "tcp"), params, 5000)
@@ -218,7 +218,7 @@ def test_commands_match_params():
     u = ucx.command("client", Case("lat", "shm"), params, 5000)
     assert u[:2] == ["env", "UCX_TLS=posix,self"] and u[u.index("-c") + 1] == "0" and u[u.index("-n") + 1] == "500"
     assert "UCX_NET_DEVICES=lo" in ucx.command("server", Case("bw", "tcp"), params, 5000)
-    assert ucx.selected(Params(transports=("shm",))) == [Case("lat", "shm"), Case("bw", "shm")]
+    assert ucx.selected(PeerRun(transports=("shm",))) == [Case("lat", "shm"), Case("bw", "shm")]
 
 
 def test_percentile_key():
@@ -301,7 +301,7 @@ class _Hang(Peer):
 
 def test_client_timeout_fails_the_case_and_cleans_up(tag):
     started = time.monotonic()
-    [rec] = _Hang().run(Params(duration=0.1, timeout_s=0.5))
+    [rec] = _Hang().run(PeerRun(duration=0.1, timeout_s=0.5))
     assert rec["type"] == "failed" and "did not finish within" in rec["reason"]
     assert time.monotonic() - started < 10
 
@@ -354,7 +354,7 @@ def _cpus() -> tuple[int, int] | None:
 @pytest.mark.parametrize("tool", [pytest.param(t, marks=installed(t)) for t in PEERS])
 def test_live_run(tool, tag, tmp_path):
     peer = PEERS[tool]
-    params = Params(iters=300, duration=1, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
+    params = PeerRun(iters=300, duration=1, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
     records = peer.run(params)
     assert [r["type"] for r in records] == ["point"] * len(peer.selected(params)), records
     for p in records:

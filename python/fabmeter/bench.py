@@ -140,7 +140,7 @@ class Bench:
         def measure() -> float:
             if adapter is None or not adapter.available():
                 raise Skip(f"{tool} is not installed")
-            params = peer_base.Params(size=SIZE, bw_size=BW_SIZE, iters=ITERS, duration=1.0, flows=flows,
+            params = peer_base.PeerRun(size=SIZE, bw_size=BW_SIZE, iters=ITERS, duration=1.0, flows=flows,
                                       cpus=tuple(self.cpus) if self.cpus else None)
             try:
                 points = adapter.run_case(peer_base.Case(experiment, transport), params)
@@ -185,7 +185,7 @@ class Bench:
                 raise Skip("sockperf is not installed")
             points = []
             for rate in rates:
-                params = peer_base.Params(size=SIZE, rate=rate, duration=1.0,
+                params = peer_base.PeerRun(size=SIZE, rate=rate, duration=1.0,
                                           cpus=tuple(self.cpus) if self.cpus else None)
                 try:
                     points += adapter.run_case(peer_base.Case("load", transport), params)

@@ -81,7 +81,7 @@ class MeshSpec:
 
 
 @dataclass
-class Peer:
+class Rank:
     rank: int
     channel: Channel
     engine_port: int
@@ -343,22 +343,22 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
                 launched: Optional[launch.Launched]) -> int:
     n = len(spec.hosts)
     env = _identity(spec)
-    peers = _gather(spec, warn, launched)
+    joined = _gather(spec, warn, launched)
     try:
-        ports = [engine_port] + [peers[r].engine_port for r in range(1, n)]
-        for peer in peers.values():
+        ports = [engine_port] + [joined[r].engine_port for r in range(1, n)]
+        for other in joined.values():
             try:
-                _estimate_offset(peer, spec.timeout_s)
-                peer.channel.send({"type": "welcome", "engine_ports": ports})
+                _estimate_offset(other, spec.timeout_s)
+                other.channel.send({"type": "welcome", "engine_ports": ports})
             except ChannelError as e:
-                raise FabmeterError(f"rank {peer.rank} ({spec.hosts[peer.rank]}): {e}", EXIT_RUNTIME) from e
+                raise FabmeterError(f"rank {other.rank} ({spec.hosts[other.rank]}): {e}", EXIT_RUNTIME) from e
         inbox: queue.Queue = queue.Queue()
-        for peer in peers.values():     # here, not in the reader: the first round may check them before it runs
-            peer.last_heard = time.monotonic()
-        threading.Thread(target=_read_results, args=(list(peers.values()), inbox), daemon=True).start()
+        for other in joined.values():     # here, not in the reader: the first round may check them before it runs
+            other.last_heard = time.monotonic()
+        threading.Thread(target=_read_results, args=(list(joined.values()), inbox), daemon=True).start()
         summary = output.Summary(spec.hosts, spec.pattern, spec.schedule, spec.experiment, spec.options,
-                                 max((p.offset_error_ns for p in peers.values()), default=0))
-        summary.environments = [env] + [peers[r].env for r in range(1, n)]
+                                 max((p.offset_error_ns for p in joined.values()), default=0))
+        summary.environments = [env] + [joined[r].env for r in range(1, n)]
         summary.outlier_rule = spec.outlier_rule
         summary.slots = spec.slots
         lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), spec.lead_s, MAX_LEAD_S) if spec.slots
@@ -366,18 +366,18 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
             if spec.max_rounds is not None and index >= spec.max_rounds:
                 break
-            lead.after(_one_round(spec, index, pairs, peers, ports, inbox, summary, emit, lead.ns))
-        for peer in peers.values():
-            if peer.alive:
-                _try_send(peer, {"type": "done"})
+            lead.after(_one_round(spec, index, pairs, joined, ports, inbox, summary, emit, lead.ns))
+        for other in joined.values():
+            if other.alive:
+                _try_send(other, {"type": "done"})
         emit(summary.as_json())
         return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
     finally:
-        for peer in peers.values():
-            peer.channel.close()
+        for other in joined.values():
+            other.channel.close()
 
 
-def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[launch.Launched]) -> dict[int, Peer]:
+def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[launch.Launched]) -> dict[int, Rank]:
     """Every other rank's join within the timeout; else exit 3 naming the missing ones (at once for a rank
     whose ssh ended)."""
     n = len(spec.hosts)
@@ -385,20 +385,20 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
     # A backlog for every rank: 1,000 ranks connect at once, and the default (128) would drop SYNs that then wait
     # for the kernel's retry (1 s, 3 s, ...).
     listener = socket.create_server((spec.hosts[0], spec.mesh_port), family=family, backlog=min(n, 4096))
-    peers: dict[int, Peer] = {}
+    joined: dict[int, Rank] = {}
     deadline = time.monotonic() + spec.timeout_s
     try:
-        while len(peers) < n - 1:
+        while len(joined) < n - 1:
             if launched:
                 try:
-                    launched.check(peers)
+                    launched.check(joined)
                 except FabmeterError as e:
-                    _abort_joined(peers, e.message)
+                    _abort_joined(joined, e.message)
                     raise
             left = deadline - time.monotonic()
             if left <= 0:
-                missing = [f"rank {r} ({spec.hosts[r]})" for r in range(1, n) if r not in peers]
-                _abort_joined(peers, f"{', '.join(missing)} did not join")
+                missing = [f"rank {r} ({spec.hosts[r]})" for r in range(1, n) if r not in joined]
+                _abort_joined(joined, f"{', '.join(missing)} did not join")
                 raise FabmeterError(f"{', '.join(missing)} did not join within {spec.timeout_s:g} s", EXIT_RUNTIME)
             listener.settimeout(min(left, SSH_CHECK_S) if launched else left)
             try:
@@ -408,85 +408,85 @@ def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[laun
             try:
                 body = channel.recv(min(deadline - time.monotonic(), 5.0))
                 rank, port = body.get("rank"), body.get("engine_port")
-                if (body.get("type") != "join" or not isinstance(rank, int) or not 0 < rank < n or rank in peers
+                if (body.get("type") != "join" or not isinstance(rank, int) or not 0 < rank < n or rank in joined
                         or body.get("size") != n or not isinstance(port, int) or not 0 < port < 65536):
                     raise ChannelError(f"bad join {str(body)[:80]}")
             except ChannelError as e:
                 warn(f"mesh: refused a connection: {e}")
                 channel.close()
                 continue
-            peers[rank] = Peer(rank, channel, port, env=envinfo.valid_identity(body.get("env")))
+            joined[rank] = Rank(rank, channel, port, env=envinfo.valid_identity(body.get("env")))
     finally:
         listener.close()
-    return peers
+    return joined
 
 
-def _abort_joined(peers: dict[int, Peer], message: str) -> None:
+def _abort_joined(joined: dict[int, Rank], message: str) -> None:
     """The rendezvous failed: the ranks that joined are told why and let go."""
-    for peer in peers.values():
-        _try_send(peer, {"type": "abort", "message": message})
-        peer.channel.close()
+    for other in joined.values():
+        _try_send(other, {"type": "abort", "message": message})
+        other.channel.close()
 
 
-def _estimate_offset(peer: Peer, timeout_s: float) -> None:
+def _estimate_offset(other: Rank, timeout_s: float) -> None:
     best = None
     for _ in range(CLOCK_PINGS):
         t0 = time.monotonic_ns()
-        peer.channel.send({"type": "ping"})
-        body = peer.channel.recv(timeout_s)
+        other.channel.send({"type": "ping"})
+        body = other.channel.recv(timeout_s)
         t1 = time.monotonic_ns()
         mono = body.get("mono_ns")
         if body.get("type") != "pong" or not isinstance(mono, int):
             raise ChannelError("malformed pong")
         if best is None or t1 - t0 < best[0]:
             best = (t1 - t0, mono - (t0 + t1) // 2)
-    peer.offset_error_ns, peer.offset_ns = (best[0] + 1) // 2, best[1]
+    other.offset_error_ns, other.offset_ns = (best[0] + 1) // 2, best[1]
 
 
-def _read_results(peers: list[Peer], inbox: queue.Queue) -> None:
+def _read_results(joined: list[Rank], inbox: queue.Queue) -> None:
     """Every rank's frames into the inbox as (rank, body), a lost connection as (rank, ChannelError): one thread
     for all ranks (a selector), not one each: 1,000 ranks would be 1,000 threads contending for the interpreter."""
     sel = selectors.DefaultSelector()
-    for peer in peers:
-        peer.channel.sock.settimeout(None)      # sends wait as before; feed() reads without waiting
-        sel.register(peer.channel.sock, selectors.EVENT_READ, peer)
+    for other in joined:
+        other.channel.sock.settimeout(None)      # sends wait as before; feed() reads without waiting
+        sel.register(other.channel.sock, selectors.EVENT_READ, other)
     try:
         while sel.get_map():
             for key, _ in sel.select():
-                peer = key.data
+                other = key.data
                 try:
-                    bodies = peer.channel.feed()
+                    bodies = other.channel.feed()
                 except ChannelError as e:
                     sel.unregister(key.fileobj)
-                    inbox.put((peer.rank, e))
+                    inbox.put((other.rank, e))
                     continue
                 if bodies:
-                    peer.last_heard = time.monotonic()
+                    other.last_heard = time.monotonic()
                 for body in bodies:
-                    inbox.put((peer.rank, body))
+                    inbox.put((other.rank, body))
     finally:
         sel.close()
 
 
-def _try_send(peer: Peer, body: dict) -> None:
+def _try_send(other: Rank, body: dict) -> None:
     try:
-        peer.channel.send(body)
+        other.channel.send(body)
     except ChannelError:
-        peer.alive = False
+        other.alive = False
 
 
-def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], ports: list[int],
+def _one_round(spec: MeshSpec, index: int, pairs: list, joined: dict[int, Rank], ports: list[int],
                inbox: queue.Queue, summary: "output.Summary", emit: Callable[[dict], None], lead_ns: int) -> list:
     """Runs one round: its plan to every rank with the instant lead_ns ahead, then every pair's result. The pairs'
     start_margin_ns of its pairs that said."""
     began = time.monotonic_ns()
-    traffic = _traffic(peers)
+    traffic = _traffic(joined)
     start_ns = began + lead_ns
     pending = set()
     for src in sorted({s for s, _ in pairs}):
         dsts = [d for s, d in pairs if s == src]
         for dst in dsts:
-            dead = [r for r in (src, dst) if r in peers and not peers[r].alive]
+            dead = [r for r in (src, dst) if r in joined and not joined[r].alive]
             if dead:
                 summary.add(emit, output.failed_pair(src, dst, f"rank {dead[0]} ({spec.hosts[dead[0]]}) is gone"))
             else:
@@ -497,8 +497,8 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], 
         if src == 0:
             _run_round(spec, [(d, ports[d]) for d in live], start_ns, lambda body: inbox.put((0, body)))
         else:
-            _try_send(peers[src], {"type": "round", "round": index, "dsts": live,
-                                   "start_ns": start_ns + peers[src].offset_ns})
+            _try_send(joined[src], {"type": "round", "round": index, "dsts": live,
+                                   "start_ns": start_ns + joined[src].offset_ns})
     planned_ns = time.monotonic_ns() - began       # every rank's plan computed and sent
     started: list[int] = []
     late: list[int] = []
@@ -508,14 +508,14 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], 
         # Checked at every frame too (the others' heartbeats keep the queue from ever being empty for long), but at
         # most every HEARTBEAT_S / 4: with 1,000 ranks a check at each of their frames would cost O(n^2) a round.
         if time.monotonic() - checked > HEARTBEAT_S / 4:
-            _give_up_on_silent(spec, peers, pending, inbox)
+            _give_up_on_silent(spec, joined, pending, inbox)
             checked = time.monotonic()
         try:
             rank, body = inbox.get(timeout=HEARTBEAT_S)
         except queue.Empty:
             continue
         if isinstance(body, ChannelError):
-            peers[rank].alive = False
+            joined[rank].alive = False
             for src, dst in sorted(p for p in pending if p[0] == rank):
                 pending.discard((src, dst))
                 summary.add(emit, output.failed_pair(src, dst, f"rank {rank} ({spec.hosts[rank]}) lost: {body}"))
@@ -526,35 +526,35 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, peers: dict[int, Peer], 
         pending.discard((pair["src"], pair["dst"]))
         started_ns = pair.pop("started_ns")
         if started_ns is not None:
-            started.append(started_ns - (peers[rank].offset_ns if rank else 0))
+            started.append(started_ns - (joined[rank].offset_ns if rank else 0))
         if pair["start_late_ns"] is not None:
             late.append(pair["start_late_ns"])
         if pair["start_margin_ns"] is not None:
             margins.append(pair["start_margin_ns"])
         summary.add(emit, pair)
     summary.add_round(index, pairs, started, late, lead_ns, margins)
-    frames, nbytes = (a - b for a, b in zip(_traffic(peers), traffic))
+    frames, nbytes = (a - b for a, b in zip(_traffic(joined), traffic))
     summary.rounds[-1]["control"] = {"plan_ns": planned_ns, "round_ns": time.monotonic_ns() - began,
                                      "frames": frames, "bytes": nbytes}
     return margins
 
 
-def _traffic(peers: dict[int, Peer]) -> tuple[int, int]:
+def _traffic(joined: dict[int, Rank]) -> tuple[int, int]:
     """Frames and bytes the coordination channels carried so far, both ways (heartbeats too)."""
-    chans = [p.channel for p in peers.values()]
+    chans = [p.channel for p in joined.values()]
     return (sum(c.frames_sent + c.frames_received for c in chans),
             sum(c.bytes_sent + c.bytes_received for c in chans))
 
 
-def _give_up_on_silent(spec: MeshSpec, peers: dict[int, Peer], pending: set, inbox: queue.Queue) -> None:
+def _give_up_on_silent(spec: MeshSpec, joined: dict[int, Rank], pending: set, inbox: queue.Queue) -> None:
     """A rank with pairs pending that has not been heard for the control timeout is lost."""
     for rank in sorted({src for src, _ in pending if src != 0}):
-        peer = peers[rank]
-        silent = time.monotonic() - peer.last_heard
-        if peer.alive and silent > spec.timeout_s + HEARTBEAT_S:
-            peer.alive = False
+        other = joined[rank]
+        silent = time.monotonic() - other.last_heard
+        if other.alive and silent > spec.timeout_s + HEARTBEAT_S:
+            other.alive = False
             inbox.put((rank, ChannelError(f"silent for {silent:.0f} s")))
-            peer.channel.shutdown()     # its reader ends too
+            other.channel.shutdown()     # its reader ends too
 
 
 # --- --launch serve -----------------------------------------------------------

@@ -51,7 +51,7 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass(frozen=True)
-class Params:
+class PeerRun:
     """One `fabmeter peers` run, as every adapter reads it (the engine's key
     names where the engine has the knob: size, iters, duration, rate)."""
     size: int = 32                        # latency message size, bytes
@@ -104,7 +104,7 @@ class Case:
     transport: str    # tcp | udp | shm | verbs
     variant: str = "" # which of the tool's tests or binaries, where it has several (qperf rc_lat, ib_send_bw)
 
-    def size(self, params: Params) -> int:
+    def size(self, params: PeerRun) -> int:
         return params.bw_size if self.experiment == "bw" else params.size
 
 
@@ -254,21 +254,21 @@ class Peer:
     def listens(self, case: Case) -> str:
         return "tcp"
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         raise NotImplementedError
 
     def parse(self, text: str, case: Case) -> list[dict]:
         raise NotImplementedError
 
-    def request(self, case: Case, params: Params) -> Optional[dict]:
+    def request(self, case: Case, params: PeerRun) -> Optional[dict]:
         return None
 
-    def started(self, case: Case, params: Params, client: "Process") -> dict:
+    def started(self, case: Case, params: PeerRun, client: "Process") -> dict:
         """Called once the client runs (it may place the client's threads); what it returns goes into every
         point of the case."""
         return {}
 
-    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
+    def measured_count(self, p: dict, case: Case, params: PeerRun) -> Optional[float]:
         """How many `per_unit(case)` the tool reports for its point, for CPU per message."""
         return p.get("iterations")
 
@@ -287,11 +287,11 @@ class Peer:
     def not_installed(self) -> dict:
         return self.skipped(f"not installed (apt-get install {self.package})")
 
-    def selected(self, params: Params) -> list[Case]:
+    def selected(self, params: PeerRun) -> list[Case]:
         return [c for c in self.cases if c.transport in params.transports
                 and (params.tests is None or c.variant in params.tests)]
 
-    def run(self, params: Params, on_record: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    def run(self, params: PeerRun, on_record: Optional[Callable[[dict], None]] = None) -> list[dict]:
         """Every selected case: points, or one skipped/failed record per case.
         `on_record` sees each record as soon as it is known."""
         records: list[dict] = []
@@ -318,7 +318,7 @@ class Peer:
                       "reason": str(e)}])
         return records
 
-    def run_case(self, case: Case, params: Params) -> list[dict]:
+    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
         if params.server is not None:
             return self.run_remote_case(case, params)
         port = free_port()
@@ -351,7 +351,7 @@ class Peer:
                                "server": cpu_cost.side(server_cpu0, server_cpu1, count, per, nbytes)},
                            command=client_cmd, server_command=server_cmd, **placed)
 
-    def run_remote_case(self, case: Case, params: Params) -> list[dict]:
+    def run_remote_case(self, case: Case, params: PeerRun) -> list[dict]:
         """The server side on params.server, started by its `fabmeter serve`; the client here."""
         request = self.request(case, params)
         if request is None:
@@ -383,7 +383,7 @@ class Peer:
                                "server": cpu_cost.remote_side(end, count, per, nbytes)},
                            command=client_cmd, server_command=server.argv, server=params.server, **placed)
 
-    def _client_points(self, client: Process, case: Case, params: Params, server_said: str = "") -> list[dict]:
+    def _client_points(self, client: Process, case: Case, params: PeerRun, server_said: str = "") -> list[dict]:
         """The ended client's points: its output kept (--raw) and parsed; PeerError if it failed or said nothing."""
         text = client.output()
         self._keep_raw(params, case, text)
@@ -394,7 +394,7 @@ class Peer:
             raise PeerError(f"no result in the client's output: {client.last_line()}")
         return points
 
-    def _label(self, points: list[dict], case: Case, params: Params,
+    def _label(self, points: list[dict], case: Case, params: PeerRun,
                cpu: Callable[[Optional[float], str, Optional[float]], dict], **fields) -> list[dict]:
         """Each parsed point with its size, both ends' CPU cost (cpu(count, per, bytes)), the tool's
         version and where it ran (fields)."""
@@ -409,10 +409,10 @@ class Peer:
                 p["raw_output"] = self._raw_name(case, params)
         return points
 
-    def _raw_name(self, case: Case, params: Params) -> str:
+    def _raw_name(self, case: Case, params: PeerRun) -> str:
         return f"{self.tool}-{case.experiment}-{case.transport}-{case.size(params)}B.txt"
 
-    def _keep_raw(self, params: Params, case: Case, text: str) -> None:
+    def _keep_raw(self, params: PeerRun, case: Case, text: str) -> None:
         if params.raw_dir is not None:
             params.raw_dir.mkdir(parents=True, exist_ok=True)
             (params.raw_dir / self._raw_name(case, params)).write_text(text)
@@ -422,7 +422,7 @@ class RemoteServer:
     """A tool's server side on another host: `fabmeter-engine tool --server HOST --request JSON` asks that host's
     `fabmeter serve` to start it and holds it until our standard input to it closes."""
 
-    def __init__(self, params: Params, request: dict):
+    def __init__(self, params: PeerRun, request: dict):
         if params.engine is None:
             raise PeerError("--server needs fabmeter-engine (make build)")
         argv = [params.engine, "tool", "--server", params.server, "--request", json.dumps(request)]

@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 from fabmeter import __version__, analysis, envinfo, run
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
-from fabmeter.peers.base import Params, Rdma
+from fabmeter.peers.base import PeerRun, Rdma
 from fabmeter.peers.registry import PEERS
 from fabmeter.recorded import equivalent_command, run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
@@ -116,7 +116,7 @@ def _tests(text: Optional[str]) -> Optional[tuple[str, ...]]:
     return _list(text, known, "tests")
 
 
-def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine: Optional[str] = None) -> Params:
+def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine: Optional[str] = None) -> PeerRun:
     if ns.token_file is not None and ns.server is None:
         raise FabmeterError("--token-file goes with --server", EXIT_USAGE)
     if ns.gid_index is not None and not 0 <= ns.gid_index <= 255:
@@ -135,13 +135,13 @@ def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine
     if not 1 <= ns.rate <= 10_000_000:   # fabmeter load's bounds
         raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
     rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index)
-    return Params(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
+    return PeerRun(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
                   cpus=tuple(cpus) if cpus else None, transports=transports,
                   raw_dir=out / "peers-raw" if out else None, server=ns.server, token_file=ns.token_file,
                   engine=engine, rdma=rdma, tests=_tests(ns.tests))
 
 
-def run_fabmeter(params: Params, engine: Optional[str], problem: str, out: Optional[Path]) -> Iterator[dict]:
+def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Optional[Path]) -> Iterator[dict]:
     """fabmeter's own runs for the same cases, as points with tool "fabmeter"."""
     if engine is None:
         yield {"type": "skipped", "peer": False, "tool": "fabmeter", "reason": problem}
@@ -181,7 +181,7 @@ def _figure(p: dict) -> str:
     return {"rtt/2": "one-way = RTT/2", "rtt": "RTT"}.get(kind, kind or "-")
 
 
-def table(points: list[dict], params: Params) -> str:
+def table(points: list[dict], params: PeerRun) -> str:
     notes: dict[str, int] = {}
     rows = []
     order = {t: i for i, t in enumerate(TOOLS)}

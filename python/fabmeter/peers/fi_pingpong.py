@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
+from fabmeter.peers.base import Case, PeerRun, Peer, PeerError, pinned, point, probe_version
 
 NOTE = ("fi_pingpong: wall time of all iterations / (2 x iterations), the mean of RTT/2; "
         "gettimeofday clock, no warm-up (the first round trip, which sets up rdm connections, is included)")
@@ -90,10 +90,10 @@ class FiPingpong(Peer):
         """libfabric's version, as `fi_info --version` reports it."""
         return probe_version(("fi_info", "--version"), r"^libfabric:\s*(\S+)")
 
-    def selected(self, params: Params) -> list[Case]:
+    def selected(self, params: PeerRun) -> list[Case]:
         return [c for c in self.cases if provider_ep(c)[0] in params.transports]
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         provider, ep = provider_ep(case)
         argv = ["fi_pingpong", "-p", provider, "-e", ep, "-I", str(params.iters), "-S", str(case.size(params))]
         if provider in LOOPBACK_DOMAIN:
@@ -111,10 +111,10 @@ class FiPingpong(Peer):
                       latency_kind="rtt/2", latency_ns={"mean": round(row["usec_per_xfer"] * 1000.0, 3)},
                       statistic="mean", statistic_note=NOTE, raw=row) for row in rows]
 
-    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
+    def measured_count(self, p: dict, case: Case, params: PeerRun) -> Optional[float]:
         return params.iters
 
-    def run_case(self, case: Case, params: Params) -> list[dict]:
+    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
         points = super().run_case(case, params)
         for p in points:
             p["iterations"] = params.iters  # exact; the table rounds it

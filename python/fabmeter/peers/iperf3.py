@@ -3,7 +3,7 @@
 What iperf3 reports: end.sum_received.bits_per_second = bytes the server
 received / the receiver's elapsed time, over the whole test (no --omit);
 end.sum_sent is the sender's view. The client writes -k blocks of -l bytes,
-so the message count matches fabmeter's -n; with -P N (Params.flows) N
+so the message count matches fabmeter's -n; with -P N (PeerRun.flows) N
 streams share the -k blocks (fabmeter's --flows N sends -n on each), and
 the sums are over the streams. Its own CPU figure, end.cpu_utilization_percent
 (host_*: the client, remote_*: the server, % of one CPU over the test), is
@@ -16,7 +16,7 @@ import json
 import math
 from typing import Optional
 
-from fabmeter.peers.base import Case, Params, Peer, PeerError, pinned, point, probe_version
+from fabmeter.peers.base import Case, PeerRun, Peer, PeerError, pinned, point, probe_version
 
 NOTE = ("iperf3, blocking sockets: bytes received / receiver's elapsed time over the whole test "
         "(end.sum_received); {streams}")
@@ -29,14 +29,14 @@ class Iperf3(Peer):
     def version(self) -> Optional[str]:
         return probe_version(("iperf3", "--version"), r"^iperf (\S+)")
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         if role == "server":  # -1: serve one test, then exit
             return pinned(["iperf3", "-s", "-1", "-B", "127.0.0.1", "-p", str(port)], params.server_cpu)
         streams = ["-P", str(params.flows)] if params.flows > 1 else []
         return pinned(["iperf3", "-c", params.host, "-p", str(port), "-l", str(case.size(params)),
                        "-k", str(params.iters), *streams, "-J"], params.client_cpu)
 
-    def request(self, case: Case, params: Params) -> dict:
+    def request(self, case: Case, params: PeerRun) -> dict:
         return {"tool": "iperf3", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
 
     def parse(self, text: str, case: Case) -> list[dict]:

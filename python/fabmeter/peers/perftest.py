@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from fabmeter.peers.base import (Case, Params, Peer, PeerError, Unsupported, percentile_key, pinned, point,
+from fabmeter.peers.base import (Case, PeerRun, Peer, PeerError, Unsupported, percentile_key, pinned, point,
                                  probe_version, us_to_ns)
 
 OPS = ("send", "write", "read", "atomic")
@@ -60,7 +60,7 @@ class Perftest(Peer):
     def version(self) -> Optional[str]:
         return probe_version(("ib_send_lat", "--version"), r"(\d[\d.]*\S*)")
 
-    def request(self, case: Case, params: Params) -> dict:
+    def request(self, case: Case, params: PeerRun) -> dict:
         rdma = params.rdma
         req: dict = {"tool": case.variant, "conn": "RC", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
         if not case.variant.startswith("ib_atomic_"):
@@ -79,10 +79,10 @@ class Perftest(Peer):
         return req
 
     @staticmethod
-    def seconds(params: Params) -> int:
+    def seconds(params: PeerRun) -> int:
         return max(1, math.ceil(params.duration))
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         if params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
         rdma = params.rdma
@@ -173,7 +173,7 @@ class Perftest(Peer):
         return [p]
 
 
-    def _raw_name(self, case: Case, params: Params) -> str:
+    def _raw_name(self, case: Case, params: PeerRun) -> str:
         return f"{case.variant}-{case.size(params)}B.txt"
 
 

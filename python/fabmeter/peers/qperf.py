@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from fabmeter.peers.base import Case, Params, Peer, PeerError, Unsupported, pinned, point, probe_version
+from fabmeter.peers.base import Case, PeerRun, Peer, PeerError, Unsupported, pinned, point, probe_version
 
 NOTE_LAT = ("qperf, blocking sockets: latency = elapsed time / messages in both directions, "
             "the mean RTT/2 over the whole run; no percentiles")
@@ -60,13 +60,13 @@ class Qperf(Peer):
     def test(case: Case) -> str:
         return case.variant or TESTS[(case.experiment, case.transport)]
 
-    def request(self, case: Case, params: Params) -> dict:
+    def request(self, case: Case, params: PeerRun) -> dict:
         return {"tool": "qperf", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
 
     def version(self) -> Optional[str]:
         return probe_version(("qperf", "--version"), r"qperf\s+(\S+)")
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         if role == "server":   # one server per case; it forks a child for the test
             return pinned(["qperf", "--listen_port", str(port)], params.server_cpu)
         seconds = max(1, math.ceil(params.duration))
@@ -115,10 +115,10 @@ class Qperf(Peer):
         return [point(self.tool, case, statistic_note=NOTE_RDMA_BW.format(test=test) if rdma else NOTE_BW,
                       gbps=value / 1e9, **extra)]
 
-    def _raw_name(self, case: Case, params: Params) -> str:
+    def _raw_name(self, case: Case, params: PeerRun) -> str:
         return f"qperf-{self.test(case)}-{case.size(params)}B.txt" if case.variant else super()._raw_name(case, params)
 
-    def measured_count(self, p: dict, case: Case, params: Params) -> Optional[float]:
+    def measured_count(self, p: dict, case: Case, params: PeerRun) -> Optional[float]:
         """Its messages over its run (msg_rate x time); lat's msg_rate counts both directions: round trips are half."""
         if not p.get("msg_rate") or not p.get("duration_s"):
             return None

@@ -37,7 +37,7 @@ import re
 import time
 from typing import Optional
 
-from fabmeter.peers.base import (ANSI_ESCAPE, Case, Params, Peer, PeerError, Unsupported, percentile_key, pinned,
+from fabmeter.peers.base import (ANSI_ESCAPE, Case, PeerRun, Peer, PeerError, Unsupported, percentile_key, pinned,
                                  point, probe_version, us_to_ns)
 
 NOTE = ("sockperf ping-pong, blocking sockets: each sample is RTT/2; nearest-rank percentiles and the mean "
@@ -73,7 +73,7 @@ class Sockperf(Peer):
     def listens(self, case: Case) -> str:
         return case.transport
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         proto = ["--tcp"] if case.transport == "tcp" else []
         if role == "server":
             return pinned(["sockperf", "server", "-i", "127.0.0.1", "-p", str(port), *proto], params.server_cpu)
@@ -87,11 +87,11 @@ class Sockperf(Peer):
                            "--full-rtt"], params.client_cpu)
         return pinned(["sockperf", "ping-pong", *common], params.client_cpu)
 
-    def request(self, case: Case, params: Params) -> dict:
+    def request(self, case: Case, params: PeerRun) -> dict:
         return {"tool": "sockperf", "proto": case.transport,
                 "lifetime_s": math.ceil(params.duration + params.timeout_s) + RECEIVER_WAIT_S_INT}
 
-    def started(self, case: Case, params: Params, client) -> dict:
+    def started(self, case: Case, params: PeerRun, client) -> dict:
         """load with two CPUs: the receiver thread onto the server's CPU as soon as sockperf starts it."""
         if case.experiment != "load" or params.server_cpu is None or params.server_cpu == params.client_cpu:
             return {}
@@ -145,14 +145,14 @@ class Sockperf(Peer):
             p["duration_s"] = float(valid.group(1))
         return [p]
 
-    def run_case(self, case: Case, params: Params) -> list[dict]:
+    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
         points = super().run_case(case, params)
         if case.experiment == "load":
             for p in points:
                 p["offered_rps"] = params.rate
         return points
 
-    def _raw_name(self, case: Case, params: Params) -> str:
+    def _raw_name(self, case: Case, params: PeerRun) -> str:
         name = super()._raw_name(case, params)
         return name.replace(".txt", f"-{params.rate}rps.txt") if case.experiment == "load" else name
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from fabmeter.peers.base import (Case, Params, Peer, PeerError, percentile_key, point, probe_version, us_to_ns,
+from fabmeter.peers.base import (Case, PeerRun, Peer, PeerError, percentile_key, point, probe_version, us_to_ns,
                                  with_env)
 
 UCX_ENV = {"shm": {"UCX_TLS": "posix,self"}, "tcp": {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}}
@@ -39,7 +39,7 @@ class UcxPerftest(Peer):
     def version(self) -> Optional[str]:
         return probe_version(("ucx_info", "-v"), r"Version (\S+)")
 
-    def command(self, role: str, case: Case, params: Params, port: int) -> list[str]:
+    def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
         cpu = params.server_cpu if role == "server" else params.client_cpu
         argv = ["ucx_perftest"]
         if role == "client":  # the server takes the test and its parameters from the client
