@@ -30,19 +30,29 @@ struct OnewayReport {
   uint64_t received, duplicated, reordered, total, send_stamps;
 };
 
+// Transports whose device reads the payload after the post call returned
+// (transport.hpp's deferred_read).
+template <class T>
+concept ReadsAfterPost = requires(const T& t, const char** why) { t.deferred_read(0u, 0u, why); };
+
+// Whether the options leave room for t_send in a payload of `size` bytes:
+// not --time-thread off, and the stamp's bytes 8-15 inside it.
+inline bool send_stamps_asked(const Params& p, uint64_t size) {
+  return p.oneway.time_thread != "off" && size >= kSendStampEnd;
+}
+
 // Both ends: whether the payloads carry t_send (the client may still find no
 // CPU for its thread: then they carry zeros).
 template <Transport T>
 bool carries_send_stamps(const Params& p, uint64_t size) {
-  return requires(const T& t, const char** why) { t.deferred_read(0u, 0u, why); } && p.oneway.time_thread != "off" &&
-         size >= kSendStampEnd;
+  return ReadsAfterPost<T> && send_stamps_asked(p, size);
 }
 
 // Why this point has no t_send, or nullptr (it has; *src: the first payload).
 template <Transport T>
 const char* no_send_stamp(const T& t, const Params& p, uint64_t size) {
   if (p.oneway.time_thread == "off") return "--time-thread off";
-  if constexpr (!requires(const T& ct, const char** why) { ct.deferred_read(0u, 0u, why); }) {
+  if constexpr (!ReadsAfterPost<T>) {
     return "the post call copies the payload: nothing reads the send buffer after it";
   } else {
     if (size < kSendStampEnd) return "messages under 16 B have no room for the stamp (bytes 8-15)";
@@ -94,7 +104,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
       t_subm[sent] = clk.ticks();
       // After t_subm: every stamp the thread writes once it sees this payload is at least t_subm.
-      if constexpr (requires(const char** why) { t.deferred_read(0u, 0u, why); })
+      if constexpr (ReadsAfterPost<T>)
         if (tt) {
           const char* why;
           tt->publish(sent, t.deferred_read(len, flags, &why));
@@ -286,8 +296,7 @@ struct OnewayExperiment : ExperimentDefaults {
   static uint64_t report_bytes(const Params& p, const Point& pt) {
     const uint64_t total = sat_add(pt.warmup, sat_mul(p.oneway.bursts, p.oneway.burst_size));
     // A bound: the t_send array too wherever a payload may carry one.
-    const bool stamps = p.oneway.time_thread != "off" && pt.size >= kSendStampEnd;
-    return stamp_report_bytes<OnewayReport>(stamps ? sat_mul(total, 2) : total);
+    return stamp_report_bytes<OnewayReport>(send_stamps_asked(p, pt.size) ? sat_mul(total, 2) : total);
   }
   static void check_caps(const Params& p, const Caps& caps) {
     ExperimentDefaults::check_caps(p, caps);
@@ -299,7 +308,7 @@ struct OnewayExperiment : ExperimentDefaults {
     const double total = counted_warmup<OnewayExperiment, double>(p, 0) +
                          static_cast<double>(p.oneway.bursts) * static_cast<double>(p.oneway.burst_size);
     // Devices that read payloads after the post have send completions: their t_send comes back too.
-    const bool stamps = caps.send_completions && p.oneway.time_thread != "off" && p.size >= kSendStampEnd;
+    const bool stamps = caps.send_completions && send_stamps_asked(p, p.size);
     return {8 * total * (stamps ? 2 : 1),  // the receive stamps (and the payloads' t_send)
             static_cast<double>(p.oneway.bursts) * p.oneway.pause_us * 1e-6 + total * (kMinMessageNs * 1e-9 + p.gap_us * 1e-6),
             8 * total * (caps.send_completions ? 3 : 2)};  // t_subm, t_post (and t_comp)
