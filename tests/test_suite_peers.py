@@ -102,3 +102,38 @@ def test_peer_points_through_a_serve_between_two_namespaces(fm, tmp_path, token_
     assert r.returncode == 0, r.stderr
     html = (out / "report.html").read_text()
     assert "peer: sockperf" in html and "lat-udp-busy" in html
+
+
+MESH_TOOL = ('[[matrix]]\nexperiment = "mesh"\nmesh_experiment = "lat"\nmesh_tool = "sockperf"\ntransport = "udp"\n'
+             'launch = "local"\nranks = 2\nsize = 64\n')
+
+
+@pytest.mark.parametrize("text,line,words", [
+    (MESH_TOOL + "warmup = 100\n", 4, "--warmup is fabmeter's own"),
+    (MESH_TOOL.replace('mesh_experiment = "lat"', 'mesh_experiment = "bw"'), 4, "no case --experiment bw"),
+    (MESH_TOOL.replace('"sockperf"', '"netperf"'), 4, "expected one of")])
+def test_a_mesh_points_tool_is_checked_with_the_file(tmp_path, info, text, line, words):
+    if not shutil.which("sockperf"):
+        pytest.skip("sockperf not installed")
+    f = tmp_path / "s.toml"
+    f.write_text(text)
+    with pytest.raises(suite.SuiteError) as e:
+        suite.load(f, info)
+    assert e.value.line == line and words in e.value.message, (e.value.line, e.value.message)
+
+
+def test_a_mesh_point_runs_a_tool_between_its_ranks(fm, tmp_path, token_file):
+    """mesh_tool: each pair's sockperf server side started by the destination rank's serve; mesh.json says so."""
+    if not shutil.which("sockperf"):
+        pytest.skip("sockperf not installed")
+    f = tmp_path / "mt.toml"
+    f.write_text(f'name = "mt"\n{MESH_TOOL}duration = 1\ntoken_file = "{token_file}"\n')
+    out = tmp_path / "out"
+    r = fm.run("suite", f, "--out", out, timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (point,) = json.loads((out / "index.json").read_text())["points"]
+    doc = json.loads((out / point["id"] / "mesh.json").read_text())
+    assert "sockperf" in point["id"] and doc["status"] == "ok" and doc["mesh"]["tool"] == "sockperf"
+    assert [(p["tool"], p["status"], p["size"]) for p in doc["pairs"]] == [("sockperf", "ok", 64)] * 2
+    r = fm.run("suite", f, "--out", out, timeout=60)
+    assert r.returncode == 0 and "1 finished before, 0 run now" in r.stdout, r.stdout

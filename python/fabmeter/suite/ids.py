@@ -40,8 +40,9 @@ def assign(points: list, table: Options) -> None:
     `points`: (Point, keys of its table) pairs."""
     _assign_peers([(p, own) for p, own in points if p.tool], table)
     points = [(p, own) for p, own in points if not p.tool]
-    # A mesh point's own keys; its mesh_experiment is always in its id, after "mesh".
-    mesh_keys = tuple(k for k in next((p.mesh for p, _ in points if p.mesh), {}) if k != "mesh_experiment")
+    # A mesh point's own keys; its mesh_experiment (and mesh_tool) is always in its id, after "mesh".
+    mesh_keys = tuple(k for k in next((p.mesh for p, _ in points if p.mesh), {})
+                      if k not in ("mesh_experiment", "mesh_tool"))
 
     def value_of(p, key: str) -> Any:
         if key in ("cpus", "server"):
@@ -61,7 +62,8 @@ def assign(points: list, table: Options) -> None:
     order = ([k for k in mesh_keys] + [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE]
              + ["cpus", "server"])
     for p, own in points:
-        tokens = [p.experiment, *([p.mesh["mesh_experiment"]] if p.mesh else []), p.transport]
+        tokens = [p.experiment, *([p.mesh["mesh_experiment"], p.mesh["mesh_tool"] or ""] if p.mesh else []),
+                  p.transport]
         if "poll" in table:
             tokens.append(token("poll", value_of(p, "poll"), table["poll"]))
         tokens += [token(k, value_of(p, k), table.get(k))

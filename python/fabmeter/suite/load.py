@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fabmeter import slo as slo_mod
+from fabmeter.errors import FabmeterError
 from fabmeter.mesh import command as mesh_command
+from fabmeter.mesh import patterns, tool_pair
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids, peer
 from fabmeter.suite.ids import PY_KEYS
@@ -24,12 +26,13 @@ TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 # A mesh point's own keys: fabmeter mesh's options (mesh/command.py) that a suite may set, in the order point ids
-# name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh").
+# name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh";
+# --tool's mesh_tool: a table's `tool` makes peer points).
 # A suite starts its ranks itself or over ssh, never through standing serves.
 _MESH_OPTIONS = {o.name: o for o in mesh_command.OPTIONS}
-MESH_KEYS = {("mesh_" if name == "experiment" else "") + _MESH_OPTIONS[name].key: _MESH_OPTIONS[name]
-             for name in ("experiment", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port", "ssh",
-                          "remote-fabmeter", "token-file")}
+MESH_KEYS = {("mesh_" if name in ("experiment", "tool") else "") + _MESH_OPTIONS[name].key: _MESH_OPTIONS[name]
+             for name in ("experiment", "tool", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port",
+                          "ssh", "remote-fabmeter", "token-file")}
 MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
 
 
@@ -434,8 +437,11 @@ def load(path: Path, info: dict) -> Suite:
             objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
             if objectives and "slo" not in chosen:
                 used_defaults.add("slo")
-            skip = ""
-            if (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
+            skip = _check_mesh_tool(mesh, opts, lines.key("matrix", index, "mesh_tool")
+                                    or lines.key("defaults", 0, "mesh_tool")) if mesh and mesh["mesh_tool"] else ""
+            if skip:
+                pass        # the tool's reason
+            elif (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
                 skip = f"experiment '{exp}' is not built into this engine"
             elif tr in (info.get("transports_unavailable") or {}):
                 skip = f"transport '{tr}' is unavailable here: {info['transports_unavailable'][tr]}"
@@ -469,6 +475,22 @@ def load(path: Path, info: dict) -> Suite:
                              f"{by_id[p.id].line} and {p.line}); make them differ in a matrix key", p.line)
         points[config] = by_id[p.id] = p
     return Suite(name, description, path, rounds(list(points.values()), repeat), table)
+
+
+def _check_mesh_tool(mesh: dict, options: dict, line: int) -> str:
+    """A mesh point whose pairs run a peer tool (mesh_tool): a case the tool has and options it takes, else the
+    error with its line; why it is skipped ("": it is not) when the tool is not installed here."""
+    tool = peer.PEERS[mesh["mesh_tool"]]
+    if not tool.available():
+        return f"{tool.tool} is not installed here (apt-get install {tool.package})"
+    try:
+        tool_pair.case_of(tool.tool, mesh["mesh_experiment"], options)
+    except FabmeterError as e:
+        raise SuiteError(e.message.replace("mesh --tool", "mesh_tool"), line) from None
+    if mesh.get("schedule") == "slotted" or mesh.get("pattern") in patterns.SPLIT_PATTERNS:
+        raise SuiteError(f"mesh_tool does not run schedule = \"slotted\" or pattern = \"{patterns.SPLIT_PATTERNS[0]}\"",
+                         line)
+    return ""
 
 
 def _peer_points(t: dict, defaults: dict, lines: KeyLines, index: int, used_defaults: set,

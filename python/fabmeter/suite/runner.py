@@ -125,8 +125,9 @@ def is_finished(folder: Path, point: Point, table: Options) -> bool:
         doc = _read_mesh(folder) or {}
         summary = doc.get("mesh") or {}
         return (doc.get("status") == "ok" and doc.get("params") == point.options_in(folder)
-                and [summary.get(k) for k in ("experiment", "pattern", "schedule")]
-                == [point.mesh[k] or MESH_KEYS[k].default for k in ("mesh_experiment", "pattern", "schedule")])
+                and [summary.get(k) for k in ("experiment", "tool", "pattern", "schedule")]
+                == [point.mesh[k] or MESH_KEYS[k].default
+                    for k in ("mesh_experiment", "mesh_tool", "pattern", "schedule")])
     doc = _read_run(folder)
     if not doc or doc.get("status") != "ok":
         return False
