@@ -513,7 +513,7 @@ def _peer_points(t: dict, defaults: dict, lines: KeyLines, index: int, used_defa
             raise SuiteError(f"key '{key}': a value is listed twice", line)
         axes[key] = [_peer_value(key, x, line) for x in values]
     for key, value in defaults.items():
-        if key in peer.KEYS and key not in axes and key not in ("tool",):
+        if key in peer.KEYS and key not in axes:
             axes[key] = [_peer_value(key, value, lines.key("defaults", 0, key))]
             used_defaults.add(key)
     if "experiment" not in axes:
@@ -534,8 +534,10 @@ def _peer_points(t: dict, defaults: dict, lines: KeyLines, index: int, used_defa
             raise SuiteError("a peer point over shm runs both ends on this host: no 'server'",
                              lines.key("matrix", index, "server"))
         if chosen.get("token_file") is not None and server is None:
-            raise SuiteError("key 'token_file' goes with 'server' on peer points", lines.key("matrix", index,
-                                                                                              "token_file"))
+            if "token_file" in t:
+                raise SuiteError("key 'token_file' goes with 'server' on peer points",
+                                 lines.key("matrix", index, "token_file"))
+            del chosen["token_file"]      # [defaults]' secret is for the points with a server
         tool_peer = peer.PEERS[tool]
         skip = "" if tool_peer.available() else \
             f"{tool} is not installed here (apt-get install {tool_peer.package})"
