@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, one_line_error, stop_serves, veth_namespaces
+from conftest import TAG_VAR, free_port, one_line_error, stop_serves, veth_namespaces, wait_until
 from fabmeter.engine import engine_info
 from fabmeter.suite import load as suite
 from test_peers_server import strangers
@@ -137,3 +137,39 @@ def test_a_mesh_point_runs_a_tool_between_its_ranks(fm, tmp_path, token_file):
     assert [(p["tool"], p["status"], p["size"]) for p in doc["pairs"]] == [("sockperf", "ok", 64)] * 2
     r = fm.run("suite", f, "--out", out, timeout=60)
     assert r.returncode == 0 and "1 finished before, 0 run now" in r.stdout, r.stdout
+
+
+def test_sigterm_during_a_peer_point_marks_it_interrupted(fm, tmp_path):
+    if not shutil.which("sockperf"):
+        pytest.skip("sockperf not installed")
+    f = tmp_path / "si.toml"
+    f.write_text('[[matrix]]\ntool = "sockperf"\nexperiment = "lat"\ntransport = "udp"\nduration = 5\n')
+    out = tmp_path / "out"
+    proc = fm.popen("suite", f, "--out", out)
+    raw = out / "sockperf-lat-udp" / "peers-raw"
+
+    def running() -> bool:
+        index = out / "index.json"
+        return index.exists() and json.loads(index.read_text())["points"][0]["status"] == "running"
+    assert wait_until(running, 30)
+    assert wait_until(lambda: len(_tagged("sockperf", fm.tag)) == 2, 10), "sockperf's server and client never ran"
+    proc.terminate()
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    doc = json.loads((out / "sockperf-lat-udp" / "peers.json").read_text())
+    assert doc["status"] == "interrupted" and not doc["points"] and not raw.exists()
+    assert json.loads((out / "index.json").read_text())["points"][0]["status"] == "interrupted"
+    assert not _tagged("sockperf", fm.tag), "the tool outlived its point"
+
+
+def _tagged(name: str, tag: str) -> list[int]:
+    """Live processes called `name` that carry this test's tag in their environment (started by its fabmeter)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if (d.name.isdigit() and (d / "comm").read_text().strip() == name
+                    and f"{TAG_VAR}={tag}".encode() in (d / "environ").read_bytes().split(b"\0")):
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
