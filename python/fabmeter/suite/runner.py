@@ -359,9 +359,9 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
         index.doc["slo"] = {"met": not missed, "missed": [pid for pid, _ in missed]}
     index.write(status)
     counts: dict[str, int] = {}
-    for e in index.doc["points"]:
-        if e["status"] != "skipped":
-            counts[e["status"]] = counts.get(e["status"], 0) + 1
+    for p in runnable:      # a peer point the tool could not run here is counted as skipped among them
+        state = index.by_id[p.id]["status"]
+        counts[state] = counts.get(state, 0) + 1
     skipped = len(suite.points) - len(runnable)
     print(f"suite {suite.name}: {len(runnable)} points: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
           + f" ({len(done)} finished before, {ran} run now)"
