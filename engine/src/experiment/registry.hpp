@@ -20,6 +20,12 @@ struct TransportEntry {
   // A JSON object of what the transport's library says of an RDMA device's
   // port (fabric.hpp's FabricWhere::port_facts), "" if it has nothing to say.
   std::string (*port_facts)(const std::string& device, unsigned port);
+  // The server session's hooks (transport.hpp; no-ops for a transport
+  // without them): the client's options of the transport as the server
+  // rewrites them before anything opens them, and what the transport holds
+  // per connection beyond the payload buffers for messages of `size` bytes.
+  void (*server_claim)(Params& p, const ServerPlaces& at);
+  double (*queued_bytes)(const Params& p, uint64_t size);
 };
 
 // The entry of a transport, its plugin loaded if it is one; a usage error
