@@ -7,11 +7,12 @@
 //   T(const G&..., const Use&);                 // allocate; no I/O yet
 //   static Caps caps(const G&...);              // what it can do, before connecting
 //
-// and, where they apply, the server session's hooks (optional; the
-// generated unit checks their signatures when a class has them):
+// and, where they apply, the session's hooks (optional; the generated unit
+// checks their signatures when a class has them):
 //
 //   static void server_claim(G&..., const ServerPlaces&);  // below
 //   static double queued_bytes(const G&..., uint64_t size); // below
+//   static FabricPort fabric_port(const G&...);             // below
 //
 // G...: the option groups it reads beyond common (params.hpp), as its
 // fm_transport line in engine/CMakeLists.txt lists them; the registry calls
@@ -123,6 +124,14 @@ inline double ring_pair_bytes(const QueueOptions& q, uint64_t size) {
   const double s = static_cast<double>(size);
   return 2 * std::min(static_cast<double>(q.rq_depth) * s, std::max(2 * s, kRingCap));
 }
+
+// fabric_port: the RDMA device port the transport's options name, whose
+// facts each end records (fabric.hpp); without it, none is named.
+struct FabricPort {
+  std::string device;  // "" = the device holding the control connection's address
+  unsigned port = 1;
+  int gid_index = -1;  // -1 = the control address's GID
+};
 
 // A transport's buffer pools at one moment (the optional pools(), below):
 // receive buffers holding data or waiting to be reposted, and sends not yet

@@ -38,6 +38,7 @@ struct PluginDescriptor {
   std::string (*port_facts)(const std::string&, unsigned);
   void (*server_claim)(Params&, const ServerPlaces&);
   double (*queued_bytes)(const Params&, uint64_t);
+  FabricPort (*fabric_port)(const Params&);
 };
 
 // The same facts as plain data in a section of their own (kTagSection), so
@@ -64,9 +65,10 @@ inline constexpr PluginDescriptor plugin_descriptor(const char* name, Caps (*cap
                                                     Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*),
                                                     std::string (*port_facts)(const std::string&, unsigned),
                                                     void (*server_claim)(Params&, const ServerPlaces&),
-                                                    double (*queued_bytes)(const Params&, uint64_t)) {
+                                                    double (*queued_bytes)(const Params&, uint64_t),
+                                                    FabricPort (*fabric_port)(const Params&)) {
   return {kPluginAbi, sizeof(PluginDescriptor), kEngineVersion, sizeof(Params), sizeof(Ctx), sizeof(Caps),
-          sizeof(std::string), name, caps, points, port_facts, server_claim, queued_bytes};
+          sizeof(std::string), name, caps, points, port_facts, server_claim, queued_bytes, fabric_port};
 }
 
 }  // namespace fm

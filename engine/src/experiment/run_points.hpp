@@ -47,8 +47,8 @@ Caps caps_of(const Params& p) {
   return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
 }
 
-// The server session's hooks of D's transport (transport.hpp), each a no-op
-// where the class has none; one it has must take exactly its groups.
+// The session's hooks of D's transport (transport.hpp), each a no-op where
+// the class has none; one it has must take exactly its groups.
 template <class D>
 void server_claim_of(Params& p, const ServerPlaces& at) {
   using T = typename D::Type;
@@ -69,6 +69,18 @@ double queued_bytes_of(const Params& p, uint64_t size) {
     }, groups_for<D>(p));
   else
     return 0;
+}
+template <class D>
+FabricPort fabric_port_of(const Params& p) {
+  using T = typename D::Type;
+  if constexpr (requires { &T::fabric_port; })
+    return std::apply([](const auto&... g) {
+      static_assert(requires { { T::fabric_port(g...) } -> std::same_as<FabricPort>; },
+                    "FabricPort fabric_port(const G&...)");
+      return T::fabric_port(g...);
+    }, groups_for<D>(p));
+  else
+    return {};
 }
 
 // The steps of run_points that are the same for every transport (run_points.cpp).

@@ -116,7 +116,8 @@ std::string server_endpoint(const std::string& transport, const std::string& cli
 // The transports' server_claim (transport.hpp): the endpoint as
 // server_endpoint makes it, an ipc socket in the session's own directory.
 inline void claim_endpoint(const std::string& transport, MessagingOptions& m, const ServerPlaces& at) {
-  m.endpoint = server_endpoint(transport, m.endpoint, at.ctrl_addr, [&] { return at.own_dir() + "/" + transport + ".sock"; });
+  m.endpoint =
+      server_endpoint(transport, m.endpoint, at.ctrl_addr, [&] { return at.own_dir() + "/" + transport + ".sock"; });
 }
 
 // The transports' queued_bytes: the library's queues, both directions.
