@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -115,6 +116,28 @@ def test_max_memory(fm, serve):
     msg = one_line_error(r.stderr)
     assert "on the server, over its --max-memory of 8 MiB" in msg, msg
     quick_lat(fm, event)
+
+
+@pytest.mark.parametrize("transport,held_mib", [
+    ("zmq", 2 * 4 * 16),  # the library's queues: 4 messages of 16 MiB (64 MiB) each way
+    ("shm", 2 * 256),     # its two rings of --rq-depth 256 slots, each cut to 256 MiB
+])
+def test_max_memory_counts_what_the_transport_holds(fm, serve, transport, held_mib):
+    """The estimate adds the transport's own rings or queues (its queued_bytes) to what tcp needs."""
+    options = json.loads(subprocess.run([str(ENGINE), "options"], capture_output=True, text=True, timeout=10,
+                                        check=True).stdout)
+    if transport not in options["transports"]:
+        pytest.skip(f"the engine was built without {transport}")
+    _, event = serve("--max-memory", "1M")
+
+    def needs(t: str) -> int:
+        r = fm.run("lat", "-t", t, "-s", "16M", "-n", "10", "--server", addr(event), timeout=60)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        m = re.search(r"this plan needs about (\d+) MiB on the server", one_line_error(r.stderr))
+        assert m, r.stderr
+        return int(m.group(1))
+
+    assert abs(needs(transport) - needs("tcp") - held_mib) <= 1  # each figure rounded up to a MiB
 
 
 def test_max_duration_refuses_a_stated_run(fm, serve):

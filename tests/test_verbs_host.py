@@ -40,29 +40,45 @@ def test_no_device_cli(fm, no_device):
     assert "no RDMA device" in line and "rdma/guest" in line and "Soft-RoCE" in line, line
 
 
-@pytest.mark.parametrize("service", ["rc", "uc", "ud"])
-def test_no_device_engine(fm, no_device, verbs_engine, service):
-    # The engine alone, server and client: both fail with the same clear
-    # reason, the client's run ends with a failed "end" line.
-    server = subprocess.Popen([str(verbs_engine), "serve", "--bind", "127.0.0.1", "--port", "0", "--once"],
+def engine_pair(fm, engine, *args) -> tuple[subprocess.CompletedProcess, str, int]:
+    """The engine alone, server (one session) and client: the client's run, the server's stderr and exit code."""
+    server = subprocess.Popen([str(engine), "serve", "--bind", "127.0.0.1", "--port", "0", "--once"],
                               env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     try:
         port = json.loads(server.stdout.readline())["port"]
-        r = subprocess.run([str(verbs_engine), "run", "lat", "--server", f"127.0.0.1:{port}", "-t", "verbs",
-                            "--service", service, "-n", "10"], capture_output=True, text=True, timeout=60,
-                           env=fm.env)
+        r = subprocess.run([str(engine), "run", "lat", "--server", f"127.0.0.1:{port}", "-t", "verbs", *args],
+                           capture_output=True, text=True, timeout=60, env=fm.env)
         server_err = server.communicate(timeout=30)[1]
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
+    return r, server_err, server.returncode
+
+
+@pytest.mark.parametrize("service", ["rc", "uc", "ud"])
+def test_no_device_engine(fm, no_device, verbs_engine, service):
+    # Both ends fail with the same clear reason, the client's run ends with a failed "end" line.
+    r, server_err, server_rc = engine_pair(fm, verbs_engine, "--service", service, "-n", "10")
     assert r.returncode == 3, (r.returncode, r.stderr)
     end = [o for o in json_lines(r.stdout) if o.get("type") == "end"]
     assert end and end[-1]["status"] == "failed"
     assert "no RDMA device" in end[-1]["message"] and "rdma/guest" in end[-1]["message"]
     assert "no RDMA device" in server_err
-    assert server.returncode == 3
+    assert server_rc == 3
+
+
+def test_named_port_in_both_ends_fabric(fm, no_device, verbs_engine):
+    # --device, --port and --gid-index name the port whose facts each end
+    # records before connecting (the transport's fabric_port), device or not.
+    r, _, _ = engine_pair(fm, verbs_engine, "--cm", "raw", "--device", "mlx5_9", "--port", "2", "--gid-index", "3",
+                          "-n", "10")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    (start,) = [o for o in json_lines(r.stdout) if o.get("type") == "start"]
+    for env in (start["env"], start["server_env"]):
+        rdma = env["fabric"]["rdma"]
+        assert (rdma["device"], rdma["port"], rdma["gid_index"]) == ("mlx5_9", 2, 3), rdma
 
 
 @pytest.mark.parametrize("args, says", [

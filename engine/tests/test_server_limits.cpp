@@ -60,3 +60,20 @@ TEST(ServerLimits, ServerNamesItsEndpoints) {
   EXPECT_THROW(fm::msg::server_endpoint("zmq", "tcp://10.0.0.2:22", "10.0.0.2", mine), fm::Error);
   EXPECT_THROW(fm::msg::server_endpoint("zmq", "tcp://10.0.0.3:5555", "10.0.0.2", mine), fm::Error);
 }
+
+TEST(ServerLimits, MessagingClaimPutsIpcInTheSessionsDirectory) {
+  int made = 0;
+  const fm::ServerPlaces at{"10.0.0.2", [&] {
+                              ++made;
+                              return std::string("/srv/own");
+                            }};
+  fm::MessagingOptions m;
+  m.endpoint = "tcp://*:*";
+  fm::msg::claim_endpoint("nng", m, at);
+  EXPECT_EQ(m.endpoint, "tcp://10.0.0.2:0");
+  EXPECT_EQ(made, 0);  // no directory for a tcp endpoint
+  m.endpoint = "ipc://";
+  fm::msg::claim_endpoint("nng", m, at);
+  EXPECT_EQ(m.endpoint, "ipc:///srv/own/nng.sock");
+  EXPECT_EQ(made, 1);
+}

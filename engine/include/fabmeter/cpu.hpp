@@ -1,5 +1,7 @@
 // CPU placement and the environment a result is recorded with.
 #pragma once
+#include <sched.h>
+
 #include <string>
 #include <vector>
 
@@ -9,6 +11,8 @@
 
 namespace fm {
 
+// The CPUs in a set, in ascending order.
+std::vector<int> cpu_list(const cpu_set_t& set);
 // Pins the calling thread; usage error if the CPU does not exist or is not allowed.
 void pin_to_cpu(int cpu);
 // The CPUs this process may run on, as it started: before pin_to_cpu

@@ -7,15 +7,24 @@
 //   T(const G&..., const Use&);                 // allocate; no I/O yet
 //   static Caps caps(const G&...);              // what it can do, before connecting
 //
+// and, where they apply, the session's hooks (optional; the generated unit
+// checks their signatures when a class has them):
+//
+//   static void server_claim(G&..., const ServerPlaces&);  // below
+//   static double queued_bytes(const G&..., uint64_t size); // below
+//   static FabricPort fabric_port(const G&...);             // below
+//
 // G...: the option groups it reads beyond common (params.hpp), as its
 // fm_transport line in engine/CMakeLists.txt lists them; the registry calls
-// both with exactly those. A transport never sees the whole Params: what the
+// each with exactly those. A transport never sees the whole Params: what the
 // experiment asks of it is in Use. connect() then exchanges addresses over
 // the control channel.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,6 +101,36 @@ struct RecvMsg {
   uint32_t len;
   uint32_t imm;
   uint64_t slot;              // transport's own bookkeeping for release()
+};
+
+// What a server session offers a transport's server_claim, which rewrites
+// the client's options of the transport before anything opens them, so that
+// every path and address the server uses is one the server named: the
+// address the client reached the server at, and a directory of the
+// session's own (mode 0711, so clients of other users reach sockets in it;
+// made at the first call, removed with the session).
+struct ServerPlaces {
+  std::string ctrl_addr;
+  std::function<std::string()> own_dir;
+};
+
+// queued_bytes: what a transport holds beyond the payload buffers, per
+// connection, for messages of `size` bytes (the server's --max-memory
+// estimate); without it, nothing. A transport with a receive and a send ring
+// of --rq-depth slots, which it cuts to about kRingCap bytes for big
+// messages (shm, verbs, ofi), holds ring_pair_bytes.
+constexpr double kRingCap = 256.0 * (1 << 20);
+inline double ring_pair_bytes(const QueueOptions& q, uint64_t size) {
+  const double s = static_cast<double>(size);
+  return 2 * std::min(static_cast<double>(q.rq_depth) * s, std::max(2 * s, kRingCap));
+}
+
+// fabric_port: the RDMA device port the transport's options name, whose
+// facts each end records (fabric.hpp); without it, none is named.
+struct FabricPort {
+  std::string device;  // "" = the device holding the control connection's address
+  unsigned port = 1;
+  int gid_index = -1;  // -1 = the control address's GID
 };
 
 // A transport's buffer pools at one moment (the optional pools(), below):

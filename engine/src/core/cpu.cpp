@@ -13,15 +13,18 @@
 
 namespace fm {
 
+std::vector<int> cpu_list(const cpu_set_t& set) {
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
 const std::vector<int>& usable_cpus() {
   static const std::vector<int> cpus = [] {
-    std::vector<int> out;
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-      for (int c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &set)) out.push_back(c);
-    return out;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? cpu_list(set) : std::vector<int>{};
   }();
   return cpus;
 }

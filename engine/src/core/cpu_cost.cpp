@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 
+#include "fabmeter/cpu.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
 
@@ -79,10 +80,7 @@ std::vector<int> pinned_cpus() {
   if (sched_getaffinity(0, sizeof set, &set) != 0) return {};
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (CPU_COUNT(&set) >= online) return {};
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
+  return cpu_list(set);
 }
 
 namespace {

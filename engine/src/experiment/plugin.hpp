@@ -24,7 +24,7 @@
 
 namespace fm {
 
-constexpr uint32_t kPluginAbi = 2;
+constexpr uint32_t kPluginAbi = 3;
 constexpr const char* kPluginSymbol = "fabmeter_transport_plugin";
 
 struct PluginDescriptor {
@@ -36,6 +36,9 @@ struct PluginDescriptor {
   Caps (*caps)(const Params&);
   Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*);
   std::string (*port_facts)(const std::string&, unsigned);
+  void (*server_claim)(Params&, const ServerPlaces&);
+  double (*queued_bytes)(const Params&, uint64_t);
+  FabricPort (*fabric_port)(const Params&);
 };
 
 // The same facts as plain data in a section of their own (kTagSection), so
@@ -60,9 +63,12 @@ constexpr PluginTag plugin_tag(const char* name) {
 // What a plugin built now would say, but for its name and functions.
 inline constexpr PluginDescriptor plugin_descriptor(const char* name, Caps (*caps)(const Params&),
                                                     Status (*points)(const Params&, Ctx&, const std::string&, JsonObj*),
-                                                    std::string (*port_facts)(const std::string&, unsigned)) {
+                                                    std::string (*port_facts)(const std::string&, unsigned),
+                                                    void (*server_claim)(Params&, const ServerPlaces&),
+                                                    double (*queued_bytes)(const Params&, uint64_t),
+                                                    FabricPort (*fabric_port)(const Params&)) {
   return {kPluginAbi, sizeof(PluginDescriptor), kEngineVersion, sizeof(Params), sizeof(Ctx), sizeof(Caps),
-          sizeof(std::string), name, caps, points, port_facts};
+          sizeof(std::string), name, caps, points, port_facts, server_claim, queued_bytes, fabric_port};
 }
 
 }  // namespace fm

@@ -35,17 +35,22 @@
 namespace fm {
 namespace {
 
-#define FM_TRANSPORT(name, cls, groups) std::string name##_port_facts(const std::string& device, unsigned port);
+#define FM_TRANSPORT(name, cls, groups)                                    \
+  std::string name##_port_facts(const std::string& device, unsigned port); \
+  void name##_server_claim(Params& p, const ServerPlaces& at);             \
+  double name##_queued_bytes(const Params& p, uint64_t size);              \
+  FabricPort name##_fabric_port(const Params& p);
 #define FM_TRANSPORT_PLUGIN(name, groups, libs)
 #define FM_TRANSPORT_ABSENT(name, groups, why)
 }  // namespace
 #include "fabmeter/transports.def"
 namespace {
 #undef FM_TRANSPORT
-#define FM_TRANSPORT(name, cls, groups) {#name, name##_caps, name##_points, name##_port_facts},
+#define FM_TRANSPORT(name, cls, groups) \
+  {#name, name##_caps, name##_points, name##_port_facts, name##_server_claim, name##_queued_bytes, name##_fabric_port},
 constexpr TransportEntry kBuiltIn[] = {
 #include "fabmeter/transports.def"
-    {nullptr, nullptr, nullptr, nullptr}};
+    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
 #undef FM_TRANSPORT
 #undef FM_TRANSPORT_PLUGIN
 #undef FM_TRANSPORT_ABSENT
@@ -246,12 +251,14 @@ std::string load(const PluginName& plugin, TransportEntry* entry) {
     if (d->engine_version) std::strncpy(t.engine_version, d->engine_version, sizeof t.engine_version - 1);
     if (d->name) std::strncpy(t.name, d->name, sizeof t.name - 1);
     why = tag_differs(t, plugin.name);
-    if (why.empty() && (!d->caps || !d->points || !d->port_facts)) why = "its descriptor has no entry functions";
+    if (why.empty() &&
+        (!d->caps || !d->points || !d->port_facts || !d->server_claim || !d->queued_bytes || !d->fabric_port))
+      why = "its descriptor has no entry functions";
   }
   // A refused plugin stays mapped: its libraries' constructors have run and
   // may have registered what an unload would leave dangling.
   if (!why.empty()) return path + ": refused: " + why;
-  *entry = {plugin.name, d->caps, d->points, d->port_facts};
+  *entry = {plugin.name, d->caps, d->points, d->port_facts, d->server_claim, d->queued_bytes, d->fabric_port};
   return "";
 }
 

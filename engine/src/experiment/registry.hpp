@@ -20,6 +20,14 @@ struct TransportEntry {
   // A JSON object of what the transport's library says of an RDMA device's
   // port (fabric.hpp's FabricWhere::port_facts), "" if it has nothing to say.
   std::string (*port_facts)(const std::string& device, unsigned port);
+  // The session's hooks (transport.hpp; no-ops for a transport without
+  // them): the client's options of the transport as the server rewrites
+  // them before anything opens them, what the transport holds per
+  // connection beyond the payload buffers for messages of `size` bytes, and
+  // the RDMA port its options name (the fabric facts).
+  void (*server_claim)(Params& p, const ServerPlaces& at);
+  double (*queued_bytes)(const Params& p, uint64_t size);
+  FabricPort (*fabric_port)(const Params& p);
 };
 
 // The entry of a transport, its plugin loaded if it is one; a usage error

@@ -30,20 +30,57 @@ struct TransportDef {
 };
 
 // The groups of p that D's transport reads, in OptionGroups order: the
-// arguments of its caps() and, before a Use, of its constructor.
-template <class D, class... G>
-auto groups_for(const Params& p, std::tuple<G...>*) {
+// arguments of its caps() and, before a Use, of its constructor (const, from
+// a const p; server_claim's from a mutable p).
+template <class D, class P, class... G>
+auto groups_for(P& p, std::tuple<G...>*) {
   return std::tuple_cat([&]() {
-    if constexpr (in_list(D::kGroups, G::kGroup)) return std::tuple<const G&>(group_of<G>(p));
+    if constexpr (in_list(D::kGroups, G::kGroup)) return std::tuple<decltype(group_of<G>(p))>(group_of<G>(p));
     else return std::tuple<>();
   }()...);
 }
-template <class D>
-auto groups_for(const Params& p) { return groups_for<D>(p, static_cast<OptionGroups*>(nullptr)); }
+template <class D, class P>
+auto groups_for(P& p) { return groups_for<D>(p, static_cast<OptionGroups*>(nullptr)); }
 
 template <class D>
 Caps caps_of(const Params& p) {
   return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
+}
+
+// The session's hooks of D's transport (transport.hpp), each a no-op where
+// the class has none; one it has must take exactly its groups.
+template <class D>
+void server_claim_of(Params& p, const ServerPlaces& at) {
+  using T = typename D::Type;
+  if constexpr (requires { &T::server_claim; })
+    std::apply([&](auto&... g) {
+      static_assert(requires { T::server_claim(g..., at); }, "server_claim(G&..., const ServerPlaces&)");
+      T::server_claim(g..., at);
+    }, groups_for<D>(p));
+}
+template <class D>
+double queued_bytes_of(const Params& p, uint64_t size) {
+  using T = typename D::Type;
+  if constexpr (requires { &T::queued_bytes; })
+    return std::apply([&](const auto&... g) {
+      static_assert(requires { { T::queued_bytes(g..., size) } -> std::same_as<double>; },
+                    "double queued_bytes(const G&..., uint64_t size)");
+      return T::queued_bytes(g..., size);
+    }, groups_for<D>(p));
+  else
+    return 0;
+}
+template <class D>
+FabricPort fabric_port_of(const Params& p) {
+  using T = typename D::Type;
+  if constexpr (requires { &T::fabric_port; })
+    return std::apply([](const auto&... g) {
+      static_assert(requires { { T::fabric_port(g...) } -> std::same_as<FabricPort>; },
+                    "FabricPort fabric_port(const G&...)");
+      return T::fabric_port(g...);
+    }, groups_for<D>(p));
+  else
+    return {};
 }
 
 // The steps of run_points that are the same for every transport (run_points.cpp).

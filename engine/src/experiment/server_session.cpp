@@ -24,14 +24,10 @@
 #include "fabmeter/signals.hpp"
 #include "fabmeter/stats.hpp"
 #include "fabmeter/trace.hpp"
-#include "transport/msg/messaging.hpp"
 
 namespace fm {
 
 namespace {
-
-// shm, verbs and ofi cut their rings to about this many bytes per direction for big messages.
-constexpr double kRingCap = 256.0 * (1 << 20);
 
 volatile std::sig_atomic_t g_overtime = 0;
 void on_watchdog(int) {
@@ -45,16 +41,10 @@ std::string mib(double bytes) {
   return buf;
 }
 
-// Whether the transport reads an option group (its registry line says so).
-bool reads(const std::string& transport, std::string_view group) {
-  for (const TransportDecl& t : declared_transports())
-    if (transport == t.name) return in_list(t.groups, group);
-  return false;
-}
-
 // One session's own names on the server: a 0700 data subdirectory (a file
-// sink writes there) and a 0711 directory for its ipc socket. The client's
-// --sink file:PATH and --endpoint ipc://... are replaced by these before
+// sink writes there) and a 0711 directory for its transport's sockets (the
+// transport's server_claim). The client's --sink file:PATH and what the
+// transport claims (--endpoint ipc://...) are replaced by these before
 // anything opens them. Both are removed at the end of the session.
 class SessionFiles {
  public:
@@ -67,9 +57,8 @@ class SessionFiles {
 
   void claim(Params& p, const Ctrl& ctrl) {
     if (experiment_for(p.experiment).writes_file(p)) p.stream.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
-    p.messaging.endpoint = msg::server_endpoint(p.transport, p.messaging.endpoint, ctrl.local_addr(), [&] {
-      return make(ipc_, session_ipc_dir(o_, getpid()), 0711) + "/" + p.transport + ".sock";
-    });
+    const ServerPlaces at{ctrl.local_addr(), [&] { return make(ipc_, session_ipc_dir(o_, getpid()), 0711); }};
+    entry_for(p.transport).server_claim(p, at);
   }
 
  private:
@@ -276,13 +265,12 @@ ServerCost server_cost(const Params& p, const Caps& caps) {
   // In double: a client's numbers may be anything up to 2^64, and an
   // estimate must not wrap around to something small.
   const ExperimentEntry& experiment = experiment_for(p.experiment);
+  const TransportEntry& transport = entry_for(p.transport);
   ServerCost cost{0, 0};
   for (const Point& pt : experiment.plan(p, caps)) {
     const double size = static_cast<double>(pt.largest());
-    double bytes = 4 * size;  // payload buffers, a socket transport's receive buffer
-    if (reads(p.transport, QueueOptions::kGroup))  // receive and send rings
-      bytes += 2 * std::min(static_cast<double>(p.queue.rq_depth) * size, std::max(2 * size, kRingCap));
-    if (reads(p.transport, MessagingOptions::kGroup)) bytes += 2 * msg::queue_depth(pt.largest()) * size;  // the library's queues
+    // Payload buffers, a socket transport's receive buffer, and the transport's rings or queues.
+    double bytes = 4 * size + transport.queued_bytes(p, pt.largest());
     bytes *= experiment.connections(p);
     const PointCost own = experiment.cost(p, caps, pt);
     cost.memory_bytes = std::max(cost.memory_bytes, bytes + own.memory_bytes);

@@ -43,8 +43,9 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
 }
 
 FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu) {
-  return {ctrl.local_addr(), p.transport, p.verbs.device, p.verbs.port, p.verbs.gid_index, cpu,
-          entry_for(p.transport).port_facts};
+  const TransportEntry& transport = entry_for(p.transport);
+  const FabricPort at = transport.fabric_port(p);
+  return {ctrl.local_addr(), p.transport, at.device, at.port, at.gid_index, cpu, transport.port_facts};
 }
 
 std::string seconds(double s) {

@@ -124,8 +124,8 @@ class IoThreads {
     }
     peer_ = nlohmann::json::object();
     try {
-      peer_["cpus"] = cpu_list(peer.at("cpus"));
-      peer_["busy_cpus"] = cpu_list(peer.at("busy_cpus"));
+      peer_["cpus"] = peer_cpus(peer.at("cpus"));
+      peer_["busy_cpus"] = peer_cpus(peer.at("busy_cpus"));
       peer_["threads"] = peer.at("threads").get<uint32_t>();
       peer_["thread_ids"] = peer.at("thread_ids").get<std::vector<uint32_t>>();
       peer_["shares_busy_cpu"] = peer.at("shares_busy_cpu").get<bool>();
@@ -155,13 +155,11 @@ class IoThreads {
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) return c;
-    return -1;
+    return cpu_list(set).front();
   }
 
   // A list of CPU numbers from the peer, each one that can exist.
-  std::vector<int> cpu_list(const nlohmann::json& j) const {
+  std::vector<int> peer_cpus(const nlohmann::json& j) const {
     auto v = j.get<std::vector<int>>();
     if (v.size() > CPU_SETSIZE) runtime_error(transport_ + ": the peer names more CPUs than a machine has");
     for (int c : v)
@@ -183,13 +181,9 @@ class IoThreads {
       CPU_OR(&all, &all, &set);
       ids.push_back(static_cast<uint32_t>(t));
     }
-    std::vector<int> cpus;
+    const std::vector<int> cpus = cpu_list(all);
     bool shares = false;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (!CPU_ISSET(c, &all)) continue;
-      cpus.push_back(c);
-      shares = shares || std::find(busy_.begin(), busy_.end(), c) != busy_.end();
-    }
+    for (int c : cpus) shares = shares || std::find(busy_.begin(), busy_.end(), c) != busy_.end();
     return {{"cpus", cpus}, {"busy_cpus", busy_}, {"threads", ids.size()}, {"thread_ids", ids},
             {"shares_busy_cpu", shares}};
   }

@@ -113,6 +113,16 @@ std::string server_endpoint(const std::string& transport, const std::string& cli
   return e.url();
 }
 
+// The transports' server_claim (transport.hpp): the endpoint as
+// server_endpoint makes it, an ipc socket in the session's own directory.
+inline void claim_endpoint(const std::string& transport, MessagingOptions& m, const ServerPlaces& at) {
+  m.endpoint =
+      server_endpoint(transport, m.endpoint, at.ctrl_addr, [&] { return at.own_dir() + "/" + transport + ".sock"; });
+}
+
+// The transports' queued_bytes: the library's queues, both directions.
+inline double queued_bytes(uint64_t size) { return 2.0 * queue_depth(size) * static_cast<double>(size); }
+
 // After the server bound its ipc socket: connectable by a client of another
 // user (the directory above it is 0711 and named by mkdtemp).
 inline void share_ipc_socket(const Endpoint& e) {

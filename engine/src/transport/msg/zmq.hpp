@@ -31,6 +31,9 @@ class ZmqTransport {
             .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("zmq", m.endpoint),
             .one_connection = msg::one_connection("zmq", m.endpoint)};
   }
+  // The server names the endpoint (messaging.hpp's server_endpoint).
+  static void server_claim(MessagingOptions& m, const ServerPlaces& at) { msg::claim_endpoint("zmq", m, at); }
+  static double queued_bytes(const MessagingOptions&, uint64_t size) { return msg::queued_bytes(size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does.

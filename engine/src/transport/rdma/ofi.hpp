@@ -42,6 +42,9 @@ class OfiTransport {
 
   // Asks the provider (fi_getinfo, cached) and refuses what it cannot do.
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const OfiOptions& o);
+  static double queued_bytes(const QueueOptions& q, const RdmaOptions&, const OfiOptions&, uint64_t size) {
+    return ring_pair_bytes(q, size);
+  }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does, and fi_mr_reg on the domain (nullptr with errno set when refused).

@@ -112,6 +112,12 @@ class VerbsTransport {
   // Refuses impossible knob combinations (usage errors); works without any
   // RDMA device (connect then says there is none).
   static Caps caps(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v);
+  static double queued_bytes(const QueueOptions& q, const RdmaOptions&, const VerbsOptions&, uint64_t size) {
+    return ring_pair_bytes(q, size);
+  }
+  static FabricPort fabric_port(const QueueOptions&, const RdmaOptions&, const VerbsOptions& v) {
+    return {v.device, v.port, v.gid_index};
+  }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // The port's active and largest MTU (bytes) and its device's hardware

@@ -51,6 +51,7 @@ class ShmTransport {
     return {.max_msg_size = 64ull << 20, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = true};
   }
+  static double queued_bytes(const QueueOptions& q, uint64_t size) { return ring_pair_bytes(q, size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does.
