@@ -179,11 +179,12 @@ def test_shipped_suites_are_valid(info):
     assert {8, 32768} <= sizes
     homa = names["homa-load"].points
     assert {p.options["workload"] for p in homa} == {"w1", "w2", "w3", "w4", "w5"}
-    assert all(p.experiment == "load" and p.options["load"] == [0.2, 0.5, 0.8] for p in homa)
+    assert all(p.experiment == "load" and p.options["of_capacity"] == [0.2, 0.5, 0.8] for p in homa)
     pools = {(p.transport, p.options.get("rq_depth"), p.options.get("sq_depth")) for p in names["ramcloud-load"].points}
     assert {("verbs", 24, 8), ("verbs", 24, 32), ("verbs", 24, 64), ("verbs", 48, 8)} <= pools
     ramcloud = names["ramcloud-load"].points
-    assert all(max(p.options["load"]) == 2.0 for p in ramcloud if "load" in p.options)   # through the knee to 2x
+    # through the knee to 2x
+    assert all(max(p.options["of_capacity"]) == 2.0 for p in ramcloud if "of_capacity" in p.options)
     closed = {p.transport: p.options["clients"] for p in ramcloud if "clients" in p.options}
     assert set(closed) == {"verbs", "tcp"} and all(c[0] == 1 and c[-1] == 40 for c in closed.values()), closed
 
@@ -199,7 +200,7 @@ def test_load_suites_run_a_point(name, info, engine, tmp_path):
     out = tmp_path / name
     assert run_suite(s, out, str(engine), None, None) == 0
     points = _run_doc(out / point.id)["points"]
-    assert [p["phase"] for p in points] == ["capacity"] + ["open loop"] * len(point.options["load"])
+    assert [p["phase"] for p in points] == ["capacity"] + ["open loop"] * len(point.options["of_capacity"])
     assert all(p["slowdown"] and p["server"]["completions_per_poll"] for p in points[1:])
 
 
