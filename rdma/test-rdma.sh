@@ -42,6 +42,9 @@ done
 [[ $ROUNDS =~ ^[0-9]{1,2}$ ]] || { echo "test-rdma: --rounds wants 0..99, got '$ROUNDS'" >&2; exit 2; }
 ROUNDS=$((10#$ROUNDS))
 ((ROUNDS > 0 || !COMPARE_ONLY)) || { echo "test-rdma: --compare-only and --control want at least one round" >&2; exit 2; }
+STREAM_COUNT=${FM_STREAM_COUNT:-suite}
+[[ $STREAM_COUNT == suite || $STREAM_COUNT =~ ^[1-9][0-9]{0,8}$ ]] ||
+  { echo "test-rdma: FM_STREAM_COUNT wants 'suite' or a count of samples, got '$STREAM_COUNT'" >&2; exit 2; }
 
 skip() {
   echo "test-rdma: skipped: $*"
@@ -73,10 +76,19 @@ rm -rf "$OUT"
 mkdir -p "$OUT/raw"
 [[ -z $FABTESTS_SKIPPED ]] || echo "$FABTESTS_SKIPPED" >"$OUT/raw/_fabtests_skipped"
 [[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
+# thesis-stream's verbs rows at FM_STREAM_COUNT samples a point: the suite's
+# own 250 000 unless told (about 17 hours of messages at its rates), e.g.
+# FM_STREAM_COUNT=1000 for a run of minutes; the guest's timeout grows with them.
+STREAM_S=0
+if ((!COMPARE_ONLY)) && [[ -x $REPO/.venv/bin/python ]]; then
+  STREAM_S=$(FABMETER_ENGINE=$ENGINE "$REPO/.venv/bin/python" "$HERE/suite_rows.py" "$REPO/suites/thesis-stream.toml" verbs \
+    $([[ $STREAM_COUNT == suite ]] || echo "$STREAM_COUNT") | awk -F'\t' '{s += $2} END {print s + 0}')
+  echo "test-rdma: thesis-stream's verbs rows at $([[ $STREAM_COUNT == suite ]] && echo "the suite's count of" || echo "$STREAM_COUNT") samples a point: $((STREAM_S / 60)) min of messages"
+fi
 rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
-FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout 1500 --log "$OUT/console.log" -- \
-  FM_CMP_ROUNDS=$ROUNDS FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
+FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout $((1500 + 2 * STREAM_S)) --log "$OUT/console.log" -- \
+  FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then

@@ -5,6 +5,7 @@ perftest prints (read and atomics not halved)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from conftest import REPO, script_module
@@ -213,8 +214,8 @@ def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
 
 def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
     """--rounds takes 0..99 (0: no comparison, as CI runs it); --compare-only
-    or --control with no round is refused, as is an unknown option. Both in one line with exit 2, before the guest
-    is built (the checks come first, so this takes no time)."""
+    or --control with no round is refused, as is an unknown option, and an FM_STREAM_COUNT that is neither
+    `suite` nor a count. Each in one line with exit 2, before the guest is built (the checks come first, so this takes no time)."""
     def run(*args):
         return subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh"), *args], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL)
@@ -225,6 +226,12 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
         r = run(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "guest" not in r.stdout
+    for count in ("0", "x", "1e3", "suite1"):
+        r = subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh")], capture_output=True, text=True, timeout=30,
+                           stdin=subprocess.DEVNULL, env={**os.environ, "FM_STREAM_COUNT": count})
+        assert r.returncode == 2, (count, r.stdout, r.stderr)
+        assert "FM_STREAM_COUNT wants" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "guest" not in r.stdout
 
 
@@ -410,3 +417,21 @@ def test_t_send_is_checked_inside_its_stamps_and_absent_for_inline(tmp_path):
     assert m.check_t_send(str(tmp_path), "x-tsend", cmd, beaten, {}) == [], "judged over all cases by main()"
     (tmp_path / "_nproc").write_text("2\n")
     assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}) == []
+
+
+def test_suite_rows_keep_the_suites_count_and_say_how_long_its_messages_take():
+    """thesis-stream's three verbs rows, each with the seconds its messages take at its rates (count samples of
+    every values at each rate): the suite's own 250 000 unless a count replaces it, which test-rdma.sh sizes the
+    guest's timeout by."""
+    def rows(*count):
+        r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), str(REPO / "rdma" / "suite_rows.py"),
+                            str(REPO / "suites" / "thesis-stream.toml"), "verbs", *count],
+                           capture_output=True, text=True, timeout=60, check=True)
+        return [line.split("\t") for line in r.stdout.splitlines()]
+
+    full, short = rows(), rows("1000")
+    assert [r[0] for r in full] == [r[0] for r in short] and len(full) == 3
+    per_values = sum(1 / rate for rate in (100, 1000, 2500, 10000, 25000, 100000))
+    for (_, seconds, args), (_, short_seconds, short_args) in zip(full, short):
+        assert "--count 250000" in args and "--count 1000" in short_args
+        assert int(seconds) == round(250000 * per_values * 7) and int(short_seconds) == round(1000 * per_values * 7)

@@ -101,11 +101,20 @@ PAPER_VERBS = {("lat", s, False, 8 * K * K, 236, None, None, None) for s in ("rc
        for b in (False, True)}
 # sockets (Tables 5-8): (experiment, transport, max_size)
 PAPER_SOCKETS = {("lat", "udp", 32 * K), ("lat", "tcp", 32 * K), ("bw", "udp", 32 * K)}
+# the paper's own tools (tool, test, transport, size, iters or seconds): ib_send_lat RC at 1000 iterations
+# (Tables 2-3), qperf udp_lat and tcp_lat at its 2 s (Tables 6 and 8), every power of two from 4 B
+PAPER_TOOLS = {("perftest", "ib_send_lat", "verbs", s, 1000) for s in POW2(4, 8 * K * K)} \
+    | {("qperf", None, t, s, 2) for t in ("udp", "tcp") for s in POW2(4, 32 * K)}
 
 
 def test_paper_lat_bw_matches_the_paper(info):
-    got_verbs, got_sockets = set(), set()
+    got_verbs, got_sockets, got_tools = set(), set(), set()
     for p, q in points(info, "paper-lat-bw"):
+        if p.tool:
+            assert q["experiment"] == "lat", p.id
+            got_tools.add((p.tool, q["tests"], p.transport, q["size"],
+                           q["iters"] if p.tool == "perftest" else q["duration"]))
+            continue
         assert q["all"] is True                     # 1 B .. max_size: the paper's 4 B .. max_size within
         if p.transport == "verbs":
             assert (q["mtu"], q["cm"], q["iters"]) == (4096, "raw", 1000), p.id
@@ -117,6 +126,7 @@ def test_paper_lat_bw_matches_the_paper(info):
             got_sockets.add((q["experiment"], p.transport, q["max_size"]))
     assert got_verbs == PAPER_VERBS
     assert PAPER_SOCKETS <= got_sockets
+    assert got_tools == PAPER_TOOLS
 
 
 # --- the uDAPL study ----------------------------------------------------------

@@ -20,8 +20,9 @@ from fabmeter import command_options, envinfo
 from fabmeter.command_options import CommandOption
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.mesh import outliers, output, patterns, rendezvous
+from fabmeter.mesh import outliers, output, patterns, rendezvous, tool_pair
 from fabmeter.mesh import run as mesh_run
+from fabmeter.peers.registry import PEERS
 from fabmeter.options import PY_ONLY, Options
 from fabmeter.results import now_iso, out_folder, write_json
 
@@ -53,6 +54,11 @@ OPTIONS = (
     CommandOption("rank", "this host's rank (default: from mpirun's, PMIx's, PMI's or Slurm's environment)",
                   metavar="R", type=int),
     EXPERIMENT,
+    CommandOption("tool", "every pair runs this established tool's case for --experiment (lat, bw or load) and -t "
+                          "instead of fabmeter's engines, as `fabmeter peers` runs it, with --size, --iters, "
+                          "--duration and --rate: the client on the source rank, the server side started by the "
+                          "destination rank's serve from its allow-list (needs a token; not with --launch serve)",
+                  choices=tuple(PEERS)),
     CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
                   default="all-to-all", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS),
@@ -196,6 +202,20 @@ def _rank(ns: argparse.Namespace, hosts: list[str]) -> Optional[int]:
     return rank
 
 
+def _check_tool(ns: argparse.Namespace, given: dict, hosts: list[str]) -> None:
+    """--tool: a case the tool has, knobs it takes, and a server side a rank's serve can start; else exit 2."""
+    if ns.launch == "serve":
+        raise FabmeterError("mesh: --tool runs the tool's client on the source host: run ranks (--rank, mpirun, "
+                            "--launch ssh|local), not --launch serve", EXIT_USAGE)
+    if ns.schedule == "slotted" or ns.pattern in patterns.SPLIT_PATTERNS:
+        raise FabmeterError(f"mesh: --tool does not run --schedule slotted or --pattern {patterns.SPLIT_PATTERNS[0]} "
+                            "(fabmeter's own stream and load do)", EXIT_USAGE)
+    if not rendezvous.read_token(ns.token_file, dict(os.environ)):
+        raise FabmeterError("mesh: --tool needs a token (FABMETER_TOKEN or --token-file): a serve starts tools only "
+                            "for authenticated clients", EXIT_USAGE)
+    tool_pair.case_of(ns.tool, ns.experiment, given)
+
+
 def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = None, quiet: bool = False) -> int:
     """Runs the mesh `ns` describes; the exit code (bad arguments raise, exit 2). `command`: the command line
     mesh.json records (default: this process's); `quiet`: print nothing (a suite's point: mesh.json is its
@@ -213,6 +233,8 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
         raise FabmeterError("mesh: --outlier-mads must be above 0 and --outlier-floor at least 0", EXIT_USAGE)
     table = engine_options(engine)
     given = pair_options(ns, table, "mesh")
+    if ns.tool is not None:
+        _check_tool(ns, given, hosts)
     raw = given.get("samples") == "raw"     # every rank keeps its pairs' raw samples (--launch serve: all come here)
     out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     token = rendezvous.read_token(ns.token_file, dict(os.environ))
@@ -225,7 +247,8 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
     launch = None
     if ns.launch in ("ssh", "local"):
-        rank_args = ["--experiment", ns.experiment, "--pattern", ns.pattern, "--schedule", ns.schedule,
+        rank_args = ["--experiment", ns.experiment, *(["--tool", ns.tool] if ns.tool else []),
+                     "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
                      *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else [])]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
@@ -238,7 +261,7 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token,
                              engine, timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
                              (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None,
-                             slot_us=ns.slot_us)
+                             slot_us=ns.slot_us, tool=ns.tool)
     pairs: list[dict] = []
     started_at = now_iso()
 

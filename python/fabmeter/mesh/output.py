@@ -8,11 +8,13 @@ from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo
 from fabmeter.mesh import aggregate, outliers, slotted
+from fabmeter.peers.registry import PEERS
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
 CLOCK_PATHS = (None, "udp_kernel_timestamps", "control_channel", "mixed")   # how a probe fit's probes travelled
-LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time")
+LATENCY_KINDS = ("one-way", "rtt/2", "one-way (receive - scheduled step time)", "rtt from the intended send time",
+                 "rtt", "rtt from the actual send time")    # the last two: peer tools' pairs (mesh --tool)
 MAX_STAT_KEYS = 18             # a summary: 10 fixed keys and up to 8 --percentiles (stats.hpp)
 MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
 # load's figures: a pair's histograms cross the channel in one frame (rendezvous.MAX_FRAME, 64 KiB) with the rest.
@@ -25,7 +27,7 @@ MAX_BUCKETS = 32                 # the engine's slowdown buckets: the deciles of
 # Each end's CPU cost of a pair (the point's `cpu`, docs/results.md), without its per-CPU lines.
 CPU_NUMBERS = ("window_s", "cpu_s", "user_s", "system_s", "utilization", "voluntary_switches", "involuntary_switches",
                "per_message_ns", "count")
-CPU_WINDOWS = ("measured", "with_warmup", "point")
+CPU_WINDOWS = ("measured", "with_warmup", "point", "process")   # process: a peer tool's processes
 CPU_PER = ("message", "round_trip", "request")
 HIST_BUDGET = 40 * 1024          # characters of a pair's histograms together; beyond: the buckets', then all dropped
 
@@ -156,9 +158,10 @@ def valid_load(v) -> Optional[dict]:
 
 def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
     """A pair result from `rank` if it is one rank 0 waits for and holds only what it may; else None."""
-    src, dst, clock = body.get("src"), body.get("dst"), body.get("clock")
+    src, dst, clock, tool = body.get("src"), body.get("dst"), body.get("clock"), body.get("tool")
     load = valid_load(body.get("load"))
     ok = (load is not None and body.get("type") == "pair" and src == rank and (src, dst) in pending
+          and (tool is None or (isinstance(tool, str) and tool in PEERS))
           and body.get("status") in ("ok", "failed") and isinstance(body.get("message"), str)
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
           and body.get("samples_dir") in (None, samples_dir(src, dst))
@@ -178,7 +181,8 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "samples_dir": body.get("samples_dir"),
             "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
-            "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps"))}
+            "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps")),
+            **({"tool": tool} if tool else {})}
 
 
 class Summary:
@@ -196,6 +200,7 @@ class Summary:
         self._late: list[int] = []                                      # every pair's start_late_ns
         self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
         self.slots: Optional[slotted.Plan] = None                      # --schedule slotted: its plan
+        self.tool: Optional[str] = None                                 # --tool: the peer tool every pair ran
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
         """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots)."""
@@ -224,7 +229,8 @@ class Summary:
 
     def as_json(self) -> dict:
         skews = [r["start_skew_ns"] for r in self.rounds if r["start_skew_ns"] is not None]
-        return {"type": "mesh", "experiment": self.experiment, "transport": self.options.get("transport"),
+        return {"type": "mesh", "experiment": self.experiment, "tool": self.tool,
+                "transport": self.options.get("transport"),
                 "pattern": self.pattern, "schedule": self.schedule, "hosts": self.hosts,
                 "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
@@ -261,8 +267,11 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
     rows = [[f"{s} {summary['hosts'][s]}"] + cells[s] for s in range(n)]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(n + 1)]
     line = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    out = [f"mesh {summary['experiment']}  {summary['transport'] or ''}  {summary['pattern']}, {summary['schedule']}"
-           f"  {MATRIX_FIGURE[summary['experiment']]}",
+    tool = f"{summary['tool']}'s " if summary.get("tool") else ""
+    figure = MATRIX_FIGURE[summary["experiment"]] if not tool else "p50 us as the tool reports it" \
+        if summary["experiment"] != "bw" else "Gbit/s"
+    out = [f"mesh {tool}{summary['experiment']}  {summary['transport'] or ''}  {summary['pattern']}, "
+           f"{summary['schedule']}  {figure}",
            line(head), line(["-" * w for w in widths]), *map(line, rows), *start_lines(summary)]
     out += [f"failed {p['src']}->{p['dst']}: {p['message']}" for p in pairs if p["status"] != "ok"]
     if summary.get("outliers"):

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, slotted
+from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, slotted, tool_pair
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/test_options.py holds them equal
@@ -72,6 +72,7 @@ class MeshSpec:
     out: Optional[Path] = None   # --out with --samples raw: this rank's engine clients write there (samples_dir)
     slot_us: Optional[float] = None              # --schedule slotted: --slot-us (None: slotted.plan's default)
     slots: Optional[slotted.Plan] = None         # --schedule slotted: the plan every rank computes alike (main)
+    tool: Optional[str] = None                   # --tool: the peer tool each pair runs (tool_pair.py)
     # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
     # the first round's lead, and how many rounds (None: all).
     run_pair: Optional[Callable[..., dict]] = None
@@ -186,6 +187,10 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     connects first, then waits for that instant: --start-at; slotted: that instant plus the pair's slot offset),
     here or relayed by `via`: its result body. `envs`: where the identity fields of the two ends' engines (their
     start line) are kept, by rank. Slotted, started_ns is less the offset: the round's instant as this pair met it."""
+    if spec.tool:
+        pair = tool_pair.run(spec.tool, spec.experiment, spec.options, src, dst, server, spec.engine)
+        pair["message"] = pair["message"][:MAX_MESSAGE]
+        return pair
     slot_offset = spec.slots.offset_ns(src, dst) if spec.slots else 0
     start_ns += slot_offset
     opened: list[int] = []      # when the engine's start line came: its session open, the plan accepted
@@ -361,6 +366,7 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         summary.environments = [env] + [joined[r].env for r in range(1, n)]
         summary.outlier_rule = spec.outlier_rule
         summary.slots = spec.slots
+        summary.tool = spec.tool
         lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), spec.lead_s, MAX_LEAD_S) if spec.slots
                     else spec.lead_s)
         for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):

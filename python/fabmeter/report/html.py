@@ -597,8 +597,9 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
         hosts = [str(h) for h in summary.get("hosts") or []]
         experiment = str(summary.get("experiment"))
         skew = summary.get("round_start_skew_ns")
-        name = (f"mesh {experiment} {summary.get('transport') or ''} {summary.get('pattern')} "
-                f"{summary.get('schedule')}").replace("  ", " ")
+        tool = summary.get("tool") if isinstance(summary.get("tool"), str) else None   # mesh --tool: its figures
+        name = (f"mesh {tool + ' ' if tool else ''}{experiment} {summary.get('transport') or ''} "
+                f"{summary.get('pattern')} {summary.get('schedule')}").replace("  ", " ")
         failed = {(p.get("src"), p.get("dst")) for p in doc.get("pairs") or [] if p.get("status") != "ok"}
         judged, flagged = _mesh_flagged(doc)
         about = (f"{rel}: {len(hosts)} hosts, {summary.get('pairs')} pairs ({summary.get('failed')} failed), "
@@ -622,7 +623,9 @@ def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
                                  f"{name} throughput over time", f"{rel}: one line per directed pair. "
                                  + THROUGHPUT_CAPTION, wide=True))
         else:
-            kind = MESH_LATENCY.get(experiment, "latency")
+            kinds = {str(p.get("latency_kind")) for p in doc.get("pairs") or [] if p.get("latency_kind")}
+            kind = (f"latency as {tool} reports it ({', '.join(sorted(kinds))})" if tool
+                    else MESH_LATENCY.get(experiment, "latency"))
             for q in ("p50", "p99"):
                 key = f"latency_{q}_ns"
                 figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[key], f"{q} {kind}", True,

@@ -11,12 +11,12 @@ and its line (exit 2).
 
 Every point runs exactly as `fabmeter EXP ... --out OUT/<point-id>` would
 (recorded.run_recorded; a mesh point as `fabmeter mesh`, mesh/command.py, in
-this process) and OUT/index.json lists the points with their status. A point whose run.json says "ok" and whose recorded params (what
+this process; a peer point, `tool = ...`, as one case of `fabmeter peers`, peer.py) and OUT/index.json lists the points with their status. A point whose run.json says "ok" and whose recorded params (what
 the engine ran with) are the point's options over the engine's defaults is finished:
 running the suite again skips it, so an interrupted suite resumes where it
 stopped. Points on a transport or experiment this engine was built without
 are skipped with one line each, not treated as errors.
 
 load.py reads and checks the file and expands its points, ids.py names
-them, runner.py runs them.
+them, runner.py runs them, peer.py checks and runs the peer points.
 """

@@ -6,6 +6,7 @@ import re
 from typing import Any, Optional
 
 from fabmeter.options import Option, Options
+from fabmeter.suite.peer import params_of
 
 ALWAYS_IN_ID = ("experiment", "transport", "poll")
 PY_KEYS = ("experiment", "cpus", "server")   # orchestration keys, not engine options
@@ -37,8 +38,11 @@ def assign(points: list, table: Options) -> None:
     """Sets each point's id: experiment, transport, poll, and each key its
     own [[matrix]] table sets whose value varies across the suite.
     `points`: (Point, keys of its table) pairs."""
-    # A mesh point's own keys; its mesh_experiment is always in its id, after "mesh".
-    mesh_keys = tuple(k for k in next((p.mesh for p, _ in points if p.mesh), {}) if k != "mesh_experiment")
+    _assign_peers([(p, own) for p, own in points if p.tool], table)
+    points = [(p, own) for p, own in points if not p.tool]
+    # A mesh point's own keys; its mesh_experiment (and mesh_tool) is always in its id, after "mesh".
+    mesh_keys = tuple(k for k in next((p.mesh for p, _ in points if p.mesh), {})
+                      if k not in ("mesh_experiment", "mesh_tool"))
 
     def value_of(p, key: str) -> Any:
         if key in ("cpus", "server"):
@@ -58,9 +62,26 @@ def assign(points: list, table: Options) -> None:
     order = ([k for k in mesh_keys] + [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE]
              + ["cpus", "server"])
     for p, own in points:
-        tokens = [p.experiment, *([p.mesh["mesh_experiment"]] if p.mesh else []), p.transport]
+        tokens = [p.experiment, *([p.mesh["mesh_experiment"], p.mesh["mesh_tool"] or ""] if p.mesh else []),
+                  p.transport]
         if "poll" in table:
             tokens.append(token("poll", value_of(p, "poll"), table["poll"]))
         tokens += [token(k, value_of(p, k), table.get(k))
                    for k in order if k in own and k in varying and value_of(p, k) is not None]
         p.id = "-".join(x for x in tokens if x)
+
+
+def _assign_peers(points: list, table: Options) -> None:
+    """A peer point's id: tool, experiment, transport, its test (where the tool has several), then each key its
+    table sets whose value varies among the suite's peer points: sockperf-lat-tcp-s64, perftest-lat-verbs-
+    ib_send_lat-s4K."""
+    def value_of(p, key: str) -> Any:
+        return getattr(p, key) if key in ("cpus", "server") else params_of(p)[key]
+
+    keys = ("size", "iters", "duration", "rate", "device", "server_device", "gid_index", "cpus", "server")
+    varying = {k for k in keys if len({value_of(p, k) for p, _ in points}) > 1}
+    for p, own in points:
+        tokens = [p.tool, p.experiment, p.transport, p.options.get("tests") or ""]
+        tokens += [token(k, value_of(p, k), table.get(k) if k in ("size",) else None)
+                   for k in keys if k in own and k in varying and value_of(p, k) is not None]
+        p.id = "-".join(re.sub(r"[^A-Za-z0-9.+_-]", "_", x) for x in tokens if x)

@@ -15,21 +15,24 @@ from pathlib import Path
 from typing import Any, Optional
 
 from fabmeter import slo as slo_mod
+from fabmeter.errors import FabmeterError
 from fabmeter.mesh import command as mesh_command
+from fabmeter.mesh import patterns, tool_pair
 from fabmeter.options import Option, Options, _csv
-from fabmeter.suite import ids
+from fabmeter.suite import ids, peer
 from fabmeter.suite.ids import PY_KEYS
 
 TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 # A mesh point's own keys: fabmeter mesh's options (mesh/command.py) that a suite may set, in the order point ids
-# name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh").
+# name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh";
+# --tool's mesh_tool: a table's `tool` makes peer points).
 # A suite starts its ranks itself or over ssh, never through standing serves.
 _MESH_OPTIONS = {o.name: o for o in mesh_command.OPTIONS}
-MESH_KEYS = {("mesh_" if name == "experiment" else "") + _MESH_OPTIONS[name].key: _MESH_OPTIONS[name]
-             for name in ("experiment", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port", "ssh",
-                          "remote-fabmeter", "token-file")}
+MESH_KEYS = {("mesh_" if name in ("experiment", "tool") else "") + _MESH_OPTIONS[name].key: _MESH_OPTIONS[name]
+             for name in ("experiment", "tool", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port",
+                          "ssh", "remote-fabmeter", "token-file")}
 MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
 
 
@@ -139,6 +142,7 @@ class Point:
     skip: str = ""                  # why it cannot run on this engine ("" = it can)
     slo: Optional[str] = None       # latency objectives, canonical (slo.py), as --slo takes them
     mesh: Optional[dict] = None     # a mesh point's MESH_KEYS (launch, pattern, ...), defaults filled in
+    tool: Optional[str] = None      # a peer point's tool (peer.py); its keys are in options
 
     @property
     def engine_experiment(self) -> str:
@@ -152,7 +156,10 @@ class Point:
             else self.options
 
     def params(self, table: Options, folder: Optional[Path] = None) -> dict:
-        """The engine's `params` this point runs with (in `folder`): its options over the engine's defaults."""
+        """The engine's `params` this point runs with (in `folder`): its options over the engine's defaults;
+        a peer point's: its tool's (peer.params_of)."""
+        if self.tool:
+            return peer.params_of(self)
         return {"experiment": self.engine_experiment, **table.defaults(),
                 **(self.options_in(folder) if folder else self.options)}
 
@@ -298,7 +305,8 @@ def load(path: Path, info: dict) -> Suite:
     lines = KeyLines(text)
     table = Options(info)
     experiments, transports = known_names(info, table)
-    allowed_keys = list(PY_KEYS) + ["slo"] + list(MESH_KEYS) + [o.key for o in table]
+    allowed_keys = list(dict.fromkeys(list(PY_KEYS) + ["slo"] + list(MESH_KEYS) + [o.key for o in table]
+                                      + list(peer.KEYS)))
     experiments.add(MESH)
 
     for key in doc:
@@ -360,7 +368,12 @@ def load(path: Path, info: dict) -> Suite:
                                  f"(known: {', '.join(sorted(transports))})", line)
         return typed
 
-    defaults = {key: check_key("defaults", 0, key, v, allow_list=False)[0] for key, v in defaults.items()}
+    raw_defaults = defaults
+    if "tool" in defaults:
+        raise SuiteError("key 'tool' goes in a [[matrix]] table (its points are that tool's)",
+                         lines.key("defaults", 0, "tool"))
+    defaults = {key: check_key("defaults", 0, key, v, allow_list=False)[0] for key, v in defaults.items()
+                if key not in peer.DEFAULTS or key in table or key in MESH_KEYS}
 
     default_transport = table["transport"].default if "transport" in table else "shm"
     built_experiments, built_transports = set(info.get("experiments", [])), set(info.get("transports", []))
@@ -369,6 +382,9 @@ def load(path: Path, info: dict) -> Suite:
 
     for index, t in enumerate(matrix):
         header = lines.header("matrix", index)
+        if "tool" in t:
+            expanded += _peer_points(t, raw_defaults, lines, index, used_defaults, allowed_keys)
+            continue
         axes = {key: check_key("matrix", index, key, v, allow_list=True) for key, v in t.items()}
         if "experiment" not in axes and "experiment" not in defaults:
             raise SuiteError("[[matrix]] has no 'experiment' (set it here or in [defaults])", header)
@@ -421,8 +437,11 @@ def load(path: Path, info: dict) -> Suite:
             objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
             if objectives and "slo" not in chosen:
                 used_defaults.add("slo")
-            skip = ""
-            if (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
+            skip = _check_mesh_tool(mesh, opts, lines.key("matrix", index, "mesh_tool")
+                                    or lines.key("defaults", 0, "mesh_tool")) if mesh and mesh["mesh_tool"] else ""
+            if skip:
+                pass        # the tool's reason
+            elif (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
                 skip = f"experiment '{exp}' is not built into this engine"
             elif tr in (info.get("transports_unavailable") or {}):
                 skip = f"transport '{tr}' is unavailable here: {info['transports_unavailable'][tr]}"
@@ -430,9 +449,11 @@ def load(path: Path, info: dict) -> Suite:
                 skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
             expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
                                    objectives, mesh), list(t)))
-    unused = [k for k in defaults if (k in table or k == "slo" or k in MESH_KEYS) and k not in used_defaults]
+    unused = [k for k in raw_defaults if (k in table or k == "slo" or k in MESH_KEYS or k in peer.DEFAULTS)
+              and k not in used_defaults]
     if unused:
         where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
+            "peer points (tool = ...)" if unused[0] in peer.DEFAULTS else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
                          f"(only to {where})", lines.key("defaults", 0, unused[0]))
@@ -454,6 +475,90 @@ def load(path: Path, info: dict) -> Suite:
                              f"{by_id[p.id].line} and {p.line}); make them differ in a matrix key", p.line)
         points[config] = by_id[p.id] = p
     return Suite(name, description, path, rounds(list(points.values()), repeat), table)
+
+
+def _check_mesh_tool(mesh: dict, options: dict, line: int) -> str:
+    """A mesh point whose pairs run a peer tool (mesh_tool): a case the tool has and options it takes, else the
+    error with its line; why it is skipped ("": it is not) when the tool is not installed here."""
+    tool = peer.PEERS[mesh["mesh_tool"]]
+    if not tool.available():
+        return f"{tool.tool} is not installed here (apt-get install {tool.package})"
+    try:
+        tool_pair.case_of(tool.tool, mesh["mesh_experiment"], options)
+    except FabmeterError as e:
+        raise SuiteError(e.message.replace("mesh --tool", "mesh_tool"), line) from None
+    if mesh.get("schedule") == "slotted" or mesh.get("pattern") in patterns.SPLIT_PATTERNS:
+        raise SuiteError(f"mesh_tool does not run schedule = \"slotted\" or pattern = \"{patterns.SPLIT_PATTERNS[0]}\"",
+                         line)
+    return ""
+
+
+def _peer_points(t: dict, defaults: dict, lines: KeyLines, index: int, used_defaults: set,
+                 known: list[str]) -> list:
+    """A [[matrix]] table with `tool`: one peer point per combination of its list-valued keys, each one case of
+    its tool (peer.py), with the [defaults] that peer points take. (Point, keys of its table) pairs."""
+    header = lines.header("matrix", index)
+    axes: dict[str, list] = {}
+    for key, given in t.items():
+        line = lines.key("matrix", index, key)
+        if key not in known:
+            raise _unknown_key(key, line, list(peer.KEYS))
+        if key not in peer.KEYS:
+            raise SuiteError(f"key '{key}' does not apply to peer points (tool = ...): they take "
+                             f"{', '.join(peer.KEYS)}", line)
+        values = given if isinstance(given, list) else [given]
+        if not values:
+            raise SuiteError(f"key '{key}': empty list", line)
+        if any(x in values[:pos] for pos, x in enumerate(values)):
+            raise SuiteError(f"key '{key}': a value is listed twice", line)
+        axes[key] = [_peer_value(key, x, line) for x in values]
+    for key, value in defaults.items():
+        if key in peer.KEYS and key not in axes:
+            axes[key] = [_peer_value(key, value, lines.key("defaults", 0, key))]
+            used_defaults.add(key)
+    if "experiment" not in axes:
+        raise SuiteError("[[matrix]] with 'tool' has no 'experiment' (the tool's case: lat, bw or load)", header)
+    axes.setdefault("transport", ["tcp"])
+    made = []
+    keys = list(axes)
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        chosen = dict(zip(keys, combo))
+        tool, exp, tr = chosen.pop("tool"), chosen.pop("experiment"), chosen.pop("transport")
+        try:
+            peer.case_of(tool, exp, tr, chosen.get("tests"))
+        except ValueError as e:
+            raise SuiteError(str(e), lines.key("matrix", index, "tool")) from None
+        server = chosen.pop("server", None)
+        cpus = chosen.pop("cpus", None)
+        if server is not None and tr == "shm":
+            raise SuiteError("a peer point over shm runs both ends on this host: no 'server'",
+                             lines.key("matrix", index, "server"))
+        if chosen.get("token_file") is not None and server is None:
+            if "token_file" in t:
+                raise SuiteError("key 'token_file' goes with 'server' on peer points",
+                                 lines.key("matrix", index, "token_file"))
+            del chosen["token_file"]      # [defaults]' secret is for the points with a server
+        tool_peer = peer.PEERS[tool]
+        skip = "" if tool_peer.available() else \
+            f"{tool} is not installed here (apt-get install {tool_peer.package})"
+        made.append((Point("", exp, tr, chosen, None if cpus is None else str(cpus), server, header, skip,
+                           tool=tool), list(t)))
+    return made
+
+
+def _peer_value(key: str, value: Any, line: int) -> Any:
+    if key == "cpus":
+        if "+" in str(value):
+            raise SuiteError("key 'cpus': a peer point runs one client and one server: \"A,B\" or \"none\"", line)
+        return _typed(key, value, None, line)
+    if key == "tool" and value not in peer.tools():
+        hint = get_close_matches(str(value), peer.tools(), n=1)
+        raise SuiteError(f"key 'tool': unknown tool {value!r} (known: {', '.join(peer.tools())})"
+                         + (f" (did you mean '{hint[0]}'?)" if hint else ""), line)
+    try:
+        return peer.typed(key, value)
+    except ValueError as e:
+        raise SuiteError(f"key '{key}': {e}", line) from None
 
 
 def rounds(points: list[Point], repeat: int) -> list[Point]:

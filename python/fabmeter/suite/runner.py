@@ -22,6 +22,7 @@ from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
 from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
+from fabmeter.suite import peer
 from fabmeter.suite.load import MESH_KEYS, Point, Suite, SuiteError, load
 
 
@@ -116,13 +117,17 @@ def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[
 
 def is_finished(folder: Path, point: Point, table: Options) -> bool:
     """run.json says ok, and the engine ran with the very params this point
-    asks for (an edited suite reruns the point); for a mesh point its mesh.json."""
+    asks for (an edited suite reruns the point); for a mesh point its mesh.json, for a peer point its
+    peers.json."""
+    if point.tool:
+        return peer.is_finished(folder, point)
     if point.mesh:
         doc = _read_mesh(folder) or {}
         summary = doc.get("mesh") or {}
         return (doc.get("status") == "ok" and doc.get("params") == point.options_in(folder)
-                and [summary.get(k) for k in ("experiment", "pattern", "schedule")]
-                == [point.mesh[k] or MESH_KEYS[k].default for k in ("mesh_experiment", "pattern", "schedule")])
+                and [summary.get(k) for k in ("experiment", "tool", "pattern", "schedule")]
+                == [point.mesh[k] or MESH_KEYS[k].default
+                    for k in ("mesh_experiment", "mesh_tool", "pattern", "schedule")])
     doc = _read_run(folder)
     if not doc or doc.get("status") != "ok":
         return False
@@ -154,7 +159,7 @@ def _clear(folder: Path) -> None:
     fd = _open_point_folder(folder)
     try:
         for name in os.listdir(fd):
-            if ((name.endswith(".npy") or name.startswith("run.json") or name == MESH_FILE)
+            if ((name.endswith(".npy") or name.startswith("run.json") or name in (MESH_FILE, peer.PEERS_FILE))
                     and not stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode)):
                 os.unlink(name, dir_fd=fd)
     finally:
@@ -210,11 +215,14 @@ class Index:
                     "status": "running", "points": []}
         self.by_id: dict[str, dict] = {}
         for p in suite.points:
-            doc = _read_mesh(out / p.id) if p.mesh else _read_run(out / p.id)
-            status = "skipped" if p.skip else (doc or {}).get("status", "pending")
+            if p.tool:
+                status, message = peer.status_of(out / p.id)
+            else:
+                doc = (_read_mesh(out / p.id) if p.mesh else _read_run(out / p.id)) or {}
+                status, message = doc.get("status", "pending"), doc.get("message", "")
             entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
-                     "options": p.options, "status": status,
-                     "message": p.skip or (doc or {}).get("message", ""), "seconds": None,
+                     **({"tool": p.tool} if p.tool else {}), "options": p.options,
+                     "status": "skipped" if p.skip else status, "message": p.skip or message, "seconds": None,
                      "slo": {"objectives": p.slo, "met": None} if p.slo else None}
             self.doc["points"].append(entry)
             self.by_id[p.id] = entry
@@ -234,14 +242,17 @@ def print_plan(suite: Suite, out: Path) -> None:
     """--dry-run: every point, what would happen to it and its command."""
     for p in suite.points:
         state = f"skip: {p.skip}" if p.skip else ("done" if is_finished(out / p.id, p, suite.options) else "run")
-        cmd = shlex.join(["fabmeter", *mesh_argv(p, suite.options)] if p.mesh else
-                         ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
-                         + (["--slo", p.slo] if p.slo else [])
-                         + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
+        if p.tool:
+            cmd = peer.command_text(p)
+        else:
+            cmd = shlex.join(["fabmeter", *mesh_argv(p, suite.options)] if p.mesh else
+                             ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
+                             + (["--slo", p.slo] if p.slo else [])
+                             + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
         print(f"{p.id}  [{state}]  {cmd}")
     runnable = [p for p in suite.points if not p.skip]
     print(f"{len(suite.points)} points: {len(runnable)} runnable, {len(suite.points) - len(runnable)} skipped "
-          f"(not built into this engine); results would go to {out}")
+          f"(not built into this engine, or their tool not installed); results would go to {out}")
 
 
 def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
@@ -287,10 +298,17 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             progress.start(number, p.id)
             folder = out / p.id
             _clear(folder)
-            if p.mesh:
+            if p.mesh or p.tool:
                 index.set(p.id, status="running", message="")
                 t0 = time.monotonic()
-                state, message, code = _run_mesh(p, folder, suite.options, engine)
+                if p.tool:
+                    state, message, code = peer.run_point(
+                        p, folder, engine, _cpus_of(p, cpus_override, default_cpus),
+                        {"name": suite.name, "file": str(suite.path), "point": p.id})
+                    if state == "skipped":
+                        progress.say(f"suite: {p.id} skipped: {message}")
+                else:
+                    state, message, code = _run_mesh(p, folder, suite.options, engine)
                 seconds = time.monotonic() - t0
                 index.set(p.id, status=state, message=message, seconds=round(seconds, 3))
                 ran += 1
@@ -341,13 +359,13 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
         index.doc["slo"] = {"met": not missed, "missed": [pid for pid, _ in missed]}
     index.write(status)
     counts: dict[str, int] = {}
-    for e in index.doc["points"]:
-        if e["status"] != "skipped":
-            counts[e["status"]] = counts.get(e["status"], 0) + 1
+    for p in runnable:      # a peer point the tool could not run here is counted as skipped among them
+        state = index.by_id[p.id]["status"]
+        counts[state] = counts.get(state, 0) + 1
     skipped = len(suite.points) - len(runnable)
     print(f"suite {suite.name}: {len(runnable)} points: " + ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
           + f" ({len(done)} finished before, {ran} run now)"
-          + (f"; {skipped} more skipped: not built into this engine" if skipped else "")
+          + (f"; {skipped} more skipped: not built into this engine, or their tool not installed" if skipped else "")
           + (f"; {len(missed)} missed their latency objectives (slo)" if missed else ""))
     for pid, why in failed:
         print(f"  failed: {pid}: {why}")
