@@ -26,6 +26,7 @@ from fabmeter.command_options import CommandOption
 from fabmeter.mesh import command as mesh
 from fabmeter.peers import command as peers
 from fabmeter.suite.load import MESH_KEYS
+from fabmeter.suite.peer import PEER_KEYS
 from fabmeter.watch import command as watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def commands() -> list[tuple[str, Sequence[CommandOption], dict[str, tuple[str, 
     """Each command with options of its own: (name, its options, {option name: (suite key, the option as a suite
     takes it)} for those a suite takes)."""
     return [("serve", serve.OPTIONS, {}), ("mesh", mesh.OPTIONS, {o.name: (k, o) for k, o in MESH_KEYS.items()}),
-            ("watch", watch.OPTIONS, {}), ("peers", peers.OPTIONS, {})]
+            ("watch", watch.OPTIONS, {}), ("peers", peers.OPTIONS, {o.name: (k, o) for k, o in PEER_KEYS.items()})]
 
 
 def fmt_values(o: CommandOption) -> str:

@@ -15,6 +15,7 @@ from conftest import REPO, script_module
 from fabmeter import cli, serve
 from fabmeter.mesh import command as mesh_command
 from fabmeter.peers import command as peers_command
+from fabmeter.suite import peer as suite_peer
 from fabmeter.suite.load import MESH_KEYS
 from fabmeter.watch import command as watch_command
 
@@ -66,6 +67,15 @@ def test_a_mesh_points_suite_keys_are_meshs_options():
             assert o is options[o.name], key
 
 
+def test_a_peer_points_suite_keys_are_peers_options():
+    options = {o.key: o for o in peers_command.OPTIONS}
+    assert set(suite_peer.PEER_KEYS) < set(options) and all(o is options[k] for k, o in suite_peer.PEER_KEYS.items())
+    assert set(suite_peer.KEYS) == {"tool", "experiment", "transport", *suite_peer.PEER_KEYS}
+    # A point's defaults are the command's (size: the case's own, --size or --bw-size).
+    assert {k: v for k, v in suite_peer.DEFAULTS.items() if k != "size"} == \
+        {k: options[k].default for k in suite_peer.DEFAULTS if k != "size"}
+
+
 def test_the_docs_tables_are_the_commands_options(info, monkeypatch):
     gen = script_module("gen_cli_doc", "scripts/gen-cli-doc.py")
     text = (REPO / "docs" / "cli.md").read_text()
@@ -89,6 +99,6 @@ def test_peers_short_spellings_and_sizes_parse_as_the_data_says(info):
     parser = subparser(info, "peers")
     ns = parser.parse_args(["-s", "4K", "-n", "7"])
     assert (ns.size, ns.iters, ns.bw_size) == (4096, 7, 64 * 1024)   # string defaults go through the type too
-    assert "| `-s`, `--size N` | size |" in (REPO / "docs" / "cli.md").read_text()
+    assert "| `-s`, `--size N` | `size` | size |" in (REPO / "docs" / "cli.md").read_text()
     with pytest.raises(SystemExit):
         parser.parse_args(["--size", "0"])

@@ -39,7 +39,7 @@ from fabmeter.results import now_iso, out_folder, write_json
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
 TRANSPORTS = ("tcp", "udp", "shm", "verbs")
-DEFAULT_TRANSPORTS = ("tcp", "udp", "shm")
+DEFAULT_TRANSPORTS = PeerRun.transports
 FABMETER_RUNS = ([("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
                  + [("load", t, "busy") for t in ("tcp", "udp")])
 FABMETER_NOTE = {
@@ -67,15 +67,16 @@ OPTIONS = (
     CommandOption("transports", f"comma-separated, from: {','.join(TRANSPORTS)} (default: %(default)s; verbs needs "
                                 "RDMA devices)", metavar="LIST", default=",".join(DEFAULT_TRANSPORTS)),
     CommandOption("size", "latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)", metavar="N",
-                  type=size, default="32", short="s"),
-    CommandOption("bw-size", "bandwidth message size (default: %(default)s)", metavar="N", type=size, default="64K"),
+                  type=size, default=PeerRun.size, short="s"),
+    CommandOption("bw-size", "bandwidth message size (default: %(default)s)", metavar="N", type=size,
+                  default=PeerRun.bw_size),
     CommandOption("iters", "iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: "
-                           "%(default)s)", metavar="N", type=int, default=10000, short="n"),
+                           "%(default)s)", metavar="N", type=int, default=PeerRun.iters, short="n"),
     CommandOption("duration", "seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's "
                               "bandwidth tools; whole seconds, rounded up; fabmeter load runs this long (default: "
-                              "%(default)s)", metavar="S", type=float, default=1.0),
+                              "%(default)s)", metavar="S", type=float, default=PeerRun.duration),
     CommandOption("rate", "load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
-                          "(default: %(default)s)", metavar="HZ", type=int, default=10000),
+                          "(default: %(default)s)", metavar="HZ", type=int, default=PeerRun.rate),
     CommandOption("cpus", "client on CPU A, server on CPU B (default: the first two CPUs; with --server, B is the "
                           "serve's own --cpu and A alone counts)", metavar="A,B"),
     CommandOption("server", "run each tool's server side on HOST, started by the `fabmeter serve` there (which needs "
