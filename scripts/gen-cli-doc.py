@@ -25,7 +25,7 @@ from fabmeter import serve
 from fabmeter.command_options import CommandOption
 from fabmeter.mesh import command as mesh
 from fabmeter.peers import command as peers
-from fabmeter.suite.load import MESH_KEYS
+from fabmeter.suite.read import MESH_KEYS
 from fabmeter.suite.peer import PEER_KEYS
 from fabmeter.watch import command as watch
 

@@ -16,7 +16,7 @@ from fabmeter import cli, serve
 from fabmeter.mesh import command as mesh_command
 from fabmeter.peers import command as peers_command
 from fabmeter.suite import peer as suite_peer
-from fabmeter.suite.load import MESH_KEYS
+from fabmeter.suite.read import MESH_KEYS
 from fabmeter.watch import command as watch_command
 
 COMMANDS = {"serve": serve, "mesh": mesh_command, "watch": watch_command, "peers": peers_command}

@@ -1,7 +1,7 @@
 """The options fabmeter's own commands define (serve, mesh, watch, peers), as data.
 
 Each of those commands keeps one list of `CommandOption`s. From it come its
-argparse options (so its --help), a mesh point's suite keys (suite/load.py)
+argparse options (so its --help), a mesh point's suite keys (suite/read.py)
 and the command's table in docs/cli.md (scripts/gen-cli-doc.py): a knob is
 written once. The experiments' options are the engine's table (options.py).
 """
