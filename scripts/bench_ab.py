@@ -124,6 +124,7 @@ def main() -> int:
         for i in keep:
             measures.setdefault(rows["new"][i].fabmeter.key, {"rows": [], "skipped": ""})["rows"].append(i)
         samples = {i: {"base": [], "new": []} for i in keep}
+        row_skipped: dict[int, str] = {}      # a row whose figure one engine's run lacks (a field newer than BASE)
         print(f"bench-ab: base {ns.base} ({engines['base']}), new {engines['new']}; {ns.rounds} rounds, "
               f"{len(measures)} measurements, CPUs {list(cpus) if cpus else 'unpinned'}")
         for r in range(ns.rounds):
@@ -137,7 +138,12 @@ def main() -> int:
                     for side in order:
                         raw = rows[side][m["rows"][0]].fabmeter.fetch()
                         for i in m["rows"]:
-                            samples[i][side].append(rows[side][i].fabmeter.pick(raw))
+                            if i in row_skipped:
+                                continue
+                            try:
+                                samples[i][side].append(rows[side][i].fabmeter.pick(raw))
+                            except KeyError as e:     # this row's figure only: the run's other rows stand
+                                row_skipped[i] = f"the {side} engine cannot measure it: {e}"
                 except bench.Skip as e:
                     m["skipped"] = str(e)
                 except (KeyError, FabmeterError) as e:  # a row newer than the base engine (an option it lacks)
@@ -147,12 +153,12 @@ def main() -> int:
         table, slower = [], 0
         for i in keep:
             row = rows["new"][i]
-            m, got = measures[row.fabmeter.key], samples[i]
+            m, got = measures[row.fabmeter.key], ({"base": [], "new": []} if i in row_skipped else samples[i])
             limit = 1 / ns.limit if row.higher_is_better else ns.limit
             c = stats.compare_rounds(got["base"], got["new"], row.higher_is_better, reference=limit)
             worse = c.verdict == stats.WORSE
             slower += worse
-            verdict = ("skipped: " + m["skipped"]) if c.ratio is None else (
+            verdict = ("skipped: " + (row_skipped.get(i) or m["skipped"])) if c.ratio is None else (
                 "SLOWER" if worse else {stats.BETTER: "faster", stats.SAME: "~", stats.UNKNOWN: "cannot tell"}[c.verdict])
             interval = f"{c.interval[0]:.3f}..{c.interval[1]:.3f}" if c.interval else "-"
             table.append([row.name, row.figure, c.base, c.new, None if c.ratio is None else f"{c.ratio:.3f}",
