@@ -104,7 +104,7 @@ def test_load_rows_measure_both_sides(tmp_path, engine, monkeypatch):
     on both sides and a ratio with a verdict."""
     monkeypatch.setenv("FABMETER_ENGINE", str(engine))
     for name, value in (("LOAD_SECONDS", 0.1), ("LOAD_SWEEP", (5000, 20000)), ("LAG_COUNT", 20000),
-                        ("KNEE_LOADS", [0.5, 1.0]), ("KNEE_SECONDS", 0.05), ("BW_MSGS", 20000)):
+                        ("KNEE_FRACTIONS", [0.5, 1.0]), ("KNEE_SECONDS", 0.05), ("BW_MSGS", 20000)):
         monkeypatch.setattr(bench, name, value)
     b = bench.Bench(tmp_path, None, str(engine))
     sockperf = shutil.which("sockperf") is not None
