@@ -202,7 +202,8 @@ def test_docs_are_references_not_diaries():
 # "peer" names a peer tool (`fabmeter peers`, its adapters, peers.json) and nothing else: a session's other end
 # is "the other end", a serve's relay targets its --relay-to, a mesh host's round mate its partner.
 OTHER_PEER = re.compile(r"\b(?:the|a|an|its|lost|frozen|killed|busy|unauthenticated) peers?\b"
-                        r"(?![ -](?:tools?|adapters?|points?|results?|rows?|figures?|comparisons?)\b|\.json|-raw)", re.I)
+                        r"(?![ -](?:tools?|adapters?|points?|results?|rows?|figures?|comparisons?)\b|\.json|-raw)",
+                        re.I)
 
 
 def test_peer_means_a_peer_tool(engine):

@@ -63,7 +63,8 @@ def size(text: str) -> int:
 
 
 OPTIONS = (
-    CommandOption("tools", "comma-separated, from: %(default)s (default: all)", metavar="LIST", default=",".join(TOOLS)),
+    CommandOption("tools", "comma-separated, from: %(default)s (default: all)", metavar="LIST",
+                  default=",".join(TOOLS)),
     CommandOption("transports", f"comma-separated, from: {','.join(TRANSPORTS)} (default: %(default)s; verbs needs "
                                 "RDMA devices)", metavar="LIST", default=",".join(DEFAULT_TRANSPORTS)),
     CommandOption("size", "latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)", metavar="N",
