@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from fabmeter.engine import engine_info, engine_options, find_engine
-from fabmeter.suite import load as suite
+from fabmeter.suite import read as suite
 
 
 def planned_seconds(options: dict) -> float:
@@ -33,7 +33,7 @@ def planned_seconds(options: dict) -> float:
 
 def main(path: str, transport: str, count: str = "") -> int:
     engine = find_engine()
-    s = suite.load(Path(path), engine_info(engine))
+    s = suite.read(Path(path), engine_info(engine))
     for p in s.points:
         if p.transport != transport or p.mesh:
             continue

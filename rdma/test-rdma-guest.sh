@@ -539,7 +539,7 @@ if [[ ! -f $OUT/_python_skipped ]]; then
   echo "== fabmeter mesh over verbs (two ranks, one per rxe device)"
   mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic
-  echo "== suites/ramcloud-load.toml's verbs rows: every pool size, offered load past capacity, closed-loop clients"
+  echo "== suites/ramcloud-load.toml's verbs rows: every pool size, offered rate past capacity, closed-loop clients"
   # In CI's reduced mode (FM_CMP_ROUNDS=0) fewer load points and client counts
   # (still past 1.0x capacity and up to 40 clients) at 0.2 s each, the
   # smallest and largest of a row's send queues, 20 warm-up requests and 16
@@ -559,8 +559,8 @@ def toml(v):
 rows = [dict(r, transport="verbs") for r in suite["matrix"] if "verbs" in r["transport"]]
 defaults = dict(suite["defaults"], **({"duration": 0.2, "warmup": 20, "max_outstanding": 16} if ci else {}))
 for r in rows:
-    if ci and "load" in r:
-        r["load"] = "0.5,1.0,2.0"
+    if ci and "of_capacity" in r:
+        r["of_capacity"] = "0.5,1.0,2.0"
     if ci and "clients" in r:
         r["clients"] = "1,8,40"
     if ci and isinstance(r.get("sq_depth"), list):

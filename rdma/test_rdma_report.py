@@ -346,10 +346,10 @@ def check_ramcloud_load(raw, name):
     closed-loop points their clients, and the server's transmit path
     (completions per send-completion poll, poll and wait times); offered
     load reaches past the capacity; the report draws achieved against
-    offered load and against clients, and the transmit path."""
+    offered rate and against clients, and the transmit path."""
     problems, summary = check_suite(raw, name)
     folder = f"{raw}/{name}.results"
-    pools, clients, top_load = set(), [], 0.0
+    pools, clients, top_multiple = set(), [], 0.0
     for entry in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
         try:
             with open(f"{folder}/{entry}/run.json") as f:
@@ -370,18 +370,18 @@ def check_ramcloud_load(raw, name):
                 problems.append(f"{where}: server.tx {tx!r} lacks the transmit path's figures")
             if p.get("phase") == "closed loop":
                 clients.append(p.get("clients"))
-            elif isinstance(p.get("load"), (int, float)):
-                top_load = max(top_load, p["load"])
+            elif isinstance(p.get("of_capacity"), (int, float)):
+                top_multiple = max(top_multiple, p["of_capacity"])
                 pools.add(pool)
     if len(pools) < 2:
-        problems.append(f"offered-load rows of {len(pools)} pool size(s), not the suite's several: {sorted(pools)}")
-    if top_load <= 1.0:
-        problems.append(f"offered load up to {top_load} x capacity, not past it")
+        problems.append(f"offered-rate rows of {len(pools)} pool size(s), not the suite's several: {sorted(pools)}")
+    if top_multiple <= 1.0:
+        problems.append(f"offered rate up to {top_multiple} x capacity, not past it")
     if len(clients) < 2 or not all(isinstance(n, int) and n > 0 for n in clients):
         problems.append(f"closed-loop points' clients {clients}")
     html = read(f"{folder}/report.html")
     problems += [f"the report draws no '{alt}' figure" for alt in RAMCLOUD_FIGURES if html and f'alt="{alt}' not in html]
-    summary.update(pools=sorted(pools), clients=clients, top_load=top_load)
+    summary.update(pools=sorted(pools), clients=clients, top_multiple=top_multiple)
     return problems, summary
 
 

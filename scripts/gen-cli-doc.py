@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the option tables of docs/cli.md from `fabmeter-engine options` and fabmeter's own commands' options.
 
-The experiments' tables come from the engine's export; serve's, mesh's and
-watch's from their lists of options (command_options.py). Each sits
+The experiments' tables come from the engine's export; serve's, mesh's,
+watch's and peers' from their lists of options (command_options.py). Each sits
 between a GENERATED marker and the END marker after it in docs/cli.md; the
 prose around them is written by hand. tests/test_docs.py fails when the
 file differs from what this script makes, so the tables cannot go stale.
@@ -24,7 +24,9 @@ from typing import Sequence
 from fabmeter import serve
 from fabmeter.command_options import CommandOption
 from fabmeter.mesh import command as mesh
-from fabmeter.suite.load import MESH_KEYS
+from fabmeter.peers import command as peers
+from fabmeter.suite.read import MESH_KEYS
+from fabmeter.suite.peer import PEER_KEYS
 from fabmeter.watch import command as watch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +130,7 @@ def commands() -> list[tuple[str, Sequence[CommandOption], dict[str, tuple[str, 
     """Each command with options of its own: (name, its options, {option name: (suite key, the option as a suite
     takes it)} for those a suite takes)."""
     return [("serve", serve.OPTIONS, {}), ("mesh", mesh.OPTIONS, {o.name: (k, o) for k, o in MESH_KEYS.items()}),
-            ("watch", watch.OPTIONS, {})]
+            ("watch", watch.OPTIONS, {}), ("peers", peers.OPTIONS, {o.name: (k, o) for k, o in PEER_KEYS.items()})]
 
 
 def fmt_values(o: CommandOption) -> str:
@@ -141,7 +143,7 @@ def fmt_values(o: CommandOption) -> str:
 
 def fmt_usage(o: CommandOption) -> str:
     words = o.metavar if isinstance(o.metavar, tuple) else (o.metavar,) if o.metavar else ()
-    return "`" + " ".join((f"--{o.name}", *words)) + "`"
+    return (f"`-{o.short}`, " if o.short else "") + "`" + " ".join((f"--{o.name}", *words)) + "`"
 
 
 def fmt_suite_key(o: CommandOption, suite_keys: dict[str, tuple[str, CommandOption]]) -> str:

@@ -11,8 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-# The end-to-end files whose transports and paths run here without peers or
-# guests. Tests that kill or stop a peer after a fixed sleep are left to the
+# The end-to-end files whose transports and paths run here without peer tools
+# or guests. Tests that kill or stop an engine after a fixed sleep are left to the
 # plain build: under a sanitizer's slowdown the sleep ends before the run starts.
 ASAN_TESTS=${ASAN_TESTS:-"tests/test_cli.py tests/test_conformance.py tests/test_failures.py tests/test_stream.py tests/test_bw.py tests/test_sweep.py tests/test_messaging.py tests/test_hardening.py"}
 ASAN_K=${ASAN_K:-"not late_source and not killed_mid_run"}
@@ -20,7 +20,7 @@ TSAN_TESTS=${TSAN_TESTS:-"tests/test_stream.py tests/test_conformance.py tests/t
 TSAN_K=${TSAN_K:-"(shm or file_sink) and not late_source and not killed_mid_run"}
 TSAN_TRANSPORTS=${TSAN_TRANSPORTS:-"shm;tcp"}
 
-# The engine, its transport plugins and GoogleTest, and the rawpp_* peers (the ones this build has)
+# The engine, its transport plugins and GoogleTest, and the rawpp_* peer tools (the ones this build has)
 # when TESTS include test_messaging.py, whose rawpp tests run them: each tool
 # more costs CI about 10 s per sanitizer build.
 build() {  # DIR SANITIZERS TESTS TRANSPORTS

@@ -271,17 +271,17 @@ def wait_until(pred, timeout: float) -> bool:
     return bool(pred())
 
 
-def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, peers: str | None = None,
+def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, relay_to: str | None = None,
                  extra: tuple = ()):
-    """`fabmeter serve` on each host (in its namespace: `prefixes`), all on one port, `--peers` all the hosts
-    unless `peers` says otherwise ("" for none), with `extra` arguments; returns them once each listens, or stops
+    """`fabmeter serve` on each host (in its namespace: `prefixes`), all on one port, `--relay-to` all the hosts
+    unless `relay_to` says otherwise ("" for none), with `extra` arguments; returns them once each listens, or stops
     them all."""
-    peers = ",".join(hosts) if peers is None else peers
+    relay_to = ",".join(hosts) if relay_to is None else relay_to
     serves = []
     try:
         for i, host in enumerate(hosts):
             args = ["serve", "--bind", host, "--port", port, "--token-file", token_file, *extra]
-            serves.append(fm.popen(*args, *(["--peers", peers] if peers else []),
+            serves.append(fm.popen(*args, *(["--relay-to", relay_to] if relay_to else []),
                                    prefix=prefixes[i] if prefixes else ()))
         for s in serves:
             assert json.loads(s.stdout.readline())["event"] == "listening"

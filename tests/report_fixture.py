@@ -31,7 +31,7 @@ STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 #   bandwidth and message rate vs size                                      1
 #   stream latency vs rate (one figure, a panel per values)                 1
 #   stream heatmaps, one per transport                                      2
-#   load, per workload (w1, w2): latency vs offered load, achieved vs
+#   load, per workload (w1, w2): latency vs offered rate, achieved vs
 #     offered, slowdown vs size                                             6
 #   load: completions per poll, one per run                                 2
 #   bw: throughput over time per connection (the 1 KiB and 64 KiB points)    1
@@ -39,7 +39,7 @@ STAT_KEYS = ("min", "p50", "p90", "p99", "p999", "max", "mean", "stdev")
 #   mesh bw all-to-one chaotic: the Gbit/s matrix, throughput over time      2
 #   the summary figure at the top                                            1
 EXPECTED_FIGURES = 33
-LOAD_FIGURE_ALTS = ("load latency vs offered load w1", "load latency vs offered load w2",
+LOAD_FIGURE_ALTS = ("load latency vs offered rate w1", "load latency vs offered rate w2",
                     "load achieved vs offered w1", "load achieved vs offered w2", "load slowdown w1",
                     "load slowdown w2", "load completions per poll shm busy w2",
                     "load completions per poll tcp busy w1")
@@ -147,7 +147,7 @@ def _stream_point(folder: Path, rng, transport: str, rate: int, values: int, bas
 
 
 def _load_points(transport: str, rates: list[int], capacity: float, base_ns: float) -> list[dict]:
-    """A --load sweep as the engine reports it: the closed-loop capacity point, then one open-loop point per
+    """A --of-capacity sweep as the engine reports it: the closed-loop capacity point, then one open-loop point per
     rate, queueing growing as the rate nears capacity; the knee on the last point."""
     buckets = [(1, 64), (65, 512), (513, 4096), (4097, 65536)]
     points = []
@@ -164,7 +164,7 @@ def _load_points(transport: str, rates: list[int], capacity: float, base_ns: flo
                        "warmup": 1000, "partial": False, "iterations": 10000, "latency_kind": "rtt from the intended "
                        "send time", "phase": "capacity" if rate is None else "open loop",
                        "arrivals": "closed loop" if rate is None else "poisson", "offered_rps": rate or capacity,
-                       "load": None, "achieved_rps": achieved, "achieved_gbps": achieved * 2000 * 8 / 1e9,
+                       "of_capacity": None, "achieved_rps": achieved, "achieved_gbps": achieved * 2000 * 8 / 1e9,
                        "latency_ns": lat, "service_latency_ns": lat, "lag_ns": {k: 50.0 for k in STAT_KEYS},
                        "unloaded_ns": {k: base_ns for k in STAT_KEYS}, "shed": 0, "lost": 0, "outstanding_max": 9,
                        "slowdown": slowdown,
@@ -277,7 +277,7 @@ def build(root: Path) -> Path:
     for transport, workload, rates, capacity, base in (("shm", "w2", [100000, 300000, 600000], 800000.0, 900.0),
                                                        ("tcp", "w1", [10000, 30000, 60000], 80000.0, 20000.0)):
         _write(root / "load" / f"load-{transport}-busy-{workload}",
-               _run_doc("load", {"transport": transport, "poll": "busy", "workload": workload, "load": [],
+               _run_doc("load", {"transport": transport, "poll": "busy", "workload": workload, "of_capacity": [],
                                  "rate": rates}, _load_points(transport, rates, capacity, base)))
 
     _write(root / "lat-udp-busy-failed", _run_doc("lat", {"transport": "udp", "poll": "busy"}, [], "failed",

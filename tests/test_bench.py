@@ -104,7 +104,7 @@ def test_load_rows_measure_both_sides(tmp_path, engine, monkeypatch):
     on both sides and a ratio with a verdict."""
     monkeypatch.setenv("FABMETER_ENGINE", str(engine))
     for name, value in (("LOAD_SECONDS", 0.1), ("LOAD_SWEEP", (5000, 20000)), ("LAG_COUNT", 20000),
-                        ("KNEE_LOADS", [0.5, 1.0]), ("KNEE_SECONDS", 0.05), ("BW_MSGS", 20000)):
+                        ("KNEE_FRACTIONS", [0.5, 1.0]), ("KNEE_SECONDS", 0.05), ("BW_MSGS", 20000)):
         monkeypatch.setattr(bench, name, value)
     b = bench.Bench(tmp_path, None, str(engine))
     sockperf = shutil.which("sockperf") is not None
@@ -134,7 +134,7 @@ def test_stream_row_measures_both_sides(tmp_path, engine, monkeypatch):
     assert row.name == "stream 100 kHz missed % / schedule floor" and row.target == 1.1
     assert floor_row.target is None and "idle" in floor_row.name
     assert 0 <= row.fabmeter() <= 100 and 0 <= row.other() <= 100
-    floor = b.limits[-1]["schedule_floor_busy_peer"]
+    floor = b.limits[-1]["schedule_floor_busy_sink"]
     assert (floor["schedule_rate"], floor["schedule_steps"]) == (100_000, 5000) and "busy_cpu" in floor
     [run_json] = list((tmp_path / "runs").glob("*-stream-*/run.json"))
     point = json.loads(run_json.read_text())["points"][-1]

@@ -1,4 +1,4 @@
-"""serve's, mesh's and watch's own options are data (command_options.py): their --help, a mesh point's
+"""serve's, mesh's, watch's and peers' own options are data (command_options.py): their --help, a mesh point's
 suite keys and their tables in docs/cli.md all come from the one list each command keeps."""
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import pytest
 from conftest import REPO, script_module
 from fabmeter import cli, serve
 from fabmeter.mesh import command as mesh_command
-from fabmeter.suite.load import MESH_KEYS
+from fabmeter.peers import command as peers_command
+from fabmeter.suite import peer as suite_peer
+from fabmeter.suite.read import MESH_KEYS
 from fabmeter.watch import command as watch_command
 
-COMMANDS = {"serve": serve, "mesh": mesh_command, "watch": watch_command}
+COMMANDS = {"serve": serve, "mesh": mesh_command, "watch": watch_command, "peers": peers_command}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,8 @@ def test_the_parser_and_its_help_are_the_commands_options(info, command, monkeyp
     parser = subparser(info, command)
     # The engine's options (options.py) and --help are those whose default is SUPPRESS: absent unless given.
     own = [a for a in parser._actions if a.default is not argparse.SUPPRESS]
-    assert [a.option_strings for a in own] == [[f"--{o.name}"] for o in options], "an option not from the data"
+    assert [a.option_strings for a in own] == [[f"-{o.short}"] * bool(o.short) + [f"--{o.name}"] for o in options], \
+        "an option not from the data"
     help_text = flat(parser.format_help())
     for o, action in zip(options, own):
         assert action.dest == o.key and action.help == o.help, o.name
@@ -64,13 +67,22 @@ def test_a_mesh_points_suite_keys_are_meshs_options():
             assert o is options[o.name], key
 
 
+def test_a_peer_points_suite_keys_are_peers_options():
+    options = {o.key: o for o in peers_command.OPTIONS}
+    assert set(suite_peer.PEER_KEYS) < set(options) and all(o is options[k] for k, o in suite_peer.PEER_KEYS.items())
+    assert set(suite_peer.KEYS) == {"tool", "experiment", "transport", *suite_peer.PEER_KEYS}
+    # A point's defaults are the command's (size: the case's own, --size or --bw-size).
+    assert {k: v for k, v in suite_peer.DEFAULTS.items() if k != "size"} == \
+        {k: options[k].default for k in suite_peer.DEFAULTS if k != "size"}
+
+
 def test_the_docs_tables_are_the_commands_options(info, monkeypatch):
     gen = script_module("gen_cli_doc", "scripts/gen-cli-doc.py")
     text = (REPO / "docs" / "cli.md").read_text()
     assert gen.generate(text, info) == text, "docs/cli.md is stale: run .venv/bin/python scripts/gen-cli-doc.py"
     for command, module in COMMANDS.items():
         block = text.split(gen.command_begin(command), 1)[1].split(gen.END, 1)[0]
-        rows = [r for r in block.splitlines() if r.startswith("| `--")]
+        rows = [r for r in block.splitlines() if r.startswith("| `-")]
         assert len(rows) == len(module.OPTIONS), command
         for o, row in zip(module.OPTIONS, rows):
             assert row.startswith(f"| {gen.fmt_usage(o)} |") and row.endswith(f" | {gen.cell(o.help_text())} |"), row
@@ -81,3 +93,12 @@ def test_the_docs_tables_are_the_commands_options(info, monkeypatch):
     monkeypatch.setattr(mesh_command, "OPTIONS", (changed, *mesh_command.OPTIONS[1:], new))
     regenerated = gen.generate(text, info)
     assert "Slurm: its node list (changed) |" in regenerated and "| `--slot-knob N` |" in regenerated
+
+
+def test_peers_short_spellings_and_sizes_parse_as_the_data_says(info):
+    parser = subparser(info, "peers")
+    ns = parser.parse_args(["-s", "4K", "-n", "7"])
+    assert (ns.size, ns.iters, ns.bw_size) == (4096, 7, 64 * 1024)   # string defaults go through the type too
+    assert "| `-s`, `--size N` | `size` | size |" in (REPO / "docs" / "cli.md").read_text()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--size", "0"])

@@ -137,7 +137,8 @@ def test_readme_layout_names_existing_paths():
     assert not missing, f"README.md's layout names paths that do not exist: {missing}"
 
 
-def known_options(engine) -> set[str]:
+def help_texts(engine) -> list[str]:
+    """`fabmeter --help`, every command's --help and `fabmeter-engine --help`."""
     env = cli_env("docs")
     env["FABMETER_ENGINE"] = str(engine)
     top = subprocess.run(cli_cmd("--help"), env=env, capture_output=True, text=True, check=True).stdout
@@ -147,9 +148,13 @@ def known_options(engine) -> set[str]:
     for c in commands:
         texts.append(subprocess.run(cli_cmd(c, "--help"), env=env, capture_output=True, text=True, check=True).stdout)
     texts.append(subprocess.run([str(engine), "--help"], capture_output=True, text=True, check=True).stdout)
+    return texts
+
+
+def known_options(engine) -> set[str]:
     info = json.loads(subprocess.run([str(engine), "options"], capture_output=True, text=True, check=True).stdout)
     opts = {"--" + o["name"] for o in info["options"]}
-    for t in texts:
+    for t in help_texts(engine):
         opts |= set(re.findall(r"--[a-z][a-z0-9-]*", t))
     return opts
 
@@ -192,3 +197,20 @@ def test_docs_are_references_not_diaries():
     bad = [f"{d.relative_to(REPO)}:{n}: {line.strip()}" for d in docs
            for n, line in enumerate(d.read_text().splitlines(), 1) if diary.search(line)]
     assert not bad, "docs that speak of sessions, stops or issue numbers:\n" + "\n".join(bad)
+
+
+# "peer" names a peer tool (`fabmeter peers`, its adapters, peers.json) and nothing else: a session's other end
+# is "the other end", a serve's relay targets its --relay-to, a mesh host's round mate its partner.
+OTHER_PEER = re.compile(r"\b(?:the|a|an|its|lost|frozen|killed|busy|unauthenticated) peers?\b"
+                        r"(?![ -](?:tools?|adapters?|points?|results?|rows?|figures?|comparisons?)\b|\.json|-raw)",
+                        re.I)
+
+
+def test_peer_means_a_peer_tool(engine):
+    # The dated measurement files record what was said then.
+    texts = {d.relative_to(REPO): d.read_text() for d in DOCS if "measurements" not in d.parts}
+    texts.update({f"--help {i}": t for i, t in enumerate(help_texts(engine))})
+    bad = [f"{where}: {line.strip()}" for where, text in texts.items() for line in text.splitlines()
+           if OTHER_PEER.search(line)]
+    assert not bad, "'peer' for something other than a peer tool:\n" + "\n".join(bad)
+    assert "--peers" not in "\n".join(texts.values()), "serve's relay list is --relay-to"

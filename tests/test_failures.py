@@ -1,4 +1,4 @@
-"""Failures end cleanly: bad arguments, unreachable or lost peers, Ctrl-C.
+"""Failures end cleanly: bad arguments, an unreachable or lost server, Ctrl-C.
 
 Each test also checks (through the `fm` fixture) that no engine process
 it started is left running.
@@ -47,7 +47,7 @@ def closed_port() -> int:
 
 
 @pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
-def test_peer_unreachable(fm, transport):
+def test_server_unreachable(fm, transport):
     t0 = time.monotonic()
     r = fm.run("lat", "-t", transport, "--server", f"127.0.0.1:{closed_port()}", "--timeout-ms", "1000",
                timeout=30)
@@ -78,11 +78,11 @@ def run_json_with_start(out: Path):
 
 
 @pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
-def test_peer_killed_mid_run(fm, tmp_path, transport):
+def test_server_killed_mid_run(fm, tmp_path, transport):
     out = tmp_path / "out"
     trace = tmp_path / "phases"
     fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))  # both engines mark their point's start
-    # Pinned apart: two unpinned busy-polling peers may share one CPU and crawl.
+    # Pinned apart: two unpinned busy-polling engines may share one CPU and crawl.
     server = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--once", "--cpu", "1")
     client = None
     try:

@@ -8,7 +8,7 @@ what was measured, leave no process and no /dev/shm segment behind, and the
 of the loop, and a clean run at the end).
 
 The engines mark their phases in the file named by FABMETER_TRACE_PHASES (a
-test hook set by whoever starts the engine, never by a peer). Rounds per
+test hook set by whoever starts the engine, never by the other end). Rounds per
 transport: FM_FAULT_ROUNDS (default 1: every victim x action once, phases
 drawn at random); `make soak` runs many. FM_FAULT_SEED replays a run.
 """

@@ -97,7 +97,7 @@ def test_poisoned_welcome_environment_is_refused(env_no_token, tmp_path, case):
     r = run_client(env_no_token, srv.port, tmp_path / "out")
     srv.close()
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
-    assert "malformed environment from the peer" in engine_error(r.stderr)
+    assert "malformed environment from the other end" in engine_error(r.stderr)
     assert "evil" not in r.stdout and "forged" not in r.stdout
     assert not [ln for ln in r.stdout.splitlines() if json.loads(ln).get("type") in ("start", "point")]
 

@@ -1,4 +1,4 @@
-"""Hardening (issue 9): a peer that sends malformed numbers costs the server
+"""Hardening: a client that sends malformed numbers costs the server
 only that session; stream's source lateness is signed; 0 is not "auto";
 --out on a full filesystem ends with one line and never half a file."""
 
@@ -46,7 +46,7 @@ def server(fm):
 
 
 @pytest.mark.parametrize("port_text", [b"abc", b"", b"-1", b"99999", b"1" * 30, b"12\n34"])
-def test_server_survives_a_malformed_peer_port(fm, server, port_text):
+def test_server_survives_a_malformed_client_udp_port(fm, server, port_text):
     # A client with a valid hello, then garbage where its udp port belongs:
     # the server ends that session, telling the client why (a fail frame),
     # and serves the next client.

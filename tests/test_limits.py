@@ -35,7 +35,7 @@ def test_limits_probe_reports_every_figure(engine):
     assert 0 <= floor["missed_steps"] <= 2000
     assert floor["missed_pct"] == 100.0 * floor["missed_steps"] / 2000
     # Once more with a thread spinning on CPU B, as stream's busy sink keeps it.
-    busy = lim["schedule_floor_busy_peer"]
+    busy = lim["schedule_floor_busy_sink"]
     assert (busy["cpu"], busy["busy_cpu"], busy["schedule_steps"]) == (0, 1, 2000) and "busy_cpu" not in floor
     assert busy["missed_pct"] == 100.0 * busy["missed_steps"] / 2000
     # setup's floor: a bare loopback connect/accept, as percentiles.

@@ -89,10 +89,11 @@ def test_service_time_saturates_at_its_arithmetic(fm):
 
 def test_capacity_point_measures_the_service_limit(fm):
     service_ns = 50_000
-    r = fm.run("load", "-t", "tcp", "--service-ns", str(service_ns), "--load", "0.5", "--duration", "0.3", "--json")
+    r = fm.run("load", "-t", "tcp", "--service-ns", str(service_ns), "--of-capacity", "0.5", "--duration", "0.3",
+               "--json")
     assert r.returncode == 0, r.stderr
     capacity, half = json_lines(r.stdout)
-    assert capacity["phase"] == "capacity" and half["phase"] == "open loop" and half["load"] == 0.5
+    assert capacity["phase"] == "capacity" and half["phase"] == "open loop" and half["of_capacity"] == 0.5
     assert capacity["achieved_rps"] <= 1.05 * 1e9 / service_ns, capacity
     assert half["offered_rps"] == pytest.approx(0.5 * capacity["achieved_rps"], rel=1e-6)
     assert capacity["outstanding_max"] <= 256
@@ -101,8 +102,8 @@ def test_capacity_point_measures_the_service_limit(fm):
 def test_capacity_window_opens_after_the_warm_up(fm):
     """A warm-up longer than --duration (1000 requests x 200 us of service: 0.2 s, against 0.05 s; W4 and W5's
     megabyte requests do this over tcp) leaves the capacity point its whole window: it completes requests, so
-    --load has a rate to scale."""
-    r = fm.run("load", "-t", "shm", "--service-ns", "200000", "--load", "0.5", "--duration", "0.05", "--json")
+    --of-capacity has a rate to scale."""
+    r = fm.run("load", "-t", "shm", "--service-ns", "200000", "--of-capacity", "0.5", "--duration", "0.05", "--json")
     assert r.returncode == 0, r.stderr
     capacity, half = json_lines(r.stdout)
     assert capacity["warmup_sent"] == 1000 and capacity["completed"] > 0 and half["completed"] > 0
@@ -120,14 +121,14 @@ def test_full_window_sheds_instead_of_sending_late(fm):
 
 
 def test_overload_counts_what_was_shed(fm):
-    """--load above 1 offers more than the capacity point achieved: the excess is shed (never sent late), the
+    """--of-capacity above 1 offers more than the capacity point achieved: the excess is shed (never sent late), the
     achieved rate stays at the service limit, and offered = sent + shed."""
     service_ns = 50_000
-    r = fm.run("load", "-t", "shm", "--service-ns", str(service_ns), "--load", "0.5,2", "--duration", "0.3",
+    r = fm.run("load", "-t", "shm", "--service-ns", str(service_ns), "--of-capacity", "0.5,2", "--duration", "0.3",
                "--max-outstanding", "8", "--json", timeout=120)
     assert r.returncode == 0, r.stderr
     capacity, half, double = json_lines(r.stdout)
-    assert double["load"] == 2 and double["offered_rps"] == pytest.approx(2 * capacity["achieved_rps"], rel=1e-6)
+    assert double["of_capacity"] == 2 and double["offered_rps"] == pytest.approx(2 * capacity["achieved_rps"], rel=1e-6)
     assert double["requests"] == double["sent"] + double["shed"] and double["shed"] > 0, double
     assert double["achieved_rps"] <= 1.05 * 1e9 / service_ns, double
     assert double["completed"] == double["sent"] and double["outstanding_max"] <= 8
@@ -200,7 +201,7 @@ def test_open_loop_queues_as_md1_closed_loop_does_not(fm, tmp_path):
 
 def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
     """A server whose send queue fills (one send deep, 1 MiB replies over libfabric's shm provider, whose sends
-    complete only when the peer has copied them) waits for free buffers: every wait, every poll for send
+    complete only when the client has copied them) waits for free buffers: every wait, every poll for send
     completions (with and without any) is counted and timed, the completions per poll add up; the report
     draws it. A transport without send completions has no such path: `tx` is null."""
     if "ofi" not in built_transports(engine):
@@ -322,11 +323,11 @@ def test_lost_is_what_the_kernel_dropped(fm, lossy_pair, percent):
 
 @pytest.mark.parametrize("args, says", [
     (["--rate", "0"], "--rate must be between"),
-    (["--load", "10.5"], "--load must be a multiple of the capacity"),
-    (["--load", "0"], "--load must be a multiple of the capacity"),
+    (["--of-capacity", "10.5"], "--of-capacity must be a multiple of the capacity"),
+    (["--of-capacity", "0"], "--of-capacity must be a multiple of the capacity"),
     (["--clients", "0"], "--clients must be between 1 and 4096"),
-    (["--clients", "2", "--rate", "1000"], "one of --rate, --load and --clients"),
-    (["--clients", "2", "--load", "0.5"], "one of --rate, --load and --clients"),
+    (["--clients", "2", "--rate", "1000"], "one of --rate, --of-capacity and --clients"),
+    (["--clients", "2", "--of-capacity", "0.5"], "one of --rate, --of-capacity and --clients"),
     (["--clients", "1", "--conns", "2", "--threads", "2"], "--clients must be at least --threads"),
     (["--outstanding", "4"], "closed loop only"),
     (["--clients", "2", "--think-us", "2000000"], "--think-us must be between"),

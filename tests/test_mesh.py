@@ -59,9 +59,9 @@ def test_rounds_hold_each_pair_once(pattern, n):
         rounds = patterns.rounds(pattern, schedule, n)
         assert sorted(p for r in rounds for p in r) == wanted
     for r in patterns.rounds(pattern, "scheduled", n):
-        peers = {}
-        for s, d in r:    # each host has at most one peer in a round (both directions to it allowed)
-            assert peers.setdefault(s, d) == d and peers.setdefault(d, s) == s, r
+        partner = {}
+        for s, d in r:    # each host has at most one partner in a round (both directions to it allowed)
+            assert partner.setdefault(s, d) == d and partner.setdefault(d, s) == s, r
 
 
 def test_pair_sets():
@@ -477,7 +477,7 @@ NOISY_FLOOR = ["--outlier-floor", "500"]
 
 def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_path):
     """Every udp packet host 0 sends is delayed by 400 us: its three outgoing links, and no other link, are
-    outliers by the stated rule, and host 0 is flagged as a slow source; its peers are not flagged."""
+    outliers by the stated rule, and host 0 is flagged as a slow source; the other hosts are not flagged."""
     (ns_a, _), *_ = four_hosts
     hosts = [addr for _, addr in four_hosts]
     with delay_line(ns_a, HOST_DELAY_US, ["-p", "udp"]):
@@ -501,7 +501,7 @@ def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_pat
 
 def test_a_changed_mtu_is_named_in_the_drift(fm, four_hosts, token_file, tmp_path):
     """Host 2's interface at MTU 1400, the others at 1500: each rank records the MTU of the interface its route
-    to the peers takes, and the drift list names host 2 and the field, and nothing else (one machine)."""
+    to the other ranks takes, and the drift list names host 2 and the field, and nothing else (one machine)."""
     (ns_c, _) = four_hosts[2]
     hosts = [addr for _, addr in four_hosts]
     dev = subprocess.run(["ip", "-n", ns_c, "-o", "route", "get", hosts[0]], capture_output=True, text=True,
@@ -645,7 +645,7 @@ def test_lat_and_bw_on_loopback(fm, token_file, tmp_path, experiment, hosts, arg
     assert doc["outliers"] == lines[-1]["outliers"] and doc["drift"] == lines[-1]["drift"]
     assert doc["load"] is lines[-1]["load"] is None
     assert [h["environment"] for h in doc["per_host"]] == lines[-1]["environments"]
-    assert all(e["interface"] == "lo" for e in lines[-1]["environments"])    # every route to a peer: loopback
+    assert all(e["interface"] == "lo" for e in lines[-1]["environments"])    # every route to another rank: loopback
     key = "gbps" if experiment == "bw" else "latency_p50_ns"
     for p in pairs:
         assert doc["matrix"][key][p["src"]][p["dst"]] == (p["gbps"] if experiment == "bw" else p["latency_ns"]["p50"])
@@ -916,7 +916,7 @@ def test_mesh_refuses_without_a_rank_or_a_token_beyond_loopback(fm):
     assert r.returncode == 2 and "--outlier-mads must be above 0" in one_line_error(r.stderr)
 
 
-# --- --launch serve: a `fabmeter serve --peers` on every host, no ranks ------------
+# --- --launch serve: a `fabmeter serve --relay-to` on every host, no ranks ------------
 
 def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_file):
     """One `fabmeter mesh --launch serve` and a serve per namespace: every pair
@@ -947,7 +947,7 @@ def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_fi
 
 def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_path):
     """Three serves on 127.0.0.1-3 (one port): lat all-to-all relayed; a serve
-    without --peers refuses to run pairs (the pairs fail with the reason); a
+    without --relay-to refuses to run pairs (the pairs fail with the reason); a
     host with no serve is named at once, exit 3; --rank has no place here."""
     port = free_port()
     hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -972,11 +972,11 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
         assert all(e["collected_by"] == "engine" and e["kernel_release"] and e["interface"] == "lo"
                    and e["mtu"] == lo_mtu for e in envs), envs
         assert lines[-1]["drift"]["fields"] == [] and lines[-1]["outliers"]["links_judged"] == 6
-        # Relaying needs the target among the serve's --peers: an engine asked for another host is refused.
+        # Relaying needs the target among the serve's --relay-to: an engine asked for another host is refused.
         bad = subprocess.run([str(engine), "run", "lat", "--server", f"127.0.0.9:{port}", "--via",
                               f"127.0.0.1:{port}", "--token-file", token_file, "-t", "tcp"],
                              capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        assert bad.returncode == 2 and "not among its --peers" in bad.stderr, bad.stderr
+        assert bad.returncode == 2 and "not in its --relay-to list" in bad.stderr, bad.stderr
         # The relayed run is a client on the serve's host: no option of the remote client may name a file there.
         workload = tmp_path / "sizes.csv"       # the client's own file, read by the client: fine here, not there
         workload.write_text("length_bytes,weight\n100,1\n200,1\n")
@@ -995,7 +995,7 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
                "--timeout-ms", "3000", "--token-file", token_file)
     assert r.returncode == 3 and f"127.0.0.5:{port}" in one_line_error(r.stderr), r.stderr
     assert time.monotonic() - t0 < 20
-    serves = start_serves(fm, hosts[:2], port, token_file, peers="")
+    serves = start_serves(fm, hosts[:2], port, token_file, relay_to="")
     try:
         r = fm.run("mesh", "--launch", "serve", "--serve-port", port, "--hosts", ",".join(hosts[:2]),
                    "--experiment", "lat", "-t", "tcp", "-n", "100", "--token-file", token_file, "--json")
@@ -1003,7 +1003,7 @@ def test_launch_serve_on_loopback_and_its_refusals(fm, engine, token_file, tmp_p
         stop_serves(serves)
     assert r.returncode == 3
     failed = [p for p in json_lines(r.stdout) if p["type"] == "pair"]
-    assert len(failed) == 2 and all("--peers" in p["message"] and p["status"] == "failed" for p in failed), failed
+    assert len(failed) == 2 and all("--relay-to" in p["message"] and p["status"] == "failed" for p in failed), failed
     r = fm.run("mesh", "--launch", "serve", "--rank", "0", "--hosts", "127.0.0.1,127.0.0.2", "-t", "tcp")
     assert r.returncode == 2 and "no ranks" in r.stderr
 

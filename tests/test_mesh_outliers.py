@@ -62,7 +62,7 @@ def test_one_slow_bw_link_is_low():
 @pytest.mark.parametrize("n", [4, 5, 6])
 def test_one_slow_host_flags_that_host(n):
     """Everything host 2 sends is delayed: its outgoing links, and no other, are outliers, and it is flagged as
-    slow as a source; its peers, each with one slow incoming link of n - 1, are not."""
+    slow as a source; the other hosts, each with one slow incoming link of n - 1, are not."""
     pairs = mesh_pairs(n, lambda s, d: 40_000.0 * jitter(s, d) + 400_000.0 * (s == 2))
     found = outliers.find("oneway", pairs, HOSTS[:n])
     assert sorted((x["src"], x["dst"]) for x in found["links"]) == [(2, d) for d in range(n) if d != 2]

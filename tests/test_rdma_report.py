@@ -144,7 +144,7 @@ def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
 
 def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_path):
     """suites/ramcloud-load.toml's verbs rows in the guest: besides a suite's
-    checks, each row's pool sizes, offered load past the capacity, the
+    checks, each row's pool sizes, offered rate past the capacity, the
     closed-loop points' clients, every point's server.tx and the report's
     three figures."""
     import json
@@ -159,8 +159,8 @@ def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_pat
         (tmp_path / f"{name}.rc").write_text("0\n")
         (tmp_path / f"{name}.report.rc").write_text("0\n")
         rows = {f"sq{sq}": ({"rq_depth": 24, "sq_depth": sq},
-                            [{"phase": "capacity", "load": None, "achieved_rps": 900.0, "server": {"tx": tx}}]
-                            + [{"phase": "open loop", "load": f, "achieved_rps": 0.0 if f == 1.0 else 400.0,
+                            [{"phase": "capacity", "of_capacity": None, "achieved_rps": 900.0, "server": {"tx": tx}}]
+                            + [{"phase": "open loop", "of_capacity": f, "achieved_rps": 0.0 if f == 1.0 else 400.0,
                                 "server": {"tx": tx}} for f in (0.5, 1.0, top)]) for sq in sq_depths}
         rows["clients"] = ({"rq_depth": 256, "sq_depth": 128},
                            [{"phase": "closed loop", "clients": n, "achieved_rps": 100.0 * n, "server": {"tx": tx}}
@@ -173,7 +173,7 @@ def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_pat
         return m.check_ramcloud_load(str(tmp_path), name)
 
     problems, summary = case("good")
-    assert problems == [] and summary["clients"] == [1, 8, 40] and summary["top_load"] == 2.0, problems
+    assert problems == [] and summary["clients"] == [1, 8, 40] and summary["top_multiple"] == 2.0, problems
     problems, _ = case("one-pool", sq_depths=(8,))
     assert any("1 pool size" in p for p in problems), problems
     problems, _ = case("not-past-capacity", top=0.9)

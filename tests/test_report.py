@@ -70,7 +70,7 @@ def test_report_content(fixture_report):
     assert "RTT/2" in text and "one-way" in text
     for section in ("Environment", "Comparison table", "Latency histograms", "CDF overlays",
                     "Latency vs message size", "Bandwidth and message rate", "Stream: latency vs rate",
-                    "Load: latency and throughput against offered load"):
+                    "Load: latency and throughput against offered rate"):
         assert section in text, section
     env = json.loads((root / "lat-shm-busy" / "run.json").read_text())["environment"]
     assert env["hostname"] in text
@@ -153,7 +153,7 @@ def test_labels_come_from_params(tmp_path):
         point = report_fixture._latency_point(folder, rng, "lat", params["transport"], params.get("poll", "busy"),
                                               params.get("size", 32), 100.0, n=100)
         report_fixture._write(folder, report_fixture._run_doc("lat", params, [point]))
-    runs, problems = model.load(tmp_path)
+    runs, problems = model.read_runs(tmp_path)
     assert not problems
     labels = {e.run.rel: e.label for e in model.entries_of(runs)}
     assert labels == {"ofi-tcp": "ofi busy tcp msg", "ofi-shm": "ofi busy shm rdm",

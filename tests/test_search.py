@@ -20,7 +20,7 @@ def curve(knee: float, capacity: float = 100_000):
     runs = []
 
     def run_point(options: dict) -> dict:
-        rate = capacity if options.get("load") else options["rate"][0]
+        rate = capacity if options.get("of_capacity") else options["rate"][0]
         runs.append(rate)
         return {"offered_rps": rate, "iterations": 100, "latency_ns": {"p99": 10_000 if rate <= knee else 1_000_000}}
     return run_point, runs
@@ -72,7 +72,7 @@ def test_search_that_no_rate_holds_exits_4(fm):
 @pytest.mark.parametrize("args, says", [
     (["--search", "p99<=20"], "--search"),
     (["--search", "p99<=20us", "--rate", "1000"], "not with --rate"),
-    (["--search", "p99<=20us", "--load", "0.5"], "not with --load"),
+    (["--search", "p99<=20us", "--of-capacity", "0.5"], "not with --of-capacity"),
     (["--search", "p99<=20us", "--slo", "p99<=20us"], "not with --slo"),
 ])
 def test_bad_search_one_line_exit_2(fm, args, says):

@@ -1,6 +1,6 @@
 """The control channel under attack, against a live `fabmeter serve` on
 loopback: oversized, unknown, truncated and mutated frames, bad proofs,
-wrong or missing tokens, a frozen (SIGSTOPped) peer. After each blow the
+wrong or missing tokens, a frozen (SIGSTOPped) client or server. After each blow the
 server must still be up and serve a normal client at once."""
 
 from __future__ import annotations

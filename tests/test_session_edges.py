@@ -78,7 +78,7 @@ def first_available(*names: str) -> str:
 def test_a_session_failing_after_the_welcome_tells_the_client_why(fm, serve):
     # The client names an endpoint port that is taken on the server's host: the
     # session passes its checks, is welcomed, and then cannot bind. The old
-    # server closed without a word ("peer closed the control channel").
+    # server closed without a word ("the other end closed the control channel").
     transport = first_available("zmq", "nng", "nanomsg")
     _, event = serve()
     with socket.socket() as taken:
@@ -101,7 +101,7 @@ def test_a_relayed_run_brings_its_raw_samples_back(fm, serve, token_file, tmp_pa
     # removing each; the client writes them under its --out. The old relay
     # refused --out (the samples would have stayed on the relay host).
     _, target = serve("--token-file", token_file)
-    relay_proc, relay = serve("--token-file", token_file, "--peers", "127.0.0.1")
+    relay_proc, relay = serve("--token-file", token_file, "--relay-to", "127.0.0.1")
     out = tmp_path / "out"
     r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "-n", "300", "--warmup", "10", "--poll", "event",
                         "-a", "--max-size", "4", "--server", f"127.0.0.1:{target['port']}",

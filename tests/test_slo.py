@@ -16,7 +16,7 @@ from conftest import json_lines, one_line_error
 from fabmeter import slo
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_RUNTIME, EXIT_SLO
-from fabmeter.suite import load as suite
+from fabmeter.suite import read as suite
 
 HOLDS, CANNOT = "p50<=10s", "p50<=1ns"
 TINY = {"lat": ["-n", "200", "--warmup", "10"],
@@ -162,7 +162,7 @@ def test_bad_suite_slo(tmp_path, engine, text, line, words):
     f = tmp_path / "s.toml"
     f.write_text(text)
     with pytest.raises(suite.SuiteError) as e:
-        suite.load(f, engine_info(str(engine)))
+        suite.read(f, engine_info(str(engine)))
     assert e.value.line == line and words in e.value.message
 
 

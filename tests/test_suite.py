@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, free_port, one_line_error
 from fabmeter.engine import engine_info
 from fabmeter.options import Options
-from fabmeter.suite import load as suite
+from fabmeter.suite import read as suite
 from fabmeter.suite import runner
 from fabmeter.suite.runner import run_suite
 
@@ -37,10 +37,10 @@ def _not_built(info: dict) -> str | None:
     return missing[0] if missing else None
 
 
-def _load(tmp_path: Path, info: dict, text: str) -> suite.Suite:
+def _read(tmp_path: Path, info: dict, text: str) -> suite.Suite:
     f = tmp_path / "s.toml"
     f.write_text(text)
-    return suite.load(f, info)
+    return suite.read(f, info)
 
 
 # (suite text, key named in the error, its line, words the message must contain)
@@ -95,7 +95,7 @@ BAD_SUITES = [
 @pytest.mark.parametrize("text,key,line,words", BAD_SUITES, ids=[f"{b[1]}-line{b[2]}" for b in BAD_SUITES])
 def test_bad_suite_names_key_and_line(tmp_path, info, text, key, line, words):
     with pytest.raises(suite.SuiteError) as e:
-        _load(tmp_path, info, text)
+        _read(tmp_path, info, text)
     assert e.value.line == line, e.value.message
     assert f"'{key}'" in e.value.message and words in e.value.message, e.value.message
 
@@ -117,7 +117,7 @@ def test_bad_suite_cli_exit_2_before_running(fm, tmp_path):
 
 
 def test_point_ids_defaults_and_dedup(tmp_path, info):
-    s = _load(tmp_path, info, """
+    s = _read(tmp_path, info, """
 name = "ids"
 [defaults]
 experiment = "oneway"
@@ -149,7 +149,7 @@ size = "4K"
 def test_shipped_suites_are_valid(info):
     names = {}
     for f in sorted((REPO / "suites").glob("*.toml")):
-        s = suite.load(f, info)
+        s = suite.read(f, info)
         assert s.points, f
         assert len({p.id for p in s.points}) == len(s.points)
         names[f.stem] = s
@@ -179,11 +179,12 @@ def test_shipped_suites_are_valid(info):
     assert {8, 32768} <= sizes
     homa = names["homa-load"].points
     assert {p.options["workload"] for p in homa} == {"w1", "w2", "w3", "w4", "w5"}
-    assert all(p.experiment == "load" and p.options["load"] == [0.2, 0.5, 0.8] for p in homa)
+    assert all(p.experiment == "load" and p.options["of_capacity"] == [0.2, 0.5, 0.8] for p in homa)
     pools = {(p.transport, p.options.get("rq_depth"), p.options.get("sq_depth")) for p in names["ramcloud-load"].points}
     assert {("verbs", 24, 8), ("verbs", 24, 32), ("verbs", 24, 64), ("verbs", 48, 8)} <= pools
     ramcloud = names["ramcloud-load"].points
-    assert all(max(p.options["load"]) == 2.0 for p in ramcloud if "load" in p.options)   # through the knee to 2x
+    # through the knee to 2x
+    assert all(max(p.options["of_capacity"]) == 2.0 for p in ramcloud if "of_capacity" in p.options)
     closed = {p.transport: p.options["clients"] for p in ramcloud if "clients" in p.options}
     assert set(closed) == {"verbs", "tcp"} and all(c[0] == 1 and c[-1] == 40 for c in closed.values()), closed
 
@@ -191,7 +192,7 @@ def test_shipped_suites_are_valid(info):
 @pytest.mark.parametrize("name", ["homa-load", "ramcloud-load"])
 def test_load_suites_run_a_point(name, info, engine, tmp_path):
     """The load suites' first shm point, shortened: a sweep whose points carry what the report draws."""
-    s = suite.load(REPO / "suites" / f"{name}.toml", info)
+    s = suite.read(REPO / "suites" / f"{name}.toml", info)
     point = next(p for p in s.points if p.transport == "shm")
     point.options["duration"] = 0.05
     point.options.pop("count", None)            # homa-load runs by request count: shortened by time here
@@ -199,7 +200,7 @@ def test_load_suites_run_a_point(name, info, engine, tmp_path):
     out = tmp_path / name
     assert run_suite(s, out, str(engine), None, None) == 0
     points = _run_doc(out / point.id)["points"]
-    assert [p["phase"] for p in points] == ["capacity"] + ["open loop"] * len(point.options["load"])
+    assert [p["phase"] for p in points] == ["capacity"] + ["open loop"] * len(point.options["of_capacity"])
     assert all(p["slowdown"] and p["server"]["completions_per_poll"] for p in points[1:])
 
 
@@ -245,7 +246,7 @@ def test_repeat_runs_rounds_in_alternation_and_compare_judges_by_them(fm, tmp_pa
 def test_transport_not_built_is_skipped(tmp_path, info, engine, capsys):
     # As on a machine without libfabric: an engine whose table lacks "ofi".
     without = dict(info, transports=[t for t in info["transports"] if t != "ofi"])
-    s = _load(tmp_path, without, '[[matrix]]\nexperiment = ["lat", "bw"]\ntransport = "ofi"\n')
+    s = _read(tmp_path, without, '[[matrix]]\nexperiment = ["lat", "bw"]\ntransport = "ofi"\n')
     assert [p.skip for p in s.points] == [f"transport 'ofi' is not built into this engine (built: "
                                           f"{', '.join(sorted(without['transports']))})"] * 2
     out = tmp_path / "out"
@@ -396,7 +397,7 @@ def test_udapl_suite_dry_run_and_a_shortened_run(fm, tmp_path, info, engine):
     r = fm.run("suite", f, "--dry-run", "--out", tmp_path / "dry")
     assert r.returncode == 0, r.stderr
     assert "mesh-bw-tcp-busy-all-to-one-scheduled-s1K  [run]  fabmeter mesh --launch local --ranks 4 " in r.stdout
-    s = suite.load(f, info)
+    s = suite.read(f, info)
     wanted = ("mesh-bw-tcp-busy-all-to-one-scheduled-s1K", "mesh-bw-shm-busy-all-to-all-chaotic-s1K-tx-depth10-rq-depth11")
     s.points = [p for p in s.points if p.id in wanted]
     assert len(s.points) == 2
@@ -432,7 +433,7 @@ def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, tok
     monkeypatch.setattr(subprocess, "Popen", NoMeshCommand)
     monkeypatch.setenv("FABMETER_TOKEN", "the-suites-own-secret-" + "x" * 16)
     port = free_port()
-    s = _load(tmp_path, info, f'name = "m"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
+    s = _read(tmp_path, info, f'name = "m"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
                               f'bursts = 2\nburst_size = 50\nmesh_port = {port}\ntoken_file = "{token_file}"\n')
     out = tmp_path / "out"
     assert run_suite(s, out, str(engine), None, None) == 0
@@ -450,7 +451,7 @@ def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, tok
 def test_a_mesh_point_that_breaks_fails_alone(tmp_path, info, engine):
     """Its coordination port taken: that point fails with the reason, the suite goes on to the next."""
     with socket.create_server(("127.0.0.1", 0)) as taken:
-        s = _load(tmp_path, info, f'name = "b"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
+        s = _read(tmp_path, info, f'name = "b"\n[[matrix]]\nexperiment = "mesh"\nranks = 2\ntransport = "tcp"\n'
                                   f'bursts = 2\nmesh_port = {taken.getsockname()[1]}\n'
                                   '[[matrix]]\nexperiment = "lat"\ntransport = "tcp"\niters = 200\n')
         assert run_suite(s, tmp_path / "out", str(engine), None, None) == 3
@@ -479,12 +480,12 @@ OUTSIDE = [
 @pytest.mark.parametrize("text,key,line,words", OUTSIDE, ids=[f"{o[1]}-line{o[2]}" for o in OUTSIDE])
 def test_suite_names_nothing_outside_its_folder(tmp_path, info, text, key, line, words):
     with pytest.raises(suite.SuiteError) as e:
-        _load(tmp_path, info, text)
+        _read(tmp_path, info, text)
     assert e.value.line == line and f"'{key}'" in e.value.message and words in e.value.message, e.value.message
 
 
 def test_suite_ssh_of_a_safe_shape_is_taken(tmp_path, info):
-    s = _load(tmp_path, info, '[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
+    s = _read(tmp_path, info, '[[matrix]]\nexperiment = "mesh"\ntransport = "tcp"\nlaunch = "ssh"\nhostfile = "h"\n'
                               'ssh = "ssh -p 2222 -l bob -i ~/.ssh/id -o StrictHostKeyChecking=no"\n'
                               'remote_fabmeter = "/opt/venv/bin/fabmeter"\n')
     assert s.points[0].mesh["ssh"].startswith("ssh -p 2222")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import TAG_VAR, free_port, one_line_error, stop_serves, veth_namespaces, wait_until
 from fabmeter.engine import engine_info
-from fabmeter.suite import load as suite
+from fabmeter.suite import read as suite
 from test_peers_server import strangers
 
 
@@ -42,7 +42,7 @@ def test_a_bad_peer_point_names_key_and_line(tmp_path, info, table, key, line, w
     f = tmp_path / "s.toml"
     f.write_text("[[matrix]]\n\n" + table)
     with pytest.raises(suite.SuiteError) as e:
-        suite.load(f, info)
+        suite.read(f, info)
     assert e.value.line == line and words in e.value.message, (e.value.line, e.value.message)
     assert not key or f"'{key}'" in e.value.message, e.value.message
 
@@ -118,7 +118,7 @@ def test_a_mesh_points_tool_is_checked_with_the_file(tmp_path, info, text, line,
     f = tmp_path / "s.toml"
     f.write_text(text)
     with pytest.raises(suite.SuiteError) as e:
-        suite.load(f, info)
+        suite.read(f, info)
     assert e.value.line == line and words in e.value.message, (e.value.line, e.value.message)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from fabmeter.engine import engine_info
-from fabmeter.suite import load as suite
+from fabmeter.suite import read as suite
 
 K = 1024
 POW2 = lambda lo, hi: [1 << i for i in range(lo.bit_length() - 1, hi.bit_length())]  # noqa: E731
@@ -25,7 +25,7 @@ def info(engine) -> dict:
 
 
 def points(info, name):
-    s = suite.load(REPO / "suites" / f"{name}.toml", info)
+    s = suite.read(REPO / "suites" / f"{name}.toml", info)
     return [(p, p.params(s.options)) for p in s.points]
 
 
@@ -168,7 +168,7 @@ def test_homa_load_runs_the_workloads_whole(info):
     got = set()
     for p, q in points(info, "homa-load"):
         # Poisson arrivals at fractions of the capacity, by request count; no max_size: never clamped
-        assert q["arrivals"] == "poisson" and q["load"] == [0.2, 0.5, 0.8] and q["count"] >= 10000, p.id
+        assert q["arrivals"] == "poisson" and q["of_capacity"] == [0.2, 0.5, 0.8] and q["count"] >= 10000, p.id
         assert "max_size" not in p.options, p.id
         got.add((p.transport, q["workload"]))
     assert got == {(t, w) for t in ("shm", "tcp") for w in HOMA_WORKLOADS}

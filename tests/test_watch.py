@@ -120,9 +120,9 @@ def test_a_pair_list_in_rounds():
     rounds = loop.pair_rounds(pairs, "scheduled")
     assert sorted(p for r in rounds for p in r) == sorted(pairs)
     for r in rounds:
-        peer = {}
+        partner = {}
         for s, d in r:
-            assert peer.setdefault(s, d) == d and peer.setdefault(d, s) == s, r
+            assert partner.setdefault(s, d) == d and partner.setdefault(d, s) == s, r
     assert loop.pair_rounds(pairs, "chaotic") == [pairs]
 
 

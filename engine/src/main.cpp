@@ -30,7 +30,7 @@ constexpr const char* kUsage = R"(usage:
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
-                        [--peers HOST,...]
+                        [--relay-to HOST,...]
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
@@ -52,11 +52,11 @@ size; stream: a rate x values pair; load: an offered rate), "transport", "end".
 point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
-if run there (that serve must list the --server host in its --peers), and
+if run there (that serve must list the --server host in its --relay-to), and
 with --out the raw samples; no --cpu then. --cpu N+M+...: this end's thread on N; with --flows
 each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
-to nothing. Exit codes: 0 ok, 2 bad input, 3 peer lost or failed,
+to nothing. Exit codes: 0 ok, 2 bad input, 3 the other end lost or failed,
 130 interrupted (finished points and the partial one are still printed).
 
 tool asks the serve there to start a peer tool's server side (fabmeter peers
@@ -89,10 +89,10 @@ K/M/G/T suffixes) or states a run longer than --max-duration (default 3600 s;
 least 16 bytes, in a file other users cannot read. A server with a token
 admits only clients that prove they know it (HMAC-SHA-256 challenge-response;
 the secret never crosses the wire), and proves it to them in turn.
---peers HOST,...: the servers (hosts as clients name them, any port) this one
+--relay-to HOST,...: the servers (hosts as clients name them, any port) this one
 may run a client against when an authenticated client asks (run --via,
 fabmeter mesh --launch serve); it proves its own token to them. Without
---peers, or without a token, it runs no client for anyone.
+--relay-to, or without a token, it runs no client for anyone.
 )";
 
 int parse_int(const std::string& opt, const std::string& v) {
@@ -279,7 +279,7 @@ int main_(std::vector<std::string> args) {
                         std::to_string(fm::kMaxHandshakeTimeoutMs));
       o.handshake_timeout_ms = static_cast<uint32_t>(ms);
     }
-    if (take(args, "--peers", &v)) o.peers = split_hosts("--peers", v);
+    if (take(args, "--relay-to", &v)) o.relay_to = split_hosts("--relay-to", v);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);

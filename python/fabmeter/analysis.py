@@ -318,8 +318,8 @@ def load_table(points: list[dict], percentiles: Sequence[float] = ()) -> str:
             label = "capacity (closed)"
         elif p.get("clients"):
             label = f"{p['clients']} clients x {p.get('outstanding')} (closed)"
-        elif p.get("load"):
-            label += f" ({p['load']:.0%})"
+        elif p.get("of_capacity"):
+            label += f" ({p['of_capacity']:.0%} of capacity)"
         if p.get("partial"):
             label += " (partial)"
         rows.append([label, fmt_num(p.get("achieved_rps"), 0), fmt_num(p.get("achieved_gbps"), 3),
@@ -388,12 +388,13 @@ def setup_table(points: list[dict], limits: Optional[dict] = None) -> str:
 
 
 def clock_line(points: list[dict]) -> str:
-    """Where the peer's clock was probed: the last point's fit, the one over the most probes."""
+    """Where the other end's clock was probed: the last point's fit, the one over the most probes."""
     probed = [p["clock"] for p in points if (p.get("clock") or {}).get("method") == "probe"]
     if not probed:
         return ""
     c = probed[-1]
-    return (f"clock: peer - local offset {fmt_num(c.get('offset_ns'))} ns, drift {fmt_num(c.get('drift_ppm'), 3)} ppm,"
+    return (f"clock: remote - local offset {fmt_num(c.get('offset_ns'))} ns, "
+            f"drift {fmt_num(c.get('drift_ppm'), 3)} ppm,"
             f" error bound +-{fmt_num(c.get('error_bound_ns'))} ns ({fmt_num(c.get('probes'), 0)} probes"
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 

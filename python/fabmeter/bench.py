@@ -46,7 +46,7 @@ LOAD_SECONDS = 0.55               # fabmeter per point: sockperf's valid window 
 LAG_RATE = 1_000_000              # the issue's goal: lag p99 <= 1 us at 1 M requests/s over shm
 LAG_COUNT = 500_000
 LAG_BUDGET_NS = 1000.0
-KNEE_LOADS = [0.25, 0.5, 0.75, 1.0]  # shm sweep as fractions of its closed-loop capacity
+KNEE_FRACTIONS = [0.25, 0.5, 0.75, 1.0]  # shm sweep as fractions of its closed-loop capacity
 KNEE_SECONDS = 0.3
 BW_MSGS = 1_000_000               # bw beside the knee: long enough to be more than its warm-up
 FLOWS = 4                         # bw --flows beside iperf3 -P
@@ -275,11 +275,11 @@ class Bench:
                                                  "rate": [STREAM_RATE], "count": STREAM_STEPS},
                                       lambda ps: ps[-1]["missed_pct"]),
                     "limits: bare TSC spin schedule, the stream source's step rule, the sink's CPU spinning",
-                    self.limit(lambda lim: lim["schedule_floor_busy_peer"]["missed_pct"], limits), what, 1.1),
+                    self.limit(lambda lim: lim["schedule_floor_busy_sink"]["missed_pct"], limits), what, 1.1),
                 Row(f"stream {STREAM_RATE // 1000} kHz schedule floor, the other CPU idle",
                     self.limit(lambda lim: lim["schedule_floor"]["missed_pct"], limits),
                     "limits: the same with the sink's CPU spinning",
-                    self.limit(lambda lim: lim["schedule_floor_busy_peer"]["missed_pct"], limits), what, None)]
+                    self.limit(lambda lim: lim["schedule_floor_busy_sink"]["missed_pct"], limits), what, None)]
 
     def cpu_rows(self) -> list[Row]:
         """CPU per message on the client, fabmeter beside sockperf (both counted by fabmeter: its engine's
@@ -395,7 +395,7 @@ class Bench:
                         "1 % of the slots (the p99's share)", lambda: 1.0,
                         f"% of {LAG_COUNT:,} 1 us slots a bare TSC spin on the client CPU missed", None))
         rows.append(Row("load shm achieved rate at the knee / bw message rate",
-                        self.fabmeter_all("load", {"transport": "shm", "poll": "busy", "load": KNEE_LOADS,
+                        self.fabmeter_all("load", {"transport": "shm", "poll": "busy", "of_capacity": KNEE_FRACTIONS,
                                                    "req_size": SIZE, "duration": KNEE_SECONDS}, achieved_at_knee),
                         f"fabmeter bw -t shm -s {SIZE}",
                         self.fabmeter("bw", {"transport": "shm", "size": SIZE, "iters": BW_MSGS},

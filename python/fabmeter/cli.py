@@ -4,9 +4,9 @@ The experiment subcommands (lat, oneway, bw, stream, check, load, setup) get the
 options from `fabmeter-engine options` (options.py), so names, types,
 choices, help and defaults live in one place, the engine's option table.
 Only options that concern orchestration are defined here: --cpus, --json,
---out, --server, --token-file, --slo (slo.py); serve's, mesh's and watch's
-own are data in serve.py, mesh/command.py and watch/command.py
-(command_options.py).
+--out, --server, --token-file, --slo (slo.py); serve's, mesh's, watch's and
+peers' own are data in serve.py, mesh/command.py, watch/command.py and
+peers/command.py (command_options.py).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from fabmeter.options import PY_ONLY, Options
 from fabmeter.results import out_folder
 
 EXPERIMENTS_HELP = {
-    "lat": "round-trip ping-pong; reports RTT and one-way = RTT/2",
+    "lat": "round-trip ping-pong; reports the round-trip time (RTT) and one-way = RTT/2",
     "oneway": "one-way latency of bursts (sender and receiver share the clock)",
     "bw": "streaming bandwidth and message rate",
     "stream": "a real-time stream at a fixed rate: latency, missed steps, deadline misses",
     "check": "conformance: sizes up to the transport's maximum, content, order, event-mode wake-up",
-    "load": "open-loop request/response: tail latency against offered load (workloads W1-W5, server pools)",
+    "load": "open-loop request/response: tail latency against offered rate (workloads W1-W5, server pools)",
     "setup": "setup costs: connection establishment, memory registration by size (with and without huge pages)",
 }
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
@@ -235,7 +235,8 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
     except slo.SloError as e:
         die(f"--search: {e}", EXIT_USAGE)
     given = engine_options(engine).given(ns)
-    clash = [f"--{k}" for k in ("rate", "load") if given.get(k) is not None] + (["--slo"] if ns.slo else [])
+    clash = [f"--{k.replace('_', '-')}" for k in ("rate", "of_capacity") if given.get(k) is not None]
+    clash += ["--slo"] if ns.slo else []
     if clash:
         die(f"--search finds the rate itself: not with {', '.join(clash)}", EXIT_USAGE)
     if ns.token_file is not None and ns.server is None:

@@ -1,7 +1,7 @@
-"""The options fabmeter's own commands define (serve, mesh, watch), as data.
+"""The options fabmeter's own commands define (serve, mesh, watch, peers), as data.
 
 Each of those commands keeps one list of `CommandOption`s. From it come its
-argparse options (so its --help), a mesh point's suite keys (suite/load.py)
+argparse options (so its --help), a mesh point's suite keys (suite/read.py)
 and the command's table in docs/cli.md (scripts/gen-cli-doc.py): a knob is
 written once. The experiments' options are the engine's table (options.py).
 """
@@ -24,6 +24,7 @@ class CommandOption:
     flag: bool = False                          # takes no value: True when given
     repeat: bool = False                        # may be given again: ns.<key> is the list of them
     dest: str = ""                              # ns.<dest>; default: the name with '_'
+    short: str = ""                             # a one-letter spelling as well (-s), as the experiments' -s, -n
 
     @property
     def key(self) -> str:
@@ -37,10 +38,11 @@ class CommandOption:
 def add_arguments(parser: argparse.ArgumentParser, options: Sequence[CommandOption]) -> None:
     """The options, in their order, onto an argparse (sub)parser."""
     for o in options:
+        spellings = (f"-{o.short}", f"--{o.name}") if o.short else (f"--{o.name}",)
         if o.flag:
-            parser.add_argument(f"--{o.name}", action="store_true", dest=o.key, help=o.help)
+            parser.add_argument(*spellings, action="store_true", dest=o.key, help=o.help)
             continue
         words = len(o.metavar) if isinstance(o.metavar, tuple) else None
-        parser.add_argument(f"--{o.name}", action="append" if o.repeat else "store", dest=o.key, help=o.help,
+        parser.add_argument(*spellings, action="append" if o.repeat else "store", dest=o.key, help=o.help,
                             metavar=o.metavar or None, nargs=words, type=o.type, default=o.default,
                             choices=o.choices or None)

@@ -168,13 +168,13 @@ def env_diff(base: list[dict], new: list[dict]) -> list[tuple[str, str, str]]:
             if b.get(k) != n.get(k) and not any(part in VOLATILE_ENV for part in k.split("."))]
 
 
-def load_folder(path: Path) -> tuple[list[dict], list[Item]]:
+def read_folder(path: Path) -> tuple[list[dict], list[Item]]:
     """A folder's recorded environments and its items: every point of every run.json below it and every
     pair of every mesh.json."""
     if not path.is_dir():
         raise FabmeterError(f"compare: {path}: not a results folder", EXIT_USAGE)
-    runs, problems = model.load(path)
-    meshes, mesh_problems = model.load_meshes(path)
+    runs, problems = model.read_runs(path)
+    meshes, mesh_problems = model.read_meshes(path)
     for problem in problems + mesh_problems:
         sys.stderr.write(f"fabmeter: warning: compare: {path}: {problem}\n")
     runs = [r for r in runs if not r.peer]
@@ -189,8 +189,8 @@ def load_folder(path: Path) -> tuple[list[dict], list[Item]]:
 
 
 def compare(base: Path, new: Path, fail_worse: Optional[float]) -> dict:
-    base_envs, base_items = load_folder(base)
-    new_envs, new_items = load_folder(new)
+    base_envs, base_items = read_folder(base)
+    new_envs, new_items = read_folder(new)
     groups: dict[tuple, tuple[list, list]] = {}
     for side, items in enumerate((base_items, new_items)):
         for i in items:

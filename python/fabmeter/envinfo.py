@@ -92,14 +92,14 @@ def collect(engine_env: Optional[dict] = None, server_env: Optional[dict] = None
         "tsc_flags": tsc_flags(),
         "libraries": libraries(),
         "engine": engine_env,          # from the engine's "start" line
-        "server_engine": server_env,   # the peer's, as the engine reported it
+        "server_engine": server_env,   # the other end's, as the engine reported it
     }
 
 
 # --- a mesh host's identity: what may differ between the hosts of one mesh ---------
 
 NET_SYS = Path("/sys/class/net")
-MAX_ROUTED = 16          # peer addresses whose route is looked up (the first ones: rank 0's first)
+MAX_ROUTED = 16          # other hosts' addresses whose route is looked up (the first ones: rank 0's first)
 IDENTITY_FIELDS = ("kernel_release", "kernel_version", "cpu_model", "cpu_count", "governor", "idle_driver",
                    "idle_governor", "guest_halt_poll_ns", "isolated_cpus", "tsc_flags", "glibc", "python",
                    "fabmeter", "system", "bios_version", "mtu", "link_speed_mbps", "nic_driver", "numa_node",
@@ -160,18 +160,18 @@ def interface_facts(names: list[str]) -> dict:
     return out
 
 
-def identity(peers: list[str]) -> dict:
+def identity(others: list[str]) -> dict:
     """This host's identity fields for a mesh's drift list (flat, small: it crosses the mesh channel): the
     kernel, CPU, frequency governor(s), idle driver, libraries, firmware (DMI) and the interface the kernel
-    routes the peers' addresses through, with its MTU, link speed, driver and NUMA node (sysfs). Unknown: None,
+    routes the other hosts' addresses through, with its MTU, link speed, driver and NUMA node (sysfs). Unknown: None,
     never guessed."""
     names = []
     deadline = time.monotonic() + ROUTE_BUDGET_S
-    for peer in list(dict.fromkeys(peers))[:MAX_ROUTED]:
+    for host in list(dict.fromkeys(others))[:MAX_ROUTED]:
         left = deadline - time.monotonic()
         if left <= 0:
             break
-        name = route_interface(peer, left)
+        name = route_interface(host, left)
         if name and name not in names:
             names.append(name)
     govs = sorted({g for g in governors().values() if g})

@@ -1,6 +1,6 @@
 """Errors and exit codes, shared by the engine and every command.
 
-One line on stderr; exit 2 for bad input, 3 for runtime or peer failures,
+One line on stderr; exit 2 for bad input, 3 for runtime failures (the other end unreachable or lost),
 4 when a run went well but missed a latency objective (--slo, slo.py),
 130 when interrupted, 1 when the engine is missing or crashed (or a bug).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_INTERNAL = 1   # engine missing or crashed, or our own bug
 EXIT_USAGE = 2
-EXIT_RUNTIME = 3    # peer unreachable or lost mid-run
+EXIT_RUNTIME = 3    # the other end unreachable or lost mid-run
 EXIT_SLO = 4        # the run went well and missed a latency objective (--slo); never the engine's
 EXIT_INTERRUPTED = 130
 

@@ -135,7 +135,7 @@ class RunRecord:
         if event.get("type") == "limits":
             self.doc["limits"] = event   # machine limits between the run's two CPUs
         elif event.get("type") == "clock":
-            self.doc["clock"] = event.get("clock")   # the peer's clock fitted over the whole run
+            self.doc["clock"] = event.get("clock")   # the other end's clock fitted over the whole run
         elif event.get("type") == "warning":
             self.doc.setdefault("warnings", []).append(event["message"])   # what fabmeter warned of on stderr
         else:

@@ -2,7 +2,7 @@
 
 Starts a local server (or uses a remote one) and a client for one
 experiment, streams the client's JSON lines and makes sure that no engine
-process outlives the run, whatever happens: bad arguments, a lost peer,
+process outlives the run, whatever happens: bad arguments, a lost server or client,
 Ctrl-C (procs.py: process groups, signal forwarding).
 """
 
@@ -209,7 +209,7 @@ def execute(spec: RunSpec,
                     server.stop(SERVER_EXIT_TIMEOUT_S)
                 else:
                     server.stop(KILL_GRACE_S if fwd.interrupted else 0.0)
-        # The client only sees that the peer went away; the server may know why.
+        # The client only sees that the server went away; the server may know why.
         if server is not None and res.exit_code == EXIT_RUNTIME and server.proc.returncode not in (0, None):
             why = server.error_line()
             if why and why not in res.message:
@@ -236,7 +236,7 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
             timeout_s: float, res: RunResult, on_start, on_point, on_event) -> None:
     """Reads the client's JSON lines until EOF, with a watchdog on the server."""
     server_gone_at: Optional[float] = None
-    # The engine notices a lost peer itself within its timeout; this is
+    # The engine notices a lost other end itself within its timeout; this is
     # only a safety net if it does not.
     grace = timeout_s + 5.0
     stop_sent = False

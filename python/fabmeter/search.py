@@ -1,7 +1,7 @@
 """`fabmeter load --search 'p99<=50us'`: the highest offered rate whose
 point holds latency objectives (slo.py's syntax), as mutilate's --search.
 
-First the path's capacity: one run with `--load 1.0` (a closed-loop point
+First the path's capacity: one run with `--of-capacity 1.0` (a closed-loop point
 measures it, then an open-loop point offers it). If that point holds the
 objectives, the capacity is the answer. Otherwise the rate is bisected on a
 log scale: a point at capacity / 16 (then / 256) that holds gives the lower
@@ -26,7 +26,7 @@ LOWER_TRIES = (16, 256)    # capacity / these: where a holding rate is looked fo
 
 HELP = ("find the highest offered rate (requests/s) whose point holds these latency objectives "
         "(--slo's syntax, e.g. 'p99<=50us'), bisecting below the measured capacity; "
-        "exit 4 when no rate holds them; not with --rate, --load or --slo")
+        "exit 4 when no rate holds them; not with --rate, --of-capacity or --slo")
 
 
 def search(objectives: list[slo.Objective], run_point: Callable[[dict], Optional[dict]],
@@ -52,7 +52,7 @@ def search(objectives: list[slo.Objective], run_point: Callable[[dict], Optional
         return {"objectives": slo.canonical(objectives), "rate_rps": best, "capacity_rps": capacity,
                 "steps": steps, "why": why}
 
-    top = step({"load": [1.0]})
+    top = step({"of_capacity": [1.0]})
     if top is None:
         return outcome(None, None, "the capacity run failed")
     capacity = top.get("offered_rps") or 0

@@ -29,8 +29,8 @@ OPTIONS = (
                   metavar="MS"),
     CommandOption("token-file", "admit only clients that know the secret in F (default: $FABMETER_TOKEN)",
                   metavar="F"),
-    CommandOption("peers", "the servers (hosts as clients name them) this one may run a client against for an "
-                           "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)",
+    CommandOption("relay-to", "the servers (hosts as clients name them) this one may run a client against for an "
+                              "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)",
                   metavar="HOST,..."),
 )
 

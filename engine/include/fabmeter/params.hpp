@@ -88,7 +88,7 @@ struct LoadOptions {
   static constexpr const char* kGroup = "load";
   static constexpr uint64_t kMaxOutstanding = 1'000'000;  // a slot index fits the request's tag (load.hpp)
   std::string arrivals = "poisson";      // poisson | uniform | fixed
-  std::vector<double> load;              // fractions of the measured capacity (above 1: overload); replaces --rate when set
+  std::vector<double> of_capacity;       // multiples of the measured capacity (above 1: overload); replaces --rate when set
   std::vector<uint64_t> clients;         // closed loop: a point per client count; replaces --rate when set
   uint64_t outstanding = 1;              // closed loop: requests each client keeps in flight
   double think_us = 0;                   // closed loop: a client's pause between a reply and its next request

@@ -57,7 +57,7 @@ struct ServerOptions {
   std::string token;    // shared secret (load_token); empty: clients are not authenticated
   // Hosts (as clients name them) this server may run a client against for
   // an authenticated client (`run --via`, mesh --launch serve); none: never.
-  std::vector<std::string> peers;
+  std::vector<std::string> relay_to;
 };
 
 // Refuses (usage_error with the reason for the client) a plan that needs more

@@ -31,9 +31,9 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
   while (got < n) {
     uint64_t now = Clock::mono_ns();
     if (now >= deadline)
-      runtime_error(std::string("timed out waiting for the peer (") + what + "); --timeout-ms sets how long to wait");
+      runtime_error(std::string("timed out waiting for the other end (") + what + "); --timeout-ms sets how long to wait");
     if (silence_ns && now - heard >= silence_ns)
-      runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
+      runtime_error("the other end stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
                     " s; frozen?) (" + what + ")");
     const uint64_t until = silence_ns ? std::min(deadline, heard + silence_ns) : deadline;
     pollfd pfd{fd, POLLIN, 0};
@@ -47,11 +47,11 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
     ssize_t k = ::recv(fd, p + got, n - got, 0);
     if (k == 0) {
       if (got == 0) return false;
-      runtime_error(std::string("peer closed the control channel mid-message (") + what + ")");
+      runtime_error(std::string("the other end closed the control channel mid-message (") + what + ")");
     }
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      if (errno == ECONNRESET) runtime_error(std::string("peer reset the control channel (") + what + ")");
+      if (errno == ECONNRESET) runtime_error(std::string("the other end reset the control channel (") + what + ")");
       sys_error("control channel recv");
     }
     got += static_cast<size_t>(k);
@@ -111,7 +111,7 @@ std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32
   const uint32_t len = uint32_t(hdr[0]) | uint32_t(hdr[1]) << 8 | uint32_t(hdr[2]) << 16 | uint32_t(hdr[3]) << 24;
   const uint8_t type = hdr[4];
   if (type == 0 || type > kCtrlTypeMax)
-    return "control channel: unknown frame type " + std::to_string(type) + " (not a fabmeter peer, or version mismatch?)";
+    return "control channel: unknown frame type " + std::to_string(type) + " (the other end is not fabmeter, or another version?)";
   const auto t = static_cast<CtrlType>(type);
   if (t != expect && t != CtrlType::refuse && t != CtrlType::fail && t != CtrlType::heartbeat)
     return std::string("control channel: expected ") + ctrl_type_name(expect) + ", got " + ctrl_type_name(t);
@@ -279,7 +279,7 @@ void Ctrl::send(CtrlType t, std::string_view payload) {
     ssize_t k = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET) runtime_error("peer closed the control channel");
+      if (errno == EPIPE || errno == ECONNRESET) runtime_error("the other end closed the control channel");
       sys_error("control channel send");
     }
     sent += static_cast<size_t>(k);
@@ -306,7 +306,7 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
   for (;;) {
     unsigned char hdr[kFrameHeaderBytes];
     if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
-      runtime_error(std::string("peer closed the control channel (while waiting for ") + what + ")");
+      runtime_error(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
     if (std::string why = check_frame_header(hdr, expect, max_frame_, &h); !why.empty())
       runtime_error(why + " (" + what + ")");
@@ -316,7 +316,7 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
     // Large result blobs may take longer than one timeout: the deadline is per message start.
     if (h.len && !read_full(fd_, payload.data(), h.len, deadline + uint64_t(h.len) * 10, what,
                             uint64_t(silence_ms_) * 1000000))
-      runtime_error("peer closed the control channel mid-message");
+      runtime_error("the other end closed the control channel mid-message");
     if (h.type == CtrlType::refuse) usage_error(printable_line(payload));
     if (h.type == CtrlType::fail) runtime_error(printable_line(payload));
     return payload;
@@ -374,11 +374,11 @@ PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), peer_heard_(ctrl), heard_n
 void PeerWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
-    runtime_error("the peer closed the control channel (while waiting for " + what + ")");
+    runtime_error("the other end closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
   if (peer_heard_.since_last(ctrl_, peek)) heard_ns_ = now;
   if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
-    runtime_error("the peer stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
+    runtime_error("the other end stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
                   " s; frozen?) (while waiting for " + what + ")");
 }
 

@@ -22,7 +22,7 @@ namespace fm {
 namespace {
 
 [[noreturn]] void malformed(const char* what, const std::string& why) {
-  runtime_error(std::string("malformed ") + what + " from the peer: " + why);
+  runtime_error(std::string("malformed ") + what + " from the other end: " + why);
 }
 
 std::string hex(std::string_view raw) {

@@ -196,14 +196,14 @@ Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
 // The stream source's schedule with nothing to send: spin on the TSC to each
 // step's due time on the source's CPU and skip late steps as stream --timer
 // tsc does (StepSchedule). What stream misses there is at least this.
-// busy_peer >= 0: a thread spins on that CPU meanwhile, as stream's
+// busy_cpu >= 0: a thread spins on that CPU meanwhile, as stream's
 // busy-polling sink does; in a VM two busy vCPUs are not two idle ones.
-JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps, int busy_peer) {
+JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps, int busy_cpu) {
   std::atomic<bool> stop{false};
-  std::thread peer;
-  if (busy_peer >= 0)
-    peer = std::thread([&] {
-      pin_to_cpu(busy_peer);
+  std::thread spinner;
+  if (busy_cpu >= 0)
+    spinner = std::thread([&] {
+      pin_to_cpu(busy_cpu);
       while (!stop.load(std::memory_order_relaxed)) cpu_relax();
     });
   pin_to_cpu(cpu);
@@ -215,11 +215,11 @@ JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps,
     k = s.catch_up(k, clk.ticks(), warmup, total, missed);
   }
   stop = true;
-  if (peer.joinable()) peer.join();
+  if (spinner.joinable()) spinner.join();
   JsonObj o;
   o.add("cpu", static_cast<uint64_t>(cpu)).add("schedule_rate", rate).add("schedule_steps", steps).add("warmup", warmup)
       .add("missed_steps", missed).add("missed_pct", 100.0 * static_cast<double>(missed) / static_cast<double>(steps));
-  if (busy_peer >= 0) o.add("busy_cpu", static_cast<uint64_t>(busy_peer));
+  if (busy_cpu >= 0) o.add("busy_cpu", static_cast<uint64_t>(busy_cpu));
   return o;
 }
 
@@ -299,7 +299,7 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add("hist_record_cost_ns", hist_record_cost_ns())
       .add("timer_wakeup", timers)
       .add("schedule_floor", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps, -1))
-      .add("schedule_floor_busy_peer", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps, o.cpu_b))
+      .add("schedule_floor_busy_sink", schedule_floor(clk, o.cpu_a, o.schedule_rate, o.schedule_steps, o.cpu_b))
       .add("connect_floor_ns", to_json(summarize(floor.data(), floor.size())))
       .add("connect_floor_covers", "tcp socket, connect and accept on loopback in one thread, no control channel")
       .add("clock_source", clk.source_name());

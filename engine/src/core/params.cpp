@@ -151,7 +151,7 @@ std::string one_of(std::string_view key, std::string_view v) {
   .set = [](Params& p, std::string_view v) { \
     group_of<G>(p).field = v.empty() ? std::vector<uint64_t>{} : parse_list(#field, v); }, \
   .get = [](const Params& p) { return join_list(group_of<G>(p).field); }
-// A list of numbers; empty is off (the default of --load, --percentiles).
+// A list of numbers; empty is off (the default of --of-capacity, --percentiles).
 #define DBL_LIST(G, field) \
   .set = [](Params& p, std::string_view v) { \
     group_of<G>(p).field = v.empty() ? std::vector<double>{} : parse_double_list(#field, v); }, \
@@ -240,7 +240,7 @@ std::vector<OptSpec> make_table() {
     {.name = "loss-timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
      .help = "unreliable transports: a reply not seen after this long is counted lost", U32(Com, loss_timeout_ms)},
     {.name = "clock", .metavar = "SRC", .type = T::choice, .values = "tsc,monotonic",
-     .help = "timestamp source: tsc (the invariant TSC; pinned lat and bw also take one without the bit, tsc_cpu; else clock_gettime) or monotonic",
+     .help = "timestamp source: tsc (the invariant TSC, the CPU's time stamp counter; pinned lat and bw also take one without the bit, tsc_cpu; else clock_gettime) or monotonic",
      CHOICE(Com, clock)},
     {.name = "timeout-ms", .metavar = "MS", .type = T::duration, .unit = "ms",
      .help = "connect and control-channel timeout", U32(Com, timeout_ms)},
@@ -266,9 +266,9 @@ std::vector<OptSpec> make_table() {
     {.name = "per-step", .group = "stream", .type = T::flag, .scope = "stream",
      .help = "the point lists every measured step's send lateness and one-way latency, ns (null: missed or lost), as step_late_ns and step_latency_ns; at most 2048 steps a point, warm-up included",
      FLAG(Stream, per_step)},
-    {.name = "load", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "number", .scope = "load",
-     .help = "offered load as fractions of the path's capacity (0 < F <= 10; above 1 offers more than the path carries: what is shed, sent and completed is counted; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
-     DBL_LIST(Load, load)},
+    {.name = "of-capacity", .metavar = "F[,F...]", .group = "load", .type = T::list, .values = "number", .scope = "load",
+     .help = "the offered rate as multiples of the path's capacity (0 < F <= 10; above 1 offers more than the path carries: what is shed, sent and completed is counted; the capacity is measured first, closed loop at --max-outstanding); replaces --rate",
+     DBL_LIST(Load, of_capacity)},
     {.name = "clients", .metavar = "N[,N...]", .group = "load", .type = T::list, .values = "count", .scope = "load",
      .help = "closed loop: N clients (1 .. 4096), each with --outstanding requests in flight and a new one as soon as one completes (after --think-us), dealt among the client threads; a list makes a sweep; replaces --rate",
      LIST(Load, clients)},
@@ -318,9 +318,9 @@ std::vector<OptSpec> make_table() {
     {.name = "seed", .metavar = "N", .group = "load", .type = T::count, .scope = "load",
      .help = "seed of the send times and sizes (the same seed, the same schedule)", U64(Load, seed)},
     {.name = "service", .metavar = "TYPE", .group = "verbs", .type = T::choice, .values = "rc,uc,ud",
-     .help = "verbs service type: rc, uc or ud", CHOICE(Verbs, service)},
+     .help = "verbs service type: rc (reliable connected), uc (unreliable connected) or ud (unreliable datagram)", CHOICE(Verbs, service)},
     {.name = "op", .metavar = "OP", .group = "rdma", .type = T::choice, .values = "send,write-imm,write,read,atomic-fadd,atomic-cswap",
-     .help = "send: send with immediate; write-imm: RDMA write with immediate into the peer's receive ring (the thesis' way); write: plain RDMA write, the receiver polls the slot's last byte (perftest's ib_write_lat; verbs, busy polling; bw --passive-rx: its receiver takes no part, as ib_write_bw's); read, atomic-fadd, atomic-cswap: one-sided, the server's CPU takes no part (verbs rc, lat and bw; atomics move 8 B)",
+     .help = "send: send with immediate; write-imm: RDMA write with immediate into the receiver's ring (the thesis' way); write: plain RDMA write, the receiver polls the slot's last byte (perftest's ib_write_lat; verbs, busy polling; bw --passive-rx: its receiver takes no part, as ib_write_bw's); read, atomic-fadd, atomic-cswap: one-sided, the server's CPU takes no part (verbs rc, lat and bw; atomics move 8 B)",
      CHOICE(Rdma, op)},
     {.name = "inline", .metavar = "N", .group = "rdma", .type = T::size, .unit = "B",
      .help = "send inline (verbs IBV_SEND_INLINE, ofi fi_inject) up to N bytes", U32(Rdma, inline_size)},
@@ -331,23 +331,23 @@ std::vector<OptSpec> make_table() {
     {.name = "rq-refill", .metavar = "N", .group = "rdma", .type = T::count,
      .help = "repost receives when this many are free (0: auto)", U32(Rdma, rq_refill)},
     {.name = "mtu", .metavar = "BYTES", .group = "verbs", .type = T::size, .unit = "B",
-     .help = "path MTU: 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(Verbs, mtu)},
+     .help = "path MTU (maximum transmission unit): 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(Verbs, mtu)},
     {.name = "device", .metavar = "NAME", .group = "verbs", .type = T::text,
      .help = "RDMA device (default: the one holding the control connection's address, else the first; rdma_cm: the one it routes through)",
      TEXT(Verbs, device)},
     {.name = "port", .metavar = "N", .group = "verbs", .type = T::count,
      .help = "device port", U32(Verbs, port)},
     {.name = "gid-index", .metavar = "N", .group = "verbs", .type = T::count, .accepts_auto = true,
-     .help = "GID table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
+     .help = "GID (global identifier: the port's address) table index, --cm raw (auto: the control address's GID, else the first RoCE v2 IPv4 GID, else 0)",
      AUTO_NUM(Verbs, gid_index, -1)},
     {.name = "cm", .metavar = "HOW", .group = "verbs", .type = T::choice, .values = "auto,rdma_cm,raw",
-     .help = "connect with rdma_cm, or raw (QP numbers and GIDs over the control channel); auto: rdma_cm except for UC",
+     .help = "connect with rdma_cm, or raw (QP (queue pair) numbers and GIDs over the control channel); auto: rdma_cm except for UC",
      CHOICE(Verbs, cm)},
     {.name = "post-list", .metavar = "N", .group = "verbs", .type = T::count, .scope = "bw",
      .help = "post sends in chained lists of N work requests, one ibv_post_send (one doorbell) per list, as perftest's -l",
      U32(Verbs, post_list)},
     {.name = "passive-rx", .group = "verbs", .type = T::flag, .scope = "bw",
-     .help = "--op write on rc: the receiver takes no part, as perftest's ib_write_bw server; the writer overwrites the peer's ring without credits and the rate is its acknowledged writes (measured at the sender)",
+     .help = "--op write on rc: the receiver takes no part, as perftest's ib_write_bw server; the writer overwrites the receiver's ring without credits and the rate is its acknowledged writes (measured at the sender)",
      FLAG(Verbs, passive_rx)},
     {.name = "provider", .metavar = "NAME", .group = "ofi", .type = T::text,
      .help = "libfabric provider: tcp, udp, shm, verbs, ...", TEXT(Ofi, provider)},
@@ -503,7 +503,7 @@ constexpr size_t kMaxParamLine = 1024;
 
 Params decode_params(std::string_view text) {
   if (text.size() > kMaxParamsBytes)
-    usage_error("peer sent " + std::to_string(text.size()) + " bytes of parameters (at most " +
+    usage_error("the other end sent " + std::to_string(text.size()) + " bytes of parameters (at most " +
                 std::to_string(kMaxParamsBytes) + ")");
   Params p;
   std::vector<std::string_view> seen;
@@ -511,19 +511,19 @@ Params decode_params(std::string_view text) {
     auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    if (line.size() > kMaxParamLine) usage_error("peer sent a parameter line of " + std::to_string(line.size()) + " bytes");
+    if (line.size() > kMaxParamLine) usage_error("the other end sent a parameter line of " + std::to_string(line.size()) + " bytes");
     for (char ch : line)
       if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) == 0x7f)
-        usage_error("peer sent a control character in parameter line '" + peer_excerpt(line) + "'");
+        usage_error("the other end sent a control character in parameter line '" + peer_excerpt(line) + "'");
     auto eq = line.find('=');
-    if (eq == std::string_view::npos) usage_error("peer sent a parameter line without '=': '" + peer_excerpt(line) + "'");
+    if (eq == std::string_view::npos) usage_error("the other end sent a parameter line without '=': '" + peer_excerpt(line) + "'");
     std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
     const OptSpec* o = k == "experiment" ? nullptr : find_option(k);
     if (k != "experiment" && (!o || k != key_of(o->name)))
-      usage_error("peer sent unknown parameter '" + peer_excerpt(k) + "' (version mismatch?)");
+      usage_error("the other end sent unknown parameter '" + peer_excerpt(k) + "' (version mismatch?)");
     // Keys are checked against the table first, so `seen` holds at most one entry per option.
     if (std::find(seen.begin(), seen.end(), k) != seen.end())
-      usage_error("peer sent parameter '" + std::string(k) + "' twice");
+      usage_error("the other end sent parameter '" + std::string(k) + "' twice");
     seen.push_back(k);
     if (o) o->set(p, v);
     else p.experiment = std::string(v);

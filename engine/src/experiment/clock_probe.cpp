@@ -262,11 +262,11 @@ bool probe_udp_burst(Ctx& ctx) {
 ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double received_ns) {
   const size_t space = answer.find(' ');
   if (space == std::string_view::npos)
-    runtime_error("clock probe: the peer's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
+    runtime_error("clock probe: the other end's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
   const double peer = parse_peer_double(answer.substr(0, space), "clock probe time");
   const double turnaround = parse_peer_double(answer.substr(space + 1), "clock probe turnaround");
   if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxRateDifference)))
-    runtime_error("clock probe: the peer's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
+    runtime_error("clock probe: the other end's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
                   " ns) does not fit in the round trip");
   return {sent_ns, peer, received_ns, turnaround};
 }
@@ -325,7 +325,7 @@ void open_clock_probes(Ctx& ctx) {
     return;
   }
   const uint64_t port = parse_peer_u64(theirs, "clock probe port", 65535);
-  if (port == 0) runtime_error("clock probe: the peer's probe port is 0");
+  if (port == 0) runtime_error("clock probe: the other end's probe port is 0");
   ctx.sync.udp->connect(peer, static_cast<uint16_t>(port));
 }
 

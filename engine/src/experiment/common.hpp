@@ -110,7 +110,7 @@ struct Ctx {
   bool same_host;            // both ends share one TSC
   ClockSync sync;            // probed where the experiment needs the peer's clock and it is not ours
   std::string failure;       // why the point ended early
-  double capacity_rps = 0;   // load, client: what the capacity point achieved (--load's 1.0)
+  double capacity_rps = 0;   // load, client: what the capacity point achieved (--of-capacity's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
   int64_t step0_ns = 0;      // client, this point: CLOCK_MONOTONIC instant of stream's step 0 (--start-at); 0: soon
   uint64_t spin_ticks = 0;   // --spin-us: event mode polls this long before it sleeps
@@ -173,8 +173,8 @@ struct Point {
   uint64_t values = 0;       // stream: float64 values per sample
   uint64_t iterations = 0;   // measured messages (lat, bw; oneway: all bursts) or steps (stream)
   uint64_t warmup = 0;       // messages before the measured ones
-  double load = 0;           // load: the offered load as a fraction of the capacity (0: `rate` is the offered rate)
-  bool capacity = false;     // load: the closed-loop point that measures the capacity --load refers to
+  double of_capacity = 0;    // load: the offered rate as a multiple of the capacity (0: `rate` is the offered rate)
+  bool capacity = false;     // load: the closed-loop point that measures the capacity --of-capacity refers to
   uint64_t clients = 0;      // load --clients: closed-loop clients of this point (0: open loop or capacity)
   uint64_t max_size = 0;     // bw --size-spread: the largest message (0: every message is `size`)
   uint64_t register_bytes = 0;  // setup: the bytes a memory-registration point registers (0: not one)
@@ -224,7 +224,7 @@ class Guard {
     // on the control channel: its message wins over our transport's failure.
     switch (peek) {
       case Ctrl::Peek::closed:
-        c_.failure = "the peer closed the control channel (process ended?)";
+        c_.failure = "the other end closed the control channel (process ended?)";
         return Status::peer_lost;
       case Ctrl::Peek::message:
         return Status::ctrl_pending;
@@ -236,7 +236,7 @@ class Guard {
       return Status::failed;
     }
     if (watch_ && now - heard_ > silence_) {
-      c_.failure = "the peer stopped answering (no heartbeat for " +
+      c_.failure = "the other end stopped answering (no heartbeat for " +
                    std::to_string(static_cast<int>(c_.clk.to_ns(static_cast<double>(now - heard_)) / 1e9)) + " s)";
       return Status::peer_lost;
     }
@@ -400,7 +400,7 @@ struct ClockInfo {
 // A peer's clock must map its stamps to finite times.
 inline void check_clock_info(const ClockInfo& ci, const char* what) {
   if (!(ci.ns_per_tick > 0 && ci.ns_per_tick < 1e6) || !std::isfinite(ci.mono_at_tick0))
-    runtime_error(std::string(what) + ": the peer's report carries an impossible clock");
+    runtime_error(std::string(what) + ": the other end's report carries an impossible clock");
 }
 
 // After a one-way point the receiver answers with a fixed header (with a
@@ -416,17 +416,17 @@ std::string stamp_report(uint64_t total, uint64_t** stamps) {
 
 template <class Header>
 const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Header* h, const char* what) {
-  if (blob.size() < sizeof *h) runtime_error(std::string(what) + ": short report from the peer");
+  if (blob.size() < sizeof *h) runtime_error(std::string(what) + ": short report from the other end");
   std::memcpy(h, blob.data(), sizeof *h);
   uint64_t arrays = 1;  // oneway's report may carry a second array (send_stamps)
   if constexpr (requires { h->send_stamps; }) {
-    if (h->send_stamps > 1) runtime_error(std::string(what) + ": the peer's report has an impossible layout");
+    if (h->send_stamps > 1) runtime_error(std::string(what) + ": the other end's report has an impossible layout");
     arrays += h->send_stamps;
   }
   if (h->total != total || blob.size() != sizeof *h + arrays * total * sizeof(uint64_t))
-    runtime_error(std::string(what) + ": the peer's report does not match this run (version mismatch?)");
+    runtime_error(std::string(what) + ": the other end's report does not match this run (version mismatch?)");
   check_clock_info(h->clock, what);
-  if (h->received > total) runtime_error(std::string(what) + ": the peer's report counts more arrivals than were sent");
+  if (h->received > total) runtime_error(std::string(what) + ": the other end's report counts more arrivals than were sent");
   return reinterpret_cast<const uint64_t*>(blob.data() + sizeof *h);
 }
 

@@ -57,13 +57,13 @@ struct Tagged {
 Tagged untag_frame(std::string_view frame, uint32_t flows) {
   const size_t a = frame.find(' ');
   const size_t b = a == std::string_view::npos ? a : frame.find(' ', a + 1);
-  if (b == std::string_view::npos) runtime_error("flows: malformed frame from the peer: '" + peer_excerpt(frame) + "'");
+  if (b == std::string_view::npos) runtime_error("flows: malformed frame from the other end: '" + peer_excerpt(frame) + "'");
   Tagged t;
   t.flow = static_cast<uint32_t>(parse_peer_u64(frame.substr(0, a), "flow number", flows - 1));
   const uint64_t type = parse_peer_u64(frame.substr(a + 1, b - a - 1), "flow frame type", kCtrlTypeMax);
   t.type = static_cast<CtrlType>(type);
   if (t.type != CtrlType::end_point && t.type != CtrlType::exchange)
-    runtime_error("flows: the peer's flow sent a frame of type " + std::to_string(type) + " (only end_point, exchange)");
+    runtime_error("flows: the other end's flow sent a frame of type " + std::to_string(type) + " (only end_point, exchange)");
   t.body = frame.substr(b + 1);
   return t;
 }
@@ -394,10 +394,10 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoo
   Status st = error ? Status::failed : Status::ok;
   if (relayed.peer_closed && !error) {
     st = Status::peer_lost;
-    c.failure = "the peer closed the control channel (process ended?)";
+    c.failure = "the other end closed the control channel (process ended?)";
   } else if (relayed.peer_failed && !error) {
     st = Status::peer_lost;
-    c.failure = "the peer's flows ended the point early (failed or interrupted)";
+    c.failure = "the other end's flows ended the point early (failed or interrupted)";
   }
   uint32_t first = n;
   for (uint32_t i = 0; i < n; ++i)

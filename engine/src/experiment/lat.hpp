@@ -86,7 +86,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
       continue;
     }
     if (st == Status::timeout) {
-      c.failure = "no reply from the peer within " + std::to_string(p.timeout_ms) + " ms";
+      c.failure = "no reply from the other end within " + std::to_string(p.timeout_ms) + " ms";
       st = Status::peer_lost;
     }
     if (st != Status::ok) break;

@@ -22,7 +22,7 @@
 // reference of the slowdown figures (Homa's metric: latency / unloaded p50
 // of that size).
 //
-// --load F: the first point runs closed loop (a request whenever one of
+// --of-capacity F: the first point runs closed loop (a request whenever one of
 // --max-outstanding slots is free) and its achieved rate is the capacity;
 // the next points offer F x that (above 1: more than the path carries).
 //
@@ -736,9 +736,9 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
 
   // This point's offered rate: --rate's, a fraction of the capacity, or none (closed loop).
   double rate = static_cast<double>(pt.rate);
-  if (pt.load > 0) {
-    if (!(c.capacity_rps > 0)) runtime_error("load: the capacity point completed no request, so --load has nothing to scale");
-    rate = pt.load * c.capacity_rps;
+  if (pt.of_capacity > 0) {
+    if (!(c.capacity_rps > 0)) runtime_error("load: the capacity point completed no request, so --of-capacity has nothing to scale");
+    rate = pt.of_capacity * c.capacity_rps;
   }
   const bool closed = pt.capacity || pt.clients;
   const double seconds = p.duration > 0 ? p.duration : 1.0;
@@ -815,7 +815,7 @@ Status load_client(Conns<T> conns, Ctx& c, const Point& pt, PointOut& out) {
   out.fields.add("iterations", tally.completed).add("latency_kind", "rtt from the intended send time")
       .add("phase", pt.clients ? "closed loop" : closed ? "capacity" : "open loop")
       .add("arrivals", closed ? "closed loop" : l.arrivals.c_str())
-      .add("offered_rps", closed ? achieved : rate).add_raw("load", pt.load > 0 ? std::to_string(pt.load) : "null")
+      .add("offered_rps", closed ? achieved : rate).add_raw("of_capacity", pt.of_capacity > 0 ? std::to_string(pt.of_capacity) : "null")
       .add("achieved_rps", achieved)
       .add("achieved_gbps", span_s > 0 ? static_cast<double>(tally.bytes) * 8 / span_s / 1e9 : 0.0)
       .add("latency_ns", to_json(summarize(rec.latency)))
@@ -1084,12 +1084,12 @@ struct LoadExperiment : ExperimentDefaults {
   static void validate(const Params& p) {
     validate_rates(p);
     const LoadOptions& l = p.load;
-    if (l.load.size() > 64) usage_error("--load takes at most 64 values");
-    for (double f : l.load)
-      if (!(f > 0 && f <= 10)) usage_error("--load must be a multiple of the capacity: above 0 and at most 10");
+    if (l.of_capacity.size() > 64) usage_error("--of-capacity takes at most 64 values");
+    for (double f : l.of_capacity)
+      if (!(f > 0 && f <= 10)) usage_error("--of-capacity must be a multiple of the capacity: above 0 and at most 10");
     if (!l.clients.empty()) {
-      if (!l.load.empty() || p.named("rate"))
-        usage_error("give one of --rate, --load and --clients");
+      if (!l.of_capacity.empty() || p.named("rate"))
+        usage_error("give one of --rate, --of-capacity and --clients");
       if (l.clients.size() > 64) usage_error("--clients takes at most 64 values");
       for (uint64_t n : l.clients) {
         if (n < 1 || n > 4096) usage_error("--clients must be between 1 and 4096");
@@ -1158,9 +1158,9 @@ struct LoadExperiment : ExperimentDefaults {
       for (uint64_t n : p.load.clients) points.push_back({.size = size, .warmup = warmup, .clients = n});
       return points;
     }
-    if (!p.load.load.empty()) {
+    if (!p.load.of_capacity.empty()) {
       points.push_back({.size = size, .warmup = warmup, .capacity = true});
-      for (double f : p.load.load) points.push_back({.size = size, .warmup = warmup, .load = f});
+      for (double f : p.load.of_capacity) points.push_back({.size = size, .warmup = warmup, .of_capacity = f});
       return points;
     }
     for (uint64_t r : p.rate) {

@@ -182,13 +182,13 @@ void check_relay(const std::string& target, const Params& p, const ServerOptions
   std::string host;
   uint16_t port;
   split_host_port(target, kDefaultPort, host, port);
-  if (o.peers.empty())
-    usage_error("this server runs no client for others (it was started without --peers), so it cannot relay to " +
+  if (o.relay_to.empty())
+    usage_error("this server runs no client for others (it was started without --relay-to), so it cannot relay to " +
                 target);
   if (o.token.empty())
     usage_error("this server relays only with a token of its own (serve --token-file), which it proves to " + target);
-  if (std::find(o.peers.begin(), o.peers.end(), host) == o.peers.end())
-    usage_error("this server may not relay to " + host + " (not among its --peers)");
+  if (std::find(o.relay_to.begin(), o.relay_to.end(), host) == o.relay_to.end())
+    usage_error("this server may not relay to " + host + " (not in its --relay-to list)");
   // The run is a client on this host: nothing the remote client names may be a file here.
   if (p.stream.sink != "memory")
     usage_error("--sink file:PATH names a file on the relay host: a relayed stream keeps its samples in memory");

@@ -18,7 +18,7 @@
 //                                      line, each sample file it names (with samples)
 //                     "exit <code>"    the run ended with that exit code
 //   client -> relay   bye
-// The relay runs only to servers its operator listed (serve --peers), only
+// The relay runs only to servers its operator listed (serve --relay-to), only
 // when it has a token (which it then proves to DST), never with options that
 // name a file on its host, and kills the run when the client goes away or
 // falls silent.
@@ -39,7 +39,7 @@ constexpr uint32_t kMaxRelayLine = 8u << 20;
 constexpr std::string_view kSamplesWord = " samples";
 
 // Server: refuses (usage_error, the reason for the client) a relay this
-// server may not make: a target not among --peers, no token, or options
+// server may not make: a target not in --relay-to, no token, or options
 // that would make the run (a client here) read or write a file it names.
 // Nothing is opened.
 void check_relay(const std::string& target, const Params& p, const ServerOptions& o);

@@ -42,8 +42,8 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
 // server's refuse when its watchdog ended the session, whose one-line
 // reason recv() throws; anything else ends the session as failed.
 Status end_mid_point(Ctx& ctx) {
-  ctx.ctrl.recv(CtrlType::bye, "the peer's message mid-point");
-  ctx.failure = "the peer ended the session in the middle of a point";
+  ctx.ctrl.recv(CtrlType::bye, "the other end's message mid-point");
+  ctx.failure = "the other end ended the session in the middle of a point";
   return Status::failed;
 }
 

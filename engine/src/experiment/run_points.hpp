@@ -157,7 +157,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
         line.add("started_mono_ns", started_ns).add("start_late_ns", started_ns - ctx.start_at_ns);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
-      if (pt.load > 0) stem += "-load" + std::to_string(static_cast<int>(std::lround(pt.load * 1000))) + "permille";
+      if (pt.of_capacity > 0) stem += "-capacity" + std::to_string(static_cast<int>(std::lround(pt.of_capacity * 1000))) + "permille";
       if (pt.capacity) stem += "-capacity";
       if (pt.register_bytes) stem += "-reg" + std::to_string(pt.register_bytes) + "B";
       write_arrays(out_dir, stem, out);

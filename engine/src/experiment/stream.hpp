@@ -106,7 +106,7 @@ class StepTimer {
 inline void check_sink_report(const SinkReport& report) {
   if (!std::isfinite(report.recv_span_ns) || report.recv_span_ns < 0 || !std::isfinite(report.write_busy_ns) ||
       !std::isfinite(report.csv_ns) || report.to_file > 1)
-    runtime_error("stream: malformed sink report from the peer");
+    runtime_error("stream: malformed sink report from the other end");
 }
 
 template <Transport T, Poll P>

@@ -30,7 +30,7 @@ from fabmeter.results import now_iso, out_folder, write_json
 # Shared with `fabmeter watch`, which runs its pairs as `--launch serve` does.
 EXPERIMENT = CommandOption("experiment", "what each pair runs, with that experiment's options (default: %(default)s)",
                            default="oneway", choices=mesh_run.EXPERIMENTS)
-SCHEDULE = CommandOption("schedule", "scheduled: rounds in which each host has at most one peer; chaotic: all pairs "
+SCHEDULE = CommandOption("schedule", "scheduled: rounds in which each host has at most one partner; chaotic: all pairs "
                                      "at once (default: %(default)s)",
                          default="scheduled", choices=patterns.ROUND_SCHEDULES)
 HOSTFILE = CommandOption("hostfile", "the hosts, one per line (the first word; # comments)", metavar="F")
@@ -62,9 +62,9 @@ OPTIONS = (
     CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
                   default="all-to-all", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS),
-    CommandOption("schedule", "scheduled: rounds in which each host has at most one peer; chaotic: all pairs at once; "
-                              "slotted: all pairs at once, stream, each message in a time slot of its own at its "
-                              "receiver (default: %(default)s)",
+    CommandOption("schedule", "scheduled: rounds in which each host has at most one partner; chaotic: all pairs at "
+                              "once; slotted: all pairs at once, stream, each message in a time slot of its own at "
+                              "its receiver (default: %(default)s)",
                   default="scheduled", choices=patterns.SCHEDULES),
     CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
                              "the sample: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
@@ -75,7 +75,7 @@ OPTIONS = (
     CommandOption("json", "print one JSON object per pair, then the mesh summary", flag=True),
     CommandOption("launch", "ssh: run here as rank 0 (the first host) and start every other rank over ssh; local: run "
                             "all --ranks here on 127.0.0.1, rank 0 starting the others; serve: coordinate from here "
-                            "(any host), every pair run by its source host's `fabmeter serve --peers ...` (already "
+                            "(any host), every pair run by its source host's `fabmeter serve --relay-to ...` (already "
                             "running on each host)",
                   choices=("ssh", "local", "serve")),
     CommandOption("ranks", "--launch local: how many ranks (at least 2); the hosts are N x 127.0.0.1", metavar="N",
@@ -85,8 +85,9 @@ OPTIONS = (
                          "ConnectTimeout of the control timeout are added)", metavar="CMD", default="ssh"),
     CommandOption("remote-fabmeter", "--launch ssh: how the other hosts' shells run fabmeter (default: %(default)s)",
                   metavar="CMD", default="fabmeter"),
-    CommandOption("outlier-mads", "a link is an outlier beyond K scaled MADs of the links' median (default: "
-                                  "%(default)s)", metavar="K", type=float, default=outliers.K_MADS),
+    CommandOption("outlier-mads", "a link is an outlier beyond K scaled MADs (median absolute deviations) of the "
+                                  "links' median (default: %(default)s)", metavar="K", type=float,
+                  default=outliers.K_MADS),
     CommandOption("outlier-floor", "... and also at least PCT %% from that median (default: %(default)g)",
                   metavar="PCT", type=float, default=outliers.MIN_RELATIVE * 100),
     CommandOption("out", "rank 0 writes DIR/mesh.json: every pair, the N x N matrices, per-host figures (`fabmeter "
@@ -103,7 +104,7 @@ def add_parser(sub, info: Optional[dict]) -> None:
                                          "coordinates, every rank serves its incoming pairs and runs its outgoing "
                                          "ones; rank 0 prints one result per directed pair (docs/cli.md). Or once, "
                                          "anywhere, with --launch serve: every host already runs `fabmeter serve "
-                                         "--peers HOSTS`, which runs that host's outgoing pairs.")
+                                         "--relay-to HOSTS`, which runs that host's outgoing pairs.")
     command_options.add_arguments(command, OPTIONS)
     if info is not None:
         Options(info).add_arguments(command, mesh_run.EXPERIMENTS, skip=PY_ONLY)

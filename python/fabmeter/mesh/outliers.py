@@ -1,4 +1,4 @@
-"""Which links and hosts of a mesh lie outside their peers' distribution, and
+"""Which links and hosts of a mesh lie outside the distribution of all links, and
 which recorded identity fields differ between the hosts (drift). Pure
 functions of the pairs and the hosts' environments; output.py puts their
 results in the mesh summary, the matrix's text and mesh.json.

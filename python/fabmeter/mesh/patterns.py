@@ -55,8 +55,8 @@ def tournament(n: int) -> Iterator[list[tuple[int, int]]]:
 
 def iter_rounds(pattern: str, schedule: str, n: int) -> Iterator[list[Pair]]:
     """The pattern's pairs in rounds, one round at a time (each sorted). scheduled:
-    tournament rounds, each host with at most one peer per round (both directions
-    to that peer run together), empty rounds dropped; chaotic: every pair in one
+    tournament rounds, each host with at most one partner per round (both directions
+    to that partner run together), empty rounds dropped; chaotic: every pair in one
     round; slotted: as chaotic, one round (its pairs keep to slots within it). A round costs O(n), not O(pairs): 1,000 hosts have ~10^6 pairs."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule '{schedule}' (one of {', '.join(SCHEDULES)})")

@@ -35,7 +35,7 @@ TO_COORDINATOR, TO_RANK = "to-coordinator", "to-rank"
 
 
 class ChannelError(Exception):
-    """The peer went away or broke the protocol: the connection is over."""
+    """The other end went away or broke the protocol: the connection is over."""
 
 
 def read_token(token_file: Optional[str], environ: dict) -> bytes:

@@ -14,7 +14,7 @@ engine takes to connect. Every pair's result comes back to rank 0, which
 prints it.
 
 With --launch serve there are no ranks: every host already runs `fabmeter
-serve --peers HOSTS`, and this process, anywhere, runs each pair as
+serve --relay-to HOSTS`, and this process, anywhere, runs each pair as
 `fabmeter-engine run ... --server DST --via SRC`: SRC's serve runs the client
 and relays its output here (engine/src/experiment/relay.hpp). The relay puts
 the round's start time on SRC's clock and says by how much it differs from
@@ -267,7 +267,7 @@ def _run_round(spec: MeshSpec, dsts: list[tuple[int, int]], start_ns: int, repor
 # --- ranks 1..n-1 -----------------------------------------------------------
 
 def _identity(spec: MeshSpec) -> Optional[dict]:
-    return spec.identity() if spec.identity else envinfo.identity(_peer_addresses(spec))
+    return spec.identity() if spec.identity else envinfo.identity(_other_ranks_addresses(spec))
 
 
 def _follow(spec: MeshSpec, engine_port: int) -> int:
@@ -310,7 +310,7 @@ def _follow(spec: MeshSpec, engine_port: int) -> int:
         channel.close()
 
 
-def _peer_addresses(spec: MeshSpec) -> list[str]:
+def _other_ranks_addresses(spec: MeshSpec) -> list[str]:
     """The other ranks' addresses, rank 0's first: the routes whose interface this rank's identity records."""
     return [h for r, h in enumerate(spec.hosts) if r != spec.rank]
 

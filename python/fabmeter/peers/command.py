@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from fabmeter import __version__, analysis, envinfo, run
+from fabmeter import __version__, analysis, command_options, envinfo, run
+from fabmeter.command_options import CommandOption
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
 from fabmeter.peers.base import PeerRun, Rdma
@@ -38,7 +39,7 @@ from fabmeter.results import now_iso, out_folder, write_json
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
 TRANSPORTS = ("tcp", "udp", "shm", "verbs")
-DEFAULT_TRANSPORTS = ("tcp", "udp", "shm")
+DEFAULT_TRANSPORTS = PeerRun.transports
 FABMETER_RUNS = ([("lat", t, poll) for t in TRANSPORTS for poll in ("busy", "event")] + [("bw", "tcp", "busy")]
                  + [("load", t, "busy") for t in ("tcp", "udp")])
 FABMETER_NOTE = {
@@ -50,6 +51,49 @@ FABMETER_NOTE = {
 }
 
 
+def size(text: str) -> int:
+    """A message size in bytes, K/M/G suffixes as fabmeter's -s; at least 1."""
+    try:
+        n = parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
+    return n
+
+
+OPTIONS = (
+    CommandOption("tools", "comma-separated, from: %(default)s (default: all)", metavar="LIST",
+                  default=",".join(TOOLS)),
+    CommandOption("transports", f"comma-separated, from: {','.join(TRANSPORTS)} (default: %(default)s; verbs needs "
+                                "RDMA devices)", metavar="LIST", default=",".join(DEFAULT_TRANSPORTS)),
+    CommandOption("size", "latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)", metavar="N",
+                  type=size, default=PeerRun.size, short="s"),
+    CommandOption("bw-size", "bandwidth message size (default: %(default)s)", metavar="N", type=size,
+                  default=PeerRun.bw_size),
+    CommandOption("iters", "iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: "
+                           "%(default)s)", metavar="N", type=int, default=PeerRun.iters, short="n"),
+    CommandOption("duration", "seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's "
+                              "bandwidth tools; whole seconds, rounded up; fabmeter load runs this long (default: "
+                              "%(default)s)", metavar="S", type=float, default=PeerRun.duration),
+    CommandOption("rate", "load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
+                          "(default: %(default)s)", metavar="HZ", type=int, default=PeerRun.rate),
+    CommandOption("cpus", "client on CPU A, server on CPU B (default: the first two CPUs; with --server, B is the "
+                          "serve's own --cpu and A alone counts)", metavar="A,B"),
+    CommandOption("server", "run each tool's server side on HOST, started by the `fabmeter serve` there (which needs "
+                            "a token); the clients here connect to HOST", metavar="HOST[:PORT]"),
+    CommandOption("token-file", "with --server: the serve's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
+    CommandOption("device", "verbs: the client's RDMA device (perftest -d)", metavar="DEV"),
+    CommandOption("server-device", "verbs: the server's RDMA device (perftest -d there)", metavar="DEV"),
+    CommandOption("gid-index", "verbs: the GID index (which of the port's global identifiers, its addresses) on "
+                               "both sides (perftest -x)", metavar="N", type=int),
+    CommandOption("tests", "verbs: only these of the tools' tests, comma-separated (perftest's binaries such as "
+                           "ib_send_lat, qperf's tests such as rc_lat; default: all)", metavar="LIST"),
+    CommandOption("json", "print one JSON object per point or skipped/failed case", flag=True),
+    CommandOption("out", "write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders", metavar="DIR"),
+)
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong, "
                                      "perftest) beside fabmeter",
@@ -58,46 +102,7 @@ def add_parser(sub) -> None:
                                    "iterations and CPUs as fabmeter's own runs, and print them side by side, "
                                    "each figure labelled with the statistic its tool reports.",
                        allow_abbrev=False)
-    p.add_argument("--tools", metavar="LIST", default=",".join(TOOLS),
-                   help="comma-separated, from: %(default)s (default: all)")
-    p.add_argument("--transports", metavar="LIST", default=",".join(DEFAULT_TRANSPORTS),
-                   help=f"comma-separated, from: {','.join(TRANSPORTS)} (default: %(default)s; verbs needs RDMA devices)")
-    p.add_argument("-s", "--size", metavar="N", type=_message_size, default="32",
-                   help="latency message size, K/M/G suffixes as fabmeter's -s (default: %(default)s)")
-    p.add_argument("--bw-size", metavar="N", type=_message_size, default="64K",
-                   help="bandwidth message size (default: %(default)s)")
-    p.add_argument("-n", "--iters", metavar="N", type=int, default=10000,
-                   help="iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: %(default)s)")
-    p.add_argument("--duration", metavar="S", type=float, default=1.0,
-                   help="seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's bandwidth tools; "
-                        "whole seconds, rounded up; fabmeter load runs this long (default: %(default)s)")
-    p.add_argument("--rate", metavar="HZ", type=int, default=10000,
-                   help="load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
-                        "(default: %(default)s)")
-    p.add_argument("--cpus", metavar="A,B", help="client on CPU A, server on CPU B (default: the first two CPUs; "
-                                                 "with --server, B is the serve's own --cpu and A alone counts)")
-    p.add_argument("--server", metavar="HOST[:PORT]",
-                   help="run each tool's server side on HOST, started by the `fabmeter serve` there "
-                        "(which needs a token); the clients here connect to HOST")
-    p.add_argument("--token-file", metavar="F", help="with --server: the serve's shared secret (default: $FABMETER_TOKEN)")
-    p.add_argument("--device", metavar="DEV", help="verbs: the client's RDMA device (perftest -d)")
-    p.add_argument("--server-device", metavar="DEV", help="verbs: the server's RDMA device (perftest -d there)")
-    p.add_argument("--gid-index", metavar="N", type=int, help="verbs: the GID index on both sides (perftest -x)")
-    p.add_argument("--tests", metavar="LIST",
-                   help="verbs: only these of the tools' tests, comma-separated (perftest's binaries such as "
-                        "ib_send_lat, qperf's tests such as rc_lat; default: all)")
-    p.add_argument("--json", action="store_true", help="print one JSON object per point or skipped/failed case")
-    p.add_argument("--out", metavar="DIR", help="write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders")
-
-
-def _message_size(text: str) -> int:
-    try:
-        size = parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
-    return size
+    command_options.add_arguments(p, OPTIONS)
 
 
 def _list(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -151,12 +156,12 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
             continue
         if params.server is not None and transport == "shm":
             continue
-        size = params.bw_size if experiment == "bw" else params.size
+        message = params.bw_size if experiment == "bw" else params.size
         if experiment == "load":   # sockperf under-load's schedule: a send every 1/rate
             options = {"transport": transport, "poll": poll, "rate": [params.rate], "arrivals": "fixed",
-                       "req_size": size, "duration": params.duration}
+                       "req_size": message, "duration": params.duration}
         else:
-            options = {"transport": transport, "poll": poll, "size": size, "iters": params.iters}
+            options = {"transport": transport, "poll": poll, "size": message, "iters": params.iters}
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine, server=params.server,
                            token_file=params.token_file)

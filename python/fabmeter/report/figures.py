@@ -354,7 +354,7 @@ LOAD_PERCENTILES = (("p50", "-", "o"), ("p99", "--", "s"), ("p999", ":", "^"))
 
 
 def fig_load_latency(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
-    """Latency from the intended send time (p50, p99, p99.9) against offered load: a colour per run, a line
+    """Latency from the intended send time (p50, p99, p99.9) against offered rate: a colour per run, a line
     style per percentile; each run's knee marked."""
     fig, ax = plt.subplots(figsize=(6.8, 3.9))
     for label, points in sorted(series.items()):
@@ -373,9 +373,9 @@ def fig_load_latency(title: str, series: dict[str, list[dict]], colors: Colors) 
     labels = sorted(series) + [key.replace("p999", "p99.9") for key, _, _ in LOAD_PERCENTILES]
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_xlabel("offered rate [requests/s, log]")
     ax.set_ylabel("RTT from the intended send [µs, log]")
-    ax.set_title(f"{title}: latency against offered load\nsolid p50, dashed p99, dotted p99.9; vertical line: the knee")
+    ax.set_title(f"{title}: latency against offered rate\nsolid p50, dashed p99, dotted p99.9; vertical line: the knee")
     _legend(fig, ax, len(labels), "upper left", 9.0, handles=handles, labels=labels)
     return png(fig)
 
@@ -432,7 +432,7 @@ def fig_load_throughput(title: str, series: dict[str, list[dict]], colors: Color
     ax.plot([lo / 1.5, top * 1.5], [lo / 1.5, top * 1.5], color="0.5", lw=0.8, ls=":", label="achieved = offered")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_xlabel("offered rate [requests/s, log]")
     ax.set_ylabel("achieved [requests/s, log]")
     ax.set_title(f"{title}: achieved against offered throughput")
     _legend(fig, ax, len(series) + 1, "upper left", 8.5)
@@ -472,7 +472,7 @@ def fig_load_clients(title: str, series: dict[str, list[dict]], colors: Colors) 
 def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]], colors: Colors) -> bytes:
     """Homa's plot: slowdown (latency / the unloaded p50 of that size) against message size, p50 solid and
     p99 dashed. `series`: run label -> [(offered rps, [(size_hi, p50, p99)])], a colour per run, darker
-    as the offered load rises."""
+    as the offered rate rises."""
     fig, ax = plt.subplots(figsize=(6.8, 3.9))
     lines = 0
     for label, by_rate in sorted(series.items()):
@@ -491,14 +491,14 @@ def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]],
     ax.set_xlabel("message size (upper bound of the size bucket)")
     ax.set_ylabel("slowdown [latency / unloaded p50, log]")
     ax.set_title(f"{title}: slowdown against message size\n"
-                 "solid p50, dashed p99; darker: higher offered load; 1 = as fast as unloaded")
+                 "solid p50, dashed p99; darker: higher offered rate; 1 = as fast as unloaded")
     _legend(fig, ax, lines, "upper left", 9.5)
     return png(fig)
 
 
 def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
     """RAMCloud's transmit path: send completions per non-empty poll (left), and the time a reply waited for a
-    free send buffer and one poll took (right), against offered load; a colour per run (its pool sizes)."""
+    free send buffer and one poll took (right), against offered rate; a colour per run (its pool sizes)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
     for label, points in sorted(series.items()):
         x = np.array([p["offered_rps"] for p in points], dtype=float)
@@ -509,13 +509,14 @@ def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> by
                    ms=3, lw=1.2, ls="-")
         right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
                    ms=3, lw=1.2, ls="--")
-    return _two_panels(fig, (left, right), ("offered load [requests/s, log]", 10), "send completions per non-empty poll",
-                       "µs, log: solid wait for a buffer, dashed one poll", f"{title}: the server's transmit path",
+    return _two_panels(fig, (left, right), ("offered rate [requests/s, log]", 10),
+                       "send completions per non-empty poll", "µs, log: solid wait for a buffer, dashed one poll",
+                       f"{title}: the server's transmit path",
                        len(series))
 
 
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
-    """The server's completions (messages) per non-empty poll as a histogram, a line per offered load
+    """The server's completions (messages) per non-empty poll as a histogram, a line per offered rate
     (RAMCloud's measure of batching: more per poll as load rises). Buckets as the engine names them, the
     last "N+"."""
     buckets = sorted({b for per in series.values() for b in per}, key=lambda b: int(b.rstrip("+")))
@@ -534,7 +535,7 @@ def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> b
     ax.set_xlabel("completions returned by one poll")
     ax.set_ylabel("share of non-empty polls [%, log]")
     ax.set_title(title)
-    ax.legend(loc="upper right", fontsize=7, title="offered load")
+    ax.legend(loc="upper right", fontsize=7, title="offered rate")
     return png(fig)
 
 
@@ -653,9 +654,9 @@ def _load_panel(ax, sweeps: list[LoadSweep], colors: Colors) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     _ns_axis(ax.yaxis)
-    ax.set_xlabel("offered load [requests/s, log]")
+    ax.set_xlabel("offered rate [requests/s, log]")
     ax.set_ylabel("p99 RTT from the intended send")
-    ax.set_title("load: p99 against offered load")
+    ax.set_title("load: p99 against offered rate")
     ax.legend(fontsize=7)
 
 

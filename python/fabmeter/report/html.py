@@ -22,9 +22,9 @@ from fabmeter.report import context
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
-from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name, load,
-                                   load_benches, load_client_sweeps, load_meshes, load_suites, load_sweeps, percentiles,
-                                   representative, stat, throughput_over_time)
+from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name,
+                                   load_client_sweeps, load_sweeps, percentiles, read_benches, read_meshes, read_runs,
+                                   read_suites, representative, stat, throughput_over_time)
 from fabmeter.report.summary import bench_rows, summarize
 from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
@@ -126,7 +126,7 @@ SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
                  "(medians over runs).",
     "stream": "Stream: median one-way latency from the scheduled step and the share of steps missed, against the "
               "sample rate.",
-    "load": "Load: p99 of the round trip from the intended send time against offered load, a line per run.",
+    "load": "Load: p99 of the round trip from the intended send time against offered rate, a line per run.",
 }
 BENCH_CAPTION = ("fabmeter's figure divided by its peer tool's or the machine floor's, a row each (medians over "
                  "rounds), log axis, 1x marked: a dot per ratio, green where its target is met, red where missed (by "
@@ -341,7 +341,7 @@ def _closed_loop_figures(entries: list[Entry]) -> list[str]:
 
 def section_load(entries: list[Entry]) -> list[str]:
     """Closed-loop client sweeps against clients; open-loop load sweeps: per workload latency and achieved
-    against offered load and slowdown against size; each run's completions per poll."""
+    against offered rate and slowdown against size; each run's completions per poll."""
     figs = _closed_loop_figures(entries)
     sweeps = load_sweeps(entries)
     if not sweeps:
@@ -353,10 +353,10 @@ def section_load(entries: list[Entry]) -> list[str]:
         if not curves:
             continue
         title = _load_title(workload)
-        figs.append(_img(fig_load_latency(title, curves, colors), f"load latency vs offered load {workload}",
+        figs.append(_img(fig_load_latency(title, curves, colors), f"load latency vs offered rate {workload}",
                          f"{title}: p50, p99 and p99.9 of the round trip from the intended send time (queueing "
                          "included: coordinated omission cannot hide it) against the offered request rate; the "
-                         "knee: the first offered load whose p99 exceeds 10x the unloaded p99 or whose achieved "
+                         "knee: the first offered rate whose p99 exceeds 10x the unloaded p99 or whose achieved "
                          "rate falls below 95 % of offered", wide=True))
         figs.append(_img(fig_load_throughput(title, curves, colors), f"load achieved vs offered {workload}",
                          f"{title}: achieved request rate (completed round trips per second) against offered"))
@@ -729,10 +729,11 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
         ("bandwidth", "Bandwidth and message rate vs message size", drawn(section_bandwidth, entries, colors), ""),
         ("cpu", "CPU cost: CPU per message beside latency, busy vs event", drawn(section_cpu, entries, colors), ""),
         ("stream", "Stream: latency vs rate, missed steps, rate x values", drawn(section_stream, entries, colors), ""),
-        ("load", "Load: latency and throughput against offered load, slowdown, completions per poll",
+        ("load", "Load: latency and throughput against offered rate, slowdown, completions per poll",
          drawn(section_load, entries),
          "Open-loop request/response (fabmeter load): requests sent on a schedule fixed in advance, latency measured "
-         "from each request's intended send time. The closed-loop capacity point of a --load sweep is left out."),
+         "from each request's intended send time. The closed-loop capacity point of an --of-capacity sweep is "
+         "left out."),
         ("setup", "Setup: connection establishment and memory registration", drawn(section_setup, entries),
          "fabmeter setup: what a connection and a registration cost before the first message, percentiles over "
          "repetitions after warm-up ones."),
@@ -787,10 +788,10 @@ def write(root: Path, output: Optional[Path] = None, compare_with: Optional[Path
     root = root.resolve()
     if not root.is_dir():
         raise FabmeterError(f"{root} is not a folder", EXIT_USAGE)
-    runs, problems = load(root)
-    meshes, mesh_problems = load_meshes(root)
-    suites, suite_problems = load_suites(root)
-    benches, bench_problems = load_benches(root)
+    runs, problems = read_runs(root)
+    meshes, mesh_problems = read_meshes(root)
+    suites, suite_problems = read_suites(root)
+    benches, bench_problems = read_benches(root)
     if not runs and not meshes:
         raise FabmeterError(f"no run.json, peers.json or mesh.json under {root}"
                             + (f" that could be read ({'; '.join(problems + mesh_problems)})"

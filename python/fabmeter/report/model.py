@@ -102,8 +102,8 @@ class Entry:
         if p.get("offered_rps") is not None:
             if p.get("phase") == "capacity":
                 return "capacity (closed loop)"
-            return f"{analysis.fmt_num(p['offered_rps'], 0)} req/s offered" + (f" ({p['load']:.0%})" if p.get("load")
-                                                                               else "")
+            share = f" ({p['of_capacity']:.0%} of capacity)" if p.get("of_capacity") else ""
+            return f"{analysis.fmt_num(p['offered_rps'], 0)} req/s offered" + share
         if p.get("rate_hz") is not None:
             return (f"{analysis.fmt_num(p['rate_hz'])} Hz x {p.get('values')} values "
                     f"({analysis.fmt_size(p.get('size'))})")
@@ -134,7 +134,7 @@ def _documents(root: Path, pattern: str) -> tuple[list[tuple[Path, object]], lis
     return docs, problems
 
 
-def load(root: Path) -> tuple[list[Run], list[str]]:
+def read_runs(root: Path) -> tuple[list[Run], list[str]]:
     """Every run.json and peers.json below root (sorted), and what could not be read."""
     runs = []
     found, problems = _documents(root, "run.json")
@@ -155,7 +155,7 @@ def load(root: Path) -> tuple[list[Run], list[str]]:
     return runs, problems
 
 
-def load_suites(root: Path) -> tuple[list[dict], list[str]]:
+def read_suites(root: Path) -> tuple[list[dict], list[str]]:
     """Every suite's index.json below root (its name, description and status as text), and what could not be
     read."""
     suites = []
@@ -168,7 +168,7 @@ def load_suites(root: Path) -> tuple[list[dict], list[str]]:
     return suites, problems
 
 
-def load_benches(root: Path) -> tuple[list[dict], list[str]]:
+def read_benches(root: Path) -> tuple[list[dict], list[str]]:
     """Every bench.json below root (`fabmeter bench`), and what could not be read."""
     docs, problems = _documents(root, "bench.json")
     benches = []
@@ -180,7 +180,7 @@ def load_benches(root: Path) -> tuple[list[dict], list[str]]:
     return benches, problems
 
 
-def load_meshes(root: Path) -> tuple[list[tuple[str, dict]], list[str]]:
+def read_meshes(root: Path) -> tuple[list[tuple[str, dict]], list[str]]:
     """Every mesh.json below root (`fabmeter mesh --out`), as (folder relative to root, document), sorted, and
     what could not be read."""
     meshes = []
@@ -251,7 +251,7 @@ def varying_mode_keys(runs: list[Run]) -> dict[str, list[str]]:
 
 
 # The point keys the report reads, by the type it reads them as: a value of another type is dropped, as if absent.
-NUMBER_KEYS = ("size", "rate_hz", "values", "offered_rps", "load", "iterations", "warmup", "gbps", "msg_rate",
+NUMBER_KEYS = ("size", "rate_hz", "values", "offered_rps", "of_capacity", "iterations", "warmup", "gbps", "msg_rate",
                "missed_pct", "lost", "achieved_rps", "threshold_us", "above_threshold_pct", "deadline_us",
                "deadline_miss_pct", "jain_index")
 OBJECT_KEYS = ("latency_ns", "rtt_ns", "samples", "server", "knee", "throughput_series")
@@ -326,7 +326,7 @@ class LoadSweep:
 
 
 def load_sweeps(entries: list[Entry]) -> list[LoadSweep]:
-    """Each load run's open-loop points by offered rate (a --load sweep's capacity point left out); runs that
+    """Each load run's open-loop points by offered rate (a --of-capacity sweep's capacity point left out); runs that
     would share a label get their folder added."""
     runs: dict[int, tuple[Run, LoadSweep]] = {}
     for e in entries:

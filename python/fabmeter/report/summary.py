@@ -2,7 +2,7 @@
 
 latency: a row per transport/mode and size, p50, p99 and max, one panel per
 latency kind (RTT/2 and measured one-way are never on one axis);
-bandwidth: Gbit/s and msg/s per size; load: p99 against offered load;
+bandwidth: Gbit/s and msg/s per size; load: p99 against offered rate;
 stream: missed steps and median latency against rate.
 """
 

@@ -17,6 +17,6 @@ running the suite again skips it, so an interrupted suite resumes where it
 stopped. Points on a transport or experiment this engine was built without
 are skipped with one line each, not treated as errors.
 
-load.py reads and checks the file and expands its points, ids.py names
+read.py reads and checks the file and expands its points, ids.py names
 them, runner.py runs them, peer.py checks and runs the peer points.
 """

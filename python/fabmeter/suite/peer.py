@@ -20,16 +20,20 @@ from typing import Any, Optional
 from fabmeter import __version__, envinfo
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME
 from fabmeter.options import parse_size
+from fabmeter.peers import command as peers_command
 from fabmeter.peers.base import Case, PeerError, PeerRun, Rdma, Unsupported
 from fabmeter.peers.registry import PEERS
 from fabmeter.results import now_iso, write_json
 
 PEERS_FILE = "peers.json"
-# The keys of a peer point besides experiment and transport (the case), with `fabmeter peers`'s defaults;
-# size is the case's message size (peers' --size, or --bw-size for bw).
-DEFAULTS = {"tests": None, "size": None, "iters": PeerRun.iters, "duration": PeerRun.duration,
-            "rate": PeerRun.rate, "device": None, "server_device": None, "gid_index": None, "token_file": None}
-KEYS = ("tool", "experiment", "transport", "cpus", "server", *DEFAULTS)
+# A peer point's keys besides tool, experiment and transport (the case): `fabmeter peers`'s options
+# (peers/command.py), in their key form; cpus and server are every point's.
+PEER_KEYS = {o.key: o for o in peers_command.OPTIONS
+             if o.name in ("cpus", "server", "tests", "size", "iters", "duration", "rate", "device", "server-device",
+                           "gid-index", "token-file")}
+# Their defaults are `fabmeter peers`'s; size is the case's message size (peers' --size, or --bw-size for bw).
+DEFAULTS = {k: None if k == "size" else o.default for k, o in PEER_KEYS.items() if k not in ("cpus", "server")}
+KEYS = ("tool", "experiment", "transport", *PEER_KEYS)
 _DEVICE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 

@@ -23,7 +23,7 @@ from fabmeter.options import Options
 from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
 from fabmeter.suite import peer
-from fabmeter.suite.load import MESH_KEYS, Point, Suite, SuiteError, load
+from fabmeter.suite.read import MESH_KEYS, Point, Suite, SuiteError, read
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -383,7 +383,7 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
          cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]],
          server: Optional[str] = None) -> int:
     try:
-        suite = load(path, engine_info(engine))
+        suite = read(path, engine_info(engine))
     except SuiteError as e:
         where = f"{path}:{e.line}: " if e.line else f"{path}: "
         raise FabmeterError(where + e.message, EXIT_USAGE)

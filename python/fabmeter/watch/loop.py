@@ -1,7 +1,7 @@
 """The watch loop: a sweep every --interval, each pair of a sweep run as
 `fabmeter mesh --launch serve` runs it (`fabmeter-engine run EXP --server
 DST --via SRC`: SRC's standing serve runs the client and relays its output),
-in rounds (each host with at most one peer per round, or all at once), and
+in rounds (each host with at most one partner per round, or all at once), and
 the results folded into the aggregates of metrics.py.
 
 A pair that fails is marked so and run again the next sweep; a host whose
@@ -56,15 +56,15 @@ class WatchSpec:
 
 def pair_rounds(pairs: list[tuple[int, int]], schedule: str) -> list[list[tuple[int, int]]]:
     """A list of directed pairs in rounds: chaotic, one round; scheduled, each pair in the first round where
-    neither host has another peer (both directions of a pair run together, as mesh's tournament has them)."""
+    neither host has another partner (both directions of a pair run together, as mesh's tournament has them)."""
     if schedule == "chaotic":
         return [list(pairs)]
     rounds: list[tuple[list, dict]] = []
     for s, d in pairs:
-        for members, peer in rounds:
-            if peer.get(s, d) == d and peer.get(d, s) == s:
+        for members, partner in rounds:
+            if partner.get(s, d) == d and partner.get(d, s) == s:
                 members.append((s, d))
-                peer[s], peer[d] = d, s
+                partner[s], partner[d] = d, s
                 break
         else:
             rounds.append(([(s, d)], {s: d, d: s}))

@@ -306,11 +306,12 @@ class Collector:
         if st.outliers is not None and st.outliers["median"] is not None:
             for link in st.outliers["links"]:
                 flagged[(st.hosts_list[link["src"]], st.hosts_list[link["dst"]])] = link
-            fam["outlier"] = GaugeMetricFamily("fabmeter_pair_outlier", "1: the pair's last figure lies outside its "
-                                               "peers' by the mesh's outlier rule (docs/cli.md), slow or fast; "
+            fam["outlier"] = GaugeMetricFamily("fabmeter_pair_outlier", "1: the pair's last figure lies outside the "
+                                               "other pairs' by the mesh's outlier rule (docs/cli.md), slow or fast; "
                                                "0: within", labels=[*LABELS, "direction"])
             fam["score"] = GaugeMetricFamily("fabmeter_pair_outlier_score", "the pair's last figure minus the "
-                                             "median of all pairs, in scaled MADs", labels=LABELS)
+                                             "median of all pairs, in scaled median absolute deviations (MADs)",
+                                             labels=LABELS)
             hosts = GaugeMetricFamily("fabmeter_host_outlier", "1: most of the host's links on that side (out: as "
                                       "the source, in: as the destination) are outliers in that direction",
                                       labels=["host", "side", "direction"])

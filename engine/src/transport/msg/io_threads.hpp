@@ -66,7 +66,7 @@ class IoThreads {
     const int mine = use.poll == Poll::busy ? pinned_cpu() : -1;
     if (mine >= 0) busy_.push_back(mine);
     const std::string peer = ctrl.exchange(nlohmann::json{{"host", host_id()}, {"busy_cpu", mine}}.dump(),
-                                           "where the peer's busy loop runs");
+                                           "where the other end's busy loop runs");
     int theirs = -1;
     bool same_host = false;
     try {
@@ -74,9 +74,9 @@ class IoThreads {
       theirs = j.at("busy_cpu").get<int>();
       same_host = j.at("host").get<std::string>() == host_id();
     } catch (const nlohmann::json::exception&) {
-      runtime_error(transport_ + ": the peer's busy CPU is not {\"host\": string, \"busy_cpu\": int}");
+      runtime_error(transport_ + ": the other end's busy CPU is not {\"host\": string, \"busy_cpu\": int}");
     }
-    if (theirs < -1 || theirs >= CPU_SETSIZE) runtime_error(transport_ + ": the peer sent an impossible busy CPU");
+    if (theirs < -1 || theirs >= CPU_SETSIZE) runtime_error(transport_ + ": the other end sent an impossible busy CPU");
     if (same_host && theirs >= 0 && theirs != mine) busy_.push_back(theirs);
 
     const std::vector<int>& usable = usable_cpus();
@@ -120,7 +120,7 @@ class IoThreads {
     try {
       peer = nlohmann::json::parse(ctrl.exchange(mine.dump(), what));
     } catch (const nlohmann::json::exception&) {
-      runtime_error(transport_ + ": the peer's I/O thread placement is not JSON");
+      runtime_error(transport_ + ": the other end's I/O thread placement is not JSON");
     }
     peer_ = nlohmann::json::object();
     try {
@@ -130,10 +130,10 @@ class IoThreads {
       peer_["thread_ids"] = peer.at("thread_ids").get<std::vector<uint32_t>>();
       peer_["shares_busy_cpu"] = peer.at("shares_busy_cpu").get<bool>();
     } catch (const nlohmann::json::exception&) {
-      runtime_error(transport_ + ": the peer's I/O thread placement lacks a field or has one of the wrong type");
+      runtime_error(transport_ + ": the other end's I/O thread placement lacks a field or has one of the wrong type");
     }
     if (peer_["thread_ids"].size() > kMaxThreads || peer_["threads"].get<uint32_t>() > kMaxThreads)
-      runtime_error(transport_ + ": the peer names more I/O threads than a library starts");
+      runtime_error(transport_ + ": the other end names more I/O threads than a library starts");
     local_ = mine;
   }
 
@@ -161,9 +161,9 @@ class IoThreads {
   // A list of CPU numbers from the peer, each one that can exist.
   std::vector<int> peer_cpus(const nlohmann::json& j) const {
     auto v = j.get<std::vector<int>>();
-    if (v.size() > CPU_SETSIZE) runtime_error(transport_ + ": the peer names more CPUs than a machine has");
+    if (v.size() > CPU_SETSIZE) runtime_error(transport_ + ": the other end names more CPUs than a machine has");
     for (int c : v)
-      if (c < 0 || c >= CPU_SETSIZE) runtime_error(transport_ + ": the peer names CPU " + std::to_string(c));
+      if (c < 0 || c >= CPU_SETSIZE) runtime_error(transport_ + ": the other end names CPU " + std::to_string(c));
     return v;
   }
 

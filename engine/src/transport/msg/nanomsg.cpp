@@ -113,7 +113,7 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
 
 const char* NanomsgTransport::failure() const {
   if (!failure_ && connected_ && nn_get_statistic(sock_, NN_STAT_CURRENT_CONNECTIONS) == 0)
-    failure_ = "nanomsg: the peer dropped the data connection";
+    failure_ = "nanomsg: the other end dropped the data connection";
   return failure_;
 }
 

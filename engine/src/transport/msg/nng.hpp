@@ -46,7 +46,7 @@ class NngTransport {
            "I/O threads run (3 control-channel round trips)";
   }
   const char* failure() const {
-    return peer_gone_.load(std::memory_order_relaxed) ? "nng: the peer dropped the data connection" : failure_;
+    return peer_gone_.load(std::memory_order_relaxed) ? "nng: the other end dropped the data connection" : failure_;
   }
 
   // ---- data path ----

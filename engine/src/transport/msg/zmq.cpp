@@ -89,7 +89,7 @@ const char* ZmqTransport::failure() const {
   // Only DISCONNECTED is subscribed, so any event means the peer is gone.
   zmq_msg_t ev;
   zmq_msg_init(&ev);
-  if (zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0) failure_ = "zmq: the peer dropped the data connection";
+  if (zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0) failure_ = "zmq: the other end dropped the data connection";
   zmq_msg_close(&ev);
   return failure_;
 }

@@ -217,7 +217,7 @@ void OfiTransport::handshake(const Ctrl& ctrl) {
   RecvMsg m{};
   while (!poll_recv(m)) {
     reap_tx(-1);
-    check("first message from the peer");
+    check("first message from the other end");
   }
   release(m);
   if (role_ == Role::server) send();
@@ -346,9 +346,9 @@ void OfiTransport::connect_connectionless(Ctrl& ctrl) {
   const std::string mine = name_of(&ep_->fid, "endpoint");
   std::string peer = ctrl.exchange(mine, "ofi endpoint address");
   // fi_av_insert reads an address of this provider's length: the same as ours.
-  if (peer.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the peer");
+  if (peer.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the other end");
   rc = fi_av_insert(av_, peer.data(), 1, &peer_, 0, nullptr);
-  if (rc != 1) runtime_error(who(ofi_) + ": fi_av_insert of the peer's address failed (" + std::to_string(rc) + ")");
+  if (rc != 1) runtime_error(who(ofi_) + ": fi_av_insert of the other end's address failed (" + std::to_string(rc) + ")");
 }
 
 void OfiTransport::open_domain_and_ep(fi_info* info) {
@@ -503,14 +503,14 @@ void OfiTransport::exchange_rma(Ctrl& ctrl) {
   RmaInfo mine{region + kHeaderBytes, fi_mr_key(rx_mr_), slot_size_, rx_slots_, len_bits_, region};
   std::string blob = ctrl.exchange(std::string_view(reinterpret_cast<const char*>(&mine), sizeof mine),
                                    "ofi receive region");
-  if (blob.size() != sizeof(RmaInfo)) runtime_error("ofi: malformed receive region from the peer");
+  if (blob.size() != sizeof(RmaInfo)) runtime_error("ofi: malformed receive region from the other end");
   RmaInfo peer;
   std::memcpy(&peer, blob.data(), sizeof peer);
   // The slot count wraps our write index and len_bits is a shift count: out
   // of range, they would make us index or shift past what C++ defines.
   if (peer.slots == 0 || peer.slots > (1u << 16) || peer.slot_size == 0 || peer.slot_size > (1ull << 32) ||
       peer.len_bits == 0 || peer.len_bits > 40)
-    runtime_error("ofi: impossible receive region from the peer");
+    runtime_error("ofi: impossible receive region from the other end");
   peer_base_ = peer.base;
   peer_key_ = peer.key;
   peer_slot_size_ = peer.slot_size;
@@ -591,7 +591,7 @@ void OfiTransport::check_eq() const {
   fi_eq_cm_entry entry{};
   ssize_t rc = fi_eq_read(eq_, &event, &entry, sizeof entry, 0);
   if (rc >= 0 && event == FI_SHUTDOWN) {
-    failure_text_ = who(ofi_) + ": the peer shut the connection down (FI_SHUTDOWN)";
+    failure_text_ = who(ofi_) + ": the other end shut the connection down (FI_SHUTDOWN)";
     failure_ = failure_text_.c_str();
   } else if (rc == -FI_EAVAIL) {
     fi_eq_err_entry err{};

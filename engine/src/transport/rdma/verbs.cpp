@@ -299,7 +299,7 @@ void VerbsTransport::check_events() const {
   rdma_cm_event* ev;
   while (cm_channel_ && rdma_get_cm_event(cm_channel_, &ev) == 0) {
     if (ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
-      fail_text(std::string("verbs: rdma_cm: ") + rdma_event_str(ev->event) + " (the peer went away?)");
+      fail_text(std::string("verbs: rdma_cm: ") + rdma_event_str(ev->event) + " (the other end went away?)");
     rdma_ack_cm_event(ev);
   }
 }
@@ -658,18 +658,18 @@ ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
 void VerbsTransport::make_ah(const ibv_ah_attr& attr) {
   ibv_ah_attr a = attr;
   ah_ = ibv_create_ah(pd_, &a);
-  if (!ah_) sys_error("verbs: ibv_create_ah (UD address handle to the peer)");
+  if (!ah_) sys_error("verbs: ibv_create_ah (UD address handle to the other end)");
 }
 
 namespace {
 std::string info_blob(const verbs::EndpointInfo& e) { return std::string(reinterpret_cast<const char*>(&e), sizeof e); }
 verbs::EndpointInfo info_of(const std::string& s) {
-  if (s.size() != sizeof(verbs::EndpointInfo)) runtime_error("verbs: malformed endpoint info from the peer (version mismatch?)");
+  if (s.size() != sizeof(verbs::EndpointInfo)) runtime_error("verbs: malformed endpoint info from the other end (version mismatch?)");
   verbs::EndpointInfo e;
   std::memcpy(&e, s.data(), sizeof e);
   // active_mtu becomes an ibv_mtu and a byte count; QP numbers are 24 bits.
   if (e.active_mtu < IBV_MTU_256 || e.active_mtu > IBV_MTU_4096 || e.qpn > 0xffffff)
-    runtime_error("verbs: impossible endpoint info from the peer (mtu code " + std::to_string(e.active_mtu) + ", qpn " +
+    runtime_error("verbs: impossible endpoint info from the other end (mtu code " + std::to_string(e.active_mtu) + ", qpn " +
                   std::to_string(e.qpn) + ")");
   return e;
 }
@@ -928,9 +928,9 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
   if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
-  if (op_ == verbs::Op::write_imm) o.add("write_credits", "peer RDMA-writes its repost count every rq_refill receives");
+  if (op_ == verbs::Op::write_imm) o.add("write_credits", "the receiver RDMA-writes its repost count every rq_refill receives");
   if (marked_write())
-    o.add("passive_rx", false).add("write_credits", "peer RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
+    o.add("passive_rx", false).add("write_credits", "the receiver RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "
                            "it (fixed sizes from 16 B)")
         .add("write_completion", "receiver polls the slot's last byte (a lap mark after the payload, and after its "
                                  "length where sizes vary)");

@@ -205,7 +205,7 @@ class VerbsTransport {
     // Send: the data is in the WQE's own slot. Write: the immediate names the slot.
     const uint32_t slot = op_ == verbs::Op::write_imm ? ntohl(wc.imm_data) : static_cast<uint32_t>(wc.wr_id);
     if (slot >= rx_slots_) [[unlikely]] {
-      fail_text("verbs: a received immediate names no ring slot (peer mismatch?)");
+      fail_text("verbs: a received immediate names no ring slot (the two ends differ?)");
       return false;
     }
     m.data = rx_ring_ + slot * rx_slot_size_ + rx_offset_;
@@ -434,7 +434,7 @@ class VerbsTransport {
     if (!msg_size_) {
       std::memcpy(&len, end - verbs::kTrailerBytes, sizeof len);
       if (len > rx_slot_size_ - verbs::kTrailerBytes) [[unlikely]] {
-        fail_text("verbs: a plain write's length exceeds its ring slot (peer mismatch?)");
+        fail_text("verbs: a plain write's length exceeds its ring slot (the two ends differ?)");
         return false;
       }
       end -= verbs::kTrailerBytes;

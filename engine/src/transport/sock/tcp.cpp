@@ -111,7 +111,7 @@ bool TcpTransport::fill(int flags) {
     return true;
   }
   if (k == 0) {
-    failure_ = "tcp: the peer closed the data connection";
+    failure_ = "tcp: the other end closed the data connection";
   } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
     fail_errno("recv");
   }
@@ -154,7 +154,7 @@ bool TcpTransport::recv_shared(RecvMsg& m, int flags) {
   uint32_t len = 0;
   const ssize_t k = ::recv(fd_, &len, 4, MSG_PEEK | flags);
   if (k < 4) {  // no whole header yet
-    if (k == 0) failure_ = "tcp: the peer closed the data connection";
+    if (k == 0) failure_ = "tcp: the other end closed the data connection";
     else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail_errno("recv");
     return false;
   }
@@ -205,7 +205,7 @@ bool TcpTransport::rest_of(const std::byte* p, size_t n, bool sending) {
       continue;
     }
     if (k == 0 && !sending) {
-      failure_ = "tcp: the peer closed the data connection";
+      failure_ = "tcp: the other end closed the data connection";
       return false;
     }
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -213,7 +213,7 @@ bool TcpTransport::rest_of(const std::byte* p, size_t n, bool sending) {
       return false;
     }
     if (++idle == kRestSlices) {
-      failure_ = sending ? "tcp: the peer took no byte of a message for 5 s" : "tcp: a message stopped arriving for 5 s";
+      failure_ = sending ? "tcp: the other end took no byte of a message for 5 s" : "tcp: a message stopped arriving for 5 s";
       return false;
     }
   }

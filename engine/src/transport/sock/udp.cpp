@@ -53,7 +53,7 @@ void UdpTransport::describe(JsonObj& o) const {
 
 void UdpTransport::fail_errno(const char* what) {
   failure_text_ = std::string("udp: ") + what + ": " + std::strerror(errno) +
-                  (errno == ECONNREFUSED ? " (the peer's port is closed)" : "");
+                  (errno == ECONNREFUSED ? " (the other end's port is closed)" : "");
   failure_ = failure_text_.c_str();
 }
 

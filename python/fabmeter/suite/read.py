@@ -291,7 +291,7 @@ def _check_mesh_point(t: dict, defaults: dict, lines: KeyLines, index: int) -> N
                 raise SuiteError(f"key '{key}' is for launch = \"ssh\"", where(key))
 
 
-def load(path: Path, info: dict) -> Suite:
+def read(path: Path, info: dict) -> Suite:
     """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`)."""
     try:
         text = path.read_text()
