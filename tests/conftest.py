@@ -167,6 +167,21 @@ def veth_namespaces(name: str, net: str, *link_args: str):
 
 
 @contextlib.contextmanager
+def serve_across_namespaces(fm, name: str, net: str, token_file: str):
+    """A token-holding `fabmeter serve` in the first of two veth_namespaces, listening on NET.1. Yields
+    (serve process, "NET.1:PORT", the prefix that runs a command in the second namespace); stops the serve."""
+    with veth_namespaces(name, net) as (ns_a, ns_b, _, _):
+        addr, port = f"{net}.1", str(free_port())
+        serve = fm.popen("serve", "--bind", addr, "--port", port, "--token-file", token_file,
+                         prefix=("ip", "netns", "exec", ns_a))
+        try:
+            assert json.loads(serve.stdout.readline())["event"] == "listening"
+            yield serve, f"{addr}:{port}", ("ip", "netns", "exec", ns_b)
+        finally:
+            stop_serves([serve])
+
+
+@contextlib.contextmanager
 def bridged_namespaces(name: str, net: str, hosts: int):
     """`hosts` fresh network namespaces NAME<pid>h0, h1, ..., each joined by
     a veth pair to one bridge in namespace NAME<pid>sw (a switch), with

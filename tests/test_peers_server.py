@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, free_port, json_lines, stop_serves, veth_namespaces, wait_until
+from conftest import ENGINE, free_port, json_lines, serve_across_namespaces, stop_serves, wait_until
 
 TOOLS = ("sockperf", "qperf", "iperf3")
 
@@ -146,29 +146,22 @@ def test_peers_between_two_namespaces(fm, token_file, tmp_path):
     if missing:
         pytest.skip(f"not installed: {', '.join(missing)}")
     net = f"10.198.{os.getpid() % 250}"
-    with veth_namespaces("fp", net) as (ns_a, ns_b, _, _):
-        addr, port = f"{net}.1", str(free_port())
-        serve = fm.popen("serve", "--bind", addr, "--port", port, "--token-file", token_file,
-                         prefix=("ip", "netns", "exec", ns_a))
-        try:
-            assert json.loads(serve.stdout.readline())["event"] == "listening"
-            r = fm.run("peers", "--server", f"{addr}:{port}", "--token-file", token_file, "--tools", ",".join(TOOLS),
-                       "--transports", "tcp,udp", "-n", "2000", "--duration", "1", "--json", "--out",
-                       str(tmp_path / "out"), prefix=("ip", "netns", "exec", ns_b), timeout=180)
-            assert r.returncode == 0, r.stderr
-            recs = json_lines(r.stdout)
-            points = [p for p in recs if p["type"] == "point"]
-            got = {(p["tool"], p["experiment"], p["transport"]) for p in points}
-            assert got == {("sockperf", "lat", "tcp"), ("sockperf", "lat", "udp"), ("sockperf", "load", "tcp"),
-                           ("sockperf", "load", "udp"), ("qperf", "lat", "tcp"), ("qperf", "lat", "udp"),
-                           ("qperf", "bw", "tcp"), ("iperf3", "bw", "tcp")}, [r for r in recs if r["type"] != "point"]
-            for p in points:
-                assert p["server"] == f"{addr}:{port}"
-                assert Path(p["server_command"][0]).name == p["tool"]
-                assert addr in p["command"], p["command"]   # the client went to the other namespace
-                assert p["cpu"]["server"]["window_s"] > 0 and p["cpu"]["server"]["cpu_s"] >= 0
-            assert not strangers(serve), "a tool outlived its session"
-            doc = json.loads((tmp_path / "out" / "peers.json").read_text())
-            assert doc["params"]["server"] == f"{addr}:{port}" and len(doc["points"]) == len(points)
-        finally:
-            stop_serves([serve])
+    with serve_across_namespaces(fm, "fp", net, token_file) as (serve, server, ns):
+        r = fm.run("peers", "--server", server, "--token-file", token_file, "--tools", ",".join(TOOLS),
+                   "--transports", "tcp,udp", "-n", "2000", "--duration", "1", "--json", "--out",
+                   str(tmp_path / "out"), prefix=ns, timeout=180)
+        assert r.returncode == 0, r.stderr
+        recs = json_lines(r.stdout)
+        points = [p for p in recs if p["type"] == "point"]
+        got = {(p["tool"], p["experiment"], p["transport"]) for p in points}
+        assert got == {("sockperf", "lat", "tcp"), ("sockperf", "lat", "udp"), ("sockperf", "load", "tcp"),
+                       ("sockperf", "load", "udp"), ("qperf", "lat", "tcp"), ("qperf", "lat", "udp"),
+                       ("qperf", "bw", "tcp"), ("iperf3", "bw", "tcp")}, [r for r in recs if r["type"] != "point"]
+        for p in points:
+            assert p["server"] == server
+            assert Path(p["server_command"][0]).name == p["tool"]
+            assert server.split(":")[0] in p["command"], p["command"]   # the client went to the other namespace
+            assert p["cpu"]["server"]["window_s"] > 0 and p["cpu"]["server"]["cpu_s"] >= 0
+        assert not strangers(serve), "a tool outlived its session"
+        doc = json.loads((tmp_path / "out" / "peers.json").read_text())
+        assert doc["params"]["server"] == server and len(doc["points"]) == len(points)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TAG_VAR, free_port, one_line_error, stop_serves, veth_namespaces, wait_until
+from conftest import TAG_VAR, one_line_error, serve_across_namespaces, wait_until
 from fabmeter.engine import engine_info
 from fabmeter.suite import read as suite
 from test_peers_server import strangers
@@ -65,39 +65,32 @@ def test_peer_points_through_a_serve_between_two_namespaces(fm, tmp_path, token_
     if not shutil.which("sockperf"):
         pytest.skip("sockperf not installed")
     net = f"10.197.{os.getpid() % 250}"
-    with veth_namespaces("sp", net) as (ns_a, ns_b, _, _):
-        addr, port = f"{net}.1", str(free_port())
-        serve = fm.popen("serve", "--bind", addr, "--port", port, "--token-file", token_file,
-                         prefix=("ip", "netns", "exec", ns_a))
-        try:
-            assert json.loads(serve.stdout.readline())["event"] == "listening"
-            f = tmp_path / "peers.toml"
-            f.write_text(f'name = "beside"\n[defaults]\nserver = "{addr}:{port}"\nsize = 64\n'
-                         f'[[matrix]]\nexperiment = "lat"\ntransport = "udp"\niters = 2000\n'
-                         f'[[matrix]]\ntool = "sockperf"\nexperiment = "lat"\ntransport = "udp"\nduration = 1\n'
-                         f'token_file = "{token_file}"\n')
-            out = tmp_path / "out"
-            fm.env = {**fm.env, "FABMETER_TOKEN": Path(token_file).read_text().strip()}   # the fabmeter point's
-            ns = ("ip", "netns", "exec", ns_b)
-            r = fm.run("suite", f, "--out", out, prefix=ns, timeout=120)
-            assert r.returncode == 0, r.stderr
-            doc = json.loads((out / "sockperf-lat-udp" / "peers.json").read_text())
-            assert doc["status"] == "ok" and doc["suite"]["point"] == "sockperf-lat-udp"
-            assert doc["params"]["size"] == 64 and doc["params"]["tool"] == "sockperf"
-            (p,) = doc["points"]
-            assert (p["tool"], p["experiment"], p["transport"], p["size"]) == ("sockperf", "lat", "udp", 64)
-            assert p["server"] == f"{addr}:{port}" and Path(p["server_command"][0]).name == "sockperf"
-            assert addr in p["command"] and p["latency_ns"]["p50"] > 0 and p["cpu"]["server"]["window_s"] > 0
-            run = json.loads((out / "lat-udp-busy" / "run.json").read_text())
-            assert run["status"] == "ok" and run["config"]["server"] == f"{addr}:{port}"
-            index = {e["id"]: e for e in json.loads((out / "index.json").read_text())["points"]}
-            assert index["sockperf-lat-udp"]["status"] == "ok" and index["sockperf-lat-udp"]["tool"] == "sockperf"
-            assert not strangers(serve), "the tool outlived its session"
+    with serve_across_namespaces(fm, "sp", net, token_file) as (serve, server, ns):
+        f = tmp_path / "peers.toml"
+        f.write_text(f'name = "beside"\n[defaults]\nserver = "{server}"\nsize = 64\n'
+                     f'[[matrix]]\nexperiment = "lat"\ntransport = "udp"\niters = 2000\n'
+                     f'[[matrix]]\ntool = "sockperf"\nexperiment = "lat"\ntransport = "udp"\nduration = 1\n'
+                     f'token_file = "{token_file}"\n')
+        out = tmp_path / "out"
+        fm.env = {**fm.env, "FABMETER_TOKEN": Path(token_file).read_text().strip()}   # the fabmeter point's
+        r = fm.run("suite", f, "--out", out, prefix=ns, timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads((out / "sockperf-lat-udp" / "peers.json").read_text())
+        assert doc["status"] == "ok" and doc["suite"]["point"] == "sockperf-lat-udp"
+        assert doc["params"]["size"] == 64 and doc["params"]["tool"] == "sockperf"
+        (p,) = doc["points"]
+        assert (p["tool"], p["experiment"], p["transport"], p["size"]) == ("sockperf", "lat", "udp", 64)
+        assert p["server"] == server and Path(p["server_command"][0]).name == "sockperf"
+        assert server.split(":")[0] in p["command"]
+        assert p["latency_ns"]["p50"] > 0 and p["cpu"]["server"]["window_s"] > 0
+        run = json.loads((out / "lat-udp-busy" / "run.json").read_text())
+        assert run["status"] == "ok" and run["config"]["server"] == server
+        index = {e["id"]: e for e in json.loads((out / "index.json").read_text())["points"]}
+        assert index["sockperf-lat-udp"]["status"] == "ok" and index["sockperf-lat-udp"]["tool"] == "sockperf"
+        assert not strangers(serve), "the tool outlived its session"
 
-            r = fm.run("suite", f, "--out", out, prefix=ns, timeout=60)
-            assert r.returncode == 0 and "2 finished before, 0 run now" in r.stdout, r.stdout + r.stderr
-        finally:
-            stop_serves([serve])
+        r = fm.run("suite", f, "--out", out, prefix=ns, timeout=60)
+        assert r.returncode == 0 and "2 finished before, 0 run now" in r.stdout, r.stdout + r.stderr
     r = fm.run("report", out)
     assert r.returncode == 0, r.stderr
     html = (out / "report.html").read_text()
