@@ -1,7 +1,11 @@
 #include "fabmeter/clock.hpp"
 
 #include <cpuid.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <ctime>
 #include <algorithm>
 #include <cstring>
 #include <cerrno>
@@ -53,6 +57,42 @@ TscAt tsc_at_mono() {
   return best;
 }
 
+// While it lives, this thread asks the fair scheduler for its shortest slice (sched_attr's sched_runtime, Linux
+// 6.12 and later; unprivileged; elsewhere nothing changes). A waking thread with a shorter slice than the running
+// ones gets the CPU first: when a mesh round's engines all wake at one instant on a few CPUs, each takes its
+// start then, not after the ones woken before it ran a whole default slice (3 ms) each.
+class ShortSlice {
+  // The kernel's struct sched_attr (its header clashes with glibc's <sched.h>).
+  struct Attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+  };
+
+ public:
+  ShortSlice() {
+    if (syscall(SYS_sched_getattr, 0, &old_, sizeof old_, 0) != 0 || old_.sched_policy != SCHED_OTHER) return;
+    Attr shorter = old_;
+    shorter.sched_runtime = kShortestSliceNs;
+    set_ = syscall(SYS_sched_setattr, 0, &shorter, 0) == 0;
+  }
+  ShortSlice(const ShortSlice&) = delete;
+  ShortSlice& operator=(const ShortSlice&) = delete;
+  ~ShortSlice() { restore(); }
+  void restore() {
+    if (set_) (void)syscall(SYS_sched_setattr, 0, &old_, 0);
+    set_ = false;
+  }
+
+ private:
+  static constexpr uint64_t kShortestSliceNs = 100'000;  // the kernel's lower bound
+  Attr old_{};
+  bool set_ = false;
+};
+
 }  // namespace
 
 Clock::Clock(bool want_tsc, bool one_cpu) {
@@ -64,6 +104,13 @@ Clock::Clock(bool want_tsc, bool one_cpu) {
     double rates[5];
     for (double& r : rates) {
       const TscAt a = tsc_at_mono();
+      // An invariant TSC ticks on while the CPU idles: sleep through the window (a mesh starts thousands of
+      // engines, and 50 ms of spinning each was CPU the other engines of a round waited for). Another TSC
+      // may slow down when idle: spin.
+      if (source_ == ClockSource::tsc) {
+        const timespec window{0, 10'000'000};
+        nanosleep(&window, nullptr);
+      }
       while (mono_ns() - a.mono_ns < 10'000'000) {
       }
       const TscAt b = tsc_at_mono();
@@ -125,6 +172,7 @@ int64_t wait_until_monotonic(int64_t ns, bool spin) {
   // The default 50 us timer slack would let the kernel wake us that much late.
   const int slack = prctl(PR_GET_TIMERSLACK);
   prctl(PR_SET_TIMERSLACK, 1UL);
+  ShortSlice short_slice;
   for (int64_t now = monotonic_ns(); now < wake && !stop_requested(); now = monotonic_ns()) {
     // Slices of at most 50 ms: Ctrl-C is seen even where EINTR is not.
     const int64_t until = std::min(wake, now + 50'000'000);
@@ -136,6 +184,7 @@ int64_t wait_until_monotonic(int64_t ns, bool spin) {
     cpu_relax();
     now = monotonic_ns();
   }
+  short_slice.restore();
   if (slack > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack));
   return now;
 }
