@@ -5,7 +5,9 @@
 
 Makes N namespaces fmsk<pid>h0.. joined by veth pairs to a bridge in fmsk<pid>sw (10.197.X.1/16 ..),
 runs `fabmeter mesh --rank i` in each (scheduled all-to-all by default, oneway udp, 2 bursts of 200 x 32 B),
-prints the summary's start figures per round and overall, and removes the namespaces whatever happened.
+prints the summary's start figures per round and overall (round start skew p50/p99/max, pair lateness, how long
+before the instant the engines were ready), the wall time and the load average, and removes the namespaces whatever
+happened.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> int:
             args = a.rest or ["-t", "udp", "--bursts", "2", "--burst-size", "200", "--warmup", "50", "-s", "32"]
             env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
             env.setdefault("FABMETER_ENGINE", str(ROOT / "build/engine/fabmeter-engine"))
+            load0 = " ".join(f"{x:.1f}" for x in os.getloadavg())
             t0 = time.monotonic()
             for r in range(a.hosts):
                 cmd = ["ip", "netns", "exec", made[1 + r], sys.executable, "-m", "fabmeter", "mesh",
@@ -88,13 +91,21 @@ def main() -> int:
         print(err, file=sys.stderr)
         return 1
     ms = lambda v: "n/a" if v is None else f"{v / 1e6:.2f}"
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"{a.hosts} hosts, {summary['pairs']} pairs ({summary['failed']} failed), {len(summary['rounds'])} rounds, "
-          f"{took:.0f} s; {' '.join(a.rest)}")
+          f"wall {took:.1f} s, load average at the end {load} (before {load0}); {' '.join(a.rest)}")
     for r in summary["rounds"]:
         late = r.get("start_late_ns") or {}
         print(f"  round {r['round']:3d}: skew {ms(r['start_skew_ns'])} ms, late p50 {ms(late.get('p50'))} "
-              f"p99 {ms(late.get('p99'))} max {ms(late.get('max'))} ms, lead {ms(r.get('lead_ns'))} ms, margin min {ms(r.get('start_margin_min_ns'))} ms")
-    print("overall: skew over rounds", json.dumps(summary.get("start_skew_ns")), "late over pairs", json.dumps(summary.get("start_late_ns")), "margin", json.dumps(summary.get("start_margin_ns")))
+              f"p99 {ms(late.get('p99'))} max {ms(late.get('max'))} ms, lead {ms(r.get('lead_ns'))} ms, "
+              f"ready min {ms(r.get('start_ready_min_ns'))} ms before the instant")
+    skew, late, ready = (summary.get(k) or {} for k in ("start_skew_ns", "start_late_ns", "start_ready_ns"))
+    print(f"round start skew over {skew.get('n')} rounds: p50 {ms(skew.get('p50'))} ms, p99 {ms(skew.get('p99'))} ms, "
+          f"max {ms(skew.get('max'))} ms")
+    print(f"pair start lateness over {late.get('n')} pairs: p50 {ms(late.get('p50'))} ms, p99 {ms(late.get('p99'))} ms, "
+          f"max {ms(late.get('max'))} ms; ready before the instant: p50 {ms(ready.get('p50'))} ms, "
+          f"least {ms(min((r['start_ready_min_ns'] for r in summary['rounds'] if r.get('start_ready_min_ns') is not None), default=None))} ms")
+    print(f"wall {took:.1f} s")
     return 0
 
 

@@ -41,7 +41,8 @@ def fake_pair(spec, src: int, dst: int, server: str, start_ns: int) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "size": 32, "lost": 0,
             "latency_ns": {"min": p50 - 500, "p50": p50, "p99": p50 * 2, "max": p50 * 3},
             "latency_kind": "one-way", "gbps": None, "throughput_series": None, "clock": None,
-            "started_ns": now, "start_late_ns": now - start_ns, "start_margin_ns": start_ns - called}
+            "started_ns": now, "start_late_ns": now - start_ns, "start_margin_ns": start_ns - called,
+            "start_ready_ns": start_ns - called}
 
 
 def spec_for(rank: int, n: int, port: int, token: bytes, pattern: str, rounds: int) -> "mesh_run.MeshSpec":
@@ -132,7 +133,7 @@ def ranks(first: int, count: int, n: int, port: int, token: bytes, pattern: str,
             _, r, dsts, planned, received = item
             for d in dsts:
                 body = fake_pair(None, r, d, "", planned)
-                body["start_margin_ns"] = planned - received
+                body["start_margin_ns"] = body["start_ready_ns"] = planned - received
                 chans[r].send(body)
         if time.monotonic() >= beat:
             beat = time.monotonic() + mesh_run.HEARTBEAT_S

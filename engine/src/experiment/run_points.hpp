@@ -134,11 +134,15 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
                       std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
   };
 
-  int64_t started_ns = 0;  // when the first point went on after waiting for --start-at
+  // --start-at: when the first point was ready (connected, first probes done, both ends at its barrier) and
+  // when it went on after waiting; its first message follows at once.
+  int64_t ready_ns = 0, started_ns = 0;
   for (const Point& pt : plan) {
     ctx.ctrl.barrier("start of point");
-    if (ctx.start_at_ns && &pt == &plan.front())
+    if (ctx.start_at_ns && &pt == &plan.front()) {
+      ready_ns = monotonic_ns();
       started_ns = wait_until_monotonic(ctx.start_at_ns, ctx.p.poll == Poll::busy);
+    }
     ctx.step0_ns = &pt == &plan.front() ? ctx.start_at_ns : 0;
     trace_phase(role, "point");
     PointOut out;
@@ -154,7 +158,8 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
           .add("poll", poll_name(p.poll)).add("size", pt.size).add("warmup", pt.warmup);
       if (p.poll == Poll::event) line.add("sleeps", ctx.sleeps);
       if (started_ns && &pt == &plan.front())
-        line.add("started_mono_ns", started_ns).add("start_late_ns", started_ns - ctx.start_at_ns);
+        line.add("ready_mono_ns", ready_ns).add("started_mono_ns", started_ns)
+            .add("start_late_ns", started_ns - ctx.start_at_ns);
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       if (pt.of_capacity > 0) stem += "-capacity" + std::to_string(static_cast<int>(std::lround(pt.of_capacity * 1000))) + "permille";

@@ -98,7 +98,7 @@ def failed_pair(src: int, dst: int, message: str) -> dict:
     return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
             "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
-            "start_late_ns": None,
+            "start_late_ns": None, "start_ready_ns": None,
             "start_margin_ns": None, "steps": None}
 
 
@@ -166,7 +166,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
           and body.get("samples_dir") in (None, samples_dir(src, dst))
           and all(body.get(k) is None or (isinstance(body.get(k), int) and not isinstance(body.get(k), bool))
-                  for k in ("started_ns", "start_late_ns", "start_margin_ns"))
+                  for k in ("started_ns", "start_late_ns", "start_ready_ns", "start_margin_ns"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
           and _series(body.get("throughput_series")) and valid_cpu(body.get("cpu"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
@@ -180,7 +180,8 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "throughput_series": body.get("throughput_series"), "load": load or None, "cpu": body.get("cpu"),
             "samples_dir": body.get("samples_dir"),
             "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
-            "start_late_ns": body.get("start_late_ns"), "start_margin_ns": body.get("start_margin_ns"),
+            "start_late_ns": body.get("start_late_ns"), "start_ready_ns": body.get("start_ready_ns"),
+            "start_margin_ns": body.get("start_margin_ns"),
             "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps")),
             **({"tool": tool} if tool else {})}
 
@@ -198,6 +199,7 @@ class Summary:
         self.environments: list[Optional[dict]] = [None] * len(hosts)   # per rank: envinfo.identity, if known
         self.outlier_rule = (outliers.K_MADS, outliers.MIN_RELATIVE)    # --outlier-mads, --outlier-floor / 100
         self._late: list[int] = []                                      # every pair's start_late_ns
+        self._ready: list[int] = []                                     # every pair's start_ready_ns
         self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
         self.slots: Optional[slotted.Plan] = None                      # --schedule slotted: its plan
         self.tool: Optional[str] = None                                 # --tool: the peer tool every pair ran
@@ -213,16 +215,20 @@ class Summary:
         emit(pair)
 
     def add_round(self, index: int, pairs: list, started_ns: list[int], late_ns: Optional[list[int]] = None,
-                  lead_ns: Optional[int] = None, margins_ns: Optional[list[int]] = None) -> None:
-        """`started_ns`: the instants the round's engine clients went on (their first point's started_mono_ns),
-        on the coordinator's clock; `late_ns`: each one's start_late_ns, after the planned instant on its own
-        host's clock; `lead_ns`: how far ahead of that instant the plan was sent; `margins_ns`: how long before
-        it each engine had its session open."""
+                  lead_ns: Optional[int] = None, margins_ns: Optional[list[int]] = None,
+                  ready_ns: Optional[list[int]] = None) -> None:
+        """`started_ns`: the instants the round's engine clients went on (their first point's started_mono_ns: out of
+        the wait, the first message next), on the coordinator's clock; `late_ns`: each one's start_late_ns, after
+        the planned instant on its own host's clock; `lead_ns`: how far ahead of that instant the plan was sent;
+        `margins_ns`: how long before it each engine's start line came (session open); `ready_ns`: how long
+        before it each engine was ready (its ready_mono_ns: connected, first clock probes done, at the barrier)."""
         skew = max(started_ns) - min(started_ns) if len(started_ns) > 1 else 0 if started_ns else None
         self.rounds.append({"round": index, "pairs": [list(p) for p in pairs], "start_skew_ns": skew,
                             "start_late_ns": spread(late_ns or []), "lead_ns": lead_ns,
-                            "start_margin_min_ns": min(margins_ns) if margins_ns else None})
+                            "start_margin_min_ns": min(margins_ns) if margins_ns else None,
+                            "start_ready_min_ns": min(ready_ns) if ready_ns else None})
         self._late += late_ns or []
+        self._ready += ready_ns or []
 
     def all_ok(self) -> bool:
         return all(p["status"] == "ok" for p in self.pairs)
@@ -235,6 +241,7 @@ class Summary:
                 "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
                 "start_skew_ns": spread(skews), "start_late_ns": spread(self._late),
+                "start_ready_ns": spread(self._ready),
                 "start_clock_error_ns": self.start_clock_error_ns,
                 "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),

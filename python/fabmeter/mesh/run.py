@@ -7,7 +7,7 @@ ranks that share an address, as under mpirun on one machine, never
 collide; only rank 0's coordination port is fixed). Rank 0 then estimates
 each rank's CLOCK_MONOTONIC offset over the channel (lowest-delay ping of
 a few), and starts every round by sending each rank its pairs and a start
-time ahead on that rank's own clock (ROUND_LEAD_S); the rank's engine
+time ahead on that rank's own clock (Lead); the rank's engine
 clients connect at once and wait for that instant (--start-at), so the
 round starts together however late the frames arrive and however long an
 engine takes to connect. Every pair's result comes back to rank 0, which
@@ -23,6 +23,7 @@ ours, so the rounds start together and their skew is measured as in rank mode.
 
 from __future__ import annotations
 
+import collections
 import ipaddress
 import queue
 import selectors
@@ -45,8 +46,10 @@ DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/
 DEFAULT_MESH_PORT = DEFAULT_SERVE_PORT + 1
 EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
-ROUND_LEAD_S = 1.0               # a round's start time is sent this far ahead: an engine client takes ~0.3 s to connect
-MAX_LEAD_S = 30.0                # ... and never further (Lead)
+ROUND_LEAD_S = 1.0               # the first round's start time is sent this far ahead: an engine client takes ~0.3 s to
+MIN_LEAD_S = 0.2                 # connect; the next rounds' lead is what they took (Lead), never less than this,
+MAX_LEAD_S = 30.0                # nor more than this
+LEAD_WINDOW = 8                  # rounds whose slowest engine sets the lead
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
 MAX_MESSAGE = 300                # characters of a pair's error message kept
 SSH_CHECK_S = 0.5                # --launch ssh: how often a rank's ssh is checked while waiting for joins
@@ -164,19 +167,23 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
 
 
 class Lead:
-    """How far ahead of its instant a round's plan is sent. Each pair says how long before the instant its engine
-    had its session open (start_margin_ns: its start line; the transport's connection and the first clock probes
-    follow); a round whose smallest margin was under a quarter of the lead (an engine nearly or not ready in time:
-    a loaded host, many engines starting at once) makes the next rounds' lead what that engine needed, twice over
-    and at least ROUND_LEAD_S, up to MAX_LEAD_S. A pair that merely woke late (a busy CPU) changes nothing."""
+    """How far ahead of its instant a round's plan is sent: twice what the slowest engine of the last LEAD_WINDOW
+    rounds took from the plan's sending to ready (start_ready_ns: connected, first clock probes done, waiting for
+    the instant), at least MIN_LEAD_S (or the first round's lead if that is less), at most MAX_LEAD_S. The first
+    round takes the initial lead, as nothing is measured yet. Short, it keeps a mesh's rounds from waiting idle (at
+    64 hosts, 127 of them); a round in which an engine was barely or not ready raises it for the next at once."""
 
     def __init__(self, initial_s: float = ROUND_LEAD_S):
         self.ns = int(initial_s * 1e9)
+        self._least = int(min(initial_s, MIN_LEAD_S) * 1e9)
+        self._needed: collections.deque = collections.deque(maxlen=LEAD_WINDOW)
 
-    def after(self, margins_ns: list[int]) -> None:
-        if margins_ns and min(margins_ns) < self.ns // 4:
-            needed = self.ns - min(margins_ns)
-            self.ns = min(int(MAX_LEAD_S * 1e9), max(self.ns, 2 * needed))
+    def after(self, ready_ns: list[int]) -> None:
+        """`ready_ns`: how long before the instant each of the round's engines was ready (negative: after it)."""
+        if not ready_ns:
+            return
+        self._needed.append(self.ns - min(ready_ns))
+        self.ns = min(int(MAX_LEAD_S * 1e9), max(self._least, 2 * max(self._needed)))
 
 
 # --- every rank -------------------------------------------------------------
@@ -212,9 +219,11 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             if isinstance(res.start.get(key), dict):
                 envs.setdefault(rank, envinfo.identity_from_engine(res.start[key]))
     point = res.points[0] if res.points else {}
-    started, late = point.get("started_mono_ns"), point.get("start_late_ns")
+    started, late, ready = point.get("started_mono_ns"), point.get("start_late_ns"), point.get("ready_mono_ns")
     started = started if isinstance(started, int) else None
     late = late if isinstance(late, int) else None      # after the planned instant, on the run's own clock
+    # How long before the planned instant the engine was ready, on the run's own clock too.
+    ready = started - late - ready if None not in (started, late) and isinstance(ready, int) else None
     clock_error = 0
     if via is not None:             # the run stamped its start on the relay's clock
         relay = next((e for e in res.events if e.get("type") == "relay"), {})
@@ -223,7 +232,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
         clock_error = clock_error if isinstance(clock_error, int) else 0
     return {"type": "pair", "src": src, "dst": dst, "status": "ok" if res.exit_code == EXIT_OK else "failed",
             "message": res.message[:MAX_MESSAGE], "started_ns": None if started is None else started - slot_offset,
-            "start_late_ns": late,
+            "start_late_ns": late, "start_ready_ns": ready,
             "start_margin_ns": start_ns - opened[0] if opened else None,
             "clock_error_ns": clock_error,
             "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
@@ -483,8 +492,8 @@ def _try_send(other: Rank, body: dict) -> None:
 
 def _one_round(spec: MeshSpec, index: int, pairs: list, joined: dict[int, Rank], ports: list[int],
                inbox: queue.Queue, summary: "output.Summary", emit: Callable[[dict], None], lead_ns: int) -> list:
-    """Runs one round: its plan to every rank with the instant lead_ns ahead, then every pair's result. The pairs'
-    start_margin_ns of its pairs that said."""
+    """Runs one round: its plan to every rank with the instant lead_ns ahead, then every pair's result. The
+    start_ready_ns of its pairs that said."""
     began = time.monotonic_ns()
     traffic = _traffic(joined)
     start_ns = began + lead_ns
@@ -509,6 +518,7 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, joined: dict[int, Rank],
     started: list[int] = []
     late: list[int] = []
     margins: list[int] = []
+    readies: list[int] = []
     checked = 0.0
     while pending:
         # Checked at every frame too (the others' heartbeats keep the queue from ever being empty for long), but at
@@ -537,12 +547,14 @@ def _one_round(spec: MeshSpec, index: int, pairs: list, joined: dict[int, Rank],
             late.append(pair["start_late_ns"])
         if pair["start_margin_ns"] is not None:
             margins.append(pair["start_margin_ns"])
+        if pair["start_ready_ns"] is not None:
+            readies.append(pair["start_ready_ns"])
         summary.add(emit, pair)
-    summary.add_round(index, pairs, started, late, lead_ns, margins)
+    summary.add_round(index, pairs, started, late, lead_ns, margins, readies)
     frames, nbytes = (a - b for a, b in zip(_traffic(joined), traffic))
     summary.rounds[-1]["control"] = {"plan_ns": planned_ns, "round_ns": time.monotonic_ns() - began,
                                      "frames": frames, "bytes": nbytes}
-    return margins
+    return readies
 
 
 def _traffic(joined: dict[int, Rank]) -> tuple[int, int]:
@@ -586,6 +598,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
         started: list[int] = []
         late: list[int] = []
         margins: list[int] = []
+        readies: list[int] = []
         for _ in pairs:
             pair = done.get()
             pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
@@ -598,9 +611,11 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
                 late.append(pair["start_late_ns"])
             if pair.get("start_margin_ns") is not None:
                 margins.append(pair["start_margin_ns"])
+            if pair.get("start_ready_ns") is not None:
+                readies.append(pair["start_ready_ns"])
             summary.add(emit, pair)
-        summary.add_round(index, pairs, started, late, lead_ns, margins)
-        lead.after(margins)
+        summary.add_round(index, pairs, started, late, lead_ns, margins, readies)
+        lead.after(readies)
     summary.environments = [envs.get(r) for r in range(n)]
     emit(summary.as_json())
     return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
