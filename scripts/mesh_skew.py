@@ -100,11 +100,13 @@ def main() -> int:
               f"p99 {ms(late.get('p99'))} max {ms(late.get('max'))} ms, lead {ms(r.get('lead_ns'))} ms, "
               f"ready min {ms(r.get('start_ready_min_ns'))} ms before the instant")
     skew, late, ready = (summary.get(k) or {} for k in ("start_skew_ns", "start_late_ns", "start_ready_ns"))
-    print(f"round start skew over {skew.get('n')} rounds: p50 {ms(skew.get('p50'))} ms, p99 {ms(skew.get('p99'))} ms, "
-          f"max {ms(skew.get('max'))} ms")
-    print(f"pair start lateness over {late.get('n')} pairs: p50 {ms(late.get('p50'))} ms, p99 {ms(late.get('p99'))} ms, "
-          f"max {ms(late.get('max'))} ms; ready before the instant: p50 {ms(ready.get('p50'))} ms, "
-          f"least {ms(min((r['start_ready_min_ns'] for r in summary['rounds'] if r.get('start_ready_min_ns') is not None), default=None))} ms")
+    least = min((r["start_ready_min_ns"] for r in summary["rounds"] if r.get("start_ready_min_ns") is not None),
+                default=None)
+    print(f"round start skew over {skew.get('n')} rounds: p50 {ms(skew.get('p50'))} ms, "
+          f"p99 {ms(skew.get('p99'))} ms, max {ms(skew.get('max'))} ms")
+    print(f"pair start lateness over {late.get('n')} pairs: p50 {ms(late.get('p50'))} ms, "
+          f"p99 {ms(late.get('p99'))} ms, max {ms(late.get('max'))} ms; ready before the instant: "
+          f"p50 {ms(ready.get('p50'))} ms, least {ms(least)} ms")
     print(f"wall {took:.1f} s")
     return 0
 
