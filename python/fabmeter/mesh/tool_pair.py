@@ -69,8 +69,8 @@ def run(tool: str, experiment: str, options: dict, src: int, dst: int, server: s
     if point is None:
         return {**output.failed_pair(src, dst, message), "tool": tool}
     return {"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "started_ns": None,
-            "start_late_ns": None, "start_ready_ns": None, "start_margin_ns": None, "clock_error_ns": 0, "samples_dir": None,
-            "steps": None, **figures(point), "tool": tool}
+            "start_late_ns": None, "start_ready_ns": None, "start_margin_ns": None, "clock_error_ns": 0,
+            "samples_dir": None, "steps": None, **figures(point), "tool": tool}
 
 
 def figures(point: dict) -> dict:
