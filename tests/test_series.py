@@ -121,8 +121,8 @@ def test_a_series_without_relay_starts_once(fm, token_file, serves, tmp_path):
 
 
 class Injector:
-    """A TCP proxy to the relay that, in its first connection, sends the relay one frame of its own right after
-    the relay's first "exit" frame: the series' next step, out of order."""
+    """A TCP proxy to the relay that, in its first connection, puts a frame of its own in place of the series'
+    first "next HOST[:PORT]": what the relay reads there is out of order."""
 
     def __init__(self, port: int, inject: bytes):
         self.listener = socket.create_server((RELAY, 0))
@@ -138,19 +138,18 @@ class Injector:
                 return
             self.connections += 1
             upstream = socket.create_connection((RELAY, self.target))
-            first = self.connections == 1
-            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, upstream if first else None),
-                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, self.connections == 1), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 
-    def _pump(self, src, dst, inject_to) -> None:
+    def _pump(self, src, dst, replace_next: bool) -> None:
         try:
             while True:
                 ftype, body = read_frame(src)
-                dst.sendall(frame(ftype, body))
-                if inject_to is not None and ftype == EXCHANGE and body.startswith(b"exit "):
-                    inject_to.sendall(self.inject)
-                    inject_to = None
+                if replace_next and ftype == EXCHANGE and body.startswith(b"next "):
+                    dst.sendall(self.inject)
+                    replace_next = False
+                else:
+                    dst.sendall(frame(ftype, body))
         except (OSError, ConnectionError):
             try:        # what came is passed on whole, then the end: the other direction finishes by itself
                 dst.shutdown(socket.SHUT_WR)

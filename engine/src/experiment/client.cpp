@@ -219,10 +219,8 @@ int run_client(const Params& requested, const ClientOptions& o) {
     if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
     Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
     open_session(ctrl, p, o, host_id(), o.server);
-    Heartbeat beat(ctrl);  // the relay kills the run when we fall silent
-    const int code = run_relayed(ctrl, o, false, 1);
-    ctrl.say_bye();
-    return code;
+    Heartbeat beat(ctrl);  // the relay kills the run when we fall silent or close
+    return run_relayed(ctrl, o, false, 1);
   }
   if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
     sys_error("cannot create " + o.out_dir);
@@ -289,8 +287,9 @@ int run_series(const Params& requested, const ClientOptions& o) {
       write_status_line(Status::failed, e.what(), static_cast<int>(e.kind));
     }
   }
+  if (stop_requested()) return 130;  // closing the relay session ends its run there
   if (relay) end_relay();
-  return stop_requested() ? 130 : 0;
+  return 0;
 }
 
 }  // namespace fm

@@ -497,6 +497,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
         emit_line(JsonObj().add("type", "end").add("status", "failed")
                       .add("message", "the relayed run ended with " + std::to_string(code) + " before its end line")
                       .add("code", code));
+      if (!series) ctrl.say_bye();  // a series says bye after its last run
       return static_cast<int>(code);
     } else {
       runtime_error("relay: unexpected frame '" + peer_excerpt(v) + "'");

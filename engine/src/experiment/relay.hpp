@@ -58,9 +58,10 @@ void check_relay(const std::string& target, const Params& p, const ServerOptions
 // its output. Returns the session's exit code (the run's).
 int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o);
 // Client, after the welcome (a Heartbeat on `ctrl`): starts the run and
-// prints what comes back. Returns the run's exit code; the caller then says
-// bye, or in a series "next HOST[:PORT]". `run`: which run of the series'
-// session this is (1: the first; its "relay" line says so).
+// prints what comes back. Returns the run's exit code, after the bye; in a
+// series without it (the caller goes on with "next HOST[:PORT]" or "done").
+// `run`: which run of the series' session this is (1: the first; its
+// "relay" line says so).
 int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run);
 
 }  // namespace fm
