@@ -163,6 +163,8 @@ class Injector:
 @pytest.mark.parametrize("inject,why", [
     (frame(EXCHANGE, b"start 0"), "expected 'next HOST[:PORT]' or 'done'"),
     (frame(EXCHANGE, b"next 127.0.0.9:1"), "may not relay to 127.0.0.9"),
+    # A target among --peers with a second line behind it: never the run's next line.
+    (frame(EXCHANGE, b"next [127.0.0.2] 0\n127.0.0.9:1"), "a series' target must be HOST[:PORT]"),
 ])
 def test_a_frame_out_of_order_ends_only_its_session(fm, token_file, serves, inject, why):
     """After a run, the relay takes only "next HOST[:PORT]" (a host of its --peers) or "done": anything else ends

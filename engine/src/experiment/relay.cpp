@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -304,6 +305,17 @@ struct Child {
   }
 };
 
+// A series' target goes to the run's standard input as a word of a line:
+// only the characters of a host and port, so that nothing a client sends
+// there can start another word or line (split_host_port reads past a "]").
+void check_series_target(const std::string& target) {
+  const bool plain = std::all_of(target.begin(), target.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '%' || c == '_';
+  });
+  if (!plain || target.empty() || target.size() > kMaxSeriesLine / 2)
+    usage_error("relay: a series' target must be HOST[:PORT], got '" + peer_excerpt(target) + "'");
+}
+
 // The watchdog again for the next run of a series (serve_one's handler stays).
 void rearm_watchdog(const ServerOptions& o) {
   if (o.max_duration <= 0) return;
@@ -320,6 +332,7 @@ int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart sta
   Child child;
   try {
     for (uint32_t runs = 1;; ++runs) {
+      check_series_target(target);
       if (child.pid < 0) child.start(run_args(p, "", o, 0, ""), o.token, true, "");
       const std::string line = target + " " + std::to_string(start.at) + "\n";
       if (::write(child.in, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
@@ -338,11 +351,12 @@ int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart sta
         ctrl.recv(CtrlType::bye, "end of the relayed series");
         return 0;
       }
-      if (next.rfind(kRelayNextWord, 0) != 0 || next.size() > kRelayNextWord.size() + kMaxSeriesLine / 2)
+      if (next.rfind(kRelayNextWord, 0) != 0)
         runtime_error("relay: expected 'next HOST[:PORT]' or 'done', got '" + peer_excerpt(next) + "'");
       if (runs >= kMaxRelayRuns)
         usage_error("this server runs at most " + std::to_string(kMaxRelayRuns) + " runs in one relay session");
       target = next.substr(kRelayNextWord.size());
+      check_series_target(target);
       check_relay(target, p, o);
       rearm_watchdog(o);
       ctrl.set_timeout_ms(p.timeout_ms);
