@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from fabmeter import procs, run
 from fabmeter.engine import engine_options, last_error_line
-from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK
+from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, FabmeterError
 
 STDERR_KEPT = 20                 # lines of the engine's stderr kept for a failed run's message
 
@@ -31,8 +31,11 @@ class Series:
                *engine_options(engine).engine_argv(options)]
         # A process group of its own, as every engine's, but no parent-death signal: that follows the thread that
         # started it (a pair's), not this process. Its standard input closes when this process ends: so does it.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     bufsize=0, preexec_fn=lambda: os.setpgid(0, 0))
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         bufsize=0, preexec_fn=lambda: os.setpgid(0, 0))
+        except OSError as e:
+            raise FabmeterError(f"cannot start {engine}: {e.strerror}", EXIT_INTERNAL) from e
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
         self.alive = True
