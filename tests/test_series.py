@@ -17,6 +17,8 @@ from conftest import ENGINE, free_port, json_lines
 from test_security_frames import EXCHANGE, PROTOCOL, hello_body, read_frame, frame
 
 RELAY, TARGET = "127.0.0.1", "127.0.0.2"
+MAX_DURATION_S = 2                  # the relay's --max-duration in the watchdog test
+WATCHDOG_S = MAX_DURATION_S + 2     # ... and its watchdog (server_session.hpp's kWatchdogGraceS more)
 
 
 @pytest.fixture
@@ -52,22 +54,32 @@ def phases(trace) -> list[tuple[str, str]]:
 
 
 def series(fm, token_file, lines: list, via: str | None, *extra: str):
-    """`run lat --series` fed `lines` (a number: sleep that long first); its stdout's runs, each [lines up to its
-    end line], and its exit code."""
+    """`run lat --series` fed `lines` (a number N instead: wait for N runs to end, then 1 s more than the relay's
+    watchdog allows); its stdout's runs, each [lines up to its end line], and its exit code."""
     env = dict(fm.env)
     env.pop("FABMETER_TOKEN", None)
     p = subprocess.Popen([str(ENGINE), "run", "lat", "--series", "-t", "tcp", "-n", "300", "--warmup", "30",
                           "--token-file", token_file, *(["--via", via] if via else []), *extra],
                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: list[dict] = []
+    reader = threading.Thread(target=lambda: out.extend(json.loads(ln) for ln in p.stdout if ln.startswith("{")),
+                              daemon=True)
+    reader.start()
     for line in lines:
-        if isinstance(line, (int, float)):
-            time.sleep(line)
+        if isinstance(line, int):
+            deadline = time.monotonic() + 60
+            while sum(o["type"] == "end" for o in list(out)) < line and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(WATCHDOG_S + 1)
         else:
             p.stdin.write(line + "\n")
             p.stdin.flush()
-    out, err = p.communicate(timeout=120)
+    p.stdin.close()
+    err = p.stderr.read()
+    p.wait(timeout=120)
+    reader.join(timeout=10)
     runs, run = [], []
-    for obj in json_lines(out):
+    for obj in out:
         run.append(obj)
         if obj["type"] == "end":
             runs.append(run)
@@ -183,14 +195,14 @@ def test_a_frame_out_of_order_ends_only_its_session(fm, token_file, serves, inje
     assert len([1 for ph, _ in phases(relay_trace) if ph == "server hello"]) == 2
 
 
-@pytest.mark.parametrize("serves", [1], indirect=True)
+@pytest.mark.parametrize("serves", [MAX_DURATION_S], indirect=True)
 def test_a_series_session_lives_within_the_servers_max_duration(fm, token_file, serves):
-    """The relay's watchdog (--max-duration 1 + 2 s) is set again at each run: runs in quick succession go on in
+    """The relay's watchdog (--max-duration 2 + 2 s) is set again at each run: runs in quick succession go on in
     one session past it, and a client idle beyond it between runs loses that session (its next run fails) and
     the series opens another."""
     port, (relay_trace, _) = serves
-    lines = [f"{TARGET}:{port} {time.monotonic_ns() + int(i * 1.2e9)}" for i in range(4)]
-    runs, rc, err = series(fm, token_file, lines + [6.0, f"{TARGET}:{port} 0", f"{TARGET}:{port} 0"], f"{RELAY}:{port}")
+    lines = [f"{TARGET}:{port} {time.monotonic_ns() + int(i * 1.5e9)}" for i in range(4)]    # 4.5 s and more
+    runs, rc, err = series(fm, token_file, lines + [4, f"{TARGET}:{port} 0", f"{TARGET}:{port} 0"], f"{RELAY}:{port}")
     assert rc == 0, err
     codes = [run[-1]["code"] for run in runs]
     assert codes[:4] == [0, 0, 0, 0] and codes[4] != 0 and codes[5] == 0, [run[-1] for run in runs]
