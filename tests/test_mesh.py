@@ -322,6 +322,9 @@ def test_mesh_in_four_namespaces(fm, four_hosts, token_file, transport, pattern,
     assert summary["start_late_ns"]["n"] == len(pairs)
     assert summary["start_skew_ns"]["n"] == len(summary["rounds"])
     assert summary["start_skew_ns"]["max"] == summary["round_start_skew_ns"]
+    # A source's pairs of the rounds one after another on one engine client; at once (chaotic), one each.
+    engines = len({src for src, _ in pairs}) if schedule == "scheduled" else len(pairs)
+    assert summary["sessions"] == {"pairs": len(pairs), "client_engines": engines, "relay_sessions": None}
 
 
 # --- --launch ssh: dropbear in each namespace but rank 0's ------------------------
@@ -971,6 +974,9 @@ def test_launch_serve_runs_each_pair_on_its_source_host(fm, four_hosts, token_fi
     pairs, summary = check_pairs(r.stdout, "all-to-all")
     assert len(summary["rounds"]) == 3 and all(x["start_skew_ns"] is not None for x in summary["rounds"])
     assert 0 < summary["start_clock_error_ns"] < 50e6, summary   # half the relay's best ping round trip
+    # Each source's three pairs ran on one engine here and through one session with its serve.
+    assert summary["sessions"] == {"pairs": 12, "client_engines": 4, "relay_sessions": 4}, summary["sessions"]
+    assert sorted(p["relay_run"] for p in pairs.values()) == [1] * 4 + [2] * 4 + [3] * 4
     p50_us = {k: p["latency_ns"]["p50"] / 1000 for k, p in pairs.items()}
     print("p50 one-way us", p50_us, "round skew", [x["start_skew_ns"] for x in summary["rounds"]])
     # Loose, as in test_delay_on_one_link_shows_on_that_pair_only: most of the delay, on that direction only.

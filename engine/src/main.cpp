@@ -28,6 +28,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
                       [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
+  fabmeter-engine run EXPERIMENT --series [--cpu N[+N...]] [--token-file F] [--via HOST[:PORT]] [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
                         [--relay-to HOST,...]
@@ -53,7 +54,12 @@ point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
 if run there (that serve must list the --server host in its --relay-to), and
-with --out the raw samples; no --cpu then. --cpu N+M+...: this end's thread on N; with --flows
+with --out the raw samples; no --cpu then. --series: one run after another in
+this process (started and its clock calibrated once), each against the
+server a line of standard input names, "HOST[:PORT] START_NS" (START_NS as
+--start-at; 0: none), each printing its lines as a run would and an "end"
+line with the run's exit code ("code"); with --via, every run through one
+session with that serve; exit 0 at the end of the input. --cpu N+M+...: this end's thread on N; with --flows
 each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 the other end lost or failed,
@@ -120,20 +126,6 @@ void parse_cpu_list(const std::string& v, int* cpu, std::vector<int>* cpus) {
     from = plus + 1;
   }
   *cpu = cpus->front();
-}
-
-// --start-at: CLOCK_MONOTONIC ns, no more than kMaxStartLeadNs ahead (a
-// mistyped instant would hold the session for days).
-constexpr int64_t kMaxStartLeadNs = 600'000'000'000;
-int64_t parse_start_at(const std::string& v) {
-  char* end = nullptr;
-  errno = 0;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno || x <= 0)
-    fm::usage_error("--start-at: expected CLOCK_MONOTONIC nanoseconds, got '" + v + "'");
-  if (x > fm::monotonic_ns() + kMaxStartLeadNs)
-    fm::usage_error("--start-at: " + v + " is more than 600 s ahead of CLOCK_MONOTONIC");
-  return x;
 }
 
 // HOST,HOST,...: none empty.
@@ -293,17 +285,21 @@ int main_(std::vector<std::string> args) {
     args.erase(args.begin());
     fm::ClientOptions o;
     std::string v;
-    if (!take(args, "--server", &o.server)) fm::usage_error("run: --server HOST[:PORT] is required");
+    const bool series = take(args, "--series", nullptr);  // each run's server from standard input
+    if (!take(args, "--server", &o.server) && !series) fm::usage_error("run: --server HOST[:PORT] is required");
+    if (series && !o.server.empty()) fm::usage_error("run: --series takes each run's server from standard input, not --server");
     if (take(args, "--cpu", &v)) parse_cpu_list(v, &o.cpu, &o.cpus);
     take(args, "--out", &o.out_dir);
-    if (take(args, "--start-at", &v)) o.start_at_ns = parse_start_at(v);
+    if (take(args, "--start-at", &v)) o.start_at_ns = fm::parse_start_at(v, "--start-at", false);
     take(args, "--via", &o.via);
     o.dry_run = take(args, "--dry-run", nullptr);
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);
     fm::parse_options(p, args);
-    return fm::run_client(p, o);
+    if (series && (o.start_at_ns || o.dry_run))
+      fm::usage_error("run: --series takes each run's start from standard input (and runs, no --dry-run)");
+    return series ? fm::run_series(p, o) : fm::run_client(p, o);
   }
   if (cmd == "tool") {
     fm::ClientOptions o;

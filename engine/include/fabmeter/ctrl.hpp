@@ -212,7 +212,7 @@ constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rul
 // 3: the hello's relay line (a session that runs a client elsewhere).
 // 4: the server's cpu_cost frame after each point.
 // 5: the hello's tool line (a session that runs a peer tool's server side).
-constexpr uint32_t kProtocolVersion = 5;
+constexpr uint32_t kProtocolVersion = 6;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

@@ -73,6 +73,18 @@ ServerCost server_cost(const Params& p, const Caps& caps);
 
 // Return the process exit code: 0 ok, 3 runtime failure, 130 interrupted.
 int run_client(const Params& p, const ClientOptions& o);
+// `run --series`: the runs of one experiment and its parameters, one after
+// another in this process, each against the server a line of standard input
+// names ("HOST[:PORT] START_NS", START_NS 0: no --start-at), each printing its
+// lines as a run of its own and an end line with its exit code ("code"); with
+// `via`, all through one session with that relay. 0 at the end of the input.
+int run_series(const Params& p, const ClientOptions& o);
+// The longest line run_series reads.
+constexpr size_t kMaxSeriesLine = 512;
+// --start-at NS (`what` names it in the error): CLOCK_MONOTONIC ns, no more
+// than 600 s ahead (a mistyped instant would hold the session for days);
+// `zero_is_none`: 0 means none.
+int64_t parse_start_at(const std::string& v, const std::string& what, bool zero_is_none);
 int run_server(const ServerOptions& o);
 // `fabmeter-engine tool`: asks the server to start a peer tool's server side
 // (`request`, a JSON object: experiment/tool_server.hpp) and holds it until

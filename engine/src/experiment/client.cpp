@@ -4,8 +4,11 @@
 #include <sched.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,10 +41,12 @@ uint64_t session_max_frame(const Params& p, const ExperimentEntry& e, const std:
   return most;
 }
 
-void write_status_line(Status st, const std::string& msg) {
+// `code` >= 0 (a series' run): the exit code the run would have had alone.
+void write_status_line(Status st, const std::string& msg, int code = -1) {
   JsonObj end;
   end.add("type", "end").add("status", st == Status::ok ? "ok" : st == Status::interrupted ? "interrupted" : "failed");
   if (!msg.empty()) end.add("message", msg);
+  if (code >= 0) end.add("code", static_cast<uint64_t>(code));
   emit_line(end);
 }
 
@@ -96,7 +101,17 @@ int run_tool(const std::string& request, const ClientOptions& o) {
   return run_tool_client(ctrl);
 }
 
-int run_client(const Params& requested, const ClientOptions& o) {
+namespace {
+
+// What every run of a client needs, prepared once: the options checked
+// against the transport, the clock calibrated (a series pays this once).
+struct Prepared {
+  Params p;
+  Caps caps;
+  const TransportEntry* entry;
+};
+
+Prepared prepare(const Params& requested) {
   validate_run(requested);
   set_reported_percentiles(requested.percentiles);
   const TransportEntry& entry = entry_for(requested.transport);
@@ -104,34 +119,35 @@ int run_client(const Params& requested, const ClientOptions& o) {
   Params p = requested;
   experiment_for(p.experiment).resolve(p, caps);
   check_against_caps(p, caps, true);
-  if (o.dry_run) return 0;
-  if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
-    if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
-    Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
-    open_session(ctrl, p, o, host_id(), o.server);
-    return run_relayed(ctrl, o);
-  }
-  if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
-    sys_error("cannot create " + o.out_dir);
-  pin_to_cpu(o.cpu);
-  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
-  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not at the first probe
-  Ctrl ctrl = Ctrl::connect(o.server, kDefaultPort, p.timeout_ms);
+  return {p, caps, &entry};
+}
+
+// One session against `server` from this process, its lines printed; the
+// exit code it would have as a run of its own. `series`: the end line says
+// the code too, and the error line goes out before it (a relay ends the run
+// at its end line).
+int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, const std::string& server_addr,
+            int64_t start_at_ns, bool series) {
+  const Params& p = prep.p;
+  const TransportEntry& entry = *prep.entry;
+  Ctrl ctrl = Ctrl::connect(server_addr, kDefaultPort, p.timeout_ms);
   const std::string me = host_id();
-  const Welcome welcome = open_session(ctrl, p, o, me, "");
+  ClientOptions run_o = o;
+  run_o.server = server_addr;
+  const Welcome welcome = open_session(ctrl, p, run_o, me, "");
   const std::string& server_host = welcome.host;
   const std::string& server_env = welcome.env;
   bool same_host = server_host == me;
-  if (caps.same_host_only && !same_host)
+  if (prep.caps.same_host_only && !same_host)
     usage_error(p.transport + ": the server runs on another host; shared memory needs both ends on one host");
   const ExperimentEntry& experiment = experiment_for(p.experiment);
-  const std::vector<Point> plan = experiment.plan(p, caps);
+  const std::vector<Point> plan = experiment.plan(p, prep.caps);
   ctrl.set_max_frame(session_max_frame(p, experiment, plan));
 
   Heartbeat beat(ctrl);
-  Ctx ctx{p, clk, ctrl, Role::client, caps, same_host, {}, {}};
+  Ctx ctx{p, clk, ctrl, Role::client, prep.caps, same_host, {}, {}};
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
-  ctx.start_at_ns = o.start_at_ns;
+  ctx.start_at_ns = start_at_ns;
   ctx.cpus = o.cpus;
   ctx.own_cpu = o.cpu;
   ctx.peer_cpu = peer_cpu_of(server_env);
@@ -157,10 +173,123 @@ int run_client(const Params& requested, const ClientOptions& o) {
   JsonObj tinfo;
   tinfo.add("type", "transport").add("transport", p.transport).add("granted", transport_info);
   emit_line(tinfo);
-  write_status_line(st, msg);
-  if (st != Status::ok && st != Status::interrupted)
+  const bool error_line = st != Status::ok && st != Status::interrupted;
+  if (error_line && series) std::fprintf(stderr, "fabmeter-engine: error: %s\n", msg.empty() ? status_name(st) : msg.c_str());
+  write_status_line(st, msg, series ? exit_code(st) : -1);
+  if (error_line && !series)
     std::fprintf(stderr, "fabmeter-engine: error: %s\n", msg.empty() ? status_name(st) : msg.c_str());
   return exit_code(st);
+}
+
+// A series' next run from standard input: "HOST[:PORT] START_NS" (0: no
+// --start-at). False at the end of the input.
+bool next_series_line(std::string& server, int64_t& start_at_ns) {
+  char buf[kMaxSeriesLine + 2];
+  if (!std::fgets(buf, sizeof buf, stdin)) return false;
+  std::string line(buf);
+  if (line.empty() || line.back() != '\n') usage_error("--series: a line longer than " + std::to_string(kMaxSeriesLine) + " bytes");
+  line.pop_back();
+  const size_t space = line.find(' ');
+  if (space == std::string::npos || space == 0)
+    usage_error("--series: expected 'HOST[:PORT] START_NS' per line, got '" + line + "'");
+  server = line.substr(0, space);
+  start_at_ns = parse_start_at(line.substr(space + 1), "--series: the start", true);
+  return true;
+}
+
+}  // namespace
+
+int64_t parse_start_at(const std::string& v, const std::string& what, bool zero_is_none) {
+  constexpr int64_t kMaxStartLeadNs = 600'000'000'000;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (zero_is_none && v == "0") return 0;
+  if (v.empty() || *end || errno || x <= 0 || !std::isdigit(static_cast<unsigned char>(v[0])))
+    usage_error(what + ": expected CLOCK_MONOTONIC nanoseconds, got '" + v + "'");
+  if (x > monotonic_ns() + kMaxStartLeadNs) usage_error(what + ": " + v + " is more than 600 s ahead of CLOCK_MONOTONIC");
+  return x;
+}
+
+int run_client(const Params& requested, const ClientOptions& o) {
+  const Prepared prep = prepare(requested);
+  const Params& p = prep.p;
+  if (o.dry_run) return 0;
+  if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
+    if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
+    Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
+    open_session(ctrl, p, o, host_id(), o.server);
+    Heartbeat beat(ctrl);  // the relay kills the run when we fall silent or close
+    return run_relayed(ctrl, o, false, 1);
+  }
+  if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
+    sys_error("cannot create " + o.out_dir);
+  pin_to_cpu(o.cpu);
+  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
+  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not at the first probe
+  return one_run(prep, clk, o, o.server, o.start_at_ns, false);
+}
+
+int run_series(const Params& requested, const ClientOptions& o) {
+  const Prepared prep = prepare(requested);
+  const Params& p = prep.p;
+  if (!o.out_dir.empty()) usage_error("--series: each run would write its samples in the same --out; run them one by one");
+  if (!o.via.empty() && o.cpu >= 0)
+    usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
+  std::optional<Clock> clk;
+  if (o.via.empty()) {
+    pin_to_cpu(o.cpu);
+    clk.emplace(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
+    udp_clock_probes_wanted();
+  }
+  // Relayed: one session with the relay for every run, opened at the first
+  // (its hello names that run's server) and again after one that failed.
+  std::optional<Ctrl> relay;
+  std::optional<Heartbeat> beat;
+  uint32_t relay_runs = 0;
+  const auto end_relay = [&] {
+    try {
+      relay->send(CtrlType::exchange, "done");
+      beat.reset();
+      relay->say_bye();
+    } catch (const Error&) {
+    }  // every run has its end line: nothing is lost with the relay gone now
+    beat.reset();
+    relay.reset();
+  };
+  std::string server;
+  int64_t start_at_ns = 0;
+  while (!stop_requested() && next_series_line(server, start_at_ns)) {
+    try {
+      if (o.via.empty()) {
+        one_run(prep, *clk, o, server, start_at_ns, true);
+      } else {
+        ClientOptions run_o = o;
+        run_o.server = server;
+        run_o.start_at_ns = start_at_ns;
+        if (relay && relay_runs >= kMaxRelayRuns) end_relay();  // the server's limit: a session anew
+        if (!relay) {
+          relay_runs = 0;
+          relay.emplace(Ctrl::connect(o.via, kDefaultPort, p.timeout_ms));
+          open_session(*relay, p, run_o, host_id(), server);
+          beat.emplace(*relay);
+        } else {
+          relay->send(CtrlType::exchange, std::string(kRelayNextWord) + server);
+        }
+        relay->set_timeout_ms(p.timeout_ms);
+        run_relayed(*relay, run_o, true, ++relay_runs);
+      }
+    } catch (const Error& e) {
+      // This run failed; the series goes on (a relay session is opened anew).
+      beat.reset();
+      relay.reset();
+      std::fprintf(stderr, "fabmeter-engine: error: %s\n", e.what());
+      write_status_line(Status::failed, e.what(), static_cast<int>(e.kind));
+    }
+  }
+  if (stop_requested()) return 130;  // closing the relay session ends its run there
+  if (relay) end_relay();
+  return 0;
 }
 
 }  // namespace fm

@@ -5,17 +5,21 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "experiment/experiment.hpp"
+#include "experiment/server_session.hpp"
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
@@ -75,9 +79,12 @@ std::string self_exe() {
 
 // The relay's command line: every option that differs from its default, so
 // the run sees exactly the parameters the client validated and sent.
+// `target` empty: a series (--series), each run's server and start on its standard input.
 std::vector<std::string> run_args(const Params& p, const std::string& target, const ServerOptions& o,
                                   int64_t start_at, const std::string& out_dir) {
-  std::vector<std::string> args{self_exe(), "run", p.experiment, "--server", target};
+  std::vector<std::string> args{self_exe(), "run", p.experiment};
+  if (target.empty()) args.push_back("--series");
+  else args.insert(args.end(), {"--server", target});
   const Params defaults;
   for (const OptSpec& opt : option_table())
     if (opt.get(p) != opt.get(defaults)) args.push_back("--" + std::string(opt.name) + "=" + opt.get(p));
@@ -90,7 +97,7 @@ std::vector<std::string> run_args(const Params& p, const std::string& target, co
 // fork + execve with stdout and stderr to pipes; everything the child needs
 // is built before fork (the session has a heartbeat thread: nothing that
 // allocates may run between fork and exec).
-pid_t spawn(const std::vector<std::string>& args, const std::string& token, int out_w, int err_w) {
+pid_t spawn(const std::vector<std::string>& args, const std::string& token, int in_r, int out_w, int err_w) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e)
     if (std::string_view(*e).rfind("FABMETER_TOKEN=", 0) != 0) env_strings.emplace_back(*e);
@@ -104,7 +111,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& token, int 
   if (pid < 0) sys_error("relay: fork");
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the run ends with its session
-    if (::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) ::_exit(127);
+    if ((in_r >= 0 && ::dup2(in_r, 0) < 0) || ::dup2(out_w, 1) < 0 || ::dup2(err_w, 2) < 0) ::_exit(127);
     ::close_range(3, ~0U, 0);           // the control socket and the server's listener stay ours
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
@@ -148,6 +155,8 @@ struct LinePipe {
   std::string samples_dir;
   std::string pending;
   bool open = true;
+  bool series = false;  // a series' run ends at its end line: its exit code
+  int end_code = -1;
 
   void read_into(Ctrl& ctrl) {
     char chunk[65536];
@@ -164,8 +173,10 @@ struct LinePipe {
     }
     pending.append(chunk, static_cast<size_t>(n));
     size_t from = 0;
-    for (size_t nl; (nl = pending.find('\n', from)) != std::string::npos; from = nl + 1)
+    for (size_t nl; (nl = pending.find('\n', from)) != std::string::npos; from = nl + 1) {
       send_line(ctrl, std::string_view(pending).substr(from, nl - from));
+      note_end(std::string_view(pending).substr(from, nl - from));
+    }
     pending.erase(0, from);
     if (pending.size() > kMaxRelayLine) runtime_error("relay: the run wrote a line longer than the relay carries");
   }
@@ -173,6 +184,13 @@ struct LinePipe {
     if (line.size() > kMaxRelayLine) runtime_error("relay: the run wrote a line longer than the relay carries");
     ctrl.send(CtrlType::exchange, tag + std::string(line));
     if (!samples_dir.empty()) send_samples(ctrl, samples_dir, line);
+  }
+  void note_end(std::string_view line) {
+    if (!series || line.size() > kMaxSeriesEndLine || line.find("\"end\"") == std::string_view::npos) return;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("type") && j["type"] == "end" && j.contains("code") && j["code"].is_number_unsigned() &&
+        j["code"].get<uint64_t>() <= 255)
+      end_code = static_cast<int>(j["code"].get<uint64_t>());
   }
 };
 
@@ -199,9 +217,15 @@ void check_relay(const std::string& target, const Params& p, const ServerOptions
     usage_error("--endpoint ipc:// names a path on the relay host");
 }
 
-int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {
-  int64_t start_at = 0;
-  bool samples = false;
+namespace {
+
+// The client's pings (each answered with this host's clock), then its
+// "start NS[ WORD]": the start on this clock and the word after it.
+struct RelayStart {
+  int64_t at = 0;
+  std::string word;
+};
+RelayStart read_start(Ctrl& ctrl) {
   for (int pings = 0;; ++pings) {
     const std::string frame = ctrl.recv(CtrlType::exchange, "relay start");
     if (frame == "ping" && pings < kRelayPings) {
@@ -211,29 +235,42 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
     if (frame.rfind("start ", 0) != 0)
       runtime_error("relay: expected 'start NS' from the client, got '" + peer_excerpt(frame) + "'");
     std::string_view when = std::string_view(frame).substr(6);
-    samples = when.ends_with(kSamplesWord);
-    if (samples) when.remove_suffix(kSamplesWord.size());
-    start_at = static_cast<int64_t>(parse_peer_u64(when, "relay start time", monotonic_ns() + kMaxStartLeadNs));
-    break;
+    RelayStart start;
+    if (const size_t space = when.find(' '); space != std::string_view::npos) {
+      start.word = when.substr(space);
+      when = when.substr(0, space);
+      if (start.word != kSamplesWord && start.word != kSeriesWord)
+        runtime_error("relay: expected 'start NS[ samples| series]', got '" + peer_excerpt(frame) + "'");
+    }
+    start.at = static_cast<int64_t>(parse_peer_u64(when, "relay start time", monotonic_ns() + kMaxStartLeadNs));
+    return start;
   }
-  // The run's samples go to the session's own directory (removed with the
-  // session, as the server removes every session's), and on to the client.
-  std::string out_dir;
-  if (samples) {
-    out_dir = o.data_dir + "/session-" + std::to_string(::getpid());
-    if (::mkdir(out_dir.c_str(), 0700) != 0) sys_error("relay: cannot create the session's directory " + out_dir);
+}
+
+// The run on this host: its process, its output pipes and, for a series, its input.
+struct Child {
+  pid_t pid = -1;
+  int in = -1;
+  LinePipe pipes[2] = {{-1, "out ", {}, {}}, {-1, "err ", {}, {}}};
+
+  void start(const std::vector<std::string>& args, const std::string& token, bool series, const std::string& out_dir) {
+    int out[2], err[2], in[2] = {-1, -1};
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || (series && ::pipe2(in, O_CLOEXEC) != 0))
+      sys_error("relay: pipe");
+    pid = spawn(args, token, in[0], out[1], err[1]);
+    ::close(out[1]);
+    ::close(err[1]);
+    if (series) ::close(in[0]);
+    this->in = in[1];
+    pipes[0] = {out[0], "out ", out_dir, {}, true, series};
+    pipes[1] = {err[0], "err ", {}, {}};
   }
-  const std::vector<std::string> args = run_args(p, target, o, start_at, out_dir);
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) sys_error("relay: pipe");
-  const pid_t pid = spawn(args, o.token, out[1], err[1]);
-  ::close(out[1]);
-  ::close(err[1]);
-  LinePipe pipes[2] = {{out[0], "out ", out_dir, {}}, {err[0], "err ", {}, {}}};
-  bool stopping = false;
-  try {
+  // Relays the run's output until it ends: its process exits or, in a
+  // series, its end line comes. Returns the run's exit code.
+  int relay(Ctrl& ctrl) {
+    bool stopping = false;
     PeerWatch watch(ctrl);
-    while (pipes[0].open || pipes[1].open) {
+    while ((pipes[0].open || pipes[1].open) && pipes[0].end_code < 0) {
       pollfd pfd[2] = {{pipes[0].open ? pipes[0].fd : -1, POLLIN, 0}, {pipes[1].open ? pipes[1].fd : -1, POLLIN, 0}};
       if (::poll(pfd, 2, kPollMs) < 0 && errno != EINTR) sys_error("relay: poll");
       if (stop_requested() && !stopping) {  // Ctrl-C, SIGTERM or --max-duration: the run ends as ours would
@@ -244,19 +281,115 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
       for (int i = 0; i < 2; ++i)
         if (pfd[i].revents) pipes[i].read_into(ctrl);
     }
+    if (pipes[0].end_code >= 0) {
+      const int code = pipes[0].end_code;
+      pipes[0].end_code = -1;
+      return code;
+    }
+    return reap(0);
+  }
+  // Ends the process (`sig`, 0: it ends by itself) and returns its exit code.
+  int reap(int sig) {
+    if (in >= 0) ::close(in);
+    in = -1;
+    if (pid < 0) return 0;
+    if (sig) ::kill(pid, sig);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid = -1;
+    for (LinePipe& l : pipes)
+      if (l.fd >= 0) ::close(l.fd);
+    pipes[0].fd = pipes[1].fd = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+// A series' target goes to the run's standard input as a word of a line:
+// only the characters of a host and port, so that nothing a client sends
+// there can start another word or line (split_host_port reads past a "]").
+void check_series_target(const std::string& target) {
+  const bool plain = std::all_of(target.begin(), target.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '%' || c == '_';
+  });
+  if (!plain || target.empty() || target.size() > kMaxSeriesLine / 2)
+    usage_error("relay: a series' target must be HOST[:PORT], got '" + peer_excerpt(target) + "'");
+}
+
+// The watchdog again for the next run of a series (serve_one's handler stays).
+void rearm_watchdog(const ServerOptions& o) {
+  if (o.max_duration <= 0) return;
+  const double after_s = o.max_duration + kWatchdogGraceS;
+  itimerval it{};
+  it.it_value.tv_sec = static_cast<time_t>(after_s);
+  it.it_value.tv_usec = static_cast<suseconds_t>((after_s - std::floor(after_s)) * 1e6);
+  ::setitimer(ITIMER_REAL, &it, nullptr);
+}
+
+// A series: one run process for every run of the session, each run's
+// server and start written to its standard input.
+int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart start, const ServerOptions& o) {
+  Child child;
+  try {
+    for (uint32_t runs = 1;; ++runs) {
+      check_series_target(target);
+      if (child.pid < 0) child.start(run_args(p, "", o, 0, ""), o.token, true, "");
+      const std::string line = target + " " + std::to_string(start.at) + "\n";
+      if (::write(child.in, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+        sys_error("relay: writing to the run");  // a line of at most kMaxSeriesLine: one write
+      const int code = child.relay(ctrl);
+      ctrl.send(CtrlType::exchange, "exit " + std::to_string(code));
+      if (stop_requested()) return code;  // Ctrl-C or the watchdog: no next run
+      // Between runs the client may wait for its next round: alive (its
+      // heartbeats), within the watchdog, which each run sets again.
+      ctrl.expect_heartbeats(kSilenceMs);
+      ctrl.set_timeout_ms(UINT32_MAX);
+      const std::string next = ctrl.recv(CtrlType::exchange, "the series' next run");
+      if (next == "done") {
+        child.reap(0);
+        ctrl.set_timeout_ms(kByeTimeoutMs);
+        ctrl.recv(CtrlType::bye, "end of the relayed series");
+        return 0;
+      }
+      if (next.rfind(kRelayNextWord, 0) != 0)
+        runtime_error("relay: expected 'next HOST[:PORT]' or 'done', got '" + peer_excerpt(next) + "'");
+      if (runs >= kMaxRelayRuns)
+        usage_error("this server runs at most " + std::to_string(kMaxRelayRuns) + " runs in one relay session");
+      target = next.substr(kRelayNextWord.size());
+      check_series_target(target);
+      check_relay(target, p, o);
+      rearm_watchdog(o);
+      ctrl.set_timeout_ms(p.timeout_ms);
+      start = read_start(ctrl);
+      if (!start.word.empty()) runtime_error("relay: a series' next run takes 'start NS' only");
+    }
   } catch (...) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    ::close(out[0]);
-    ::close(err[0]);
+    child.reap(SIGKILL);
     throw;
   }
-  ::close(out[0]);
-  ::close(err[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+}
+
+}  // namespace
+
+int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {
+  const RelayStart start = read_start(ctrl);
+  if (start.word == kSeriesWord) return serve_series(ctrl, p, target, start, o);
+  // The run's samples go to the session's own directory (removed with the
+  // session, as the server removes every session's), and on to the client.
+  std::string out_dir;
+  if (start.word == kSamplesWord) {
+    out_dir = o.data_dir + "/session-" + std::to_string(::getpid());
+    if (::mkdir(out_dir.c_str(), 0700) != 0) sys_error("relay: cannot create the session's directory " + out_dir);
   }
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  Child child;
+  int code;
+  try {
+    child.start(run_args(p, target, o, start.at, out_dir), o.token, false, out_dir);
+    code = child.relay(ctrl);
+  } catch (...) {
+    child.reap(SIGKILL);
+    throw;
+  }
   if (!out_dir.empty()) ::rmdir(out_dir.c_str());
   ctrl.send(CtrlType::exchange, "exit " + std::to_string(code));
   ctrl.set_timeout_ms(kByeTimeoutMs);
@@ -317,8 +450,7 @@ class SampleReceiver {
 
 }  // namespace
 
-int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
-  Heartbeat beat(ctrl);  // the relay kills the run when we fall silent
+int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
   // --start-at is on our clock; the relay needs it on its own: the offset
   // from the ping with the shortest round trip (within half of it).
   int64_t start_there = 0;
@@ -337,10 +469,16 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
     }
     start_there = std::max<int64_t>(1, o.start_at_ns + offset);
     // The run's point lines stamp times on the relay's clock (started_mono_ns): this puts them on ours.
-    emit_line(JsonObj().add("type", "relay").add("via", o.via).add("clock_offset_ns", offset)
-                  .add("clock_error_ns", (best + 1) / 2));
+    JsonObj relay;
+    relay.add("type", "relay").add("via", o.via).add("clock_offset_ns", offset).add("clock_error_ns", (best + 1) / 2);
+    if (series) relay.add("run", run);
+    emit_line(relay);
+  } else if (series) {
+    emit_line(JsonObj().add("type", "relay").add("via", o.via).add("run", run));
   }
-  ctrl.send(CtrlType::exchange, "start " + std::to_string(start_there) + (o.out_dir.empty() ? "" : std::string(kSamplesWord)));
+  const std::string_view word = series ? (run == 1 ? kSeriesWord : "") : o.out_dir.empty() ? "" : kSamplesWord;
+  ctrl.send(CtrlType::exchange, "start " + std::to_string(start_there) + std::string(word));
+  bool ended = false;  // a series' run printed its end line (with its code)
   SampleReceiver samples(o.out_dir);
   // The run may go on for long between lines: its heartbeats, not a timeout, say the relay is alive.
   ctrl.set_max_frame(kMaxRelayLine + 8);
@@ -361,11 +499,19 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o) {
       std::fputc('\n', to);
       std::fflush(to);
       if (to == stdout) samples.expect(v.substr(4));
+      if (to == stdout && series && v.find("\"end\"") != std::string_view::npos) {
+        const nlohmann::json j = nlohmann::json::parse(v.substr(4), nullptr, false);
+        ended = ended || (j.is_object() && j.contains("type") && j["type"] == "end");  // any shape: a peer's line
+      }
     } else if (v.rfind("file ", 0) == 0) {
       samples.receive(ctrl, v.substr(5));
     } else if (v.rfind("exit ", 0) == 0) {
       const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
-      ctrl.say_bye();
+      if (series && !ended)  // the run died before its end line: the series' reader still gets one
+        emit_line(JsonObj().add("type", "end").add("status", "failed")
+                      .add("message", "the relayed run ended with " + std::to_string(code) + " before its end line")
+                      .add("code", code));
+      if (!series) ctrl.say_bye();  // a series says bye after its last run
       return static_cast<int>(code);
     } else {
       runtime_error("relay: unexpected frame '" + peer_excerpt(v) + "'");

@@ -17,7 +17,12 @@
 //                     "file <name> <bytes>", "data <bytes>"...: after a point
 //                                      line, each sample file it names (with samples)
 //                     "exit <code>"    the run ended with that exit code
-//   client -> relay   bye
+//   client -> relay   bye; or, after "start <ns> series" (run --series --via),
+//                     "next HOST[:PORT]": another run of the hello's parameters,
+//                     against that server (checked as the hello's target),
+//                     then the pings and "start <ns>" again; or "done", then bye.
+//                     A series' runs are one process on the relay (run --series),
+//                     at most kMaxRelayRuns of them, each within the watchdog.
 // The relay runs only to servers its operator listed (serve --relay-to), only
 // when it has a token (which it then proves to DST), never with options that
 // name a file on its host, and kills the run when the client goes away or
@@ -37,6 +42,12 @@ constexpr int kRelayPings = 8;
 // hist mode carries a few hundred KiB); longer ones end the run.
 constexpr uint32_t kMaxRelayLine = 8u << 20;
 constexpr std::string_view kSamplesWord = " samples";
+constexpr std::string_view kSeriesWord = " series";
+constexpr std::string_view kRelayNextWord = "next ";
+// Runs in one relay session (a mesh source's pairs: one per other host).
+constexpr uint32_t kMaxRelayRuns = 1024;
+// The longest end line a relay reads for its code (an end line is short).
+constexpr size_t kMaxSeriesEndLine = 4096;
 
 // Server: refuses (usage_error, the reason for the client) a relay this
 // server may not make: a target not in --relay-to, no token, or options
@@ -46,8 +57,11 @@ void check_relay(const std::string& target, const Params& p, const ServerOptions
 // Server, after the welcome: runs the client against `target` and relays
 // its output. Returns the session's exit code (the run's).
 int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o);
-// Client, after the welcome: starts the run and prints what comes back.
-// Returns the run's exit code.
-int run_relayed(Ctrl& ctrl, const ClientOptions& o);
+// Client, after the welcome (a Heartbeat on `ctrl`): starts the run and
+// prints what comes back. Returns the run's exit code, after the bye; in a
+// series without it (the caller goes on with "next HOST[:PORT]" or "done").
+// `run`: which run of the series' session this is (1: the first; its
+// "relay" line says so).
+int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run);
 
 }  // namespace fm

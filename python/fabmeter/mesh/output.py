@@ -166,7 +166,8 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
           and body.get("latency_kind") in (None, *LATENCY_KINDS)
           and body.get("samples_dir") in (None, samples_dir(src, dst))
           and all(body.get(k) is None or (isinstance(body.get(k), int) and not isinstance(body.get(k), bool))
-                  for k in ("started_ns", "start_late_ns", "start_ready_ns", "start_margin_ns"))
+                  for k in ("started_ns", "start_late_ns", "start_ready_ns", "start_margin_ns", "engine_run",
+                            "relay_run"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
           and _series(body.get("throughput_series")) and valid_cpu(body.get("cpu"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
@@ -183,6 +184,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "start_late_ns": body.get("start_late_ns"), "start_ready_ns": body.get("start_ready_ns"),
             "start_margin_ns": body.get("start_margin_ns"),
             "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps")),
+            "engine_run": body.get("engine_run"), "relay_run": body.get("relay_run"),
             **({"tool": tool} if tool else {})}
 
 
@@ -233,6 +235,14 @@ class Summary:
     def all_ok(self) -> bool:
         return all(p["status"] == "ok" for p in self.pairs)
 
+    def sessions(self) -> dict:
+        """How many engine clients (and with --launch serve, relay sessions) the pairs opened: a pair that was its
+        engine's or its relay session's first run opened one; the others reused one (mesh/series.py)."""
+        relayed = [p for p in self.pairs if p.get("relay_run") is not None]
+        return {"pairs": len(self.pairs),
+                "client_engines": sum(p.get("engine_run") == 1 for p in self.pairs),
+                "relay_sessions": sum(p["relay_run"] == 1 for p in relayed) if relayed else None}
+
     def as_json(self) -> dict:
         skews = [r["start_skew_ns"] for r in self.rounds if r["start_skew_ns"] is not None]
         return {"type": "mesh", "experiment": self.experiment, "tool": self.tool,
@@ -247,6 +257,7 @@ class Summary:
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
                 "load": self.load.as_json(self.rounds) if self.load is not None else None,
                 "slotted": slotted.receivers(self.slots, self.pairs) if self.slots is not None else None,
+                "sessions": self.sessions(),
                 "environments": self.environments}
 
 

@@ -39,7 +39,7 @@ from typing import Callable, Optional
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, slotted, tool_pair
+from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, series, slotted, tool_pair
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/test_options.py holds them equal
@@ -82,6 +82,7 @@ class MeshSpec:
     identity: Optional[Callable[[], Optional[dict]]] = None
     lead_s: float = ROUND_LEAD_S
     max_rounds: Optional[int] = None
+    pool: Optional[series.Pool] = None           # the engine clients that run this rank's pairs one after another
 
 
 @dataclass
@@ -142,6 +143,16 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if spec.schedule == "slotted":
         spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
+    if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
+        spec.pool = series.Pool(spec.engine, spec.experiment, pair_options(spec, spec.rank or 0, 0))
+    try:
+        return _rank_or_coordinator(spec, emit, warn)
+    finally:
+        if spec.pool is not None:
+            spec.pool.close(spec.timeout_s)
+
+
+def _rank_or_coordinator(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
     if spec.serve_port is not None:
         return _coordinate_serves(spec, emit)
     server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
@@ -208,10 +219,14 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return output.failed_pair(src, dst, f"{folder}: {e.strerror or e}")
+    engine_run = 1                  # which run of its engine client this pair was (1: a fresh one)
     try:
-        res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server,
-                                      engine=spec.engine, start_at_ns=start_ns, via=via, out=folder),
-                          on_start=lambda _: opened.append(time.monotonic_ns()))
+        if spec.pool is not None and folder is None:
+            res, engine_run = spec.pool.run(server, start_ns, via, lambda _: opened.append(time.monotonic_ns()))
+        else:
+            res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server,
+                                          engine=spec.engine, start_at_ns=start_ns, via=via, out=folder),
+                              on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)
     if envs is not None and res.start:
@@ -225,8 +240,9 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     # How long before the planned instant the engine was ready, on the run's own clock too.
     ready = started - late - ready if None not in (started, late) and isinstance(ready, int) else None
     clock_error = 0
+    relay = next((e for e in res.events if e.get("type") == "relay"), {})
+    relay_run = relay.get("run", 1) if via is not None else None    # which run of its relay session (1: a new one)
     if via is not None:             # the run stamped its start on the relay's clock
-        relay = next((e for e in res.events if e.get("type") == "relay"), {})
         offset, clock_error = relay.get("clock_offset_ns"), relay.get("clock_error_ns")
         started = started - offset if started is not None and isinstance(offset, int) else None
         clock_error = clock_error if isinstance(clock_error, int) else 0
@@ -237,6 +253,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             "clock_error_ns": clock_error,
             "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
             "steps": slotted.steps_of(point) if spec.slots else None,
+            "engine_run": engine_run, "relay_run": relay_run if isinstance(relay_run, int) else None,
             **output.pair_figures(res.points[-1] if res.points else {})}
 
 
