@@ -220,6 +220,52 @@ def test_the_engine_starts_its_first_point_at_the_given_instant(fm, engine, poll
     assert res.exit_code == 0 and res.points[0]["start_late_ns"] >= 1_000_000_000
 
 
+def _policies(pid: int) -> set[int]:
+    """The scheduling policies of a process's threads (/proc stat field 41: 0 normal, 1 SCHED_FIFO)."""
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{task}/stat").read()
+        except OSError:
+            continue
+        out.add(int(stat[stat.rindex(")") + 2:].split()[38]))
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="real-time priority wants root (else the shortest slice)")
+def test_the_start_at_wait_runs_first_and_the_run_does_not(engine):
+    """While the engine sleeps for its --start-at instant its thread is at real-time priority (SCHED_FIFO), so a
+    round's engines woken together each start then; from its start stamp on, every thread is back to normal."""
+    port = free_port()
+    server = subprocess.Popen([str(engine), "serve", "--bind", "127.0.0.1", "--port", str(port), "--once"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert "listening" in server.stdout.readline()
+        start = time.monotonic_ns() + 3_000_000_000      # room for a loaded host to connect first
+        client = subprocess.Popen([str(engine), "run", "lat", "--server", f"127.0.0.1:{port}", "-t", "tcp",
+                                   "--poll", "event", "--duration", "1.5", "--start-at", str(start)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiting, running = set(), set()
+        while client.poll() is None and time.monotonic_ns() < start + 1_200_000_000:
+            now = time.monotonic_ns()
+            try:
+                got = _policies(client.pid)
+            except FileNotFoundError:
+                break
+            if now < start - 50_000_000:
+                waiting |= got
+            elif now > start + 300_000_000:
+                running |= got
+            time.sleep(0.05)
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err
+        assert 1 in waiting, waiting
+        assert running == {0}, running
+    finally:
+        server.kill()
+        server.communicate()
+
+
 def test_stream_steps_start_at_the_given_instant_and_are_listed(engine):
     """stream with --start-at: step 0 is due at that instant (step0_mono_ns), so each step's send lateness is
     against the plan; --per-step lists every measured step's lateness and latency; too many steps are refused."""

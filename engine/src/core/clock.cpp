@@ -57,11 +57,12 @@ TscAt tsc_at_mono() {
   return best;
 }
 
-// While it lives, this thread asks the fair scheduler for its shortest slice (sched_attr's sched_runtime, Linux
-// 6.12 and later; unprivileged; elsewhere nothing changes). A waking thread with a shorter slice than the running
-// ones gets the CPU first: when a mesh round's engines all wake at one instant on a few CPUs, each takes its
-// start then, not after the ones woken before it ran a whole default slice each (0.75-3 ms, 1.4 ms on 2 CPUs).
-class ShortSlice {
+// While it lives, this thread is the first to run when it wakes: real-time priority 1 (SCHED_FIFO) where the
+// process may take it (root, CAP_SYS_NICE or RLIMIT_RTPRIO), else the fair scheduler's shortest slice (sched_attr's
+// sched_runtime, Linux 6.12 and later; unprivileged; elsewhere nothing changes). When a mesh round's engines all
+// wake at one instant on a few CPUs, each takes its start then, not after the ones woken before it, or the pairs
+// already sending, ran a slice each (0.75-3 ms, 1.4 ms on 2 CPUs). It lasts from the sleep to the start stamp only.
+class WakeFirst {
   // The kernel's struct sched_attr (its header clashes with glibc's <sched.h>).
   struct Attr {
     uint32_t size, sched_policy;
@@ -73,15 +74,19 @@ class ShortSlice {
   };
 
  public:
-  ShortSlice() {
+  WakeFirst() {
     if (syscall(SYS_sched_getattr, 0, &old_, sizeof old_, 0) != 0 || old_.sched_policy != SCHED_OTHER) return;
-    Attr shorter = old_;
-    shorter.sched_runtime = kShortestSliceNs;
-    set_ = syscall(SYS_sched_setattr, 0, &shorter, 0) == 0;
+    Attr first{};
+    first.size = sizeof first, first.sched_policy = SCHED_FIFO, first.sched_priority = 1;
+    set_ = syscall(SYS_sched_setattr, 0, &first, 0) == 0;
+    if (set_) return;
+    first = old_;
+    first.sched_runtime = kShortestSliceNs;
+    set_ = syscall(SYS_sched_setattr, 0, &first, 0) == 0;
   }
-  ShortSlice(const ShortSlice&) = delete;
-  ShortSlice& operator=(const ShortSlice&) = delete;
-  ~ShortSlice() { restore(); }
+  WakeFirst(const WakeFirst&) = delete;
+  WakeFirst& operator=(const WakeFirst&) = delete;
+  ~WakeFirst() { restore(); }
   void restore() {
     if (set_) (void)syscall(SYS_sched_setattr, 0, &old_, 0);
     set_ = false;
@@ -104,13 +109,7 @@ Clock::Clock(bool want_tsc, bool one_cpu) {
     double rates[5];
     for (double& r : rates) {
       const TscAt a = tsc_at_mono();
-      // An invariant TSC ticks on while the CPU idles: sleep through the window (a mesh starts thousands of
-      // engines, and 50 ms of spinning each was CPU the other engines of a round waited for). Another TSC
-      // may slow down when idle: spin.
-      if (source_ == ClockSource::tsc) {
-        const timespec window{0, 10'000'000};
-        nanosleep(&window, nullptr);
-      }
+      // Spinning keeps both reads on one CPU (a sleeper may wake on another, whose TSC a VM may offset).
       while (mono_ns() - a.mono_ns < 10'000'000) {
       }
       const TscAt b = tsc_at_mono();
@@ -172,7 +171,7 @@ int64_t wait_until_monotonic(int64_t ns, bool spin) {
   // The default 50 us timer slack would let the kernel wake us that much late.
   const int slack = prctl(PR_GET_TIMERSLACK);
   prctl(PR_SET_TIMERSLACK, 1UL);
-  ShortSlice short_slice;
+  WakeFirst wake_first;
   for (int64_t now = monotonic_ns(); now < wake && !stop_requested(); now = monotonic_ns()) {
     // Slices of at most 50 ms: Ctrl-C is seen even where EINTR is not.
     const int64_t until = std::min(wake, now + 50'000'000);
@@ -184,7 +183,7 @@ int64_t wait_until_monotonic(int64_t ns, bool spin) {
     cpu_relax();
     now = monotonic_ns();
   }
-  short_slice.restore();
+  wake_first.restore();
   if (slack > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack));
   return now;
 }
