@@ -1,13 +1,20 @@
 """Each shipped suite against the study it reproduces (its seed).
 
-The tables below are the seeds' parameters, written from the studies (the
-suite files name the table or figure of each block): sizes, rates, counts,
-service types, inline, signaling, MTU, connection setup. A suite whose
-expanded points drift from them fails here. Points a suite adds beyond its
-seed (other transports, for comparison) are outside these tables.
+The seeds' parameters are data, written from the studies with their
+citations: data/seeds/*.toml (the form: data/seeds/thesis.toml's header).
+Every point of a suite is a row of its seed, in the parameters the seed
+compares (its `keys`), unless its [[matrix]] table is marked
+`origin = "fabmeter"` (fabmeter's own: other transports, service types the
+study left out); a marked point must not be a row of the seed; and every
+row of the seed is a point of the suite (unless the seed is a selection).
 """
 
 from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +22,9 @@ from conftest import REPO
 from fabmeter.engine import engine_info
 from fabmeter.suite import read as suite
 
-K = 1024
-POW2 = lambda lo, hi: [1 << i for i in range(lo.bit_length() - 1, hi.bit_length())]  # noqa: E731
+SEEDS = REPO / "data" / "seeds"
+NOT_OPTIONS = ("experiment", "transport", "tool", "tests", "cpus", "mesh_experiment", "pattern", "schedule", "ranks")
+ROW_TEXT = ("cite", "quote")     # a row's citation, not a parameter
 
 
 @pytest.fixture(scope="module")
@@ -24,151 +32,182 @@ def info(engine) -> dict:
     return engine_info(str(engine))
 
 
-def points(info, name):
-    s = suite.read(REPO / "suites" / f"{name}.toml", info)
-    return [(p, p.params(s.options)) for p in s.points]
+@dataclass(frozen=True)
+class Span:
+    """A seed's {from, to, including}: a list from `lo` to `hi` that holds `including` (the steps between are
+    the suite's)."""
+    lo: float
+    hi: float
+    including: tuple
+
+    def matches(self, value) -> bool:
+        return isinstance(value, tuple) and bool(value) and (min(value), max(value)) == (self.lo, self.hi) \
+            and set(self.including) <= set(value)
 
 
-# --- the thesis, "Custom one-way host channel adapter benchmark" -------------
-# (service, poll, op, inline, signal_every, size, bursts, burst_size, gap_us, pinned); every
-# send signaled is 1, one in sq_depth/2 is 0 (auto); event runs unpinned.
-def thesis_oneway_seed() -> set[tuple]:
-    rows = set()
-    base = dict(poll="busy", op="send", inline=0, sig=0, size=32, bursts=25, burst_size=8000, gap=0)
+def _hashable(value):
+    return tuple(value) if isinstance(value, list) else value
 
-    def row(service, **kw):
-        r = {**base, **kw}
-        for gap in ((0, 5.5) if r["burst_size"] == 2730 else (r["gap"],)):   # a:oneway_message_size_wait
-            rows.add((service, r["poll"], r["op"], r["inline"], r["sig"], r["size"], r["bursts"], r["burst_size"],
-                      gap, r["poll"] == "busy"))
 
-    for service in ("rc", "uc", "ud"):
-        for poll in ("busy", "event"):                      # tab:oneway_settings_event, _busy
-            row(service, poll=poll)
-            row(service, poll=poll, bursts=1, gap=1e6)      # intermediate pauses: 1 x 8000, 1 s apart
-        for inline in (0, 188):                             # tab:oneway_settings_inline
-            row(service, inline=inline)
-    for service in ("rc", "uc"):                            # tab:oneway_settings_rdma
-        for op in ("send", "write-imm"):
-            for inline in (0, 188):
-                row(service, op=op, inline=inline)
-    for service, ops in (("rc", ("send", "write-imm")), ("uc", ("send", "write-imm")), ("ud", ("send",))):
-        for op in ops:
-            for sig in (1, 0):                              # tab:oneway_settings_unsignaled_inline (+ rdma)
-                row(service, op=op, inline=188, sig=sig)
-            top = 4 * K if service == "ud" else 32 * K      # tab:oneway_settings_message_size
-            for size in POW2(8, top):
-                row(service, op=op, size=size, bursts=10, burst_size=2730)
-            for size in POW2(8, 256):                       # inline to 256 B (a:oneway_message_size_inline)
-                row(service, op=op, inline=256, size=size, bursts=10, burst_size=2730)
+def seeds() -> dict[str, tuple[dict, str]]:
+    """suite name -> (its seed section, the seed file's name)."""
+    out = {}
+    for f in sorted(SEEDS.glob("*.toml")):
+        doc = tomllib.loads(f.read_text())
+        assert doc["study"] and doc["reference"], f
+        for name, section in doc["suite"].items():
+            assert name not in out, f"{name} is seeded by {out[name][1]} and {f.name}"
+            out[name] = (section, f.name)
+    return out
+
+
+def seed_rows(section: dict, table) -> list[dict]:
+    """A seed section's rows, expanded (a list is an axis) and typed as the engine types the options; a key
+    a row does not give is the section's default, else the engine's (a peer tool's row: none)."""
+    keys, rows = section["keys"], []
+    for row in section["rows"]:
+        assert row.get("cite") and row.get("quote"), row
+        given = {k: v for k, v in row.items() if k not in ROW_TEXT}
+        assert set(given) <= set(keys), f"{row['cite']}: keys {set(given) - set(keys)} are not compared"
+        if "tool" not in given:
+            given = {**section.get("defaults", {}), **given}
+        axes = [[(k, x) for x in (v if isinstance(v, list) else [v])] for k, v in given.items()]
+        for combo in itertools.product(*axes):
+            chosen = dict(combo)
+            fallback = {} if "tool" in chosen else table.defaults()
+            rows.append({"cite": row["cite"], **{k: _typed(k, chosen[k], table) if k in chosen
+                                                  else _hashable(fallback.get(k)) for k in keys}})
     return rows
 
 
-def test_thesis_oneway_matches_the_thesis(info):
-    got = {(q["service"], q["poll"], q["op"], q["inline"], q["signal_every"], q["size"], q["bursts"],
-            q["burst_size"], q["gap_us"], p.cpus != "none") for p, q in points(info, "thesis-oneway")
-           if p.transport == "verbs"}
-    assert got == thesis_oneway_seed()
-    assert all(q["threshold_us"] == 10 for _, q in points(info, "thesis-oneway"))
+def _typed(key: str, value, table):
+    if isinstance(value, dict):
+        return Span(value["from"], value["to"], tuple(value.get("including", ())))
+    opt = None if key in NOT_OPTIONS else table.get(key)
+    return _hashable(opt.typed(value) if opt is not None else value)
 
 
-# --- the thesis, "VILLASnode node-type benchmark" -----------------------------
-STREAM_RATES = {100, 2500, 25000, 100000}       # named in the text; 100 Hz .. 100 kHz
-STREAM_VALUES = [1, 2, 4, 8, 16, 32, 64]        # 1 .. 64 values per sample
-STREAM_SAMPLES = 250000                          # "for every rate, 250000 samples were sent"
-# transport/service -> the values swept (fig:rate_size_3d_*, a:shmem_3d: the grid; the comparisons: 8)
-STREAM_SEED = {("verbs", "rc"): STREAM_VALUES, ("verbs", "uc"): STREAM_VALUES, ("verbs", "ud"): STREAM_VALUES,
-               ("shm", None): STREAM_VALUES, ("zmq", None): [8], ("nanomsg", None): [8]}
+def point_row(p, table, keys: list[str]) -> dict:
+    """A point in the seed's parameters: the engine's params (defaults filled in), a mesh point's keys; a peer
+    point's the keys its table sets."""
+    if p.tool:
+        have = {**p.options, "tool": p.tool}
+    else:
+        have = {**p.params(table), **(p.mesh or {}), "cpus": p.cpus}
+    have |= {"experiment": p.experiment, "transport": p.transport}
+    return {k: _hashable(have.get(k)) for k in keys}
 
 
-def test_thesis_stream_matches_the_thesis(info):
-    got = {}
-    for p, q in points(info, "thesis-stream"):
-        assert q["count"] == STREAM_SAMPLES and q["timer"] == "tsc" and q["poll"] == "busy"
-        assert STREAM_RATES <= set(q["rate"]) and min(q["rate"]) == 100 and max(q["rate"]) == 100000
-        got[(p.transport, q["service"] if p.transport == "verbs" else None)] = list(q["values"])
-        if p.transport == "verbs":                  # samples up to 188 B inline, S = D_SQ / 2
-            assert q["inline"] == 188 and q["signal_every"] == 0
-    assert {k: got.get(k) for k in STREAM_SEED} == STREAM_SEED
+def matches(row: dict, got: dict) -> bool:
+    return all(row[k].matches(v) if isinstance(row[k], Span) else row[k] == v for k, v in got.items())
 
 
-# --- the benchmarking-tools paper -------------------------------------------
-# verbs: (experiment, service, bidir, max_size, inline, tx_depth, signal_every, rq_depth) with
-# MTU 4096, raw QPs, 1000 iterations everywhere (perftest's ib_send_lat / ib_send_bw defaults)
-PAPER_VERBS = {("lat", s, False, 8 * K * K, 236, None, None, None) for s in ("rc", "uc")} \
-    | {("lat", "ud", False, 4 * K, 188, None, None, None)} \
-    | {("bw", s, b, 8 * K * K if s != "ud" else 4 * K, 0, 128, 100, 512) for s in ("rc", "uc", "ud")
-       for b in (False, True)}
-# sockets (Tables 5-8): (experiment, transport, max_size)
-PAPER_SOCKETS = {("lat", "udp", 32 * K), ("lat", "tcp", 32 * K), ("bw", "udp", 32 * K)}
-# the paper's own tools (tool, test, transport, size, iters or seconds): ib_send_lat RC at 1000 iterations
-# (Tables 2-3), qperf udp_lat and tcp_lat at its 2 s (Tables 6 and 8), every power of two from 4 B
-PAPER_TOOLS = {("perftest", "ib_send_lat", "verbs", s, 1000) for s in POW2(4, 8 * K * K)} \
-    | {("qperf", None, t, s, 2) for t in ("udp", "tcp") for s in POW2(4, 32 * K)}
+def check(path: Path, info: dict) -> list[str]:
+    """What in the suite file at `path` disagrees with its seed (empty: nothing)."""
+    s = suite.read(path, info)
+    section, where = seeds()[s.name]
+    rows = seed_rows(section, s.options)
+    problems, used = [], set()
+    for p in s.points:
+        got = point_row(p, s.options, section["keys"])
+        hits = [i for i, row in enumerate(rows) if matches(row, got)]
+        if p.origin is None and not hits:
+            problems.append(f"{p.id}: no row of data/seeds/{where} has {got} (a point of fabmeter's own: "
+                            "origin = \"fabmeter\" in its table)")
+        elif p.origin and hits:
+            problems.append(f"{p.id}: marked origin = \"{p.origin}\" but it is data/seeds/{where}'s row "
+                            f"({rows[hits[0]]['cite']})")
+        if p.origin is None:
+            used.update(hits)
+    if not section.get("selection"):
+        problems += [f"data/seeds/{where}: {row['cite']}: no point of the suite has {row}"
+                     for i, row in enumerate(rows) if i not in used]
+    return problems
 
 
-def test_paper_lat_bw_matches_the_paper(info):
-    got_verbs, got_sockets, got_tools = set(), set(), set()
-    for p, q in points(info, "paper-lat-bw"):
-        if p.tool:
-            assert q["experiment"] == "lat", p.id
-            got_tools.add((p.tool, q["tests"], p.transport, q["size"],
-                           q["iters"] if p.tool == "perftest" else q["duration"]))
-            continue
-        assert q["all"] is True                     # 1 B .. max_size: the paper's 4 B .. max_size within
-        if p.transport == "verbs":
-            assert (q["mtu"], q["cm"], q["iters"]) == (4096, "raw", 1000), p.id
-            bw = q["experiment"] == "bw"
-            got_verbs.add((q["experiment"], q["service"], q["bidir"], q["max_size"], q["inline"],
-                           q["tx_depth"] if bw else None, q["signal_every"] if bw else None,
-                           q["rq_depth"] if bw else None))
-        elif p.transport in ("udp", "tcp") and not q["bidir"]:
-            got_sockets.add((q["experiment"], p.transport, q["max_size"]))
-    assert got_verbs == PAPER_VERBS
-    assert PAPER_SOCKETS <= got_sockets
-    assert got_tools == PAPER_TOOLS
+SEEDED = sorted(f.stem for f in (REPO / "suites").glob("*.toml") if f.stem != "quick")
 
 
-# --- the uDAPL study ----------------------------------------------------------
-UDAPL_SIZES = POW2(1 * K, 128 * K)              # every table: 1K .. 128K
-PATTERNS = ("all-to-all", "fixed-target", "one-to-all", "all-to-one")
+def test_every_suite_has_a_seed():
+    assert sorted(seeds()) == SEEDED
 
 
-def udapl_seed() -> set[tuple]:
-    """(transport, op, pattern, schedule, size, rq_depth, tx_depth, size_spread)."""
-    rows = set()
-    for tr, op, top in (("tcp", None, 128 * K), ("udp", None, 32 * K), ("verbs", "send", 128 * K),
-                        ("verbs", "write-imm", 128 * K)):   # tab:ScheduleMessageTransfer, tab:ScheduleRDMATransfer
-        rows |= {(tr, op, pat, "scheduled", s, None, None, 0) for pat in PATTERNS for s in UDAPL_SIZES if s <= top}
-    for tr, ops in (("shm", (None,)), ("verbs", ("send", "write-imm"))):   # tab:ChaoticTransfer
-        rows |= {(tr, op, "all-to-all", "chaotic", s, q, 10, 0) for op in ops for q in (11, 20, 100)
-                 for s in UDAPL_SIZES}
-    for tr, op in (("shm", None), ("verbs", "send")):     # chaotic, sizes +-50 %
-        rows |= {(tr, op, "all-to-all", "chaotic", s, q, 10, 50) for q in (11, 20, 100) for s in UDAPL_SIZES}
-    return rows
+@pytest.mark.parametrize("name", SEEDED)
+def test_suite_matches_its_seed(name, info):
+    assert check(REPO / "suites" / f"{name}.toml", info) == []
 
 
-def test_udapl_patterns_matches_the_study(info):
-    got = set()
-    for p, q in points(info, "udapl-patterns"):
-        chaotic = p.mesh["schedule"] == "chaotic"
-        got.add((p.transport, q["op"] if p.transport == "verbs" else None, p.mesh["pattern"], p.mesh["schedule"], q["size"],
-                 q["rq_depth"] if chaotic else None, q["tx_depth"] if chaotic else None, q["size_spread"]))
-        if chaotic and p.transport == "verbs":
-            assert q["sq_depth"] == 10
-        assert p.mesh["mesh_experiment"] == "bw" and q["series_ms"] == 1
-    assert got == udapl_seed()
+def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    text = (REPO / "suites" / f"{name}.toml").read_text()
+    assert old in text, old
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
 
 
-# --- Homa's workload study ----------------------------------------------------
-HOMA_WORKLOADS = {"w1", "w2", "w3", "w4", "w5"}
+@pytest.mark.parametrize("name,old,new", [
+    ("thesis-oneway", "burst_size = 2730", "burst_size = 2000"),
+    ("thesis-oneway", "gap_us = 1000000", "gap_us = 100000"),
+    ("thesis-timestamps", "inline = 188\nsignal_every = 0", "inline = 128\nsignal_every = 0"),
+    ("thesis-stream", "count = 250000", "count = 25000"),
+    ("paper-lat-bw", "inline = 236", "inline = 200"),
+    ("paper-lat-bw", "duration = 2", "duration = 1"),
+    ("udapl-patterns", "sq_depth = 10", "sq_depth = 16"),
+    ("ramcloud-load", "resp_size = 100", "resp_size = 1000"),
+    ("homa-load", 'arrivals = "poisson"', 'arrivals = "uniform"'),
+    ("perftest-parity", 'service = ["rc", "uc", "ud"]\nop = "send"', 'service = ["rc", "uc", "ud"]\nop = "write"'),
+])
+def test_a_changed_seed_parameter_fails(name, old, new, tmp_path, info):
+    assert check(REPO / "suites" / f"{name}.toml", info) == []
+    problems = check(_edited(tmp_path, name, old, new), info)
+    assert problems and all("no row of" in p or "no point of the suite" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name,table", [
+    ("thesis-stream", '[[matrix]]\ntransport = "tcp"\nvalues = "1,64"\n'),
+    ("thesis-oneway", '[[matrix]]\ntransport = "verbs"\nservice = "rc"\ninline = 188\n'),
+    ("udapl-patterns", '[[matrix]]\ntransport = "shm"\npattern = "one-to-all"\nschedule = "scheduled"\nsize = "1K"\n'),
+    ("paper-lat-bw", '[[matrix]]\ntool = "qperf"\nexperiment = "lat"\ntransport = "tcp"\nsize = "64K"\n'),
+])
+def test_an_unmarked_extra_row_fails(name, table, tmp_path, info):
+    text = (REPO / "suites" / f"{name}.toml").read_text()
+    unmarked, marked = tmp_path / "unmarked.toml", tmp_path / "marked.toml"
+    unmarked.write_text(text + "\n" + table)
+    marked.write_text(text + "\n" + table.replace("[[matrix]]\n", '[[matrix]]\norigin = "fabmeter"\n'))
+    problems = check(unmarked, info)
+    assert len(problems) == 1 and 'origin = "fabmeter" in its table' in problems[0], problems
+    assert check(marked, info) == []
+
+
+def test_a_marker_on_a_study_row_fails(tmp_path, info):
+    path = _edited(tmp_path, "homa-load", '[[matrix]]\ntransport = "tcp"',
+                   '[[matrix]]\norigin = "fabmeter"\ntransport = "tcp"')
+    problems = check(path, info)
+    assert any("marked origin" in p for p in problems) and any("no point of the suite" in p for p in problems)
+
+
+def test_origin_is_a_table_marker(tmp_path, info):
+    """The reader takes origin = "fabmeter" on a [[matrix]] table (peer tables too), records it on the
+    points, and leaves their ids and options alone; a point that an unmarked table also makes is the study's."""
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[defaults]\nexperiment = "lat"\n'
+                    '[[matrix]]\ntransport = ["shm", "tcp"]\n'
+                    '[[matrix]]\norigin = "fabmeter"\ntransport = ["tcp", "udp"]\n'
+                    '[[matrix]]\norigin = "fabmeter"\ntool = "qperf"\nexperiment = "lat"\n')
+    s = suite.read(path, info)
+    assert {p.id: p.origin for p in s.points} == {"lat-shm-busy": None, "lat-tcp-busy": None,
+                                                  "lat-udp-busy": "fabmeter", "qperf-lat-tcp": "fabmeter"}
+    assert "origin" not in s.points[2].options
+    for bad, line in (('[defaults]\norigin = "fabmeter"\n[[matrix]]\nexperiment = "lat"\n', 2),
+                      ('[[matrix]]\nexperiment = "lat"\norigin = "thesis"\n', 3)):
+        path.write_text(bad)
+        with pytest.raises(suite.SuiteError, match="origin") as e:
+            suite.read(path, info)
+        assert e.value.line == line
 
 
 def test_homa_load_runs_the_workloads_whole(info):
-    got = set()
-    for p, q in points(info, "homa-load"):
+    for p in suite.read(REPO / "suites" / "homa-load.toml", info).points:
         # Poisson arrivals at fractions of the capacity, by request count; no max_size: never clamped
-        assert q["arrivals"] == "poisson" and q["of_capacity"] == [0.2, 0.5, 0.8] and q["count"] >= 10000, p.id
+        assert p.options["of_capacity"] == [0.2, 0.5, 0.8] and p.options["count"] >= 10000, p.id
         assert "max_size" not in p.options, p.id
-        got.add((p.transport, q["workload"]))
-    assert got == {(t, w) for t in ("shm", "tcp") for w in HOMA_WORKLOADS}

@@ -389,7 +389,8 @@ def section_load(entries: list[Entry]) -> list[str]:
             figs.append(_img(fig_completions_per_poll(f"load {s.label}: the server's completions per poll", per),
                              f"load completions per poll {s.label}",
                              f"load {s.label}: messages one poll of the server's transport returned, as a share of "
-                             "the polls that returned any (RAMCloud's batching measure)"))
+                             "the polls that returned any (the receive side; RAMCloud's measure, transmit buffers "
+                             "per poll, is the transmit path figure's)"))
     return figs
 
 

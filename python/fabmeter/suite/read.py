@@ -25,6 +25,9 @@ from fabmeter.suite.ids import PY_KEYS
 TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
+# `origin = "fabmeter"` in a [[matrix]] table: its points are fabmeter's own, not in the study the suite
+# reproduces (tests/test_suite_seeds.py holds every other point to data/seeds/); it changes nothing they run.
+ORIGIN, ORIGINS = "origin", ("fabmeter",)
 # A mesh point's own keys: fabmeter mesh's options (mesh/command.py) that a suite may set, in the order point ids
 # name them, each under its name with '_' (--experiment's is mesh_experiment: the point's experiment is "mesh";
 # --tool's mesh_tool: a table's `tool` makes peer points).
@@ -143,6 +146,7 @@ class Point:
     slo: Optional[str] = None       # latency objectives, canonical (slo.py), as --slo takes them
     mesh: Optional[dict] = None     # a mesh point's MESH_KEYS (launch, pattern, ...), defaults filled in
     tool: Optional[str] = None      # a peer point's tool (peer.py); its keys are in options
+    origin: Optional[str] = None    # "fabmeter": not a row of the suite's study (ORIGIN)
 
     @property
     def engine_experiment(self) -> str:
@@ -291,6 +295,15 @@ def _check_mesh_point(t: dict, defaults: dict, lines: KeyLines, index: int) -> N
                 raise SuiteError(f"key '{key}' is for launch = \"ssh\"", where(key))
 
 
+def _origin(t: dict, lines: KeyLines, index: int) -> Optional[str]:
+    """A [[matrix]] table's `origin` (None: its points are the study's)."""
+    value = t.get(ORIGIN)
+    if value is not None and value not in ORIGINS:
+        raise SuiteError(f"key '{ORIGIN}': expected {' or '.join(map(repr, ORIGINS))} (the table's points are "
+                         f"fabmeter's own, not the study's), got {value!r}", lines.key("matrix", index, ORIGIN))
+    return value
+
+
 def read(path: Path, info: dict) -> Suite:
     """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`)."""
     try:
@@ -369,6 +382,9 @@ def read(path: Path, info: dict) -> Suite:
         return typed
 
     raw_defaults = defaults
+    if ORIGIN in defaults:
+        raise SuiteError(f"key '{ORIGIN}' goes in a [[matrix]] table (it marks that table's points)",
+                         lines.key("defaults", 0, ORIGIN))
     if "tool" in defaults:
         raise SuiteError("key 'tool' goes in a [[matrix]] table (its points are that tool's)",
                          lines.key("defaults", 0, "tool"))
@@ -382,8 +398,11 @@ def read(path: Path, info: dict) -> Suite:
 
     for index, t in enumerate(matrix):
         header = lines.header("matrix", index)
+        origin = _origin(t, lines, index)
+        t = {k: v for k, v in t.items() if k != ORIGIN}
         if "tool" in t:
-            expanded += _peer_points(t, raw_defaults, lines, index, used_defaults, allowed_keys)
+            expanded += [(replace(p, origin=origin), own)
+                         for p, own in _peer_points(t, raw_defaults, lines, index, used_defaults, allowed_keys)]
             continue
         axes = {key: check_key("matrix", index, key, v, allow_list=True) for key, v in t.items()}
         if "experiment" not in axes and "experiment" not in defaults:
@@ -448,7 +467,7 @@ def read(path: Path, info: dict) -> Suite:
             elif tr not in built_transports:
                 skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
             expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
-                                   objectives, mesh), list(t)))
+                                   objectives, mesh, origin=origin), list(t)))
     unused = [k for k in raw_defaults if (k in table or k == "slo" or k in MESH_KEYS or k in peer.DEFAULTS)
               and k not in used_defaults]
     if unused:
@@ -469,6 +488,7 @@ def read(path: Path, info: dict) -> Suite:
             if first.slo != p.slo:
                 raise SuiteError(f"the point '{first.id}' is made by the [[matrix]] tables at lines {first.line} "
                                  f"and {p.line} with different slo ({first.slo!r}, {p.slo!r}); give it one", p.line)
+            first.origin = first.origin if p.origin else None    # the study's when any of its tables is
             continue
         if p.id in by_id:
             raise SuiteError(f"two different points get the id '{p.id}' ([[matrix]] at lines "
