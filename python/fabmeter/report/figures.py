@@ -517,8 +517,8 @@ def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> by
 
 def fig_completions_per_poll(title: str, series: dict[str, dict[str, int]]) -> bytes:
     """The server's completions (messages) per non-empty poll as a histogram, a line per offered rate
-    (RAMCloud's measure of batching: more per poll as load rises). Buckets as the engine names them, the
-    last "N+"."""
+    (the receive side: more per poll as load rises; RAMCloud's measure is the transmit path's). Buckets as
+    the engine names them, the last "N+"."""
     buckets = sorted({b for per in series.values() for b in per}, key=lambda b: int(b.rstrip("+")))
     fig, ax = plt.subplots(figsize=(6.8, 3.6))
     cmap = plt.get_cmap("viridis")
