@@ -1,12 +1,13 @@
-"""The machine the runs were measured on, in one line, and warnings when it, not the transport, sets the figures."""
+"""The machine the runs were measured on and the paths they took, a line each, and warnings when the machine, not
+the transport, sets the figures."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from fabmeter import analysis
+from fabmeter import analysis, path
 from fabmeter.report.files import number, obj
-from fabmeter.report.model import Run
+from fabmeter.report.model import Entry, Run, paths
 
 # Transports whose library moves messages on an I/O thread of its own: run.json's granted.io_cpus says
 # whether it shared a busy loop's CPU; a run recorded before there was such a record shared the client's.
@@ -37,6 +38,19 @@ def machine_line(runs: list[Run]) -> str:
     if len(set(machines)) > 1:
         words.append("runs from more than one machine: see Environment")
     return " \u00b7 ".join(words)
+
+
+def paths_line(entries: list[Entry]) -> str:
+    """Each path the points took: its label (the rows' and legends' words for it when there are several), where
+    its ends ran and how many runs took it; "" when no point was measured."""
+    words = []
+    for label, es in paths(entries).items():
+        servers = sorted({e.path["server"] for e in es if e.path["server"] != path.LOCAL})
+        ends = sorted({path.ends(e.path) for e in es} - {""})
+        runs = len({id(e.run) for e in es})
+        detail = ", ".join(servers + ends + [f"{runs} run{'s' * (runs > 1)}"])
+        words.append(f"{label} ({detail})")
+    return ("path " if len(words) == 1 else "paths ") + "; ".join(words) if words else ""
 
 
 def fabric_summary(fabric: dict) -> str:

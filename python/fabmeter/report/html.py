@@ -750,6 +750,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
               f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
               + (f", {len(meshes)} mesh runs" if meshes else ""))
     body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
+    body += [el("p", line, class_="machine") for line in [context.paths_line(entries)] if line]
     body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]
     body.append(el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}",
                    class_="meta"))
