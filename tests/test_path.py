@@ -70,3 +70,31 @@ def test_a_path_from_any_run_json():
                                           "server": {"hostname": "b", "netns": 1}}}})
     assert path.label(ran) == "to 10.0.0.2 via 10.0.0.3"
     assert path.header(ran) == "path: server 10.0.0.2:1 via 10.0.0.3:2 (server on host b, client on host a)"
+
+
+def test_no_none_reaches_the_page(tmp_path):
+    """Records whose every value is null (a run against a server, one that never started, a peer point, a suite's
+    index) give a page without Python's None."""
+    from fabmeter.report import html
+    point = {"type": "point", "experiment": "lat", "transport": "tcp", "poll": "busy", "size": 32, "iterations": None,
+             "warmup": None, "latency_ns": {"min": 1, "p50": 2, "p90": 3, "p99": 4, "max": 5}}
+    env = {key: None for key in ("hostname", "cpu_model", "cpu_count", "cpus_allowed", "isolated_cpus", "tsc_flags")}
+    env.update(kernel={"release": None, "version": None}, governors={"0": None}, libraries={"glibc": None},
+               engine={"clock_source": None, "tsc_ghz": None, "timestamp_cost_ns": None,
+                       "fabric": {"netdev": {"name": "lo", "rx_queues": None, "tx_queues": None, "irq_count": None},
+                                  "numa": {"device": None, "cpu": None}}},
+               server_engine=None)
+    doc = {"config": {"experiment": "lat", "mode": None, "server": None, "cpus": None,
+                      "params": {"transport": "tcp", "poll": "busy"}},
+           "path": {"server": None, "relay": None, "peer_tool": None, "same_host": None, "hosts": None},
+           "environment": env, "points": [point], "status": None, "message": None}
+    for name, more in (("local", {}), ("remote", {"config": {**doc["config"], "server": "10.0.0.2:1"}, "path": None,
+                                                 "points": []})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({**doc, **more}))
+    (tmp_path / "peers.json").write_text(json.dumps({"environment": None, "points": [
+        {**point, "peer": True, "tool": None, "server": None, "statistic_note": None}]}))
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "index.json").write_text(json.dumps({"suite": None, "description": None, "status": None}))
+    text = html.write(tmp_path).read_text()
+    assert not re.search(r"\bNone\b", text), re.findall(r".{0,80}\bNone\b.{0,40}", text)

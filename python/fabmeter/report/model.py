@@ -38,7 +38,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        return str(self.doc.get("status", "ok" if self.peer else "?"))
+        return str(self.doc.get("status") or ("ok" if self.peer else "?"))
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -166,7 +166,7 @@ def read_suites(root: Path) -> tuple[list[dict], list[str]]:
         if not isinstance(doc, dict):
             problems.append(f"{path.relative_to(root)}: not a JSON object")
             continue
-        suites.append({k: str(doc.get(k, "")) for k in ("suite", "description", "status")})
+        suites.append({k: str(doc.get(k) or "") for k in ("suite", "description", "status")})
     return suites, problems
 
 
@@ -295,7 +295,7 @@ def entries_of(runs: list[Run]) -> list[Entry]:
             where = path.of_run({**p, "peer": True} if r.peer else r.doc)
             p = clean_point(p)
             if r.peer:
-                mode = f"{p.get('tool', 'peer')} {p.get('transport', '')}".strip()
+                mode = f"{p.get('tool') or 'peer'} {p.get('transport') or ''}".strip()
             else:
                 mode = " ".join([str(p.get("transport", params.get("transport", "?"))),
                                  str(p.get("poll", params.get("poll", "")))] + extras).strip()
