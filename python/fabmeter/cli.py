@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, recorded, run, search, serve, slo
+from fabmeter import __version__, analysis, path, recorded, run, search, serve, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import command as mesh_command
@@ -213,6 +213,7 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     res, verdict, code = ran.result, ran.verdict, ran.exit_code
     if not ns.json and res.points:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
+        print(path.header(ran.doc["path"]), flush=True)
         print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
               flush=True)
     if verdict is not None and not ns.json:
@@ -271,6 +272,7 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
     if ns.json:
         print(json.dumps({"type": "search", **{k: v for k, v in outcome.items() if k != "steps"}}), flush=True)
     found = (f"{analysis.fmt_num(outcome['rate_rps'], 0)} requests/s" if outcome["rate_rps"] else "none")
+    say(path.header(record.doc["path"]))
     say(f"search: the highest offered rate holding {outcome['objectives']}: {found} "
         f"(capacity {analysis.fmt_num(outcome['capacity_rps'], 0)}/s; {len(outcome['steps'])} runs; {outcome['why']})")
     if res:

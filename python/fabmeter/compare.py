@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from fabmeter import analysis, stats
+from fabmeter import analysis, path, stats
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.report import model
 
@@ -76,16 +76,14 @@ def point_key(entry: model.Entry) -> tuple:
     where = tuple((k, p.get(k)) for k in ("size", "rate_hz", "values", "offered_rps", "phase", "what",
                                           "registered_bytes")
                   if p.get(k) is not None)
-    server = (entry.run.doc.get("config") or {}).get("server")   # HOST:PORT; the port is new every serve
-    host = str(server).rsplit(":", 1)[0] if server else None
     return (entry.experiment, str(p.get("transport", params.get("transport"))),
-            str(p.get("poll", params.get("poll"))), host, json.dumps(params, sort_keys=True, default=str), where)
+            str(p.get("poll", params.get("poll"))), path.key(entry.path),
+            json.dumps(params, sort_keys=True, default=str), where)
 
 
 def item_of_point(entry: model.Entry) -> Item:
     p = entry.point
-    server = (entry.run.doc.get("config") or {}).get("server")
-    label = f"{entry.experiment} {entry.label} {entry.where()}" + (f" to {server.rsplit(':', 1)[0]}" if server else "")
+    label = f"{entry.experiment} {entry.mode} {entry.where()} {path.label(entry.path)}"
     if entry.experiment == "bw" and isinstance(p.get("msg_rate"), (int, float)):
         return Item(point_key(entry), label, "msg/s", float(p["msg_rate"]), True, lambda: bins_of(p))
     if entry.experiment == "setup":   # a connect's or a registration's time, on base pages

@@ -81,7 +81,8 @@ def new_record(spec: run.RunSpec, objectives: Optional[list[slo.Objective]] = No
     text = slo.canonical(objectives) if objectives else None
     config = run_config(spec.experiment, spec.cpus, spec.server, spec.engine or find_engine(), slo=text,
                         **config_more)
-    return RunRecord(spec.out, config, command=command if command is not None else equivalent_command(spec, text))
+    return RunRecord(spec.out, config, command=command if command is not None else equivalent_command(spec, text),
+                     relay=spec.via)
 
 
 def execute_into(record: RunRecord, spec: run.RunSpec, limits: bool = False,

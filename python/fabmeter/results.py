@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, envinfo
+from fabmeter import __version__, analysis, envinfo, path
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 
@@ -102,7 +102,8 @@ def run_config(experiment: str, cpus: Optional[tuple[int, ...]], server: Optiona
 class RunRecord:
     """Accumulates one run's run.json."""
 
-    def __init__(self, out: Optional[Path], config: dict, command: Optional[list[str]] = None):
+    def __init__(self, out: Optional[Path], config: dict, command: Optional[list[str]] = None,
+                 relay: Optional[str] = None):
         self.out = out
         self.planned: Optional[int] = None   # points the engine's start line announced
         self.doc = {
@@ -110,6 +111,7 @@ class RunRecord:
             "command": list(command if command is not None else sys.argv),
             "started_at": now_iso(),
             "config": config,
+            "path": path.record(config.get("server"), relay),   # its ends come with the engine's start line
             "environment": envinfo.collect(),
             "points": [],
             "engine_events": [],   # other engine lines, e.g. what the transport was granted
@@ -119,6 +121,7 @@ class RunRecord:
     def on_start(self, start: dict) -> None:
         self.planned = start.get("points")
         self.doc["config"]["params"] = start.get("params")
+        self.doc["path"] = path.with_start(self.doc["path"], start)
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
         self.flush()

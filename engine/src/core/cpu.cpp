@@ -2,6 +2,7 @@
 
 #include <gnu/libc-version.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -70,6 +71,12 @@ JsonObj engine_env(const Clock& clk, int cpu, const FabricWhere& where) {
       .add("timestamp_cost_ns", clk.timestamp_cost_ns())
       .add("compiler", __VERSION__)
       .add("glibc", gnu_get_libc_version());
+  // The network namespace (its inode): two ends on one host in two namespaces are two places on a path.
+  struct stat ns{};
+  if (stat("/proc/self/ns/net", &ns) == 0)
+    o.add("netns", static_cast<uint64_t>(ns.st_ino));
+  else
+    o.add_raw("netns", "null");
   const std::string fabric = fabric_json(where);
   o.add_raw("fabric", fabric);
   // Parsed into a local: a range-for over a temporary's member would outlive the temporary.

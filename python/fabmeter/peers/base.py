@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from fabmeter import procs
+from fabmeter import path, procs
 from fabmeter.peers import cpu as cpu_cost
 
 SERVER_START_TIMEOUT_S = 10.0
@@ -399,12 +399,15 @@ class Peer:
         """Each parsed point with its size, both ends' CPU cost (cpu(count, per, bytes)), the tool's
         version and where it ran (fields)."""
         version = self.version()
+        here = path.this_end()    # the client's end; a remote server's host is its serve's, unrecorded
+        where = path.record(params.server, tool=self.tool, client=here, server_end=None if params.server else here,
+                            same_host=None if params.server else True)
         for p in points:
             p.setdefault("size", case.size(params))
             count, per = self.measured_count(p, case, params), self.per_unit(case)
             nbytes = count * p["size"] if count and case.experiment == "bw" else None
             p["cpu"] = cpu(count, per, nbytes)
-            p.update(poll=self.poll, tool_version=version, **fields)
+            p.update(poll=self.poll, tool_version=version, path=where, **fields)
             if params.raw_dir is not None:
                 p["raw_output"] = self._raw_name(case, params)
         return points

@@ -166,7 +166,8 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine, server=params.server,
                            token_file=params.token_file)
         command = equivalent_command(spec)
-        res = run_recorded(spec, limits=folder is not None).result
+        ran = run_recorded(spec, limits=folder is not None)
+        res = ran.result
         if res.exit_code == EXIT_INTERRUPTED:
             raise FabmeterError("interrupted", EXIT_INTERRUPTED)
         if res.exit_code != EXIT_OK or not res.points:
@@ -175,7 +176,7 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
             continue
         for p in res.points:
             yield {**p, "peer": False, "tool": "fabmeter", "tool_version": __version__, "command": command,
-                   "statistic_note": FABMETER_NOTE[experiment]}
+                   "statistic_note": FABMETER_NOTE[experiment], "path": ran.doc["path"]}
 
 
 def _figure(p: dict) -> str:

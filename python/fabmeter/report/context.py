@@ -1,12 +1,13 @@
-"""The machine the runs were measured on, in one line, and warnings when it, not the transport, sets the figures."""
+"""The machine the runs were measured on and the paths they took, a line each, and warnings when the machine, not
+the transport, sets the figures."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from fabmeter import analysis
+from fabmeter import analysis, path
 from fabmeter.report.files import number, obj
-from fabmeter.report.model import Run
+from fabmeter.report.model import Entry, Run, paths
 
 # Transports whose library moves messages on an I/O thread of its own: run.json's granted.io_cpus says
 # whether it shared a busy loop's CPU; a run recorded before there was such a record shared the client's.
@@ -22,7 +23,7 @@ def machine_line(runs: list[Run]) -> str:
     machines = [_machine(e) for e in envs]
     env = envs[machines.index(Counter(machines).most_common(1)[0][0])]
     allowed = env.get("cpus_allowed")
-    cpus = f"{env.get('cpu_count', '?')} CPUs" + (f" ({len(allowed)} allowed)" if isinstance(allowed, list)
+    cpus = f"{or_unknown(env.get('cpu_count'))} CPUs" + (f" ({len(allowed)} allowed)" if isinstance(allowed, list)
                                                    and len(allowed) != env.get("cpu_count") else "")
     used = sorted({_cpus_used(r) for r in runs if not r.peer})
     engine = obj(env.get("engine"))
@@ -37,6 +38,19 @@ def machine_line(runs: list[Run]) -> str:
     if len(set(machines)) > 1:
         words.append("runs from more than one machine: see Environment")
     return " \u00b7 ".join(words)
+
+
+def paths_line(entries: list[Entry]) -> str:
+    """Each path the points took: its label (the rows' and legends' words for it when there are several), where
+    its ends ran and how many runs took it; "" when no point was measured."""
+    words = []
+    for label, es in paths(entries).items():
+        servers = sorted({e.path["server"] for e in es if e.path["server"] != path.LOCAL})
+        ends = sorted({path.ends(e.path) for e in es} - {""})
+        runs = len({id(e.run) for e in es})
+        detail = ", ".join(servers + ends + [f"{runs} run{'s' * (runs > 1)}"])
+        words.append(f"{label} ({detail})")
+    return ("path " if len(words) == 1 else "paths ") + "; ".join(words) if words else ""
 
 
 def fabric_summary(fabric: dict) -> str:
@@ -75,20 +89,21 @@ def fabric_detail(fabric: dict) -> str:
         if co:
             words.append(f"coalescing rx {co.get('rx_usecs')} us/{co.get('rx_frames')} frames, tx {co.get('tx_usecs')} "
                          f"us/{co.get('tx_frames')} frames" + (", adaptive" if co.get("adaptive_rx") else ""))
-        words.append(f"{netdev.get('rx_queues', '?')} rx / {netdev.get('tx_queues', '?')} tx queues, "
-                     f"{netdev.get('irq_count', '?')} IRQs")
+        words.append(f"{or_unknown(netdev.get('rx_queues'))} rx / {or_unknown(netdev.get('tx_queues'))} tx queues, "
+                     f"{or_unknown(netdev.get('irq_count'))} IRQs")
     if numa:
-        words.append(f"NUMA: {numa.get('device')} node {_or_unknown(numa.get('device_node'))}, CPU "
-                     f"{_or_unknown(numa.get('cpu'))} node {_or_unknown(numa.get('cpu_node'))}")
+        words.append(f"NUMA: {or_unknown(numa.get('device'))} node {or_unknown(numa.get('device_node'))}, CPU "
+                     f"{or_unknown(numa.get('cpu'))} node {or_unknown(numa.get('cpu_node'))}")
     if "thp_enabled" in fabric:
         latency = fabric.get("cpu_dma_latency_us")
         words.append(f"tuned {fabric.get('tuned_profile') or 'none'}, cpu_dma_latency "
-                     f"{_or_unknown(latency)}{' us' if number(latency) is not None else ''}, "
+                     f"{or_unknown(latency)}{' us' if number(latency) is not None else ''}, "
                      f"THP {fabric.get('thp_enabled') or '?'} (defrag {fabric.get('thp_defrag') or '?'})")
     return "; ".join(words)
 
 
-def _or_unknown(value) -> str:
+def or_unknown(value) -> str:
+    """A recorded value as page text: "unknown" for null, never Python's None."""
     return "unknown" if value is None else str(value)
 
 

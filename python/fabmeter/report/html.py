@@ -63,15 +63,16 @@ def section_environment(runs: list[Run]) -> Html:
         govs = sorted({str(v) for v in obj(env.get("governors")).values()})
         rows = [
             ("host", env.get("hostname")),
-            ("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} CPUs, allowed {env.get('cpus_allowed')})"),
-            ("kernel", f"{kernel.get('release', '')} {kernel.get('version', '')}"),
+            ("CPU", f"{context.or_unknown(env.get('cpu_model'))} ({context.or_unknown(env.get('cpu_count'))} CPUs, "
+                    f"allowed {context.or_unknown(env.get('cpus_allowed'))})"),
+            ("kernel", f"{kernel.get('release') or ''} {kernel.get('version') or ''}".strip() or "unknown"),
             ("frequency governors", "none (no cpufreq)" if govs == ["None"] else ", ".join(govs)),
             ("idle", _idle_words(obj(env.get("cpuidle")))),
             ("isolated CPUs", env.get("isolated_cpus") or "none"),
             ("TSC flags", " ".join(str(f) for f in env.get("tsc_flags") or []) or "-"),
-            ("timestamps", f"{eng.get('clock_source', '-')}, TSC {eng.get('tsc_ghz', '-')} GHz, "
-                           f"{eng.get('timestamp_cost_ns', '-')} ns per timestamp" if eng else "-"),
-            ("libraries", ", ".join(f"{k} {v}" for k, v in libs.items()) +
+            ("timestamps", f"{context.or_unknown(eng.get('clock_source'))}, TSC {context.or_unknown(eng.get('tsc_ghz'))} "
+                           f"GHz, {context.or_unknown(eng.get('timestamp_cost_ns'))} ns per timestamp" if eng else "-"),
+            ("libraries", ", ".join(f"{k} {context.or_unknown(v)}" for k, v in libs.items()) +
              (f", engine compiler {eng.get('compiler')}" if eng.get("compiler") else "")),
         ]
         for end, key in (("client", "engine"), ("server", "server_engine")):
@@ -97,8 +98,8 @@ def section_histograms(groups: dict[int, list[Entry]], colors: Colors, anchors: 
         more = f"; the run has {len(run_entries)} points, this is its {e.where()} point" if len(run_entries) > 1 else ""
         by_experiment.setdefault(e.experiment, []).append(
             _img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
-                 f"{e.run.rel}: {e.latency_name}, {e.point.get('iterations', '?')} messages "
-                 f"after {e.point.get('warmup', '?')} warm-up (excluded){more}", anchor=f"run-{n}"))
+                 f"{e.run.rel}: {e.latency_name}, {context.or_unknown(e.point.get('iterations'))} messages "
+                 f"after {context.or_unknown(e.point.get('warmup'))} warm-up (excluded){more}", anchor=f"run-{n}"))
     return [el("details", el("summary", f"{exp}: {len(figs)} run{'s' * (len(figs) > 1)}"),
                el("div", figs, class_="figs"), open=not folded)
             for exp, figs in sorted(by_experiment.items(), key=lambda kv: EXPERIMENT_ORDER.get(kv[0], 9))]
@@ -751,6 +752,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
               f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), {n_points} measured points" + (f", {n_peer} peer results" if n_peer else "")
               + (f", {len(meshes)} mesh runs" if meshes else ""))
     body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
+    body += [el("p", line, class_="machine") for line in [context.paths_line(entries)] if line]
     body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]
     body.append(el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}",
                    class_="meta"))

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from fabmeter import analysis
+from fabmeter import analysis, path
 from fabmeter.report.files import number, obj, read_json, read_npy, sample_path
 
 # Options that tell runs of one transport apart in labels ("verbs busy uc write").
@@ -38,7 +38,7 @@ class Run:
 
     @property
     def status(self) -> str:
-        return str(self.doc.get("status", "ok" if self.peer else "?"))
+        return str(self.doc.get("status") or ("ok" if self.peer else "?"))
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -50,7 +50,9 @@ class Entry:
     """One measured point of one run."""
     run: Run
     point: dict
-    label: str = ""                        # transport and mode, e.g. "tcp event", "verbs busy rc inline 188"
+    label: str = ""                        # mode, and the path where the runs shown together took several
+    mode: str = ""                         # transport and mode, e.g. "tcp event", "verbs busy rc inline 188"
+    path: dict = field(default_factory=lambda: path.record(None))   # where it ran (path.py)
     _samples: Optional[np.ndarray] = field(default=None, repr=False)
 
     @property
@@ -164,7 +166,7 @@ def read_suites(root: Path) -> tuple[list[dict], list[str]]:
         if not isinstance(doc, dict):
             problems.append(f"{path.relative_to(root)}: not a JSON object")
             continue
-        suites.append({k: str(doc.get(k, "")) for k in ("suite", "description", "status")})
+        suites.append({k: str(doc.get(k) or "") for k in ("suite", "description", "status")})
     return suites, problems
 
 
@@ -279,6 +281,8 @@ def clean_point(p: dict) -> dict:
 
 
 def entries_of(runs: list[Run]) -> list[Entry]:
+    """Every point of `runs`; labelled by transport and mode, and by path where they took several, so that
+    points of two paths are never one row, line or colour."""
     varying = varying_mode_keys(runs)
     out = []
     for r in runs:
@@ -288,13 +292,25 @@ def entries_of(runs: list[Run]) -> list[Entry]:
         for p in points if isinstance(points, list) else []:
             if not isinstance(p, dict):
                 continue
+            where = path.of_run({**p, "peer": True} if r.peer else r.doc)
             p = clean_point(p)
             if r.peer:
-                label = f"{p.get('tool', 'peer')} {p.get('transport', '')}".strip()
+                mode = f"{p.get('tool') or 'peer'} {p.get('transport') or ''}".strip()
             else:
-                label = " ".join([str(p.get("transport", params.get("transport", "?"))),
-                                  str(p.get("poll", params.get("poll", "")))] + extras).strip()
-            out.append(Entry(r, p, label))
+                mode = " ".join([str(p.get("transport", params.get("transport", "?"))),
+                                 str(p.get("poll", params.get("poll", "")))] + extras).strip()
+            out.append(Entry(r, p, label=mode, mode=mode, path=where))
+    if len(paths(out)) > 1:
+        for e in out:
+            e.label = f"{e.mode} ({path.label(e.path)})"
+    return out
+
+
+def paths(entries: list[Entry]) -> dict[str, list[Entry]]:
+    """The entries by the label of their path, in order of appearance."""
+    out: dict[str, list[Entry]] = {}
+    for e in entries:
+        out.setdefault(path.label(e.path), []).append(e)
     return out
 
 
@@ -302,7 +318,8 @@ def inline_pair_key(e: Entry) -> tuple:
     """Everything that sets a point apart but its inline option: points equal
     in it are drawn side by side, inline off and on (the thesis' figure)."""
     words = mode_words(e.run.params, [k for k in MODE_KEYS if k != "inline"])
-    return str(e.point.get("transport")), str(e.point.get("poll")), int(e.point.get("size") or 0), tuple(words)
+    return (str(e.point.get("transport")), str(e.point.get("poll")), int(e.point.get("size") or 0), tuple(words),
+            path.key(e.path))
 
 
 def representative(entries: list[Entry]) -> Entry:

@@ -78,7 +78,7 @@ def _row(e: Entry, anchors: dict[int, str]) -> tuple[Optional[float], Html]:
     anchor = anchors.get(id(e.run))
     p50 = stat(p, block, "p50")
     cells = [el("td", el("a", e.run.rel, href=f"#{anchor}") if anchor else e.run.rel),
-             el("td", f"peer: {p.get('tool', '?')}" if e.run.peer else e.experiment), el("td", e.label),
+             el("td", f"peer: {p.get('tool') or '?'}" if e.run.peer else e.experiment), el("td", e.label),
              el("td", e.where(), data_v=_where_key(p)), el("td", kind),
              _num(p50), _num(stat(p, block, "p99")), _num(stat(p, block, "max")), _num(p.get("gbps"), 3),
              _num(p.get("msg_rate"), 0), _num(p.get("missed_pct"), 2), _num(p.get("lost")), el("td", status),
