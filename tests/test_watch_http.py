@@ -1,7 +1,8 @@
 """`fabmeter watch`'s metrics endpoint under a flood: a thousand idle
 connections cost it no thread and little memory, scrapes keep being answered,
 a request head over the limit is refused, an idle connection is closed after
-the timeout, and the watch runs on to its --for."""
+the timeout, and the watch runs on to its --for (also when its interval is
+longer)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,30 @@ def test_a_flood_of_idle_connections(fm, token_file):
         stop_serves(serves)
     assert watch.returncode == 0, err
     assert ran >= FOR_S - 1, f"ended after {ran:.1f} s of --for {FOR_S}: {err}"
+
+
+def test_for_runs_its_whole_time_with_a_longer_interval(fm, token_file):
+    """--for 8 under the default --interval (60 s): one sweep, then the metrics are served until the 8 s
+    have passed, then exit 0."""
+    hosts = ["127.0.0.1", "127.0.0.2"]
+    port = free_port()
+    serves = start_serves(fm, hosts, port, token_file)
+    metrics_port = free_port()
+    began = time.monotonic()
+    watch = fm.popen("watch", "--pair", hosts[0], hosts[1], "--serve-port", port, "-t", "tcp", "--experiment",
+                     "lat", "-n", "100", "--warmup", "10", "--token-file", token_file, "--round-lead", "0",
+                     "--metrics-port", metrics_port, "--for", "8")
+    try:
+        _, err = watch.communicate(timeout=60)
+        ran = time.monotonic() - began
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.communicate()
+        stop_serves(serves)
+    assert watch.returncode == 0, err
+    assert "sweep 1: 1 of 1 pairs ok" in err, err
+    assert ran >= 8, f"ended after {ran:.1f} s of --for 8: {err}"
 
 
 def _answers(port: int) -> bool:
