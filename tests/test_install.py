@@ -20,8 +20,8 @@ from conftest import ENGINE, REPO, json_lines
 
 @pytest.fixture(scope="module")
 def moved_tree(engine) -> Path:
-    # Beside the build, not under /tmp: plugins load only from folders nobody else may write.
-    base = Path(tempfile.mkdtemp(prefix="test-install-", dir=engine.parent))
+    # In the build tree, not under /tmp: plugins load only from folders nobody else may write.
+    base = Path(tempfile.mkdtemp(prefix="test-install-", dir=REPO / "build"))
     r = subprocess.run(["cmake", "--install", str(engine.parent), "--prefix", str(base / "prefix")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

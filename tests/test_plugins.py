@@ -130,9 +130,9 @@ def test_a_server_without_the_library_serves_others_and_refuses_it_with_its_reas
 
 @pytest.fixture
 def trusted_tmp():
-    """A folder a plugin may be loaded from: beside the engine, whose folders are trusted (a plugin under /tmp,
+    """A folder a plugin may be loaded from: in the build tree, whose folders are trusted (a plugin under /tmp,
     writable by everyone, is refused)."""
-    d = Path(tempfile.mkdtemp(prefix="test-plugins-", dir=ENGINE.parent))
+    d = Path(tempfile.mkdtemp(prefix="test-plugins-", dir=REPO / "build"))
     yield d
     shutil.rmtree(d)
 
