@@ -372,7 +372,7 @@ def registry_for(state: WatchState) -> CollectorRegistry:
 
 # --- publishing ------------------------------------------------------------------
 
-MAX_CONNECTIONS = 64        # at once; a new one closes the oldest still sending its request
+MAX_CONNECTIONS = 64        # at once; a new one closes the oldest still sending its request (if none: refused)
 IDLE_TIMEOUT_S = 5.0        # for a request's head to arrive whole, and for each write of its answer to progress
 MAX_HEAD_BYTES = 8192       # request line and headers; beyond: 431
 BACKLOG = 128               # connections the kernel queues before the loop accepts them
@@ -455,9 +455,8 @@ class MetricsServer:
         while True:
             if len(self.open) >= MAX_CONNECTIONS:
                 oldest = next((c for c in self.open.values() if c.answer is None), None)
-                if oldest is None:
-                    return                      # every one is being answered: the rest wait in the backlog
-                self._close(oldest)
+                if oldest is not None:
+                    self._close(oldest)
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -465,6 +464,9 @@ class MetricsServer:
             except OSError:                     # out of descriptors: let others close first
                 self.stopping.wait(POLL_S)
                 return
+            if len(self.open) >= MAX_CONNECTIONS:   # every one is being answered: refused
+                sock.close()
+                continue
             sock.setblocking(False)
             c = _Connection(sock, time.monotonic())
             self.open[sock] = c
