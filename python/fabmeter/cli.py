@@ -214,8 +214,8 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     res, verdict, code = ran.result, ran.verdict, ran.exit_code
     if not ns.json and res.points:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
-        print(shown_lines(analysis.run_report(res.points, chosen, ran.doc.get("limits"),
-                                              analysis.granted(res.events))), flush=True)
+        print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
+              flush=True)
     if verdict is not None and not ns.json:
         print(shown_lines(slo.table(verdict, res.points)), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
