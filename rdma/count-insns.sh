@@ -25,9 +25,11 @@
 # kernel's count per message compares; write+passive (--passive-rx, whose
 # receiver sleeps as ib_write_bw's) compares whole.
 set -uo pipefail
-ENGINE=/tmp/fabmeter-count-engine
+# Not under /tmp: the engine loads plugins only from folders nobody else may write.
+mkdir -p -m 0755 /opt/fabmeter-count || exit 1
+ENGINE=/opt/fabmeter-count/fabmeter-engine
 cp "$1" "$ENGINE" || exit 1
-cp -r "$(dirname "$1")/plugins" /tmp/ || exit 1   # the transport plugins, found beside the engine
+cp -r "$(dirname "$1")/plugins" /opt/fabmeter-count/ || exit 1   # the transport plugins, found beside the engine
 OUT=$2
 [[ -d $OUT ]] || { echo "count-insns: no directory $OUT (the plugin's dir=)" >&2; exit 1; }
 cat /proc/kallsyms >"$OUT/kallsyms"

@@ -46,13 +46,16 @@
 # are stopped after them). A line whose client ended before the last window
 # closed ends in "ended-early" instead of a rate (rdma/paired_bw.py skips it).
 set -uo pipefail
-ENGINE=/tmp/fabmeter-paired-engine
-VARIANT=/tmp/variant/fabmeter-engine   # with its own plugins beside it
+# Not under /tmp: the engine loads plugins only from folders nobody else may write.
+mkdir -p -m 0755 /opt/fabmeter-paired
+ENGINE=/opt/fabmeter-paired/fabmeter-engine
+VARIANT=/opt/fabmeter-paired/variant/fabmeter-engine   # with its own plugins beside it
 cp "$1" "$ENGINE"
-cp -r "$(dirname "$1")/plugins" /tmp/   # the transport plugins, found beside the engine
+cp -r "$(dirname "$1")/plugins" /opt/fabmeter-paired/   # the transport plugins, found beside the engine
 OUT=$2
 mkdir -p "$OUT"
-[[ -n ${3:-} ]] && mkdir -p /tmp/variant && cp "$3" "$VARIANT" && cp -r "$(dirname "$3")/plugins" /tmp/variant/
+[[ -n ${3:-} ]] && mkdir -p -m 0755 "$(dirname "$VARIANT")" && cp "$3" "$VARIANT" &&
+  cp -r "$(dirname "$3")/plugins" "$(dirname "$VARIANT")/"
 N=${FM_PAIRED_N:-1000000}
 WIN=${FM_PAIRED_WIN_S:-3}
 WINDOWS=${FM_PAIRED_WINDOWS:-3}

@@ -10,9 +10,11 @@
 set -uo pipefail
 OUT=$2
 # From guest RAM: executing from the 9p share costs ~2 s per process under TCG.
-ENGINE=/tmp/fabmeter-engine
+# Not under /tmp: the engine loads plugins only from folders nobody else may write.
+mkdir -p -m 0755 /opt/fabmeter
+ENGINE=/opt/fabmeter/fabmeter-engine
 cp "$1" "$ENGINE"
-cp -r "$(dirname "$1")/plugins" /tmp/   # the transport plugins, found beside the engine
+cp -r "$(dirname "$1")/plugins" /opt/fabmeter/   # the transport plugins, found beside the engine
 SERVER=${FM_RDMA_ADDR1:-10.77.0.2}   # rxe1's address; the client reaches it through rxe0
 PORT=19000
 mkdir -p "$OUT"

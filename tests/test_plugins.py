@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,11 +128,20 @@ def test_a_server_without_the_library_serves_others_and_refuses_it_with_its_reas
 
 # --- plugins that cannot be used ------------------------------------------------------------------
 
-def plugin_copy(tmp_path) -> Path:
+@pytest.fixture
+def trusted_tmp():
+    """A folder a plugin may be loaded from: in the build tree, whose folders are trusted (a plugin under /tmp,
+    writable by everyone, is refused)."""
+    d = Path(tempfile.mkdtemp(prefix="test-plugins-", dir=REPO / "build"))
+    yield d
+    shutil.rmtree(d)
+
+
+def plugin_copy(trusted: Path) -> Path:
     """A plugin directory holding the built plugins, to spoil one of."""
     if not (PLUGINS / "libfabmeter-zmq.so").exists():
         pytest.skip("the zmq plugin is not built")
-    d = tmp_path / "plugins"
+    d = trusted / "plugins"
     shutil.copytree(PLUGINS, d)
     return d
 
@@ -145,8 +155,18 @@ def build_fake_plugin(tmp_path, path: Path, body: str) -> None:
     subprocess.run([cxx, "-shared", "-fPIC", "-o", str(path), str(src)], check=True, capture_output=True)
 
 
-def test_a_corrupt_plugin_takes_only_its_transport(fm, tmp_path):
-    d = plugin_copy(tmp_path)
+def copy_tag(tmp_path, plugin: Path, to: Path) -> None:
+    """The built plugin's .fabmeter_plugin section added to `to` (as anyone can, with objcopy)."""
+    if not plugin.exists() or not shutil.which("objcopy"):
+        pytest.skip(f"needs objcopy and {plugin.name}")
+    tag = tmp_path / "tag"
+    subprocess.run(["objcopy", "--dump-section", f".fabmeter_plugin={tag}", str(plugin), str(tmp_path / "scratch")],
+                   check=True)
+    subprocess.run(["objcopy", "--add-section", f".fabmeter_plugin={tag}", str(to)], check=True)
+
+
+def test_a_corrupt_plugin_takes_only_its_transport(fm, trusted_tmp):
+    d = plugin_copy(trusted_tmp)
     (d / "libfabmeter-zmq.so").write_bytes(os.urandom(4096))
     env = with_plugin_dir(d)
     info = engine_json("options", env=env)
@@ -162,10 +182,10 @@ def test_a_corrupt_plugin_takes_only_its_transport(fm, tmp_path):
         assert r.returncode == 0, r.stderr
 
 
-def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path):
-    """`options` reads a plugin's tag section without loading it; a run loads
-    it and checks the descriptor its one export returns: both refuse."""
-    d = plugin_copy(tmp_path)
+def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path, trusted_tmp):
+    """`options` and a run read a plugin's tag section without loading it; a
+    run loads it then and checks the descriptor its one export returns."""
+    d = plugin_copy(trusted_tmp)
     build_fake_plugin(tmp_path, d / "libfabmeter-zmq.so", """
         #include <cstdint>
         struct Tag { char magic[16]; uint32_t abi, sizes[5]; char version[16], name[16]; };
@@ -190,7 +210,13 @@ def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path):
     assert r.stderr.strip() == f"fabmeter-engine: error: zmq: unavailable: {why['zmq']}"
     r = dry_run("nanomsg")
     assert r.returncode == 2
-    assert r.stderr.strip() == (f"fabmeter-engine: error: nanomsg: unavailable: {d}/libfabmeter-nanomsg.so: "
+    assert r.stderr.strip() == f"fabmeter-engine: error: nanomsg: unavailable: {why['nanomsg']}"
+    # With the tag of a real plugin but no descriptor: loaded, and refused then.
+    tagged = d / "libfabmeter-nanomsg.so"
+    copy_tag(tmp_path, PLUGINS / tagged.name, tagged)
+    r = dry_run("nanomsg")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"fabmeter-engine: error: nanomsg: unavailable: {tagged}: "
                                 "not a fabmeter plugin (no symbol fabmeter_transport_plugin)")
 
 
@@ -217,3 +243,81 @@ def test_plugins_come_only_from_the_plugin_directory(tmp_path):
     info = engine_json("options", env=with_plugin_dir("plugins"), cwd=cwd.parent)
     assert info["transports"] == ["shm", "tcp", "udp"]
     assert info["transports_unavailable"]["zmq"] == "FABMETER_PLUGIN_DIR must be an absolute path, got 'plugins'"
+
+
+# --- a plugin is loaded only from where nobody else could have written it ------------------------
+
+def marker_plugin(tmp_path, path: Path) -> None:
+    """A .so whose constructor creates $FM_PLUGIN_MARKER, tagged as the zmq plugin: loading it runs that."""
+    build_fake_plugin(tmp_path, path, """
+        #include <cstdio>
+        #include <cstdlib>
+        __attribute__((constructor)) static void ran() {
+          if (const char* m = std::getenv("FM_PLUGIN_MARKER")) std::fclose(std::fopen(m, "w"));
+        }""")
+    copy_tag(tmp_path, PLUGINS / "libfabmeter-zmq.so", path)
+
+
+@pytest.mark.parametrize("place", ["folder-0777", "file-0666-of-nobody", "symlink-into-tmp"])
+def test_an_untrusted_plugin_never_runs(fm, tmp_path, trusted_tmp, place):
+    """The plugin file, resolved, and every folder up to / must be owned by root or the engine's user and
+    writable by nobody else, checked before the file is opened for loading: otherwise its transport is
+    unavailable with that reason (listed by `transports`, exit 2 for a run or a server's client) and the
+    plugin's constructor never runs."""
+    if place == "file-0666-of-nobody" and os.geteuid() != 0:
+        pytest.skip("needs root to give a file to nobody")
+    d = plugin_copy(trusted_tmp)
+    plugin = d / "libfabmeter-zmq.so"
+    if place == "folder-0777":
+        marker_plugin(tmp_path, plugin)
+        d.chmod(0o777)
+        reason = f"directory {d} is writable by others (mode 0777)"
+    elif place == "file-0666-of-nobody":
+        marker_plugin(tmp_path, plugin)
+        plugin.chmod(0o666)
+        os.chown(plugin, 65534, 65534)
+        reason = f"{plugin} is owned by uid 65534, neither root nor this user"
+    else:
+        wide = tmp_path / "wide"
+        wide.mkdir()
+        wide.chmod(0o777)
+        marker_plugin(tmp_path, wide / "x.so")
+        plugin.unlink()
+        plugin.symlink_to(wide / "x.so")
+        reason = "directory /tmp is writable by others (mode 1777)" if str(tmp_path).startswith("/tmp/") else ""
+    marker = tmp_path / "constructor-ran"
+    fm.env.update(FABMETER_PLUGIN_DIR=str(d), FM_PLUGIN_MARKER=str(marker))
+    why = engine_json("options", env=fm.env)["transports_unavailable"]["zmq"]
+    assert why.startswith(f"{plugin}: refused: ") and why.endswith(reason), why
+    assert "writable by others" in why or "owned by uid" in why, why
+    r = fm.run("transports")
+    assert r.returncode == 0 and f"zmq: unavailable: {why}" in r.stdout, r.stdout
+    r = fm.run("lat", "-t", "zmq", "-n", "100")
+    assert r.returncode == 2 and r.stderr.strip() == f"fabmeter: error: zmq: unavailable: {why}", r.stderr
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0")
+    try:
+        event = json.loads(serve.stdout.readline())
+        fm.env["FABMETER_PLUGIN_DIR"] = str(PLUGINS)       # this side's zmq is the built one
+        r = fm.run("lat", "-t", "zmq", "--server", f"127.0.0.1:{event['port']}", "-n", "100")
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    finally:
+        stop_serve(serve)
+    assert not marker.exists(), "the plugin's constructor ran"
+
+
+def test_a_trusted_plugin_loads_through_a_symlink(fm, tmp_path, trusted_tmp):
+    """The same checks pass a plugin in trusted folders, reached through a symbolic link; and the marker
+    plugin above, once trusted, is loaded (its constructor runs), so the refusals are the checks'."""
+    d = plugin_copy(trusted_tmp)
+    links = trusted_tmp / "links"
+    links.mkdir()
+    (links / "libfabmeter-zmq.so").symlink_to(d / "libfabmeter-zmq.so")
+    fm.env["FABMETER_PLUGIN_DIR"] = str(links)
+    r = fm.run("lat", "-t", "zmq", "-n", "300", "--warmup", "10", "--json")
+    assert r.returncode == 0, r.stderr
+    marker = tmp_path / "constructor-ran"
+    marker_plugin(tmp_path, d / "libfabmeter-zmq.so")
+    fm.env.update(FABMETER_PLUGIN_DIR=str(d), FM_PLUGIN_MARKER=str(marker))
+    r = fm.run("lat", "-t", "zmq", "-n", "100")
+    assert r.returncode == 2 and "not a fabmeter plugin (no symbol fabmeter_transport_plugin)" in r.stderr, r.stderr
+    assert marker.exists()

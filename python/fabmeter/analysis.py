@@ -12,6 +12,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from fabmeter.terminal import shown
+
 # The fixed summary keys of every latency block, in display order; a run's
 # --percentiles adds keys of their own (percentile_key) between max and the
 # fixed percentiles.
@@ -103,7 +105,7 @@ def fmt_size(n) -> str:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1) -> str:
     """Plain-text table; the first `left` columns are left-aligned, the rest right."""
-    cells = [[str(h) for h in headers]] + [[c if isinstance(c, str) else fmt_num(c) for c in r] for r in rows]
+    cells = [[shown(h) for h in headers]] + [[shown(c if isinstance(c, str) else fmt_num(c)) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r):

@@ -24,6 +24,7 @@ from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import command as mesh_command
 from fabmeter.options import PY_ONLY, Options
+from fabmeter.terminal import shown, shown_lines
 from fabmeter.results import out_folder
 
 EXPERIMENTS_HELP = {
@@ -48,7 +49,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def die(message: str, code: int):
-    sys.stderr.write(f"fabmeter: error: {message}\n")
+    sys.stderr.write(f"fabmeter: error: {shown_lines(message)}\n")
     sys.stderr.flush()
     raise SystemExit(code)
 
@@ -217,13 +218,13 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
               flush=True)
     if verdict is not None and not ns.json:
-        print(slo.table(verdict, res.points), flush=True)
+        print(shown_lines(slo.table(verdict, res.points)), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:
         where = f"; partial results in {out / 'run.json'}" if out else ""
         sys.stderr.write(f"fabmeter: interrupted{where}\n")
     elif res.exit_code != EXIT_OK:
         where = f" (partial results in {out / 'run.json'})" if out and res.points else ""
-        sys.stderr.write(f"fabmeter: error: {res.message}{where}\n")
+        sys.stderr.write(f"fabmeter: error: {shown_lines(res.message)}{where}\n")
     elif code == EXIT_SLO:
         sys.stderr.write(f"fabmeter: {slo.summary(verdict)}\n")
     return code
@@ -276,7 +277,7 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
     say(f"search: the highest offered rate holding {outcome['objectives']}: {found} "
         f"(capacity {analysis.fmt_num(outcome['capacity_rps'], 0)}/s; {len(outcome['steps'])} runs; {outcome['why']})")
     if res:
-        sys.stderr.write(f"fabmeter: error: {res.message}\n")
+        sys.stderr.write(f"fabmeter: error: {shown_lines(res.message)}\n")
     return code
 
 
@@ -285,7 +286,7 @@ def cmd_transports(info: dict) -> int:
     unavailable = info.get("transports_unavailable") or {}
     plugins = info.get("plugin_dir", "")
     for name in [*info.get("transports", []), *unavailable]:
-        print(f"{name}: unavailable: {unavailable[name]}" if name in unavailable else f"{name}: available")
+        print(f"{name}: unavailable: {shown(unavailable[name])}" if name in unavailable else f"{name}: available")
     if plugins:
         print(f"(plugin directory: {plugins})")
     return EXIT_OK

@@ -23,6 +23,7 @@ import numpy as np
 from fabmeter import analysis, path, stats
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.report import model
+from fabmeter.terminal import shown, shown_lines
 
 # Params that say how long or where a run measured, not what: left out of the match.
 NOT_WHAT = {"iters", "warmup", "duration", "count", "timeout_ms", "seed", "samples", "cpu", "port"}
@@ -174,7 +175,7 @@ def read_folder(path: Path) -> tuple[list[dict], list[Item]]:
     runs, problems = model.read_runs(path)
     meshes, mesh_problems = model.read_meshes(path)
     for problem in problems + mesh_problems:
-        sys.stderr.write(f"fabmeter: warning: compare: {path}: {problem}\n")
+        sys.stderr.write(shown_lines(f"fabmeter: warning: compare: {path}: {problem}") + "\n")
     runs = [r for r in runs if not r.peer]
     items = [item_of_point(e) for e in model.entries_of(runs) if not e.point.get("partial")]
     for _, doc in meshes:
@@ -218,7 +219,7 @@ METHOD = {"runs": "by the runs", "samples": "one run a side", "none": "no interv
 
 
 def print_comparison(doc: dict) -> None:
-    print(f"base: {doc['base']}\nnew:  {doc['new']}")
+    print(f"base: {shown(doc['base'])}\nnew:  {shown(doc['new'])}")
     if doc["environment_diff"]:
         print("environment differences:")
         print(analysis.format_table(["field", "base", "new"],
@@ -239,7 +240,7 @@ def print_comparison(doc: dict) -> None:
           "run but not how far a second run would land (repeat the runs for a verdict that holds across runs)")
     for side in ("base", "new"):
         for name in doc[f"unmatched_{side}"]:
-            print(f"only in {side}: {name}")
+            print(f"only in {side}: {shown(name)}")
 
 
 def main(ns) -> int:

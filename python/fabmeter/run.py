@@ -25,6 +25,7 @@ from fabmeter.engine import engine_options, find_engine, last_error_line
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError,
                              exit_code_of)
 from fabmeter.procs import KILL_GRACE_S
+from fabmeter.terminal import shown_lines
 
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server should follow
@@ -256,7 +257,7 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
         obj = _parse_json(line)
         if obj is None:
             if line.strip():
-                print(line, file=sys.stderr)  # engine log text: pass it on
+                print(shown_lines(line), file=sys.stderr)  # engine log text: pass it on
             continue
         kind = obj.get("type")
         if kind == "start":
@@ -264,7 +265,7 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
             if on_start:
                 on_start(obj)
             for warning in _fabric_warnings(obj):
-                sys.stderr.write(f"fabmeter: warning: {warning}\n")
+                sys.stderr.write(f"fabmeter: warning: {shown_lines(warning)}\n")
                 if on_event is not None:
                     on_event({"type": "warning", "message": warning})
         elif kind == "point":

@@ -5,9 +5,12 @@
 // plugin directory (plugin_dir(): an absolute path from the engine's own
 // location, or $FABMETER_PLUGIN_DIR, which must be absolute), under the
 // fixed name libfabmeter-<transport>.so; never in the current directory, never
-// under a name or path a client sent. It is opened RTLD_NOW | RTLD_LOCAL, and
-// its descriptor must match this engine (ABI, version, type sizes). Whatever
-// fails makes that transport unavailable with the reason; nothing else.
+// under a name or path a client sent. Before any of its code can run, the file
+// must be trusted (fabmeter/trust.hpp) and its tag section match this engine;
+// it is then opened RTLD_NOW | RTLD_LOCAL through the descriptor that was
+// checked, and its descriptor must match this engine (ABI, version, type
+// sizes). Whatever fails makes that transport unavailable with the reason;
+// nothing else.
 #include "experiment/registry.hpp"
 
 #include <dlfcn.h>
@@ -31,6 +34,7 @@
 #include "experiment/plugin.hpp"
 #include "experiment/run_points.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/trust.hpp"
 
 namespace fm {
 namespace {
@@ -97,12 +101,12 @@ class ProcessState {
   bool have_cpus_ = false;
 };
 
-// dlerror() names the plugin's path first when it is the plugin that fails;
-// a library it needs that is missing is the reason, said without the path.
-std::string loader_reason(const std::string& path) {
+// dlerror() names the loaded file (loaded_as) first when it is the plugin
+// that fails; a library it needs that is missing is the reason, said without it.
+std::string loader_reason(const std::string& loaded_as) {
   const char* e = dlerror();
   std::string why = e ? e : "dlopen failed";
-  if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+  if (why.rfind(loaded_as + ": ", 0) == 0) why = why.substr(loaded_as.size() + 2);
   return why;
 }
 
@@ -128,14 +132,9 @@ bool read_at(int fd, void* buf, size_t n, uint64_t off) {
   return pread(fd, buf, n, static_cast<off_t>(off)) == static_cast<ssize_t>(n);
 }
 
-// The plugin's tag section (plugin.hpp), read from the file without loading it.
-std::string check_tag(const std::string& path, const char* name) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return path + ": " + std::strerror(errno);
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
+// The plugin's tag section (plugin.hpp), read from the open file (path names
+// it) without loading it.
+std::string check_tag(int fd, const std::string& path, const char* name) {
   Elf64_Ehdr eh{};
   if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "invalid ELF header";
   if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0 ||
@@ -230,12 +229,23 @@ std::string load(const PluginName& plugin, TransportEntry* entry) {
     if (plugin.absent) return std::string("not built (") + plugin.absent + ")";
     return "no plugin " + path;
   }
+  TrustedFile file(path);
+  if (!file.refused().empty()) return path + ": refused: " + file.refused();
+  if (std::string why = check_tag(file.fd(), path, plugin.name); !why.empty()) return why;
+  // Loaded through the checked descriptor, which stays open: the loader knows
+  // a library by this name, so the number must not name another plugin later.
+  const int fd = file.release();
+  const std::string loaded_as = "/proc/self/fd/" + std::to_string(fd);
   void* handle;
   {
     ProcessState keep;
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    handle = dlopen(loaded_as.c_str(), RTLD_NOW | RTLD_LOCAL);
   }
-  if (!handle) return loader_reason(path);
+  if (!handle) {
+    const std::string why = loader_reason(loaded_as);
+    close(fd);
+    return why;
+  }
   dlerror();
   void* sym = dlsym(handle, kPluginSymbol);
   if (!sym) {
@@ -295,9 +305,10 @@ const std::string& usable_reason(const PluginName& plugin) {
   }
   const std::string path = dir + "/libfabmeter-" + plugin.name + ".so";
   if (access(path.c_str(), F_OK) != 0)
-    why = plugin.absent ? std::string("not built (") + plugin.absent + ")" : "no plugin " + path;
-  else if (why = check_tag(path, plugin.name); why.empty())
-    why = check_libraries(path);
+    return why = plugin.absent ? std::string("not built (") + plugin.absent + ")" : "no plugin " + path;
+  const TrustedFile file(path);
+  if (!file.refused().empty()) return why = path + ": refused: " + file.refused();
+  if (why = check_tag(file.fd(), path, plugin.name); why.empty()) why = check_libraries(file.path());
   return why;
 }
 

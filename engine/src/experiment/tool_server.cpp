@@ -26,6 +26,7 @@
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
+#include "fabmeter/trust.hpp"
 
 namespace fm {
 
@@ -395,13 +396,12 @@ std::string check_tool(const ToolRequest& r, const ServerOptions& o) {
     if (::stat(("/sys/class/infiniband/" + r.device).c_str(), &st) != 0)
       usage_error("tool request: no RDMA device '" + r.device + "' on this server");
   }
-  // Only a root-owned (or our own) file that nobody else may change.
+  // Only a trusted file (fabmeter/trust.hpp), run by its resolved path: that
+  // path's directories are trusted too, so nobody else can swap it before exec.
   for (const char* dir : kToolDirs) {
-    const std::string path = std::string(dir) + "/" + r.tool;
+    const TrustedFile file(std::string(dir) + "/" + r.tool);
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & S_IXUSR) &&
-        !(st.st_mode & (S_IWGRP | S_IWOTH)) && (st.st_uid == 0 || st.st_uid == ::geteuid()))
-      return path;
+    if (file.refused().empty() && fstat(file.fd(), &st) == 0 && (st.st_mode & S_IXUSR)) return file.path();
   }
   usage_error(r.tool + " is not installed on this server (looked in /usr/local/sbin, /usr/local/bin, /usr/sbin, "
               "/usr/bin, /sbin, /bin)");

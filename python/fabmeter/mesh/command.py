@@ -25,6 +25,7 @@ from fabmeter.mesh import run as mesh_run
 from fabmeter.peers.registry import PEERS
 from fabmeter.options import PY_ONLY, Options
 from fabmeter.results import now_iso, out_folder, write_json
+from fabmeter.terminal import shown_lines
 
 
 # Shared with `fabmeter watch`, which runs its pairs as `--launch serve` does.
@@ -241,7 +242,7 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
     if not token and not all(mesh_run.is_loopback(h) for h in hosts):
         raise FabmeterError("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",
                             EXIT_USAGE)
-    say = (lambda line: None) if quiet else (lambda line: sys.stderr.write(f"fabmeter: {line}\n"))
+    say = (lambda line: None) if quiet else (lambda line: sys.stderr.write(f"fabmeter: {shown_lines(line)}\n"))
     if not token:
         say("warning: mesh without a token: its channel and engines are not authenticated")
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
@@ -271,7 +272,7 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
         if ns.json and not quiet:
             print(json.dumps(obj), flush=True)
         elif obj["type"] != "pair" and not quiet:
-            print(output.matrix(obj, pairs), flush=True)
+            print(shown_lines(output.matrix(obj, pairs)), flush=True)
         if obj["type"] == "mesh" and out:     # rank 0, at the end: failed pairs are kept and marked
             path = out / output.MESH_FILE
             write_json(path, output.record(obj, pairs, started_at, now_iso(),

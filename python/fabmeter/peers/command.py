@@ -35,6 +35,7 @@ from fabmeter.peers.base import PeerRun, Rdma
 from fabmeter.peers.registry import PEERS
 from fabmeter.recorded import equivalent_command, run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
+from fabmeter.terminal import shown, shown_lines
 
 TOOLS = ("fabmeter", *PEERS)
 EXPERIMENTS = {"lat": 0, "load": 1, "bw": 2}   # the table's order
@@ -211,12 +212,12 @@ def table(points: list[dict], params: PeerRun) -> str:
             f"bandwidth in Gbit/s (10^9 bit/s); load: msg/s is the achieved request rate; CPU: ns of process CPU "
             f"per round trip (lat), message (bw) or request (load), fabmeter's runs over their measured window, "
             f"the tools' processes over their whole run")
-    text = [head, analysis.format_table(["tool", "experiment", "transport", "poll", "size", "latency figure",
+    text = [shown_lines(head), analysis.format_table(["tool", "experiment", "transport", "poll", "size", "latency figure",
                                          "p50 ns", "p99 ns", "mean ns", "Gbit/s", "msg/s", "CPU ns client | server",
                                          "note"], rows, left=6)]
     if notes:
         text.append("notes:")
-        text += [f"[{i}] {n}" for n, i in notes.items()]
+        text += [f"[{i}] {shown(n)}" for n, i in notes.items()]
     return "\n".join(text)
 
 
@@ -234,7 +235,8 @@ def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: st
             print(json.dumps(rec), flush=True)
         if rec.get("type") != "point":
             where = " ".join(str(rec[k]) for k in ("experiment", "transport", "poll") if rec.get(k))
-            sys.stderr.write(f"{rec['type']} {rec['tool']}{' ' + where if where else ''}: {rec['reason']}\n")
+            sys.stderr.write(shown_lines(f"{rec['type']} {rec['tool']}{' ' + where if where else ''}: {rec['reason']}")
+                             + "\n")
 
     for tool in tools:
         if progress:

@@ -24,6 +24,7 @@ from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
 from fabmeter.suite import peer
 from fabmeter.suite.read import MESH_KEYS, Point, Suite, SuiteError, read
+from fabmeter.terminal import shown_lines
 
 
 def _fmt_duration(seconds: float) -> str:
@@ -64,7 +65,7 @@ class Progress:
         if self.tty and self._width:
             sys.stderr.write("\r" + " " * self._width + "\r")
             self._width = 0
-        sys.stderr.write(text + "\n")
+        sys.stderr.write(shown_lines(text) + "\n")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -368,9 +369,9 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
           + (f"; {skipped} more skipped: not built into this engine, or their tool not installed" if skipped else "")
           + (f"; {len(missed)} missed their latency objectives (slo)" if missed else ""))
     for pid, why in failed:
-        print(f"  failed: {pid}: {why}")
+        print(f"  failed: {pid}: {shown_lines(why)}")
     for pid, why in missed:
-        print(f"  {pid}: {why}")
+        print(f"  {pid}: {shown_lines(why)}")
     print(f"results: {out}/<point>/run.json, index: {index.path}\n"
           f"report:  fabmeter report {out}")
     if status == "interrupted":

@@ -15,6 +15,7 @@ from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import command as mesh_command, patterns as mesh_patterns, rendezvous as mesh_rendezvous
 from fabmeter.mesh import run as mesh_run
 from fabmeter.options import PY_ONLY, Options
+from fabmeter.terminal import shown_lines
 
 DEFAULT_INTERVAL_S = 60.0
 DEFAULT_METRICS_PORT = 9477
@@ -149,6 +150,6 @@ def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
     spec = loop.WatchSpec(hosts, rounds, ns.experiment, given, engine, ns.serve_port, timeout_ms / 1000.0,
                           ns.interval, ns.for_s, ns.round_lead, objectives, ns.metrics_bind, port, ns.textfile, info)
     def log(line: str) -> None:
-        sys.stderr.write(f"fabmeter: watch: {line}\n")
+        sys.stderr.write(f"fabmeter: watch: {shown_lines(line)}\n")
         sys.stderr.flush()
     return loop.main(spec, log)

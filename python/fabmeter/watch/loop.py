@@ -152,6 +152,7 @@ def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
                     textfile_error = str(e)
             next_start = max(next_start + spec.interval_s, time.monotonic())
             if spec.for_s is not None and next_start - began >= spec.for_s:
+                stop.sleep_until(began + spec.for_s)    # no sweep left: the metrics are served to the end
                 break
             stop.sleep_until(next_start)
         return EXIT_INTERRUPTED if stop else EXIT_OK

@@ -18,14 +18,17 @@ every metric.
 from __future__ import annotations
 
 import bisect
+import http.client
+import io
 import math
+import re
+import selectors
 import socket
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
 from typing import Optional
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
@@ -369,18 +372,12 @@ def registry_for(state: WatchState) -> CollectorRegistry:
 
 # --- publishing ------------------------------------------------------------------
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format, *args):       # noqa: A002 (the base class' name)
-        pass
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True                       # a request thread never holds up the exit
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+MAX_CONNECTIONS = 64        # at once; a new one closes the oldest still sending its request (if none: refused)
+IDLE_TIMEOUT_S = 5.0        # for a request's head to arrive whole, and for each write of its answer to progress
+MAX_HEAD_BYTES = 8192       # request line and headers; beyond: 431
+BACKLOG = 128               # connections the kernel queues before the loop accepts them
+POLL_S = 0.2                # the loop's timeouts and stop() are looked at this often
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 
 
 def only_metrics(app):
@@ -398,19 +395,144 @@ def only_metrics(app):
     return serve
 
 
+class _Connection:
+    def __init__(self, sock: socket.socket, now: float):
+        self.sock = sock
+        self.head = bytearray()
+        self.answer: Optional[memoryview] = None       # set once the request is read: what is left to send
+        self.deadline = now + IDLE_TIMEOUT_S
+
+
 class MetricsServer:
-    """An HTTP server of the registry's metrics in a thread of its own."""
+    """An HTTP server of the registry's metrics: one thread, one selectors loop, so a flood of connections costs
+    neither threads nor memory. One request per connection, answered and closed; at most MAX_CONNECTIONS open,
+    each closed after IDLE_TIMEOUT_S without its request or without progress of its answer; a request head over
+    MAX_HEAD_BYTES is answered 431."""
 
     def __init__(self, registry: CollectorRegistry, bind: str, port: int):
-        cls = _Server6 if ":" in bind else _Server
-        self.httpd = make_server(bind, port, only_metrics(make_wsgi_app(registry)), cls, handler_class=_Quiet)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        self.app = only_metrics(make_wsgi_app(registry))
+        self.listener = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.listener.bind((bind, port))
+            self.listener.listen(BACKLOG)
+        except OSError:
+            self.listener.close()
+            raise
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.open: dict[socket.socket, _Connection] = {}    # oldest first
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="metrics", daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.stopping.set()
+        self.thread.join()
+        for c in list(self.open.values()):
+            self._close(c)
+        self.selector.close()
+        self.listener.close()
+
+    def _loop(self) -> None:
+        while not self.stopping.is_set():
+            for key, _ in self.selector.select(timeout=POLL_S):
+                if key.fileobj is self.listener:
+                    self._accept()
+                    continue
+                c = key.data
+                try:
+                    self._write(c) if c.answer is not None else self._read(c)
+                except OSError:                 # the peer reset it, or went away
+                    self._close(c)
+            now = time.monotonic()
+            for c in [c for c in self.open.values() if c.deadline <= now]:
+                self._close(c)
+
+    def _accept(self) -> None:
+        while True:
+            if len(self.open) >= MAX_CONNECTIONS:
+                oldest = next((c for c in self.open.values() if c.answer is None), None)
+                if oldest is not None:
+                    self._close(oldest)
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:                     # out of descriptors: let others close first
+                self.stopping.wait(POLL_S)
+                return
+            if len(self.open) >= MAX_CONNECTIONS:   # every one is being answered: refused
+                sock.close()
+                continue
+            sock.setblocking(False)
+            c = _Connection(sock, time.monotonic())
+            self.open[sock] = c
+            self.selector.register(sock, selectors.EVENT_READ, c)
+
+    def _read(self, c: _Connection) -> None:
+        data = c.sock.recv(MAX_HEAD_BYTES + 1)
+        if not data:
+            self._close(c)
+            return
+        c.head += data
+        end = _HEAD_END.search(c.head)
+        if end is None and len(c.head) <= MAX_HEAD_BYTES:
+            return
+        if end is None or end.end() > MAX_HEAD_BYTES:
+            self._answer(c, "431 Request Header Fields Too Large", [("Content-Type", "text/plain")],
+                         f"a request head is at most {MAX_HEAD_BYTES} bytes\n".encode(), False)
+            return
+        self._respond(c, bytes(c.head[:end.start()]))
+
+    def _respond(self, c: _Connection, head: bytes) -> None:
+        line, _, rest = head.partition(b"\n")
+        parts = line.decode("latin-1").strip().split(" ")
+        try:
+            headers = http.client.parse_headers(io.BytesIO(rest + b"\r\n\r\n"))
+        except http.client.HTTPException:
+            headers = None
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or headers is None:
+            self._answer(c, "400 Bad Request", [("Content-Type", "text/plain")], b"bad request\n", False)
+            return
+        method, target, _ = parts
+        path, _, query = target.partition("?")
+        environ = {"REQUEST_METHOD": method, "PATH_INFO": urllib.parse.unquote(path, "latin-1"),
+                   "QUERY_STRING": query}
+        for name in ("Accept", "Accept-Encoding"):
+            if name in headers:
+                environ["HTTP_" + name.upper().replace("-", "_")] = headers[name]
+        said: list = []
+        try:
+            body = b"".join(self.app(environ, lambda status, hdrs, exc_info=None: said.extend((status, hdrs))))
+        except Exception as e:      # noqa: BLE001 -- a collector's failure answers this scrape, never ends the loop
+            said, body = ["500 Internal Server Error", [("Content-Type", "text/plain")]], f"{e}\n".encode()
+        self._answer(c, said[0], said[1], body, method != "HEAD")
+
+    def _answer(self, c: _Connection, status: str, headers: list, body: bytes, with_body: bool) -> None:
+        lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers if k.lower() != "content-length"),
+                 f"Content-Length: {len(body)}", "Connection: close", "", ""]
+        c.answer = memoryview("\r\n".join(lines).encode("latin-1") + (body if with_body else b""))
+        c.deadline = time.monotonic() + IDLE_TIMEOUT_S
+        self.selector.modify(c.sock, selectors.EVENT_WRITE, c)
+        self._write(c)
+
+    def _write(self, c: _Connection) -> None:
+        try:
+            sent = c.sock.send(c.answer)
+        except BlockingIOError:
+            return
+        c.answer = c.answer[sent:]
+        c.deadline = time.monotonic() + IDLE_TIMEOUT_S
+        if not c.answer:
+            self._close(c)
+
+    def _close(self, c: _Connection) -> None:
+        if self.open.pop(c.sock, None) is not None:
+            self.selector.unregister(c.sock)
+            c.sock.close()
 
 
 def write_textfile(path: str, registry: CollectorRegistry) -> None:
