@@ -36,6 +36,9 @@ OPTIONS = (
     mesh_command.EXPERIMENT,
     CommandOption("pattern", "which directed pairs of --hosts (default: all-to-all)", choices=mesh_patterns.PATTERNS),
     mesh_command.SCHEDULE,
+    CommandOption("parallel", "run a round's pairs that share a host at once (scheduled: both directions of a pair, "
+                              "as mesh does); default: one after another, so no host runs two pairs at once",
+                  flag=True),
     mesh_command.SERVE_PORT,
     CommandOption("token-file", "the serves' shared secret (default: $FABMETER_TOKEN)", metavar="F"),
     CommandOption("interval", "a sweep (every pair once) starts this often; one that runs longer is followed at once "
@@ -111,6 +114,8 @@ def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
         rounds = loop.pair_rounds(pairs, ns.schedule)
     else:
         rounds = mesh_patterns.rounds(ns.pattern or "all-to-all", ns.schedule, len(hosts))
+    if not ns.parallel:
+        rounds = loop.waves(rounds)
     for name, value in (("--serve-port", ns.serve_port), ("--metrics-port", ns.metrics_port)):
         if value is not None and not (0 if name == "--metrics-port" else 1) <= value < 65536:
             raise FabmeterError(f"watch: {name} {value} is not a port", EXIT_USAGE)
