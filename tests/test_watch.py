@@ -314,7 +314,7 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
     MAX_PRESSURE: every p50 there is the scheduler's), is printed, not judged. What makes the difference is judged
     always:
     the two directions never run at once (sampled all along). Each sweep logs one line; the serves log watch's
-    probes as probes. CI: 6 sweeps; FM_WATCH_SECONDS (`make soak-watch`) sweeps that long."""
+    probes as probes. CI: 5 sweeps; FM_WATCH_SECONDS (`make soak-watch`) sweeps that long."""
     cpus = sorted(os.sched_getaffinity(0))[:2]
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
@@ -337,7 +337,7 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
                              port, "--token-file", token_file, "--interval", "1", "--round-lead", "0", "--textfile",
                              prom, *ONEWAY, prefix=prefixes[0])
             at_once.start()
-            while len(sweeps) < 6 or time.monotonic() < deadline:
+            while len(sweeps) < 5 or time.monotonic() < deadline:
                 k = len(sweeps) + 1
                 while not (line := watch.stderr.readline()).startswith(f"fabmeter: watch: sweep {k}:"):
                     assert line, f"watch ended: {''.join(lines)}"

@@ -66,7 +66,9 @@ def add_parser(sub, info: Optional[dict]) -> None:
                             "publish OpenMetrics for Prometheus",
                        description="A continuous fabric monitor: every --interval, each directed pair runs as "
                                    "`fabmeter mesh --launch serve` runs it (every host runs `fabmeter serve "
-                                   "--relay-to HOSTS`); per pair latency histograms, loss, throughput, clock fits, "
+                                   "--relay-to HOSTS`; pin each with its --cpu), a round's pairs that share a "
+                                   "host one after another unless --parallel; per pair latency histograms, loss, "
+                                   "throughput, clock fits, "
                                    "failures and SLO misses are served over HTTP (--metrics-port) and/or written "
                                    "to a node_exporter textfile (--textfile). Until Ctrl-C or SIGTERM (exit 130), "
                                    "or --for (exit 0). docs/cli.md lists every metric.")
