@@ -405,7 +405,7 @@ def test_textfile_is_replaced_whole_and_parses(fm, token_file, tmp_path):
     metrics_port = free_port()
     watch = fm.popen("watch", "--hosts", ",".join(hosts), "--serve-port", port, "-t", "tcp", *SMALL_LAT,
                      "--token-file", token_file, "--interval", "0.2", "--round-lead", "0", "--textfile", prom_file,
-                     "--metrics-port", metrics_port, "--for", "8")
+                     "--metrics-port", metrics_port, "--for", "20")
     try:
         inodes, reads = set(), 0
         deadline = time.monotonic() + 40
@@ -433,7 +433,7 @@ def test_textfile_is_replaced_whole_and_parses(fm, token_file, tmp_path):
             with pytest.raises(urllib.error.HTTPError) as e:
                 urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}{path}", timeout=5)
             assert e.value.code == 404
-        _, err = watch.communicate(timeout=60)      # --for 8: no sweep starts after 8 s, then exit 0
+        _, err = watch.communicate(timeout=60)      # --for 20: no sweep starts after 20 s, then exit 0
     finally:
         rc, err2 = end(watch)
         stop_serves(serves)
@@ -482,7 +482,7 @@ def status_kb(pid: int) -> dict:
     return out
 
 
-def test_soak_memory_stays_flat(fm, token_file):
+def test_soak_memory_stays_flat(fm, token_file, tmp_path):
     """Watch over a loopback pair, sweep after sweep: its resident memory after a warm-up and at the end.
     CI: a sweep every 0.3 s, 10 to warm up, then up to 50 more (at least 20, within 30 s), growth within 4 MiB.
     `make soak-watch` (FM_WATCH_SECONDS, default 3600): a sweep each second for that long, the peak (VmHWM) flat
@@ -496,9 +496,12 @@ def test_soak_memory_stays_flat(fm, token_file):
     port = free_port()
     serves = start_serves(fm, hosts, port, token_file)
     metrics_port = free_port()
-    watch = fm.popen("watch", "--pair", hosts[0], hosts[1], "--serve-port", port,
-                     "-t", "tcp", "--experiment", "lat", "-n", "100", "--warmup", "10", "--token-file", token_file,
-                     "--interval", interval, "--round-lead", "0", "--metrics-port", metrics_port)
+    log = open(tmp_path / "watch.log", "w+")        # a line per sweep: more than a pipe holds over an hour
+    watch = subprocess.Popen(cli_cmd("watch", "--pair", hosts[0], hosts[1], "--serve-port", port,
+                                     "-t", "tcp", "--experiment", "lat", "-n", "100", "--warmup", "10", "--token-file",
+                                     token_file, "--interval", interval, "--round-lead", "0", "--metrics-port",
+                                     metrics_port),
+                             env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
         def count() -> int:
             try:
@@ -515,8 +518,11 @@ def test_soak_memory_stays_flat(fm, token_file):
               f"VmRSS {start['VmRSS']} -> {stop['VmRSS']} kB, VmHWM {start['VmHWM']} -> {stop['VmHWM']} kB; "
               f"failed runs {failed:g}")
     finally:
-        rc, err = end(watch)
+        rc, _ = end(watch)
         stop_serves(serves)
+        log.seek(0)
+        err = log.read()[-4000:]
+        log.close()
     assert rc == 130, err
     assert failed == 0, err
     assert last - first >= (sweeps - warm if seconds else 20), f"only {last - first} sweeps measured"
