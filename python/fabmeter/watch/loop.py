@@ -11,9 +11,10 @@ A pair that fails is marked so and run again the next sweep; a host whose
 serve takes no connection has its pairs failed at once, without an engine,
 until it answers again (it is checked before the first sweep, then after
 each sweep in which it was down or one of its pairs failed, by a probe: a
-hello frame of PROBE_HELLO alone, which a serve logs as a liveness probe). SIGINT and SIGTERM end the loop: the engines of the sweep under
-way get SIGTERM (those of the relays end with their sessions) and the
-command exits 130, as every fabmeter command does.
+hello of PROBE_HELLO alone, which a serve logs as a liveness probe).
+SIGINT and SIGTERM end the loop: the engines of the sweep under way get
+SIGTERM (those of the relays end with their sessions) and the command
+exits 130, as every fabmeter command does.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass
 from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from fabmeter import analysis, procs, run, slo
