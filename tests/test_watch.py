@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import queue
 import shutil
 import signal
 import struct
@@ -329,20 +330,25 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
         prefixes = [("ip", "netns", "exec", ns) for ns in (ns_a, ns_b)]
         serves = [fm.popen("serve", "--bind", h, "--port", port, "--token-file", token_file, "--relay-to",
                            ",".join(hosts), "--cpu", str(cpu), prefix=pre) for h, cpu, pre in zip(hosts, cpus, prefixes)]
-        watch, lines, at_once = None, [], Sampler(lambda: sum(" --via " in p for p in run_engine_children(fm.tag)))
+        watch, lines, heard = None, [], queue.Queue()
+        at_once = Sampler(lambda: sum(" --via " in p for p in run_engine_children(fm.tag)))    # watch's clients
         try:
             for s in serves:
                 assert json.loads(s.stdout.readline())["event"] == "listening"
             watch = fm.popen("watch", "--pair", hosts[0], hosts[1], "--pair", hosts[1], hosts[0], "--serve-port",
                              port, "--token-file", token_file, "--interval", "1", "--round-lead", "0", "--textfile",
                              prom, *ONEWAY, prefix=prefixes[0])
+            reader = threading.Thread(target=lambda: [heard.put(ln) for ln in iter(watch.stderr.readline, "")],
+                                      daemon=True)
+            reader.start()
             at_once.start()
             while len(sweeps) < 5 or time.monotonic() < deadline:
                 k = len(sweeps) + 1
-                while not (line := watch.stderr.readline()).startswith(f"fabmeter: watch: sweep {k}:"):
-                    assert line, f"watch ended: {''.join(lines)}"
-                    lines.append(line)
-                lines.append(line)
+                while not lines or not lines[-1].startswith(f"fabmeter: watch: sweep {k}:"):
+                    try:
+                        lines.append(heard.get(timeout=120))
+                    except queue.Empty:
+                        pytest.fail(f"no line 'sweep {k}: ...' within 120 s: {''.join(lines)}")
                 # A sweep's line comes when its pairs are over: watch is stopped there (SIGSTOP) while the direct
                 # runs measure the same paths alone; then its textfile (written after the line) has the sweep.
                 watch.send_signal(signal.SIGSTOP)
@@ -362,13 +368,16 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
         finally:
             at_once.stop()
             if watch is not None:
-                rc, err = end(watch)
+                watch.send_signal(signal.SIGTERM)
+                rc = watch.wait(timeout=30)
+                reader.join(timeout=10)
+                lines += [heard.get() for _ in range(heard.qsize())]
             for s in serves:
                 s.send_signal(signal.SIGTERM)
             serve_logs = [s.communicate(timeout=20)[1] for s in serves]
-    assert rc == 130, err
+    said = "".join(lines)
+    assert rc == 130, said
     assert at_once.most == 1, f"{at_once.most} pairs ran at once"
-    said = "".join(lines) + err
     for k in range(len(sweeps)):
         assert f"sweep {k + 1}: 2 of 2 pairs ok in " in said, said
     assert said.count("; slowest ") >= len(sweeps), said
@@ -377,6 +386,8 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
     for log in serve_logs:
         assert "a liveness probe" in log and "without a hello" not in log, log
     judged, wrong = 0, []
+    print("sweep 1: " + ", ".join(f"{hosts[s]}->{hosts[d]} watch p50 {sweeps[0][0][(s, d)]:.0f} ns, direct after "
+                                  f"{sweeps[0][1][(s, d)]:.0f} ns" for s, d in pairs))
     for k in range(1, len(sweeps)):
         for pair in pairs:
             w, near = sweeps[k][0][pair], (sweeps[k - 1][1][pair], sweeps[k][1][pair])
