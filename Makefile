@@ -59,10 +59,11 @@ soak: build
 	FM_FAULT_ROUNDS=$(FAULT_ROUNDS) $(VENV)/bin/python -m pytest -q tests/test_faults.py
 
 # fabmeter watch, a sweep a second over a loopback pair for WATCH_SECONDS: its
-# peak resident memory (VmHWM) after the warm-up and at the end, flat within 5 %.
+# peak resident memory (VmHWM) after the warm-up and at the end, flat within 5 %;
+# then WATCH_SECONDS of sweeps between two namespace hosts against direct runs.
 WATCH_SECONDS ?= 3600
 soak-watch: build
-	FM_WATCH_SECONDS=$(WATCH_SECONDS) $(VENV)/bin/python -m pytest -q -s tests/test_watch.py -k soak
+	FM_WATCH_SECONDS=$(WATCH_SECONDS) $(VENV)/bin/python -m pytest -q -s tests/test_watch.py -k "soak or direct_run"
 
 # Verbs end to end in the Soft-RoCE qemu guest (rdma/guest), perftest beside it.
 # ALLOW_SKIP=1: succeed with a "skipped" line where qemu cannot build or boot the guest.

@@ -407,6 +407,17 @@ def granted(events: Iterable[dict]) -> dict:
                  and isinstance(e.get("granted"), dict)), {})
 
 
+def crowded_cpus(spinning: int, usable: Optional[int]) -> Optional[str]:
+    """Busy-polling threads running at once on one machine with no CPU to spare: every other task there (and the
+    kernel's own work) takes turns with them. The warning, or None where a CPU is left (or `usable` is unknown).
+    One run's client and server are two such threads (the report); watch counts its pairs' ends at once."""
+    if usable is None or spinning < usable:
+        return None
+    return (f"{spinning} busy-polling threads at once on a machine with {usable} usable CPUs: every other task "
+            "on the machine (and the kernel's own work) runs on theirs, and the tails and max are the scheduler's, "
+            "not the transport's")
+
+
 def io_thread_note(granted_: dict) -> Optional[str]:
     """Where a messaging library's own I/O threads shared a CPU with a busy loop (granted.io_cpus, --io-cpu):
     the run's latency tail then includes the two taking turns on that CPU, which the library alone would not

@@ -29,6 +29,9 @@ namespace fm {
 
 namespace {
 
+// The whole hello of a liveness probe (python/fabmeter/watch/loop.py's PROBE_HELLO): no session, one log line.
+constexpr std::string_view kProbeHello = "probe";
+
 volatile std::sig_atomic_t g_overtime = 0;
 void on_watchdog(int) {
   g_overtime = 1;
@@ -109,6 +112,10 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     // mesh's before its pairs, a port scan), not a session that failed.
     if (ctrl.frames_in() != 0 || ctrl.peek() != Ctrl::Peek::closed) throw;
     std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.peer_addr().c_str());
+    return 0;
+  }
+  if (hello == kProbeHello) {  // fabmeter watch asks whether this serve is up: said as such, nothing else
+    std::fprintf(stderr, "fabmeter-engine: %s: a liveness probe\n", ctrl.peer_addr().c_str());
     return 0;
   }
   Hello decoded;

@@ -125,12 +125,9 @@ def warnings(runs: list[Run]) -> list[str]:
     thread on a busy loop's CPU."""
     out = []
     busy = [r for r in runs if not r.peer and r.params.get("poll") == "busy"]
-    small = [r for r in busy if _usable_cpus(r) is not None and _usable_cpus(r) <= 2]
-    if small:
-        out.append(f"{len(small)} busy-polling run{'s' * (len(small) > 1)} on a machine with "
-                   f"{_usable_cpus(small[0])} usable CPUs: client and server each spin a CPU, so every other task "
-                   "on the machine (and the kernel's own work) runs on theirs, and the tails and max are the "
-                   "scheduler's, not the transport's.")
+    crowded = [w for w in (analysis.crowded_cpus(2, _usable_cpus(r)) for r in busy) if w]   # client and server
+    if crowded:
+        out.append(f"{len(crowded)} busy-polling run{'s' * (len(crowded) > 1)}: {crowded[0]}.")
     shared = sorted({str(r.params.get("transport")) for r in busy if io_thread_shared(r)})
     if shared:
         out.append(f"{', '.join(shared)} busy: the tail includes the library's I/O thread sharing the busy loop's "

@@ -37,6 +37,9 @@ OPTIONS = (
     mesh_command.EXPERIMENT,
     CommandOption("pattern", "which directed pairs of --hosts (default: all-to-all)", choices=mesh_patterns.PATTERNS),
     mesh_command.SCHEDULE,
+    CommandOption("parallel", "run a round's pairs that share a host at once (scheduled: both directions of a pair, "
+                              "as mesh does); default: one after another, so no host runs two pairs at once",
+                  flag=True),
     mesh_command.SERVE_PORT,
     CommandOption("token-file", "the serves' shared secret (default: $FABMETER_TOKEN)", metavar="F"),
     CommandOption("interval", "a sweep (every pair once) starts this often; one that runs longer is followed at once "
@@ -64,7 +67,9 @@ def add_parser(sub, info: Optional[dict]) -> None:
                             "publish OpenMetrics for Prometheus",
                        description="A continuous fabric monitor: every --interval, each directed pair runs as "
                                    "`fabmeter mesh --launch serve` runs it (every host runs `fabmeter serve "
-                                   "--relay-to HOSTS`); per pair latency histograms, loss, throughput, clock fits, "
+                                   "--relay-to HOSTS`; pin each with its --cpu), a round's pairs that share a "
+                                   "host one after another unless --parallel; per pair latency histograms, loss, "
+                                   "throughput, clock fits, "
                                    "failures and SLO misses are served over HTTP (--metrics-port) and/or written "
                                    "to a node_exporter textfile (--textfile). Until Ctrl-C or SIGTERM (exit 130), "
                                    "or --for (exit 0). docs/cli.md lists every metric.")
@@ -112,6 +117,8 @@ def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
         rounds = loop.pair_rounds(pairs, ns.schedule)
     else:
         rounds = mesh_patterns.rounds(ns.pattern or "all-to-all", ns.schedule, len(hosts))
+    if not ns.parallel:
+        rounds = loop.waves(rounds)
     for name, value in (("--serve-port", ns.serve_port), ("--metrics-port", ns.metrics_port)):
         if value is not None and not (0 if name == "--metrics-port" else 1) <= value < 65536:
             raise FabmeterError(f"watch: {name} {value} is not a port", EXIT_USAGE)

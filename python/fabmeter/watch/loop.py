@@ -2,16 +2,19 @@
 `fabmeter mesh --launch serve` runs it (`fabmeter-engine run EXP --server
 DST --via SRC`: SRC's standing serve runs the client and relays its output),
 in rounds (each host with at most one partner per round, or all at once), and
-the results folded into the aggregates of metrics.py.
+the results folded into the aggregates of metrics.py. A round's pairs that
+share a host run one after another (waves) unless --parallel: a host's two
+busy-polling pairs at once take turns on its CPUs, and the figures are then
+the scheduler's time slices, not the fabric's.
 
 A pair that fails is marked so and run again the next sweep; a host whose
 serve takes no connection has its pairs failed at once, without an engine,
 until it answers again (it is checked before the first sweep, then after
-each sweep in which it was down or one of its pairs failed: a serve logs
-every connection that closes without a hello, so the healthy ones are left
-alone). SIGINT and SIGTERM end the loop: the engines of the sweep under
-way get SIGTERM (those of the relays end with their sessions) and the
-command exits 130, as every fabmeter command does.
+each sweep in which it was down or one of its pairs failed, by a probe: a
+hello of PROBE_HELLO alone, which a serve logs as a liveness probe).
+SIGINT and SIGTERM end the loop: the engines of the sweep under way get
+SIGTERM (those of the relays end with their sessions) and the command
+exits 130, as every fabmeter command does.
 """
 
 from __future__ import annotations
@@ -21,17 +24,22 @@ import os
 import queue
 import signal
 import socket
+import struct
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from fabmeter import procs, run, slo
+from fabmeter import analysis, procs, run, slo
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh.run import host_port
 from fabmeter.watch import metrics
 
 POLL_S = 0.1                    # how often a wait looks at the stop flag
+# A control frame (4-byte little-endian length, type 1: hello) holding "probe": the engine's serve logs it as a
+# liveness probe and closes (engine/src/experiment/server_session.cpp, kProbeHello).
+PROBE_HELLO = struct.pack("<IB", 5, 1) + b"probe"
 STOP_GRACE_S = procs.KILL_GRACE_S + 2.0
 
 
@@ -69,6 +77,23 @@ def pair_rounds(pairs: list[tuple[int, int]], schedule: str) -> list[list[tuple[
         else:
             rounds.append(([(s, d)], {s: d, d: s}))
     return [members for members, _ in rounds]
+
+
+def waves(rounds: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
+    """Each round split so that no host is in two pairs at once: a pair goes to the first wave of its round
+    where neither of its hosts is (scheduled rounds: each direction of a pair in a wave of its own)."""
+    out = []
+    for members in rounds:
+        split: list[tuple[list, set]] = []
+        for s, d in members:
+            wave = next((w for w in split if s not in w[1] and d not in w[1]), None)
+            if wave is None:
+                split.append(([], set()))
+                wave = split[-1]
+            wave[0].append((s, d))
+            wave[1].update((s, d))
+        out += [pairs for pairs, _ in split]
+    return out
 
 
 class _Stop:
@@ -128,7 +153,8 @@ def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
                 metrics.write_textfile(spec.textfile, registry)
             except OSError as e:
                 raise FabmeterError(f"--textfile {spec.textfile}: {e.strerror or e}", EXIT_USAGE) from e
-        log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s), every {spec.interval_s:g} s"
+        log(f"{len(pairs)} pairs over {n} hosts in {len(spec.rounds)} round(s) of pairs at once, "
+            f"every {spec.interval_s:g} s"
             + (f" for {spec.for_s:g} s" if spec.for_s is not None else ""))
         down: set[int] = set(range(n))          # unknown counts as down: checked before the first sweep
         began = time.monotonic()
@@ -169,7 +195,8 @@ def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], st
 
     def check(i: int) -> None:
         try:
-            socket.create_connection((spec.hosts[i], spec.serve_port), timeout=spec.timeout_s).close()
+            with socket.create_connection((spec.hosts[i], spec.serve_port), timeout=spec.timeout_s) as sock:
+                sock.sendall(PROBE_HELLO)
             result[i] = None
         except OSError as e:
             result[i] = e.strerror or str(e)
@@ -203,6 +230,7 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
     address = [host_port(h, spec.serve_port) for h in spec.hosts]
     results: list[tuple[int, int, bool]] = []
     skews: list[int] = []
+    most_here = 0                   # the most busy-polling threads at once on this machine
     for pairs in spec.rounds:
         done: queue.Queue = queue.Queue()
         start_ns = time.monotonic_ns() + int(spec.round_lead_s * 1e9) if spec.round_lead_s > 0 else None
@@ -216,6 +244,7 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
             t.start()
             threads.append(t)
         started: list[int] = []
+        spinning: list[Counter] = []
         for _ in pairs:
             item = _get(done, stop)
             if item is None:            # stopped: the round's engines end, its results are dropped
@@ -226,8 +255,12 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
             results.append((s, d, ok))
             if res is not None and (at := _started_ns(res)) is not None:
                 started.append(at)
+            if res is not None:
+                spinning.append(_spinning(res))
         if start_ns is not None and len(started) > 1:
             skews.append(max(started) - min(started))
+        here = sum(c[socket.gethostname()] for c in spinning)
+        most_here = max(most_here, here)
     failed = [(s, d) for s, d, ok in results if not ok]
     with state.lock:
         state.sweeps += 1
@@ -236,9 +269,52 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
         state.sweep_ok, state.sweep_failed = len(results) - len(failed), len(failed)
         state.round_skew_s = max(skews) / 1e9 if skews else None
         state.judge_outliers()
-        if state.sweeps == 1:
-            log(f"sweep 1: {len(results) - len(failed)} of {len(results)} pairs ok in {state.sweep_duration_s:.1f} s")
+        log(_sweep_line(spec, state, results))
+        # The report's rule, on the machine watch runs on: the one whose usable CPUs it knows (namespace hosts
+        # share it).
+        crowding = analysis.crowded_cpus(most_here, len(os.sched_getaffinity(0))) if most_here else None
+        if crowding != state.warning:
+            log(f"warning: {crowding}" if crowding else "no warning now: this machine had a CPU left beside the "
+                                                         "busy-polling threads")
+        state.warning = crowding
     return {i for p in failed for i in p}
+
+
+def _sweep_line(spec: WatchSpec, state: metrics.WatchState, results: list[tuple[int, int, bool]]) -> str:
+    """'sweep N: K of M pairs ok in S s', the failed pairs, and the slowest of the others: the highest p50
+    (the lowest throughput where there is no latency); the caller holds the lock."""
+    names = {(s, d): f"{spec.hosts[s]}->{spec.hosts[d]}" for s, d, _ in results}
+    ok = [(s, d) for s, d, good in results if good]
+    failed = [names[(s, d)] for s, d, good in results if not good]
+    line = f"sweep {state.sweeps}: {len(ok)} of {len(results)} pairs ok in {state.sweep_duration_s:.1f} s"
+    if failed:
+        line += f"; failed: {', '.join(failed[:5])}" + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+    last = {p: state.pairs[(spec.hosts[p[0]], spec.hosts[p[1]])].last for p in ok}
+    with_p50 = [p for p in ok if "q0.5" in last[p]]
+    with_tput = [p for p in ok if "bytes_per_second" in last[p]]
+    if with_p50:
+        slow = max(with_p50, key=lambda p: last[p]["q0.5"])
+        line += f"; slowest {names[slow]}: p50 {slo.fmt_ns(last[slow]['q0.5'] * 1e9)}"
+    elif with_tput:
+        slow = min(with_tput, key=lambda p: last[p]["bytes_per_second"])
+        line += f"; slowest {names[slow]}: {last[slow]['bytes_per_second'] * 8 / 1e9:.3g} Gb/s"
+    return line
+
+
+def _spinning(res: run.RunResult) -> Counter:
+    """The run's busy-polling threads by machine (each end's hostname, as its engine reports it): one per end and
+    flow; none in event mode."""
+    start = res.start or {}
+    params = start.get("params") if isinstance(start.get("params"), dict) else {}
+    if params.get("poll") != "busy":
+        return Counter()
+    flows = params.get("flows") if isinstance(params.get("flows"), int) and params.get("flows") > 0 else 1
+    out: Counter = Counter()
+    for key in ("env", "server_env"):
+        env = start.get(key)
+        if isinstance(env, dict) and isinstance(env.get("hostname"), str):
+            out[env["hostname"]] += flows
+    return out
 
 
 def _get(done: queue.Queue, stop: _Stop):

@@ -210,6 +210,7 @@ class WatchState:
         self.round_skew_s: Optional[float] = None
         self.hosts_list, self.experiment = list(hosts), experiment
         self.outliers: Optional[dict] = None        # mesh/outliers.py's verdict on the last sweep
+        self.warning: Optional[str] = None          # the last sweep's analysis.crowded_cpus warning
 
     def judge_outliers(self) -> None:
         """The outlier rule (mesh/outliers.py, as a mesh run states it) over every pair's last run; the
@@ -260,6 +261,12 @@ class Collector:
             yield GaugeMetricFamily("fabmeter_sweep_round_start_skew_seconds",
                                     "the last sweep's largest round start skew (the pairs' start instants apart)",
                                     value=st.round_skew_s, unit="seconds")
+        if st.warning:
+            warning = GaugeMetricFamily("fabmeter_watch_warning", "the machine, not the fabric, sets the last "
+                                        "sweep's figures: label warning says why (value 1; absent when not)",
+                                        labels=["warning"])
+            warning.add_metric([st.warning], 1)
+            yield warning
         hosts = GaugeMetricFamily("fabmeter_host_up", "1: the host's fabmeter serve took a connection before the "
                                   "last sweep; 0: it did not (its pairs failed)", labels=["host"])
         for h, up in st.hosts.items():
