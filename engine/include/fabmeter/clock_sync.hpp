@@ -20,8 +20,10 @@
 // beyond it is a fault or a lie, never a figure (implausible_fit):
 // - every reading within kMaxClockNs of 0 (an int64 of ns with a margin),
 //   so neither the offset nor its application to any stamp can overflow;
-// - |drift| <= kMaxClockDrift (500 ppm): crystal oscillators run within
-//   ~100 ppm of each other and NTP slews a clock by at most 500 ppm;
+// - |drift| <= kMaxClockDrift (500 ppm), plus the tilt the fit's own bound
+//   allows over its span (2 error_bound_ns / span_ns): crystal oscillators
+//   run within ~100 ppm of each other and NTP slews a clock by at most 500
+//   ppm;
 // - each kept probe's reading within the largest kept round trip of where
 //   the fit puts it: readings that bracket a real clock's line within half
 //   their round trips leave a fit no further from any of them;
