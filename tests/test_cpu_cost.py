@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import threading
 
 import pytest
 
 from conftest import ENGINE, json_lines
 from fabmeter import analysis
 from fabmeter.report import html as report_html
-from test_security_frames import CPU_COST, frame, read_frame
+from test_clock_replies import ServerFrameRewriter
+from test_security_frames import CPU_COST
 
 SIDE_KEYS = {"window", "window_s", "user_s", "system_s", "cpu_s", "utilization", "voluntary_switches",
              "involuntary_switches", "run_delay_s", "read_ns", "per", "count", "per_message_ns", "service_demand_us_per_kb",
@@ -139,45 +138,6 @@ def test_busy_polling_reads_a_cpu_event_mode_far_less(fm, tmp_path):
     assert 'alt="CPU per message beside latency"' in report_html.write(tmp_path).read_text()
 
 
-class CpuFrameForger:
-    """Sits between a client and a real server on the control channel,
-    passing every frame through but the server's cpu_cost, which it replaces."""
-
-    def __init__(self, server_port: int, forged: bytes):
-        self.lsock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.lsock.getsockname()[1]
-        self.lsock.settimeout(20)
-        self.forged = forged
-        self.server_port = server_port
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
-
-    def run(self):
-        try:
-            client, _ = self.lsock.accept()
-        except OSError:
-            return
-        server = socket.create_connection(("127.0.0.1", self.server_port), timeout=20)
-        threading.Thread(target=self.pump, args=(client, server, False), daemon=True).start()
-        self.pump(server, client, True)
-
-    def pump(self, src, dst, forge):
-        try:
-            while True:
-                ftype, body = read_frame(src)
-                dst.sendall(frame(CPU_COST, self.forged) if forge and ftype == CPU_COST else frame(ftype, body))
-        except OSError:   # one end closed: end the other pump too (a close alone would not wake its recv)
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self):
-        self.lsock.close()
-        self.thread.join(timeout=20)
-
-
 GOOD = {"window": "measured", "window_s": 1.0, "user_s": 0.5, "system_s": 0.5, "cpu_s": 1.0, "utilization": 1.0,
         "voluntary_switches": 1, "involuntary_switches": 1, "run_delay_s": 0.0, "read_ns": 30000, "per": "round_trip",
         "count": 10, "per_message_ns": 1e8, "service_demand_us_per_kb": None, "cpus": None}
@@ -189,13 +149,20 @@ FORGED = {
     "unknown window": json.dumps({**GOOD, "window": "}\n{\"type\": \"point\""}).encode(),
     "too many cpus": json.dumps({**GOOD, "cpus": [dict.fromkeys(CPU_KEYS, 0)] * 1025}).encode(),
     "oversized": json.dumps({**GOOD, "per": "x" * 40000}).encode(),
+    # Each field in range, the side as a whole impossible:
+    "more cpu than the window holds": json.dumps({**GOOD, "window_s": 0.05, "cpu_s": 1e9, "user_s": 1e9,
+                                                   "system_s": 0}).encode(),
+    "utilization not cpu_s / window_s": json.dumps({**GOOD, "utilization": 0.5}).encode(),
+    "cpu_s not user_s + system_s": json.dumps({**GOOD, "user_s": 0.1}).encode(),
+    "count over the point's": json.dumps({**GOOD, "count": 10**9, "per_message_ns": 1.0}).encode(),
+    "per_message_ns not cpu_s / count": json.dumps({**GOOD, "per_message_ns": 5.0}).encode(),
 }
 
 
 def run_through_forger(fm, frame: bytes) -> subprocess.CompletedProcess:
     """A lat run whose server's cpu_cost frame the forger replaces with `frame`."""
     server, port = serve(fm.env)
-    forger = CpuFrameForger(port, frame)
+    forger = ServerFrameRewriter(port, lambda ftype, body: frame if ftype == CPU_COST else body)
     try:
         return subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"127.0.0.1:{forger.port}",
                                "-n", "100"], env=fm.env, stdin=subprocess.DEVNULL, capture_output=True, text=True,

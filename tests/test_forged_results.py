@@ -186,6 +186,26 @@ def test_relayed_output_is_one_line_each(env_no_token, tmp_path, line):
 
 
 POINT_WITH_SAMPLES = {"type": "point", "samples": {"rtt_ns": "lat-tcp-busy-32B.rtt_ns.npy"}}
+SAMPLE_FILE = POINT_WITH_SAMPLES["samples"]["rtt_ns"]
+
+
+def point_naming(**files: str) -> bytes:
+    return b"out " + json.dumps({**POINT_WITH_SAMPLES, "samples": files}).encode()
+
+
+def run_relayed(env: dict, tmp_path: Path, frames: list[bytes], out: Path) -> subprocess.CompletedProcess:
+    """A relayed lat run with --out whose relay (it knows the token) sends `frames`, then exit 0."""
+    token = os.urandom(24).hex().encode()
+    tf = tmp_path / "token"
+    tf.write_bytes(token)
+    tf.chmod(0o600)
+    srv = FakeServer(relay_lying(token, frames))
+    try:
+        return subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "-n", "200", "--server", "127.0.0.1:1",
+                               "--via", f"127.0.0.1:{srv.port}", "--token-file", str(tf), "--out", str(out)],
+                              env=env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    finally:
+        srv.close()
 
 
 @pytest.mark.parametrize("frames,why", [
@@ -196,18 +216,29 @@ POINT_WITH_SAMPLES = {"type": "point", "samples": {"rtt_ns": "lat-tcp-busy-32B.r
      "sample file size"),                                                     # over a point's 2 GiB
     ([b"out " + json.dumps(POINT_WITH_SAMPLES).encode(), b"file lat-tcp-busy-32B.rtt_ns.npy 4",
       b"data 12345"], "more bytes"),                                          # more than announced
-], ids=["unnamed", "a path", "too big", "longer than said"])
+    ([point_naming(rtt_ns="a.npy", post_ns="a.npy"), b"file a.npy 4", b"data 1234", b"file a.npy 4", b"data 5678"],
+     "names the sample file 'a.npy' twice"),                                  # the second would replace the first
+    ([point_naming(**{f"s{i}": f"s{i}.npy" for i in range(300)}),
+      *[f for i in range(300) for f in (f"file s{i}.npy 4".encode(), b"data 1234")]],
+     "names 300 sample files, more than 8"),                                  # no point keeps that many arrays
+    ([point_naming(rtt_ns="b.npy")], "named the sample file 'b.npy', which never came"),  # the run's exit follows
+    ([point_naming(rtt_ns="b.npy"), b'out {"type": "point"}'], "named the sample file 'b.npy', which never came"),
+], ids=["unnamed", "a path", "too big", "longer than said", "named twice", "300 files", "never sent",
+        "never sent before the next line"])
 def test_relayed_samples_are_only_what_the_point_named(env_no_token, tmp_path, frames, why):
-    token = os.urandom(24).hex().encode()
-    tf = tmp_path / "token"
-    tf.write_bytes(token)
-    tf.chmod(0o600)
-    srv = FakeServer(relay_lying(token, frames))
     out = tmp_path / "out"
-    r = subprocess.run([str(ENGINE), "run", "lat", "-t", "tcp", "-n", "200", "--server", "127.0.0.1:1",
-                        "--via", f"127.0.0.1:{srv.port}", "--token-file", str(tf), "--out", str(out)],
-                       env=env_no_token, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    srv.close()
+    r = run_relayed(env_no_token, tmp_path, frames, out)
     assert r.returncode == 3, (r.stdout, r.stderr)
     assert why in engine_error(r.stderr)
     assert not (tmp_path / "evil.npy").exists() and list(out.iterdir()) == []
+
+
+def test_a_relayed_sample_file_never_replaces_one_in_out(env_no_token, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / SAMPLE_FILE).write_bytes(b"mine")
+    r = run_relayed(env_no_token, tmp_path, [point_naming(rtt_ns=SAMPLE_FILE), f"file {SAMPLE_FILE} 4".encode(),
+                                             b"data evil"], out)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    assert "File exists" in engine_error(r.stderr) and SAMPLE_FILE in engine_error(r.stderr)
+    assert (out / SAMPLE_FILE).read_bytes() == b"mine" and [f.name for f in out.iterdir()] == [SAMPLE_FILE]

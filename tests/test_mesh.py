@@ -671,6 +671,41 @@ def test_a_host_that_dies_mid_run(fm, token_file):
     assert others == {1: 0, 2: 0, 3: -signal.SIGKILL}
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_an_interrupted_mesh_keeps_what_it_measured(fm, token_file, tmp_path, sig):
+    """--launch local, 4 ranks, 3 scheduled rounds of about a second each: `sig` to rank 0 once a pair has
+    ended. Every rank and engine ends, exit 130, one line, and mesh.json holds the pairs that ended, the
+    others of the 12 marked interrupted."""
+    out = tmp_path / "mesh"
+    proc = fm.popen("mesh", "--launch", "local", "--ranks", "4", "-t", "tcp", "--json", "--mesh-port", free_port(),
+                    "--token-file", token_file, "--bursts", "5", "--burst-size", "20", "--pause-us", "200000",
+                    "--warmup", "5", "--out", out)
+    try:
+        ended = []
+        while not ended:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            ended = [p for p in json_lines(line) if p["type"] == "pair" and p["status"] == "ok"]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert line.startswith("fabmeter: interrupted: ") and f"results: {out / 'mesh.json'}" in line, line
+    doc = json.loads((out / "mesh.json").read_text())
+    pairs = {(p["src"], p["dst"]): p["status"] for p in doc["pairs"]}
+    assert sorted(pairs) == patterns.pairs("all-to-all", 4) and len(doc["pairs"]) == 12
+    done = sorted(k for k, status in pairs.items() if status == "ok")
+    assert (ended[0]["src"], ended[0]["dst"]) in done and len(done) < 12, pairs
+    assert all(status in ("ok", "interrupted") for status in pairs.values()), pairs
+    assert doc["status"] == "interrupted" and doc["mesh"]["interrupted"] == 12 - len(done), doc["mesh"]
+    assert f"{len(done)} of 12 pairs ended" in line
+    assert fm.leftovers(10) == []
+
+
 @pytest.mark.parametrize("experiment,hosts,args", [
     ("lat", ["::1"] * 3, ["-n", "300"]),        # an odd mesh on IPv6: 3 rounds, a rank resting in each
     # 48 MB a pair, more than tcp's socket buffers hold here (32 + 4 MiB): a sender can finish before its

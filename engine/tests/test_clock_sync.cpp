@@ -2,8 +2,10 @@
 // known offset and drift, probed over a path with queueing noise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "fabmeter/clock_sync.hpp"
 
@@ -122,6 +124,76 @@ TEST(ClockSync, OneWindowGivesOffsetWithoutDrift) {
   EXPECT_EQ(f.drift, 0);
   EXPECT_NEAR(f.offset_ns, 2e3, 1e-6);
   EXPECT_NEAR(f.error_bound_ns, 3e3, 1e-6);
+}
+
+// A real clock's fits are never refused: queueing noise of every size, on
+// one leg or both, windows far apart or close, drift up to the bound.
+TEST(ClockSync, RealClocksArePlausible) {
+  for (int seed = 0; seed < 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0, 1);
+    const Peer peer{(u(rng) - 0.5) * 1e15, (u(rng) - 0.5) * 2 * kMaxClockDrift * 0.99, kStart};
+    const double floor_ns = 1e3 + u(rng) * 50e3, mean_ns = u(rng) * 500e3;
+    std::exponential_distribution<double> queueing(1 / std::max(mean_ns, 1.0));
+    const int per_window = 1 + static_cast<int>(u(rng) * 64);
+    ClockEstimator est;
+    for (int w = 0; w < 2 + seed % 20; ++w) {
+      for (int i = 0; i < per_window; ++i)
+        est.add(probe(peer, kStart + w * 0.3e9 + i * 5e4, floor_ns + queueing(rng), floor_ns + queueing(rng)));
+      est.close_window();
+    }
+    const ClockFit f = est.fit();
+    EXPECT_EQ(implausible_fit(f, est.kept()), "") << "seed " << seed;
+    // A message that took the path's floor, and one corrected by the fit.
+    const double sent = kStart + 0.1e9, arrived = sent + floor_ns;
+    EXPECT_EQ(implausible_arrival(f, f.to_local(peer.read(arrived)) - sent), "") << "seed " << seed;
+  }
+}
+
+TEST(ClockSync, ReadingsBeyondAnyClockAreRefused) {
+  for (double ns : {1e300, -1e300, 1e19, std::nan(""), HUGE_VAL, -HUGE_VAL}) EXPECT_FALSE(plausible_reading(ns)) << ns;
+  for (double ns : {0.0, 8.64e13, 1e18, -1e18}) EXPECT_TRUE(plausible_reading(ns)) << ns;
+}
+
+TEST(ClockSync, ADriftNoOscillatorHasIsRefused) {
+  for (double drift : {0.023, -0.023, 600e-6}) {
+    ClockEstimator est;
+    for (int w = 0; w < 5; ++w) {
+      est.add(probe(Peer{5e6, drift, kStart}, kStart + w * 1e9, 10e3, 10e3));
+      est.close_window();
+    }
+    EXPECT_NE(implausible_fit(est.fit(), est.kept()).find("a drift of"), std::string::npos) << drift;
+  }
+}
+
+TEST(ClockSync, AReadingOffTheFitByMoreThanARoundTripIsRefused) {
+  const Peer peer{5e6, 0, kStart};
+  ClockEstimator est;
+  for (int w = 0; w < 6; ++w) {
+    ClockProbe p = probe(peer, kStart + w * 1e9, 10e3, 10e3);
+    if (w == 3) p.peer_ns += 1e6;  // one burst's replies moved by 1 ms
+    est.add(p);
+    est.close_window();
+  }
+  EXPECT_NE(implausible_fit(est.fit(), est.kept()).find("off the fit"), std::string::npos);
+}
+
+TEST(ClockSync, AnOffsetThatPutsArrivalsBeforeSendsIsRefused) {
+  // Every reply 1e15 ns ahead: a line like any other, until a message's
+  // stamps, on the peer's real clock, arrive 1e15 ns before they left.
+  const Peer real{5e6, 0, kStart}, told{5e6 + 1e15, 0, kStart};
+  ClockEstimator est;
+  for (int w = 0; w < 3; ++w) {
+    est.add(probe(told, kStart + w * 1e9, 10e3, 10e3));
+    est.close_window();
+  }
+  const ClockFit f = est.fit();
+  EXPECT_EQ(implausible_fit(f, est.kept()), "");
+  const double sent = kStart + 1.5e9;
+  EXPECT_NE(implausible_arrival(f, f.to_local(real.read(sent + 20e3)) - sent).find("before it was sent"),
+            std::string::npos);
+  // Within twice the bound and the stamps' slack: a fast path, not a lie.
+  EXPECT_EQ(implausible_arrival(f, -(2 * f.error_bound_ns + kStampSlackNs) + 1), "");
 }
 
 }  // namespace

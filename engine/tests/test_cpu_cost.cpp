@@ -9,9 +9,9 @@
 
 namespace {
 
-std::string refused(const std::string& frame) {
+std::string refused(const std::string& frame, const fm::CpuSidePlan& plan = {}) {
   try {
-    fm::decode_cpu_side(frame);
+    fm::decode_cpu_side(frame, plan);
   } catch (const fm::Error& e) {
     return e.what();
   }
@@ -100,4 +100,22 @@ TEST(CpuCost, APeersSideIsCheckedFieldByField) {
   EXPECT_NE(refused(std::string(20000, '[') + std::string(20000, ']')), "");
   EXPECT_NE(refused(""), "");
   EXPECT_NE(refused(std::string(40 * 1024, ' ') + good), "");
+}
+
+TEST(CpuCost, APeersSideIsCheckedAsAWhole) {
+  // Each field in range; together what no process of the plan's threads could spend or count.
+  const std::string side =
+      R"({"window": "measured", "window_s": 0.05, "user_s": 0.1, "system_s": 0.05, "cpu_s": 0.15,
+          "utilization": 3, "voluntary_switches": 1, "involuntary_switches": 0, "run_delay_s": null, "read_ns": 1000,
+          "per": "message", "count": 100, "per_message_ns": 1500000, "service_demand_us_per_kb": null, "cpus": null})";
+  EXPECT_EQ(refused(side, {.threads = 3, .max_count = 100}), "");
+  EXPECT_NE(refused(side, {.threads = 2, .max_count = 100}).find("more than 2 threads"), std::string::npos);
+  EXPECT_NE(refused(side, {.threads = 3, .max_count = 99}).find("count 100"), std::string::npos);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = side;
+    return s.replace(s.find(from), from.size(), to);
+  };
+  EXPECT_NE(refused(with("\"utilization\": 3", "\"utilization\": 0.5")).find("utilization"), std::string::npos);
+  EXPECT_NE(refused(with("\"cpu_s\": 0.15", "\"cpu_s\": 0.14")).find("user_s + system_s"), std::string::npos);
+  EXPECT_NE(refused(with("1500000", "15")).find("per_message_ns"), std::string::npos);
 }

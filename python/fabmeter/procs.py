@@ -138,16 +138,19 @@ class Drain(threading.Thread):
 
 
 class SignalForwarder:
-    """While active, SIGINT/SIGTERM are recorded and forwarded once to the children."""
+    """While active, SIGINT/SIGTERM are recorded and forwarded once to the children. `interrupt`: SIGHUP too,
+    and each then raises KeyboardInterrupt in the main thread, ending whatever it waits for (mesh: a coordinator
+    whose waits are its own, not an engine's)."""
 
-    def __init__(self):
+    def __init__(self, interrupt: bool = False):
         self.procs: list[subprocess.Popen] = []
         self.signum: Optional[int] = None
         self._old = {}
+        self._interrupt = interrupt
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            for s in (signal.SIGINT, signal.SIGTERM):
+            for s in (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if self._interrupt else ())):
                 self._old[s] = signal.signal(s, self._handle)
         return self
 
@@ -162,6 +165,8 @@ class SignalForwarder:
         self.signum = self.signum or signum
         for p in self.procs:
             send(p, sig)
+        if self._interrupt:
+            raise KeyboardInterrupt
 
     @property
     def interrupted(self) -> bool:

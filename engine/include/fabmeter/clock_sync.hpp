@@ -15,12 +15,35 @@
 // absolute nanoseconds (1e14 and more) never enter the fit. The bound holds
 // between the first and the last kept probe, not beyond: correct only what
 // the probes bracket.
+//
+// What a real clock can do bounds what the peer's replies may say; a fit
+// beyond it is a fault or a lie, never a figure (implausible_fit):
+// - every reading within kMaxClockNs of 0 (an int64 of ns with a margin),
+//   so neither the offset nor its application to any stamp can overflow;
+// - |drift| <= kMaxClockDrift (500 ppm), plus the tilt the fit's own bound
+//   allows over its span (2 error_bound_ns / span_ns): crystal oscillators
+//   run within ~100 ppm of each other and NTP slews a clock by at most 500
+//   ppm;
+// - each kept probe's reading within the largest kept round trip of where
+//   the fit puts it: readings that bracket a real clock's line within half
+//   their round trips leave a fit no further from any of them;
+// - no message arriving, on our clock, before it was sent by more than
+//   twice the fit's bound and kStampSlackNs (implausible_arrival).
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace fm {
+
+inline constexpr double kMaxClockNs = 0x1p62;     // ~146 years
+inline constexpr double kMaxClockDrift = 500e-6;  // 500 ppm
+// Stamps taken on different CPUs disagree by tens of ns (vCPUs' clocks).
+inline constexpr double kStampSlackNs = 1000;
+// How a refused fit's one line begins.
+inline constexpr const char* kImplausibleClock = "the server's clock replies are implausible: ";
 
 // All times in ns; local times on our clock, peer times on the peer's.
 struct ClockProbe {
@@ -54,11 +77,20 @@ class ClockEstimator {
   void close_window();
   // Offset and drift over the kept probes (drift 0 with fewer than two).
   ClockFit fit() const;
+  const std::vector<ClockProbe>& kept() const { return kept_; }
 
  private:
   std::optional<ClockProbe> best_;  // of the current window
   std::vector<ClockProbe> kept_;
   uint64_t probes_ = 0;
 };
+
+// A peer's reading of its clock (ns) a real clock could give.
+bool plausible_reading(double ns);
+// Why `f`, fitted over `kept`, is no real clock; empty if it may be.
+std::string implausible_fit(const ClockFit& f, std::span<const ClockProbe> kept);
+// Why a message that took `one_way_ns` by `f` shows the fit is no real
+// clock (it arrived before it was sent); empty if it may be.
+std::string implausible_arrival(const ClockFit& f, double one_way_ns);
 
 }  // namespace fm

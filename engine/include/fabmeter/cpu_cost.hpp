@@ -61,6 +61,7 @@ class CpuWindow {
   // Session, after the point: ends a window the experiment left open.
   void close_point(uint64_t units);
   bool ended() const { return ended_; }
+  uint64_t units() const { return units_; }
   // The side's JSON object (docs/results.md "cpu").
   JsonObj side() const;
 
@@ -76,9 +77,26 @@ class CpuWindow {
   bool ended_ = false;
 };
 
+// What a peer's side may claim, from the point's plan: its process had at
+// most `threads` threads on a CPU at once (the plan's flows or server
+// threads and the engine's own: kOwnThreads) and counted at most
+// `max_count` units.
+struct CpuSidePlan {
+  // The control thread, oneway's time thread and a transport library's own
+  // (progress, I/O), beside the plan's threads.
+  static constexpr uint32_t kOwnThreads = 4;
+  uint32_t threads = 64 + kOwnThreads;  // the most any plan has (--flows' kMaxFlows)
+  uint64_t max_count = 9007199254740992ull;  // 2^53: exact in a double
+};
+
 // A peer's side as it sent it (at most ctrl.hpp's kMaxCpuFrame bytes): parsed with nlohmann/json, every field
-// checked (names, types, ranges, at most 1024 CPUs) and re-encoded from the
-// checked values; anything else is a runtime error (a protocol error).
-std::string decode_cpu_side(std::string_view frame);
+// checked (names, types, ranges, at most 1024 CPUs), then the fields against
+// each other and the plan (cpu_s = user_s + system_s <= window_s x threads,
+// utilization = cpu_s / window_s, per_message_ns = cpu_s / count, count <=
+// max_count, each within the rounding of their 10 printed digits and
+// kCpuTickS), and re-encoded from the checked values; anything else is a
+// runtime error (a protocol error).
+inline constexpr double kCpuTickS = 0.01;  // the kernel's CPU accounting is exact to a tick (100 Hz)
+std::string decode_cpu_side(std::string_view frame, const CpuSidePlan& plan = {});
 
 }  // namespace fm

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "fabmeter/clock_sync.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/signals.hpp"
 
@@ -141,7 +142,7 @@ std::optional<ClockSkew> clock_skew_from_env() {
   const std::string_view text(env);
   auto bad = [&]() -> std::optional<ClockSkew> {
     usage_error("FABMETER_CLOCK_SKEW='" + std::string(text.substr(0, 40)) +
-                "': expected OFFSET_NS,DRIFT_PPM (|offset| <= 1e12 ns, |drift| <= 1e4 ppm), e.g. 5000000,50");
+                "': expected OFFSET_NS,DRIFT_PPM (|offset| <= 1e12 ns, |drift| <= 500 ppm), e.g. 5000000,50");
   };
   const size_t comma = text.find(',');
   if (comma == std::string_view::npos) return bad();
@@ -153,7 +154,8 @@ std::optional<ClockSkew> clock_skew_from_env() {
     v[i] = std::strtod(part.c_str(), &end);
     if (part.empty() || end != part.c_str() + part.size() || !std::isfinite(v[i])) return bad();
   }
-  if (std::abs(v[0]) > 1e12 || std::abs(v[1]) > 1e4) return bad();
+  // A drift no real clock has would only have its fit refused (kMaxClockDrift).
+  if (std::abs(v[0]) > 1e12 || std::abs(v[1]) > kMaxClockDrift * 1e6) return bad();
   return ClockSkew{v[0], v[1]};
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace fm {
 
@@ -52,6 +53,40 @@ ClockFit ClockEstimator::fit() const {
     f.error_bound_ns = std::max(f.error_bound_ns, std::max(0.0, p.delay_ns()) / 2 +
                                                       std::abs(offset_of(p) - f.offset_at(local_time(p))));
   return f;
+}
+
+namespace {
+std::string format(const char* fmt, double a, double b = 0) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, fmt, a, b);
+  return buf;
+}
+}  // namespace
+
+bool plausible_reading(double ns) { return std::isfinite(ns) && std::abs(ns) <= kMaxClockNs; }
+
+std::string implausible_fit(const ClockFit& f, std::span<const ClockProbe> kept) {
+  if (!plausible_reading(f.offset_ns)) return format("an offset of %.6g ns", f.offset_ns);
+  // The fitted line is within the bound of the truth at both ends of its
+  // span, so its slope within 2 bound / span of the true drift.
+  const double tilt = f.span_ns > 0 ? 2 * f.error_bound_ns / f.span_ns : 0;
+  if (!(std::abs(f.drift) <= kMaxClockDrift + tilt))
+    return format("a drift of %.6g ppm (a real clock's is within %.0f ppm)", f.drift_ppm(), kMaxClockDrift * 1e6);
+  double widest = 0;
+  for (const ClockProbe& p : kept) widest = std::max(widest, p.delay_ns());
+  for (const ClockProbe& p : kept) {
+    const double residual = std::abs(offset_of(p) - f.offset_at(local_time(p)));
+    if (!(residual <= widest + 1))  // 1 ns: the readings' printed digits
+      return format("a reading %.6g ns off the fit, beyond the probes' round trip of %.6g ns", residual, widest);
+  }
+  return "";
+}
+
+std::string implausible_arrival(const ClockFit& f, double one_way_ns) {
+  const double least = -(2 * f.error_bound_ns + kStampSlackNs);
+  if (one_way_ns >= least) return "";
+  return format("by the fit a message arrived %.6g ns before it was sent (the fit's bound: %.6g ns)", -one_way_ns,
+                f.error_bound_ns);
 }
 
 }  // namespace fm

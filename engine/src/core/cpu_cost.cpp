@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -246,9 +247,32 @@ void only_keys(const nlohmann::json& o, size_t n, const char* what) {
   if (o.size() != n) bad(std::string(what) + " has unknown or missing fields");
 }
 
+// Two printings of one value (%.10g) agree to this much.
+bool same(double a, double b) { return std::abs(a - b) <= 1e-9 + 1e-8 * std::max(std::abs(a), std::abs(b)); }
+
+// The fields against each other and the plan: each alone in range proves
+// nothing (cpu_s 1e9 in a 0.05 s window).
+void check_whole(const nlohmann::json& side, const CpuSidePlan& plan) {
+  const double window = side["window_s"].get<double>(), cpu = side["cpu_s"].get<double>();
+  if (!same(cpu, side["user_s"].get<double>() + side["system_s"].get<double>()))
+    bad("cpu_s is not user_s + system_s");
+  if (cpu > window * plan.threads + kCpuTickS)
+    bad("cpu_s " + std::to_string(cpu) + " is more than " + std::to_string(plan.threads) + " threads can spend in " +
+        std::to_string(window) + " s");
+  const nlohmann::json& util = side["utilization"];
+  if (window > 0 ? util.is_null() || !same(util.get<double>(), cpu / window) : !util.is_null())
+    bad("utilization is not cpu_s / window_s");
+  const uint64_t count = side["count"].get<uint64_t>();
+  if (count > plan.max_count)
+    bad("count " + std::to_string(count) + " is more than the point's " + std::to_string(plan.max_count));
+  const nlohmann::json& per = side["per_message_ns"];
+  if (count ? per.is_null() || !same(per.get<double>(), cpu * 1e9 / static_cast<double>(count)) : !per.is_null())
+    bad("per_message_ns is not cpu_s / count");
+}
+
 }  // namespace
 
-std::string decode_cpu_side(std::string_view frame) {
+std::string decode_cpu_side(std::string_view frame, const CpuSidePlan& plan) {
   if (frame.size() > kMaxCpuFrame) bad("too long");
   nlohmann::json j = nlohmann::json::parse(frame, nullptr, false);
   if (j.is_discarded()) bad("not JSON");
@@ -269,6 +293,7 @@ std::string decode_cpu_side(std::string_view frame) {
   out["count"] = count(j, "count", kMaxCount);
   out["per_message_ns"] = number(j, "per_message_ns", 1e15, true);
   out["service_demand_us_per_kb"] = number(j, "service_demand_us_per_kb", 1e15, true);
+  check_whole(out, plan);
   const auto cpus = j.find("cpus");
   if (cpus == j.end()) bad("no cpus");
   if (cpus->is_null()) {

@@ -36,14 +36,11 @@ constexpr double kSpinNs = 1e6;
 constexpr double kProbeWaitNs = 20e6;
 constexpr int kMaxLostInARow = 8;
 // The server's turnaround is measured on its clock, the round trip on
-// ours: their rates differ (up to 1e4 ppm with FABMETER_CLOCK_SKEW, ~100
-// ppm between real oscillators), so a probe's delay is off by that times
-// its turnaround. Probes the server held longer than this (descheduled)
-// are not used: at 100 ppm they would be 20 ns off, unseen by the bound.
+// ours: their rates differ (~100 ppm between real oscillators, at most
+// kMaxClockDrift), so a probe's delay is off by that times its
+// turnaround. Probes the server held longer than this (descheduled) are
+// not used: at 100 ppm they would be 20 ns off, unseen by the bound.
 constexpr double kMaxTurnaroundNs = 200e3;
-// The peer's turnaround may exceed our round trip by this fraction (the
-// rates' difference) before it counts as a lie.
-constexpr double kMaxRateDifference = 1e-2;
 
 // The one datagram of the UDP path, both ways: the probe's index in its
 // burst and the burst's nonce (sent over the control channel), so a stray
@@ -87,7 +84,7 @@ void probe_over_control_channel(Ctx& ctx) {
     const std::string answer = ctx.ctrl.recv(CtrlType::exchange, "clock probe answer");
     const double received = clk.ticks_to_mono_ns(clk.ticks());
     const ClockProbe probe = read_probe_answer(answer, sent, received);
-    if (probe.delay_ns() >= 0) ctx.sync.estimator.add(probe);  // else the clocks' rates, not the path (kMaxRateDifference)
+    if (probe.delay_ns() >= 0) ctx.sync.estimator.add(probe);  // else the clocks' rates, not the path (kMaxClockDrift)
   }
 }
 
@@ -265,7 +262,10 @@ ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double rec
     runtime_error("clock probe: the other end's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
   const double peer = parse_peer_double(answer.substr(0, space), "clock probe time");
   const double turnaround = parse_peer_double(answer.substr(space + 1), "clock probe turnaround");
-  if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxRateDifference)))
+  if (!plausible_reading(peer))
+    runtime_error(kImplausibleClock + std::string("a reading of ") + peer_excerpt(answer.substr(0, space)) + " ns");
+  // The peer's turnaround may exceed our round trip by the rates' difference before it counts as a lie.
+  if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxClockDrift)))
     runtime_error("clock probe: the other end's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
                   " ns) does not fit in the round trip");
   return {sent_ns, peer, received_ns, turnaround};
@@ -347,6 +347,8 @@ void probe_clock(Ctx& ctx) {
   if (ctx.role == Role::client) {
     sync.estimator.close_window();
     sync.fit = sync.estimator.fit();
+    if (const std::string why = implausible_fit(sync.fit, sync.estimator.kept()); !why.empty())
+      runtime_error(kImplausibleClock + why);
   }
 }
 

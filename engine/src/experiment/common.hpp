@@ -80,6 +80,13 @@ struct ClockSync {
   uint64_t probes_lost = 0;          // UDP probes without an answer or a stamp, or held long by the server
   uint64_t datagrams_dropped = 0;    // by either end: wrong length, nonce, index, a repeat
   uint64_t realtime_steps = 0;       // UDP bursts during which our CLOCK_REALTIME was set (taken again by control channel)
+  // The earliest arrival a point's stamps show, by the fit (arrival - send):
+  // one before its send refuses the fit (implausible_arrival).
+  void check_arrival(double earliest_one_way_ns) const {
+    if (!probed) return;
+    if (const std::string why = implausible_arrival(fit, earliest_one_way_ns); !why.empty())
+      runtime_error(kImplausibleClock + why);
+  }
   const char* path() const {
     return udp_bursts && control_bursts ? "mixed" : udp_bursts ? kUdpKernelTimestamps : kControlChannel;
   }

@@ -38,6 +38,9 @@ struct PointCost {
 // The most sample storage one point may take on the client: a plan over it
 // is refused with the plan (exit 2), never met by a failed allocation.
 inline constexpr double kMaxSampleBytes = static_cast<double>(2ull << 30);
+// The most sample arrays (files under --out) one point keeps: oneway's five
+// (latency, post, send, latency from send, completion) are the most.
+inline constexpr size_t kMaxSampleArrays = 8;
 
 // A point's connections, for experiments with kManyConnections.
 template <class T>

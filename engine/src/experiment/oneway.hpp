@@ -165,6 +165,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
     }
     latency.push_back(ns);
   }
+  if (!latency.empty()) c.sync.check_arrival(*std::min_element(latency.begin(), latency.end()));
   // Both on the client's clock: no correction.
   std::vector<double> post;  // t_post - t_subm: how long the post call took
   post.reserve(sent - std::min(sent, warmup));

@@ -37,8 +37,11 @@ constexpr int kPollMs = 100;          // how often the relay looks at the client
 constexpr uint32_t kByeTimeoutMs = 5000;
 // A sample file travels in chunks of at most this much: all the relay holds of it.
 constexpr size_t kSampleChunk = 1 << 20;
-// The largest sample file a client takes: a point's whole sample storage and the .npy header.
-constexpr uint64_t kMaxSampleFile = static_cast<uint64_t>(kMaxSampleBytes) + 4096;
+// A .npy file's header, beside its samples.
+constexpr uint64_t kNpyHeaderBytes = 4096;
+// What one point's sample files may bring, all together: a point's whole
+// sample storage (the plan's own limit) and a header each.
+constexpr uint64_t kMaxPointSampleBytes = static_cast<uint64_t>(kMaxSampleBytes) + kMaxSampleArrays * kNpyHeaderBytes;
 
 // A sample file's name as the run names it (write_arrays: a stem and
 // ".NAME.npy"): one plain name, never a path.
@@ -399,16 +402,33 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
 
 namespace {
 
-// The client's side of a relayed run's samples: only files the point line
-// just relayed named, each once, each no bigger than a point's samples can
-// be, written under --out (as NAME.part, renamed when whole).
+// The client's side of a relayed run's samples: exactly the files the point
+// line just relayed named, each once, never over a file already in --out,
+// at most kMaxSampleArrays files and kMaxPointSampleBytes in all, written
+// under --out (as NAME.part, linked to NAME when whole). A named file that
+// has not come by the next line or the run's exit ends the run (exit 3).
 class SampleReceiver {
  public:
   explicit SampleReceiver(const std::string& out_dir) : dir_(out_dir) {
     if (!dir_.empty() && ::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) sys_error("cannot create " + dir_);
   }
   void expect(std::string_view line) {
-    if (!dir_.empty()) expected_ = sample_files(line);
+    if (dir_.empty()) return;
+    all_received();
+    expected_ = sample_files(line);
+    if (expected_.size() > kMaxSampleArrays)
+      runtime_error("relay: the run's point names " + std::to_string(expected_.size()) + " sample files, more than " +
+                    std::to_string(kMaxSampleArrays));
+    for (auto it = expected_.begin(); it != expected_.end(); ++it)
+      if (std::find(it + 1, expected_.end(), *it) != expected_.end())
+        runtime_error("relay: the run's point names the sample file '" + peer_excerpt(*it) + "' twice");
+    bytes_left_ = kMaxPointSampleBytes;
+  }
+  // Every file the last point named came.
+  void all_received() const {
+    if (!expected_.empty())
+      runtime_error("relay: the run's point named the sample file '" + peer_excerpt(expected_.front()) +
+                    "', which never came");
   }
   // `header`: "NAME BYTES"; the data frames follow.
   void receive(Ctrl& ctrl, std::string_view header) {
@@ -418,9 +438,10 @@ class SampleReceiver {
     if (dir_.empty() || it == expected_.end() || !plain_file_name(name))
       runtime_error("relay: a sample file the run's point did not name: '" + peer_excerpt(header) + "'");
     expected_.erase(it);
-    uint64_t left = parse_peer_u64(header.substr(space + 1), "relay: sample file size", kMaxSampleFile);
+    uint64_t left = parse_peer_u64(header.substr(space + 1), "relay: sample file size", bytes_left_);
+    bytes_left_ -= left;
     const std::string path = dir_ + "/" + name, part = path + ".part";
-    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) sys_error("cannot write " + part);
     try {
       while (left > 0) {
@@ -440,12 +461,18 @@ class SampleReceiver {
       ::unlink(part.c_str());
       throw;
     }
-    if (::close(fd) != 0 || ::rename(part.c_str(), path.c_str()) != 0) sys_error("cannot write " + path);
+    // A link, not a rename: it never replaces a file already there.
+    const bool whole = ::close(fd) == 0 && ::link(part.c_str(), path.c_str()) == 0;
+    const int error = errno;
+    ::unlink(part.c_str());
+    errno = error;
+    if (!whole) sys_error("cannot write " + path);
   }
 
  private:
   std::string dir_;
   std::vector<std::string> expected_;
+  uint64_t bytes_left_ = 0;  // of the point's kMaxPointSampleBytes
 };
 
 }  // namespace
@@ -506,6 +533,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
     } else if (v.rfind("file ", 0) == 0) {
       samples.receive(ctrl, v.substr(5));
     } else if (v.rfind("exit ", 0) == 0) {
+      samples.all_received();
       const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
       if (series && !ended)  // the run died before its end line: the series' reader still gets one
         emit_line(JsonObj().add("type", "end").add("status", "failed")

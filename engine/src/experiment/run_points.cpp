@@ -74,7 +74,14 @@ std::string exchange_cpu_cost(Ctx& ctx, Status st) {
     ctx.ctrl.send(CtrlType::cpu_cost, ctx.cpu.side().str());
     return "null";
   }
-  return decode_cpu_side(ctx.ctrl.recv(CtrlType::cpu_cost, "the server's cpu cost of the point"));
+  // The server counts what our side sent it, and its window may open before
+  // the warm-up's end (a receiver that cannot tell it): the warm-up's on top.
+  const Params& p = ctx.p;
+  const uint64_t warmup = std::max<uint64_t>(p.warmup > 0 ? static_cast<uint64_t>(p.warmup) : 0,
+                                             CommonOptions::kDefaultWarmup);
+  const CpuSidePlan plan{.threads = std::max(p.flows, p.load.server_threads) + CpuSidePlan::kOwnThreads,
+                         .max_count = ctx.cpu.units() + warmup};
+  return decode_cpu_side(ctx.ctrl.recv(CtrlType::cpu_cost, "the server's cpu cost of the point"), plan);
 }
 
 // What the experiment asks of the transport.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <limits>
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
@@ -176,6 +177,7 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
     list += ns ? std::to_string(std::llround(*ns)) : "null";
   };
   uint64_t sent_measured = 0, lost = 0, warmup_lost = 0, over_deadline = 0;
+  double earliest = std::numeric_limits<double>::infinity();  // arrival - send, by the fit
   for (uint64_t k = 0; k < warmup; ++k) warmup_lost += t_subm[k] && !t_recv[k];
   for (uint64_t k = warmup; k < total; ++k) {
     if (!t_subm[k]) {  // missed step: never sent
@@ -193,10 +195,12 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
     }
     double ns = c.sync.probed ? fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(timer.due(k))
                             : clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - timer.due(k))));
+    if (c.sync.probed) earliest = std::min(earliest, ns - clk.to_ns(static_cast<double>(static_cast<int64_t>(t_subm[k] - timer.due(k)))));
     if (p.stream.per_step) put(step_latency, &ns);
     latency.push_back(ns);
     over_deadline += ns > deadline_ns;
   }
+  c.sync.check_arrival(earliest);
   const uint64_t steps_measured = total - warmup;
   out.fields.add("rate_hz", rate).add("values", values)
       .add("iterations", static_cast<uint64_t>(latency.size()))

@@ -273,11 +273,19 @@ def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = Non
             print(json.dumps(obj), flush=True)
         elif obj["type"] != "pair" and not quiet:
             print(shown_lines(output.matrix(obj, pairs)), flush=True)
-        if obj["type"] == "mesh" and out:     # rank 0, at the end: failed pairs are kept and marked
+        if obj["type"] != "mesh":
+            return
+        results = ""
+        if out:     # rank 0, at the end: failed and interrupted pairs are kept and marked
             path = out / output.MESH_FILE
             write_json(path, output.record(obj, pairs, started_at, now_iso(),
                                            sys.argv if command is None else command, given, envinfo.collect()))
-            say(f"results: {path}")
+            results = f"results: {path}"
+        if obj["interrupted"]:      # the one line of an interrupted mesh (exit 130)
+            say(f"interrupted: {obj['pairs'] - obj['interrupted']} of {obj['pairs']} pairs ended, the others "
+                f"marked interrupted{'; ' + results if results else ''}")
+        elif results:
+            say(results)
 
     with _token_in_environment(token):
         return mesh_run.main(spec, emit, lambda line: say(f"warning: {line}"))

@@ -94,8 +94,9 @@ def samples_dir(src: int, dst: int) -> str:
     return f"pairs/{src}-{dst}"
 
 
-def failed_pair(src: int, dst: int, message: str) -> dict:
-    return {"type": "pair", "src": src, "dst": dst, "status": "failed", "message": message,
+def failed_pair(src: int, dst: int, message: str, status: str = "failed") -> dict:
+    """A pair without figures: `failed`, or `interrupted` (the mesh was, before the pair finished)."""
+    return {"type": "pair", "src": src, "dst": dst, "status": status, "message": message,
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
             "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
             "start_late_ns": None, "start_ready_ns": None,
@@ -248,7 +249,8 @@ class Summary:
         return {"type": "mesh", "experiment": self.experiment, "tool": self.tool,
                 "transport": self.options.get("transport"),
                 "pattern": self.pattern, "schedule": self.schedule, "hosts": self.hosts,
-                "pairs": len(self.pairs), "failed": sum(p["status"] != "ok" for p in self.pairs),
+                "pairs": len(self.pairs), "failed": sum(p["status"] == "failed" for p in self.pairs),
+                "interrupted": sum(p["status"] == "interrupted" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
                 "start_skew_ns": spread(skews), "start_late_ns": spread(self._late),
                 "start_ready_ns": spread(self._ready),
@@ -442,7 +444,8 @@ def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, 
     for h in hosts:
         h["environment"] = environments[h["rank"]] if h["rank"] < len(environments) else None
     return {"type": "mesh", "command": command, "started_at": started_at, "finished_at": finished_at,
-            "status": "ok" if summary["failed"] == 0 else "failed", "params": options, "environment": environment,
+            "status": "interrupted" if summary["interrupted"] else "ok" if summary["failed"] == 0 else "failed",
+            "params": options, "environment": environment,
             "mesh": {k: v for k, v in summary.items() if k not in LIFTED}, "pairs": pairs,
             "matrix": matrices(summary, pairs), "per_host": hosts,
             "outliers": summary.get("outliers"), "drift": summary.get("drift"), "load": summary.get("load")}

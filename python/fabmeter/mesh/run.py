@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import collections
 import ipaddress
+import itertools
 import queue
 import selectors
-import signal
 import socket
 import threading
 import time
@@ -38,7 +38,7 @@ from typing import Callable, Optional
 
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
-from fabmeter.errors import EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, series, slotted, tool_pair
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
@@ -136,27 +136,27 @@ def is_loopback(host: str) -> bool:
 
 def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
     """Runs this rank to the end; rank 0 emits the pair objects and the summary. The exit code."""
-    # No forwarder here (one left unentered): Ctrl-C must raise KeyboardInterrupt in whatever wait the
-    # main thread is in; the engines, in their own process groups, then get SIGTERM from the finally
-    # below or from the kernel as we exit (PR_SET_PDEATHSIG). Set explicitly, as every other command
-    # sets its own: Python leaves SIGINT ignored when it starts with it ignored (a background job).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if spec.schedule == "slotted":
-        spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
-    if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
-        spec.pool = series.Pool(spec.engine, spec.experiment, pair_options(spec, spec.rank or 0, 0))
-    try:
-        return _rank_or_coordinator(spec, emit, warn)
-    finally:
-        if spec.pool is not None:
-            spec.pool.close(spec.timeout_s)
+    # SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in whatever wait the main thread is in (the rank's
+    # engine server gets the signal too): rank 0 then ends the mesh and keeps what it measured
+    # (_interrupted); the engine clients, in their own process groups, get SIGTERM from the finally below or
+    # from the kernel as we exit (PR_SET_PDEATHSIG).
+    with procs.SignalForwarder(interrupt=True) as fwd:
+        if spec.schedule == "slotted":
+            spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
+        if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
+            spec.pool = series.Pool(spec.engine, spec.experiment, pair_options(spec, spec.rank or 0, 0))
+        try:
+            return _rank_or_coordinator(spec, emit, warn, fwd)
+        finally:
+            if spec.pool is not None:
+                spec.pool.close(0 if fwd.interrupted else spec.timeout_s)
 
 
-def _rank_or_coordinator(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None]) -> int:
+def _rank_or_coordinator(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], None],
+                         fwd: procs.SignalForwarder) -> int:
     if spec.serve_port is not None:
         return _coordinate_serves(spec, emit)
-    server = run.LocalServer(spec.engine, None, procs.SignalForwarder(), bind=spec.hosts[spec.rank],
-                             max_sessions=len(spec.hosts))
+    server = run.LocalServer(spec.engine, None, fwd, bind=spec.hosts[spec.rank], max_sessions=len(spec.hosts))
     server.start_draining()
     launched = None
     finished = False
@@ -395,10 +395,15 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         summary.tool = spec.tool
         lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), spec.lead_s, MAX_LEAD_S) if spec.slots
                     else spec.lead_s)
-        for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
-            if spec.max_rounds is not None and index >= spec.max_rounds:
-                break
-            lead.after(_one_round(spec, index, pairs, joined, ports, inbox, summary, emit, lead.ns))
+        rounds = itertools.islice(patterns.iter_rounds(spec.pattern, spec.schedule, n), spec.max_rounds)
+        pairs: list = []
+        try:
+            for index, pairs in enumerate(rounds):
+                lead.after(_one_round(spec, index, pairs, joined, ports, inbox, summary, emit, lead.ns))
+        except KeyboardInterrupt:
+            for other in joined.values():
+                _try_send(other, {"type": "abort", "message": "interrupted"})
+            return _interrupted(summary, emit, itertools.chain([pairs], rounds))
         for other in joined.values():
             if other.alive:
                 _try_send(other, {"type": "done"})
@@ -407,6 +412,18 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
     finally:
         for other in joined.values():
             other.channel.close()
+
+
+def _interrupted(summary: "output.Summary", emit: Callable[[dict], None], rounds) -> int:
+    """Ctrl-C, SIGTERM or SIGHUP: the pairs that finished are kept, every other pair of `rounds` (the one under
+    way and those not begun) is marked interrupted, and the summary goes out (mesh.json). Exit 130."""
+    done = {(p["src"], p["dst"]) for p in summary.pairs}
+    for pairs in rounds:
+        for src, dst in pairs:
+            if (src, dst) not in done:
+                summary.add(emit, output.failed_pair(src, dst, "the mesh was interrupted first", "interrupted"))
+    emit(summary.as_json())
+    return EXIT_INTERRUPTED
 
 
 def _gather(spec: MeshSpec, warn: Callable[[str], None], launched: Optional[launch.Launched]) -> dict[int, Rank]:
@@ -604,38 +621,50 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
     lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), ROUND_LEAD_S, MAX_LEAD_S) if spec.slots
                 else ROUND_LEAD_S)
-    for index, pairs in enumerate(patterns.iter_rounds(spec.pattern, spec.schedule, n)):
-        lead_ns = lead.ns
-        start_ns = time.monotonic_ns() + lead_ns
-        done: queue.Queue = queue.Queue()
-        for src, dst in pairs:
-            threading.Thread(target=lambda s=src, d=dst: done.put(_run_pair(spec, s, d, address[d], start_ns,
-                                                                            via=address[s], envs=envs)),
-                             daemon=True).start()
-        started: list[int] = []
-        late: list[int] = []
-        margins: list[int] = []
-        readies: list[int] = []
-        for _ in pairs:
-            pair = done.get()
-            pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
-            pair["steps"] = slotted.valid_steps(pair["steps"])
-            summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
-            started_ns = pair.pop("started_ns", None)
-            if started_ns is not None:
-                started.append(started_ns)
-            if pair.get("start_late_ns") is not None:
-                late.append(pair["start_late_ns"])
-            if pair.get("start_margin_ns") is not None:
-                margins.append(pair["start_margin_ns"])
-            if pair.get("start_ready_ns") is not None:
-                readies.append(pair["start_ready_ns"])
-            summary.add(emit, pair)
-        summary.add_round(index, pairs, started, late, lead_ns, margins, readies)
-        lead.after(readies)
+    rounds = patterns.iter_rounds(spec.pattern, spec.schedule, n)
+    pairs: list = []
+    try:
+        for index, pairs in enumerate(rounds):
+            _serves_round(spec, index, pairs, address, envs, summary, emit, lead)
+    except KeyboardInterrupt:
+        summary.environments = [envs.get(r) for r in range(n)]
+        return _interrupted(summary, emit, itertools.chain([pairs], rounds))
     summary.environments = [envs.get(r) for r in range(n)]
     emit(summary.as_json())
     return EXIT_OK if summary.all_ok() else EXIT_RUNTIME
+
+
+def _serves_round(spec: MeshSpec, index: int, pairs: list, address: list[str], envs: dict,
+                  summary: "output.Summary", emit: Callable[[dict], None], lead: Lead) -> None:
+    """One round of --launch serve: every pair relayed by its source's serve, each in a thread."""
+    lead_ns = lead.ns
+    start_ns = time.monotonic_ns() + lead_ns
+    done: queue.Queue = queue.Queue()
+    for src, dst in pairs:
+        threading.Thread(target=lambda s=src, d=dst: done.put(_run_pair(spec, s, d, address[d], start_ns,
+                                                                        via=address[s], envs=envs)),
+                         daemon=True).start()
+    started: list[int] = []
+    late: list[int] = []
+    margins: list[int] = []
+    readies: list[int] = []
+    for _ in pairs:
+        pair = done.get()
+        pair["load"] = output.valid_load(pair["load"]) or None     # relayed by a serve: taken as a rank's
+        pair["steps"] = slotted.valid_steps(pair["steps"])
+        summary.start_clock_error_ns = max(summary.start_clock_error_ns, pair.pop("clock_error_ns", 0))
+        started_ns = pair.pop("started_ns", None)
+        if started_ns is not None:
+            started.append(started_ns)
+        if pair.get("start_late_ns") is not None:
+            late.append(pair["start_late_ns"])
+        if pair.get("start_margin_ns") is not None:
+            margins.append(pair["start_margin_ns"])
+        if pair.get("start_ready_ns") is not None:
+            readies.append(pair["start_ready_ns"])
+        summary.add(emit, pair)
+    summary.add_round(index, pairs, started, late, lead_ns, margins, readies)
+    lead.after(readies)
 
 
 def _check_serves(spec: MeshSpec, address: list[str]) -> None:

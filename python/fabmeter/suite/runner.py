@@ -113,6 +113,8 @@ def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[
         return "interrupted", "interrupted", EXIT_INTERRUPTED
     except Exception as e:      # noqa: BLE001 -- a mesh point that breaks (its port taken, ...) fails alone
         return "failed", f"{type(e).__name__}: {e}", EXIT_INTERNAL
+    if code == EXIT_INTERRUPTED:  # its mesh.json keeps the pairs that ended
+        return "interrupted", "interrupted", code
     return ("ok", "", code) if code == EXIT_OK else ("failed", f"exit {code}", code)
 
 
