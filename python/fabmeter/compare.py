@@ -232,7 +232,8 @@ def compare(base: Path, new: Path, fail_worse: Optional[float]) -> dict:
         c = judge(b, n)
         higher = b[0].higher_is_better
         limit = None if fail_worse is None else 1 / (1 + fail_worse) if higher else 1 + fail_worse
-        fails = c.verdict == stats.WORSE and limit is not None and stats.verdict(c.interval, higher, limit) == stats.WORSE
+        fails = (c.verdict == stats.WORSE and limit is not None   # only a verdict fails the gate
+                 and stats.verdict(c.interval, higher, limit) == stats.WORSE)
         failing += fails
         added = None if c.interval is None or c.base is None else [(c.interval[0] - 1) * c.base,
                                                                    (c.interval[1] - 1) * c.base]
