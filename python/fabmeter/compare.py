@@ -155,17 +155,16 @@ def judge(base: list[Item], new: list[Item]) -> stats.Comparison:
     runs' samples (latency: the raw samples; bw: messages per bin) where there is one run a side with them."""
     higher = base[0].higher_is_better
     figures = [[i.value for i in side if i.value is not None] for side in (base, new)]
-    runs = min(len(f) for f in figures)
-    if runs >= MIN_RUNS:
+    nb, nn = len(figures[0]), len(figures[1])
+    if min(nb, nn) >= MIN_RUNS:
         c = stats.compare_runs(figures[0], figures[1], higher)
-        c.reason = f"{len(figures[0])} + {len(figures[1])} runs: the ratio's interval over the runs"
+        c.reason = f"{nb} + {nn} runs: the ratio's interval over the runs"
         return c
     samples = [[s for s in (i.samples() for i in side) if s is not None] for side in (base, new)]
     within = (stats.bootstrap_interval(samples[0][0], samples[1][0])
-              if len(figures[0]) == len(figures[1]) == len(samples[0]) == len(samples[1]) == 1 else None)
-    spread = run_spread.spread(base[0].kind)
-    c = stats.compare_beyond_spread(figures[0], figures[1], higher, spread, within)
-    few = f"{runs} run{'s' if runs != 1 else ''} a side"
+              if nb == nn == len(samples[0]) == len(samples[1]) == 1 else None)
+    c = stats.compare_beyond_spread(figures[0], figures[1], higher, run_spread.spread(base[0].kind), within)
+    few = f"{nb} run{'s' if nb != 1 else ''} a side" if nb == nn else f"{nb} + {nn} runs"
     c.reason = (f"{few}: no figure on one side" if c.ratio is None else
                 f"{few}: rerun with --repeat {MIN_RUNS}" if c.verdict == stats.UNKNOWN else
                 f"{few}: a shift beyond the run-to-run spread measured for this kind of point")
