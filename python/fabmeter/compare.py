@@ -241,7 +241,7 @@ def compare(base: Path, new: Path, fail_worse: Optional[float]) -> dict:
     only = [[b for b, n in groups.values() if not n], [n for b, n in groups.values() if not b]]
     message = None if rows else (
         f"nothing matched: base holds {holds(only[0])}; new holds {holds(only[1])}. compare matches one "
-        "measurement (experiment, transport, poll, options, size, rate, server) across two folders; "
+        "measurement (experiment, transport, poll, options, size, rate and path) across two folders; "
         "`fabmeter report` puts different modes side by side")
     return {"base": str(base), "new": str(new), "environment_diff": [
                 {"field": f, "base": bv, "new": nv} for f, bv, nv in env_diff(base_envs[:1], new_envs[:1])],

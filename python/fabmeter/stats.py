@@ -3,7 +3,7 @@
 Every comparison fabmeter prints (`fabmeter bench`, `fabmeter compare`,
 `make bench-ab`, the Soft-RoCE comparison) goes through here, so a ratio
 always comes with an interval and a verdict that may be "cannot tell".
-Three kinds of evidence, best first:
+Four kinds of evidence, best first:
 
 - Alternated rounds (both sides measured once per round, back to back, in
   alternating order): the ratio of each round's two figures; the interval is
