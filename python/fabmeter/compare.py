@@ -23,9 +23,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from fabmeter import analysis, run_spread, stats
+from fabmeter import analysis, stats
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.report import model
+from fabmeter.run_spread import kind_of, spread
 
 # Params that say how long or where a run measured, not what: left out of the match.
 NOT_WHAT = {"iters", "warmup", "duration", "count", "timeout_ms", "seed", "samples", "cpu", "port"}
@@ -91,23 +92,25 @@ def item_of_point(entry: model.Entry) -> Item:
     p = entry.point
     server = (entry.run.doc.get("config") or {}).get("server")
     label = f"{entry.experiment} {entry.label} {entry.where()}" + (f" to {server.rsplit(':', 1)[0]}" if server else "")
-    params = entry.run.params
-
-    def kind(figure: str) -> tuple:
-        return run_spread.kind_of(experiment=entry.experiment, transport=p.get("transport", params.get("transport")),
-                                  poll=p.get("poll", params.get("poll")), figure=figure)
-
     if entry.experiment == "bw" and isinstance(p.get("msg_rate"), (int, float)):
         return Item(point_key(entry), label, "msg/s", float(p["msg_rate"]), True, lambda: bins_of(p),
-                    kind("msg_rate"))
+                    spread_kind(entry, "msg_rate"))
     if entry.experiment == "setup":   # a connect's or a registration's time, on base pages
         key = "connect_ns" if p.get("what") == "connect" else "register_ns"
         value = model.stat(p, key, "p50")
         return Item(point_key(entry), label, f"{key[:-3]} p50 ns", value, False, lambda: entry.raw_samples(key),
-                    kind(f"{key[:-3]} p50"))
+                    spread_kind(entry, f"{key[:-3]} p50"))
     value = (p.get("latency_ns") if isinstance(p.get("latency_ns"), dict) else {}).get("p50")
     return Item(point_key(entry), label, f"p50 {'RTT/2' if entry.rtt_half else 'one-way'} ns",
-                float(value) if isinstance(value, (int, float)) else None, False, entry.samples, kind("p50"))
+                float(value) if isinstance(value, (int, float)) else None, False, entry.samples,
+                spread_kind(entry, "p50"))
+
+
+def spread_kind(entry: model.Entry, figure: str) -> tuple:
+    """The kind of point whose run-to-run spread (run_spread.py) judges this figure of `entry`."""
+    p, params = entry.point, entry.run.params
+    return kind_of(experiment=entry.experiment, transport=p.get("transport", params.get("transport")),
+                   poll=p.get("poll", params.get("poll")), figure=figure)
 
 
 def bins_of(point: dict) -> Optional[np.ndarray]:
@@ -163,7 +166,7 @@ def judge(base: list[Item], new: list[Item]) -> stats.Comparison:
     samples = [[s for s in (i.samples() for i in side) if s is not None] for side in (base, new)]
     within = (stats.bootstrap_interval(samples[0][0], samples[1][0])
               if nb == nn == len(samples[0]) == len(samples[1]) == 1 else None)
-    c = stats.compare_beyond_spread(figures[0], figures[1], higher, run_spread.spread(base[0].kind), within)
+    c = stats.compare_beyond_spread(figures[0], figures[1], higher, spread(base[0].kind), within)
     few = f"{nb} run{'s' if nb != 1 else ''} a side" if nb == nn else f"{nb} + {nn} runs"
     c.reason = (f"{few}: no figure on one side" if c.ratio is None else
                 f"{few}: rerun with --repeat {MIN_RUNS}" if c.verdict == stats.UNKNOWN else
@@ -266,8 +269,8 @@ def verdict_text(r: dict) -> str:
 
 
 def evidence_text(r: dict) -> str:
-    spread = "" if r["method"] != "spread" else f" x{r['spread']:.3f}"
-    return f"{METHOD[r['method']]}{spread} ({r['runs'][0]}+{r['runs'][1]})"
+    factor = "" if r["method"] != "spread" else f" x{r['spread']:.3f}"
+    return f"{METHOD[r['method']]}{factor} ({r['runs'][0]}+{r['runs'][1]})"
 
 
 def print_comparison(doc: dict) -> None:
