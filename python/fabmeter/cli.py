@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, path, recorded, run, search, serve, slo
+from fabmeter import __version__, analysis, path, recorded, repeat, run, search, serve, slo
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import command as mesh_command
@@ -79,6 +79,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
         command.add_argument("--json", action="store_true",
                        help="print one JSON object per measured point (JSON Lines for sweeps)")
         command.add_argument("--out", metavar="DIR", help="write DIR/run.json and the raw samples (.npy)")
+        command.add_argument("--repeat", metavar="N", type=repeat.count, default=1, help=repeat.HELP)
         command.add_argument("--server", metavar="HOST[:PORT]",
                        help="use a server started elsewhere with `fabmeter serve` (two-host mode)")
         command.add_argument("--token-file", metavar="F",
@@ -186,8 +187,13 @@ class _Progress:
 
 
 def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
+    """One run of the experiment, or --repeat N of them."""
     if getattr(ns, "search", None) is not None:
-        return cmd_search(ns, engine)
+        return repeat.run(ns, lambda one: cmd_search(one, engine))
+    return repeat.run(ns, lambda one: cmd_run(one, experiment, engine))
+
+
+def cmd_run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     try:
         objectives = slo.parse(ns.slo) if getattr(ns, "slo", None) is not None else None
     except slo.SloError as e:
@@ -355,7 +361,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             code = report_html.main(Path(ns.results), output, Path(ns.compare) if ns.compare else None)
         elif ns.command == "peers":
             from fabmeter.peers import command as peers_command
-            code = peers_command.main(ns, parse_cpus(ns.cpus), engine, problem)
+            code = repeat.run(ns, lambda one: peers_command.main(one, parse_cpus(one.cpus), engine, problem))
         elif ns.command == "compare":
             from fabmeter import compare
             code = compare.main(ns)

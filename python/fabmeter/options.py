@@ -21,7 +21,7 @@ _SIZE_RE = re.compile(r"^(\d+)([KkMmGgTt]?)$")
 _SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
 NUMBER_TYPES = ("size", "count", "duration")
 # Options fabmeter's commands define themselves: an engine option of one of these names is not added to them.
-PY_ONLY = frozenset({"cpus", "json", "out", "server", "help", "slo", "search"})
+PY_ONLY = frozenset({"cpus", "json", "out", "server", "help", "slo", "search", "repeat"})
 
 
 def parse_size(text: str) -> int:

@@ -3,7 +3,7 @@
 Every comparison fabmeter prints (`fabmeter bench`, `fabmeter compare`,
 `make bench-ab`, the Soft-RoCE comparison) goes through here, so a ratio
 always comes with an interval and a verdict that may be "cannot tell".
-Three kinds of evidence, best first:
+Four kinds of evidence, best first:
 
 - Alternated rounds (both sides measured once per round, back to back, in
   alternating order): the ratio of each round's two figures; the interval is
@@ -16,7 +16,13 @@ Three kinds of evidence, best first:
   the fewest with an interval.
 - One run a side with raw samples: a moving-block bootstrap of the ratio of
   the two medians (`bootstrap_interval`). It knows only the noise inside each
-  run, not how much a second run would differ; compare says so.
+  run, not how much a second run would differ.
+- Fewer runs a side than repeated runs need, against the run-to-run spread
+  measured for that kind of point (`compare_beyond_spread`): the ratio's
+  interval (the bootstrap's where there are samples) widened by the spread,
+  and a verdict only where it lies wholly beyond 1; else `cannot tell`,
+  never `indistinguishable`: a run or two a side cannot show that two
+  things are alike.
 
 A ratio is always new / base (or fabmeter / peer). Its verdict, for a
 figure where lower is better (latency) or higher is (throughput): `better` or
@@ -164,12 +170,16 @@ class Comparison:
     ratio: Optional[float]
     interval: Optional[tuple[float, float]]
     verdict: str
-    method: str            # "rounds" (alternated), "runs" (repeated, unpaired), "samples" (one run a side) or "none"
+    method: str            # "rounds" (alternated), "runs" (repeated, unpaired), "samples" (one run a side),
+    #                        "spread" (few runs, against a measured run-to-run spread) or "none"
+    reason: str = ""       # why this verdict, in words
+    spread: Optional[float] = None   # "spread": the run-to-run spread the interval was widened by
 
     def json(self) -> dict:
         return {"base": self.base, "new": self.new, "ratio": self.ratio,
                 "interval": None if self.interval is None else list(self.interval),
-                "confidence": CONFIDENCE, "verdict": self.verdict, "method": self.method}
+                "confidence": CONFIDENCE, "verdict": self.verdict, "method": self.method, "reason": self.reason,
+                "spread": self.spread}
 
 
 def _ratio(new: Optional[float], base: Optional[float]) -> Optional[float]:
@@ -208,6 +218,23 @@ def compare_runs(base: Sequence[float], new: Sequence[float], higher_is_better: 
     interval = None if found is None else (found[0], found[1])
     return Comparison(mb, mn, _ratio(mn, mb), interval, verdict(interval, higher_is_better, reference),
                       "runs" if interval else "none")
+
+
+def compare_beyond_spread(base: Sequence[float], new: Sequence[float], higher_is_better: bool,
+                          spread: Optional[float], within: Optional[tuple[float, float]] = None) -> Comparison:
+    """Fewer runs a side than `compare_runs` needs: the medians of each side's runs and their ratio. `spread`
+    (>= 1): the factor by which two runs of one configuration measured apart at most (compare's run-to-run
+    spread), None where none was measured. The interval is the ratio's (`within`, the bootstrap's of one run a
+    side, where there is one) divided and multiplied by the spread: a verdict only where it lies wholly
+    beyond 1, else cannot tell (never indistinguishable)."""
+    mb, mn = median(base), median(new)
+    ratio = _ratio(mn, mb)
+    if ratio is None or spread is None:
+        return Comparison(mb, mn, ratio, None, UNKNOWN, "none")
+    lo, hi = within or (ratio, ratio)
+    interval = (lo / spread, hi * spread)
+    found = verdict(interval, higher_is_better)
+    return Comparison(mb, mn, ratio, interval, UNKNOWN if found == SAME else found, "spread", spread=spread)
 
 
 def compare_values(base: Optional[float], new: Optional[float]) -> Comparison:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from fabmeter import __version__, analysis, command_options, envinfo, run
+from fabmeter import __version__, analysis, command_options, envinfo, repeat, run
 from fabmeter.command_options import CommandOption
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
@@ -92,6 +92,7 @@ OPTIONS = (
                            "ib_send_lat, qperf's tests such as rc_lat; default: all)", metavar="LIST"),
     CommandOption("json", "print one JSON object per point or skipped/failed case", flag=True),
     CommandOption("out", "write DIR/peers.json, DIR/peers-raw/ and fabmeter's run.json folders", metavar="DIR"),
+    CommandOption("repeat", repeat.HELP, metavar="N", type=repeat.count, default=1),
 )
 
 

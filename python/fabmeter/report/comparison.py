@@ -24,12 +24,16 @@ def section(doc: dict) -> list[Html]:
                        for d in doc["environment_diff"]]))
     else:
         out.append(el("p", "No recorded environment field differs.", class_="meta"))
+    if doc["message"]:   # nothing matched
+        out.append(el("p", doc["message"], class_="meta"))
     rows = []
     for p in doc["points"]:
         interval = "-" if p["interval"] is None else f"{p['interval'][0]:.3f} .. {p['interval'][1]:.3f}"
+        why = f" ({p['reason']})" if p["verdict"] == stats.UNKNOWN else ""
         rows.append(el("tr", el("td", p["point"]), el("td", p["figure"]), el("td", _num(p["base"])),
                        el("td", _num(p["new"])), el("td", "-" if p["ratio"] is None else f"{p['ratio']:.3f}"),
-                       el("td", interval), el("td", VERDICT_TEXT[p["verdict"]], class_=VERDICT_CLASS[p["verdict"]]),
+                       el("td", interval),
+                       el("td", VERDICT_TEXT[p["verdict"]] + why, class_=VERDICT_CLASS[p["verdict"]]),
                        el("td", f"{p['method']} ({p['runs'][0]} + {p['runs'][1]} runs)")))
     out.append(el("table", el("tr", [el("th", h) for h in ("point", "figure", "base", "this", "this/base",
                                                             f"{stats.CONFIDENCE:.0%} interval", "verdict",

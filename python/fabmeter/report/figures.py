@@ -621,7 +621,12 @@ def _latency_panel(ax, kind: str, rows: list[LatencyRow], colors: Colors) -> Non
         if r.p99 is not None:
             ax.plot([r.p50, r.p99], [i, i], color=c, lw=3.5, solid_capstyle="butt")
         ax.plot(r.p50, i, "o", color=c, ms=7, mec="k", mew=0.6)
-        ax.annotate(fmt_ns(r.p50), (r.p50, i), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=7)
+        spread = ""
+        if len(r.p50s) > 1:   # the runs' p50s, lowest to highest: a thin black bar under the dot
+            ax.plot([r.p50s[0], r.p50s[-1]], [i + 0.22, i + 0.22], color="k", lw=1, marker="|", ms=5)
+            spread = f" (runs {fmt_ns(r.p50s[0])}..{fmt_ns(r.p50s[-1])})"
+        ax.annotate(fmt_ns(r.p50) + spread, (r.p50, i), xytext=(0, 6), textcoords="offset points", ha="center",
+                    fontsize=7)
     ax.set_yticks(range(len(rows)), [r.name for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.7)
     ax.set_xscale("log")

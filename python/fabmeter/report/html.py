@@ -122,7 +122,8 @@ SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
     "latency": "Latency (a panel per latency kind: RTT/2 is half a measured round trip, one-way is measured with "
                "synchronised clocks; never on one axis): a row per transport/mode and size, fastest first; dot: p50 "
                "(its value above it), dark bar: p50 to p99, light bar: p99 to max, log axis. Runs of one row "
-               "(rounds) show the one with the median p50.",
+               "(repeats, rounds) show the one with the median p50, and under it a thin black bar from the lowest "
+               "to the highest of their p50s (the range above it).",
     "bandwidth": "Bandwidth: a bar per transport/mode at each size, Gbit/s of payload and messages per second "
                  "(medians over runs).",
     "stream": "Stream: median one-way latency from the scheduled step and the share of steps missed, against the "

@@ -24,6 +24,7 @@ class LatencyRow:
     p50: float
     p99: Optional[float]
     max: Optional[float]
+    p50s: list[float] = field(default_factory=list)   # every run's p50, lowest first: repeats (--repeat, rounds)
 
 
 @dataclass
@@ -45,8 +46,8 @@ def summarize(entries: list[Entry]) -> Summary:
 
 
 def _latency(entries: list[Entry]) -> dict[str, list[LatencyRow]]:
-    """Each lat and oneway run's representative point; runs of one label and size (a bench's rounds) give the
-    row of their median p50."""
+    """Each lat and oneway run's representative point; runs of one label and size (repeats, a bench's rounds)
+    give one row: the run with their median p50, and every run's p50."""
     runs: dict[int, list[Entry]] = {}
     for e in entries:
         if e.experiment in ("lat", "oneway") and stat(e.point, "latency_ns", "p50") is not None:
@@ -59,8 +60,10 @@ def _latency(entries: list[Entry]) -> dict[str, list[LatencyRow]]:
     for (kind, label, where), es in by_key.items():
         es.sort(key=lambda e: stat(e.point, "latency_ns", "p50"))
         p = es[len(es) // 2].point
-        out.setdefault(kind, []).append(LatencyRow(f"{label}, {where}", label, stat(p, "latency_ns", "p50"),
-                                                   stat(p, "latency_ns", "p99"), stat(p, "latency_ns", "max")))
+        runs = f" ({len(es)} runs)" if len(es) > 1 else ""
+        out.setdefault(kind, []).append(LatencyRow(f"{label}, {where}{runs}", label, stat(p, "latency_ns", "p50"),
+                                                   stat(p, "latency_ns", "p99"), stat(p, "latency_ns", "max"),
+                                                   [stat(e.point, "latency_ns", "p50") for e in es]))
     for rows in out.values():
         rows.sort(key=lambda r: r.p50)
     return dict(sorted(out.items()))

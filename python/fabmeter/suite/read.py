@@ -14,6 +14,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
 
+from fabmeter import repeat as repeat_mod
 from fabmeter import slo as slo_mod
 from fabmeter.errors import FabmeterError
 from fabmeter.mesh import command as mesh_command
@@ -23,7 +24,6 @@ from fabmeter.suite import ids, peer
 from fabmeter.suite.ids import PY_KEYS
 
 TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
-MAX_REPEAT = 100
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
 # `origin = "fabmeter"` in a [[matrix]] table: its points are fabmeter's own, not in the study the suite
 # reproduces (tests/test_suite_seeds.py holds every other point to data/seeds/); it changes nothing they run.
@@ -334,8 +334,8 @@ def read(path: Path, info: dict) -> Suite:
     if not isinstance(description, str):
         raise SuiteError("key 'description': expected a string", lines.key("", 0, "description"))
     repeat = doc.get("repeat", 1)
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
-        raise SuiteError(f"key 'repeat': expected a whole number of runs per point from 1 to {MAX_REPEAT}, "
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= repeat_mod.MAX:
+        raise SuiteError(f"key 'repeat': expected a whole number of runs per point from 1 to {repeat_mod.MAX}, "
                          f"got {repeat!r}", lines.key("", 0, "repeat"))
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
