@@ -164,8 +164,8 @@ def test_giant_length_frame_costs_nothing(fm, clean_env):
 def _mutants(rng: random.Random, good_hello: bytes) -> list[bytes]:
     out = []
     for _ in range(40):
-        out.append(os.urandom(rng.randrange(0, 600)))                                    # garbage
-        out.append(frame(rng.choice([0, *range(12, 256)]), os.urandom(8)))                 # unknown type
+        out.append(rng.randbytes(rng.randrange(0, 600)))                                 # garbage
+        out.append(frame(rng.choice([0, *range(12, 256)]), rng.randbytes(8)))              # unknown type
         out.append(frame(rng.randrange(1, 12), b"", length=rng.randrange(1 << 14, 1 << 32)))  # oversized
         b = bytearray(good_hello)
         for _ in range(rng.randrange(1, 6)):
@@ -173,7 +173,7 @@ def _mutants(rng: random.Random, good_hello: bytes) -> list[bytes]:
         out.append(bytes(b))                                                                # mutated hello
         out.append(good_hello[: rng.randrange(len(good_hello))])                            # truncated
         out.append(frame(HEARTBEAT) * rng.randrange(1, 50) + frame(rng.choice([WELCOME, EXCHANGE, BYE, AUTH])))
-        out.append(frame(HELLO, hello_body(nonce=os.urandom(rng.randrange(0, 40)))))        # bad nonce length
+        out.append(frame(HELLO, hello_body(nonce=rng.randbytes(rng.randrange(0, 40)))))     # bad nonce length
         out.append(frame(HELLO, rng.choice([b"", b"\n\n\n", b"99999999999999999999\n", b"2\n\n\n",
                                             b"-1\nx\n" + b"0" * 64 + b"\n", hello_body(version=1)])))
         out.append(frame(HEARTBEAT, b"abc"))                                                # heartbeat with a body
@@ -183,10 +183,10 @@ def _mutants(rng: random.Random, good_hello: bytes) -> list[bytes]:
 def _bad_auth(port: int, rng: random.Random) -> tuple[int, bytes]:
     """A well-formed hello, then a wrong (or malformed) proof: the server must answer 'fail'."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(frame(HELLO, hello_body()))
+        s.sendall(frame(HELLO, hello_body(nonce=rng.randbytes(32))))
         ftype, nonce = read_frame(s)
         assert ftype == CHALLENGE and len(nonce) == 32
-        proof = rng.choice([os.urandom(32), b"\0" * 32, os.urandom(rng.randrange(0, 32))])
+        proof = rng.choice([rng.randbytes(32), b"\0" * 32, rng.randbytes(rng.randrange(0, 32))])
         s.sendall(frame(AUTH, proof))
         try:
             return read_frame(s)
@@ -194,10 +194,10 @@ def _bad_auth(port: int, rng: random.Random) -> tuple[int, bytes]:
             return (0, b"")
 
 
-def test_random_and_mutated_frames_leave_the_server_serving(fm, clean_env, token_file):
+def test_random_and_mutated_frames_leave_the_server_serving(fm, clean_env, token_file, seed):
     srv = Server(clean_env, "--token-file", str(token_file))
-    rng = random.Random(9)
-    good_hello = frame(HELLO, hello_body())
+    rng = random.Random(seed)
+    good_hello = frame(HELLO, hello_body(nonce=rng.randbytes(32)))
     thrown = 0
     deadline = time.monotonic() + 50
     try:
