@@ -295,6 +295,18 @@ def points_started(trace: Path) -> bool:
     return "client point" in text and "server point" in text
 
 
+def state(pid: int) -> str:
+    """The process's state letter (R, S, T, Z, ...); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def alive(pid: int) -> bool:
+    return state(pid) not in ("", "Z")
+
+
 def wait_until(pred, timeout: float) -> bool:
     """Polls `pred` until it is true or `timeout` seconds passed; its last answer."""
     deadline = time.monotonic() + timeout

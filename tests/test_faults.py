@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stop_serve, tagged_engine_procs, wait_until
+from conftest import alive, state, stop_serve, tagged_engine_procs, wait_until
 from test_twohost import read_listening
 
 TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
@@ -53,18 +53,6 @@ def children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
-
-
-def state(pid: int) -> str:
-    """The process's state letter (R, S, T, Z, ...); "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def alive(pid: int) -> bool:
-    return state(pid) not in ("", "Z")
 
 
 def socket_fds(pid: int) -> int:
