@@ -651,7 +651,7 @@ fi
 echo "== verbs: faults (kill -9 / SIGSTOP the client or the server's session in connect or point)"
 # One non-once server for the section; per service every victim x action
 # once, with phase, cm, experiment and delay (0-300 ms after the phase mark)
-# drawn at random (SEED, from FM_FAULT_SEED on the host, replays). Each case leaves NAME.fault
+# drawn at random (SEED, from FM_SEED on the host, replays). Each case leaves NAME.fault
 # (key=value: whether it struck, the survivor's exit / session end and how
 # long it took, what was left, the next normal client's exit), NAME.err (the
 # client's stderr), NAME.server.err (the server's stderr during the case) and

@@ -89,7 +89,7 @@ rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
 FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout $((1500 + 2 * STREAM_S)) --log "$OUT/console.log" -- \
   FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
-  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_FAULT_SEED:-} || rc=$?  # the seed replays the fault draw
+  "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then
   ((rc == 125)) && skip "the guest did not boot under qemu here (console: $OUT/console.log)"

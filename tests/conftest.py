@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -54,6 +55,24 @@ def private_tmpdir(tmp_path_factory):
         del os.environ["TMPDIR"]
     else:
         os.environ["TMPDIR"] = old
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A randomised test's seed: FM_SEED where set (a rerun), else one drawn now. A failing test's report
+    names it (pytest_runtest_makereport below), so `FM_SEED=N pytest ...` replays the draw."""
+    value = int(os.environ["FM_SEED"]) if os.environ.get("FM_SEED") else secrets.randbits(32)
+    request.node.user_properties.append(("FM_SEED", value))
+    print(f"FM_SEED={value}")
+    return value
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    drawn = dict(item.user_properties).get("FM_SEED")
+    if report.failed and drawn is not None:
+        report.sections.append(("seed", f"rerun with FM_SEED={drawn}"))
 
 
 @pytest.fixture(scope="session")
@@ -274,6 +293,18 @@ def points_started(trace: Path) -> bool:
     """Both engines marked the start of a point in a FABMETER_TRACE_PHASES file."""
     text = trace.read_text() if trace.exists() else ""
     return "client point" in text and "server point" in text
+
+
+def state(pid: int) -> str:
+    """The process's state letter (R, S, T, Z, ...); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def alive(pid: int) -> bool:
+    return state(pid) not in ("", "Z")
 
 
 def wait_until(pred, timeout: float) -> bool:

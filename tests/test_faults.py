@@ -10,7 +10,7 @@ of the loop, and a clean run at the end).
 The engines mark their phases in the file named by FABMETER_TRACE_PHASES (a
 test hook set by whoever starts the engine, never by the other end). Rounds per
 transport: FM_FAULT_ROUNDS (default 1: every victim x action once, phases
-drawn at random); `make soak` runs many. FM_FAULT_SEED replays a run.
+drawn at random); `make soak` runs many. FM_SEED replays a run (conftest's seed).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import stop_serve, tagged_engine_procs, wait_until
+from conftest import alive, state, stop_serve, tagged_engine_procs, wait_until
 from test_twohost import read_listening
 
 TRANSPORTS = ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"]
@@ -33,7 +33,6 @@ PHASES = ["hello", "connect", "point", "results"]
 CASES = [(victim, action) for victim in ("client", "server") for action in ("kill", "stop")]
 assert len(CASES) == len(PHASES)  # a round pairs each case with one phase
 ROUNDS = int(os.environ.get("FM_FAULT_ROUNDS", "1"))
-SEED = int(os.environ.get("FM_FAULT_SEED", str(int(time.time()))))
 NOTICE_S = 5.0    # the bound for the surviving side
 SLACK_S = 1.5     # process start-up and a busy 2-core machine
 
@@ -56,12 +55,38 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in text.split()]
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return ") Z " not in stat
+def socket_fds(pid: int) -> int:
+    n = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            n += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting in the kernel's accept queue of the loopback TCP listener on `port`."""
+    for ln in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = ln.split()
+        if f[3] == "0A" and int(f[1].split(":")[1], 16) == port:
+            return int(f[4].split(":")[1], 16)
+    return 0
+
+
+def settled(serve: subprocess.Popen, port: int, listening_fds: int) -> bool:
+    """The serve has done with every connection made so far: none waits to be accepted, none is held silent
+    (a socket beyond those it listens with), no session process is left. Else a session for the last round's
+    connection could start, and mark its hello, in the next round's trace."""
+    return not accept_queue(port) and socket_fds(serve.pid) == listening_fds and not children(serve.pid)
+
+
+def session_expected(marks: list[tuple[str, str, int]], client_pid: int) -> bool:
+    """Whether the server must have started a session for the client engine `client_pid`, from that engine's
+    final marks: once it marked `hello-sent` the hello is out. A client struck before that mark (killed or
+    stopped) may have sent nothing, and a connection that said nothing gets no session process
+    (docs/security.md): only the serve's own checks apply then."""
+    return ("client", "hello-sent", client_pid) in marks
 
 
 class Trace:
@@ -82,7 +107,7 @@ class Trace:
                 out.append((parts[0], parts[1], int(parts[2])))
         return out
 
-    def find(self, role: str, phase: str):
+    def find(self, role: str, phase: str) -> int | None:
         for r, p, pid in self.marks():
             if r == role and p == phase:
                 return pid
@@ -100,10 +125,11 @@ ARGS = {  # about two seconds of measuring, so a random delay lands in every pha
 }
 
 
-def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport: str, victim: str,
-                action: str, phase: str, delay: float, tmp: Path) -> bool:
-    """One run with one fault; False if the run ended before the fault struck."""
-    what = f"{transport}: {action} {victim} in {phase} +{delay * 1000:.0f} ms (seed {SEED})"
+def fault_round(fm, serve: subprocess.Popen, port: int, listening_fds: int, trace: Trace, transport: str,
+                victim: str, action: str, phase: str, delay: float, tmp: Path) -> bool:
+    """One run with one fault; False if the run ended before the fault struck. `listening_fds`: the serve's
+    sockets when it has no connection (settled)."""
+    what = f"{transport}: {action} {victim} in {phase} +{delay * 1000:.0f} ms"
     trace.reset()
     out = tmp / f"{transport}-{victim}-{action}-{phase}"
     experiment, *rest = ARGS[transport]
@@ -116,7 +142,9 @@ def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport:
         role = "client" if victim == "client" else "server"
         assert wait_until(lambda: trace.find(role, phase) is not None or client.poll() is not None, 30), \
             f"{what}: the {role} never reached {phase}"
-        assert client.poll() is None, f"{what}: the run ended before the fault: {client.stderr.read()}"
+        assert trace.find(role, phase) is not None, f"{what}: the run ended before {phase}: {client.stderr.read()}"
+        if client.poll() is not None:
+            return False  # it reached the phase and ended (results): nothing left to strike
         time.sleep(delay)
         pid = trace.find(role, phase)
         try:
@@ -151,17 +179,19 @@ def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport:
                 for name in (p.get("samples") or {}).values():
                     assert (out / name).is_file(), f"{what}: {name} missing"
         else:
-            # The server's session process ends by itself; the listener stays. A client killed as it was
-            # about to send its hello may have sent nothing: a connection that said nothing gets no session
-            # process (docs/security.md), and the checks below (serve alive, nothing left) are the whole test.
-            session = trace.find("server", "hello")
-            if session is None and phase == "hello" and action == "kill":
-                return True
-            assert session is not None, f"{what}: no server session"
-            assert wait_until(lambda: not alive(session) or session not in children(serve.pid),
-                              NOTICE_S + SLACK_S), f"{what}: the server session did not end within 5 s"
-            took = time.monotonic() - t_fault
-            assert took < NOTICE_S + SLACK_S, f"{what}: the server session took {took:.1f} s"
+            # The server's session process ends by itself; the listener stays. The client's marks are final
+            # once the signal has taken it (a kill lets a write of a mark in progress finish).
+            assert wait_until(lambda: state(pid) in ("", "Z", "T"), NOTICE_S), f"{what}: the signal did not take"
+            if session_expected(trace.marks(), pid):
+                assert wait_until(lambda: trace.find("server", "hello") is not None, NOTICE_S + SLACK_S), \
+                    f"{what}: no server session"
+                session = trace.find("server", "hello")
+                assert wait_until(lambda: not alive(session) or session not in children(serve.pid),
+                                  NOTICE_S + SLACK_S), f"{what}: the server session did not end within 5 s"
+                took = time.monotonic() - t_fault
+                assert took < NOTICE_S + SLACK_S, f"{what}: the server session took {took:.1f} s"
+            else:
+                assert phase == "hello", f"{what}: no hello-sent mark past the hello"
     finally:
         for pid in stopped:
             try:
@@ -172,23 +202,24 @@ def fault_round(fm, serve: subprocess.Popen, port: int, trace: Trace, transport:
             client.kill()
         client.wait()
     assert serve.poll() is None, f"{what}: fabmeter serve itself died"
-    assert wait_until(lambda: not children(serve.pid), NOTICE_S), f"{what}: session processes left"
+    assert wait_until(lambda: settled(serve, port, listening_fds), NOTICE_S), f"{what}: connections or session processes left"
     left = shm_segments() - before_shm
     assert wait_until(lambda: not (shm_segments() - before_shm), 2.0), f"{what}: /dev/shm left: {left}"
     return True
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_faults(fm, built, tmp_path, transport):
+def test_faults(fm, built, tmp_path, transport, seed):
     if transport not in built:
         pytest.skip(f"the engine was built without {transport}")
-    rng = random.Random(f"{SEED}-{transport}")
+    rng = random.Random(f"{seed}-{transport}")
     trace = Trace(tmp_path / "phases")
     env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path))
     fm.env = env  # the client engines mark their phases too
     serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
     try:
         port = read_listening(serve)["port"]
+        listening_fds = socket_fds(serve.pid)
         struck = 0
         for k in range(ROUNDS):
             # Each round strikes every phase once, in a random order: drawn
@@ -198,10 +229,10 @@ def test_faults(fm, built, tmp_path, transport):
                 # Only the point lasts long enough to land anywhere in; the
                 # other phases take milliseconds, so strike them at once.
                 delay = rng.uniform(0, 0.3) if phase == "point" else 0.0
-                struck += fault_round(fm, serve, port, trace, transport, victim, action, phase, delay,
-                                      tmp_path / f"r{k}")
+                struck += fault_round(fm, serve, port, listening_fds, trace, transport, victim, action, phase,
+                                      delay, tmp_path / f"r{k}")
         # A fault drawn for the last moments may find the run over; most must strike.
-        assert struck >= len(CASES) * ROUNDS // 2, f"only {struck} faults struck (seed {SEED})"
+        assert struck >= len(CASES) * ROUNDS // 2, f"only {struck} faults struck"
         # After all that, a normal client is served.
         r = fm.run("lat", "-t", transport, "-n", "200", "--warmup", "10", "--server", f"127.0.0.1:{port}",
                    "--cpus", "0", "--json", timeout=60)
@@ -225,9 +256,48 @@ def test_faults_while_connecting(fm, built, tmp_path, transport):
     serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
     try:
         port = read_listening(serve)["port"]
+        listening_fds = socket_fds(serve.pid)
         for victim, action in (("client", "kill"), ("server", "stop")):
-            assert fault_round(fm, serve, port, trace, transport, victim, action, "connect", 0.0, tmp_path / victim), \
+            assert fault_round(fm, serve, port, listening_fds, trace, transport, victim, action, "connect", 0.0,
+                               tmp_path / victim), \
                 f"{transport}: {action} {victim} in connect: the run ended before the fault struck"
+    finally:
+        stop_serve(serve)
+
+
+def test_a_session_is_expected_once_the_hello_is_out():
+    hello, sent = ("client", "hello", 7), ("client", "hello-sent", 7)
+    assert not session_expected([hello], 7)                                    # struck before the hello left
+    assert session_expected([hello, ("server", "hello", 9), sent], 7)
+    assert not session_expected([hello, ("client", "hello-sent", 8)], 7)     # another run's engine
+
+
+@pytest.mark.parametrize("action", ["kill", "stop"])
+def test_a_client_struck_before_its_hello_passes(fm, tmp_path, action):
+    # The client stops itself at its hello mark, before it sends the hello (FABMETER_STOP_AT): the fault lands
+    # before the hello every time, the server has no session to end, and the round passes.
+    trace = Trace(tmp_path / "phases")
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path), FABMETER_STOP_AT="client hello")
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
+    try:
+        port = read_listening(serve)["port"]
+        assert fault_round(fm, serve, port, socket_fds(serve.pid), trace, "tcp", "client", action, "hello", 0.0,
+                           tmp_path / "run")
+    finally:
+        stop_serve(serve)
+
+
+def test_a_hello_sent_without_a_session_fails(fm, tmp_path):
+    # The client stops itself once its hello is out; the serve marks nothing (no FABMETER_TRACE_PHASES), as one
+    # that started no session for it would: the round must fail, not excuse it.
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
+    trace = Trace(tmp_path / "phases")
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path), FABMETER_STOP_AT="client hello-sent")
+    try:
+        port = read_listening(serve)["port"]
+        with pytest.raises(AssertionError, match="no server session"):
+            fault_round(fm, serve, port, socket_fds(serve.pid), trace, "tcp", "client", "stop", "hello-sent", 0.0,
+                        tmp_path / "run")
     finally:
         stop_serve(serve)
 

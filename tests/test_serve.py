@@ -260,11 +260,13 @@ def test_once_outlives_a_bare_connect_and_ends_with_its_session(fm, serve):
     socket.create_connection(("127.0.0.1", event["port"])).close()
     time.sleep(0.5)  # the bare connect's session process has come and gone
     assert proc.poll() is None, proc.stderr.read()
-    long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "3000", "--json")
+    # 10 s of session: the refused client must connect while it runs, and its CLI's start-up alone outlasted a
+    # 3 s session on a loaded 2-CPU machine (the server had ended: connection refused).
+    long = fm.popen("stream", "-t", "tcp", "--server", addr(event), "--rate", "1000", "--count", "10000", "--json")
     try:
         wait_for_session(fm)
         assert "busy: the server's one session (--once)" in refusal(fm, event)
-        assert long.wait(timeout=30) == 0, long.stderr.read()
+        assert long.wait(timeout=60) == 0, long.stderr.read()
     finally:
         if long.poll() is None:
             long.kill()

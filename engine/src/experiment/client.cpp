@@ -58,6 +58,8 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
   trace_phase("client", "hello");
   const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, encode_params(p));
   ctrl.send(CtrlType::hello, hello);
+  // A fault test tells by this mark whether the server has been sent anything to start a session for.
+  trace_phase("client", "hello-sent");
   // A server answers a hello at once and beats from its proof on (serve_one):
   // one frozen in the handshake is noticed like one frozen later.
   ctrl.expect_heartbeats(kSilenceMs);
