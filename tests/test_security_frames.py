@@ -22,7 +22,7 @@ from conftest import ENGINE, cli_cmd, one_line_error, wait_until
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
-PROTOCOL = 6
+PROTOCOL = 7
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:

@@ -121,6 +121,7 @@ class RunRecord:
         self.doc["config"]["params"] = start.get("params")
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
+        self.doc["control_channel"] = start.get("control_channel")
         self.flush()
 
     def on_point(self, point: dict) -> None:
