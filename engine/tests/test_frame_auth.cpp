@@ -108,7 +108,9 @@ struct Session {
     EXPECT_EQ(::read(s[1], hdr, 5), 5);
     const uint32_t len = uint8_t(hdr[0]) | uint8_t(hdr[1]) << 8 | uint8_t(hdr[2]) << 16 | uint32_t(uint8_t(hdr[3])) << 24;
     std::string body(len, '\0');
-    if (len) EXPECT_EQ(::read(s[1], body.data(), len), static_cast<ssize_t>(len));
+    if (len) {
+      EXPECT_EQ(::read(s[1], body.data(), len), static_cast<ssize_t>(len));
+    }
     return std::string(hdr, 5) + body;
   }
   void forward(const std::string& frame) { ASSERT_EQ(::write(c[1], frame.data(), frame.size()), ssize_t(frame.size())); }
