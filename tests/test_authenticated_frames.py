@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import one_line_error
-from test_security_frames import (AUTH, CHALLENGE, CPU_COST, END_POINT, EXCHANGE, FAIL, HEARTBEAT, HELLO, WELCOME, Server,
-                                  _read_exact, clean_env, fm_cmd, frame, hello_body, read_frame)
+from test_security_frames import (AUTH, CHALLENGE, CPU_COST, END_POINT, EXCHANGE, FAIL, HEARTBEAT, HELLO, WELCOME,
+                                  Server, _read_exact, clean_env, fm_cmd, frame, hello_body, read_frame, shut_both)
 
 __all__ = ["clean_env"]  # a fixture
 
@@ -53,11 +53,7 @@ class Mitm:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut_both(src, dst)
 
     def _run(self) -> None:
         c, _ = self.lsock.accept()

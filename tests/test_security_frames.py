@@ -50,6 +50,15 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return out
 
 
+def shut_both(*socks: socket.socket) -> None:
+    """A proxy's end: both sides shut down, so that the pump the other way returns too."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 @pytest.fixture
 def token_file(tmp_path) -> Path:
     f = tmp_path / "token"
@@ -311,11 +320,7 @@ def test_token_never_crosses_the_wire(fm, clean_env, token_file):
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut_both(src, dst)
 
     def proxy():
         c, _ = lsock.accept()
