@@ -154,7 +154,7 @@ def test_untouched_relay_and_tokenless_run_say_what_they_are(fm, clean_env, toke
         r = _run_through(fm, clean_env, mitm, token_file, tmp_path / "a", "--bursts", "2", "--burst-size", "200")
         assert r.returncode == 0, r.stderr
         assert json.loads((tmp_path / "a" / "run.json").read_text())["control_channel"] == "authenticated"
-        assert "unauthenticated" not in r.stderr
+        assert "unauthenticated" not in r.stdout
     finally:
         mitm.close()
         srv.stop()
@@ -166,7 +166,7 @@ def test_untouched_relay_and_tokenless_run_say_what_they_are(fm, clean_env, toke
         assert r.returncode == 0, r.stderr
         doc = json.loads((tmp_path / "b" / "run.json").read_text())
         assert doc["control_channel"] == "unauthenticated" and doc["points"]
-        assert "figures are as the server reported them" in r.stderr
+        assert "figures are as the server reported them" in r.stdout
     finally:
         srv.stop()
 

@@ -215,6 +215,9 @@ def cmd_experiment(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         chosen = ((res.start or {}).get("params") or {}).get("percentiles") or ()
         print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
               flush=True)
+        if (res.start or {}).get("control_channel") == "unauthenticated":
+            print("note: no token: the figures are as the server reported them (an unauthenticated control channel; "
+                  "docs/security.md)", flush=True)
     if verdict is not None and not ns.json:
         print(slo.table(verdict, res.points), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:

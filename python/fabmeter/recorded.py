@@ -8,7 +8,6 @@ The machine's limits between the run's two CPUs are measured before the run only
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -103,9 +102,6 @@ def execute_into(record: RunRecord, spec: run.RunSpec, limits: bool = False,
             record.on_event(measured)
 
     def started(start: dict) -> None:
-        if start.get("control_channel") == "unauthenticated":
-            sys.stderr.write("fabmeter: note: no token: the figures are as the server reported them (the control "
-                             "channel is unauthenticated; docs/security.md)\n")
         record.on_start(start)
         if on_start is not None:
             on_start(start)
