@@ -190,8 +190,10 @@ def _mutants(rng: random.Random, good_hello: bytes) -> list[bytes]:
 
 
 def _bad_auth(port: int, rng: random.Random) -> tuple[int, bytes]:
-    """A well-formed hello, then a wrong (or malformed) proof: the server must answer 'fail'."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    """A well-formed hello, then a wrong (or malformed) proof: the server must answer 'fail'. Each from a
+    loopback address of its own: the server slows down a source that keeps failing (auth_failures.hpp)."""
+    source = (f"127.1.{rng.randrange(256)}.{rng.randrange(1, 255)}", 0)
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source) as s:
         s.sendall(frame(HELLO, hello_body()))
         ftype, nonce = read_frame(s)
         assert ftype == CHALLENGE and len(nonce) == 32
