@@ -5,6 +5,9 @@ server must still be up and serve a normal client at once."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import itertools
 import json
 import os
 import random
@@ -27,6 +30,22 @@ PROTOCOL = 7
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
     return struct.pack("<IB", len(body) if length is None else length, ftype) + body
+
+
+def server_sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes):
+    """A server's frames after its welcome, as docs/security.md specifies them: the session key is HKDF-SHA-256
+    (RFC 5869 over Python's hmac) of the token, salted with both nonces; each frame's tag covers direction,
+    number, type, length and body. Returns seal(type, body) -> the whole frame."""
+    client_nonce = bytes.fromhex(hello.split(b"\n")[2].decode())
+    prk = hmac.new(client_nonce + server_nonce, token, hashlib.sha256).digest()
+    info = b"fabmeter-v7 session\0" + hashlib.sha256(hello).digest() + hashlib.sha256(welcome_body).digest()
+    key = hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+    numbers = itertools.count()
+
+    def seal(ftype: int, body: bytes) -> bytes:
+        head = bytes([2]) + struct.pack("<QBI", next(numbers), ftype, len(body))
+        return frame(ftype, body + hmac.new(key, head + body, hashlib.sha256).digest())
+    return seal
 
 
 def hello_body(nonce: bytes | None = None, version: int = PROTOCOL) -> bytes:
