@@ -32,18 +32,19 @@ def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
     return struct.pack("<IB", len(body) if length is None else length, ftype) + body
 
 
-def server_sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes):
-    """A server's frames after its welcome, as docs/security.md specifies them: the session key is HKDF-SHA-256
+def sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes, from_server: bool = True,
+           first: int = 0):
+    """One end's frames after the welcome, as docs/security.md specifies them: the session key is HKDF-SHA-256
     (RFC 5869 over Python's hmac) of the token, salted with both nonces; each frame's tag covers direction,
-    number, type, length and body. Returns seal(type, body) -> the whole frame."""
+    number (from `first`), type, length and body. Returns seal(type, body) -> the whole frame."""
     client_nonce = bytes.fromhex(hello.split(b"\n")[2].decode())
     prk = hmac.new(client_nonce + server_nonce, token, hashlib.sha256).digest()
     info = b"fabmeter-v7 session\0" + hashlib.sha256(hello).digest() + hashlib.sha256(welcome_body).digest()
     key = hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
-    numbers = itertools.count()
+    numbers = itertools.count(first)
 
     def seal(ftype: int, body: bytes) -> bytes:
-        head = bytes([2]) + struct.pack("<QBI", next(numbers), ftype, len(body))
+        head = bytes([2 if from_server else 1]) + struct.pack("<QBI", next(numbers), ftype, len(body))
         return frame(ftype, body + hmac.new(key, head + body, hashlib.sha256).digest())
     return seal
 
