@@ -79,6 +79,12 @@ class Keyed(bench.Bench):
         key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + " (all points)"
         return Measure(key, super().fabmeter_all(experiment, options, lambda points: points), pick)
 
+    def session(self, experiment, options, token, pick):
+        key = " ".join([experiment, *(f"{k}={v}" for k, v in sorted(options.items()))]) + (" (token)" if token else
+                                                                                          " (no token)")
+        return Measure(key, super().session(experiment, options, token, lambda points, wall_s: (points, wall_s)),
+                       lambda got: pick(*got))
+
     def one_run(self, experiment, options, ours, theirs):
         # Only the fabmeter side is compared here: a Measure like any other.
         return self.fabmeter(experiment, options, ours), self.fabmeter(experiment, options, theirs)

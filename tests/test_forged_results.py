@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ENGINE, cli_cmd
-from test_security_frames import AUTH, CHALLENGE, EXCHANGE, WELCOME, frame, read_frame
+from test_security_frames import AUTH, CHALLENGE, EXCHANGE, WELCOME, frame, read_frame, sealer
 
 FORGED_POINT = {"type": "point", "experiment": "lat", "size": 32, "iterations": 1000000,
                 "rtt_ns": {"p50": 1, "p99": 1}, "one_way_ns": {"p50": 1, "p99": 1}}
@@ -157,10 +157,11 @@ def relay_lying(token: bytes, lines: list[bytes]):
         body = b"relay-host\n{}"
         mac = hmac.new(token, transcript + hashlib.sha256(body).digest(), hashlib.sha256).hexdigest()
         conn.sendall(frame(WELCOME, mac.encode() + b"\n" + body))
+        seal = sealer(token, hello, nonce, body)  # every frame from here on authenticated
         ftype, start = read_frame(conn)  # "start 0"
         for line in lines:
-            conn.sendall(frame(EXCHANGE, line))
-        conn.sendall(frame(EXCHANGE, b"exit 0"))
+            conn.sendall(seal(EXCHANGE, line))
+        conn.sendall(seal(EXCHANGE, b"exit 0"))
         conn.recv(1)
     return script
 

@@ -5,6 +5,9 @@ server must still be up and serve a normal client at once."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import itertools
 import json
 import os
 import random
@@ -23,11 +26,28 @@ from test_faults import NOTICE_S, SLACK_S  # the survivor's bound, and the slack
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
-PROTOCOL = 6
+PROTOCOL = 7
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
     return struct.pack("<IB", len(body) if length is None else length, ftype) + body
+
+
+def sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes, from_server: bool = True,
+           first: int = 0):
+    """One end's frames after the welcome, as docs/security.md specifies them: the session key is HKDF-SHA-256
+    (RFC 5869 over Python's hmac) of the token, salted with both nonces; each frame's tag covers direction,
+    number (from `first`), type, length and body. Returns seal(type, body) -> the whole frame."""
+    client_nonce = bytes.fromhex(hello.split(b"\n")[2].decode())
+    prk = hmac.new(client_nonce + server_nonce, token, hashlib.sha256).digest()
+    info = b"fabmeter-v7 session\0" + hashlib.sha256(hello).digest() + hashlib.sha256(welcome_body).digest()
+    key = hmac.new(prk, info + b"\x01", hashlib.sha256).digest()
+    numbers = itertools.count(first)
+
+    def seal(ftype: int, body: bytes) -> bytes:
+        head = bytes([2 if from_server else 1]) + struct.pack("<QBI", next(numbers), ftype, len(body))
+        return frame(ftype, body + hmac.new(key, head + body, hashlib.sha256).digest())
+    return seal
 
 
 def hello_body(nonce: bytes | None = None, version: int = PROTOCOL) -> bytes:
@@ -49,6 +69,15 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError("closed")
         out += chunk
     return out
+
+
+def shut_both(*socks: socket.socket) -> None:
+    """A proxy's end: both sides shut down, so that the pump the other way returns too."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 @pytest.fixture
@@ -182,8 +211,10 @@ def _mutants(rng: random.Random, good_hello: bytes) -> list[bytes]:
 
 
 def _bad_auth(port: int, rng: random.Random) -> tuple[int, bytes]:
-    """A well-formed hello, then a wrong (or malformed) proof: the server must answer 'fail'."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    """A well-formed hello, then a wrong (or malformed) proof: the server must answer 'fail'. Each from a
+    loopback address of its own: the server slows down a source that keeps failing (auth_failures.hpp)."""
+    source = (f"127.1.{rng.randrange(256)}.{rng.randrange(1, 255)}", 0)
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source) as s:
         s.sendall(frame(HELLO, hello_body(nonce=rng.randbytes(32))))
         ftype, nonce = read_frame(s)
         assert ftype == CHALLENGE and len(nonce) == 32
@@ -312,11 +343,7 @@ def test_token_never_crosses_the_wire(fm, clean_env, token_file):
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            shut_both(src, dst)
 
     def proxy():
         c, _ = lsock.accept()

@@ -10,11 +10,13 @@ import struct
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import ENGINE, free_port, json_lines
-from test_security_frames import EXCHANGE, PROTOCOL, hello_body, read_frame, frame
+from test_security_frames import (AUTH, CHALLENGE, EXCHANGE, HELLO, PROTOCOL, WELCOME, frame, hello_body, read_frame,
+                                  sealer)
 
 RELAY, TARGET = "127.0.0.1", "127.0.0.2"
 MAX_DURATION_S = 2                  # the relay's --max-duration in the watchdog test
@@ -133,12 +135,15 @@ def test_a_series_without_relay_starts_once(fm, token_file, serves, tmp_path):
 
 
 class Injector:
-    """A TCP proxy to the relay that, in its first connection, puts a frame of its own in place of the series'
-    first "next HOST[:PORT]": what the relay reads there is out of order."""
+    """A TCP proxy to the relay that, in its first connection, puts an exchange frame of its own (`inject`, its
+    body), sealed as the client would seal it (it knows the token), in place of the series' first
+    "next HOST[:PORT]": what the relay reads there is out of order."""
 
-    def __init__(self, port: int, inject: bytes):
+    def __init__(self, port: int, inject: bytes, token_file: str):
         self.listener = socket.create_server((RELAY, 0))
         self.port, self.target, self.inject = self.listener.getsockname()[1], port, inject
+        self.token = Path(token_file).read_bytes().strip()
+        self.seen: dict[int, bytes] = {}   # the first connection's hello, server nonce and welcome body
         self.connections = 0
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -150,18 +155,25 @@ class Injector:
                 return
             self.connections += 1
             upstream = socket.create_connection((RELAY, self.target))
-            threading.Thread(target=self._pump, args=(client, upstream, self.connections == 1), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            first = self.connections == 1
+            threading.Thread(target=self._pump, args=(client, upstream, first, first), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, first), daemon=True).start()
 
-    def _pump(self, src, dst, replace_next: bool) -> None:
+    def _pump(self, src, dst, replace_next: bool, note: bool) -> None:
+        sent = None  # the client's frames after its proof
         try:
             while True:
                 ftype, body = read_frame(src)
+                if note and ftype in (HELLO, CHALLENGE, WELCOME):
+                    self.seen[ftype] = body if ftype != WELCOME else body.split(b"\n", 1)[1]
                 if replace_next and ftype == EXCHANGE and body.startswith(b"next "):
-                    dst.sendall(self.inject)
+                    seal = sealer(self.token, self.seen[HELLO], self.seen[CHALLENGE], self.seen[WELCOME],
+                                  from_server=False, first=sent)
+                    dst.sendall(seal(EXCHANGE, self.inject))
                     replace_next = False
                 else:
                     dst.sendall(frame(ftype, body))
+                sent = 0 if ftype == AUTH else None if sent is None else sent + 1
         except (OSError, ConnectionError):
             try:        # what came is passed on whole, then the end: the other direction finishes by itself
                 dst.shutdown(socket.SHUT_WR)
@@ -173,17 +185,17 @@ class Injector:
 
 
 @pytest.mark.parametrize("inject,why", [
-    (frame(EXCHANGE, b"start 0"), "expected 'next HOST[:PORT]' or 'done'"),
-    (frame(EXCHANGE, b"next 127.0.0.9:1"), "may not relay to 127.0.0.9"),
+    (b"start 0", "expected 'next HOST[:PORT]' or 'done'"),
+    (b"next 127.0.0.9:1", "may not relay to 127.0.0.9"),
     # A target among --relay-to with a second line behind it: never the run's next line.
-    (frame(EXCHANGE, b"next [127.0.0.2] 0\n127.0.0.9:1"), "a series' target must be HOST[:PORT]"),
+    (b"next [127.0.0.2] 0\n127.0.0.9:1", "a series' target must be HOST[:PORT]"),
 ])
 def test_a_frame_out_of_order_ends_only_its_session(fm, token_file, serves, inject, why):
     """After a run, the relay takes only "next HOST[:PORT]" (a host of its --relay-to) or "done": anything else ends
     that session, with the reason for the client; the run then fails alone and the series goes on in a new
     session, the serve serving as before."""
     port, (relay_trace, _) = serves
-    proxy = Injector(port, inject)
+    proxy = Injector(port, inject, token_file)
     try:
         runs, rc, err = series(fm, token_file, [f"{TARGET}:{port} 0"] * 3, f"{RELAY}:{proxy.port}")
     finally:

@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (size >= fm::kFrameHeaderBytes) {
     fm::FrameHeader h;
-    if (fm::check_frame_header(data, expect, max_frame, &h).empty()) {
+    if (fm::check_frame_header(data, expect, max_frame, 0, &h).empty()) {
       const bool variable = h.type == fm::CtrlType::exchange;
       if (h.len > (variable ? max_frame : fm::kMaxWelcome)) std::abort();  // the check let a giant through
     }

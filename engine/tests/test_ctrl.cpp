@@ -28,7 +28,7 @@ std::string header(uint32_t len, fm::CtrlType t) {
 
 std::string check(const std::string& h, fm::CtrlType expect, uint32_t max = fm::kMaxFrameDefault) {
   fm::FrameHeader out;
-  return fm::check_frame_header(reinterpret_cast<const unsigned char*>(h.data()), expect, max, &out);
+  return fm::check_frame_header(reinterpret_cast<const unsigned char*>(h.data()), expect, max, 0, &out);
 }
 
 TEST(FrameHeader, ChecksTypeAndLengthBeforeTheBody) {

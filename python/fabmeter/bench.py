@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
 import statistics
+import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from fabmeter import analysis, envinfo, run, stats
-from fabmeter.engine import engine_info, find_engine
+from fabmeter import analysis, envinfo, procs, run, stats
+from fabmeter.engine import engine_info, engine_options, find_engine, last_error_line
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, FabmeterError
 from fabmeter.peers import base as peer_base
 from fabmeter.peers import registry, rawpp
@@ -64,6 +68,14 @@ TX_TARGET = 0.98                  # what the stamps may cost: at most 2 % of the
 # The stream row: missed steps beside the schedule floor, same rate, steps and CPU.
 STREAM_RATE = 100_000
 STREAM_STEPS = 100_000            # 1 s, stream's default at this rate
+
+
+# The authentication rows: lat with a token beside lat without one (a bench-owned serve and client, as a
+# remote run; a local run always has a token), and the control channel's time per point over a run of many
+# small points (lat -a up to AUTH_MAX_SIZE, AUTH_ITERS each).
+AUTH_MAX_SIZE = 4096
+AUTH_ITERS = 1000
+AUTH_TIMEOUT_S = 120
 
 
 class Skip(Exception):
@@ -261,7 +273,7 @@ class Bench:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
         return (rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.setup_rows()
-                + self.cpu_rows() + self.measuring_rows())
+                + self.cpu_rows() + self.measuring_rows() + self.auth_rows())
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -335,6 +347,61 @@ class Bench:
                         self.fabmeter_all("load", tx_load("off"), tx_unstamped_rps),
                         f"achieved req/s, {TX_CLIENTS} closed-loop clients, ofi shm rdm, --sq-depth 1, "
                         f"{TX_RESP_SIZE // 1024} KiB replies", TX_TARGET, higher_is_better=True))
+        return rows
+
+    def session(self, experiment: str, options: dict, token: bool,
+                pick: Callable[[list[dict], float], float]) -> Callable[[], float]:
+        """One run against a serve of the bench's own on loopback, both ends with a fresh token or neither:
+        pick(its points, the client's wall time in s)."""
+        def measure() -> float:
+            if options["transport"] not in self.info.get("transports", []):
+                raise Skip(f"transport {options['transport']} is not built into this engine")
+            env = {k: v for k, v in os.environ.items() if k != "FABMETER_TOKEN"}
+            if token:
+                env["FABMETER_TOKEN"] = secrets.token_hex(32)
+            with procs.SignalForwarder() as fwd:
+                server = run.LocalServer(self.engine, self.cpus[1] if self.cpus and len(self.cpus) > 1 else None,
+                                         fwd, env=env)
+                server.start_draining()
+                cmd = [self.engine, "run", experiment, "--server", f"127.0.0.1:{server.port}",
+                       *(["--cpu", str(self.cpus[0])] if self.cpus else []),
+                       *engine_options(self.engine).engine_argv(options)]
+                t0 = time.monotonic()
+                try:
+                    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=AUTH_TIMEOUT_S)
+                finally:
+                    server.stop(run.SERVER_EXIT_TIMEOUT_S)
+                wall_s = time.monotonic() - t0
+            if fwd.interrupted:
+                raise FabmeterError("interrupted", EXIT_INTERRUPTED)
+            points = [p for p in map(json.loads, r.stdout.splitlines()) if p.get("type") == "point"]
+            if r.returncode != EXIT_OK or not points:
+                raise Skip(f"fabmeter {experiment} {options} against a serve failed: {last_error_line(r.stderr)}")
+            return pick(points, wall_s)
+        return measure
+
+    def auth_rows(self) -> list[Row]:
+        """What authenticating every control frame costs. lat p50 with a token beside without: the measured
+        messages carry no tag, so the round ratio's interval must include 1.00. The control channel's time per
+        point: a run of many small points, its client's wall time less the points' measured windows, per point,
+        with a token beside without (handshake, key and every frame's tag included; start-up and warm-up alike)."""
+        def lat(t: str) -> dict:
+            return {"transport": t, "poll": "busy", "size": SIZE, "iters": ITERS}
+        p50 = lambda points, wall_s: points[-1]["latency_ns"]["p50"]  # noqa: E731
+
+        def per_point_us(points: list[dict], wall_s: float) -> float:
+            measured = sum(cpu_side(p, "client")["window_s"] for p in points)
+            return (wall_s - measured) / len(points) * 1e6
+        sweep = {"transport": "tcp", "poll": "busy", "all": True, "max_size": AUTH_MAX_SIZE, "iters": AUTH_ITERS}
+        rows = [Row(f"lat {t} busy p50: token / no token", self.session("lat", lat(t), True, p50),
+                    "the same lat against a serve without a token", self.session("lat", lat(t), False, p50),
+                    "latency p50 ns (RTT/2); the measured path is untouched: the interval must include 1.00", None,
+                    floor=False) for t in ("shm", "tcp")]
+        rows.append(Row("control channel per point: token / no token", self.session("lat", sweep, True, per_point_us),
+                        "the same run against a serve without a token", self.session("lat", sweep, False, per_point_us),
+                        f"us per point outside its measured window (set-up, warm-up, control frames): the client's "
+                        f"wall time less the windows, lat tcp busy -a up to {AUTH_MAX_SIZE} B, {AUTH_ITERS} round "
+                        "trips each", None, floor=False))
         return rows
 
     def flows_rows(self) -> list[Row]:

@@ -223,6 +223,9 @@ def cmd_run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         print(path.header(ran.doc["path"]), flush=True)
         print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
               flush=True)
+        if (res.start or {}).get("control_channel") == "unauthenticated":
+            print("note: no token: the figures are as the server reported them (an unauthenticated control channel; "
+                  "docs/security.md)", flush=True)
     if verdict is not None and not ns.json:
         print(shown_lines(slo.table(verdict, res.points)), flush=True)
     if res.exit_code == EXIT_INTERRUPTED:

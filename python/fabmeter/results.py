@@ -124,6 +124,7 @@ class RunRecord:
         self.doc["path"] = path.with_start(self.doc["path"], start)
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
+        self.doc["control_channel"] = start.get("control_channel")
         self.flush()
 
     def on_point(self, point: dict) -> None:

@@ -3,6 +3,8 @@
 // A frame is a 5-byte header (length, little-endian uint32; type byte) and
 // the body. The header is checked (known type, the one expected, length
 // within that type's limit) before a byte of the body is read or allocated.
+// In a session with a token every frame after the welcome is authenticated
+// (frame_auth.hpp): its tag follows the body and the length counts both.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -11,6 +13,8 @@
 #include <thread>
 #include <string>
 #include <string_view>
+
+#include "fabmeter/frame_auth.hpp"
 
 namespace fm {
 
@@ -49,9 +53,14 @@ struct FrameHeader {
 
 // Decodes and checks one header: a known type, `expect` (or refuse, fail,
 // heartbeat), length within the type's limit (`max_frame` for hello and
-// exchange). Returns "" when it may be read, else the one-line reason. Pure:
-// the fuzz target feeds it arbitrary bytes.
-std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, FrameHeader* out);
+// exchange). `tag_bytes` > 0 (an authenticated frame): the length counts a
+// tag after the body (out->len is the body's), and the type is checked
+// against `expect` only once the tag is verified (check_frame_type), so that
+// a frame changed on the way is named as such. Returns "" when it may be
+// read, else the one-line reason. Pure: the fuzz targets feed it arbitrary bytes.
+std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, uint32_t tag_bytes,
+                               FrameHeader* out);
+std::string check_frame_type(CtrlType got, CtrlType expect);
 const char* ctrl_type_name(CtrlType t);
 // Peer text (refuse/fail reasons) made one printable line, at most kMaxText bytes.
 std::string printable_line(std::string_view s);
@@ -70,6 +79,13 @@ class Ctrl {
   static Ctrl connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms);
 
   void send(CtrlType t, std::string_view payload = {});
+  // Every frame either way after this call is authenticated under `key`
+  // (frame_auth.hpp; `server`: this end is the server).
+  void authenticate(std::string_view key, bool server);
+  // The server's welcome, then authenticate(), in one turn of the send lock:
+  // no heartbeat slips between the two.
+  void send_then_authenticate(CtrlType t, std::string_view payload, std::string_view key, bool server);
+  bool authenticated() const { return auth_ != nullptr; }
   // Never throws: a peer that is gone shows up at the next peek or recv.
   bool send_heartbeat() noexcept;
   // Waits up to the timeout for the next message, skipping heartbeats; a
@@ -116,11 +132,13 @@ class Ctrl {
   void set_timeout_ms(uint32_t ms) { timeout_ms_ = ms; }
 
  private:
+  void send_locked(CtrlType t, std::string_view payload);
   int fd_ = -1;
   uint32_t timeout_ms_ = 5000;
   uint32_t max_frame_ = kMaxFrameDefault;
   mutable uint64_t frames_in_ = 0;  // peek() consumes heartbeats
   uint32_t silence_ms_ = 0;
+  std::unique_ptr<FrameAuth> auth_;  // null: frames carry no tag (before the welcome, or no token)
   // Frames go out whole: the Heartbeat thread and the session share the socket.
   std::unique_ptr<std::mutex> send_mu_ = std::make_unique<std::mutex>();
   Heartbeat* beat_ = nullptr;  // the one beating on this channel; not moved with it
@@ -212,7 +230,9 @@ constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rul
 // 3: the hello's relay line (a session that runs a client elsewhere).
 // 4: the server's cpu_cost frame after each point.
 // 5: the hello's tool line (a session that runs a peer tool's server side).
-constexpr uint32_t kProtocolVersion = 6;
+// 6: a relayed series (start/next/done).
+// 7: with a token, every frame after the welcome authenticated (frame_auth.hpp).
+constexpr uint32_t kProtocolVersion = 7;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

@@ -1,11 +1,12 @@
-// The opening of a session (protocol 5), as iperf3 and OWAMP authenticate:
-//   client -> server  hello      "5\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" parameters
+// The opening of a session (protocol 7), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "7\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" parameters
 //   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
 //   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
 //   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
 // transcript = client nonce | server nonce | SHA-256(hello); the server's
 // proof also covers SHA-256 of the welcome body. The token never crosses the
-// wire; proofs are compared in constant time. Every decoder here rejects
+// wire; proofs are compared in constant time. With a token, every frame
+// after the welcome carries a tag under session_key (frame_auth.hpp). Every decoder here rejects
 // malformed input with a one-line fm::Error and nothing else.
 // relay is empty, or HOST[:PORT] of another server: the client asks this
 // server to run the client role against that one and to carry the run's
@@ -68,5 +69,10 @@ std::string client_proof(std::string_view token, std::string_view hello, std::st
 std::string server_proof(std::string_view token, std::string_view hello, std::string_view server_nonce,
                          std::string_view welcome_body);
 bool proof_matches(std::string_view expected, std::string_view got);  // CRYPTO_memcmp
+// The key of the session's authenticated frames (frame_auth.hpp), both ends
+// alike after the welcome: HKDF-SHA-256 of the token, salted with both
+// nonces, its info the hello's and the welcome body's SHA-256.
+std::string session_key(std::string_view token, std::string_view hello, std::string_view server_nonce,
+                        std::string_view welcome_body);
 
 }  // namespace fm

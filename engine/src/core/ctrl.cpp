@@ -107,18 +107,28 @@ const char* ctrl_type_name(CtrlType t) {
   return "?";
 }
 
-std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, FrameHeader* out) {
+std::string check_frame_type(CtrlType got, CtrlType expect) {
+  if (got != expect && got != CtrlType::refuse && got != CtrlType::fail && got != CtrlType::heartbeat)
+    return std::string("control channel: expected ") + ctrl_type_name(expect) + ", got " + ctrl_type_name(got);
+  return {};
+}
+
+std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32_t max_frame, uint32_t tag_bytes,
+                               FrameHeader* out) {
   const uint32_t len = uint32_t(hdr[0]) | uint32_t(hdr[1]) << 8 | uint32_t(hdr[2]) << 16 | uint32_t(hdr[3]) << 24;
   const uint8_t type = hdr[4];
   if (type == 0 || type > kCtrlTypeMax)
     return "control channel: unknown frame type " + std::to_string(type) + " (the other end is not fabmeter, or another version?)";
   const auto t = static_cast<CtrlType>(type);
-  if (t != expect && t != CtrlType::refuse && t != CtrlType::fail && t != CtrlType::heartbeat)
-    return std::string("control channel: expected ") + ctrl_type_name(expect) + ", got " + ctrl_type_name(t);
-  if (len > limit_of(t, max_frame))
+  if (tag_bytes == 0)
+    if (std::string why = check_frame_type(t, expect); !why.empty()) return why;
+  if (len < tag_bytes)
     return std::string("control channel: ") + ctrl_type_name(t) + " frame of " + std::to_string(len) +
+           " bytes is shorter than its authentication tag";
+  if (len - tag_bytes > limit_of(t, max_frame))
+    return std::string("control channel: ") + ctrl_type_name(t) + " frame of " + std::to_string(len - tag_bytes) +
            " bytes exceeds its limit of " + std::to_string(limit_of(t, max_frame));
-  *out = {len, t};
+  *out = {len - tag_bytes, t};
   return {};
 }
 
@@ -158,7 +168,7 @@ Ctrl::Ctrl(int fd, uint32_t timeout_ms) : fd_(fd), timeout_ms_(timeout_ms) {
 }
 Ctrl::Ctrl(Ctrl&& o) noexcept
     : fd_(o.fd_), timeout_ms_(o.timeout_ms_), max_frame_(o.max_frame_), frames_in_(o.frames_in_),
-      silence_ms_(o.silence_ms_) {
+      silence_ms_(o.silence_ms_), auth_(std::move(o.auth_)) {
   o.fd_ = -1;
 }
 Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
@@ -169,6 +179,7 @@ Ctrl& Ctrl::operator=(Ctrl&& o) noexcept {
     max_frame_ = o.max_frame_;
     frames_in_ = o.frames_in_;
     silence_ms_ = o.silence_ms_;
+    auth_ = std::move(o.auth_);
     o.fd_ = -1;
   }
   return *this;
@@ -257,16 +268,34 @@ Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t ti
 
 void Ctrl::send(CtrlType t, std::string_view payload) {
   std::lock_guard lock(*send_mu_);
+  send_locked(t, payload);
+}
+
+void Ctrl::authenticate(std::string_view key, bool server) {
+  std::lock_guard lock(*send_mu_);
+  auth_ = std::make_unique<FrameAuth>(key, server);
+}
+
+void Ctrl::send_then_authenticate(CtrlType t, std::string_view payload, std::string_view key, bool server) {
+  std::lock_guard lock(*send_mu_);
+  send_locked(t, payload);
+  auth_ = std::make_unique<FrameAuth>(key, server);
+}
+
+void Ctrl::send_locked(CtrlType t, std::string_view payload) {
   // Reasons are cut to what the peer accepts rather than lost with the session.
   if ((t == CtrlType::refuse || t == CtrlType::fail) && payload.size() > kMaxText) payload = payload.substr(0, kMaxText);
-  if (payload.size() > UINT32_MAX) runtime_error("control channel: message too large");
-  uint32_t len = static_cast<uint32_t>(payload.size());
+  const std::string tag = auth_ ? auth_->seal(static_cast<uint8_t>(t), payload) : std::string();
+  if (payload.size() > UINT32_MAX - tag.size()) runtime_error("control channel: message too large");
+  uint32_t len = static_cast<uint32_t>(payload.size() + tag.size());
   char hdr[kFrameHeaderBytes] = {char(len), char(len >> 8), char(len >> 16), char(len >> 24), static_cast<char>(t)};
-  iovec iov[2] = {{hdr, 5}, {const_cast<char*>(payload.data()), payload.size()}};
-  size_t total = 5 + payload.size(), sent = 0;
+  iovec iov[3] = {{hdr, kFrameHeaderBytes},
+                  {const_cast<char*>(payload.data()), payload.size()},
+                  {const_cast<char*>(tag.data()), tag.size()}};
+  size_t total = kFrameHeaderBytes + len, sent = 0;
   while (sent < total) {
     msghdr m{};
-    iovec v[2];
+    iovec v[3];
     int n = 0;
     size_t skip = sent;
     for (auto& i : iov) {
@@ -289,13 +318,10 @@ void Ctrl::send(CtrlType t, std::string_view payload) {
 bool Ctrl::send_heartbeat() noexcept {
   std::lock_guard lock(*send_mu_);
   if (fd_ < 0) return false;
-  const char hdr[kFrameHeaderBytes] = {0, 0, 0, 0, static_cast<char>(CtrlType::heartbeat)};
-  size_t sent = 0;
-  while (sent < sizeof hdr) {
-    ssize_t k = ::send(fd_, hdr + sent, sizeof hdr - sent, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    sent += static_cast<size_t>(k);
+  try {
+    send_locked(CtrlType::heartbeat, {});
+  } catch (const std::exception&) {
+    return false;
   }
   return true;
 }
@@ -303,23 +329,32 @@ bool Ctrl::send_heartbeat() noexcept {
 std::string Ctrl::recv(CtrlType expect, const char* what) {
   // Heartbeats do not extend the deadline: a peer that only beats is no answer.
   const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
+  const uint32_t tag_bytes = auth_ ? kTagBytes : 0;
   for (;;) {
     unsigned char hdr[kFrameHeaderBytes];
     if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
       runtime_error(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
-    if (std::string why = check_frame_header(hdr, expect, max_frame_, &h); !why.empty())
+    if (std::string why = check_frame_header(hdr, expect, max_frame_, tag_bytes, &h); !why.empty())
       runtime_error(why + " (" + what + ")");
     ++frames_in_;
-    if (h.type == CtrlType::heartbeat) continue;
-    std::string payload(h.len, '\0');
+    std::string frame(h.len + tag_bytes, '\0');
     // Large result blobs may take longer than one timeout: the deadline is per message start.
-    if (h.len && !read_full(fd_, payload.data(), h.len, deadline + uint64_t(h.len) * 10, what,
-                            uint64_t(silence_ms_) * 1000000))
+    if (!frame.empty() && !read_full(fd_, frame.data(), frame.size(), deadline + uint64_t(h.len) * 10, what,
+                                     uint64_t(silence_ms_) * 1000000))
       runtime_error("the other end closed the control channel mid-message");
-    if (h.type == CtrlType::refuse) usage_error(printable_line(payload));
-    if (h.type == CtrlType::fail) runtime_error(printable_line(payload));
-    return payload;
+    if (auth_) {
+      const std::string_view body = std::string_view(frame).substr(0, h.len);
+      if (std::string why = auth_->open(static_cast<uint8_t>(h.type), body, std::string_view(frame).substr(h.len));
+          !why.empty())
+        runtime_error(why + " (" + what + ")");
+      if (std::string why = check_frame_type(h.type, expect); !why.empty()) runtime_error(why + " (" + what + ")");
+      frame.resize(h.len);
+    }
+    if (h.type == CtrlType::heartbeat) continue;
+    if (h.type == CtrlType::refuse) usage_error(printable_line(frame));
+    if (h.type == CtrlType::fail) runtime_error(printable_line(frame));
+    return frame;
   }
 }
 
@@ -383,18 +418,25 @@ void PeerWatch::check(const std::string& what) {
 }
 
 Ctrl::Peek Ctrl::peek() const {
+  // A heartbeat: its header and, authenticated, its tag.
+  const size_t beat = kFrameHeaderBytes + (auth_ ? kTagBytes : 0);
   // Bounded, so a peer flooding heartbeats cannot keep the caller here.
   for (int beats = 0; beats < 64; ++beats) {
     pollfd pfd{fd_, POLLIN, 0};
     if (::poll(&pfd, 1, 0) <= 0) return Peek::nothing;
-    unsigned char hdr[kFrameHeaderBytes];
-    ssize_t k = ::recv(fd_, hdr, sizeof hdr, MSG_PEEK | MSG_DONTWAIT);
+    unsigned char buf[kFrameHeaderBytes + kTagBytes];
+    ssize_t k = ::recv(fd_, buf, beat, MSG_PEEK | MSG_DONTWAIT);
     if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) return Peek::closed;
-    // A header still on its way: it may be a heartbeat, so not a message yet.
-    if (k < static_cast<ssize_t>(sizeof hdr)) return Peek::nothing;
-    if (hdr[4] != static_cast<unsigned char>(CtrlType::heartbeat) || hdr[0] | hdr[1] | hdr[2] | hdr[3])
+    const uint32_t len = uint32_t(buf[0]) | uint32_t(buf[1]) << 8 | uint32_t(buf[2]) << 16 | uint32_t(buf[3]) << 24;
+    if (k >= static_cast<ssize_t>(kFrameHeaderBytes) &&
+        (buf[4] != static_cast<unsigned char>(CtrlType::heartbeat) || len != beat - kFrameHeaderBytes))
       return Peek::message;  // recv() checks it
-    if (::recv(fd_, hdr, sizeof hdr, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof hdr)) return Peek::closed;
+    // A heartbeat still on its way: not a message yet.
+    if (k < static_cast<ssize_t>(beat)) return Peek::nothing;
+    // One whose tag fails is left for recv(), which says so.
+    if (auth_ && !auth_->open(buf[4], {}, {reinterpret_cast<char*>(buf) + kFrameHeaderBytes, kTagBytes}).empty())
+      return Peek::message;
+    if (::recv(fd_, buf, beat, MSG_DONTWAIT) != static_cast<ssize_t>(beat)) return Peek::closed;
     ++frames_in_;
   }
   return Peek::nothing;

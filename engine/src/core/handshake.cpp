@@ -1,8 +1,10 @@
 #include "fabmeter/handshake.hpp"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/kdf.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "fabmeter/ctrl.hpp"
@@ -271,6 +274,25 @@ std::string client_proof(std::string_view token, std::string_view hello, std::st
 std::string server_proof(std::string_view token, std::string_view hello, std::string_view server_nonce,
                          std::string_view welcome_body) {
   return hmac(token, transcript("fabmeter-v2 server", hello, server_nonce) + sha256(welcome_body));
+}
+
+std::string session_key(std::string_view token, std::string_view hello, std::string_view server_nonce,
+                        std::string_view welcome_body) {
+  const std::string salt = decode_hello(hello).nonce + std::string(server_nonce);
+  const std::string info = "fabmeter-v7 session" + std::string(1, '\0') + sha256(hello) + sha256(welcome_body);
+  unsigned char key[kMacBytes];
+  std::unique_ptr<EVP_KDF, decltype(&EVP_KDF_free)> kdf(EVP_KDF_fetch(nullptr, "HKDF", nullptr), EVP_KDF_free);
+  std::unique_ptr<EVP_KDF_CTX, decltype(&EVP_KDF_CTX_free)> ctx(kdf ? EVP_KDF_CTX_new(kdf.get()) : nullptr,
+                                                                 EVP_KDF_CTX_free);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<char*>(token.data()), token.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, const_cast<char*>(salt.data()), salt.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(info.data()), info.size()),
+      OSSL_PARAM_construct_end()};
+  if (!ctx || EVP_KDF_derive(ctx.get(), key, sizeof key, params) != 1) runtime_error("HKDF-SHA-256 failed (libcrypto)");
+  return std::string(reinterpret_cast<char*>(key), sizeof key);
 }
 
 bool proof_matches(std::string_view expected, std::string_view got) {

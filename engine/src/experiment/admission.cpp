@@ -48,6 +48,11 @@ bool Admission::release(size_t rec, pid_t pid) {
   return held;
 }
 
+void Admission::auth_failed(size_t rec) {
+  Stage expected = Stage::handshaking;
+  records_[rec].compare_exchange_strong(expected, Stage::auth_failed);
+}
+
 Admission::Admit Admission::admit(size_t rec, pid_t pid) {
   Stage expected = Stage::handshaking;
   if (!records_[rec].compare_exchange_strong(expected, Stage::admitted)) return Admit::dropped;

@@ -16,9 +16,10 @@ namespace fm {
 class Admission {
  public:
   // A connection's record goes free -> handshaking (its process started)
-  // -> admitted (past its handshake: a session, or answered busy); the
-  // parent may turn handshaking into dropped, and then kills the process.
-  enum class Stage : int { free, handshaking, admitted, dropped };
+  // -> admitted (past its handshake: a session, or answered busy) or
+  // auth_failed (its proof was wrong or missing); the parent may turn
+  // handshaking into dropped, and then kills the process.
+  enum class Stage : int { free, handshaking, admitted, dropped, auth_failed };
   enum class Admit { session, busy, dropped };
 
   Admission(size_t sessions, size_t handshakes);
@@ -35,6 +36,7 @@ class Admission {
 
   // The session child's side (`pid`: its own).
   Admit admit(size_t rec, pid_t pid);   // handshaking -> admitted, then a free slot if any
+  void auth_failed(size_t rec);         // handshaking -> auth_failed (the parent counts it: auth_failures.hpp)
 
  private:
   size_t sessions_, records_n_;

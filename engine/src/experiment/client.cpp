@@ -50,7 +50,8 @@ void write_status_line(Status st, const std::string& msg, int code = -1) {
   emit_line(end);
 }
 
-// The client's side of the opening (handshake.hpp): hello, proof, welcome.
+// The client's side of the opening (handshake.hpp): hello, proof, welcome;
+// with a token, every frame from here on authenticated.
 // `relay`: the server is asked to run the client against that server (relay.hpp);
 // `tool`: to start a peer tool's server side (tool_server.hpp).
 Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
@@ -77,6 +78,7 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
   if (server_nonce.empty() ? !welcome.mac.empty()
                            : !proof_matches(server_proof(o.token, hello, server_nonce, welcome.body), welcome.mac))
     runtime_error("authentication failed: the server did not prove it knows the token");
+  if (!server_nonce.empty()) ctrl.authenticate(session_key(o.token, hello, server_nonce, welcome.body), false);
   return welcome;
 }
 
@@ -159,7 +161,9 @@ int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, cons
   JsonObj start;
   start.add("type", "start").add("version", kEngineVersion).add("points", static_cast<uint64_t>(plan.size()))
       .add("env", engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)))
-      .add_raw("server_env", server_env).add("same_host", same_host).add_raw("params", params_json(p));
+      .add_raw("server_env", server_env).add("same_host", same_host)
+      .add("control_channel", ctrl.authenticated() ? "authenticated" : "unauthenticated")
+      .add_raw("params", params_json(p));
   emit_line(start);
   try {
     st = entry.points(p, ctx, o.out_dir, &transport_info);

@@ -13,9 +13,11 @@
 #include <deque>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "experiment/admission.hpp"
+#include "experiment/auth_failures.hpp"
 #include "experiment/common.hpp"
 #include "experiment/server_dirs.hpp"
 #include "experiment/server_session.hpp"
@@ -64,7 +66,8 @@ class Children {
       drop_oldest_handshake();
     return admission_.open();
   }
-  void started(pid_t pid, size_t rec) { kids_.push_back({pid, Clock::mono_ns(), rec}); }
+  void started(pid_t pid, size_t rec, std::string source) { kids_.push_back({pid, Clock::mono_ns(), rec, std::move(source)}); }
+  AuthFailures& auth_failures() { return failures_; }
 
   // Collects ended children without waiting; returns the last ended
   // session's code (-1: none ended; connections that never became a
@@ -100,6 +103,7 @@ class Children {
     pid_t pid;
     uint64_t started_ns;
     size_t rec;
+    std::string source;  // the client's address
   };
 
   bool handshaking(const Child& k) const { return admission_.stage(k.rec) == Admission::Stage::handshaking; }
@@ -125,6 +129,9 @@ class Children {
   int ended(pid_t pid, int status) {
     const auto k = std::find_if(kids_.begin(), kids_.end(), [&](const Child& c) { return c.pid == pid; });
     if (k == kids_.end()) return -1;
+    const Admission::Stage stage = admission_.stage(k->rec);
+    if (stage == Admission::Stage::auth_failed) failures_.failed(k->source, Clock::mono_ns());
+    if (stage == Admission::Stage::admitted) failures_.proved(k->source);
     const bool session = admission_.release(k->rec, pid);
     kids_.erase(k);
     clean_after(o_, pid);
@@ -134,6 +141,7 @@ class Children {
   const ServerOptions& o_;
   Admission admission_;
   std::vector<Child> kids_;
+  AuthFailures failures_;
 };
 
 // Connections that have not said a word yet wait here, in the accepting
@@ -273,6 +281,8 @@ int run_server(const ServerOptions& opts) {
     }
     std::fflush(stdout);
     std::fflush(stderr);
+    const std::string source = ctrl.peer_addr();
+    const uint32_t delay_ms = kids.auth_failures().delay_ms(source);
     const pid_t pid = fork();
     if (pid < 0) {
       std::fprintf(stderr, "fabmeter-engine: cannot start a session: %s\n", std::strerror(errno));
@@ -283,20 +293,23 @@ int run_server(const ServerOptions& opts) {
       sigprocmask(SIG_SETMASK, &wait_mask, nullptr);
       ::close(listener.fd());
       silent.close_inherited();
-      session_child(std::move(ctrl), o, clocks, kids.admission(), *rec, me);
+      session_child(std::move(ctrl), o, clocks, kids.admission(), *rec, me, delay_ms);
     }
-    kids.started(pid, *rec);
+    kids.started(pid, *rec, source);
   };
   // The accepting loop only accepts, forks and reaps: it never reads from a
   // client and never waits for a session.
   for (;;) {
     const int rc = kids.reap();
+    kids.auth_failures().log(Clock::mono_ns(), false);
     if (o.once && rc >= 0) {
       kids.stop();  // connections still in their handshake
+      kids.auth_failures().log(Clock::mono_ns(), true);
       return rc;
     }
     if (stop_requested()) {
       kids.stop();
+      kids.auth_failures().log(Clock::mono_ns(), true);
       return 130;
     }
     if (o.max_duration > 0)

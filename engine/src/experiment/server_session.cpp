@@ -100,7 +100,8 @@ void tell_failure(Ctrl& ctrl, const std::string& why) noexcept {
 }
 
 // One session on the server side, in record `rec` of `admission`. Returns the exit code it would have.
-int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission, size_t rec) {
+int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission, size_t rec,
+              uint32_t challenge_delay_ms) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(o.handshake_timeout_ms);
@@ -131,17 +132,24 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     return 2;
   }
   const std::string server_nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
+  for (uint64_t until = Clock::mono_ns() + uint64_t(challenge_delay_ms) * 1000000; Clock::mono_ns() < until;) {
+    if (stop_requested()) return 130;
+    usleep(20000);
+  }
   ctrl.send(CtrlType::challenge, server_nonce);
   if (!o.token.empty()) {
+    // A failure is said by the accepting process, as a summary per source (auth_failures.hpp).
     std::string proof;
     try {
       proof = decode_auth(ctrl.recv(CtrlType::auth, "client's proof"));
-    } catch (const Error& e) {
-      runtime_error("authentication failed: client " + ctrl.peer_addr() + ": " + e.what());
+    } catch (const Error&) {
+      admission.auth_failed(rec);
+      return 3;
     }
     if (!proof_matches(client_proof(o.token, hello, server_nonce), proof)) {
+      admission.auth_failed(rec);
       ctrl.send(CtrlType::fail, "authentication failed (wrong token)");
-      runtime_error("authentication failed: client " + ctrl.peer_addr() + " sent a wrong proof");
+      return 3;
     }
   }
   // Only now may the client take a session slot: nobody holds one unproven.
@@ -180,10 +188,17 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     return 2;
   }
   if (!tool_binary.empty() && o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
+  // The welcome: with a token, every frame after it is authenticated.
+  const auto welcome = [&](const Clock& clk) {
+    const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
+    if (o.token.empty())
+      ctrl.send(CtrlType::welcome, encode_welcome("", body));
+    else
+      ctrl.send_then_authenticate(CtrlType::welcome, encode_welcome(server_proof(o.token, hello, server_nonce, body), body),
+                                  session_key(o.token, hello, server_nonce, body), true);
+  };
   if (!tool_binary.empty()) {
-    const std::string body = host_id() + "\n" + engine_env(clocks.of(p), o.cpu, fabric_where(p, ctrl, o.cpu)).str();
-    ctrl.send(CtrlType::welcome,
-              encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
+    welcome(clocks.of(p));
     return serve_tool(ctrl, tool, tool_binary, o);
   }
   SessionFiles files(o);
@@ -196,9 +211,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
   ctrl.set_timeout_ms(p.timeout_ms);
   const Clock& clk = clocks.of(p);
-  const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
-  ctrl.send(CtrlType::welcome,
-            encode_welcome(o.token.empty() ? std::string() : server_proof(o.token, hello, server_nonce, body), body));
+  welcome(clk);
   // From here on the client waits on this end: whatever ends the session
   // goes to it with the reason, not as a bare close.
   try {
@@ -247,13 +260,13 @@ std::string busy_reason(const ServerOptions& o) {
 
 // A session child: dies with the server, serves one connection, exits.
 [[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission,
-                                size_t rec, pid_t server) {
+                                size_t rec, pid_t server, uint32_t challenge_delay_ms) {
   signal(SIGCHLD, SIG_DFL);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != server) _exit(130);  // the server died before the line above
   int rc;
   try {
-    rc = serve_one(ctrl, o, clocks, admission, rec);
+    rc = serve_one(ctrl, o, clocks, admission, rec, challenge_delay_ms);
   } catch (const Error& e) {
     std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
     rc = static_cast<int>(e.kind);

@@ -39,8 +39,9 @@ struct ServerClocks {
 std::string busy_reason(const ServerOptions& o);
 
 // Serves one connection in record `rec` of `admission`, then exits; dies
-// with the server (`server`, its pid).
+// with the server (`server`, its pid). Its challenge waits `challenge_delay_ms`
+// (a source that failed to authenticate: auth_failures.hpp).
 [[noreturn]] void session_child(Ctrl ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission,
-                                size_t rec, pid_t server);
+                                size_t rec, pid_t server, uint32_t challenge_delay_ms);
 
 }  // namespace fm
