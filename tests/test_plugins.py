@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -284,7 +285,7 @@ def test_an_untrusted_plugin_never_runs(fm, tmp_path, trusted_tmp, place):
         marker_plugin(tmp_path, wide / "x.so")
         plugin.unlink()
         plugin.symlink_to(wide / "x.so")
-        reason = "directory /tmp is writable by others (mode 1777)" if str(tmp_path).startswith("/tmp/") else ""
+        reason = f"directory {wide} is writable by others (mode 0777)"
     marker = tmp_path / "constructor-ran"
     fm.env.update(FABMETER_PLUGIN_DIR=str(d), FM_PLUGIN_MARKER=str(marker))
     why = engine_json("options", env=fm.env)["transports_unavailable"]["zmq"]
@@ -321,3 +322,24 @@ def test_a_trusted_plugin_loads_through_a_symlink(fm, tmp_path, trusted_tmp):
     r = fm.run("lat", "-t", "zmq", "-n", "100")
     assert r.returncode == 2 and "not a fabmeter plugin (no symbol fabmeter_transport_plugin)" in r.stderr, r.stderr
     assert marker.exists()
+
+
+def test_a_plugin_in_a_folder_of_ours_under_sticky_tmp_loads(fm):
+    """/tmp (1777, sticky, root's) lets others add names but not remove or rename ours: a plugin in a folder of
+    ours under it loads; the same folder made writable by others is refused."""
+    if not (PLUGINS / "libfabmeter-zmq.so").exists():
+        pytest.skip("the zmq plugin is not built")
+    if not os.stat("/tmp").st_mode & stat.S_ISVTX:
+        pytest.skip("/tmp is not sticky here")
+    d = Path(tempfile.mkdtemp(prefix="fm-plugins-", dir="/tmp"))
+    try:
+        d.chmod(0o755)
+        shutil.copy2(PLUGINS / "libfabmeter-zmq.so", d / "libfabmeter-zmq.so")
+        fm.env["FABMETER_PLUGIN_DIR"] = str(d)
+        r = fm.run("lat", "-t", "zmq", "-n", "300", "--warmup", "10", "--json")
+        assert r.returncode == 0, r.stderr
+        d.chmod(0o777)
+        r = fm.run("lat", "-t", "zmq", "-n", "100")
+        assert r.returncode == 2 and f"refused: directory {d} is writable by others (mode 0777)" in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(d)

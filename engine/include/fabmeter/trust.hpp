@@ -2,8 +2,9 @@
 // (docs/security.md): the one rule for transport plugins and peer tools.
 // Trusted: the path, resolved (symbolic links followed), is a regular file
 // owned by root or this process's effective user and not writable by group
-// or others, and so is every directory from it up to /; nobody else can have
-// written it or can swap it.
+// or others, and so is every directory from it up to / (a sticky one such as
+// /tmp excepted: others cannot remove or rename what is ours there); nobody
+// else can have written it or can swap it.
 #pragma once
 #include <string>
 

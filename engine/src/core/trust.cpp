@@ -13,10 +13,14 @@ namespace fm {
 namespace {
 
 // Why a file or directory someone else could have written is refused; "".
+// A sticky directory of root's (or ours) that others may write, such as
+// /tmp, is no way in: others may add names there but neither remove nor
+// rename ours, and what lies below is checked in turn.
 std::string untrusted(const struct stat& st, const std::string& what) {
   if (st.st_uid != 0 && st.st_uid != geteuid())
     return what + " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor this user";
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+  const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_dir) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return what + " is writable by " + (st.st_mode & S_IWOTH ? "others" : "its group") + " (mode " + mode + ")";
