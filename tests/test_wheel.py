@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -61,16 +60,14 @@ def wheel() -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel) -> Path:
-    """A fresh venv with the wheel installed; returns its bin/. In the build tree, not under /tmp: plugins load
-    only from folders nobody else may write."""
-    venv = Path(tempfile.mkdtemp(prefix="test-wheel-", dir=REPO / "build")) / "venv"
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel installed; returns its bin/."""
+    venv = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
     r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                         str(wheel)], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr[-3000:]
-    yield venv / "bin"
-    shutil.rmtree(venv.parent)
+    return venv / "bin"
 
 
 def clean_env() -> dict:

@@ -444,7 +444,7 @@ def record(summary: dict, pairs: list[dict], started_at: str, finished_at: str, 
     for h in hosts:
         h["environment"] = environments[h["rank"]] if h["rank"] < len(environments) else None
     return {"type": "mesh", "command": command, "started_at": started_at, "finished_at": finished_at,
-            "status": "interrupted" if summary["interrupted"] else "ok" if summary["failed"] == 0 else "failed",
+            "status": "interrupted" if summary.get("interrupted") else "ok" if summary["failed"] == 0 else "failed",
             "params": options, "environment": environment,
             "mesh": {k: v for k, v in summary.items() if k not in LIFTED}, "pairs": pairs,
             "matrix": matrices(summary, pairs), "per_host": hosts,
