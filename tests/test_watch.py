@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_line_error, start_serves,
+from conftest import (bridged_namespaces, cli_cmd, descendants, free_port, json_lines, one_line_error, start_serves,
                       stop_serves, tagged_engine_procs, veth_namespaces, wait_until)
 from fabmeter import run
 
@@ -283,15 +283,17 @@ def cpu_pressure():
 
 
 class Sampler(threading.Thread):
-    """count() every 20 ms until stop(); `most` is the highest it returned."""
+    """count() every 20 ms until stop(), except while paused; `most` is the highest it returned. count() must be
+    cheap: this thread shares the CPUs with what is measured."""
 
     def __init__(self, count):
         super().__init__(daemon=True)
-        self.count, self.most, self.done = count, 0, threading.Event()
+        self.count, self.most, self.done, self.paused = count, 0, threading.Event(), threading.Event()
 
     def run(self):
         while not self.done.wait(0.02):
-            self.most = max(self.most, self.count())
+            if not self.paused.is_set():
+                self.most = max(self.most, self.count())
 
     def stop(self):
         self.done.set()
@@ -331,7 +333,9 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
         serves = [fm.popen("serve", "--bind", h, "--port", port, "--token-file", token_file, "--relay-to",
                            ",".join(hosts), "--cpu", str(cpu), prefix=pre) for h, cpu, pre in zip(hosts, cpus, prefixes)]
         watch, lines, heard = None, [], queue.Queue()
-        at_once = Sampler(lambda: sum(" --via " in p for p in run_engine_children(fm.tag)))    # watch's clients
+        # watch's clients, read from its children list (a scan of every process's environment every 20 ms took
+        # ~1.6 ms of a CPU: a busy-polling receiver preempted that long queued half a burst, a p50 of ~1 ms)
+        at_once = Sampler(lambda: sum(" --via " in p for p in descendants(watch.pid)) if watch else 0)
         try:
             for s in serves:
                 assert json.loads(s.stdout.readline())["event"] == "listening"
@@ -352,12 +356,14 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
                 # A sweep's line comes when its pairs are over: watch is stopped there (SIGSTOP) while the direct
                 # runs measure the same paths alone; then its textfile (written after the line) has the sweep.
                 watch.send_signal(signal.SIGSTOP)
+                at_once.paused.set()
                 try:
                     assert wait_until(lambda: not run_engine_children(fm.tag), 10), run_engine_children(fm.tag)
                     direct = {(s, d): p50_of(fm, f"{hosts[d]}:{port}", cpus[s], token_file, prefixes[s])
                               for s, d in pairs}
                     direct["pressure"] = cpu_pressure()
                 finally:
+                    at_once.paused.clear()
                     watch.send_signal(signal.SIGCONT)
                 assert wait_until(lambda: prom.exists() and value(parse(prom.read_text()), "fabmeter_sweeps_total")
                                   == k, 30), "no textfile after the sweep"
