@@ -197,7 +197,7 @@ def test_a_plugin_of_another_abi_or_without_the_symbol_is_refused(tmp_path, trus
     build_fake_plugin(tmp_path, d / "libfabmeter-nanomsg.so", "extern \"C\" int something_else() { return 1; }")
     info = engine_json("options", env=with_plugin_dir(d))
     why = info["transports_unavailable"]
-    abi = re.search(r"kPluginAbi = (\d+);", (REPO / "engine/src/experiment/plugin.hpp").read_text()).group(1)
+    abi = re.search(r"kPluginAbi = (\d+);", (REPO / "engine/src/session/plugin.hpp").read_text()).group(1)
     assert why["zmq"] == f"{d}/libfabmeter-zmq.so: refused: plugin ABI 999, this engine's is {abi}", why
     assert why["nanomsg"] == f"{d}/libfabmeter-nanomsg.so: not a fabmeter plugin (no .fabmeter_plugin section)"
     assert {"shm", "tcp", "udp"} <= set(info["transports"])

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "experiment/tool_server.hpp"
+#include "session/tool_server.hpp"
 #include "fabmeter/error.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -21,7 +21,7 @@
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/signals.hpp"
-#include "experiment/registry.hpp"
+#include "session/registry.hpp"
 
 namespace {
 

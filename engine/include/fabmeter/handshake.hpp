@@ -12,7 +12,7 @@
 // server to run the client role against that one and to carry the run's
 // output back (relay.hpp; only to servers its operator allows).
 // tool is empty, or a JSON object asking the server to start a peer tool's
-// server side (experiment/tool_server.hpp); never both.
+// server side (session/tool_server.hpp); never both.
 #pragma once
 #include <string>
 #include <string_view>

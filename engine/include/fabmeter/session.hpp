@@ -87,7 +87,7 @@ constexpr size_t kMaxSeriesLine = 512;
 int64_t parse_start_at(const std::string& v, const std::string& what, bool zero_is_none);
 int run_server(const ServerOptions& o);
 // `fabmeter-engine tool`: asks the server to start a peer tool's server side
-// (`request`, a JSON object: experiment/tool_server.hpp) and holds it until
+// (`request`, a JSON object: session/tool_server.hpp) and holds it until
 // standard input closes.
 int run_tool(const std::string& request, const ClientOptions& o);
 

@@ -1,7 +1,7 @@
 // The transport contract, checked by the compiler: the `Transport` concept
 // below. Every transport is a concrete class; experiments are templates over
 // it, instantiated per transport and picked from a table at run time
-// (src/experiment/registry.cpp, run_points.hpp), so the hot path has no virtual call (as UCX
+// (src/session/registry.cpp, run_points.hpp), so the hot path has no virtual call (as UCX
 // perftest). Construction and caps are the registry's business:
 //
 //   T(const G&..., const Use&);                 // allocate; no I/O yet

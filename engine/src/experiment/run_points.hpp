@@ -185,7 +185,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
 }
 
 // Each transport built in: its caps and its points, each defined in its own
-// unit (a plugin's are in the plugin: experiment/plugin.hpp).
+// unit (a plugin's are in the plugin: session/plugin.hpp).
 #define FM_TRANSPORT(name, cls, groups) \
   Caps name##_caps(const Params& p);    \
   Status name##_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj* transport_info);

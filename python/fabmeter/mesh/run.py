@@ -16,7 +16,7 @@ prints it.
 With --launch serve there are no ranks: every host already runs `fabmeter
 serve --relay-to HOSTS`, and this process, anywhere, runs each pair as
 `fabmeter-engine run ... --server DST --via SRC`: SRC's serve runs the client
-and relays its output here (engine/src/experiment/relay.hpp). The relay puts
+and relays its output here (engine/src/session/relay.hpp). The relay puts
 the round's start time on SRC's clock and says by how much it differs from
 ours, so the rounds start together and their skew is measured as in rank mode.
 """

@@ -15,7 +15,7 @@ An adapter is a subclass of `Peer` in its own module that says
   schema (`point()` builds the common keys),
 - `request(case, params)`: what to ask a remote `fabmeter serve` for when
   the server side runs there (`--server`): the tool and its parameters as
-  the server's allow-list takes them (engine/src/experiment/tool_server.cpp);
+  the server's allow-list takes them (engine/src/session/tool_server.cpp);
   None: the tool cannot run so.
 
 `Peer.run(params)` does the rest for every case: a free port, the server in

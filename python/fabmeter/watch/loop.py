@@ -38,7 +38,7 @@ from fabmeter.watch import metrics
 
 POLL_S = 0.1                    # how often a wait looks at the stop flag
 # A control frame (4-byte little-endian length, type 1: hello) holding "probe": the engine's serve logs it as a
-# liveness probe and closes (engine/src/experiment/server_session.cpp, kProbeHello).
+# liveness probe and closes (engine/src/session/server_session.cpp, kProbeHello).
 PROBE_HELLO = struct.pack("<IB", 5, 1) + b"probe"
 STOP_GRACE_S = procs.KILL_GRACE_S + 2.0
 

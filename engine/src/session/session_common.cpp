@@ -1,8 +1,8 @@
-#include "experiment/session_common.hpp"
+#include "session/session_common.hpp"
 
 #include <cstdio>
 
-#include "experiment/registry.hpp"
+#include "session/registry.hpp"
 #include "experiment/run_points.hpp"
 
 namespace fm {

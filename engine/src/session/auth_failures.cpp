@@ -1,4 +1,4 @@
-#include "experiment/auth_failures.hpp"
+#include "session/auth_failures.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "experiment/common.hpp"
-#include "experiment/registry.hpp"
-#include "experiment/relay.hpp"
+#include "session/registry.hpp"
+#include "session/relay.hpp"
 #include "experiment/run_points.hpp"
-#include "experiment/session_common.hpp"
+#include "session/session_common.hpp"
 #include "experiment/table.hpp"
-#include "experiment/tool_server.hpp"
+#include "session/tool_server.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/handshake.hpp"

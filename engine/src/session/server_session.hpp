@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "experiment/admission.hpp"
+#include "session/admission.hpp"
 #include "experiment/run_points.hpp"
 #include "fabmeter/clock.hpp"
 #include "fabmeter/ctrl.hpp"

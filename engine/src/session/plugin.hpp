@@ -1,7 +1,7 @@
 // The plugin boundary: a transport built as a shared object of its own
 // (libfabmeter-<name>.so, in the engine's plugin directory) exports one C
 // symbol, kPluginSymbol, returning this descriptor. The engine dlopens the
-// plugin at the transport's first use (experiment/registry.cpp) and takes the
+// plugin at the transport's first use (session/registry.cpp) and takes the
 // functions of its table entry from it; the measuring loops live in the
 // plugin (its generated run_points_<name>.cpp), instantiated for its class,
 // so the data path makes no indirect call per message.

@@ -11,7 +11,7 @@
 // checked, and its descriptor must match this engine (ABI, version, type
 // sizes). Whatever fails makes that transport unavailable with the reason;
 // nothing else.
-#include "experiment/registry.hpp"
+#include "session/registry.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -31,7 +31,7 @@
 #include <map>
 #include <vector>
 
-#include "experiment/plugin.hpp"
+#include "session/plugin.hpp"
 #include "experiment/run_points.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/trust.hpp"

@@ -1,4 +1,4 @@
-#include "experiment/server_session.hpp"
+#include "session/server_session.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -12,12 +12,12 @@
 #include <csignal>
 #include <cstdio>
 
-#include "experiment/registry.hpp"
-#include "experiment/relay.hpp"
-#include "experiment/server_dirs.hpp"
-#include "experiment/session_common.hpp"
+#include "session/registry.hpp"
+#include "session/relay.hpp"
+#include "session/server_dirs.hpp"
+#include "session/session_common.hpp"
 #include "experiment/table.hpp"
-#include "experiment/tool_server.hpp"
+#include "session/tool_server.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/handshake.hpp"

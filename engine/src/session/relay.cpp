@@ -1,4 +1,4 @@
-#include "experiment/relay.hpp"
+#include "session/relay.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "experiment/experiment.hpp"
-#include "experiment/server_session.hpp"
+#include "session/server_session.hpp"
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"

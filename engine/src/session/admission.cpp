@@ -1,4 +1,4 @@
-#include "experiment/admission.hpp"
+#include "session/admission.hpp"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "experiment/tool_server.hpp"
+#include "session/tool_server.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

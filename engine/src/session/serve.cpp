@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "experiment/admission.hpp"
-#include "experiment/auth_failures.hpp"
+#include "session/admission.hpp"
+#include "session/auth_failures.hpp"
 #include "experiment/common.hpp"
-#include "experiment/server_dirs.hpp"
-#include "experiment/server_session.hpp"
-#include "experiment/session_common.hpp"
+#include "session/server_dirs.hpp"
+#include "session/server_session.hpp"
+#include "session/session_common.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/session.hpp"

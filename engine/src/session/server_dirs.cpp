@@ -1,4 +1,4 @@
-#include "experiment/server_dirs.hpp"
+#include "session/server_dirs.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
