@@ -6,7 +6,16 @@ ENGINE_BUILD := build/engine
 ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 
 FUZZ_BUILD := build/engine-fuzz
-FUZZ_SECONDS ?= 300
+
+# Every CMake build configured from here (the engine, the wheel's, the
+# sanitizer and fuzz builds) compiles through ccache once install-deps has
+# installed it (scripts/compile-cached; CMake reads these on a build's first
+# configure), paths taken relative to the checkout and the build folder left
+# out of the hash, so the wheel's build reuses what build/engine compiled.
+export CMAKE_CXX_COMPILER_LAUNCHER := $(CURDIR)/scripts/compile-cached
+export CMAKE_C_COMPILER_LAUNCHER := $(CURDIR)/scripts/compile-cached
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := trueFUZZ_SECONDS ?= 300
 
 .PHONY: all deps build install deb test test-rdma test-sanitize fuzz soak soak-watch demo bench bench-ab clean
 

@@ -23,6 +23,10 @@ pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev nlo
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
       sockperf qperf iperf3 ucx-utils
       chromium)
+# ccache: the engine is compiled several times over (build/engine, the wheel's
+# build/wheel, the sanitizer and fuzz builds): what one build compiled, the
+# next one of the same flags takes from the cache (Makefile).
+pkgs+=(ccache)
 # zlib1g-dev: the latency histogram's HdrHistogram V2 encoding is zlib-compressed.
 pkgs+=(zlib1g-dev)
 # Loss tests: nftables drops packets at random between namespaces and counts them.

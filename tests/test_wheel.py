@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,14 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def engine_build_compilers() -> dict:
+    """CXX and CC as build/engine found them: with the Makefile's compiler cache (scripts/compile-cached) the
+    wheel's build then takes every object build/engine compiled (the cache keys on the compiler's name)."""
+    cache = REPO / "build" / "engine" / "CMakeCache.txt"
+    found = dict(re.findall(r"^CMAKE_(CXX|C)_COMPILER:FILEPATH=(.+)$", cache.read_text(), re.M)) if cache.exists() else {}
+    return {("CXX" if lang == "CXX" else "CC"): path for lang, path in found.items()}
+
+
 @pytest.fixture(scope="module")
 def wheel() -> Path:
     cache = REPO / "build" / "wheel-dist" / source_hash()
@@ -49,7 +58,7 @@ def wheel() -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
                         "-w", str(tmp), str(REPO)], capture_output=True, text=True, timeout=1800,
-                       stdin=subprocess.DEVNULL)
+                       stdin=subprocess.DEVNULL, env={**os.environ, **engine_build_compilers()})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     shutil.rmtree(cache, ignore_errors=True)
     tmp.rename(cache)
