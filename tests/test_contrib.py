@@ -97,6 +97,8 @@ def test_every_metric_a_rule_or_panel_names_is_in_a_real_scrape(fm, token_file):
             watch.send_signal(signal.SIGTERM)
         _, err = watch.communicate(timeout=30)
         stop_serves(serves)
+    # Every pair measured: the outlier families need 4 judged links.
+    assert re.search(r'^fabmeter_sweep_pairs\{result="ok"\} 4\.0$', text, flags=re.M), err
     missing = sorted(named - published_names(text))
     assert not missing, f"named by the rules or the dashboard, absent from watch's scrape: {missing}\n{err}"
     assert 'fabmeter_pair_up{' in text and "fabmeter_pair_outlier{" in text, text
