@@ -1,6 +1,6 @@
 """contrib/: the monitoring kit. Prometheus' own promtool checks the scrape
-config and the alert rules, and fires each alert on the series of its unit
-test file; every metric that a rule or a Grafana panel names is one that a
+config, the alert rules and the Grafana panels' queries, and fires each
+alert on the series of its unit test file; every metric that a rule or a Grafana panel names is one that a
 real `fabmeter watch` publishes (three serves on 127.0.0.x with a token,
 scraped over its --metrics-port); systemd-analyze verifies the units, and
 fabmeter serve runs with no more than the capabilities its unit leaves it."""
@@ -61,6 +61,20 @@ def dashboard_queries() -> list[str]:
         if p["type"] != "row":
             assert p["targets"] and p["datasource"]["uid"] == "${datasource}", p["title"]
     return queries + [v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
+
+
+def test_every_panel_query_is_promql(tmp_path):
+    """promtool parses each panel's query as a recording rule's, Grafana's variables given values."""
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for top in dash["panels"] for p in (top, *top.get("panels", [])) for t in p.get("targets", [])]
+    assert exprs
+    given = {"$window": "5m", "$__range": "1h"}
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"panel:query{i}", "expr": re.sub(r"\$\w+", lambda m: given.get(m.group(0), m.group(0)), e)}
+        for i, e in enumerate(exprs)]}]}
+    (tmp_path / "panels.yml").write_text(json.dumps(rules))        # JSON is YAML
+    r = promtool("check", "rules", "panels.yml", cwd=tmp_path)
+    assert r.returncode == 0 and f"{len(exprs)} rules found" in r.stdout, r.stdout + r.stderr
 
 
 def published_names(text: str) -> set[str]:
