@@ -1,9 +1,10 @@
 """contrib/: the monitoring kit. Prometheus' own promtool checks the scrape
 config, the alert rules and the Grafana panels' queries, and fires each
-alert on the series of its unit test file; every metric that a rule or a Grafana panel names is one that a
-real `fabmeter watch` publishes (three serves on 127.0.0.x with a token,
-scraped over its --metrics-port); systemd-analyze verifies the units, and
-fabmeter serve runs with no more than the capabilities its unit leaves it."""
+alert on the series of its unit test file; every metric that a rule or a
+panel names is one that a real `fabmeter watch` publishes (four serves on
+127.0.0.x with a token, scraped over its --metrics-port); systemd-analyze
+verifies the units, and fabmeter serve runs with no more than the
+capabilities its unit leaves it."""
 
 from __future__ import annotations
 
