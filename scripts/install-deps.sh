@@ -46,7 +46,8 @@ pkgs+=(openssh-client dropbear-bin)
 pkgs+=(dpkg-dev lintian)
 # --fuzz (make fuzz): clang and its libFuzzer/sanitizer runtimes, only then.
 # --test (make test): Prometheus (large, so only then), which tests/test_watch.py
-# runs as its own process to scrape `fabmeter watch`.
+# runs as its own process to scrape `fabmeter watch`, and its promtool, which
+# tests/test_contrib.py checks contrib/prometheus/ with.
 no_service=(prometheus)
 for arg in "$@"; do
   case "$arg" in

@@ -18,9 +18,9 @@ from conftest import REPO, cli_cmd, cli_env, script_module
 # in its error messages, e.g. suites/x.toml.)
 DOCS = [REPO / "README.md"] + [REPO / "docs" / f for f in
                                ("cli.md", "transports.md", "architecture.md", "performance.md", "security.md",
-                                "testing.md", "results.md")] + \
+                                "testing.md", "results.md", "monitoring.md")] + \
     sorted((REPO / "docs" / "measurements").glob("*.md"))
-TOP = ("engine/", "python/", "tests/", "scripts/", "suites/", "rdma/", "docs/", ".ci/")
+TOP = ("engine/", "python/", "tests/", "scripts/", "suites/", "rdma/", "docs/", ".ci/", "contrib/")
 
 
 def gen_module():
