@@ -26,7 +26,7 @@ from test_faults import NOTICE_S, SLACK_S  # the survivor's bound, and the slack
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
-PROTOCOL = 7
+PROTOCOL = 8
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
@@ -52,7 +52,8 @@ def sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes,
 
 def hello_body(nonce: bytes | None = None, version: int = PROTOCOL) -> bytes:
     nonce = os.urandom(32) if nonce is None else nonce
-    return f"{version}\nattacker-host\n{nonce.hex()}\n\n\nexperiment=lat\ntransport=tcp\n".encode()  # no relay, no tool
+    # no relay, tool or cpus
+    return f"{version}\nattacker-host\n{nonce.hex()}\n\n\n\nexperiment=lat\ntransport=tcp\n".encode()
 
 
 def read_frame(sock: socket.socket) -> tuple[int, bytes]:

@@ -410,6 +410,63 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
     assert not wrong, wrong
 
 
+# --- each end's CPUs (--cpus) -----------------------------------------------------
+
+def test_cpus_put_each_end_of_a_pair_on_the_cpus_named(fm, engine, token_file, tmp_path):
+    """--cpus A,B over two namespace hosts (each serve --cpu A+B): the pair's client (the source's relayed run) on
+    A and its server session on B, as each engine read its own affinity (fabmeter_pair_cpus); the engine's `run
+    --via SRC --cpu B --server-cpu A` the other way round; a CPU a serve does not give refused with one line, the
+    relay's (--cpu) and the server's (--server-cpu) alike, before anything runs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    a, b = allowed[:2]
+    net = f"10.197.{os.getpid() % 250}"
+    port = str(free_port())
+    prom = tmp_path / "watch.prom"
+    with veth_namespaces("fmwc", net) as (ns_a, ns_b, _, _):
+        hosts = [f"{net}.1", f"{net}.2"]
+        prefixes = [("ip", "netns", "exec", ns) for ns in (ns_a, ns_b)]
+        serves = [fm.popen("serve", "--bind", h, "--port", port, "--token-file", token_file, "--relay-to",
+                           ",".join(hosts), "--cpu", f"{a}+{b}", prefix=pre) for h, pre in zip(hosts, prefixes)]
+        try:
+            for s in serves:
+                assert json.loads(s.stdout.readline())["event"] == "listening"
+
+            def direct(*cpus: str) -> subprocess.CompletedProcess:
+                return subprocess.run([*prefixes[0], engine, "run", "oneway", "--server", f"{hosts[1]}:{port}",
+                                       "--via", f"{hosts[0]}:{port}", "--token-file", token_file, *cpus,
+                                       "--transport", "udp", "--bursts", "2", "--burst-size", "200", "--warmup",
+                                       "50", "--size", "32"], env=fm.env, capture_output=True, text=True,
+                                      timeout=60, stdin=subprocess.DEVNULL)
+            r = direct("--cpu", str(b), "--server-cpu", str(a))
+            assert r.returncode == 0, r.stderr
+            lines = json_lines(r.stdout)
+            point = next(ln for ln in lines if ln["type"] == "point")
+            assert [c["cpu"] for c in point["cpu"]["client"]["cpus"]] == [b], point["cpu"]
+            assert [c["cpu"] for c in point["cpu"]["server"]["cpus"]] == [a], point["cpu"]
+            start = next(ln for ln in lines if ln["type"] == "start")
+            assert (start["env"]["cpu"], start["server_env"]["cpu"]) == (b, a)
+            for cpus, why in ((("--cpu", "1023"), f"CPU 1023 is not one this serve gives its sessions (its --cpu: "
+                                                  f"{a}+{b})"),
+                              (("--server-cpu", "1023"), "CPU 1023 is not one this serve gives its sessions")):
+                r = direct(*cpus)
+                assert r.returncode == 2 and why in r.stderr, (cpus, r.stderr)
+                assert '"type":"point"' not in r.stdout.replace(" ", ""), r.stdout
+
+            watch = fm.run("watch", "--pair", hosts[0], hosts[1], "--serve-port", port, "--token-file", token_file,
+                           "--cpus", f"{a},{b}", "--interval", "0.5", "--round-lead", "0", "--for", "2",
+                           "--textfile", prom, *ONEWAY, prefix=prefixes[0], timeout=60)
+        finally:
+            stop_serves(serves)
+    assert watch.returncode == 0, watch.stderr
+    samples = parse(prom.read_text())
+    labels = {"src": hosts[0], "dst": hosts[1], "transport": "udp", "experiment": "oneway"}
+    assert value(samples, "fabmeter_pair_up", **labels) == 1, watch.stderr
+    assert value(samples, "fabmeter_pair_cpus", end="client", cpus=str(a), **labels) == 1, samples
+    assert value(samples, "fabmeter_pair_cpus", end="server", cpus=str(b), **labels) == 1, samples
+
+
 # --- the textfile; HTTP serves the metrics only ------------------------------------
 
 def test_textfile_is_replaced_whole_and_parses(fm, token_file, tmp_path):

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "fabmeter/clock.hpp"
+#include "fabmeter/cpu.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/handshake.hpp"
@@ -26,9 +28,10 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--out DIR] [--token-file F]
-                      [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
-  fabmeter-engine run EXPERIMENT --series [--cpu N[+N...]] [--token-file F] [--via HOST[:PORT]] [OPTIONS]
+  fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--server-cpu N[+N...]]
+                      [--out DIR] [--token-file F] [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
+  fabmeter-engine run EXPERIMENT --series [--cpu N[+N...]] [--server-cpu N[+N...]] [--token-file F] [--via HOST[:PORT]]
+                      [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
                         [--relay-to HOST,...]
@@ -54,13 +57,14 @@ point line then says when (started_mono_ns, start_late_ns). fabmeter mesh
 starts the pairs of a round so. --via HOST[:PORT]: the `serve` there runs
 this client (against --server) and sends its output back, the same lines as
 if run there (that serve must list the --server host in its --relay-to), and
-with --out the raw samples; no --cpu then. --series: one run after another in
+with --out the raw samples; --cpu then names CPUs of that host. --series: one run after another in
 this process (started and its clock calibrated once), each against the
 server a line of standard input names, "HOST[:PORT] START_NS" (START_NS as
 --start-at; 0: none), each printing its lines as a run would and an "end"
 line with the run's exit code ("code"); with --via, every run through one
 session with that serve; exit 0 at the end of the input. --cpu N+M+...: this end's thread on N; with --flows
-each flow's thread on the next CPU of the list, round robin. --dry-run: check the options against the transport
+each flow's thread on the next CPU of the list, round robin. --server-cpu N+M+...: asks the
+server's session to run on those CPUs (it refuses, exit 2, any its serve may not give). --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
 to nothing. Exit codes: 0 ok, 2 bad input, 3 the other end lost or failed,
 130 interrupted (finished points and the partial one are still printed).
@@ -108,24 +112,19 @@ int parse_int(const std::string& opt, const std::string& v) {
   return static_cast<int>(x);
 }
 
-// --cpu N or N+M+...: the end's thread on the first, --flows' threads dealt
-// over all of them in turn; each one this process may run on.
-void parse_cpu_list(const std::string& v, int* cpu, std::vector<int>* cpus) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const bool known = sched_getaffinity(0, sizeof allowed, &allowed) == 0;
-  cpus->clear();
-  for (size_t from = 0;;) {
-    const size_t plus = v.find('+', from);
-    const int c = parse_int("--cpu", v.substr(from, plus == std::string::npos ? std::string::npos : plus - from));
-    if (c >= CPU_SETSIZE || (known && !CPU_ISSET(c, &allowed)))
-      fm::usage_error("--cpu: CPU " + std::to_string(c) + " is not one this process may run on");
-    cpus->push_back(c);
-    if (cpus->size() > 1024) fm::usage_error("--cpu: at most 1024 CPUs");
-    if (plus == std::string::npos) break;
-    from = plus + 1;
-  }
-  *cpu = cpus->front();
+// --cpu N or N+M+... (`opt`): the end's thread on the first, --flows'
+// threads dealt over all of them in turn; `here`: each one this process may
+// run on (another host's CPUs are checked there).
+std::vector<int> cpu_option(const std::string& opt, const std::string& v, bool here) {
+  const std::optional<std::vector<int>> cpus = fm::parse_cpu_list(v);
+  if (!cpus)
+    fm::usage_error(opt + ": expected N or N+M+... (CPU numbers, at most " + std::to_string(fm::kMaxCpuList) +
+                    "), got '" + v + "'");
+  const std::vector<int>& usable = fm::usable_cpus();
+  for (int c : *cpus)
+    if (here && !usable.empty() && std::find(usable.begin(), usable.end(), c) == usable.end())
+      fm::usage_error(opt + ": CPU " + std::to_string(c) + " is not one this process may run on");
+  return *cpus;
 }
 
 // HOST,HOST,...: none empty.
@@ -256,7 +255,8 @@ int main_(std::vector<std::string> args) {
     std::string v;
     if (take(args, "--bind", &v)) o.bind = v;
     if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
-    if (take(args, "--cpu", &v)) parse_cpu_list(v, &o.cpu, &o.cpus);
+    if (take(args, "--cpu", &v)) o.cpus = cpu_option("--cpu", v, true);
+    o.cpu = o.cpus.empty() ? -1 : o.cpus.front();
     o.once = take(args, "--once", nullptr);
     take(args, "--data-dir", &o.data_dir);
     if (take(args, "--max-memory", &v)) o.max_memory = parse_bytes("--max-memory", v);
@@ -288,10 +288,12 @@ int main_(std::vector<std::string> args) {
     const bool series = take(args, "--series", nullptr);  // each run's server from standard input
     if (!take(args, "--server", &o.server) && !series) fm::usage_error("run: --server HOST[:PORT] is required");
     if (series && !o.server.empty()) fm::usage_error("run: --series takes each run's server from standard input, not --server");
-    if (take(args, "--cpu", &v)) parse_cpu_list(v, &o.cpu, &o.cpus);
     take(args, "--out", &o.out_dir);
     if (take(args, "--start-at", &v)) o.start_at_ns = fm::parse_start_at(v, "--start-at", false);
     take(args, "--via", &o.via);
+    if (take(args, "--cpu", &v)) o.cpus = cpu_option("--cpu", v, o.via.empty());  // with --via: the relay host's
+    o.cpu = o.cpus.empty() ? -1 : o.cpus.front();
+    if (take(args, "--server-cpu", &v)) o.server_cpus = cpu_option("--server-cpu", v, false);
     o.dry_run = take(args, "--dry-run", nullptr);
     v.clear();
     take(args, "--token-file", &v);

@@ -37,7 +37,9 @@ SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server s
 class RunSpec:
     experiment: str                      # lat | oneway | bw | stream | check | load
     options: dict                        # engine option key -> typed value (options.py); absent: the default
-    cpus: Optional[tuple] = None  # (client, server) pinning, each a CPU or "A+A2" (--flows); None = unpinned
+    # (client, server) pinning, each a CPU or "A+A2" (--flows); None = unpinned. A remote server's own CPU only
+    # with `via` (the engine's --server-cpu): else its serve's --cpu
+    cpus: Optional[tuple] = None
     server: Optional[str] = None         # HOST[:PORT] of a remote server; None = start one locally
     out: Optional[Path] = None           # results folder (the engine writes .npy there)
     engine: Optional[str] = None
@@ -171,6 +173,8 @@ def execute(spec: RunSpec,
                 cmd += ["--start-at", str(spec.start_at_ns)]
             if spec.via is not None:
                 cmd += ["--via", spec.via]
+                if spec.cpus and len(spec.cpus) > 1:
+                    cmd += ["--server-cpu", str(spec.cpus[1])]
             cmd += table.engine_argv(spec.options)
             client = procs.spawn(cmd, env)
             fwd.procs.append(client)

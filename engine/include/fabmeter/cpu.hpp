@@ -2,7 +2,9 @@
 #pragma once
 #include <sched.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fabmeter/clock.hpp"
@@ -13,6 +15,15 @@ namespace fm {
 
 // The CPUs in a set, in ascending order.
 std::vector<int> cpu_list(const cpu_set_t& set);
+// The most CPUs one --cpu list names.
+constexpr size_t kMaxCpuList = 1024;
+// "N" or "N+M+...": each CPU below CPU_SETSIZE, at most kMaxCpuList of them;
+// nullopt for anything else (the caller says whose list it was).
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text);
+// The list as parse_cpu_list reads it ("0+1"); "" for none.
+std::string cpu_list_text(const std::vector<int>& cpus);
+// This process may run on exactly `cpus` (none: as it is); usage error if it cannot.
+void allow_cpus(const std::vector<int>& cpus);
 // Pins the calling thread; usage error if the CPU does not exist or is not allowed.
 void pin_to_cpu(int cpu);
 // The CPUs this process may run on, as it started: before pin_to_cpu

@@ -1,5 +1,6 @@
-// The opening of a session (protocol 7), as iperf3 and OWAMP authenticate:
-//   client -> server  hello      "7\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" parameters
+// The opening of a session (protocol 8), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "8\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" cpus "\n"
+//                                parameters
 //   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
 //   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
 //   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
@@ -13,9 +14,14 @@
 // output back (relay.hpp; only to servers its operator allows).
 // tool is empty, or a JSON object asking the server to start a peer tool's
 // server side (session/tool_server.hpp); never both.
+// cpus is empty, or "CLIENT,SERVER", each side empty or N+M+...: the CPUs the
+// client asks for its relayed run (CLIENT, only with a relay target) and for
+// the server's session (SERVER); each checked against what that serve may
+// give (server_session.hpp's session_cpus). Never with a tool request.
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fm {
 
@@ -26,6 +32,7 @@ constexpr size_t kMaxTokenBytes = 4096;
 constexpr size_t kMaxHostId = 128;
 constexpr size_t kMaxRelay = 300;  // HOST[:PORT]: a DNS name is at most 253 bytes
 constexpr size_t kMaxToolLine = 1024;
+constexpr size_t kMaxCpusLine = 1024;  // both sides' lists: a few hundred CPUs
 
 // The shared secret: `token_file` when given, else $FABMETER_TOKEN, else ""
 // (no authentication). Refuses a file others may read, and secrets shorter
@@ -34,12 +41,18 @@ std::string load_token(const std::string& token_file);
 
 std::string random_bytes(size_t n);  // RAND_bytes
 
+// The hello's cpus: none asked for either side when both are empty.
+struct SessionCpus {
+  std::vector<int> client, server;
+};
+
 struct Hello {
   unsigned long version = 0;
   std::string host, nonce, relay, tool, params;  // nonce raw; empty fields when the version is not ours
+  SessionCpus cpus;
 };
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view tool, std::string_view params);
+                         std::string_view tool, const SessionCpus& cpus, std::string_view params);
 // Only the version line is read when the version is not kProtocolVersion.
 Hello decode_hello(std::string_view payload);
 

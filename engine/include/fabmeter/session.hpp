@@ -18,6 +18,9 @@ struct ClientOptions {
   std::string out_dir;  // raw samples go here when set
   int cpu = -1;
   std::vector<int> cpus;  // --cpu N+M+...: every CPU named (cpu is the first), --flows deals them out
+  // --server-cpu N+M+...: the CPUs the server's session is asked to run on
+  // (checked there, against what its serve may give); none: its serve's own.
+  std::vector<int> server_cpus;
   std::string token;    // shared secret (load_token); empty: none
   // CLOCK_MONOTONIC ns (0: none): the first point's measured part starts no
   // earlier, whenever the connection was made (mesh starts a round's pairs so).

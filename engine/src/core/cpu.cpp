@@ -30,6 +30,39 @@ const std::vector<int>& usable_cpus() {
   return cpus;
 }
 
+std::optional<std::vector<int>> parse_cpu_list(std::string_view text) {
+  std::vector<int> cpus;
+  for (size_t from = 0;;) {
+    const size_t plus = text.find('+', from);
+    const std::string_view one = text.substr(from, plus == std::string_view::npos ? std::string_view::npos : plus - from);
+    if (one.empty() || one.size() > 4 || cpus.size() >= kMaxCpuList) return std::nullopt;
+    int c = 0;
+    for (char d : one) {
+      if (d < '0' || d > '9') return std::nullopt;
+      c = c * 10 + (d - '0');
+    }
+    if (c >= CPU_SETSIZE) return std::nullopt;
+    cpus.push_back(c);
+    if (plus == std::string_view::npos) return cpus;
+    from = plus + 1;
+  }
+}
+
+std::string cpu_list_text(const std::vector<int>& cpus) {
+  std::string out;
+  for (int c : cpus) out += (out.empty() ? "" : "+") + std::to_string(c);
+  return out;
+}
+
+void allow_cpus(const std::vector<int>& cpus) {
+  if (cpus.empty()) return;
+  usable_cpus();  // taken before this narrows it
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) usage_error("cannot run on CPUs " + cpu_list_text(cpus));
+}
+
 void pin_to_cpu(int cpu) {
   if (cpu < 0) return;
   usable_cpus();  // taken before the pin narrows it

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fabmeter/ctrl.hpp"
+#include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 
 namespace fm {
@@ -154,9 +155,11 @@ std::string random_bytes(size_t n) {
 }
 
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view tool, std::string_view params) {
+                         std::string_view tool, const SessionCpus& cpus, std::string_view params) {
+  const std::string cpus_line =
+      cpus.client.empty() && cpus.server.empty() ? "" : cpu_list_text(cpus.client) + "," + cpu_list_text(cpus.server);
   return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(relay) + "\n" +
-         std::string(tool) + "\n" + std::string(params);
+         std::string(tool) + "\n" + cpus_line + "\n" + std::string(params);
 }
 
 Hello decode_hello(std::string_view s) {
@@ -180,6 +183,22 @@ Hello decode_hello(std::string_view s) {
   if (tool.size() > kMaxToolLine) malformed("hello", "tool request of " + std::to_string(tool.size()) + " bytes");
   if (!tool.empty() && !relay.empty()) malformed("hello", "both a relay target and a tool request");
   h.tool = std::string(tool);
+  const std::string_view cpus = take_line(s, "hello", "cpus");
+  if (cpus.size() > kMaxCpusLine) malformed("hello", "cpus of " + std::to_string(cpus.size()) + " bytes");
+  if (!cpus.empty()) {
+    const size_t comma = cpus.find(',');
+    if (comma == std::string_view::npos) malformed("hello", "cpus without a comma");
+    const auto side = [](std::string_view list) {
+      const std::optional<std::vector<int>> parsed =
+          list.empty() ? std::optional<std::vector<int>>(std::vector<int>{}) : parse_cpu_list(list);
+      if (!parsed) malformed("hello", "cpus are not two lists N+M+...");
+      return *parsed;
+    };
+    h.cpus.client = side(cpus.substr(0, comma));
+    h.cpus.server = side(cpus.substr(comma + 1));
+    if (!tool.empty()) malformed("hello", "cpus beside a tool request");
+    if (!h.cpus.client.empty() && relay.empty()) malformed("hello", "cpus for a relayed run without a relay target");
+  }
   h.params = std::string(s);
   return h;
 }

@@ -52,12 +52,13 @@ void write_status_line(Status st, const std::string& msg, int code = -1) {
 
 // The client's side of the opening (handshake.hpp): hello, proof, welcome;
 // with a token, every frame from here on authenticated.
-// `relay`: the server is asked to run the client against that server (relay.hpp);
-// `tool`: to start a peer tool's server side (tool_server.hpp).
+// `relay`: the server is asked to run the client against that server (relay.hpp),
+// on --cpu there; `tool`: to start a peer tool's server side (tool_server.hpp).
 Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
                      const std::string& relay, const std::string& tool = "") {
   trace_phase("client", "hello");
-  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, encode_params(p));
+  const SessionCpus cpus{relay.empty() ? std::vector<int>{} : o.cpus, tool.empty() ? o.server_cpus : std::vector<int>{}};
+  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, cpus, encode_params(p));
   ctrl.send(CtrlType::hello, hello);
   // A fault test tells by this mark whether the server has been sent anything to start a session for.
   trace_phase("client", "hello-sent");
@@ -217,37 +218,50 @@ int64_t parse_start_at(const std::string& v, const std::string& what, bool zero_
   return x;
 }
 
+namespace {
+
+// A run here: pinned to --cpu and its clock calibrated (a series pays this once).
+void start_here(const Params& p, const ClientOptions& o, std::optional<Clock>& clk) {
+  pin_to_cpu(o.cpu);
+  clk.emplace(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
+  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not at the first probe
+}
+
+// A session with the relay (--via), its hello asking for a run against
+// `server`; beats from here on (the relay kills the run when we fall silent
+// or close).
+void open_relay(std::optional<Ctrl>& relay, std::optional<Heartbeat>& beat, const Params& p, const ClientOptions& o,
+                const std::string& server) {
+  relay.emplace(Ctrl::connect(o.via, kDefaultPort, p.timeout_ms));
+  open_session(*relay, p, o, host_id(), server);
+  beat.emplace(*relay);
+}
+
+}  // namespace
+
 int run_client(const Params& requested, const ClientOptions& o) {
   const Prepared prep = prepare(requested);
   const Params& p = prep.p;
   if (o.dry_run) return 0;
   if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
-    if (o.cpu >= 0) usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
-    Ctrl ctrl = Ctrl::connect(o.via, kDefaultPort, p.timeout_ms);
-    open_session(ctrl, p, o, host_id(), o.server);
-    Heartbeat beat(ctrl);  // the relay kills the run when we fall silent or close
-    return run_relayed(ctrl, o, false, 1);
+    std::optional<Ctrl> relay;
+    std::optional<Heartbeat> beat;
+    open_relay(relay, beat, p, o, o.server);
+    return run_relayed(*relay, o, false, 1);
   }
   if (!o.out_dir.empty() && mkdir(o.out_dir.c_str(), 0755) != 0 && errno != EEXIST)
     sys_error("cannot create " + o.out_dir);
-  pin_to_cpu(o.cpu);
-  Clock clk(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
-  udp_clock_probes_wanted();  // a malformed test hook: exit 2 now, not at the first probe
-  return one_run(prep, clk, o, o.server, o.start_at_ns, false);
+  std::optional<Clock> clk;
+  start_here(p, o, clk);
+  return one_run(prep, *clk, o, o.server, o.start_at_ns, false);
 }
 
 int run_series(const Params& requested, const ClientOptions& o) {
   const Prepared prep = prepare(requested);
   const Params& p = prep.p;
   if (!o.out_dir.empty()) usage_error("--series: each run would write its samples in the same --out; run them one by one");
-  if (!o.via.empty() && o.cpu >= 0)
-    usage_error("--via: the relay host pins its run itself (its serve --cpu); run without --cpu");
   std::optional<Clock> clk;
-  if (o.via.empty()) {
-    pin_to_cpu(o.cpu);
-    clk.emplace(p.clock == "tsc", o.cpu >= 0 && experiment_for(p.experiment).one_cpu_ticks);
-    udp_clock_probes_wanted();
-  }
+  if (o.via.empty()) start_here(p, o, clk);
   // Relayed: one session with the relay for every run, opened at the first
   // (its hello names that run's server) and again after one that failed.
   std::optional<Ctrl> relay;
@@ -276,9 +290,7 @@ int run_series(const Params& requested, const ClientOptions& o) {
         if (relay && relay_runs >= kMaxRelayRuns) end_relay();  // the server's limit: a session anew
         if (!relay) {
           relay_runs = 0;
-          relay.emplace(Ctrl::connect(o.via, kDefaultPort, p.timeout_ms));
-          open_session(*relay, p, run_o, host_id(), server);
-          beat.emplace(*relay);
+          open_relay(relay, beat, p, run_o, server);
         } else {
           relay->send(CtrlType::exchange, std::string(kRelayNextWord) + server);
         }

@@ -21,6 +21,7 @@
 #include "experiment/experiment.hpp"
 #include "session/server_session.hpp"
 #include "fabmeter/clock.hpp"
+#include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
 #include "fabmeter/results.hpp"
@@ -83,7 +84,8 @@ std::string self_exe() {
 // The relay's command line: every option that differs from its default, so
 // the run sees exactly the parameters the client validated and sent.
 // `target` empty: a series (--series), each run's server and start on its standard input.
-std::vector<std::string> run_args(const Params& p, const std::string& target, const ServerOptions& o,
+// `cpus`: the run's (session_cpus') and those it asks of its server.
+std::vector<std::string> run_args(const Params& p, const std::string& target, const SessionCpus& cpus,
                                   int64_t start_at, const std::string& out_dir) {
   std::vector<std::string> args{self_exe(), "run", p.experiment};
   if (target.empty()) args.push_back("--series");
@@ -91,7 +93,8 @@ std::vector<std::string> run_args(const Params& p, const std::string& target, co
   const Params defaults;
   for (const OptSpec& opt : option_table())
     if (opt.get(p) != opt.get(defaults)) args.push_back("--" + std::string(opt.name) + "=" + opt.get(p));
-  if (o.cpu >= 0) args.insert(args.end(), {"--cpu", std::to_string(o.cpu)});
+  if (!cpus.client.empty()) args.insert(args.end(), {"--cpu", cpu_list_text(cpus.client)});
+  if (!cpus.server.empty()) args.insert(args.end(), {"--server-cpu", cpu_list_text(cpus.server)});
   if (start_at > 0) args.insert(args.end(), {"--start-at", std::to_string(start_at)});
   if (!out_dir.empty()) args.insert(args.end(), {"--out", out_dir});
   return args;
@@ -331,12 +334,13 @@ void rearm_watchdog(const ServerOptions& o) {
 
 // A series: one run process for every run of the session, each run's
 // server and start written to its standard input.
-int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart start, const ServerOptions& o) {
+int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart start, const SessionCpus& cpus,
+                 const ServerOptions& o) {
   Child child;
   try {
     for (uint32_t runs = 1;; ++runs) {
       check_series_target(target);
-      if (child.pid < 0) child.start(run_args(p, "", o, 0, ""), o.token, true, "");
+      if (child.pid < 0) child.start(run_args(p, "", cpus, 0, ""), o.token, true, "");
       const std::string line = target + " " + std::to_string(start.at) + "\n";
       if (::write(child.in, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         sys_error("relay: writing to the run");  // a line of at most kMaxSeriesLine: one write
@@ -374,9 +378,10 @@ int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart sta
 
 }  // namespace
 
-int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o) {
+int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const SessionCpus& cpus,
+                const ServerOptions& o) {
   const RelayStart start = read_start(ctrl);
-  if (start.word == kSeriesWord) return serve_series(ctrl, p, target, start, o);
+  if (start.word == kSeriesWord) return serve_series(ctrl, p, target, start, cpus, o);
   // The run's samples go to the session's own directory (removed with the
   // session, as the server removes every session's), and on to the client.
   std::string out_dir;
@@ -387,7 +392,7 @@ int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const Se
   Child child;
   int code;
   try {
-    child.start(run_args(p, target, o, start.at, out_dir), o.token, false, out_dir);
+    child.start(run_args(p, target, cpus, start.at, out_dir), o.token, false, out_dir);
     code = child.relay(ctrl);
   } catch (...) {
     child.reap(SIGKILL);

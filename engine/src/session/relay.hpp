@@ -32,6 +32,7 @@
 #include <string_view>
 
 #include "fabmeter/ctrl.hpp"
+#include "fabmeter/handshake.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/session.hpp"
 
@@ -55,8 +56,11 @@ constexpr size_t kMaxSeriesEndLine = 4096;
 // Nothing is opened.
 void check_relay(const std::string& target, const Params& p, const ServerOptions& o);
 // Server, after the welcome: runs the client against `target` and relays
-// its output. Returns the session's exit code (the run's).
-int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const ServerOptions& o);
+// its output; the run on `cpus.client` (session_cpus': this process may run
+// on them), asking its server for `cpus.server`. Returns the session's exit
+// code (the run's).
+int serve_relay(Ctrl& ctrl, const Params& p, const std::string& target, const SessionCpus& cpus,
+                const ServerOptions& o);
 // Client, after the welcome (a Heartbeat on `ctrl`): starts the run and
 // prints what comes back. Returns the run's exit code, after the bye; in a
 // series without it (the caller goes on with "next HOST[:PORT]" or "done").

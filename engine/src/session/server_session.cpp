@@ -169,6 +169,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   const bool relaying = !decoded.relay.empty();
   ToolRequest tool;
   std::string tool_binary;
+  std::vector<int> cpus;  // this end's: the session's, or the relayed run's
   try {
     if (!decoded.tool.empty()) {  // nothing of the experiment runs: the parameters are the defaults
       tool = decode_tool_request(decoded.tool);
@@ -183,14 +184,19 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     check_against_caps(p, caps, relaying || same_host);
     check_server_limits(p, caps, o);
     if (relaying) check_relay(decoded.relay, p, o);
+    cpus = session_cpus(relaying ? decoded.cpus.client : decoded.cpus.server, o);
+    // A relayed run checks its --cpu against what it may run on: all of them.
+    if (relaying) allow_cpus(cpus);
+    else pin_to_cpu(cpus.empty() ? -1 : cpus.front());
   } catch (const Error& e) {
     ctrl.send(CtrlType::refuse, e.what());
     return 2;
   }
   if (!tool_binary.empty() && o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
+  const int own_cpu = cpus.empty() ? -1 : cpus.front();
   // The welcome: with a token, every frame after it is authenticated.
   const auto welcome = [&](const Clock& clk) {
-    const std::string body = host_id() + "\n" + engine_env(clk, o.cpu, fabric_where(p, ctrl, o.cpu)).str();
+    const std::string body = host_id() + "\n" + engine_env(clk, own_cpu, fabric_where(p, ctrl, own_cpu)).str();
     if (o.token.empty())
       ctrl.send(CtrlType::welcome, encode_welcome("", body));
     else
@@ -215,11 +221,11 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   // From here on the client waits on this end: whatever ends the session
   // goes to it with the reason, not as a bare close.
   try {
-    if (relaying) return serve_relay(ctrl, p, decoded.relay, o);
+    if (relaying) return serve_relay(ctrl, p, decoded.relay, {cpus, decoded.cpus.server}, o);
     Ctx ctx{p, clk, ctrl, Role::server, caps, same_host, {}, {}};
     ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
-    ctx.cpus = o.cpus;
-    ctx.own_cpu = o.cpu;
+    ctx.cpus = cpus;
+    ctx.own_cpu = own_cpu;
     Status st;
     try {
       st = entry->points(p, ctx, "", nullptr);
@@ -252,6 +258,16 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
 }
 
 }  // namespace
+
+std::vector<int> session_cpus(const std::vector<int>& asked, const ServerOptions& o) {
+  if (asked.empty()) return o.cpus;
+  const std::vector<int>& allowed = o.cpus.empty() ? usable_cpus() : o.cpus;
+  for (int c : asked)
+    if (std::find(allowed.begin(), allowed.end(), c) == allowed.end())
+      usage_error("CPU " + std::to_string(c) + " is not one this serve gives its sessions (" +
+                  (o.cpus.empty() ? "it may run on " : "its --cpu: ") + cpu_list_text(allowed) + ")");
+  return asked;
+}
 
 std::string busy_reason(const ServerOptions& o) {
   return o.once ? std::string("busy: the server's one session (--once) is running")

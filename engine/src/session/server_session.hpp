@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "session/admission.hpp"
 #include "experiment/run_points.hpp"
@@ -34,6 +35,12 @@ struct ServerClocks {
     return tsc_cpu && experiment_for(p.experiment).one_cpu_ticks ? *tsc_cpu : tsc;
   }
 };
+
+// The CPUs one end of a session runs on here (a session's, or a relayed
+// run's): those the client asked for, each one this serve may give (its
+// --cpu list, else every CPU it may run on), or none asked: the serve's own
+// --cpu. Refuses (usage_error, the reason for the client) any other.
+std::vector<int> session_cpus(const std::vector<int>& asked, const ServerOptions& o);
 
 // The refusal for a client that finds every session slot taken.
 std::string busy_reason(const ServerOptions& o);

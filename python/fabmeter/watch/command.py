@@ -29,6 +29,14 @@ def duration(text: str) -> float:
     return float(m.group(1)) * UNITS_S[m.group(2)]
 
 
+def cpu_pair(text: str) -> tuple[str, str]:
+    """--cpus A,B: each side a CPU or A+A2+... (--flows), as the engine's --cpu takes it."""
+    sides = text.split(",")
+    if len(sides) != 2 or not all(re.fullmatch(r"[0-9]+(\+[0-9]+)*", side) for side in sides):
+        raise ValueError(f"expected A,B (each side a CPU, or A+A2+... for --flows), got {text!r}")
+    return sides[0], sides[1]
+
+
 OPTIONS = (
     CommandOption("hosts", "the hosts (their serves' addresses)", metavar="A,B,..."),
     mesh_command.HOSTFILE,
@@ -40,6 +48,10 @@ OPTIONS = (
     CommandOption("parallel", "run a round's pairs that share a host at once (scheduled: both directions of a pair, "
                               "as mesh does); default: one after another, so no host runs two pairs at once",
                   flag=True),
+    CommandOption("cpus", "each pair's client on CPU A of its source host and its server session on CPU B of its "
+                          "destination (A+A2+...,B+B2+...: with --flows, each end's flows on its CPUs in turn), each "
+                          "checked by that host's serve against its --cpu (default: each serve's own --cpu)",
+                  metavar="A,B", type=cpu_pair),
     mesh_command.SERVE_PORT,
     CommandOption("token-file", "the serves' shared secret (default: $FABMETER_TOKEN)", metavar="F"),
     CommandOption("interval", "a sweep (every pair once) starts this often; one that runs longer is followed at once "
@@ -67,7 +79,7 @@ def add_parser(sub, info: Optional[dict]) -> None:
                             "publish OpenMetrics for Prometheus",
                        description="A continuous fabric monitor: every --interval, each directed pair runs as "
                                    "`fabmeter mesh --launch serve` runs it (every host runs `fabmeter serve "
-                                   "--relay-to HOSTS`; pin each with its --cpu), a round's pairs that share a "
+                                   "--relay-to HOSTS`; pin each with its --cpu, or each pair's ends with --cpus), a round's pairs that share a "
                                    "host one after another unless --parallel; per pair latency histograms, loss, "
                                    "throughput, clock fits, "
                                    "failures and SLO misses are served over HTTP (--metrics-port) and/or written "
@@ -154,7 +166,7 @@ def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
     info = {"version": __version__, "experiment": ns.experiment, "transport": str(given["transport"]),
             "pattern": "pairs-given" if ns.pair is not None else (ns.pattern or "all-to-all"),
             "schedule": ns.schedule}
-    spec = loop.WatchSpec(hosts, rounds, ns.experiment, given, engine, ns.serve_port, timeout_ms / 1000.0,
+    spec = loop.WatchSpec(hosts, rounds, ns.experiment, given, ns.cpus, engine, ns.serve_port, timeout_ms / 1000.0,
                           ns.interval, ns.for_s, ns.round_lead, objectives, ns.metrics_bind, port, ns.textfile, info)
     def log(line: str) -> None:
         sys.stderr.write(f"fabmeter: watch: {shown_lines(line)}\n")

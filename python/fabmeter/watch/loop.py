@@ -49,6 +49,7 @@ class WatchSpec:
     rounds: list[list[tuple[int, int]]]    # host indices, each round's pairs run at once
     experiment: str
     options: dict                          # engine options (options.py), as mesh takes them
+    cpus: Optional[tuple[str, str]]        # --cpus: (the client's on the source, the server's on the destination)
     engine: str
     serve_port: int
     timeout_s: float                       # the engine's control timeout; also the serve check's
@@ -329,8 +330,8 @@ def _get(done: queue.Queue, stop: _Stop):
 def _run_pair(spec: WatchSpec, s: int, d: int, address: list[str], start_ns: Optional[int], done: queue.Queue):
     t0 = time.monotonic()
     try:
-        res = run.execute(run.RunSpec(spec.experiment, spec.options, server=address[d], engine=spec.engine,
-                                      start_at_ns=start_ns, via=address[s]))
+        res = run.execute(run.RunSpec(spec.experiment, spec.options, cpus=spec.cpus, server=address[d],
+                                      engine=spec.engine, start_at_ns=start_ns, via=address[s]))
         message = res.message if res.exit_code != EXIT_OK or not res.points else ""
         done.put((s, d, res, message or ("" if res.points else "no point measured"), time.monotonic() - t0))
     except Exception as e:      # noqa: BLE001 -- a pair's failure, whatever it is, never ends the loop

@@ -59,6 +59,21 @@ def _num(v) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def _cpus(point: dict) -> dict:
+    """Each end's CPUs, as its engine read its own affinity for the point's CPU cost: "0+1", or "unpinned" (every
+    CPU of its machine); an end that said nothing, none."""
+    out = {}
+    cost = point.get("cpu") if isinstance(point.get("cpu"), dict) else {}
+    for end in ("client", "server"):
+        side = cost.get(end)
+        if not isinstance(side, dict) or "cpus" not in side:
+            continue
+        listed = side["cpus"] if isinstance(side["cpus"], list) else []
+        cpus = [c["cpu"] for c in listed if isinstance(c, dict) and isinstance(c.get("cpu"), int)]
+        out[end] = "+".join(map(str, cpus)) if cpus else "unpinned"
+    return out
+
+
 @dataclass
 class PairStats:
     """One directed pair's aggregates since watch started; `last` holds the last run's figures (empty when it
@@ -77,6 +92,7 @@ class PairStats:
     sum_s: float = 0.0
     source: Optional[str] = None         # hdrhistogram | percentiles: where the last run's buckets came from
     last: dict = field(default_factory=dict)
+    cpus: dict = field(default_factory=dict)    # end (client, server) -> the CPUs its last run ran on ("0+1")
     duration_s: Optional[float] = None
     finished_at: Optional[float] = None
     message: str = ""
@@ -84,7 +100,7 @@ class PairStats:
     def failed(self, message: str, duration_s: float) -> None:
         self.runs += 1
         self.failures += 1
-        self.up, self.last, self.slo_met = 0, {}, None
+        self.up, self.last, self.cpus, self.slo_met = 0, {}, {}, None
         self.message = message[:MAX_MESSAGE]
         self.duration_s, self.finished_at = duration_s, time.time()
 
@@ -125,6 +141,7 @@ class PairStats:
                 if v is not None:
                     last[name] = v * scale
         self.last = last
+        self.cpus = _cpus(point)
         if objectives:
             verdict = slo.evaluate_point(objectives, point)
             self.slo_met = int(verdict["met"])
@@ -302,6 +319,9 @@ class Collector:
                                        "of that fit's error", labels=LABELS, unit="seconds"),
             "drift": GaugeMetricFamily("fabmeter_pair_clock_drift_ratio", "the last run's fitted drift of the "
                                        "destination's clock (1e-6 = 1 ppm)", labels=LABELS),
+            "cpus": GaugeMetricFamily("fabmeter_pair_cpus", "the CPUs each end of the pair's last run ran on, as "
+                                      "its engine read them (label cpus: 0+1, or unpinned; value 1)",
+                                      labels=[*LABELS, "end", "cpus"]),
             "dur": GaugeMetricFamily("fabmeter_pair_run_duration_seconds", "wall time of the pair's last run",
                                      labels=LABELS, unit="seconds"),
             "ts": GaugeMetricFamily("fabmeter_pair_last_run_timestamp_seconds", "when the pair's last run ended "
@@ -341,6 +361,8 @@ class Collector:
             fam["up"].add_metric(lb, p.up)
             fam["runs"].add_metric(lb, p.runs)
             fam["failures"].add_metric(lb, p.failures)
+            for end, cpus in p.cpus.items():
+                fam["cpus"].add_metric([*lb, end, cpus], 1)
             fam["dur"].add_metric(lb, p.duration_s)
             fam["ts"].add_metric(lb, p.finished_at)
             if p.messages or p.lost:
