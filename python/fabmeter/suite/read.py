@@ -14,6 +14,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
 
+from fabmeter import experiment_command
 from fabmeter import repeat as repeat_mod
 from fabmeter import slo as slo_mod
 from fabmeter.errors import FabmeterError
@@ -37,6 +38,8 @@ MESH_KEYS = {("mesh_" if name in ("experiment", "tool") else "") + _MESH_OPTIONS
              for name in ("experiment", "tool", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port",
                           "ssh", "remote-fabmeter", "token-file")}
 MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
+# The keys of any point that are an experiment command's own options (experiment_command.py), under their names.
+RUN_KEYS = {o.key: o for o in experiment_command.OPTIONS if o.key in (*PY_KEYS, "slo")}
 
 
 # A suite only names things inside its results folder, and runs nothing but fabmeter (docs/security.md):
@@ -379,7 +382,7 @@ class _Keys:
         self.info, self.lines, self.table = info, lines, Options(info)
         self.experiments, self.transports = known_names(info, self.table)
         self.experiments.add(MESH)
-        self.allowed = list(dict.fromkeys(list(PY_KEYS) + ["slo"] + list(MESH_KEYS) + [o.key for o in self.table]
+        self.allowed = list(dict.fromkeys(["experiment", *RUN_KEYS] + list(MESH_KEYS) + [o.key for o in self.table]
                                           + list(peer.KEYS)))
 
     def check(self, section: str, index: int, key: str, given: Any, allow_list: bool) -> list:
