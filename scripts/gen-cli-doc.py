@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the option tables of docs/cli.md from `fabmeter-engine options` and fabmeter's own commands' options.
 
-The experiments' tables come from the engine's export; serve's, mesh's,
-watch's and peers' from their lists of options (command_options.py). Each sits
+The experiments' tables come from the engine's export; every command's own
+options (cli.COMMANDS) from its list of options (command_options.py). Each sits
 between a GENERATED marker and the END marker after it in docs/cli.md; the
 prose around them is written by hand. tests/test_docs.py fails when the
 file differs from what this script makes, so the tables cannot go stale.
@@ -21,13 +21,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fabmeter import serve
+from fabmeter import cli
 from fabmeter.command_options import CommandOption
-from fabmeter.mesh import command as mesh
-from fabmeter.peers import command as peers
-from fabmeter.suite.read import MESH_KEYS
+from fabmeter.suite.read import MESH_KEYS, RUN_KEYS
 from fabmeter.suite.peer import PEER_KEYS
-from fabmeter.watch import command as watch
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "cli.md"
@@ -127,10 +124,11 @@ def render(info: dict) -> str:
 
 
 def commands() -> list[tuple[str, Sequence[CommandOption], dict[str, tuple[str, CommandOption]]]]:
-    """Each command with options of its own: (name, its options, {option name: (suite key, the option as a suite
-    takes it)} for those a suite takes)."""
-    return [("serve", serve.OPTIONS, {}), ("mesh", mesh.OPTIONS, {o.name: (k, o) for k, o in MESH_KEYS.items()}),
-            ("watch", watch.OPTIONS, {}), ("peers", peers.OPTIONS, {o.name: (k, o) for k, o in PEER_KEYS.items()})]
+    """Each command with options of its own (cli.COMMANDS): (name, its options, {option name: (suite key, the option
+    as a suite takes it)} for those a suite takes)."""
+    suite_keys = {"EXPERIMENT": RUN_KEYS, "mesh": MESH_KEYS, "peers": PEER_KEYS}
+    return [(c.name, c.module.OPTIONS, {o.name: (k, o) for k, o in suite_keys.get(c.name, {}).items()})
+            for c in cli.COMMANDS if c.module.OPTIONS]
 
 
 def fmt_values(o: CommandOption) -> str:
@@ -142,6 +140,8 @@ def fmt_values(o: CommandOption) -> str:
 
 
 def fmt_usage(o: CommandOption) -> str:
+    if o.positional:
+        return f"`{o.metavar}" + (f" [{o.metavar}...]`" if o.many else "`")
     words = o.metavar if isinstance(o.metavar, tuple) else (o.metavar,) if o.metavar else ()
     return (f"`-{o.short}`, " if o.short else "") + "`" + " ".join((f"--{o.name}", *words)) + "`"
 

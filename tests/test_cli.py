@@ -81,8 +81,8 @@ def test_envinfo_collects():
 
 def test_sweep_progress_counts_the_points_the_engine_plans(capsys):
     """'point i/N': N is the start line's `points`, not a count recomputed from max_size."""
-    from fabmeter import cli
-    progress = cli._Progress(enabled=True)
+    from fabmeter import experiment_command
+    progress = experiment_command._Progress(enabled=True)
     progress.start({"type": "start", "points": 3, "params": {"transport": "tcp", "max_size": 4 << 20}})
     progress.point({"size": 1})
     assert "point 1/3: 1 B" in capsys.readouterr().err

@@ -28,7 +28,7 @@ from hdrh.codec import get_compression_cookie, get_encoding_cookie
 from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_line_error, start_serves,
                       stop_serves, tagged_engine_procs, wait_until)
 from delay_line import delay_line
-from fabmeter import hdr, run
+from fabmeter import hdr, run, stats
 from fabmeter.errors import FabmeterError
 from fabmeter.mesh import aggregate, cluster, output, patterns, rendezvous, slotted
 from fabmeter.mesh import run as mesh_run
@@ -136,10 +136,9 @@ def test_a_rank_that_is_not_a_number():
 # --- a round's start: its lead, the spread of its start -----------------------------
 
 def test_spread_is_nearest_rank():
-    from fabmeter.mesh import output
-    assert output.spread([]) is None
-    assert output.spread([5]) == {"n": 1, "p50": 5, "p99": 5, "max": 5}
-    assert output.spread(list(range(100, 0, -1))) == {"n": 100, "p50": 50, "p99": 99, "max": 100}
+    assert stats.spread([]) is None
+    assert stats.spread([5]) == {"n": 1, "p50": 5, "p99": 5, "max": 5}
+    assert stats.spread(list(range(100, 0, -1))) == {"n": 100, "p50": 50, "p99": 99, "max": 100}
 
 
 def test_the_lead_is_twice_what_the_slowest_recent_engine_needed():

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import one_line_error
 from fabmeter import cli
+from fabmeter.cpus import parse_cpus
 from fabmeter.options import Options, parse_size
 
 
@@ -116,7 +117,7 @@ def test_demo_run_json_config_is_the_engines_params(tmp_path, info, engine, monk
     from fabmeter import demo
     monkeypatch.setenv("FABMETER_ENGINE", str(engine))
     res = demo._one(tmp_path, "tcp", ["-t", "tcp"], "event", "lat", "lat", {"size": 32, "iters": 200},
-                    cli.parse_cpus(None))
+                    parse_cpus(None))
     assert res.exit_code == 0, res.message
     doc = json.loads((tmp_path / "tcp-event-lat" / "run.json").read_text())
     assert "options" not in doc["config"]

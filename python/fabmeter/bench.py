@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from fabmeter import analysis, envinfo, procs, run, stats
+from fabmeter import analysis, command_options, envinfo, procs, run, stats
+from fabmeter.command_options import CommandOption, Found
+from fabmeter.cpus import parse_cpus
 from fabmeter.engine import engine_info, engine_options, find_engine, last_error_line
-from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, FabmeterError
+from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FabmeterError
 from fabmeter.peers import base as peer_base
 from fabmeter.peers import registry, rawpp
 from fabmeter.recorded import run_recorded
-from fabmeter.results import now_iso, write_json
+from fabmeter.results import now_iso, out_folder, write_json
 
 SIZE = 32
 BW_SIZE = 64 * 1024
@@ -563,7 +565,24 @@ def rdma_table() -> Optional[tuple[str, list[list]]]:
     return doc.get("date", "?"), rows
 
 
-def main(out: Path, rounds: int, cpus: Optional[tuple[int, ...]]) -> int:
+OPTIONS = (
+    CommandOption("out", "results folder (default: %(default)s)", metavar="DIR", default="results/bench"),
+    CommandOption("rounds", "rounds, alternating configurations (default: %(default)s)", metavar="K", type=int,
+                  default=5),
+    CommandOption("cpus", "the two CPUs (default: the first two CPUs)", metavar="A,B"),
+)
+
+
+def add_parser(sub, info: Optional[dict]) -> None:
+    command = sub.add_parser("bench", help="fabmeter beside the peer tools and the machine's limits, with targets",
+                             allow_abbrev=False)
+    command_options.add_arguments(command, OPTIONS)
+
+
+def main(ns, found: Found) -> int:
+    if ns.rounds < 1:
+        raise FabmeterError("--rounds must be at least 1", EXIT_USAGE)
+    out, rounds, cpus = out_folder(ns.out), ns.rounds, parse_cpus(ns.cpus)
     started = now_iso()
     env = envinfo.collect()
     engine = find_engine()

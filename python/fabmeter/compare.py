@@ -23,7 +23,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from fabmeter import analysis, path, stats
+from fabmeter import analysis, command_options, path, stats
+from fabmeter.command_options import CommandOption, Found
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.report import model
 from fabmeter.terminal import shown_lines
@@ -34,21 +35,6 @@ NOT_WHAT = {"iters", "warmup", "duration", "count", "timeout_ms", "seed", "sampl
 MIN_RUNS = 3   # runs of a point a side for a verdict across runs (stats.shift_interval: 90 % needs 3 + 3)
 # Environment fields that are measurements of their own or change every run.
 VOLATILE_ENV = ("timestamp_cost_ns", "tsc_ghz", "started_at", "boot_id", "load_average", "uptime")
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("compare", help="compare result folders point by point: ratio, interval, verdict",
-                       description="Match the points of NEW against BASE (experiment, transport, mode, size, "
-                                   "rate) and print each side's median, the ratio new/base, its interval and "
-                                   "whether the data can tell them apart (docs/cli.md#compare).",
-                       allow_abbrev=False)
-    p.add_argument("base", metavar="BASE", help="a results folder (searched recursively for run.json)")
-    p.add_argument("new", metavar="NEW", nargs="+", help="one or more results folders to compare with BASE")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--fail-worse", metavar="PCT", type=_percent,
-                   help="exit 4 when a point's verdict is worse than BASE by more than PCT, by its interval "
-                        "(e.g. 5%%: the interval lies wholly beyond 1.05x); cannot tell never fails; exit 2 when "
-                        "no point matched (a gate that compared nothing does not pass)")
 
 
 def _percent(text: str) -> float:
@@ -62,6 +48,26 @@ def _percent(text: str) -> float:
 
 
 _percent.__name__ = "percentage"   # argparse's error names the type
+
+OPTIONS = (
+    CommandOption("base", "a results folder (searched recursively for run.json)", metavar="BASE", positional=True),
+    CommandOption("new", "one or more results folders to compare with BASE", metavar="NEW", positional=True,
+                  many=True),
+    CommandOption("json", "print one JSON object instead of the table", flag=True),
+    CommandOption("fail-worse", "exit 4 when a point's verdict is worse than BASE by more than PCT, by its interval "
+                                "(e.g. 5%%: the interval lies wholly beyond 1.05x); cannot tell never fails; exit 2 "
+                                "when no point matched (a gate that compared nothing does not pass)",
+                  metavar="PCT", type=_percent),
+)
+
+
+def add_parser(sub, info: Optional[dict]) -> None:
+    command = sub.add_parser("compare", help="compare result folders point by point: ratio, interval, verdict",
+                             description="Match the points of NEW against BASE (experiment, transport, mode, size, "
+                                         "rate) and print each side's median, the ratio new/base, its interval and "
+                                         "whether the data can tell them apart (docs/cli.md#compare).",
+                             allow_abbrev=False)
+    command_options.add_arguments(command, OPTIONS)
 
 
 @dataclass
@@ -301,7 +307,7 @@ def print_comparison(doc: dict) -> None:
             say(f"only in {side}: {name}")
 
 
-def main(ns) -> int:
+def main(ns, found: Found) -> int:
     docs = [compare(Path(ns.base), Path(new), ns.fail_worse) for new in ns.new]
     if ns.json:
         say(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1))

@@ -15,12 +15,18 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import analysis, envinfo, run
+from fabmeter import analysis, command_options, envinfo, run
+from fabmeter.command_options import CommandOption, Found
+from fabmeter.cpus import parse_cpus
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME
 from fabmeter.recorded import run_recorded
-from fabmeter.results import now_iso, write_json
+from fabmeter.results import now_iso, out_folder, write_json
 
+OPTIONS = (
+    CommandOption("out", "results folder (default: %(default)s)", metavar="DIR", default="results/demo"),
+    CommandOption("cpus", "client and server CPUs (default: the first two CPUs)", metavar="A,B"),
+)
 POLLS = ("busy", "event")
 # (label, transport options, polls) of the transports the demo runs in a
 # particular way; every other transport the engine has built in runs as
@@ -53,7 +59,14 @@ def _one(out: Path, label: str, targs: list[str], poll: str, name: str, experime
     return run_recorded(run.RunSpec(experiment, options, cpus=cpus, out=folder), limits=True).result
 
 
-def main(out: Path, cpus: Optional[tuple[int, ...]]) -> int:
+def add_parser(sub, info: Optional[dict]) -> None:
+    command = sub.add_parser("demo", help="compare every transport and polling mode on this machine",
+                             allow_abbrev=False)
+    command_options.add_arguments(command, OPTIONS)
+
+
+def main(ns, found: Found) -> int:
+    out, cpus = out_folder(ns.out), parse_cpus(ns.cpus)
     started = now_iso()
     rows, summary_rows, failures, total = [], [], 0, 0
     notes: dict[str, str] = {}   # transport/poll -> its I/O thread note (analysis.io_thread_note)

@@ -263,25 +263,31 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
             if line.strip():
                 print(shown_lines(line), file=sys.stderr)  # engine log text: pass it on
             continue
-        kind = obj.get("type")
-        if kind == "start":
-            res.start = obj
-            if on_start:
-                on_start(obj)
+        if take_line(res, obj, on_start, on_point, on_event) == "start":
             for warning in _fabric_warnings(obj):
                 sys.stderr.write(f"fabmeter: warning: {shown_lines(warning)}\n")
                 if on_event is not None:
                     on_event({"type": "warning", "message": warning})
-        elif kind == "point":
-            res.points.append(obj)
-            if on_point:
-                on_point(obj)
-        elif kind == "end":
-            res.end = obj
-        else:
-            res.events.append(obj)
-            if on_event:
-                on_event(obj)
+
+
+def take_line(res: RunResult, obj: dict, on_start=None, on_point=None, on_event=None) -> Optional[str]:
+    """One of the engine's JSON lines into res by its type (the start, a point, the end, else an event), handed to
+    the callback for its kind; returns the type."""
+    kind = obj.get("type")
+    callback = None
+    if kind == "start":
+        res.start, callback = obj, on_start
+    elif kind == "point":
+        res.points.append(obj)
+        callback = on_point
+    elif kind == "end":
+        res.end = obj
+    else:
+        res.events.append(obj)
+        callback = on_event
+    if callback:
+        callback(obj)
+    return kind
 
 
 def _classify(res: RunResult, rc: int, stderr: str, fwd: procs.SignalForwarder,

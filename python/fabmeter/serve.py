@@ -4,9 +4,10 @@ holds their defaults (docs/cli.md#fabmeter-serve)."""
 from __future__ import annotations
 
 import argparse
+from typing import Optional
 
 from fabmeter import command_options, run
-from fabmeter.command_options import CommandOption
+from fabmeter.command_options import CommandOption, Found
 from fabmeter.errors import EXIT_INTERNAL
 
 OPTIONS = (
@@ -35,7 +36,7 @@ OPTIONS = (
 )
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, info: Optional[dict]) -> None:
     command = sub.add_parser("serve", help="serve sessions for clients on other hosts", allow_abbrev=False,
                              description="Serve sessions for `fabmeter EXP --server HOST`, each in a process of its "
                                          "own. Nothing a client sends names a path on this host; docs/security.md "
@@ -43,7 +44,7 @@ def add_parser(sub) -> None:
     command_options.add_arguments(command, OPTIONS)
 
 
-def main(ns: argparse.Namespace) -> int:
+def main(ns: argparse.Namespace, found: Found) -> int:
     """Becomes `fabmeter-engine serve` with the options given (the engine's defaults for the others)."""
     args = []
     for o in OPTIONS:

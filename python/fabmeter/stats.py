@@ -53,6 +53,15 @@ MIN_SAMPLES = 100          # below this, a bootstrap interval of a median means 
 BETTER, WORSE, SAME, UNKNOWN = "better", "worse", "indistinguishable", "cannot tell"
 
 
+def spread(values: list) -> Optional[dict]:
+    """p50, p99 (nearest rank) and max of `values`, with their count; None for none."""
+    if not values:
+        return None
+    v = sorted(values)
+    rank = lambda q: v[max(0, -(-len(v) * q // 100) - 1)]     # ceil(n q / 100) - 1
+    return {"n": len(v), "p50": rank(50), "p99": rank(99), "max": v[-1]}
+
+
 def median(xs: Sequence[float]) -> Optional[float]:
     """The median of the finite numbers in xs (None if there are none)."""
     vals = sorted(x for x in xs if isinstance(x, (int, float)) and math.isfinite(x))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from fabmeter import command_options, envinfo
-from fabmeter.command_options import CommandOption
+from fabmeter.command_options import CommandOption, Found
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import outliers, output, patterns, rendezvous, tool_pair
@@ -217,10 +217,11 @@ def _check_tool(ns: argparse.Namespace, given: dict, hosts: list[str]) -> None:
     tool_pair.case_of(ns.tool, ns.experiment, given)
 
 
-def main(ns: argparse.Namespace, engine: str, command: Optional[list[str]] = None, quiet: bool = False) -> int:
+def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = None, quiet: bool = False) -> int:
     """Runs the mesh `ns` describes; the exit code (bad arguments raise, exit 2). `command`: the command line
     mesh.json records (default: this process's); `quiet`: print nothing (a suite's point: mesh.json is its
     result)."""
+    engine = found.engine
     if (ns.launch == "local") != (ns.ranks is not None):
         raise FabmeterError("mesh: --launch local and --ranks N go together", EXIT_USAGE)
     hosts = _hosts(ns)

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 from fabmeter import analysis, envinfo
 from fabmeter.mesh import aggregate, outliers, slotted
 from fabmeter.peers.registry import PEERS
+from fabmeter.stats import spread
 
 CLOCK_KEYS = ("offset_ns", "drift_ppm", "error_bound_ns", "probes")
 CLOCK_METHODS = ("shared_tsc", "probe")
@@ -101,15 +102,6 @@ def failed_pair(src: int, dst: int, message: str, status: str = "failed") -> dic
             "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
             "start_late_ns": None, "start_ready_ns": None,
             "start_margin_ns": None, "steps": None}
-
-
-def spread(values: list) -> Optional[dict]:
-    """p50, p99 (nearest rank) and max of `values`, with their count; None for none."""
-    if not values:
-        return None
-    v = sorted(values)
-    rank = lambda q: v[max(0, -(-len(v) * q // 100) - 1)]     # ceil(n q / 100) - 1
-    return {"n": len(v), "p50": rank(50), "p99": rank(99), "max": v[-1]}
 
 
 def _number(v) -> bool:

@@ -70,22 +70,13 @@ class Series:
                                or f"fabmeter-engine run --series exited {rc}")
                 return res
             obj = run._parse_json(line)
-            kind = obj.get("type") if obj else None
-            if kind == "start":
-                res.start = obj
-                on_start(obj)
-            elif kind == "point":
-                res.points.append(obj)
-            elif kind == "end":
-                res.end = obj
+            if obj is not None and run.take_line(res, obj, on_start) == "end":
                 code = obj.get("code")
                 res.exit_code = code if isinstance(code, int) else EXIT_INTERNAL
                 res.status = obj.get("status", "failed") if res.exit_code == EXIT_OK else (
                     "interrupted" if res.exit_code == EXIT_INTERRUPTED else "failed")
                 res.message = obj.get("message") or ""
                 return res
-            elif obj is not None:
-                res.events.append(obj)
 
     def close(self) -> None:
         """The end of its input: the engine ends its relay session, if any, and exits."""

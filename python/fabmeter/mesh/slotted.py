@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fabmeter.errors import EXIT_USAGE, FabmeterError
+from fabmeter.stats import spread
 
 # The shortest slot a transport gets: its one-way trip on an idle host, microseconds (event mode wakes in tens;
 # shm and RDMA in a few), plus the message's time on a 10 Gbit/s wire.
@@ -139,7 +140,6 @@ def pair_slots(the: Plan, src: int, dst: int, steps: Optional[dict]) -> Optional
     """A pair's messages against the plan: each one's send lateness (actual minus planned send instant) and
     arrival instant (ns after the round's instant, on the common timebase), the lateness spread, and how many
     arrivals fell outside their own slot."""
-    from fabmeter.mesh.output import spread
     if steps is None:
         return None
     arrival, slot_shift = [], []
@@ -160,7 +160,6 @@ def pair_slots(the: Plan, src: int, dst: int, steps: Optional[dict]) -> Optional
 def receivers(the: Plan, pairs: list[dict]) -> dict:
     """Per receiver: each arrival attributed to the slot it fell in; a collision is a slot in which two or more
     senders' messages arrived. Interleaved as planned: every arrival in its own slot, no collision."""
-    from fabmeter.mesh.output import spread
     by_dst: dict[int, dict[int, set]] = {}
     counts: dict[int, list[int]] = {}
     late: list[int] = []

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from fabmeter import __version__, analysis, command_options, envinfo, repeat, run
-from fabmeter.command_options import CommandOption
+from fabmeter.command_options import CommandOption, Found
+from fabmeter.cpus import parse_cpus
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
 from fabmeter.peers.base import PeerRun, Rdma
@@ -96,7 +97,7 @@ OPTIONS = (
 )
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, info: Optional[dict]) -> None:
     p = sub.add_parser("peers", help="the established tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong, "
                                      "perftest) beside fabmeter",
                        description="Run sockperf, qperf, iperf3, ucx_perftest, fi_pingpong and perftest over loopback "
@@ -222,7 +223,12 @@ def table(points: list[dict], params: PeerRun) -> str:
     return "\n".join(text)
 
 
-def main(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: str) -> int:
+def main(ns, found: Found) -> int:
+    """The table, or --repeat N of them."""
+    return repeat.run(ns, lambda one: _table(one, parse_cpus(one.cpus), found.engine, found.problem))
+
+
+def _table(ns, cpus: Optional[tuple[int, ...]], engine: Optional[str], problem: str) -> int:
     tools = _list(ns.tools, TOOLS, "tools")
     out = out_folder(ns.out) if ns.out else None
     params = params_from(ns, cpus, out, engine)

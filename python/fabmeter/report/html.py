@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from fabmeter import __version__, analysis, hdr
-from fabmeter.errors import EXIT_OK, EXIT_USAGE, FabmeterError
+from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
                                      fig_cpu_cost, fig_histogram, fig_latency_vs_size, fig_load_clients,
                                      fig_load_latency, fig_load_throughput, fig_mesh_load_cdf, fig_mesh_matrix,
@@ -815,10 +814,3 @@ def write(root: Path, output: Optional[Path] = None, compare_with: Optional[Path
         tmp.unlink(missing_ok=True)
         raise FabmeterError(f"-o {output}: {e.strerror or e}", EXIT_USAGE) from None
     return output
-
-
-def main(root: Path, output: Optional[Path], compare_with: Optional[Path] = None) -> int:
-    path = write(root, output, compare_with)
-    print(path)
-    sys.stdout.flush()
-    return EXIT_OK

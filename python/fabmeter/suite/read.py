@@ -14,6 +14,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
 
+from fabmeter import experiment_command
 from fabmeter import repeat as repeat_mod
 from fabmeter import slo as slo_mod
 from fabmeter.errors import FabmeterError
@@ -37,6 +38,8 @@ MESH_KEYS = {("mesh_" if name in ("experiment", "tool") else "") + _MESH_OPTIONS
              for name in ("experiment", "tool", "pattern", "schedule", "launch", "ranks", "hostfile", "mesh-port",
                           "ssh", "remote-fabmeter", "token-file")}
 MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
+# The keys of any point that are an experiment command's own options (experiment_command.py), under their names.
+RUN_KEYS = {o.key: o for o in experiment_command.OPTIONS if o.key in (*PY_KEYS, "slo")}
 
 
 # A suite only names things inside its results folder, and runs nothing but fabmeter (docs/security.md):
@@ -305,7 +308,32 @@ def _origin(t: dict, lines: KeyLines, index: int) -> Optional[str]:
 
 
 def read(path: Path, info: dict) -> Suite:
-    """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`)."""
+    """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`), and expands
+    its [[matrix]] tables into points."""
+    doc, lines = _parse(path)
+    name, description, repeat, raw_defaults, matrix = _top(doc, lines, path)
+    keys = _Keys(info, lines)
+    defaults = keys.defaults(raw_defaults)
+    used_defaults: set[str] = set()
+    expanded: list[tuple[Point, list[str]]] = []   # each point with the keys its own table sets
+    for index, t in enumerate(matrix):
+        origin = _origin(t, lines, index)
+        t = {k: v for k, v in t.items() if k != ORIGIN}
+        if "tool" in t:
+            expanded += [(replace(p, origin=origin), own)
+                         for p, own in _peer_points(t, raw_defaults, lines, index, used_defaults, keys.allowed)]
+            continue
+        axes = keys.axes(t, index, defaults)
+        expanded += [(replace(p, origin=origin), list(t))
+                     for p in _expand(axes, defaults, keys, index, used_defaults)]
+    _check_defaults_used(raw_defaults, used_defaults, keys.table, lines)
+    ids.assign(expanded, keys.table)
+    return Suite(name, description, path, rounds(_distinct([p for p, _ in expanded], keys.table), repeat),
+                 keys.table)
+
+
+def _parse(path: Path) -> tuple[dict, KeyLines]:
+    """The file as TOML, and where each of its keys is."""
     try:
         text = path.read_text()
     except OSError as e:
@@ -315,13 +343,11 @@ def read(path: Path, info: dict) -> Suite:
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"\(at line (\d+), column \d+\)", str(e))
         raise SuiteError(f"not valid TOML: {e}", int(m.group(1)) if m else 0)
-    lines = KeyLines(text)
-    table = Options(info)
-    experiments, transports = known_names(info, table)
-    allowed_keys = list(dict.fromkeys(list(PY_KEYS) + ["slo"] + list(MESH_KEYS) + [o.key for o in table]
-                                      + list(peer.KEYS)))
-    experiments.add(MESH)
+    return doc, KeyLines(text)
 
+
+def _top(doc: dict, lines: KeyLines, path: Path) -> tuple[str, str, int, dict, list]:
+    """The top level checked: name, description, repeat, [defaults] and the [[matrix]] tables."""
     for key in doc:
         if key not in TOP_KEYS:
             line = lines.key("", 0, key) or lines.header(key)
@@ -345,11 +371,25 @@ def read(path: Path, info: dict) -> Suite:
         raise SuiteError("no [[matrix]] table: a suite needs at least one")
     if not isinstance(matrix, list) or not all(isinstance(t, dict) for t in matrix) or not matrix:
         raise SuiteError("key 'matrix': expected one or more [[matrix]] tables", lines.key("", 0, "matrix"))
+    return name, description, repeat, defaults, matrix
 
-    def check_key(section: str, index: int, key: str, given: Any, allow_list: bool) -> list:
-        line = lines.key(section, index, key)
-        if key not in allowed_keys:
-            raise _unknown_key(key, line, allowed_keys)
+
+class _Keys:
+    """A table's keys checked against the engine's option table: each known, typed, and applying to every point
+    its table makes."""
+
+    def __init__(self, info: dict, lines: KeyLines):
+        self.info, self.lines, self.table = info, lines, Options(info)
+        self.experiments, self.transports = known_names(info, self.table)
+        self.experiments.add(MESH)
+        self.allowed = list(dict.fromkeys(["experiment", *RUN_KEYS] + list(MESH_KEYS) + [o.key for o in self.table]
+                                          + list(peer.KEYS)))
+
+    def check(self, section: str, index: int, key: str, given: Any, allow_list: bool) -> list:
+        """A key's value(s), typed; a list is a matrix axis."""
+        line = self.lines.key(section, index, key)
+        if key not in self.allowed:
+            raise _unknown_key(key, line, self.allowed)
         if key == "slo":   # one objective list per table, as --slo takes it; not a matrix axis
             if not isinstance(given, str):
                 raise SuiteError(f"key 'slo': expected a string such as \"p99<=20us,p999<=100us\" (one per table, "
@@ -372,102 +412,111 @@ def read(path: Path, info: dict) -> Suite:
         for x in values:
             if not isinstance(x, (str, int, float, bool)):
                 raise SuiteError(f"key '{key}': expected a value or a list of values, got {_type_name(x)}", line)
-            typed.append(_typed(key, x, table.get(key), line))
-            if key == "experiment" and x not in experiments:
+            typed.append(_typed(key, x, self.table.get(key), line))
+            if key == "experiment" and x not in self.experiments:
                 raise SuiteError(f"key 'experiment': unknown experiment '{x}' "
-                                 f"(known: {', '.join(sorted(experiments))})", line)
-            if key == "transport" and x not in transports:
+                                 f"(known: {', '.join(sorted(self.experiments))})", line)
+            if key == "transport" and x not in self.transports:
                 raise SuiteError(f"key 'transport': unknown transport '{x}' "
-                                 f"(known: {', '.join(sorted(transports))})", line)
+                                 f"(known: {', '.join(sorted(self.transports))})", line)
         return typed
 
-    raw_defaults = defaults
-    if ORIGIN in defaults:
-        raise SuiteError(f"key '{ORIGIN}' goes in a [[matrix]] table (it marks that table's points)",
-                         lines.key("defaults", 0, ORIGIN))
-    if "tool" in defaults:
-        raise SuiteError("key 'tool' goes in a [[matrix]] table (its points are that tool's)",
-                         lines.key("defaults", 0, "tool"))
-    defaults = {key: check_key("defaults", 0, key, v, allow_list=False)[0] for key, v in defaults.items()
-                if key not in peer.DEFAULTS or key in table or key in MESH_KEYS}
+    def defaults(self, raw: dict) -> dict:
+        """[defaults], checked (a peer point's own defaults are checked with its table)."""
+        for key, where in ((ORIGIN, "it marks that table's points"), ("tool", "its points are that tool's")):
+            if key in raw:
+                raise SuiteError(f"key '{key}' goes in a [[matrix]] table ({where})",
+                                 self.lines.key("defaults", 0, key))
+        return {key: self.check("defaults", 0, key, v, allow_list=False)[0] for key, v in raw.items()
+                if key not in peer.DEFAULTS or key in self.table or key in MESH_KEYS}
 
-    default_transport = table["transport"].default if "transport" in table else "shm"
-    built_experiments, built_transports = set(info.get("experiments", [])), set(info.get("transports", []))
-    used_defaults: set[str] = set()
-    expanded: list[tuple[Point, list[str]]] = []   # each point with the keys its own table sets
-
-    for index, t in enumerate(matrix):
-        header = lines.header("matrix", index)
-        origin = _origin(t, lines, index)
-        t = {k: v for k, v in t.items() if k != ORIGIN}
-        if "tool" in t:
-            expanded += [(replace(p, origin=origin), own)
-                         for p, own in _peer_points(t, raw_defaults, lines, index, used_defaults, allowed_keys)]
-            continue
-        axes = {key: check_key("matrix", index, key, v, allow_list=True) for key, v in t.items()}
+    def axes(self, t: dict, index: int, defaults: dict) -> dict[str, list]:
+        """A [[matrix]] table's axes (experiment and transport always), each key checked to apply to every point."""
+        axes = {key: self.check("matrix", index, key, v, allow_list=True) for key, v in t.items()}
         if "experiment" not in axes and "experiment" not in defaults:
-            raise SuiteError("[[matrix]] has no 'experiment' (set it here or in [defaults])", header)
+            raise SuiteError("[[matrix]] has no 'experiment' (set it here or in [defaults])",
+                             self.lines.header("matrix", index))
         axes.setdefault("experiment", [defaults.get("experiment")])
+        default_transport = self.table["transport"].default if "transport" in self.table else "shm"
         axes.setdefault("transport", [defaults.get("transport", default_transport)])
-        # Every key of a [[matrix]] table must apply to every point it makes.
         for exp, tr in itertools.product(axes["experiment"], axes["transport"]):
-            for key in t:
-                if key in MESH_KEYS and exp != MESH:
-                    raise SuiteError(f"key '{key}' applies only to mesh points (experiment = \"{MESH}\"), not to "
-                                     f"'{exp}'", lines.key("matrix", index, key))
-            if exp == MESH:
-                _check_mesh_point(t, defaults, lines, index)
-                for key in ("cpus", "server", "slo"):
-                    if key in t:
-                        raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
-                                         "engines)", lines.key("matrix", index, key))
-            if "slo" in t and not slo_mod.applies(exp):
-                raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
-                                 "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
-            pair_exps = axes.get("mesh_experiment") or [defaults.get("mesh_experiment", "oneway")]
-            for key, exp in itertools.product(t, pair_exps if exp == MESH else [exp]):
-                opt = table.get(key)
-                if opt is not None and not opt.applies(exp, tr):
-                    if opt.scope == "all" or exp in _csv(opt.scope):
-                        bad, only = f"transport '{tr}'", f"transports {opt.transports}"
-                    else:
-                        bad, only = f"experiment '{exp}'", f"experiments {opt.scope}"
-                    raise SuiteError(f"key '{key}' does not apply to {bad} (only to {only}); "
-                                     "put it in a [[matrix]] table of its own", lines.key("matrix", index, key))
-        keys = list(axes)
-        for combo in itertools.product(*(axes[k] for k in keys)):
-            chosen = dict(zip(keys, combo))
-            exp, tr = chosen["experiment"], chosen["transport"]
-            mesh = None
-            if exp == MESH:
-                mesh = {k: chosen.get(k, defaults.get(k)) for k in MESH_KEYS}
-                mesh["mesh_experiment"] = mesh["mesh_experiment"] or MESH_KEYS["mesh_experiment"].default
-                mesh["launch"] = mesh["launch"] or "local"
-                used_defaults.update(k for k in MESH_KEYS if k in defaults)
-            opts: dict[str, Any] = {}
-            for key, v in defaults.items():      # defaults apply where they can
-                opt = table.get(key)
-                if opt is not None and opt.applies(mesh["mesh_experiment"] if mesh else exp, tr):
-                    opts[key] = v
-                    used_defaults.add(key)
-            opts.update({k: v for k, v in chosen.items() if k in table})
-            opts["transport"] = tr
-            cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
-            objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
-            if objectives and "slo" not in chosen:
-                used_defaults.add("slo")
-            skip = _check_mesh_tool(mesh, opts, lines.key("matrix", index, "mesh_tool")
-                                    or lines.key("defaults", 0, "mesh_tool")) if mesh and mesh["mesh_tool"] else ""
-            if skip:
-                pass        # the tool's reason
-            elif (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
-                skip = f"experiment '{exp}' is not built into this engine"
-            elif tr in (info.get("transports_unavailable") or {}):
-                skip = f"transport '{tr}' is unavailable here: {info['transports_unavailable'][tr]}"
-            elif tr not in built_transports:
-                skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
-            expanded.append((Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
-                                   objectives, mesh, origin=origin), list(t)))
+            self._applies(t, axes, defaults, index, exp, tr)
+        return axes
+
+    def _applies(self, t: dict, axes: dict, defaults: dict, index: int, exp: str, tr: str) -> None:
+        """Every key of a [[matrix]] table must apply to every point it makes."""
+        lines = self.lines
+        for key in t:
+            if key in MESH_KEYS and exp != MESH:
+                raise SuiteError(f"key '{key}' applies only to mesh points (experiment = \"{MESH}\"), not to "
+                                 f"'{exp}'", lines.key("matrix", index, key))
+        if exp == MESH:
+            _check_mesh_point(t, defaults, lines, index)
+            for key in ("cpus", "server", "slo"):
+                if key in t:
+                    raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
+                                     "engines)", lines.key("matrix", index, key))
+        if "slo" in t and not slo_mod.applies(exp):
+            raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
+                             "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
+        pair_exps = axes.get("mesh_experiment") or [defaults.get("mesh_experiment", "oneway")]
+        for key, exp in itertools.product(t, pair_exps if exp == MESH else [exp]):
+            opt = self.table.get(key)
+            if opt is not None and not opt.applies(exp, tr):
+                if opt.scope == "all" or exp in _csv(opt.scope):
+                    bad, only = f"transport '{tr}'", f"transports {opt.transports}"
+                else:
+                    bad, only = f"experiment '{exp}'", f"experiments {opt.scope}"
+                raise SuiteError(f"key '{key}' does not apply to {bad} (only to {only}); "
+                                 "put it in a [[matrix]] table of its own", lines.key("matrix", index, key))
+
+
+def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used_defaults: set) -> list[Point]:
+    """A [[matrix]] table's points: the product of its axes, [defaults] applied where they can; a point this
+    engine cannot run carries why it is skipped. `used_defaults` gains the defaults a point took."""
+    table, lines, info = keys.table, keys.lines, keys.info
+    built_experiments, built_transports = set(info.get("experiments", [])), set(info.get("transports", []))
+    header = lines.header("matrix", index)
+    names = list(axes)
+    points = []
+    for combo in itertools.product(*(axes[k] for k in names)):
+        chosen = dict(zip(names, combo))
+        exp, tr = chosen["experiment"], chosen["transport"]
+        mesh = None
+        if exp == MESH:
+            mesh = {k: chosen.get(k, defaults.get(k)) for k in MESH_KEYS}
+            mesh["mesh_experiment"] = mesh["mesh_experiment"] or MESH_KEYS["mesh_experiment"].default
+            mesh["launch"] = mesh["launch"] or "local"
+            used_defaults.update(k for k in MESH_KEYS if k in defaults)
+        opts: dict[str, Any] = {}
+        for key, v in defaults.items():      # defaults apply where they can
+            opt = table.get(key)
+            if opt is not None and opt.applies(mesh["mesh_experiment"] if mesh else exp, tr):
+                opts[key] = v
+                used_defaults.add(key)
+        opts.update({k: v for k, v in chosen.items() if k in table})
+        opts["transport"] = tr
+        cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
+        objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
+        if objectives and "slo" not in chosen:
+            used_defaults.add("slo")
+        skip = _check_mesh_tool(mesh, opts, lines.key("matrix", index, "mesh_tool")
+                                or lines.key("defaults", 0, "mesh_tool")) if mesh and mesh["mesh_tool"] else ""
+        if skip:
+            pass        # the tool's reason
+        elif (mesh["mesh_experiment"] if mesh else exp) not in built_experiments:
+            skip = f"experiment '{exp}' is not built into this engine"
+        elif tr in (info.get("transports_unavailable") or {}):
+            skip = f"transport '{tr}' is unavailable here: {info['transports_unavailable'][tr]}"
+        elif tr not in built_transports:
+            skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
+        points.append(Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
+                            objectives, mesh))
+    return points
+
+
+def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options, lines: KeyLines) -> None:
+    """A key of [defaults] that no point took is a mistake."""
     unused = [k for k in raw_defaults if (k in table or k == "slo" or k in MESH_KEYS or k in peer.DEFAULTS)
               and k not in used_defaults]
     if unused:
@@ -477,10 +526,12 @@ def read(path: Path, info: dict) -> Suite:
         raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
                          f"(only to {where})", lines.key("defaults", 0, unused[0]))
 
-    ids.assign(expanded, table)
-    points: dict[str, Point] = {}   # one point per distinct configuration, the first id wins
+
+def _distinct(expanded: list[Point], table: Options) -> list[Point]:
+    """One point per distinct configuration, the first id wins; two different points with one id are refused."""
+    points: dict[str, Point] = {}
     by_id: dict[str, Point] = {}
-    for p, _ in expanded:
+    for p in expanded:
         # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
         config = json.dumps([p.experiment, p.cpus, p.server, p.params(table), p.mesh])
         if config in points:
@@ -494,7 +545,7 @@ def read(path: Path, info: dict) -> Suite:
             raise SuiteError(f"two different points get the id '{p.id}' ([[matrix]] at lines "
                              f"{by_id[p.id].line} and {p.line}); make them differ in a matrix key", p.line)
         points[config] = by_id[p.id] = p
-    return Suite(name, description, path, rounds(list(points.values()), repeat), table)
+    return list(points.values())
 
 
 def _check_mesh_tool(mesh: dict, options: dict, line: int) -> str:

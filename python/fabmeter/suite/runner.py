@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import __version__, run, slo
+from fabmeter.command_options import Found
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import command as mesh_command
@@ -103,7 +104,8 @@ def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[
     (status, message, exit code)."""
     argv = mesh_argv(point, table, folder)
     try:
-        code = mesh_command.main(mesh_command.parse(argv[1:], engine_info(engine)), engine,
+        info = engine_info(engine)
+        code = mesh_command.main(mesh_command.parse(argv[1:], info), Found(engine, info),
                                  command=["fabmeter", *argv], quiet=True)
     except FabmeterError as e:
         if e.exit_code == EXIT_INTERRUPTED:

@@ -97,28 +97,12 @@ def waves(rounds: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
     return out
 
 
-class _Stop:
+class _Stop(procs.SignalForwarder):
     """SIGINT and SIGTERM set a flag the loop's waits look at (a handler that raised could land between a
     textfile's write and its rename, or in a thread's bookkeeping)."""
 
-    def __init__(self):
-        self.signum: Optional[int] = None
-        self._old = {}
-
-    def __enter__(self):
-        for s in (signal.SIGINT, signal.SIGTERM):
-            self._old[s] = signal.signal(s, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for s, h in self._old.items():
-            signal.signal(s, h)
-
-    def _handle(self, signum, frame):
-        self.signum = self.signum or signum
-
     def __bool__(self) -> bool:
-        return self.signum is not None
+        return self.interrupted
 
     def sleep_until(self, t: float) -> None:
         while not self and (left := t - time.monotonic()) > 0:

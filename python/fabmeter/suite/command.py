@@ -1,0 +1,33 @@
+"""`fabmeter suite FILE.toml`: its options; the suite is read (read.py) and run (runner.py) only when it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from fabmeter import command_options
+from fabmeter.command_options import CommandOption, Found
+from fabmeter.cpus import parse_cpus
+
+OPTIONS = (
+    CommandOption("file", "the suite, e.g. suites/quick.toml", metavar="FILE.toml", positional=True),
+    CommandOption("out", "results folder (default: results/<suite name>)", metavar="DIR"),
+    CommandOption("dry-run", "check the suite and list its points; run nothing", flag=True),
+    CommandOption("cpus", "client and server CPUs for every point (overrides the suite)", metavar="A,B"),
+    CommandOption("server", "run every point against a server started elsewhere with `fabmeter serve` (overrides "
+                            "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only",
+                  metavar="HOST[:PORT]"),
+)
+
+
+def add_parser(sub, info: Optional[dict]) -> None:
+    command = sub.add_parser("suite", help="run a TOML suite: experiments x transports x options (docs/suites.md)",
+                             allow_abbrev=False)
+    command_options.add_arguments(command, OPTIONS)
+
+
+def main(ns, found: Found) -> int:
+    from fabmeter.suite import runner
+    return runner.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, found.engine,
+                       parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
+                       server=ns.server)
