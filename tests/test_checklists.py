@@ -107,6 +107,9 @@ def test_peer_tool_checklist_holds():
     security = (REPO / "docs" / "security.md").read_text()
     section = re.search(r"^## Peer tools a client may start\n(.*?)^## ", security, re.M | re.S).group(1)
     assert not missing(allowed, section), f"security.md's allow-list leaves out {missing(allowed, section)}"
+    # The glossary's "peer tool" names each.
+    glossary = re.search(r"^- \*\*peer tool\*\*: (.*?)\n- ", ARCHITECTURE.read_text(), re.M | re.S).group(1)
+    assert not [t for t in PEERS if t not in glossary], "architecture.md's glossary leaves out a peer tool"
     # Each adapter in a module of its own, its package installed by the build's or the RDMA guest's script.
     assert len({type(p).__module__ for p in PEERS.values()}) == len(PEERS)
     installs = (REPO / "scripts" / "install-deps.sh").read_text() + (REPO / "rdma" / "guest" / "build.sh").read_text()
