@@ -13,7 +13,6 @@
 //   static void server_claim(G&..., const ServerPlaces&);  // below
 //   static double queued_bytes(const G&..., uint64_t size); // below
 //   static FabricPort fabric_port(const G&...);             // below
-//   static std::string port_facts(const std::string& device, unsigned port);  // an RDMA port, in words
 //
 // G...: the option groups it reads beyond common (params.hpp), as its
 // fm_transport line in engine/CMakeLists.txt lists them; the registry calls
