@@ -7,6 +7,7 @@ the engine are skipped, with a clear reason, when the binary is missing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -24,9 +25,52 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = Path(os.environ.get("FABMETER_ENGINE") or REPO / "build" / "engine" / "fabmeter-engine")
-TRANSPORTS = ["shm", "tcp", "udp"]
 sys.path.insert(0, str(REPO / "python"))  # this checkout's package, installed or not
 POLLS = ["busy", "event"]
+
+
+@functools.cache
+def engine_info() -> dict:
+    """`fabmeter-engine options`: its experiments, transports and option table; {} where the engine is not
+    built (the tests that need it then skip, see `engine` below)."""
+    if not ENGINE.exists():
+        return {}
+    res = subprocess.run([str(ENGINE), "options"], capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(res.stdout)
+
+
+# Transports a test host cannot run: verbs needs an RDMA device (`make test-rdma`'s Soft-RoCE guest).
+NEEDS_A_DEVICE = {"verbs"}
+
+
+def built_transports(group: str = "") -> list[str]:
+    """The transports the engine was built with, as it lists them, those that need a device left out: what
+    a per-transport test parametrises over, so that a transport added to the engine is tested at once. With
+    `group`, only those that read that option group (e.g. "messaging"), as the option table says."""
+    names = [t for t in engine_info().get("transports", []) if t not in NEEDS_A_DEVICE]
+    if not group:
+        return names
+    readers = {t for o in engine_info()["options"] if o["group"] == group for t in o["transports"].split(",")}
+    return [t for t in names if t in readers]
+
+
+TRANSPORTS = built_transports()
+
+
+@functools.cache
+def built_in_transports() -> list[str]:
+    """The transports compiled into the engine, not plugins (`fabmeter-engine transports` says "built in"):
+    test_matrix's and test_stream's; the plugins' own files (test_messaging, test_ofi) run theirs."""
+    if not ENGINE.exists():
+        return []
+    res = subprocess.run([str(ENGINE), "transports"], capture_output=True, text=True, timeout=30, check=True)
+    return [line.split(":")[0] for line in res.stdout.splitlines() if line.endswith("(built in)")]
+
+
+def need_transport(name: str) -> None:
+    """Skips the test where the engine was built without `name`."""
+    if name not in engine_info().get("transports", []):
+        pytest.skip(f"the engine was built without {name}")
 
 
 def script_module(name: str, rel_path: str):

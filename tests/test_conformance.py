@@ -12,21 +12,7 @@ import time
 
 import pytest
 
-from conftest import ENGINE, POLLS, json_lines, one_line_error, points_started, wait_until
-
-# Transports these tests leave out: verbs needs an RDMA device (covered by
-# `make test-rdma` in the Soft-RoCE guest).
-EXCLUDED = {"verbs"}
-
-
-def built_transports() -> list[str]:
-    if not ENGINE.exists():
-        return []
-    info = json.loads(subprocess.run([str(ENGINE), "options"], capture_output=True, text=True).stdout)
-    return [t for t in info["transports"] if t not in EXCLUDED]
-
-
-TRANSPORTS = built_transports()
+from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, points_started, wait_until
 
 
 @pytest.mark.parametrize("poll", POLLS)

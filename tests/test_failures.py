@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, points_started
+from conftest import built_in_transports, one_line_error, points_started
 from test_twohost import read_listening
 
 
@@ -46,7 +46,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
+@pytest.mark.parametrize("transport", built_in_transports())
 def test_server_unreachable(fm, transport):
     t0 = time.monotonic()
     r = fm.run("lat", "-t", transport, "--server", f"127.0.0.1:{closed_port()}", "--timeout-ms", "1000",
@@ -77,7 +77,7 @@ def run_json_with_start(out: Path):
     return doc if doc["config"].get("params") else None
 
 
-@pytest.mark.parametrize("transport", ["tcp", "udp", "shm"])
+@pytest.mark.parametrize("transport", built_in_transports())
 def test_server_killed_mid_run(fm, tmp_path, transport):
     out = tmp_path / "out"
     trace = tmp_path / "phases"

@@ -10,12 +10,11 @@ asserted, only their arithmetic (sums, Jain's index within its bounds).
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import json_lines, one_line_error, refusal
+from conftest import json_lines, need_transport, one_line_error, refusal
 
 
 def _check_sums(p: dict, n: int):
@@ -73,15 +72,9 @@ def test_flows_table_in_the_terminal(fm):
     assert "fairness over 2 flows (Jain's index" in r.stdout and "Gbit/s" in r.stdout, r.stdout
 
 
-def _built(engine) -> list[str]:
-    out = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True).stdout
-    return json.loads(out)["transports"]
-
-
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_one_listening_socket_refuses_several(fm, engine, dry_run):
-    if "zmq" not in _built(engine):
-        pytest.skip("zmq is not built here")
+    need_transport("zmq")
     args = ["bw", "-t", "zmq", "--flows", "2", "--endpoint", "ipc://"]
     said = refusal(fm, engine, args, dry_run)
     assert "zmq: 2 connections asked" in said and "ipc://" in said, said

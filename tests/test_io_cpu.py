@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENGINE, json_lines
+from conftest import ENGINE, json_lines, need_transport
 from fabmeter import analysis
 from fabmeter.report import context, table
 from fabmeter.report.model import Entry, Run
 from test_cpu_cost import serve, stop
-from test_messaging import MESSAGING, built, need  # noqa: F401 (built: a fixture)
+from test_messaging import MESSAGING
 
 NOTE = "the tail includes the library's I/O thread sharing the busy loop's CPU"
 
@@ -93,10 +93,9 @@ def check_side(side: dict, seen: dict[int, set[int]], cpus: list[int], shares: b
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_io_threads_run_where_run_json_says(built, fm, transport):
+def test_io_threads_run_where_run_json_says(fm, transport):
     # Event mode, the client pinned to 0, the server unpinned: their I/O
     # threads would start on {0} and on every CPU; --io-cpu 1 moves both to 1.
-    need(built, transport)
     g, client_seen, server_seen, pid = run_watched(fm.env, transport, "0", [], "--poll", "event",
                                                    "--io-cpu", "1", "--duration", "1", "--warmup", "100")
     io = g["io_cpus"]
@@ -107,9 +106,8 @@ def test_io_threads_run_where_run_json_says(built, fm, transport):
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_auto_keeps_clear_of_both_busy_loops(built, fm, transport):
+def test_auto_keeps_clear_of_both_busy_loops(fm, transport):
     # Both busy loops on CPU 0 (they take turns: few round trips): auto gives each end's I/O threads CPU 1.
-    need(built, transport)
     g, client_seen, server_seen, _ = run_watched(fm.env, transport, "0", ["--cpu", "0"], "--poll", "busy",
                                                  "-n", "30", "--warmup", "5")
     io = g["io_cpus"]
@@ -120,10 +118,9 @@ def test_auto_keeps_clear_of_both_busy_loops(built, fm, transport):
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_io_threads_on_a_busy_cpu_are_said(built, fm, transport):
+def test_io_threads_on_a_busy_cpu_are_said(fm, transport):
     # --io-cpu 0 puts them beside the client's busy loop (as a machine with
     # no spare CPU would): the terminal table says so, for both ends.
-    need(built, transport)
     r = fm.run("lat", "-t", transport, "--poll", "busy", "--cpus", "0,1", "--io-cpu", "0", "-n", "200",
                "--warmup", "20")
     assert r.returncode == 0, r.stderr
@@ -153,10 +150,10 @@ def test_the_note_follows_the_record():
     assert NOTE.replace("'", "&#x27;") in str(row), "the report's row says it"
 
 
-def test_one_cpu_cpuset_has_no_spare(built, fm, tmp_path):
+def test_one_cpu_cpuset_has_no_spare(fm, tmp_path):
     # A process allowed one CPU (taskset): auto finds no spare and leaves the
     # I/O threads beside the busy loops, which the table says.
-    need(built, "zmq")
+    need_transport("zmq")
     r = fm.run("lat", "-t", "zmq", "--poll", "busy", "--cpus", "0,0", "-n", "30", "--warmup", "5", "--json",
                "--out", tmp_path / "out", prefix=("taskset", "-c", "0"))
     assert r.returncode == 0, r.stderr
@@ -167,8 +164,8 @@ def test_one_cpu_cpuset_has_no_spare(built, fm, tmp_path):
     assert io["server"]["cpus"] == [0] and io["server"]["shares_busy_cpu"] is True, io
 
 
-def test_io_cpu_refusals(built, fm, engine):
-    need(built, "zmq")
+def test_io_cpu_refusals(fm, engine):
+    need_transport("zmq")
     for bad, why in (("x", "expected a non-negative integer"), ("99999", "no CPU")):
         r = subprocess.run([str(engine), "run", "lat", "-t", "zmq", "--server", "127.0.0.1:1", "--dry-run",
                             "--io-cpu", bad], capture_output=True, text=True, timeout=10)

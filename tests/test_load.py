@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import json_lines, one_line_error
+from conftest import POLLS, TRANSPORTS, json_lines, need_transport, one_line_error
 from test_samples import java_percentile
 from lossy import lossy_pair  # noqa: F401  (the fixture)
 
@@ -26,22 +26,10 @@ KEYS = {"offered_rps", "achieved_rps", "achieved_gbps", "latency_ns", "service_l
         "outstanding_max", "shed", "lost", "slowdown", "server", "unloaded_ns", "latency_hist"}
 
 
-def built_transports(engine) -> list[str]:
-    import subprocess
-    out = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True).stdout
-    return json.loads(out)["transports"]
-
-
-TRANSPORT_ARGS = {"shm": [], "tcp": [], "udp": [], "zmq": [], "nng": [], "nanomsg": [],
-                  "ofi": ["--provider", "tcp"]}
-
-
-@pytest.mark.parametrize("poll", ["busy", "event"])
-@pytest.mark.parametrize("transport", list(TRANSPORT_ARGS))
-def test_every_transport_runs_a_point(fm, engine, transport, poll):
-    if transport not in built_transports(engine):
-        pytest.skip(f"the engine was built without {transport}")
-    r = fm.run("load", "-t", transport, *TRANSPORT_ARGS[transport], "--poll", poll, "--rate", "4000",
+@pytest.mark.parametrize("poll", POLLS)
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_every_transport_runs_a_point(fm, transport, poll):
+    r = fm.run("load", "-t", transport, "--poll", poll, "--rate", "4000",
                "--count", "1000", "--warmup", "100", "--workload", "w1", "--max-size", "1K", "--json")
     assert r.returncode == 0, r.stderr
     (p,) = json_lines(r.stdout)
@@ -204,8 +192,7 @@ def test_transmit_path_is_timed_where_sends_complete(fm, engine, tmp_path):
     complete only when the client has copied them) waits for free buffers: every wait, every poll for send
     completions (with and without any) is counted and timed, the completions per poll add up; the report
     draws it. A transport without send completions has no such path: `tx` is null."""
-    if "ofi" not in built_transports(engine):
-        pytest.skip("the engine was built without ofi")
+    need_transport("ofi")
     r = fm.run("load", "-t", "ofi", "--provider", "shm", "--ep", "rdm", "--sq-depth", "1", "--rq-depth", "4",
                "--resp-size", "1M", "--rate", "500,2000", "--duration", "0.2", "--warmup", "2", "--json",
                "--out", tmp_path / "run", timeout=120)
@@ -230,8 +217,7 @@ def test_tx_stamps_switch_the_transmit_path_record(fm, engine, tmp_path):
     """--tx-stamps off: a server whose every reply waits for a send buffer (as above, closed loop) serves every
     request unstamped and reports server.tx null, not zeros; by default (on) the same run stamps its waits.
     run.json records which."""
-    if "ofi" not in built_transports(engine):
-        pytest.skip("the engine was built without ofi")
+    need_transport("ofi")
     for stamps in ("off", None):
         r = fm.run("load", "-t", "ofi", "--provider", "shm", "--ep", "rdm", "--sq-depth", "1", "--rq-depth", "4",
                    "--resp-size", "64K", "--clients", "2", "--duration", "0.1", "--warmup", "2",

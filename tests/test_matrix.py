@@ -1,4 +1,5 @@
-"""Every transport x poll x experiment, end to end at small counts.
+"""Every built-in transport x poll x experiment, end to end at small counts
+(the plugins' transports: test_messaging.py, test_ofi.py).
 
 Checks the shape of what comes out (JSON keys, counts, monotone
 percentiles) and that the raw samples in --out reproduce the summary.
@@ -13,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import POLLS, TRANSPORTS, json_lines
+from conftest import POLLS, built_in_transports, json_lines
 
 STATS = ["min", "p50", "p90", "p99", "p999", "max", "mean", "stdev"]
 ORDERED = ["min", "p50", "p90", "p99", "p999", "max"]
@@ -92,7 +93,7 @@ def check_stages(p: dict, out, send_completions: bool) -> None:
 
 @pytest.mark.parametrize("experiment", ["lat", "oneway", "bw"])
 @pytest.mark.parametrize("poll", POLLS)
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", built_in_transports())
 def test_run(fm, tmp_path, transport, poll, experiment):
     out = tmp_path / "out"
     r = fm.run(experiment, "-t", transport, "--poll", poll, *ARGS[experiment], "--json", "--out", out)

@@ -1,7 +1,8 @@
-"""The messaging-library transports (zmq, nng, nanomsg) end to end, and the
-libraries' own ping-pongs (rawpp_*) that `make bench` puts beside them.
+"""The messaging-library transports (those that read the messaging options:
+zmq, nng, nanomsg) end to end, and the libraries' own ping-pongs (rawpp_*)
+that `make bench` puts beside them.
 
-A transport the engine was built without is skipped. Counts are small and
+The cases are the transports the engine was built with. Counts are small and
 timing values are never asserted.
 """
 
@@ -9,28 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import POLLS, json_lines, one_line_error
+from conftest import POLLS, built_transports, json_lines, need_transport, one_line_error
+from fabmeter.peers import rawpp
 from test_matrix import ARGS, check_point, check_stages
 
-MESSAGING = ["zmq", "nng", "nanomsg"]
+MESSAGING = built_transports("messaging")
 WARMUP = ["--warmup", "100"]  # the default 1000 round trips cost more than the measured ones here
-
-
-@pytest.fixture(scope="module")
-def built(engine) -> list[str]:
-    res = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True)
-    return json.loads(res.stdout)["transports"]
-
-
-def need(built: list[str], transport: str) -> None:
-    if transport not in built:
-        pytest.skip(f"the engine was built without {transport}")
 
 
 def granted(out) -> dict:
@@ -43,8 +33,7 @@ def granted(out) -> dict:
 @pytest.mark.parametrize("experiment", ["lat", "oneway", "bw"])
 @pytest.mark.parametrize("poll", POLLS)
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_run(fm, built, tmp_path, transport, poll, experiment):
-    need(built, transport)
+def test_run(fm, tmp_path, transport, poll, experiment):
     out = tmp_path / "out"
     r = fm.run(experiment, "-t", transport, "--poll", poll, *ARGS[experiment], *WARMUP, "--json", "--out", out)
     assert r.returncode == 0, r.stderr
@@ -65,10 +54,9 @@ def test_run(fm, built, tmp_path, transport, poll, experiment):
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_ipc_endpoint(fm, built, tmp_path, transport):
+def test_ipc_endpoint(fm, tmp_path, transport):
     # ipc:// with no path: the server makes the socket file in a private
     # directory of its own, tells the client, and removes both at the end.
-    need(built, transport)
     out = tmp_path / "out"
     r = fm.run("lat", "-t", transport, "--endpoint", "ipc://", "-n", "500", *WARMUP, "--json", "--out", out)
     assert r.returncode == 0, r.stderr
@@ -81,10 +69,9 @@ def test_ipc_endpoint(fm, built, tmp_path, transport):
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_ipc_path_from_client_is_refused(fm, built, tmp_path, transport):
+def test_ipc_path_from_client_is_refused(fm, tmp_path, transport):
     # The old server bound at the client's path and then unlinked "its"
     # socket file there: any client could delete any file on the server host.
-    need(built, transport)
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     r = fm.run("lat", "-t", transport, "--endpoint", f"ipc://{victim}", "-n", "100", *WARMUP, timeout=30)
@@ -97,19 +84,18 @@ def test_ipc_path_from_client_is_refused(fm, built, tmp_path, transport):
     ("tcp://127.0.0.1:80", "ports below 1024 are refused"),
     ("tcp://10.255.255.1:5555", "the server listens only on the address the client reached it at"),
 ])
-def test_client_named_tcp_endpoint_bounded(fm, built, endpoint, needle):
+def test_client_named_tcp_endpoint_bounded(fm, endpoint, needle):
     # The server binds only its own control address, and no port below 1024.
-    need(built, "zmq")
+    need_transport("zmq")
     r = fm.run("lat", "-t", "zmq", "--endpoint", endpoint, "-n", "100", *WARMUP, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert needle in one_line_error(r.stderr)
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_wildcard_endpoint(fm, built, tmp_path, transport):
+def test_wildcard_endpoint(fm, tmp_path, transport):
     # * means the server's control address (the server never listens on
     # every address for a client), on a free port actually bound.
-    need(built, transport)
     out = tmp_path / "out"
     r = fm.run("lat", "-t", transport, "--endpoint", "tcp://*:*", "-n", "200", *WARMUP, "--json", "--out", out)
     assert r.returncode == 0, r.stderr
@@ -123,8 +109,7 @@ def test_wildcard_endpoint(fm, built, tmp_path, transport):
     ("tcp://127.0.0.1", "expected tcp://HOST:PORT"),
 ])
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_endpoint_refused(fm, built, transport, endpoint, needle):
-    need(built, transport)
+def test_endpoint_refused(fm, transport, endpoint, needle):
     r = fm.run("lat", "-t", transport, "--endpoint", endpoint, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert needle in one_line_error(r.stderr)
@@ -132,8 +117,7 @@ def test_endpoint_refused(fm, built, transport, endpoint, needle):
 
 
 @pytest.mark.parametrize("transport", MESSAGING)
-def test_sweep_to_64k(fm, built, transport):
-    need(built, transport)
+def test_sweep_to_64k(fm, transport):
     r = fm.run("lat", "-t", transport, "-a", "--max-size", "64K", "-n", "100", "--warmup", "10", "--json")
     assert r.returncode == 0, r.stderr
     points = json_lines(r.stdout)
@@ -145,11 +129,10 @@ def test_sweep_to_64k(fm, built, transport):
 
 
 @pytest.mark.parametrize("mode", POLLS)
-@pytest.mark.parametrize("lib", MESSAGING)
-def test_rawpp(engine, built, lib, mode, monkeypatch):
-    need(built, lib)
+@pytest.mark.parametrize("lib", rawpp.LIBS)
+def test_rawpp(engine, lib, mode, monkeypatch):
+    need_transport(lib)
     monkeypatch.setenv("FABMETER_ENGINE", str(engine))
-    from fabmeter.peers import rawpp
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
     res = rawpp.run(lib, mode, size=64, iters=300, cpus=cpus if len(cpus) == 2 else None, warmup=50, timeout_s=30)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import POLLS, json_lines, one_line_error
+from conftest import POLLS, json_lines, need_transport, one_line_error
 from fabmeter.peers import fi_pingpong
 from fabmeter.peers.base import PeerRun
 from test_matrix import check_stages, check_stats
@@ -37,9 +36,7 @@ DATA = Path(__file__).parent / "data" / "peers"
 
 @pytest.fixture(scope="module")
 def built(engine) -> None:
-    res = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True)
-    if "ofi" not in json.loads(res.stdout)["transports"]:
-        pytest.skip("the engine was built without libfabric")
+    need_transport("ofi")
 
 
 def ofi(provider: str, ep: str, *extra: str) -> list[str]:

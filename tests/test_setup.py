@@ -7,20 +7,14 @@ beyond the percentiles' order."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import json_lines, one_line_error
+from conftest import TRANSPORTS, json_lines, need_transport, one_line_error
 
 REPS, WARMUP = 8, 2
 ORDER = ("min", "p50", "p90", "p99", "max")
-
-
-def available(engine) -> list[str]:
-    res = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True)
-    return json.loads(res.stdout)["transports"]
 
 
 def ordered(summary: dict) -> bool:
@@ -35,13 +29,10 @@ def run_setup(fm, out, *args) -> list[dict]:
     return json_lines(r.stdout)
 
 
-@pytest.mark.parametrize("transport", ["shm", "tcp", "udp", "zmq", "nng", "nanomsg", "ofi"])
-def test_connect_every_transport(fm, engine, tmp_path, transport):
-    if transport not in available(engine):
-        pytest.skip(f"{transport} is not built in here")
-    args = ["-t", transport] + (["--provider", "tcp", "--ep", "msg"] if transport == "ofi" else [])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_connect_every_transport(fm, tmp_path, transport):
     keep = transport == "tcp"   # one run.json and its samples suffice
-    (p,) = run_setup(fm, tmp_path if keep else None, *args)
+    (p,) = run_setup(fm, tmp_path if keep else None, "-t", transport)
     assert (p["experiment"], p["what"], p["transport"]) == ("setup", "connect", transport)
     assert p["iterations"] == REPS and p["warmup"] == WARMUP and p["partial"] is False
     for key in ("connect_ns", "teardown_ns", "control_rtt_ns"):
@@ -59,8 +50,7 @@ def test_connect_every_transport(fm, engine, tmp_path, transport):
 
 
 def test_registration_by_size_with_and_without_huge_pages(fm, engine, tmp_path):
-    if "ofi" not in available(engine):
-        pytest.skip("the engine was built without libfabric")
+    need_transport("ofi")
     points = run_setup(fm, tmp_path / "mr", "-t", "ofi", "--provider", "tcp", "--ep", "msg", "--what", "all",
                        "-a", "--max-size", "32K")
     assert [p["what"] for p in points] == ["connect", "mr", "mr", "mr", "mr"]
@@ -96,7 +86,7 @@ def test_refusals(fm, engine, tmp_path):
     for args, says in ((["-n", "0"], "--iters"), (["--what", "mr", "-s", "2G"], "1 GiB"),
                        (["--what", "mr", "-a", "--max-size", "2G"], "1 GiB"),
                        (["-s", "4K"], "not with --what connect"), (["--what", "sometimes"], "--what")):
-        transport = "ofi" if "mr" in args and "ofi" in available(engine) else "tcp"
+        transport = "ofi" if "mr" in args and "ofi" in TRANSPORTS else "tcp"
         r = fm.run("setup", "-t", transport, *args)
         assert r.returncode == 2, (args, r.stderr)
         assert says in one_line_error(r.stderr), (args, r.stderr)

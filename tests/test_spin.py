@@ -5,26 +5,13 @@ that silently fell back to sleeping at once would show them."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
-from conftest import json_lines, one_line_error
+from conftest import TRANSPORTS, json_lines, one_line_error
 
-TRANSPORT_ARGS = {"shm": [], "tcp": [], "udp": [], "zmq": [], "nng": [], "nanomsg": [], "ofi": ["--provider", "tcp"]}
-
-
-def built(engine) -> list[str]:
-    out = subprocess.run([str(engine), "options"], capture_output=True, text=True, timeout=10, check=True).stdout
-    return json.loads(out)["transports"]
-
-
-@pytest.mark.parametrize("transport", list(TRANSPORT_ARGS))
-def test_spinning_event_mode_never_sleeps(fm, engine, transport):
-    if transport not in built(engine):
-        pytest.skip(f"the engine was built without {transport}")
-    args = ["-t", transport, *TRANSPORT_ARGS[transport], "--poll", "event", "-n", "300", "--warmup", "20", "--json"]
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_spinning_event_mode_never_sleeps(fm, transport):
+    args = ["-t", transport, "--poll", "event", "-n", "300", "--warmup", "20", "--json"]
     r = fm.run("lat", *args)
     assert r.returncode == 0, r.stderr
     (plain,) = json_lines(r.stdout)

@@ -11,7 +11,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, run_with_pause
+from conftest import POLLS, built_in_transports, json_lines, one_line_error, run_with_pause
 from lossy import lossy_pair  # noqa: F401  (the fixture)
 
 KEYS = {"rate_hz", "values", "achieved_rate_hz", "sent", "received", "missed_steps", "missed_pct", "lost", "warmup_lost",
@@ -19,7 +19,7 @@ KEYS = {"rate_hz", "values", "achieved_rate_hz", "sent", "received", "missed_ste
 
 
 @pytest.mark.parametrize("poll", POLLS)
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", built_in_transports())
 def test_counts_add_up(fm, transport, poll, tmp_path):
     r = fm.run("stream", "-t", transport, "--poll", poll, "--rate", "2000", "--values", "4", "--count", "1000",
                "--warmup", "100", "--json", "--out", str(tmp_path))

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fabmeter/clock.hpp"
@@ -28,7 +29,7 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  fabmeter-engine run lat|oneway|bw|stream|check|load|setup --server HOST[:PORT] [--cpu N[+N...]] [--server-cpu N[+N...]]
+  fabmeter-engine run EXPERIMENT --server HOST[:PORT] [--cpu N[+N...]] [--server-cpu N[+N...]]
                       [--out DIR] [--token-file F] [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
   fabmeter-engine run EXPERIMENT --series [--cpu N[+N...]] [--server-cpu N[+N...]] [--token-file F] [--via HOST[:PORT]]
                       [OPTIONS]
@@ -48,6 +49,8 @@ this binary (a build tree) or ../lib/fabmeter/ from it (an installed tree);
 never from the current directory or a path a client names. A plugin that
 cannot be loaded (its library missing, another ABI, a corrupt file) leaves
 that transport unavailable with the reason; a run naming it exits 2 with it.
+
+EXPERIMENT: one of the experiments `options` lists.
 
 run prints JSON lines on stdout: "start", one "point" per measured point (a
 size; stream: a rate x values pair; load: an offered rate), "transport", "end".
@@ -79,11 +82,11 @@ input closes (or SIGINT/SIGTERM), then prints an "end" line (how the tool
 ended, its CPU time) and exits 0 (3: it never listened).
 
 serve runs each session in a process of its own (at most --max-sessions, 1 ..
-1024, default 4; more are refused with "busy"). A connection takes a session
+{max_sessions_max}, default {max_sessions}; more are refused with "busy"). A connection takes a session
 slot only once the client has authenticated (without a token: sent a valid
 hello); until then at most 64 silent connections and 16 handshakes wait apart,
-the oldest dropped first. --handshake-timeout-ms MS (100 .. 60000, default
-2000): how long a connection has for its first word, then for its hello, then
+the oldest dropped first. --handshake-timeout-ms MS ({handshake_timeout_ms_min} .. {handshake_timeout_ms_max}, default
+{handshake_timeout_ms}): how long a connection has for its first word, then for its hello, then
 for its proof; one that stalls longer is dropped. --once exits after one
 session, with its exit code; a connection that never became one is none.
 SIGINT, SIGTERM and SIGHUP end serve cleanly (exit 130); at start it removes
@@ -93,7 +96,7 @@ written in one fresh 0700 subdirectory per session under --data-dir (default:
 a private temporary directory, removed at exit if empty) and sent back; ipc://
 sockets are made in a private directory. A plan is refused before anything is
 allocated if it needs more than --max-memory (default: a quarter of MemTotal;
-K/M/G/T suffixes) or states a run longer than --max-duration (default 3600 s;
+K/M/G/T suffixes) or states a run longer than --max-duration (default {max_duration} s;
 0: no limit), which a watchdog also enforces.
 --token-file F (or $FABMETER_TOKEN; the file wins): the shared secret, at
 least 16 bytes, in a file other users cannot read. A server with a token
@@ -104,6 +107,28 @@ may run a client against when an authenticated client asks (run --via,
 fabmeter mesh --launch serve); it proves its own token to them. Without
 --relay-to, or without a token, it runs no client for anyone.
 )";
+
+// serve's defaults and bounds (ServerOptions and its constants, session.hpp), by name: kUsage's {name}s, and
+// `options`'s "serve", which fabmeter serve's help and the docs are held to (tests/test_serve_defaults.py).
+std::vector<std::pair<std::string, uint64_t>> serve_limits() {
+  const fm::ServerOptions d;
+  return {{"max_sessions", d.max_sessions},
+          {"max_sessions_max", fm::kMaxSessions},
+          {"handshake_timeout_ms", d.handshake_timeout_ms},
+          {"handshake_timeout_ms_min", fm::kMinHandshakeTimeoutMs},
+          {"handshake_timeout_ms_max", fm::kMaxHandshakeTimeoutMs},
+          {"max_duration", static_cast<uint64_t>(d.max_duration)}};
+}
+
+std::string usage() {
+  std::string text = kUsage;
+  for (const auto& [name, value] : serve_limits()) {
+    const std::string key = "{" + name + "}", word = std::to_string(value);
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + word.size()))
+      text.replace(at, key.size(), word);
+  }
+  return text;
+}
 
 int parse_int(const std::string& opt, const std::string& v) {
   char* end = nullptr;
@@ -214,11 +239,13 @@ void print_options() {
   } catch (const fm::Error& e) {
     plugin_dir = e.what();
   }
+  fm::JsonObj serve;
+  for (const auto& [name, value] : serve_limits()) serve.add(name, value);
   fm::JsonObj out;
   out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
       .add_raw("transports", json_list(fm::available_transports())).add("transports_unavailable", unavailable)
       .add("plugin_dir", plugin_dir).add("default_port", static_cast<uint64_t>(fm::kDefaultPort))
-      .add_raw("options", "[" + opts + "]");
+      .add("serve", serve).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
 }
 
@@ -238,7 +265,7 @@ int print_transports() {
 
 int main_(std::vector<std::string> args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::fputs(usage().c_str(), args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   std::string cmd = args[0];

@@ -6,8 +6,10 @@
 # p.experiment anywhere else.
 set -eu
 src=$1
-names='lat|oneway|bw|stream|check|load|setup'
-own='experiment/(lat|oneway|bw|stream|check|load|setup)\.hpp$|core/params\.cpp$|fabmeter/params\.hpp$'
+# The experiments' names as params.hpp's kExperiments lists them (the table's, GoogleTest checks).
+names=$(sed -n 's/.*kExperiments = "\([a-z,]*\)";.*/\1/p' "$src/include/fabmeter/params.hpp" | tr , '|')
+[ -n "$names" ] || { echo "no kExperiments in $src/include/fabmeter/params.hpp"; exit 2; }
+own="experiment/($names)\.hpp\$|core/params\.cpp\$|fabmeter/params\.hpp\$"
 files=$(find "$src/src" "$src/include" -name '*.[ch]pp' | grep -Ev "$own")
 [ -n "$files" ] || { echo "no sources under $src"; exit 2; }
 # shellcheck disable=SC2086

@@ -62,7 +62,7 @@ class Option:
     key: str                # the same with '_': suite keys, run.json params
     short: str
     metavar: str
-    group: str              # common | oneway | bw | stream | load | queue | rdma | verbs | ofi | messaging
+    group: str              # its option group (params.hpp's kGroupMembers)
     type: str               # size | count | duration | choice | list | flag | text
     unit: str               # B | s | ms | us | Hz | ""
     choices: tuple[str, ...]

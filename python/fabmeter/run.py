@@ -35,7 +35,7 @@ SERVER_EXIT_TIMEOUT_S = 5.0     # after the client finished, the --once server s
 
 @dataclass
 class RunSpec:
-    experiment: str                      # lat | oneway | bw | stream | check | load
+    experiment: str                      # one of the engine's experiments (`fabmeter-engine options`)
     options: dict                        # engine option key -> typed value (options.py); absent: the default
     # (client, server) pinning, each a CPU or "A+A2" (--flows); None = unpinned. A remote server's own CPU only
     # with `via` (the engine's --server-cpu): else its serve's --cpu

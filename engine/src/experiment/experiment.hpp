@@ -1,5 +1,5 @@
 // The experiment contract. Each experiment is a struct in its own header
-// (lat.hpp, oneway.hpp, bw.hpp, stream.hpp, check.hpp, load.hpp) with
+// (table.hpp's `Experiments` lists them) with
 //
 //   static constexpr const char* name;
 //   static std::vector<Point> plan(const Params&, const Caps&);   // its points, in order
