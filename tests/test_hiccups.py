@@ -68,7 +68,7 @@ def _can_fifo() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not _can_fifo(), reason="SCHED_FIFO is not ours to take here")
+needs_fifo = pytest.mark.skipif(not _can_fifo(), reason="SCHED_FIFO is not ours to take here")
 
 
 def _injected(engine, cpus: list[int], starts: list[float]) -> tuple[dict, list[float]]:
@@ -87,6 +87,7 @@ def _injected(engine, cpus: list[int], starts: list[float]) -> tuple[dict, list[
     return h, spun
 
 
+@needs_fifo
 def test_detector_finds_an_injected_gap_at_its_length(engine):
     cpu = _cpus()[-1]
     h, (spun_s,) = _injected(engine, [cpu], [0.0])
@@ -101,11 +102,13 @@ def test_detector_finds_an_injected_gap_at_its_length(engine):
     assert h["per_cpu"] == [{"cpu": cpu, "count": 1, "longest_us": length, "total_us": length}]
 
 
+@needs_fifo
 def test_detector_finds_nothing_on_a_cpu_left_to_it(engine):
     h = _hiccups(engine, _cpus()[-1:])
     assert (h["count"], h["gaps"], h["unlisted"], h["longest_us"]) == (0, [], 0, 0), json.dumps(h)
 
 
+@needs_fifo
 @pytest.mark.parametrize("apart_s", [0.0, 0.2])
 def test_gaps_on_every_cpu_at_once_are_the_smi_signature(engine, apart_s):
     """Two readers, each CPU stopped once by an injected loop: flagged when the two loops run at once (their
@@ -132,3 +135,38 @@ def test_hiccup_options_refused(engine):
         r = subprocess.run([str(engine), "limits", "--hiccups", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("fabmeter-engine: error: --hiccup-"), r.stderr
+
+
+# --- where the hiccups are shown ------------------------------------------------------
+
+HICCUPS = {"seconds": 0.2, "threshold_us": 100, "fifo": 0, "cpus": [0, 1], "count": 3, "longest_us": 260.5,
+           "total_us": 650.0, "unlisted": 0,
+           "per_cpu": [{"cpu": 0, "count": 2, "longest_us": 260.5, "total_us": 390.5},
+                       {"cpu": 1, "count": 1, "longest_us": 259.5, "total_us": 259.5}],
+           "gaps": [{"cpu": 0, "start_us": 10.0, "length_us": 260.5, "all_cpus": True},
+                    {"cpu": 1, "start_us": 11.0, "length_us": 259.5, "all_cpus": True},
+                    {"cpu": 0, "start_us": 9000.0, "length_us": 130.0, "all_cpus": False}],
+           "all_cpus_gaps": [{"start_us": 11.0, "length_us": 259.5}]}
+
+
+def test_the_run_table_ends_with_the_hiccups_per_cpu():
+    from fabmeter import analysis
+    text = analysis.hiccups_table(HICCUPS)
+    assert text.splitlines()[0] == ("hiccups over 100 us in 0.2 s on CPUs 0,1: 3, longest 260.5 us, "
+                                    "1 on every CPU at once (the SMI signature)")
+    assert [line.split() for line in text.splitlines()[3:]] == [["0", "2", "260.5", "390.5"],
+                                                                ["1", "1", "259.5", "259.5"]]
+    none = dict(HICCUPS, count=0, per_cpu=[], gaps=[], all_cpus_gaps=[])
+    assert analysis.hiccups_words(none) == "hiccups over 100 us in 0.2 s on CPUs 0,1: 0"
+
+
+def test_the_reports_machine_line_sums_the_runs_hiccups(tmp_path):
+    from fabmeter.report import context
+    from fabmeter.report.model import Run
+    env = {"cpu_model": "X", "cpu_count": 2, "kernel": {"release": "6"}}
+    runs = [Run(f"r{i}", tmp_path, {"environment": env, "limits": {"hiccups": h}})
+            for i, h in enumerate([HICCUPS, dict(HICCUPS, count=0, longest_us=0, all_cpus_gaps=[])])]
+    assert context.hiccups_summary(runs) == ("hiccups over 100 us: 3 in 2 runs' limits, longest 260.5 us, "
+                                             "1 on every CPU at once (SMI signature)")
+    assert context.hiccups_summary(runs) in context.machine_line(runs)
+    assert context.hiccups_summary([Run("r", tmp_path, {"environment": env})]) == ""
