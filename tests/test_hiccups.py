@@ -1,11 +1,13 @@
 """limits' hiccup detector (`fabmeter-engine limits --hiccups`): a reader per CPU spinning on the TSC finds a
-gap a test injects with a real-time busy loop on its CPU, at the length injected, and none on a CPU left to it.
+gap a test injects with a real-time busy loop on its CPU, at the length injected, and none on a CPU left to it;
+the run's table and the report's machine line show what it found.
 
 The readers run SCHED_FIFO (--hiccup-fifo), so the ordinary tasks of this shared, loaded VM do not preempt
-them, for at most 0.8 s: the kernel's fair server takes 50 ms from a real-time thread that held a CPU for about
-0.95 s while ordinary tasks waited there (on this VM they always do). What still stops such a reader here, the
-hypervisor's steal and interrupts, took at most 5.4 ms in a second over 8 runs; the tests count gaps over 10 ms.
-"""
+them, for 0.8 s: the kernel's fair server takes 50 ms from a real-time thread that held a CPU for about 0.95 s
+while ordinary tasks waited there (on this VM they always do). What still stops such a reader here (the
+hypervisor's steal, interrupts) took at most 5.4 ms in a second over 8 runs of one CPU, so the tests count gaps
+over 10 ms; with both CPUs held, a gap of the VM's own over 10 ms was seen once in 20 runs, which the injection
+tests tell apart from the injected gaps by their length."""
 
 from __future__ import annotations
 
@@ -87,19 +89,26 @@ def _injected(engine, cpus: list[int], starts: list[float]) -> tuple[dict, list[
     return h, spun
 
 
+def _the_injected(h: dict, cpu: int, spun_s: float) -> dict:
+    """The gap the loop injected on `cpu` made: at least what it spun, plus its wake-up and the call that gave up
+    its priority (0.15 ms here). Any other gap over the threshold is the VM's own (the hypervisor's steal)."""
+    (gap,) = [g for g in h["gaps"] if g["cpu"] == cpu and spun_s * 1e6 <= g["length_us"] <= spun_s * 1e6 + 2000]
+    assert 0 < gap["start_us"] < WINDOW_S * 1e6
+    return gap
+
+
 @needs_fifo
 def test_detector_finds_an_injected_gap_at_its_length(engine):
     cpu = _cpus()[-1]
     h, (spun_s,) = _injected(engine, [cpu], [0.0])
     assert h["cpus"] == [cpu] and h["threshold_us"] == THRESHOLD_US and h["fifo"] == 10
-    # The injected loop, and nothing else of 10 ms: at least what it spun, plus its wake-up and the call that
-    # gave up its priority (0.15 ms here).
-    (gap,) = h["gaps"]
-    assert gap["cpu"] == cpu and 0 < gap["start_us"] < WINDOW_S * 1e6 and not gap["all_cpus"]
-    assert spun_s * 1e6 <= gap["length_us"] <= spun_s * 1e6 + 2000, (gap, spun_s)
-    length = pytest.approx(gap["length_us"])
-    assert (h["count"], h["longest_us"], h["total_us"], h["all_cpus_gaps"]) == (1, length, length, [])
-    assert h["per_cpu"] == [{"cpu": cpu, "count": 1, "longest_us": length, "total_us": length}]
+    gap = _the_injected(h, cpu, spun_s)
+    assert not gap["all_cpus"] and h["all_cpus_gaps"] == []
+    lengths = [g["length_us"] for g in h["gaps"]]
+    assert (h["count"], h["unlisted"]) == (len(lengths), 0)
+    assert (h["longest_us"], h["total_us"]) == (pytest.approx(max(lengths)), pytest.approx(sum(lengths)))
+    assert h["per_cpu"] == [{"cpu": cpu, "count": len(lengths), "longest_us": pytest.approx(max(lengths)),
+                             "total_us": pytest.approx(sum(lengths))}]
 
 
 @needs_fifo
@@ -108,25 +117,30 @@ def test_detector_finds_nothing_on_a_cpu_left_to_it(engine):
     assert (h["count"], h["gaps"], h["unlisted"], h["longest_us"]) == (0, [], 0, 0), json.dumps(h)
 
 
+def _overlap(a: dict, b: dict) -> bool:
+    return a["start_us"] < b["start_us"] + b["length_us"] and b["start_us"] < a["start_us"] + a["length_us"]
+
+
 @needs_fifo
 @pytest.mark.parametrize("apart_s", [0.0, 0.2])
 def test_gaps_on_every_cpu_at_once_are_the_smi_signature(engine, apart_s):
     """Two readers, each CPU stopped once by an injected loop: flagged when the two loops run at once (their
-    common span listed), not when they run 0.2 s apart."""
+    common span listed), not when they run 0.2 s apart. A gap is flagged exactly when it overlaps one of the
+    other CPU's (the VM's own gaps included)."""
     cpus = _cpus()[:2]
     if len(cpus) < 2:
         pytest.skip("one CPU")
-    h, _ = _injected(engine, cpus, [0.0, apart_s])
-    assert sorted(g["cpu"] for g in h["gaps"]) == cpus
-    assert [g["all_cpus"] for g in h["gaps"]] == [not apart_s] * 2
-    if apart_s:
-        assert h["all_cpus_gaps"] == []
-    else:
-        (common,) = h["all_cpus_gaps"]
-        first, second = h["gaps"]
-        assert common["start_us"] == pytest.approx(second["start_us"])
-        assert common["length_us"] == pytest.approx(min(first["start_us"] + first["length_us"],
-                                                        second["start_us"] + second["length_us"]) - second["start_us"])
+    h, spun = _injected(engine, cpus, [0.0, apart_s])
+    first, second = (_the_injected(h, c, s) for c, s in zip(cpus, spun))
+    assert _overlap(first, second) is not bool(apart_s)
+    for g in h["gaps"]:
+        assert g["all_cpus"] == any(_overlap(g, o) for o in h["gaps"] if o["cpu"] != g["cpu"]), h["gaps"]
+    if not apart_s:
+        later = max(first, second, key=lambda g: g["start_us"])
+        common = {"start_us": pytest.approx(later["start_us"]),
+                  "length_us": pytest.approx(min(g["start_us"] + g["length_us"] for g in (first, second))
+                                             - later["start_us"])}
+        assert common in h["all_cpus_gaps"]
 
 
 def test_hiccup_options_refused(engine):
