@@ -174,6 +174,17 @@ def test_the_run_table_ends_with_the_hiccups_per_cpu():
     assert analysis.hiccups_words(none) == "hiccups over 100 us in 0.2 s on CPUs 0,1: 0"
 
 
+def test_a_runs_table_ends_with_its_hiccups_where_there_were_some(fm, tmp_path):
+    from fabmeter import analysis
+    r = fm.run("lat", "-t", "tcp", "-n", "300", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "run.json").read_text())
+    some = analysis.run_report(doc["points"], limits=dict(doc["limits"], hiccups=HICCUPS))
+    assert some.endswith(analysis.hiccups_table(HICCUPS))
+    none = analysis.run_report(doc["points"], limits=dict(doc["limits"], hiccups=dict(HICCUPS, count=0)))
+    assert "hiccups" not in none and some.startswith(none)
+
+
 def test_the_reports_machine_line_sums_the_runs_hiccups(tmp_path):
     from fabmeter.report import context
     from fabmeter.report.model import Run
