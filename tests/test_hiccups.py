@@ -28,17 +28,17 @@ QUICK = ["-n", "100", "--sizes", "32", "--timer-wakeups", "1", "--wakeup-round-t
 THRESHOLD_US = 10_000
 WINDOW_S = 0.8
 INJECT_MS = 20
-INJECT_AFTER_S = 0.6    # after the injectors start: they and the engine start, and its window opens, first
+INJECT_AFTER_S = 0.45   # after the engine starts: its window opens first (50 ms in, and the exec), closes 0.8 s later
 
-# A SCHED_FIFO busy loop above the readers' priority, pinned to their CPU: it sleeps until `at`
-# (time.monotonic()), then spins for exactly
+# A SCHED_FIFO busy loop above the readers' priority, pinned to their CPU: it sleeps until `after` s past the
+# time.monotonic() its standard input gives, then spins for exactly
 # INJECT_MS on its own clock and gives up its priority; it ends on its own deadline whatever happens to the test.
 INJECTOR = textwrap.dedent("""
     import os, sys, time
     os.sched_setaffinity(0, [{cpu}])
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
     print("ready", flush=True)
-    time.sleep(max(0.0, {at} - time.monotonic()))
+    time.sleep(max(0.0, float(sys.stdin.readline()) + {after} - time.monotonic()))
     t0 = time.monotonic()
     while (spun := time.monotonic() - t0) < {ms} / 1000:
         pass
@@ -51,14 +51,20 @@ def _cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def _hiccups(engine, cpus: list[int]) -> dict:
-    r = subprocess.run([str(engine), "limits", *QUICK, "--hiccups", "--hiccup-cpus", ",".join(map(str, cpus)),
-                        "--hiccup-fifo", "10",
-                        "--hiccup-seconds", str(WINDOW_S), "--hiccup-threshold-us", str(THRESHOLD_US)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    (lim,) = json_lines(r.stdout)
+def _limits(engine, cpus: list[int]) -> list[str]:
+    return [str(engine), "limits", *QUICK, "--hiccups", "--hiccup-cpus", ",".join(map(str, cpus)), "--hiccup-fifo",
+            "10", "--hiccup-seconds", str(WINDOW_S), "--hiccup-threshold-us", str(THRESHOLD_US)]
+
+
+def _hiccups_of(returncode: int, out: str, err: str) -> dict:
+    assert returncode == 0, err
+    (lim,) = json_lines(out)
     return lim["hiccups"]
+
+
+def _hiccups(engine, cpus: list[int]) -> dict:
+    r = subprocess.run(_limits(engine, cpus), capture_output=True, text=True, timeout=60)
+    return _hiccups_of(r.returncode, r.stdout, r.stderr)
 
 
 def _can_fifo() -> bool:
@@ -74,25 +80,34 @@ needs_fifo = pytest.mark.skipif(not _can_fifo(), reason="SCHED_FIFO is not ours 
 
 
 def _injected(engine, cpus: list[int], starts: list[float]) -> tuple[dict, list[float]]:
-    """The detector on `cpus` while a loop is injected on each, `starts` s after they start; and what each spun."""
-    at = time.monotonic() + INJECT_AFTER_S
-    injs = [subprocess.Popen([sys.executable, "-c", INJECTOR.format(cpu=c, at=at + s, ms=INJECT_MS)],
-                             stdout=subprocess.PIPE, text=True) for c, s in zip(cpus, starts)]
+    """The detector on `cpus` while a loop is injected on each, INJECT_AFTER_S + `starts` s after the engine
+    starts; and what each spun."""
+    injs = [subprocess.Popen([sys.executable, "-c", INJECTOR.format(cpu=c, after=INJECT_AFTER_S + s, ms=INJECT_MS)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for c, s in zip(cpus, starts)]
     try:
         assert [inj.stdout.readline().strip() for inj in injs] == ["ready"] * len(injs)
-        h = _hiccups(engine, cpus)
+        limits = subprocess.Popen(_limits(engine, cpus), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started = time.monotonic()
+        for inj in injs:
+            inj.stdin.write(f"{started}\n")
+            inj.stdin.close()
+        out, err = limits.communicate(timeout=60)
         spun = [float(inj.stdout.readline()) for inj in injs]
     finally:
         for inj in injs:
+            if not inj.stdin.closed:
+                inj.stdin.close()   # no start time: it fails at once, and never spins
             inj.wait(timeout=30)
     assert [inj.returncode for inj in injs] == [0] * len(injs)
-    return h, spun
+    return _hiccups_of(limits.returncode, out, err), spun
 
 
 def _the_injected(h: dict, cpu: int, spun_s: float) -> dict:
     """The gap the loop injected on `cpu` made: at least what it spun, plus its wake-up and the call that gave up
     its priority (0.15 ms here). Any other gap over the threshold is the VM's own (the hypervisor's steal)."""
-    (gap,) = [g for g in h["gaps"] if g["cpu"] == cpu and spun_s * 1e6 <= g["length_us"] <= spun_s * 1e6 + 2000]
+    found = [g for g in h["gaps"] if g["cpu"] == cpu and spun_s * 1e6 <= g["length_us"] <= spun_s * 1e6 + 2000]
+    assert len(found) == 1, (h["gaps"], spun_s)
+    gap = found[0]
     assert 0 < gap["start_us"] < WINDOW_S * 1e6
     return gap
 
