@@ -89,6 +89,9 @@ class Keyed(bench.Bench):
         # Only the fabmeter side is compared here: a Measure like any other.
         return self.fabmeter(experiment, options, ours), self.fabmeter(experiment, options, theirs)
 
+    def one_limits(self, args, ours, theirs):
+        return self.limit(ours, args), self.limit(theirs, args)
+
     def limit(self, pick, args=()):
         # Keyed after its row below: two limits rows of one run are measured apart, as the bench does.
         return Measure(None, super().limit(lambda lim: lim, args), pick)

@@ -166,6 +166,21 @@ def test_setup_row_measures_both_sides(tmp_path, engine, monkeypatch):
     assert (params["experiment"], params["transport"], params["iters"]) == ("setup", "tcp", 20)
 
 
+def test_hiccup_row_takes_both_sides_from_one_limits(tmp_path, engine, monkeypatch):
+    """The gap count beside the longest gap, both from one `limits --hiccups`: side by side, no target."""
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    b = bench.Bench(tmp_path, None, str(engine))
+    asked = []
+
+    def limits(cpus, iters=None, engine=None, timeout=120.0, args=()):
+        asked.append(args)
+        return {"hiccups": {"count": 3, "longest_us": 250.0}}
+    monkeypatch.setattr(bench.run, "run_limits", limits)
+    (row,) = b.hiccup_rows()
+    assert (row.fabmeter(), row.other(), row.target, row.floor) == (3, 250.0, None, False)
+    assert asked == [("--hiccups",)] and "longest" in row.figure
+
+
 # --- what measuring costs -----------------------------------------------------------
 
 def test_one_run_gives_both_sides_of_a_row_from_one_point(tmp_path, engine, monkeypatch):

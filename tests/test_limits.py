@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from conftest import json_lines
@@ -58,6 +59,10 @@ def test_every_local_run_records_limits(fm, tmp_path):
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["limits"]["cpus"] == run["config"]["cpus"]
+    # With the hiccup detector's 0.2 s on every allowed CPU.
+    hiccups = run["limits"]["hiccups"]
+    assert (hiccups["seconds"], hiccups["threshold_us"]) == (0.2, 100)
+    assert hiccups["cpus"] == sorted(os.sched_getaffinity(0)) and hiccups["count"] == len(hiccups["gaps"])
     assert list(run["limits"]["memcpy_gbps"]) == ["64"]
     assert run["limits"]["schedule_floor"]["schedule_steps"] == 10000
     assert run["limits"]["connect_floor_ns"]["p50"] > 0

@@ -39,6 +39,8 @@ constexpr const char* kUsage = R"(usage:
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
+                         [--hiccups] [--hiccup-cpus A,B,...] [--hiccup-fifo PRIO]
+                         [--hiccup-seconds S] [--hiccup-threshold-us US]
   fabmeter-engine options      # the option table as JSON (used by the fabmeter CLI)
   fabmeter-engine transports   # each transport: available, or unavailable and why
 
@@ -152,14 +154,14 @@ std::vector<int> cpu_option(const std::string& opt, const std::string& v, bool h
   return *cpus;
 }
 
-// HOST,HOST,...: none empty.
-std::vector<std::string> split_hosts(const std::string& opt, const std::string& v) {
-  std::vector<std::string> hosts;
+// ITEM,ITEM,...: none empty; `item` names one in the refusal (HOST, CPU).
+std::vector<std::string> split_list(const std::string& opt, const std::string& v, const std::string& item) {
+  std::vector<std::string> items;
   for (size_t from = 0;;) {
     const size_t comma = v.find(',', from);
-    hosts.push_back(v.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
-    if (hosts.back().empty()) fm::usage_error(opt + ": expected HOST,HOST,..., got '" + v + "'");
-    if (comma == std::string::npos) return hosts;
+    items.push_back(v.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (items.back().empty()) fm::usage_error(opt + ": expected " + item + "," + item + ",..., got '" + v + "'");
+    if (comma == std::string::npos) return items;
     from = comma + 1;
   }
 }
@@ -171,11 +173,16 @@ uint64_t parse_bytes(const std::string& opt, const std::string& v) {
   return x;
 }
 
-double parse_seconds(const std::string& opt, const std::string& v) {
+// A finite number >= 0; `expected` names it in the refusal.
+double parse_number(const std::string& opt, const std::string& v, const std::string& expected) {
   char* end = nullptr;
   double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end || !std::isfinite(x) || x < 0) fm::usage_error(opt + ": expected seconds (0: no limit), got '" + v + "'");
+  if (v.empty() || *end || !std::isfinite(x) || x < 0) fm::usage_error(opt + ": expected " + expected + ", got '" + v + "'");
   return x;
+}
+
+double parse_seconds(const std::string& opt, const std::string& v) {
+  return parse_number(opt, v, "seconds (0: no limit)");
 }
 
 // Pulls "--name value" for names this subcommand owns out of args.
@@ -298,7 +305,7 @@ int main_(std::vector<std::string> args) {
                         std::to_string(fm::kMaxHandshakeTimeoutMs));
       o.handshake_timeout_ms = static_cast<uint32_t>(ms);
     }
-    if (take(args, "--relay-to", &v)) o.relay_to = split_hosts("--relay-to", v);
+    if (take(args, "--relay-to", &v)) o.relay_to = split_list("--relay-to", v, "HOST");
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);
@@ -361,12 +368,27 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--schedule-rate", &v)) o.schedule_rate = static_cast<uint64_t>(parse_int("--schedule-rate", v));
     if (take(args, "--schedule-steps", &v)) o.schedule_steps = static_cast<uint64_t>(parse_int("--schedule-steps", v));
     if (take(args, "--connects", &v)) o.connects = static_cast<uint64_t>(parse_int("--connects", v));
+    o.hiccups = take(args, "--hiccups", nullptr);
+    if (take(args, "--hiccup-cpus", &v))
+      for (const std::string& c : split_list("--hiccup-cpus", v, "CPU")) {
+        o.hiccup.cpus.push_back(parse_int("--hiccup-cpus", c));
+        const std::vector<int>& usable = fm::usable_cpus();
+        if (std::find(usable.begin(), usable.end(), o.hiccup.cpus.back()) == usable.end())
+          fm::usage_error("--hiccup-cpus: CPU " + c + " is not one this process may run on");
+      }
+    if (take(args, "--hiccup-fifo", &v)) o.hiccup.fifo = parse_int("--hiccup-fifo", v);
+    if (take(args, "--hiccup-seconds", &v)) o.hiccup.seconds = parse_number("--hiccup-seconds", v, "seconds");
+    if (take(args, "--hiccup-threshold-us", &v))
+      o.hiccup.threshold_us = parse_number("--hiccup-threshold-us", v, "microseconds");
     if (!args.empty()) fm::usage_error("limits: unexpected argument '" + args[0] + "'");
     if (o.iterations == 0 || o.timer_wakeups == 0 || o.wakeup_round_trips == 0 || o.schedule_steps == 0 ||
         o.connects == 0)
       fm::usage_error("-n, --timer-wakeups, --wakeup-round-trips, --schedule-steps and --connects must be at least 1");
     if (o.schedule_rate == 0 || o.schedule_rate > 10'000'000)
       fm::usage_error("--schedule-rate: expected 1 .. 10000000 steps per second (stream's --rate range)");
+    if (o.hiccup.fifo > 99) fm::usage_error("--hiccup-fifo: expected a SCHED_FIFO priority 1 .. 99 (0: none)");
+    if (!(o.hiccup.seconds > 0 && o.hiccup.seconds <= 3600) || !(o.hiccup.threshold_us > 0))
+      fm::usage_error("--hiccup-seconds: expected more than 0 and at most 3600; --hiccup-threshold-us: more than 0");
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }

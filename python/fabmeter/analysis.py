@@ -401,6 +401,22 @@ def clock_line(points: list[dict]) -> str:
             f"{' over ' + c['path'] if c.get('path') else ''}; a path asymmetry is invisible to probes)")
 
 
+def hiccups_words(h: dict) -> str:
+    """limits' hiccup detector in a few words: the gaps over its threshold, the longest, those on every CPU at once."""
+    words = (f"hiccups over {fmt_num(h.get('threshold_us'), 0)} us in {fmt_num(h.get('seconds'), 1)} s on CPUs "
+             f"{','.join(str(c) for c in h.get('cpus') or [])}: {fmt_num(h.get('count'))}")
+    if h.get("count"):
+        words += f", longest {fmt_num(h.get('longest_us'))} us"
+    every = len(h.get("all_cpus_gaps") or [])
+    return words + (f", {every} on every CPU at once (the SMI signature)" if every else "")
+
+
+def hiccups_table(h: dict) -> str:
+    """limits' hiccup detector: its words, then a row per CPU (gaps, longest, their total)."""
+    rows = [[str(c.get("cpu")), c.get("count"), c.get("longest_us"), c.get("total_us")] for c in h.get("per_cpu") or []]
+    return hiccups_words(h) + "\n" + format_table(["CPU", "gaps", "longest us", "total us"], rows)
+
+
 def granted(events: Iterable[dict]) -> dict:
     """What the transport was granted: the engine's "transport" line among a run's events ({} if none)."""
     return next((e.get("granted") or {} for e in events if isinstance(e, dict) and e.get("type") == "transport"
@@ -443,12 +459,16 @@ def io_thread_note(granted_: dict) -> Optional[str]:
 def run_report(points: list[dict], percentiles: Sequence[float] = (), limits: Optional[dict] = None,
                granted_: Optional[dict] = None) -> str:
     """The terminal tables of a run; `percentiles`: its --percentiles, shown
-    instead of each table's own; `limits`: the machine limits it recorded, if any;
+    instead of each table's own; `limits`: the machine limits it recorded, if any (its hiccups shown where
+    there were some);
     `granted_`: what the transport was granted (its I/O thread note)."""
     if not points:
         return "no points measured"
     note = io_thread_note(granted_ or {})
     table = _run_tables(points, percentiles, limits)
+    hiccups = (limits or {}).get("hiccups")
+    if isinstance(hiccups, dict) and hiccups.get("count"):
+        table += "\n" + hiccups_table(hiccups)
     return table + ("\n" + note if note else "")
 
 

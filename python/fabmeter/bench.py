@@ -176,7 +176,16 @@ class Bench:
                 theirs: Callable[[dict], float]) -> tuple[Callable[[], float], Callable[[], float]]:
         """Both sides of a row from one fabmeter run (two figures of one point): whichever side a round
         measures first runs it, the other takes its figure from the same point."""
-        run_once = self.fabmeter(experiment, options, lambda p: p)
+        return self._both_sides(self.fabmeter(experiment, options, lambda p: p), ours, theirs)
+
+    def one_limits(self, args: tuple[str, ...], ours: Callable[[dict], float],
+                   theirs: Callable[[dict], float]) -> tuple[Callable[[], float], Callable[[], float]]:
+        """Both sides of a row from one limits measurement, as one_run."""
+        return self._both_sides(self.limit(lambda lim: lim, args), ours, theirs)
+
+    @staticmethod
+    def _both_sides(run_once: Callable[[], dict], ours: Callable[[dict], float],
+                    theirs: Callable[[dict], float]) -> tuple[Callable[[], float], Callable[[], float]]:
         held: list[dict] = []
 
         def side(pick: Callable[[dict], float]) -> Callable[[], float]:
@@ -275,7 +284,7 @@ class Bench:
             rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
                             self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
         return (rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.setup_rows()
-                + self.cpu_rows() + self.measuring_rows() + self.auth_rows())
+                + self.hiccup_rows() + self.cpu_rows() + self.measuring_rows() + self.auth_rows())
 
     def stream_rows(self) -> list[Row]:
         """stream's missed steps beside a bare TSC spin schedule at the same period on the source's CPU (limits'
@@ -416,6 +425,15 @@ class Bench:
                                          "flows": FLOWS}, lambda p: p["gbps"]),
                     f"iperf3 -l 64K -P {FLOWS}", self.peer("iperf3", "bw", "tcp", lambda p: p["gbps"], flows=FLOWS),
                     f"Gbit/s at the receivers, the sum over {FLOWS} connections", 1.0, higher_is_better=True)]
+
+    def hiccup_rows(self) -> list[Row]:
+        """limits' hiccup detector, a reader per allowed CPU for its default second: the gaps over its threshold
+        beside the longest. No target: what the machine does to a spinning thread, beside the other rows."""
+        count, longest = self.one_limits(("--hiccups",), lambda lim: lim["hiccups"]["count"],
+                                         lambda lim: lim["hiccups"]["longest_us"])
+        return [Row("hiccups: gaps / the longest gap", count, "the longest gap us (limits --hiccups)", longest,
+                    "gaps over the default threshold in 1 s on every allowed CPU; the longest one's us", None,
+                    floor=False)]
 
     def setup_rows(self) -> list[Row]:
         """tcp connection establishment (setup: a new transport's whole connect(), with its 2 control-channel round

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fabmeter/hiccups.hpp"
 #include "fabmeter/results.hpp"
 
 namespace fm {
@@ -18,6 +19,8 @@ struct LimitsOptions {
   uint64_t schedule_rate = 100000;                    // schedule floor: steps per second (stream's --rate)
   uint64_t schedule_steps = 100000;                   // measured steps, after stream's default warm-up
   uint64_t connects = 1000;                           // bare tcp connect/accept on loopback (setup's floor)
+  bool hiccups = false;                               // the hiccup detector too
+  HiccupOptions hiccup;
 };
 
 // - cache line bounced between threads pinned to cpu_a and cpu_b: RTT/2 with a
@@ -32,7 +35,8 @@ struct LimitsOptions {
 //   once with cpu_b idle and once with a thread spinning on it (as the
 //   stream's busy sink keeps it);
 // - the connect floor: a bare tcp connect/accept on loopback in one thread
-//   (socket, connect, accept), what setup's tcp connect costs at least.
+//   (socket, connect, accept), what setup's tcp connect costs at least;
+// - with `hiccups`, first, before anything is pinned: measure_hiccups.
 JsonObj measure_limits(const LimitsOptions& o);
 
 }  // namespace fm

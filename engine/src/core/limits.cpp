@@ -17,6 +17,7 @@
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/futex.hpp"
+#include "fabmeter/hiccups.hpp"
 #include "fabmeter/histogram.hpp"
 #include "fabmeter/samples.hpp"
 #include "fabmeter/schedule.hpp"
@@ -268,6 +269,7 @@ std::vector<double> connect_floor(const Clock& clk, uint64_t n) {
 JsonObj measure_limits(const LimitsOptions& o) {
   Clock clk(true);
   Clock mono(false);
+  const JsonObj hiccups = o.hiccups ? measure_hiccups(clk, o.hiccup) : JsonObj{};
   PingPong one = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, true);
   PingPong two = cacheline_pingpong(clk, o.cpu_a, o.cpu_b, o.iterations, false);
   std::vector<double> wake = wakeup_pingpong(clk, o.cpu_a, o.cpu_b, o.wakeup_round_trips);
@@ -303,6 +305,7 @@ JsonObj measure_limits(const LimitsOptions& o) {
       .add("connect_floor_ns", to_json(summarize(floor.data(), floor.size())))
       .add("connect_floor_covers", "tcp socket, connect and accept on loopback in one thread, no control channel")
       .add("clock_source", clk.source_name());
+  if (o.hiccups) out.add("hiccups", hiccups);
   return out;
 }
 

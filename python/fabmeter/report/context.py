@@ -15,7 +15,8 @@ IO_THREAD_LIBRARIES = ("zmq", "nng", "nanomsg")
 
 
 def machine_line(runs: list[Run]) -> str:
-    """CPU, CPUs, the CPUs the runs used, kernel and clock source of the most common environment."""
+    """CPU, CPUs, the CPUs the runs used, kernel and clock source of the most common environment, and the
+    hiccups the runs' limits found."""
     envs = [obj(r.doc.get("environment")) for r in runs if not r.peer]
     envs = [e for e in envs if e]
     if not envs:
@@ -35,9 +36,28 @@ def machine_line(runs: list[Run]) -> str:
         summary = fabric_summary(obj(obj(env.get(key)).get("fabric")))
         if summary:
             words.append(f"{end} fabric {summary}")
+    hiccups = hiccups_summary(runs)
+    if hiccups:
+        words.append(hiccups)
     if len(set(machines)) > 1:
         words.append("runs from more than one machine: see Environment")
     return " \u00b7 ".join(words)
+
+
+def hiccups_summary(runs: list[Run]) -> str:
+    """The hiccups the runs' limits recorded, all together: gaps over the threshold, the longest, those on every
+    CPU at once (the SMI signature); "" where no run recorded them."""
+    found = [obj(obj(r.doc.get("limits")).get("hiccups")) for r in runs if not r.peer]
+    found = [h for h in found if number(h.get("count")) is not None]
+    if not found:
+        return ""
+    count = sum(int(h["count"]) for h in found)
+    words = (f"hiccups over {'/'.join(sorted({analysis.fmt_num(h.get('threshold_us'), 0) for h in found}))} us: "
+             f"{count:,} in {len(found)} run{'s' * (len(found) > 1)}' limits")
+    if count:
+        words += f", longest {analysis.fmt_num(max(number(h.get('longest_us')) or 0 for h in found))} us"
+    every = sum(len(h.get("all_cpus_gaps") or []) for h in found)
+    return words + (f", {every:,} on every CPU at once (SMI signature)" if every else "")
 
 
 def paths_line(entries: list[Entry]) -> str:
