@@ -407,8 +407,16 @@ def hiccups_words(h: dict) -> str:
              f"{','.join(str(c) for c in h.get('cpus') or [])}: {fmt_num(h.get('count'))}")
     if h.get("count"):
         words += f", longest {fmt_num(h.get('longest_us'))} us"
-    every = len(h.get("all_cpus_gaps") or [])
-    return words + (f", {every} on every CPU at once (the SMI signature)" if every else "")
+    return words + all_cpus_words(len(h.get("all_cpus_gaps") or []), bool(h.get("fifo")))
+
+
+def all_cpus_words(every: int, fifo: bool) -> str:
+    """Gaps on every CPU at once: the SMI signature where the readers ran at real-time priority; at normal
+    priority the scheduler preempting every reader at once looks the same, so the words say it cannot tell."""
+    if not every:
+        return ""
+    return f", {every:,} on every CPU at once " + ("(the SMI signature)" if fifo else
+                                                   "(readers at normal priority: an SMI or preemption, cannot tell)")
 
 
 def hiccups_table(h: dict) -> str:

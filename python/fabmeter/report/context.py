@@ -46,7 +46,7 @@ def machine_line(runs: list[Run]) -> str:
 
 def hiccups_summary(runs: list[Run]) -> str:
     """The hiccups the runs' limits recorded, all together: gaps over the threshold, the longest, those on every
-    CPU at once (the SMI signature); "" where no run recorded them."""
+    CPU at once (analysis.all_cpus_words); "" where no run recorded them."""
     found = [obj(obj(r.doc.get("limits")).get("hiccups")) for r in runs if not r.peer]
     found = [h for h in found if number(h.get("count")) is not None]
     if not found:
@@ -57,7 +57,7 @@ def hiccups_summary(runs: list[Run]) -> str:
     if count:
         words += f", longest {analysis.fmt_num(max(number(h.get('longest_us')) or 0 for h in found))} us"
     every = sum(len(h.get("all_cpus_gaps") or []) for h in found)
-    return words + (f", {every:,} on every CPU at once (SMI signature)" if every else "")
+    return words + analysis.all_cpus_words(every, all(h.get("fifo") for h in found))
 
 
 def paths_line(entries: list[Entry]) -> str:
