@@ -163,6 +163,16 @@ class Fabmeter:
             time.sleep(0.1)
 
 
+def proc_status(pid: int, *keys: str) -> dict:
+    """Fields of /proc/PID/status as integers (kB for the Vm* ones), e.g. proc_status(pid, "VmRSS", "Threads")."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in keys:
+            out[key] = int(rest.split()[0])
+    return out
+
+
 def descendants(pid: int) -> list[str]:
     """The live processes below `pid`, as 'PID: cmdline', from the kernel's children lists: a handful of small
     reads, where tagged_engine_procs reads every process's environment (milliseconds of a CPU a measured run may

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (bridged_namespaces, cli_cmd, descendants, free_port, json_lines, one_line_error, start_serves,
-                      stop_serves, tagged_engine_procs, veth_namespaces, wait_until)
+from conftest import (bridged_namespaces, cli_cmd, descendants, free_port, json_lines, one_line_error, proc_status,
+                      start_serves, stop_serves, tagged_engine_procs, veth_namespaces, wait_until)
 from fabmeter import run
 
 prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
@@ -547,25 +547,15 @@ def test_a_signal_mid_sweep_ends_watch_and_every_engine(fm, token_file, sig):
 
 # --- memory -------------------------------------------------------------------------
 
-def status_kb(pid: int) -> dict:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            out[key] = int(rest.split()[0])
-    return out
-
-
 def test_soak_memory_stays_flat(fm, token_file, tmp_path):
     """Watch over a loopback pair, sweep after sweep: its resident memory after a warm-up and at the end.
-    CI: a sweep every 0.3 s, 10 to warm up, then up to 50 more (at least 20, within 30 s), growth within 4 MiB.
-    `make soak-watch` (FM_WATCH_SECONDS, default 3600): a sweep each second for that long, the peak (VmHWM) flat
-    within 5 %."""
+    CI: a sweep every 0.3 s, 10 to warm up, then 50 more, growth within 4 MiB. `make soak-watch` (FM_WATCH_SECONDS,
+    default 3600): a sweep each second for that long, the peak (VmHWM) flat within 5 %. Judged over a count of
+    sweeps, not a time: the measured sweeps may take 3x the warm-up's pace (this machine's, under its load now)."""
     seconds = float(os.environ.get("FM_WATCH_SECONDS", "0"))
     interval = 1.0 if seconds else 0.3
     warm = 15 if seconds else 10
-    sweeps = warm + (max(int(seconds / interval), 20) if seconds else 50)
-    budget = seconds * 1.5 + 60 if seconds else 30.0      # for the measured sweeps
+    measured = max(int(seconds / interval), 20) if seconds else 50
     hosts = ["127.0.0.1", "127.0.0.2"]
     port = free_port()
     serves = start_serves(fm, hosts, port, token_file)
@@ -582,10 +572,13 @@ def test_soak_memory_stays_flat(fm, token_file, tmp_path):
                 return int(value(scrape(metrics_port), "fabmeter_sweeps_total") or 0)
             except OSError:
                 return 0
+        assert wait_until(lambda: count() >= 1, 60), "no sweep"
+        t1, one = time.monotonic(), count()
         assert wait_until(lambda: count() >= warm, 60 + warm * 3), "no warm-up"
-        t0, first, start = time.monotonic(), count(), status_kb(watch.pid)
-        wait_until(lambda: count() >= sweeps, budget)
-        took, last, stop = time.monotonic() - t0, count(), status_kb(watch.pid)
+        t0, first, start = time.monotonic(), count(), proc_status(watch.pid, "VmRSS", "VmHWM")
+        pace = (t0 - t1) / max(1, first - one)
+        wait_until(lambda: count() >= first + measured, 3 * pace * measured + 10)
+        took, last, stop = time.monotonic() - t0, count(), proc_status(watch.pid, "VmRSS", "VmHWM")
         samples = scrape(metrics_port)
         failed = sum(v for (n, _), v in samples.items() if n == "fabmeter_pair_failures_total")
         print(f"watch soak: {last - first} sweeps in {took:.1f} s ({took / max(1, last - first):.2f} s each); "
@@ -599,7 +592,7 @@ def test_soak_memory_stays_flat(fm, token_file, tmp_path):
         log.close()
     assert rc == 130, err
     assert failed == 0, err
-    assert last - first >= (sweeps - warm if seconds else 20), f"only {last - first} sweeps measured"
+    assert last - first >= measured, f"only {last - first} of {measured} sweeps in 3x the warm-up's {pace:.2f} s each"
     if seconds:
         assert stop["VmHWM"] <= start["VmHWM"] * 1.05, (start, stop)
     else:

@@ -10,11 +10,10 @@ import resource
 import socket
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import free_port, start_serves, stop_serves, wait_until
+from conftest import free_port, proc_status, start_serves, stop_serves, wait_until
 
 pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
 from fabmeter.watch import metrics  # noqa: E402
@@ -23,15 +22,6 @@ FLOOD = 1000
 MAX_THREADS = 16                # the watch's own: main, metrics, a sweep's pair and check threads
 MAX_RSS_GROWTH_KB = 10 * 1024   # a thread per connection costs ~25 MiB for the flood
 FOR_S = 30
-
-
-def status(pid: int) -> dict:
-    out = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("Threads", "VmRSS"):
-            out[key] = int(rest.split()[0])
-    return out
 
 
 def scrape_s(port: int) -> float:
@@ -57,7 +47,7 @@ def test_a_flood_of_idle_connections(fm, token_file):
     flood: list[socket.socket] = []
     try:
         assert wait_until(lambda: _answers(metrics_port), 30), "no metrics"
-        before = status(watch.pid)
+        before = proc_status(watch.pid, "Threads", "VmRSS")
         for _ in range(FLOOD):            # a burst: every connect started at once, none sends a byte
             s = socket.socket()
             s.setblocking(False)
@@ -65,7 +55,7 @@ def test_a_flood_of_idle_connections(fm, token_file):
             flood.append(s)
         time.sleep(2)                       # the handshakes done, the accepted ones held
         took = scrape_s(metrics_port)
-        during = status(watch.pid)
+        during = proc_status(watch.pid, "Threads", "VmRSS")
         print(f"watch under a burst of {FLOOD} idle connections: Threads {before['Threads']} -> "
               f"{during['Threads']}, VmRSS {before['VmRSS']} -> {during['VmRSS']} kB, a scrape in {took:.3f} s")
         assert took < 1.0, took

@@ -56,6 +56,15 @@ TEST(Clock, MonoConversionTracksRealTime) {
   EXPECT_NEAR(a, m, 1e6);  // within 1 ms right after calibration
 }
 
+// The origin is one instant on both scales: read as two (a process's first
+// clock read, ~250 ns, between them), every conversion was off by the gap,
+// and a clock fit between two engines by the difference of theirs.
+TEST(Clock, MonotonicTicksConvertToThemselves) {
+  fm::Clock clk(false);
+  const uint64_t t = fm::Clock::mono_ns();
+  EXPECT_DOUBLE_EQ(clk.ticks_to_mono_ns(t), static_cast<double>(t));
+}
+
 // FABMETER_CLOCK_SKEW: every reading of either source is t + offset + drift * t.
 TEST(Clock, SkewKnobSkewsBothSources) {
   setenv("FABMETER_CLOCK_SKEW", "5000000,50", 1);

@@ -57,7 +57,7 @@ class Clock {
   // Nanoseconds on the CLOCK_MONOTONIC_RAW time base, comparable across
   // processes on one host (used for cross-host clock offset estimates).
   double ticks_to_mono_ns(uint64_t t) const {
-    return mono0_ns_ + (static_cast<double>(t) - static_cast<double>(tick0_)) * ns_per_tick_;
+    return mono0_ns_ + (static_cast<double>(t) - tick0_) * ns_per_tick_;
   }
   uint64_t ns_to_ticks(double ns) const { return static_cast<uint64_t>(ns / ns_per_tick_); }
 
@@ -83,7 +83,7 @@ class Clock {
  private:
   ClockSource source_;
   double ns_per_tick_ = 1.0;
-  uint64_t tick0_ = 0;
+  double tick0_ = 0;  // the ticks at mono0_ns_
   double mono0_ns_ = 0;
   double cost_ns_ = 0;
   double skew_rate_ = 1;

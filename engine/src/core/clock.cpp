@@ -124,8 +124,18 @@ Clock::Clock(bool want_tsc, bool one_cpu) {
       ns_per_tick_ = 1.0;
     }
   }
-  mono0_ns_ = static_cast<double>(mono_ns());
-  tick0_ = ticks();
+  // The origin: one instant on both scales. Read one after the other, the
+  // time between the two reads (a process's first clock read: 230-270 ns
+  // here, against 40 later; more if preempted) would put every conversion
+  // off by that much, and one-way figures and clock fits by the difference
+  // between two engines' (+57..+557 ns).
+  if (source_ == ClockSource::monotonic) {
+    tick0_ = mono0_ns_ = static_cast<double>(mono_ns());
+  } else {
+    const TscAt at = tsc_at_mono();
+    mono0_ns_ = static_cast<double>(at.mono_ns);
+    tick0_ = at.tsc;
+  }
   if (const std::optional<ClockSkew> skew = clock_skew_from_env()) {
     // t -> (1 + drift) t + offset, in both the rate and the origin.
     const double k = 1 + skew->drift_ppm * 1e-6;
