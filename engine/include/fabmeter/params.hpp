@@ -86,7 +86,7 @@ struct StreamOptions {
 // load: open-loop request/response (experiment/load.hpp).
 struct LoadOptions {
   static constexpr const char* kGroup = "load";
-  static constexpr uint64_t kMaxOutstanding = 1'000'000;  // a slot index fits the request's tag (load.hpp)
+  static constexpr uint64_t kMaxOutstanding = 1'000'000;  // a slot index fits the request's tag (load/common.hpp)
   std::string arrivals = "poisson";      // poisson | uniform | fixed
   std::vector<double> of_capacity;       // multiples of the measured capacity (above 1: overload); replaces --rate when set
   std::vector<uint64_t> clients;         // closed loop: a point per client count; replaces --rate when set
@@ -102,7 +102,7 @@ struct LoadOptions {
   static constexpr uint32_t kMaxServerThreads = 64;
   std::string server_rx = "own";         // own: each server thread reads connections of its own; shared: all of them
   double service_ns = 0;                 // the server's busy-wait per request (a synthetic service time)
-  std::string tx_stamps = "on";          // on | off: the server times its transmit path (load.hpp's TxRecord)
+  std::string tx_stamps = "on";          // on | off: the server times its transmit path (load/tx_path.hpp's TxRecord)
   uint64_t seed = 1;                     // arrivals and sizes
   bool operator==(const LoadOptions&) const = default;
 };

@@ -140,101 +140,134 @@ struct BwLoss {
   }
 };
 
-// Both ends run this: the client always sends, the server with --bidir.
+// What an end does in a bw point, chosen once from its role, the options
+// and the transport.
+struct BwMode {
+  bool sends;            // the client always, the server with --bidir
+  bool by_duration;      // --duration: the sends end when the time is up, not after a count
+  bool seq;              // payloads carry their sequence number
+  bool own_answers;      // one-sided ops: each end counts the answers to its own sends
+  bool pure_sender;      // nothing ever arrives here: never poll for receives
+  bool post_until_full;  // post until the window is full, then poll
+  bool idle_server;      // nothing arrives, nothing goes out
+  uint64_t mark;         // the arrival that starts the receive clock
+
+  static BwMode of(const Ctx& c, uint64_t size, uint64_t warmup) {
+    const Params& p = c.p;
+    BwMode m{};
+    m.sends = c.role == Role::client || p.bw.bidir;
+    m.by_duration = p.duration > 0;
+    // Unreliable transports carry the sequence number, so lost warm-up
+    // messages are told apart from lost measured ones (where it fits).
+    m.seq = !c.caps.reliable && SpreadSizes::low(size, p.bw.size_spread) >= 4;
+    m.own_answers = c.caps.one_sided;
+    // A two-sided client without --bidir (as perftest's sender).
+    m.pure_sender = m.sends && !m.own_answers && c.role == Role::client && !p.bw.bidir;
+    // As perftest: where answers come in batches behind a signaled
+    // completion (one-sided ops: read 2.5 % faster in the Soft-RoCE guest),
+    // and on a pure sender whose posts complete later (verbs, ofi: send 0-1 %
+    // faster there). Not where a post that succeeds has handed the message
+    // over (shm, sockets): shm's bw fell from ~150 to 14-105 M msg/s when its
+    // sender filled the ring first.
+    m.post_until_full = m.own_answers || (m.pure_sender && c.caps.send_completions);
+    // A one-sided point's server without --bidir.
+    m.idle_server = m.own_answers && !m.sends;
+    m.mark = std::max<uint64_t>(warmup, 1);
+    return m;
+  }
+};
+
+// The receive clock. Arrival times are taken once per batch of receives,
+// not per message: the clock stays out of the per-message path, and the
+// error is one batch. The batch that reaches the mark ends there, so the
+// clock starts at the mark's arrival and nothing that came with it is
+// counted after it.
+struct BwRecvClock {
+  BwSeries& series;
+  uint64_t t_mark = 0, t_last = 0;  // ticks: the mark's arrival, the last batch's
+  uint64_t binned = 0;              // arrivals already in the series or before the mark
+
+  // A batch is in, `received` in all: true if the clock starts with it.
+  bool stamp(uint64_t now, uint64_t received, uint64_t mark) {
+    t_last = now;
+    const bool starts = !t_mark && received >= mark;
+    if (starts) t_mark = now;
+    const uint64_t from = std::max(binned, mark);
+    if (t_mark && received > from) series.add(t_last - t_mark, received - from);
+    binned = received;
+    return starts;
+  }
+};
+
+// What an end's loop leaves: its counts and the clock stamps that time them.
+struct BwLoopEnd {
+  Status st = Status::ok;
+  BwSide me;                               // sent, received, warmup_received
+  uint64_t t_mark = 0, t_last = 0;         // the receive clock: the mark's arrival, the last batch's
+  uint64_t t_send0 = 0, t_send_end = 0;    // the send clock: the end of the warm-up, the announcement
+};
+
+// A one-sided point's idle server: its count (none) out, the client's in.
+template <Transport T>
+BwLoopEnd bw_idle(T& t, Ctx& c) {
+  BwLoopEnd e;
+  e.t_send0 = c.clk.ticks();
+  c.ctrl.send(CtrlType::end_point, "0");
+  e.st = sleep_until_ctrl(t, c);
+  if (e.st == Status::ctrl_pending) {
+    e.st = Status::ok;
+    recv_count(c.ctrl, "bw sent count");
+  }
+  return e;
+}
+
+// An end that sends, receives or both: until every message is in (or,
+// unreliable, given up for lost) and both ends said how many they sent.
 template <Transport T, Poll P>
-Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
+BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint64_t warmup,
+                  const SpreadSizes& spread, PayloadBuf& buf, Guard& g, BwSeries& series) {
   const Params& p = c.p;
   const Clock& clk = c.clk;
-  const bool sends = c.role == Role::client || p.bw.bidir;
-  const bool by_duration = p.duration > 0;
-  uint64_t my_total = sends ? (by_duration ? UINT64_MAX : warmup + iters) : 0;
-  const uint64_t mark = std::max<uint64_t>(warmup, 1);  // arrival that starts the receive clock
+  uint64_t my_total = mode.sends ? (mode.by_duration ? UINT64_MAX : warmup + iters) : 0;
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
-  const uint32_t spread_pct = p.bw.size_spread;
-  const SpreadSizes spread(size, spread_pct);
-  PayloadBuf buf(SpreadSizes::high(size, spread_pct));  // high and low are `size` without a spread
-  if (!spread_pct) fix_message_size(t, size);
-  Guard g(c);
   const uint32_t len = static_cast<uint32_t>(size);
-  // Unreliable transports carry the sequence number, so lost warm-up
-  // messages are told apart from lost measured ones (where it fits).
-  const bool seq = !c.caps.reliable && SpreadSizes::low(size, spread_pct) >= 4;
-  const bool own_answers = c.caps.one_sided;
-  // A two-sided client without --bidir: nothing ever arrives at it, so it
-  // never polls for receives (as perftest's sender).
-  const bool pure_sender = sends && !own_answers && c.role == Role::client && !p.bw.bidir;
-  // Post until the window is full, then poll (as perftest): where answers
-  // come in batches behind a signaled completion (one-sided ops: read 2.5 %
-  // faster in the Soft-RoCE guest), and on a pure sender whose posts
-  // complete later (verbs, ofi: send 0-1 % faster there). Not where a post
-  // that succeeds has handed the message over (shm, sockets): shm's bw fell
-  // from ~150 to 14-105 M msg/s when its sender filled the ring first.
-  const bool post_until_full = own_answers || (pure_sender && c.caps.send_completions);
-
-  // Credits this end sent as writes of their own (verbs' plain write: in
-  // --bidir next to none, as our writes carry them).
-  uint64_t credit_writes0 = 0;
-  if constexpr (requires { t.credit_writes(); }) credit_writes0 = t.credit_writes();
-
   BwSide me;
-  uint64_t peer_sent = UINT64_MAX, t_mark = 0, t_last = 0, t_send0 = clk.ticks(), t_send_end = 0;
+  uint64_t peer_sent = UINT64_MAX, t_send0 = clk.ticks(), t_send_end = 0;
   uint64_t t_stop = UINT64_MAX, t_peer_done = 0;
   bool announced = false;
   Status st = Status::ok;
+  if (mode.sends && !warmup) c.cpu.begin();
 
-  // Arrival times are taken once per batch of receives, not per message: the
-  // clock stays out of the per-message path, and the error is one batch. The
-  // batch that reaches the mark ends there, so the clock starts at the mark's
-  // arrival and nothing that came with it is counted after it.
-  BwSeries series;
-  series.bin_ticks = std::max<uint64_t>(1, clk.ns_to_ticks(p.bw.series_ms * 1e6));
-  uint64_t binned = 0;  // arrivals already in the series or before the mark
+  BwRecvClock rx{series};
   auto stamp = [&] {
-    t_last = clk.ticks();
-    if (!t_mark && me.received >= mark) {
-      t_mark = t_last;
-      if (!sends) c.cpu.begin();  // a receiver alone: its window opens with the receive clock
-    }
-    if (t_mark && me.received > std::max(binned, mark)) series.add(t_last - t_mark, me.received - std::max(binned, mark));
-    binned = me.received;
+    // A receiver alone: its window opens with the receive clock.
+    if (rx.stamp(clk.ticks(), me.received, mode.mark) && !mode.sends) c.cpu.begin();
   };
 
-  // A one-sided point's server (no --bidir): nothing arrives, nothing goes out.
-  const bool idle_server = own_answers && !sends;
-  if (sends && !warmup) c.cpu.begin();
-  if (idle_server) {
-    c.ctrl.send(CtrlType::end_point, "0");
-    st = sleep_until_ctrl(t, c);
-    if (st == Status::ctrl_pending) {
-      st = Status::ok;
-      peer_sent = recv_count(c.ctrl, "bw sent count");
-    }
-  }
-
-  for (uint32_t idle = 0, busy = 0; !idle_server;) {
+  for (uint32_t idle = 0, busy = 0;;) {
     if (stop_requested()) { st = Status::interrupted; break; }
     bool progressed = false;
     if (me.sent < my_total) {
       const uint32_t n = spread.sizes.empty() ? len : spread.sizes[me.sent & (SpreadSizes::kSlots - 1)];
-      if (seq) put_seq(buf.data(), n, static_cast<uint32_t>(me.sent));
+      if (mode.seq) put_seq(buf.data(), n, static_cast<uint32_t>(me.sent));
       // The last message goes without kSendMore, so its completion (a
       // one-sided op's answer) comes; with --duration it is the first one
       // posted after the time is up. So does the last warm-up message: a
       // completion then answers exactly up to the mark, none past it.
-      const bool time_up = by_duration && me.sent >= warmup && clk.ticks() >= t_stop;
+      const bool time_up = mode.by_duration && me.sent >= warmup && clk.ticks() >= t_stop;
       const bool ends_a_phase = time_up || me.sent + 1 == my_total || me.sent + 1 == warmup;
       // The payload changes only with a sequence number; the run's first
       // post makes the transport take its bytes afresh.
-      const uint32_t flags = (ends_a_phase ? 0u : uint32_t{kSendMore}) | (!seq && me.sent ? uint32_t{kSameBytes} : 0u);
+      const uint32_t flags = (ends_a_phase ? 0u : uint32_t{kSendMore}) | (!mode.seq && me.sent ? uint32_t{kSameBytes} : 0u);
       if (t.post_send(buf.data(), n, flags, me.sent)) {
         // ---- hot path: one message out ----
-        if (++me.sent == warmup && by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
+        if (++me.sent == warmup && mode.by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);
         if (me.sent == warmup) c.cpu.begin(), t_send0 = clk.ticks();
         if (time_up) my_total = me.sent;
         progressed = true;
         // Every kTickStride-th post goes on to the guard below: ofi's post
         // reaps completions itself, so its window need never fill.
-        if (post_until_full && me.sent < my_total && me.sent % kTickStride) continue;
+        if (mode.post_until_full && me.sent < my_total && me.sent % kTickStride) continue;
       } else {
         IgnoreCompletions none;
         reap_send_comps(t, none);
@@ -250,18 +283,18 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       announced = true;
     }
     auto take = [&](RecvMsg& m) {
-      if (seq) me.warmup_received += get_seq(m.data, m.len) < warmup;
+      if (mode.seq) me.warmup_received += get_seq(m.data, m.len) < warmup;
       t.release(m);
       ++me.received;
     };
     RecvMsg m;
     const uint64_t before = me.received;
-    while (!pure_sender && me.received - before < 64 && (t_mark || me.received < mark) && t.poll_recv(m)) take(m);
+    while (!mode.pure_sender && me.received - before < 64 && (rx.t_mark || me.received < mode.mark) && t.poll_recv(m)) take(m);
     if (me.received != before) {
       stamp();
       progressed = true;
     }
-    const uint64_t expected = own_answers ? me.sent : peer_sent;
+    const uint64_t expected = mode.own_answers ? me.sent : peer_sent;
     if (announced && peer_sent != UINT64_MAX && me.received >= expected) break;
     // Busy or idle, the guard runs now and then: heartbeats, the peer's count.
     if (progressed) {
@@ -287,7 +320,7 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     // Only once our own sends are out: a slow sender must not give up on the peer.
     // Draining starts when both ends are done sending: a long send phase
     // must not count against the drain deadline.
-    if (announced && peer_sent != UINT64_MAX && clk.ticks() > std::max({t_last, t_peer_done, t_send_end}) + drain) {
+    if (announced && peer_sent != UINT64_MAX && clk.ticks() > std::max({rx.t_last, t_peer_done, t_send_end}) + drain) {
       if (c.caps.reliable) {
         c.failure = "bw: " + std::to_string(expected - me.received) + " messages missing on a reliable transport";
         st = Status::failed;
@@ -302,40 +335,21 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       }
     }
   }
+  return {st, std::move(me), rx.t_mark, rx.t_last, t_send0, t_send_end};
+}
 
-  me.measured = t_mark ? me.received - mark : 0;
-  const uint64_t moved = (sends ? me.sent - std::min(me.sent, warmup) : 0) + me.measured;
-  c.cpu.end(moved, "message", sat_mul(moved, size));
-  if (!seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
-  me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(t_last - t_mark)) : 0;
-  me.send_ns = me.sent > warmup && t_send_end > t_send0 ? clk.to_ns(static_cast<double>(t_send_end - t_send0)) : 0;
-  me.series_bin_ns = clk.to_ns(static_cast<double>(series.bin_ticks));
-  me.series.assign(series.msgs.begin(), series.msgs.begin() + static_cast<std::ptrdiff_t>(series.used));
-  if (st != Status::ok) {
-    out.partial = true;
-    return st;
-  }
-  BwSide peer;
-  try {
-    peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
-  } catch (const Error& e) {
-    if (e.kind == ErrorKind::usage) throw;  // the server's refuse mid-point
-    // The peer died or froze after the loop: the point is kept, partial.
-    c.failure = e.what();
-    out.partial = true;
-    return Status::peer_lost;
-  }
-  if (c.role == Role::server) return st;
-
-  // Client: direction c2s was received by the server, s2c by us.
+// The client's fields of the point: direction c2s was received by the
+// server, s2c by the client.
+inline void bw_fields(PointOut& out, const Params& p, const BwMode& mode, const SpreadSizes& spread, uint64_t size,
+                      uint64_t warmup, const BwSide& me, const BwSide& peer) {
   // The measured arrivals are messages mark .. mark + measured - 1 (in order;
   // with losses on an unreliable transport their mean size is estimated so).
   auto rate = [&](const BwSide& rx, double* gbps, double* msgs) {
     *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
-    *gbps = *msgs * spread.mean(mark, rx.measured, size) * 8 / 1e9;
+    *gbps = *msgs * spread.mean(mode.mark, rx.measured, size) * 8 / 1e9;
   };
-  const BwSide& rx_c2s = own_answers ? me : peer;
-  const BwSide& rx_s2c = own_answers ? peer : me;
+  const BwSide& rx_c2s = mode.own_answers ? me : peer;
+  const BwSide& rx_s2c = mode.own_answers ? peer : me;
   double gbps, msg_rate;
   rate(rx_c2s, &gbps, &msg_rate);
   JsonObj series_json;
@@ -357,11 +371,56 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
       .add("gbps", gbps).add("msg_rate", msg_rate)
       .add("offered_msg_rate", offered)
       .add("bidir", p.bw.bidir).add("tx_depth", p.bw.tx_depth)
-      .add("size_spread", static_cast<uint64_t>(spread_pct)).add("mean_size", spread.mean(mark, rx_c2s.measured, size))
+      .add("size_spread", static_cast<uint64_t>(p.bw.size_spread)).add("mean_size", spread.mean(mode.mark, rx_c2s.measured, size))
       .add("throughput_series", series_json)
-      .add("measured_at", own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
+      .add("measured_at", mode.own_answers ? "sender (one-sided: where the answers arrive)" : "receiver");
+}
+
+// Both ends run this: the client always sends, the server with --bidir.
+template <Transport T, Poll P>
+Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, PointOut& out) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const BwMode mode = BwMode::of(c, size, warmup);
+  const SpreadSizes spread(size, p.bw.size_spread);
+  PayloadBuf buf(SpreadSizes::high(size, p.bw.size_spread));  // high and low are `size` without a spread
+  if (!p.bw.size_spread) fix_message_size(t, size);
+  Guard g(c);
+  // Credits this end sent as writes of their own (verbs' plain write: in
+  // --bidir next to none, as our writes carry them).
+  uint64_t credit_writes0 = 0;
+  if constexpr (requires { t.credit_writes(); }) credit_writes0 = t.credit_writes();
+  BwSeries series;
+  series.bin_ticks = std::max<uint64_t>(1, clk.ns_to_ticks(p.bw.series_ms * 1e6));
+  BwLoopEnd end = mode.idle_server ? bw_idle(t, c) : bw_loop<T, P>(t, c, mode, size, iters, warmup, spread, buf, g, series);
+
+  BwSide& me = end.me;
+  me.measured = end.t_mark ? me.received - mode.mark : 0;
+  const uint64_t moved = (mode.sends ? me.sent - std::min(me.sent, warmup) : 0) + me.measured;
+  c.cpu.end(moved, "message", sat_mul(moved, size));
+  if (!mode.seq) me.warmup_received = std::min(me.received, warmup);  // taken as the first to arrive
+  me.recv_ns = me.measured ? clk.to_ns(static_cast<double>(end.t_last - end.t_mark)) : 0;
+  me.send_ns = me.sent > warmup && end.t_send_end > end.t_send0 ? clk.to_ns(static_cast<double>(end.t_send_end - end.t_send0)) : 0;
+  me.series_bin_ns = clk.to_ns(static_cast<double>(series.bin_ticks));
+  me.series.assign(series.msgs.begin(), series.msgs.begin() + static_cast<std::ptrdiff_t>(series.used));
+  if (end.st != Status::ok) {
+    out.partial = true;
+    return end.st;
+  }
+  BwSide peer;
+  try {
+    peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
+  } catch (const Error& e) {
+    if (e.kind == ErrorKind::usage) throw;  // the server's refuse mid-point
+    // The peer died or froze after the loop: the point is kept, partial.
+    c.failure = e.what();
+    out.partial = true;
+    return Status::peer_lost;
+  }
+  if (c.role == Role::server) return Status::ok;
+  bw_fields(out, p, mode, spread, size, warmup, me, peer);
   if constexpr (requires { t.credit_writes(); }) out.fields.add("credit_writes", t.credit_writes() - credit_writes0);
-  return st;
+  return Status::ok;
 }
 
 struct BwExperiment : ExperimentDefaults {

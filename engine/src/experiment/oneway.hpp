@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
 
 #include "experiment/common.hpp"
 #include "experiment/experiment.hpp"
@@ -61,37 +64,35 @@ const char* no_send_stamp(const T& t, const Params& p, uint64_t size) {
   }
 }
 
-template <Transport T, Poll P>
-Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out) {
-  const Params& p = c.p;
-  const Clock& clk = c.clk;
-  const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
-  SampleBuf t_subm(total);
-  SampleBuf t_post(total);
-  // t_comp only where the transport reports send completions (verbs, ofi).
-  SampleBuf t_comp(c.caps.send_completions ? total : 0);
-  // t_send: the time thread, where the device reads the payload after the post and a CPU is free for it.
-  std::string no_send = no_send_stamp(t, p, size) ?: "";
+// The client's stamps of a point: t_subm and t_post of every send, t_comp
+// where the transport reports send completions (verbs, ofi), and the time
+// thread that writes t_send into the payloads.
+struct OnewayStamps {
+  OnewayStamps(uint64_t total, bool completions) : t_subm(total), t_post(total), t_comp(completions ? total : 0) {}
+  SampleBuf t_subm, t_post, t_comp;
+  // t_send: where the device reads the payload after the post and a CPU is free for the thread.
   std::unique_ptr<TimeThread> tt;
   TimeThreadPlace place;
-  if (no_send.empty()) {
-    place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.peer_cpu, c.same_host);
-    no_send = place.why;
-    if (no_send.empty()) tt = std::make_unique<TimeThread>(clk, place.cpu);
-  }
-  auto stamp_comp = [&](uint64_t wr_id) {
+  std::string no_send;  // why there is no t_send ("": there is)
+  uint64_t sent = 0;
+
+  void stamp_comp(const Clock& clk, uint64_t wr_id) {
     if (wr_id < t_comp.capacity()) t_comp[wr_id] = clk.ticks();
     if (tt) tt->read_before(wr_id + 1);  // a completion: the device read this send and every one before
-  };
-  PayloadBuf buf(size);
-  // The stamp field leaves with zeros: a payload the thread never reached says so.
-  if (size >= kSendStampEnd) std::memset(buf.data() + kSendStampOffset, 0, kSendStampEnd - kSendStampOffset);
-  Guard g(c);
+  }
+};
+
+// The client's bursts: warm-up first, as a burst of its own, then the
+// measured ones, until every send is out (or the point ends early).
+template <Transport T, Poll P>
+Status oneway_send(T& t, Ctx& c, uint64_t size, uint64_t warmup, PayloadBuf& buf, OnewayStamps& s, Guard& g) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const uint64_t total = s.t_subm.capacity();
+  auto stamp_comp = [&](uint64_t wr_id) { s.stamp_comp(clk, wr_id); };
   const uint32_t len = static_cast<uint32_t>(size);
   uint64_t sent = 0;
   Status st = Status::ok;
-
-  // Warm-up goes first, as a burst of its own, then the measured bursts.
   const uint64_t n_bursts = p.oneway.bursts + (warmup ? 1 : 0);
   for (uint64_t burst = 0; burst < n_bursts && st == Status::ok; ++burst) {
     const uint64_t in_burst = (warmup && burst == 0) ? warmup : p.oneway.burst_size;
@@ -102,15 +103,15 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       // ---- hot path ----
       // The very last send asks for a completion, so the end of the run is known.
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
-      t_subm[sent] = clk.ticks();
+      s.t_subm[sent] = clk.ticks();
       // After t_subm: every stamp the thread writes once it sees this payload is at least t_subm.
       if constexpr (ReadsAfterPost<T>)
-        if (tt) {
+        if (s.tt) {
           const char* why;
-          tt->publish(sent, t.deferred_read(len, flags, &why));
+          s.tt->publish(sent, t.deferred_read(len, flags, &why));
         }
       if ((st = send_one<P>(t, buf.data(), len, flags, sent, g, stamp_comp)) != Status::ok) break;
-      t_post[sent] = clk.ticks();
+      s.t_post[sent] = clk.ticks();
       ++sent;
       if (c.caps.send_completions) reap_send_comps(t, stamp_comp);
       if ((st = g.tick(t)) != Status::ok) break;
@@ -127,77 +128,74 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
       st = g.tick<1>(t);
     }
   }
+  s.sent = sent;
   if (st == Status::ctrl_pending) st = Status::ok;  // nothing is expected from the server mid-burst
   if (st == Status::ok) st = flush_sends<P>(t, g);
   c.cpu.end(sent - std::min(sent, warmup), "message");
-  if (st != Status::ok) {
-    out.partial = true;
-    out.fields.add("sent", sent);
-    return st;
-  }
-  if (c.caps.send_completions) {
-    // Collect completions up to the last send's (signaled above).
-    const uint64_t until = clk.ticks() + clk.ns_to_ticks(p.timeout_ms * 1e6);
-    uint64_t last = sent ? sent - 1 : 0;
-    while (sent && !t_comp[last] && clk.ticks() < until && !t.failure()) reap_send_comps(t, stamp_comp);
-  }
-  const uint64_t t_end = clk.ticks();  // no stamp of the thread is later
-  if (tt) tt->stop();
-  c.ctrl.send(CtrlType::end_point, std::to_string(sent));
-  std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
-  OnewayReport report;
-  const uint64_t* t_recv = read_stamp_report(blob, total, &report, "oneway");
-  const uint64_t* t_send = report.send_stamps ? t_recv + total : nullptr;
-  if (c.sync.probed) probe_clock(c);
+  if (st != Status::ok || !c.caps.send_completions) return st;
+  // Collect completions up to the last send's (signaled above).
+  const uint64_t until = clk.ticks() + clk.ns_to_ticks(p.timeout_ms * 1e6);
+  const uint64_t last = sent ? sent - 1 : 0;
+  while (sent && !s.t_comp[last] && clk.ticks() < until && !t.failure()) reap_send_comps(t, stamp_comp);
+  return st;
+}
+
+// The client's fields of the point, from its stamps and the server's
+// report: t_recv of every message, and t_send where the payloads carried it.
+inline void oneway_fields(PointOut& out, Ctx& c, uint64_t warmup, OnewayStamps& s, const OnewayReport& report,
+                          const uint64_t* t_recv, const uint64_t* t_send, uint64_t t_end) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const uint64_t total = s.t_subm.capacity();
   const ClockFit& fit = c.sync.fit;
 
   std::vector<double> latency;
   latency.reserve(total - warmup);
   uint64_t lost = 0, warmup_lost = 0;
-  for (uint64_t k = 0; k < warmup && k < sent; ++k) warmup_lost += t_recv[k] == 0;
-  for (uint64_t k = warmup; k < sent; ++k) {
+  for (uint64_t k = 0; k < warmup && k < s.sent; ++k) warmup_lost += t_recv[k] == 0;
+  for (uint64_t k = warmup; k < s.sent; ++k) {
     if (t_recv[k] == 0) { ++lost; continue; }
     double ns;
     if (!c.sync.probed) {
-      ns = clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_subm[k])));
+      ns = clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - s.t_subm[k])));
     } else {
-      ns = fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(t_subm[k]);
+      ns = fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(s.t_subm[k]);
     }
     latency.push_back(ns);
   }
   if (!latency.empty()) c.sync.check_arrival(*std::min_element(latency.begin(), latency.end()));
   // Both on the client's clock: no correction.
   std::vector<double> post;  // t_post - t_subm: how long the post call took
-  post.reserve(sent - std::min(sent, warmup));
-  for (uint64_t k = warmup; k < sent; ++k)
-    post.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(t_post[k] - t_subm[k]))));
+  post.reserve(s.sent - std::min(s.sent, warmup));
+  for (uint64_t k = warmup; k < s.sent; ++k)
+    post.push_back(clk.to_ns(static_cast<double>(static_cast<int64_t>(s.t_post[k] - s.t_subm[k]))));
   // t_send - t_subm (the client's clock) and t_recv - t_send (as t_recv - t_subm), per
   // message that arrived with a stamp the thread wrote after its t_subm; the others are missed.
   std::vector<double> send, latency_send;
   uint64_t send_missed = 0;
-  if (tt && !t_send) no_send = "the server did not return the payloads' stamps";
-  if (tt && t_send) {
-    for (uint64_t k = warmup; k < sent; ++k) {
+  if (s.tt && !t_send) s.no_send = "the server did not return the payloads' stamps";
+  if (s.tt && t_send) {
+    for (uint64_t k = warmup; k < s.sent; ++k) {
       if (t_recv[k] == 0) continue;
-      if (t_send[k] < t_subm[k] || t_send[k] > t_end) { ++send_missed; continue; }
-      send.push_back(clk.to_ns(static_cast<double>(t_send[k] - t_subm[k])));
+      if (t_send[k] < s.t_subm[k] || t_send[k] > t_end) { ++send_missed; continue; }
+      send.push_back(clk.to_ns(static_cast<double>(t_send[k] - s.t_subm[k])));
       latency_send.push_back(
           !c.sync.probed ? clk.to_ns(static_cast<double>(static_cast<int64_t>(t_recv[k] - t_send[k])))
                          : fit.to_local(report.clock.mono_ns(t_recv[k])) - clk.ticks_to_mono_ns(t_send[k]));
     }
   }
   // Every stamp older than its post: the payloads were read inside the call after all.
-  if (tt && t_send && send.empty() && send_missed)
-    no_send = "no message carried a stamp written after its post: the payload was read inside the post call "
-              "(a provider that sends small messages inline on its own, as libfabric's verbs provider does)";
+  if (s.tt && t_send && send.empty() && send_missed)
+    s.no_send = "no message carried a stamp written after its post: the payload was read inside the post call "
+                "(a provider that sends small messages inline on its own, as libfabric's verbs provider does)";
   std::vector<double> comp;  // t_comp - t_subm: when the sender learns its send is done
-  for (uint64_t k = warmup; k < t_comp.capacity() && k < sent; ++k)
-    if (t_comp[k]) comp.push_back(clk.to_ns(static_cast<double>(t_comp[k] - t_subm[k])));
+  for (uint64_t k = warmup; k < s.t_comp.capacity() && k < s.sent; ++k)
+    if (s.t_comp[k]) comp.push_back(clk.to_ns(static_cast<double>(s.t_comp[k] - s.t_subm[k])));
   if (c.caps.send_completions)
     out.fields.add("completions", static_cast<uint64_t>(comp.size()));
   uint64_t above = 0;
   for (double ns : latency) above += ns > p.oneway.threshold_us * 1e3;
-  out.fields.add("iterations", static_cast<uint64_t>(latency.size())).add("sent", sent - std::min(sent, warmup))
+  out.fields.add("iterations", static_cast<uint64_t>(latency.size())).add("sent", s.sent - std::min(s.sent, warmup))
       .add("lost", lost).add("warmup_lost", warmup_lost).add("duplicated", report.duplicated).add("reordered", report.reordered)
       .add("latency_kind", "one-way")
       .add("threshold_us", p.oneway.threshold_us)
@@ -205,25 +203,57 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
            latency.empty() ? 0.0 : 100.0 * static_cast<double>(above) / static_cast<double>(latency.size()))
       .add("bursts", p.oneway.bursts).add("burst_size", p.oneway.burst_size).add("pause_us", p.oneway.pause_us).add("gap_us", p.gap_us)
       .add("clock", c.sync.json())
-      .add("samples_locked", t_subm.locked() && t_post.locked());
+      .add("samples_locked", s.t_subm.locked() && s.t_post.locked());
   add_latency(out, p, "latency_ns", std::move(latency));
   add_latency(out, p, "post_ns", std::move(post));
-  if (tt) {
+  if (s.tt) {
     JsonObj thread;
-    if (place.cpu >= 0) thread.add("cpu", place.cpu);
+    if (s.place.cpu >= 0) thread.add("cpu", s.place.cpu);
     else thread.add_raw("cpu", "null");
-    thread.add("pass_ns", tt->pass_ns());
+    thread.add("pass_ns", s.tt->pass_ns());
     out.fields.add("time_thread", thread).add("t_send_missed", send_missed);
   }
-  if (no_send.empty()) {
+  if (s.no_send.empty()) {
     add_latency(out, p, "send_ns", std::move(send));
     add_latency(out, p, "latency_send_ns", std::move(latency_send));
   } else {
-    out.fields.add_raw("send_ns", "null").add_raw("latency_send_ns", "null").add("t_send_absent", no_send);
+    out.fields.add_raw("send_ns", "null").add_raw("latency_send_ns", "null").add("t_send_absent", s.no_send);
   }
   if (c.caps.send_completions) add_latency(out, p, "completion_ns", std::move(comp));
   add_samples_kind(out, keep_raw(p));
-  return st;
+}
+
+template <Transport T, Poll P>
+Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out) {
+  const Params& p = c.p;
+  const Clock& clk = c.clk;
+  const uint64_t total = warmup + p.oneway.bursts * p.oneway.burst_size;
+  OnewayStamps s(total, c.caps.send_completions);
+  s.no_send = no_send_stamp(t, p, size) ?: "";
+  if (s.no_send.empty()) {
+    s.place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.peer_cpu, c.same_host);
+    s.no_send = s.place.why;
+    if (s.no_send.empty()) s.tt = std::make_unique<TimeThread>(clk, s.place.cpu);
+  }
+  PayloadBuf buf(size);
+  // The stamp field leaves with zeros: a payload the thread never reached says so.
+  if (size >= kSendStampEnd) std::memset(buf.data() + kSendStampOffset, 0, kSendStampEnd - kSendStampOffset);
+  Guard g(c);
+  if (const Status st = oneway_send<T, P>(t, c, size, warmup, buf, s, g); st != Status::ok) {
+    out.partial = true;
+    out.fields.add("sent", s.sent);
+    return st;
+  }
+  const uint64_t t_end = clk.ticks();  // no stamp of the thread is later
+  if (s.tt) s.tt->stop();
+  c.ctrl.send(CtrlType::end_point, std::to_string(s.sent));
+  std::string blob = c.ctrl.recv(CtrlType::exchange, "oneway receive timestamps");
+  OnewayReport report;
+  const uint64_t* t_recv = read_stamp_report(blob, total, &report, "oneway");
+  const uint64_t* t_send = report.send_stamps ? t_recv + total : nullptr;
+  if (c.sync.probed) probe_clock(c);
+  oneway_fields(out, c, warmup, s, report, t_recv, t_send, t_end);
+  return Status::ok;
 }
 
 template <Transport T, Poll P>

@@ -66,7 +66,7 @@ std::vector<pid_t> g_threads;  // nanomsg's threads seen so far (msg::remember_t
 }  // namespace
 
 NanomsgTransport::NanomsgTransport(const MessagingOptions& m, const Use& use)
-    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {}
+    : MsgTransport(m, use) {}
 
 NanomsgTransport::~NanomsgTransport() {
   if (sock_ >= 0) nn_close(sock_);

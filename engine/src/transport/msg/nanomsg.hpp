@@ -8,33 +8,26 @@
 #include <nanomsg/nn.h>
 
 #include <cerrno>
-#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
-#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
+#include "transport/msg/msg_transport.hpp"
 
 namespace fm {
 
-class NanomsgTransport {
+class NanomsgTransport : public msg::MsgTransport<NanomsgTransport> {
  public:
+  static constexpr const char* kName = "nanomsg";
+  static constexpr int kNonBlock = NN_DONTWAIT;
+
   NanomsgTransport(const MessagingOptions& m, const Use& use);
   ~NanomsgTransport();
   NanomsgTransport(const NanomsgTransport&) = delete;
 
-  static Caps caps(const MessagingOptions& m) {
-    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false,
-            .same_host_only = msg::same_host_only("nanomsg", m.endpoint),
-            .one_connection = msg::one_connection("nanomsg", m.endpoint)};
-  }
-  // The server names the endpoint (messaging.hpp's server_endpoint).
-  static void server_claim(MessagingOptions& m, const ServerPlaces& at) { msg::claim_endpoint("nanomsg", m, at); }
-  static double queued_bytes(const MessagingOptions&, uint64_t size) { return msg::queued_bytes(size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does.
@@ -59,16 +52,12 @@ class NanomsgTransport {
     return false;
   }
 
-  bool poll_recv(RecvMsg& m) { return take(NN_DONTWAIT, m); }
-
   void release(const RecvMsg& m) { nn_freemsg(const_cast<std::byte*>(m.data)); }
 
-  int poll_send_comp(uint64_t*, int) { return 0; }
-
-  bool wait_recv(RecvMsg& m) { return take(0, m); }
   void wait_send();
 
  private:
+  friend msg::MsgTransport<NanomsgTransport>;
   bool take(int flags, RecvMsg& m) {
     void* body;
     int n = nn_recv(sock_, &body, NN_MSG, flags);
@@ -83,13 +72,7 @@ class NanomsgTransport {
   }
   void fail(const char* what);
 
-  Role role_;
-  Use use_;
-  std::string endpoint_param_;
-  std::string io_cpu_;
-  std::optional<msg::IoThreads> io_;
   int sock_ = -1;
-  std::string url_;
   int rcvmaxsize_ = 0;
   bool connected_ = false;    // the handshake went through
   mutable const char* failure_ = nullptr;

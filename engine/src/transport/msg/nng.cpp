@@ -18,7 +18,7 @@ std::vector<pid_t> g_threads;  // nng's threads seen so far (msg::remember_threa
 }  // namespace
 
 NngTransport::NngTransport(const MessagingOptions& m, const Use& use)
-    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {}
+    : MsgTransport(m, use) {}
 
 NngTransport::~NngTransport() {
   if (nng_socket_id(sock_) > 0) nng_close(sock_);  // also closes its listener or dialer

@@ -10,32 +10,26 @@
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
-#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
+#include "transport/msg/msg_transport.hpp"
 
 namespace fm {
 
-class NngTransport {
+class NngTransport : public msg::MsgTransport<NngTransport> {
  public:
+  static constexpr const char* kName = "nng";
+  static constexpr int kNonBlock = NNG_FLAG_NONBLOCK;
+
   NngTransport(const MessagingOptions& m, const Use& use);
   ~NngTransport();
   NngTransport(const NngTransport&) = delete;
 
-  static Caps caps(const MessagingOptions& m) {
-    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("nng", m.endpoint),
-            .one_connection = msg::one_connection("nng", m.endpoint)};
-  }
-  // The server names the endpoint (messaging.hpp's server_endpoint).
-  static void server_claim(MessagingOptions& m, const ServerPlaces& at) { msg::claim_endpoint("nng", m, at); }
-  static double queued_bytes(const MessagingOptions&, uint64_t size) { return msg::queued_bytes(size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does.
@@ -61,16 +55,12 @@ class NngTransport {
     return false;
   }
 
-  bool poll_recv(RecvMsg& m) { return take(NNG_FLAG_NONBLOCK, m); }
-
   void release(const RecvMsg& m) { nng_msg_free(reinterpret_cast<nng_msg*>(m.slot)); }
 
-  int poll_send_comp(uint64_t*, int) { return 0; }
-
-  bool wait_recv(RecvMsg& m) { return take(0, m); }
   void wait_send();
 
  private:
+  friend msg::MsgTransport<NngTransport>;
   bool take(int flags, RecvMsg& m) {
     nng_msg* msg;
     if (int rv = nng_recvmsg(sock_, &msg, flags); rv != 0) [[unlikely]] {
@@ -86,14 +76,8 @@ class NngTransport {
   void fail(const char* what, int rv);
   static void on_pipe_removed(nng_pipe, nng_pipe_ev, void* self);
 
-  Role role_;
-  Use use_;
-  std::string endpoint_param_;
-  std::string io_cpu_;
-  std::optional<msg::IoThreads> io_;
   nng_socket sock_ = NNG_SOCKET_INITIALIZER;
   int send_fd_ = -1;          // readable when a send would be accepted (NNG_OPT_SENDFD)
-  std::string url_;
   int queue_depth_ = 0;
   size_t recv_max_ = 0;
   std::atomic<bool> peer_gone_{false};  // set from nng's thread when the connection's pipe goes away

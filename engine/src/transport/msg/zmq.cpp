@@ -20,7 +20,7 @@ void set_int(void* sock, int opt, int value, const char* name) {
 }  // namespace
 
 ZmqTransport::ZmqTransport(const MessagingOptions& m, const Use& use)
-    : role_(use.role), use_(use), endpoint_param_(m.endpoint), io_cpu_(m.io_cpu) {
+    : MsgTransport(m, use) {
   zmq_msg_init(&rx_);
 }
 

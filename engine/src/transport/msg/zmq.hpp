@@ -8,32 +8,26 @@
 #include <zmq.h>
 
 #include <cerrno>
-#include <optional>
 #include <string>
 
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/transport.hpp"
-#include "transport/msg/io_threads.hpp"
 #include "transport/msg/messaging.hpp"
+#include "transport/msg/msg_transport.hpp"
 
 namespace fm {
 
-class ZmqTransport {
+class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
  public:
+  static constexpr const char* kName = "zmq";
+  static constexpr int kNonBlock = ZMQ_DONTWAIT;
+
   ZmqTransport(const MessagingOptions& m, const Use& use);
   ~ZmqTransport();
   ZmqTransport(const ZmqTransport&) = delete;
 
-  static Caps caps(const MessagingOptions& m) {
-    return {.max_msg_size = msg::kMaxMsg, .max_inline = 0, .reliable = true, .ordered = true,
-            .supports_write = false, .send_completions = false, .same_host_only = msg::same_host_only("zmq", m.endpoint),
-            .one_connection = msg::one_connection("zmq", m.endpoint)};
-  }
-  // The server names the endpoint (messaging.hpp's server_endpoint).
-  static void server_claim(MessagingOptions& m, const ServerPlaces& at) { msg::claim_endpoint("zmq", m, at); }
-  static double queued_bytes(const MessagingOptions&, uint64_t size) { return msg::queued_bytes(size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
   // setup: what connect() does.
@@ -57,17 +51,13 @@ class ZmqTransport {
     return false;
   }
 
-  bool poll_recv(RecvMsg& m) { return take(ZMQ_DONTWAIT, m); }
-
   // zmq_msg_recv frees the previous content of rx_ when it reuses it.
   void release(const RecvMsg&) {}
 
-  int poll_send_comp(uint64_t*, int) { return 0; }
-
-  bool wait_recv(RecvMsg& m) { return take(0, m); }
   void wait_send();
 
  private:
+  friend msg::MsgTransport<ZmqTransport>;
   bool take(int flags, RecvMsg& m) {
     if (zmq_msg_recv(&rx_, sock_, flags) < 0) [[unlikely]] {
       if (errno != EAGAIN && errno != EINTR) fail("zmq_msg_recv");
@@ -80,16 +70,10 @@ class ZmqTransport {
   }
   void fail(const char* what);
 
-  Role role_;
-  Use use_;
-  std::string endpoint_param_;
-  std::string io_cpu_;
-  std::optional<msg::IoThreads> io_;
   void* ctx_ = nullptr;
   void* sock_ = nullptr;
   void* monitor_ = nullptr;   // PAIR socket reading the data socket's monitor events
   zmq_msg_t rx_;
-  std::string url_;
   std::string ipc_path_;      // server: the socket file to remove at the end
   int hwm_ = 0;
   int64_t max_msg_size_ = 0;
