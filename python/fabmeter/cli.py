@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, path, recorded, repeat, run, search, serve, slo
+from fabmeter import __version__, analysis, path, recorded, repeat, run, search, serve, slo, suggest
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError)
 from fabmeter.mesh import command as mesh_command
@@ -40,7 +40,7 @@ EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the
               "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(suggest.Parser):
     """Bad arguments give one line on stderr and exit 2, not the usage block."""
 
     def error(self, message):
@@ -293,9 +293,16 @@ def cmd_search(ns: argparse.Namespace, engine: str) -> int:
 def cmd_transports(info: dict) -> int:
     """One line a transport, as `fabmeter-engine transports` says it."""
     unavailable = info.get("transports_unavailable") or {}
+    devices = info.get("transport_devices") or {}
     plugins = info.get("plugin_dir", "")
     for name in [*info.get("transports", []), *unavailable]:
-        print(f"{name}: unavailable: {shown(unavailable[name])}" if name in unavailable else f"{name}: available")
+        if name in unavailable:
+            print(f"{name}: unavailable: {shown(unavailable[name])}")
+        elif name in devices:
+            print(f"{name}: available; devices: {shown(', '.join(devices[name]))}" if devices[name] else
+                  f"{name}: library present, no RDMA device (/sys/class/infiniband lists none)")
+        else:
+            print(f"{name}: available")
     if plugins:
         print(f"(plugin directory: {plugins})")
     return EXIT_OK
@@ -322,7 +329,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             opt = Options(info).find(word) if info and word.startswith("-") else None
             if opt is not None:
                 die(f"{word.split('=', 1)[0]} does not apply to '{ns.command}' (only to {opt.scope})", EXIT_USAGE)
-        die(f"unrecognized arguments: {' '.join(extras)}", EXIT_USAGE)
+        die(suggest.unrecognized(ns, extras), EXIT_USAGE)
 
     try:
         if ns.command in EXPERIMENTS_HELP or (info and ns.command in info.get("experiments", [])):
