@@ -17,7 +17,7 @@ import pytest
 from conftest import one_line_error
 from fabmeter import cli
 from fabmeter.cpus import parse_cpus
-from fabmeter.options import Options, parse_size
+from fabmeter.options import Options, parse_count, parse_size
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,9 @@ def test_every_exported_type_is_typed(info):
     kinds = {o.type for o in table}
     assert {"size", "count", "duration", "choice", "list", "flag", "text"} <= kinds, kinds
     assert table["size"].parse("64K") == 65536
-    assert table["iters"].parse("auto") == "auto" and table["iters"].parse("1K") == 1024
+    assert table["iters"].parse("auto") == "auto" and table["iters"].parse("1K") == 1000
     assert table["duration"].parse("1.5") == 1.5
-    assert table["rate"].parse("1000,10K") == [1000, 10240]
+    assert table["rate"].parse("1000,10K") == [1000, 10000]
     assert table["all"].typed(True) is True
     with pytest.raises(ValueError):
         table["poll"].parse("spin")

@@ -331,7 +331,7 @@ def test_missing_tool_is_skipped_with_one_line(tmp_path):
     (["--tools", "netperf"], "--tools: unknown 'netperf'"),
     (["--transports", "rdma"], "--transports: unknown 'rdma'"),
     (["-s", "0"], "-s/--size: expected a message size of at least 1 byte, got '0'"),
-    (["--bw-size", "64KiB"], "--bw-size: expected a non-negative integer with an optional K/M/G/T suffix"),
+    (["--bw-size", "64KiB"], "--bw-size: expected a non-negative integer (K/M/G/T suffixes: 64K = 65,536)"),
     (["--iters", "0"], "--iters must be at least 1"),
     (["--rate", "0"], "--rate must be between 1 and 10000000 per second"),
 ])

@@ -35,7 +35,7 @@ constexpr const char* kUsage = R"(usage:
                       [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
-                        [--relay-to HOST,...]
+                        [--relay-to HOST,...] [--log-format text|json]
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
@@ -108,6 +108,9 @@ the secret never crosses the wire), and proves it to them in turn.
 may run a client against when an authenticated client asks (run --via,
 fabmeter mesh --launch serve); it proves its own token to them. Without
 --relay-to, or without a token, it runs no client for anyone.
+--log-format text|json: each session's line on stderr when it ends (client
+address, experiment, transport, outcome, duration): text (default) or one JSON
+object. The "listening" line on stdout is JSON either way.
 )";
 
 // serve's defaults and bounds (ServerOptions and its constants, session.hpp), by name: kUsage's {name}s, and
@@ -168,7 +171,7 @@ std::vector<std::string> split_list(const std::string& opt, const std::string& v
 
 // BYTES with an optional K/M/G/T suffix (powers of two); at least 1.
 uint64_t parse_bytes(const std::string& opt, const std::string& v) {
-  const uint64_t x = fm::parse_count(opt, v);
+  const uint64_t x = fm::parse_size(opt, v);
   if (x == 0) fm::usage_error(opt + ": expected at least 1 byte, got '" + v + "'");
   return x;
 }
@@ -240,6 +243,14 @@ void print_options() {
   // transports_unavailable: the others, each with its reason.
   fm::JsonObj unavailable;
   for (const auto& [name, why] : fm::unusable_transports()) unavailable.add(name, why);
+  // transport_devices: for those that need an RDMA device, the ones found here (none: nothing to run on).
+  fm::JsonObj devices;
+  for (const auto& name : fm::known_transports())
+    if (const auto found = fm::transport_devices(name)) {
+      std::string list;
+      for (const auto& d : *found) list += (list.empty() ? "" : ", ") + fm::json_quote(d);
+      devices.add_raw(name, "[" + list + "]");
+    }
   std::string plugin_dir;
   try {
     plugin_dir = fm::plugin_dir();
@@ -251,6 +262,7 @@ void print_options() {
   fm::JsonObj out;
   out.add("version", fm::kEngineVersion).add_raw("experiments", json_list(fm::kExperiments))
       .add_raw("transports", json_list(fm::available_transports())).add("transports_unavailable", unavailable)
+      .add("transport_devices", devices)
       .add("plugin_dir", plugin_dir).add("default_port", static_cast<uint64_t>(fm::kDefaultPort))
       .add("serve", serve).add_raw("options", "[" + opts + "]");
   fm::emit_line(out);
@@ -262,9 +274,13 @@ int print_transports() {
   for (const auto& name : fm::known_transports()) {
     std::string line = name + ": ";
     auto it = std::find_if(unusable.begin(), unusable.end(), [&](const auto& u) { return u.first == name; });
+    const auto devices = fm::transport_devices(name);
     if (it != unusable.end()) line += "unavailable: " + it->second;
+    else if (devices && devices->empty()) line += "library present, no RDMA device (/sys/class/infiniband lists none)";
     else if (fm::is_plugin(name)) line += "available (plugin " + fm::plugin_dir() + "/libfabmeter-" + name + ".so)";
     else line += "available (built in)";
+    if (it == unusable.end() && devices)
+      for (size_t i = 0; i < devices->size(); ++i) line += (i ? ", " : "; devices: ") + (*devices)[i];
     std::printf("%s\n", line.c_str());
   }
   return 0;
@@ -306,6 +322,8 @@ int main_(std::vector<std::string> args) {
       o.handshake_timeout_ms = static_cast<uint32_t>(ms);
     }
     if (take(args, "--relay-to", &v)) o.relay_to = split_list("--relay-to", v, "HOST");
+    if (take(args, "--log-format", &o.log_format) && o.log_format != "text" && o.log_format != "json")
+      fm::usage_error("--log-format: expected text|json, got '" + o.log_format + "'");
     v.clear();
     take(args, "--token-file", &v);
     o.token = fm::load_token(v);

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable, Optional
 
-from fabmeter import __version__, bench, compare, demo, experiment_command, serve, slo, transports_command
+from fabmeter import __version__, bench, compare, demo, experiment_command, serve, slo, suggest, transports_command
 from fabmeter.command_options import Found
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FabmeterError
@@ -27,32 +27,7 @@ EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the
               "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
 
 
-@dataclass(frozen=True)
-class Command:
-    name: str                           # docs/cli.md's: the command, or EXPERIMENT for the experiments
-    module: ModuleType                  # OPTIONS, add_parser(sub, info), main(ns, found)
-    engine: bool                        # needs the engine: refused without one, with the reason (exit 1)
-    main: Optional[Callable[[argparse.Namespace, Found], int]] = None   # where the module's main takes other words
-
-
-# In --help's order. A module may add several commands (the experiments).
-COMMANDS = (
-    Command("EXPERIMENT", experiment_command, engine=True),
-    Command("mesh", mesh_command, engine=True),
-    Command("serve", serve, engine=False),
-    Command("transports", transports_command, engine=True),
-    Command("demo", demo, engine=False),
-    Command("bench", bench, engine=False),
-    Command("suite", suite_command, engine=True),
-    Command("report", report_command, engine=False),
-    Command("peers", peers_command, engine=False),
-    Command("compare", compare, engine=False),
-    Command("watch", watch_command, engine=True,
-            main=lambda ns, found: watch_command.main(ns, found.engine, engine_options(found.engine))),
-)
-
-
-class _Parser(argparse.ArgumentParser):
+class _Parser(suggest.Parser):
     """Bad arguments give one line on stderr and exit 2, not the usage block."""
 
     def error(self, message):
@@ -106,7 +81,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             opt = Options(found.info).find(word) if found.info and word.startswith("-") else None
             if opt is not None:
                 die(f"{word.split('=', 1)[0]} does not apply to '{ns.command}' (only to {opt.scope})", EXIT_USAGE)
-        die(f"unrecognized arguments: {' '.join(extras)}", EXIT_USAGE)
+        die(suggest.unrecognized(ns, extras), EXIT_USAGE)
 
     try:
         code = (command.main or command.module.main)(ns, found)

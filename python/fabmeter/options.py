@@ -17,19 +17,31 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-_SIZE_RE = re.compile(r"^(\d+)([KkMmGgTt]?)$")
-_SHIFT = {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}
+_SUFFIXED_RE = re.compile(r"^(\d+)([KkMmGgTt]?)$")
+_POWER = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+# The engine's rule (parse_count, parse_size): a count's suffixes are decimal, a size's binary.
+SUFFIXES = {"count": (1000, "k/M/G/T suffixes: 10k = 10,000"), "size": (1024, "K/M/G/T suffixes: 64K = 65,536")}
 NUMBER_TYPES = ("size", "count", "duration")
 # Options fabmeter's commands define themselves: an engine option of one of these names is not added to them.
 PY_ONLY = frozenset({"cpus", "json", "out", "server", "help", "slo", "search", "repeat"})
 
 
-def parse_size(text: str) -> int:
-    """'32', '64K', '1M' -> bytes: the engine's rule (parse_count: K/M/G/T, powers of two, no fractions)."""
-    match = _SIZE_RE.match(str(text).strip())
+def _parse_suffixed(kind: str, text: str) -> int:
+    base, rule = SUFFIXES[kind]
+    match = _SUFFIXED_RE.match(str(text).strip())
     if not match:
-        raise ValueError(f"expected a non-negative integer with an optional K/M/G/T suffix, got '{text}'")
-    return int(match.group(1)) << _SHIFT[match.group(2).lower()]
+        raise ValueError(f"expected a non-negative integer ({rule}), got '{text}'")
+    return int(match.group(1)) * base ** _POWER[match.group(2).lower()]
+
+
+def parse_size(text: str) -> int:
+    """'32', '64K', '1M' -> bytes (binary suffixes: 64K = 65,536)."""
+    return _parse_suffixed("size", text)
+
+
+def parse_count(text: str) -> int:
+    """'100', '10k', '1M' -> a count (decimal suffixes: 10k = 10,000)."""
+    return _parse_suffixed("count", text)
 
 
 def _csv(text: str) -> list[str]:
@@ -48,8 +60,8 @@ def _number(text: str) -> float | int:
 
 def _parse_scalar(kind: str, text: str) -> Any:
     """One command-line word of type `kind`, typed."""
-    if kind in ("size", "count"):
-        return parse_size(text)
+    if kind in SUFFIXES:
+        return _parse_suffixed(kind, text)
     if kind == "duration":
         return _number(text)
     return text
@@ -101,12 +113,12 @@ class Option:
             if text not in self.choices:
                 raise ValueError(f"expected {'|'.join(self.choices)}, got '{text}'")
             return text
-        if self.type == "list":   # integers (K/M/G allowed), or numbers (item "number")
+        if self.type == "list":   # counts (k/M/G allowed), or numbers (item "number")
             return [self._item(x) for x in text.split(",")]
         return _parse_scalar(self.type, text)
 
     def _item(self, text: str) -> Any:
-        return _number(text) if self.item == "number" else parse_size(text)
+        return _number(text) if self.item == "number" else parse_count(text)
 
     # --- from a suite (TOML values) --------------------------------------------
 
@@ -120,7 +132,7 @@ class Option:
             kind = "number" if self.item == "number" else "integer"
             return f'a non-negative {kind}, or a string "A,B,..." for one run that sweeps them'
         if self.type in ("size", "count"):
-            return f'a non-negative integer (or a string with a K/M/G suffix, e.g. "64K"){auto}'
+            return f'a non-negative integer (or a string with {SUFFIXES[self.type][1]}){auto}'
         if self.type in NUMBER_TYPES:
             return f"a non-negative number{f' ({self.unit})' if self.unit else ''}{auto}"
         return "a string"
@@ -237,6 +249,8 @@ class Options:
             help_text = o.help
             if o.type == "choice":
                 help_text += f" (one of: {', '.join(o.choices)})"
+            if o.type in SUFFIXES:
+                help_text += f" ({SUFFIXES[o.type][1]})"
             if o.type != "flag" and o.default not in (None, "", []):
                 help_text += f" (default: {o.text(o.default)}{' ' + o.unit if o.unit and o.default != 'auto' else ''})"
             kw: dict[str, Any] = dict(dest=o.key, default=argparse.SUPPRESS, help=help_text.replace("%", "%%"))
@@ -270,4 +284,5 @@ def _argparse_type(o: Option):
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     convert.__name__ = o.type   # argparse names it in "invalid <type> value"
+    convert.choices = o.choices   # suggest.py: a bare `tcp` hints at `-t tcp`
     return convert

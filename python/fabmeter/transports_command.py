@@ -23,9 +23,16 @@ def add_parser(sub, info: Optional[dict]) -> None:
 def main(ns, found: Found) -> int:
     """One line a transport, as `fabmeter-engine transports` says it."""
     unavailable = found.info.get("transports_unavailable") or {}
+    devices = found.info.get("transport_devices") or {}
     plugins = found.info.get("plugin_dir", "")
     for name in [*found.info.get("transports", []), *unavailable]:
-        print(f"{name}: unavailable: {shown(unavailable[name])}" if name in unavailable else f"{name}: available")
+        if name in unavailable:
+            print(f"{name}: unavailable: {shown(unavailable[name])}")
+        elif name in devices:
+            print(f"{name}: available; devices: {shown(', '.join(devices[name]))}" if devices[name] else
+                  f"{name}: library present, no RDMA device (/sys/class/infiniband lists none)")
+        else:
+            print(f"{name}: available")
     if plugins:
         print(f"(plugin directory: {plugins})")
     return EXIT_OK

@@ -244,10 +244,12 @@ Params decode_params(std::string_view text);
 // Impossible combinations and out-of-range values; throws usage_error.
 void validate(const Params& p);
 
-// A number with an optional K/M/G/T suffix (powers of two: 64K, 8M), the one
-// parser of every count and size the engine reads; a usage error naming
+// The two rules of suffixed numbers (python/fabmeter/options.py has the same):
+// a count's suffixes are decimal (10k = 10,000, 1M = 1,000,000), a size's
+// binary (64K = 65,536 bytes); k/M/G/T in either case. A usage error naming
 // `option` otherwise.
 uint64_t parse_count(std::string_view option, std::string_view text);
+uint64_t parse_size(std::string_view option, std::string_view text);
 
 // "all" or a comma list; constexpr: the transport registry's groups are compile-time lists.
 constexpr bool in_list(std::string_view list, std::string_view item) {

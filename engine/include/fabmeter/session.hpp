@@ -61,6 +61,7 @@ struct ServerOptions {
   // Hosts (as clients name them) this server may run a client against for
   // an authenticated client (`run --via`, mesh --launch serve); none: never.
   std::vector<std::string> relay_to;
+  std::string log_format = "text";  // each session's line on stderr: text or json (session_log.hpp)
 };
 
 // Refuses (usage_error with the reason for the client) a plan that needs more

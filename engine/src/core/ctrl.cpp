@@ -216,6 +216,20 @@ void Ctrl::say_bye() {
   close_draining(kCloseDrainMs);
 }
 
+namespace {
+// 127/8, ::1 or ::ffff:127/104.
+bool is_loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+  }
+  return false;
+}
+}  // namespace
+
 Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t timeout_ms) {
   std::string host;
   uint16_t port;
@@ -228,6 +242,7 @@ Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t ti
     usage_error("cannot resolve server '" + host + "': " + gai_strerror(rc));
   uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms) * 1000000;
   std::string last_error = "no address";
+  bool refused_remote = false;  // nothing listens at a non-loopback address: perhaps a serve on its default bind
   // A server that is still starting refuses connections: retry until the deadline.
   while (Clock::mono_ns() < deadline) {
     for (addrinfo* ai = res; ai; ai = ai->ai_next) {
@@ -257,13 +272,17 @@ Ctrl Ctrl::connect(const std::string& server, uint16_t default_port, uint32_t ti
         return Ctrl(fd, timeout_ms);
       }
       last_error = std::strerror(errno);
+      refused_remote = errno == ECONNREFUSED && !is_loopback(ai->ai_addr);
       ::close(fd);
     }
     usleep(50000);
   }
   freeaddrinfo(res);
   runtime_error("cannot reach fabmeter server at " + host + ":" + std::to_string(port) + " within " +
-                std::to_string(timeout_ms) + " ms (" + last_error + ")");
+                std::to_string(timeout_ms) + " ms (" + last_error + ")" +
+                (refused_remote ? "; is a `fabmeter serve` running there with --bind on an address this host "
+                                  "reaches? Its default --bind 127.0.0.1 takes local clients only"
+                                : ""));
 }
 
 void Ctrl::send(CtrlType t, std::string_view payload) {
@@ -488,14 +507,7 @@ bool Listener::loopback_only() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len);
-  if (ss.ss_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in&>(ss).sin_addr.s_addr) >> 24) == 127;
-  if (ss.ss_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
-    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
-  }
-  return false;
+  return is_loopback(reinterpret_cast<const sockaddr*>(&ss));
 }
 
 Listener::~Listener() {

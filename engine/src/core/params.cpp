@@ -3,8 +3,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -14,25 +16,33 @@
 #include "fabmeter/stats.hpp"
 
 namespace fm {
-uint64_t parse_count(std::string_view option, std::string_view text) {
+namespace {
+// A whole number with an optional k/M/G/T suffix worth base^1 .. base^4.
+uint64_t parse_suffixed(std::string_view option, std::string_view text, uint64_t base, const char* rule) {
   std::string_view v = text;
   uint64_t mult = 1;
   if (!v.empty()) {
-    switch (v.back()) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
-      case 't': case 'T': mult = 1ull << 40; break;
+    const char* suffixes = "kmgt";
+    if (const char* at = std::strchr(suffixes, std::tolower(static_cast<unsigned char>(v.back()))); at && *at) {
+      for (const char* s = suffixes; s <= at; ++s) mult *= base;
+      v.remove_suffix(1);
     }
-    if (mult != 1) v.remove_suffix(1);
   }
   uint64_t x = 0;
   auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
-    usage_error(std::string(option) + ": expected a non-negative integer (K/M/G/T suffixes allowed), got '" +
-                std::string(text) + "'");
+    usage_error(std::string(option) + ": expected a non-negative integer (" + rule + "), got '" + std::string(text) + "'");
   if (x > UINT64_MAX / mult) usage_error(std::string(option) + ": value too large");
   return x * mult;
+}
+}  // namespace
+
+uint64_t parse_count(std::string_view option, std::string_view text) {
+  return parse_suffixed(option, text, 1000, "k/M/G/T suffixes: 10k = 10,000");
+}
+
+uint64_t parse_size(std::string_view option, std::string_view text) {
+  return parse_suffixed(option, text, 1024, "K/M/G/T suffixes: 64K = 65,536");
 }
 
 namespace {
@@ -184,7 +194,7 @@ std::vector<OptSpec> make_table() {
      .help = "event mode: poll this long for a message before sleeping, microseconds (spin, then sleep; 0: sleep at once)",
      DBL(Com, spin_us)},
     {.name = "size", .short_name = 's', .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,oneway,bw,setup",
-     .help = "message size in bytes (K/M suffixes allowed; setup: the bytes --what mr registers, at most 1 GiB)", U64(Com, size)},
+     .help = "message size in bytes (setup: the bytes --what mr registers, at most 1 GiB)", U64(Com, size)},
     {.name = "all", .short_name = 'a', .type = T::flag, .scope = "lat,bw,setup",
      .help = "sweep sizes 1 B .. --max-size by powers of two (setup: 4 KiB .. --max-size)", FLAG(Com, sweep)},
     {.name = "max-size", .metavar = "BYTES", .type = T::size, .unit = "B", .scope = "lat,bw,check,load,setup",
@@ -486,7 +496,11 @@ void parse_options(Params& p, const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) usage_error("option --" + std::string(o->name) + " needs a value");
       value = args[++i];
     }
-    o->set(p, value);
+    // A size's suffixes are binary (64K = 65,536 B); the setter reads every other number as a count.
+    if (o->type == OptType::size && !(o->accepts_auto && value == "auto"))
+      o->set(p, std::to_string(parse_size("--" + std::string(o->name), value)));
+    else
+      o->set(p, value);
   }
 }
 

@@ -25,9 +25,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <vector>
 
@@ -367,6 +369,16 @@ bool is_plugin(const std::string& name) {
   for (const PluginName* p = kPlugins; p->name; ++p)
     if (name == p->name && !p->absent) return true;
   return false;
+}
+
+std::optional<std::vector<std::string>> transport_devices(const std::string& name) {
+  if (name != "verbs") return std::nullopt;
+  std::vector<std::string> devices;
+  std::error_code ec;  // no /sys/class/infiniband: no RDMA device
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/infiniband", ec))
+    devices.push_back(e.path().filename().string());
+  std::sort(devices.begin(), devices.end());
+  return devices;
 }
 
 std::vector<std::pair<std::string, std::string>> unusable_transports() {

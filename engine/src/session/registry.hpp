@@ -2,6 +2,7 @@
 // (shm, tcp, udp: they need nothing beyond libc) and those that are plugins,
 // each a shared object loaded at its first use (plugin.hpp).
 #pragma once
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,12 @@ std::vector<std::pair<std::string, std::string>> unusable_transports();
 
 // True if the transport is built as a plugin (loaded or not).
 bool is_plugin(const std::string& name);
+
+// For a transport that runs only over an RDMA device (verbs): the kernel's
+// RDMA devices here (/sys/class/infiniband, as libibverbs lists them), empty
+// when there are none, so its library can be present with nothing to run on.
+// nullopt for the others.
+std::optional<std::vector<std::string>> transport_devices(const std::string& name);
 
 // Where plugins are looked for: $FABMETER_PLUGIN_DIR (an absolute path),
 // else <bindir>/plugins (the build tree), else <bindir>/../lib/fabmeter (an

@@ -16,6 +16,7 @@
 #include "session/relay.hpp"
 #include "session/server_dirs.hpp"
 #include "session/session_common.hpp"
+#include "session/session_log.hpp"
 #include "experiment/table.hpp"
 #include "session/tool_server.hpp"
 #include "fabmeter/cpu.hpp"
@@ -101,7 +102,7 @@ void tell_failure(Ctrl& ctrl, const std::string& why) noexcept {
 
 // One session on the server side, in record `rec` of `admission`. Returns the exit code it would have.
 int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Admission& admission, size_t rec,
-              uint32_t challenge_delay_ms) {
+              uint32_t challenge_delay_ms, SessionLog& log) {
   trace_phase("server", "hello");
   // Nothing is allocated or validated for a client before it is authenticated.
   ctrl.set_timeout_ms(o.handshake_timeout_ms);
@@ -176,6 +177,8 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
       tool_binary = check_tool(tool, o);
     }
     p = decode_params(decoded.params);
+    log.experiment = tool_binary.empty() ? p.experiment : tool.tool;
+    log.transport = tool_binary.empty() ? p.transport : tool.proto;
     validate_run(p);
     set_reported_percentiles(p.percentiles);
     entry = &entry_for(p.transport);
@@ -281,8 +284,9 @@ std::string busy_reason(const ServerOptions& o) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != server) _exit(130);  // the server died before the line above
   int rc;
+  SessionLog log{ctrl.peer_addr(), Clock::mono_ns(), "", ""};
   try {
-    rc = serve_one(ctrl, o, clocks, admission, rec, challenge_delay_ms);
+    rc = serve_one(ctrl, o, clocks, admission, rec, challenge_delay_ms, log);
   } catch (const Error& e) {
     std::fprintf(stderr, "fabmeter-engine: session failed: %s\n", e.what());
     rc = static_cast<int>(e.kind);
@@ -291,6 +295,7 @@ std::string busy_reason(const ServerOptions& o) {
     rc = 3;
   }
   if (g_stop_signal && !g_overtime && rc != 0) rc = 130;
+  log.print(rc, o.log_format);
   ctrl.close_draining(kCloseDrainMs);
   std::fflush(stdout);
   std::fflush(stderr);

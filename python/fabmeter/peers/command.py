@@ -31,7 +31,7 @@ from fabmeter import __version__, analysis, command_options, envinfo, repeat, ru
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.cpus import parse_cpus
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.options import parse_size
+from fabmeter.options import parse_count, parse_size
 from fabmeter.peers.base import PeerRun, Rdma
 from fabmeter.peers.registry import PEERS
 from fabmeter.recorded import equivalent_command, run_recorded
@@ -64,6 +64,14 @@ def size(text: str) -> int:
     return n
 
 
+def count(text: str) -> int:
+    """An iteration count or rate, decimal suffixes as fabmeter's -n (10k = 10,000)."""
+    try:
+        return parse_count(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 OPTIONS = (
     CommandOption("tools", "comma-separated, from: %(default)s (default: all)", metavar="LIST",
                   default=",".join(TOOLS)),
@@ -74,12 +82,12 @@ OPTIONS = (
     CommandOption("bw-size", "bandwidth message size (default: %(default)s)", metavar="N", type=size,
                   default=PeerRun.bw_size),
     CommandOption("iters", "iterations, for fabmeter, iperf3, ucx_perftest and perftest's latency tools (default: "
-                           "%(default)s)", metavar="N", type=int, default=PeerRun.iters, short="n"),
+                           "%(default)s)", metavar="N", type=count, default=PeerRun.iters, short="n"),
     CommandOption("duration", "seconds, for the tools that only stop on a timer: sockperf, qperf, perftest's "
                               "bandwidth tools; whole seconds, rounded up; fabmeter load runs this long (default: "
                               "%(default)s)", metavar="S", type=float, default=PeerRun.duration),
     CommandOption("rate", "load: requests per second, as fabmeter load's --rate (sockperf under-load --mps) "
-                          "(default: %(default)s)", metavar="HZ", type=int, default=PeerRun.rate),
+                          "(default: %(default)s)", metavar="HZ", type=count, default=PeerRun.rate),
     CommandOption("cpus", "client on CPU A, server on CPU B (default: the first two CPUs; with --server, B is the "
                           "serve's own --cpu and A alone counts)", metavar="A,B"),
     CommandOption("server", "run each tool's server side on HOST, started by the `fabmeter serve` there (which needs "

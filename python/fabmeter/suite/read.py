@@ -10,7 +10,6 @@ import re
 import shlex
 import tomllib
 from dataclasses import dataclass, field, replace
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,6 +22,7 @@ from fabmeter.mesh import patterns, tool_pair
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import ids, peer
 from fabmeter.suite.ids import PY_KEYS
+from fabmeter.suggest import did_you_mean
 
 TOP_KEYS = ("name", "description", "repeat", "defaults", "matrix")
 MESH = "mesh"         # the experiment of a point that runs `fabmeter mesh`
@@ -271,9 +271,9 @@ def _typed(key: str, value: Any, opt: Optional[Option], line: int) -> Any:
 
 
 def _unknown_key(key: str, line: int, candidates: list[str]) -> SuiteError:
-    hint = get_close_matches(key.replace("-", "_"), candidates, n=1)
+    hint = did_you_mean(key.replace("-", "_"), candidates)
     why = " (options use the key form with '_', as in run.json)" if hint and "-" in key else ""
-    return SuiteError(f"unknown key '{key}'" + (f" (did you mean '{hint[0]}'?){why}" if hint else ""), line)
+    return SuiteError(f"unknown key '{key}'{hint}{why}", line)
 
 
 def _check_mesh_point(t: dict, defaults: dict, lines: KeyLines, index: int) -> None:
@@ -623,9 +623,8 @@ def _peer_value(key: str, value: Any, line: int) -> Any:
             raise SuiteError("key 'cpus': a peer point runs one client and one server: \"A,B\" or \"none\"", line)
         return _typed(key, value, None, line)
     if key == "tool" and value not in peer.tools():
-        hint = get_close_matches(str(value), peer.tools(), n=1)
         raise SuiteError(f"key 'tool': unknown tool {value!r} (known: {', '.join(peer.tools())})"
-                         + (f" (did you mean '{hint[0]}'?)" if hint else ""), line)
+                         + did_you_mean(str(value), peer.tools()), line)
     try:
         return peer.typed(key, value)
     except ValueError as e:
