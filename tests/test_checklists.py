@@ -56,7 +56,7 @@ def test_experiment_checklist_names_every_hook_a_struct_may_hide():
     table = (REPO / "engine" / "src" / "experiment" / "table.hpp").read_text()
     assert "using Experiments =" in table and "Experiments" in named(text)
     assert "kExperiments" in (REPO / "engine" / "include" / "fabmeter" / "params.hpp").read_text()
-    assert "EXPERIMENTS_HELP = {" in (REPO / "python" / "fabmeter" / "cli.py").read_text()
+    assert "EXPERIMENTS_HELP = {" in (REPO / "python" / "fabmeter" / "experiment_command.py").read_text()
 
 
 def test_option_checklist_names_what_exists():

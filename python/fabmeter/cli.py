@@ -27,6 +27,31 @@ EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the
               "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
 
 
+@dataclass(frozen=True)
+class Command:
+    name: str                           # docs/cli.md's: the command, or EXPERIMENT for the experiments
+    module: ModuleType                  # OPTIONS, add_parser(sub, info), main(ns, found)
+    engine: bool                        # needs the engine: refused without one, with the reason (exit 1)
+    main: Optional[Callable[[argparse.Namespace, Found], int]] = None   # where the module's main takes other words
+
+
+# In --help's order. A module may add several commands (the experiments).
+COMMANDS = (
+    Command("EXPERIMENT", experiment_command, engine=True),
+    Command("mesh", mesh_command, engine=True),
+    Command("serve", serve, engine=False),
+    Command("transports", transports_command, engine=True),
+    Command("demo", demo, engine=False),
+    Command("bench", bench, engine=False),
+    Command("suite", suite_command, engine=True),
+    Command("report", report_command, engine=False),
+    Command("peers", peers_command, engine=False),
+    Command("compare", compare, engine=False),
+    Command("watch", watch_command, engine=True,
+            main=lambda ns, found: watch_command.main(ns, found.engine, engine_options(found.engine))),
+)
+
+
 class _Parser(suggest.Parser):
     """Bad arguments give one line on stderr and exit 2, not the usage block."""
 
