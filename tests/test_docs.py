@@ -215,3 +215,24 @@ def test_peer_means_a_peer_tool(engine):
            if OTHER_PEER.search(line)]
     assert not bad, "'peer' for something other than a peer tool:\n" + "\n".join(bad)
     assert "--peers" not in "\n".join(texts.values()), "serve's relay list is --relay-to"
+
+
+def test_readmes_first_run_looks_as_the_command_prints_it(engine):
+    """README's `fabmeter lat -t shm` sample has today's shape: the same lines in the same order, each table's
+    column heads and row labels as a real run prints them (the figures are the machine's)."""
+    readme = (REPO / "README.md").read_text()
+    sample = re.search(r"^\$ \.venv/bin/fabmeter lat -t shm\n(.*?)^```", readme, re.S | re.M)
+    assert sample, "README has no first-run sample"
+    env = cli_env("docs")
+    env["FABMETER_ENGINE"] = str(engine)
+    r = subprocess.run(cli_cmd("lat", "-t", "shm", "-n", "2000"), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+    def shape(text: str) -> list[str]:
+        """Each line without its figures: numbers (and the host's name) blanked, runs of spaces made one."""
+        text = re.sub(r"\(on host [^)]*\)", "(on host H)", text)
+        text = re.sub(r"(?<![\w.])[-+]?\d[\d,]*(\.\d+)?(?![\w.])", "N", text)
+        return [re.sub(r"[ -]{2,}", " ", line).strip() for line in text.splitlines() if line.strip()]
+
+    # Only the iterations differ by design: the sample runs the default, the test -n 2000.
+    assert shape(sample.group(1)) == shape(r.stdout), r.stdout
