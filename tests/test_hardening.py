@@ -16,8 +16,8 @@ import pytest
 from conftest import ENGINE, json_lines, one_line_error, run_with_pause
 from fabmeter.errors import FabmeterError
 from fabmeter.results import RunRecord
-from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, FAIL, HEARTBEAT, HELLO, PROTOCOL,
-                                  WELCOME, frame, read_frame)
+from test_security_frames import (BARRIER, BYE, CHALLENGE, END_POINT, EXCHANGE, FAIL, HEARTBEAT, HELLO,
+                                  WELCOME, frame, hello_body, read_frame)
 
 
 def recv_frame(s: socket.socket) -> tuple[int, bytes]:
@@ -28,8 +28,8 @@ def recv_frame(s: socket.socket) -> tuple[int, bytes]:
 
 
 def start_session(s: socket.socket, host: str, params: str) -> None:
-    """The protocol against a server without a token: hello (no relay), an empty challenge, welcome."""
-    s.sendall(frame(HELLO, f"{PROTOCOL}\n{host}\n{os.urandom(32).hex()}\n\n\n{params}".encode()))
+    """The protocol against a server without a token: hello (no relay, tool or cpus), an empty challenge, welcome."""
+    s.sendall(frame(HELLO, hello_body(host=host, params=params)))
     kind, nonce = recv_frame(s)
     assert (kind, nonce) == (CHALLENGE, b""), "a server without a token challenges with nothing"
     assert recv_frame(s)[0] == WELCOME

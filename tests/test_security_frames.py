@@ -50,10 +50,11 @@ def sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes,
     return seal
 
 
-def hello_body(nonce: bytes | None = None, version: int = PROTOCOL) -> bytes:
+def hello_body(nonce: bytes | None = None, version: int = PROTOCOL, host: str = "attacker-host",
+               params: str = "experiment=lat\ntransport=tcp\n") -> bytes:
+    """A hello as the engine's client writes it, with no relay, tool or cpus line (fabmeter/handshake.hpp)."""
     nonce = os.urandom(32) if nonce is None else nonce
-    # no relay, tool or cpus
-    return f"{version}\nattacker-host\n{nonce.hex()}\n\n\n\nexperiment=lat\ntransport=tcp\n".encode()
+    return f"{version}\n{host}\n{nonce.hex()}\n\n\n\n{params}".encode()
 
 
 def read_frame(sock: socket.socket) -> tuple[int, bytes]:
