@@ -214,6 +214,11 @@ def fig_bandwidth(series: dict[str, list[tuple]], colors: Colors) -> bytes:
     return png(fig)
 
 
+THROUGHPUT_CAPTION = ("Gbit/s of each bin of arrivals counted at the receiver (throughput_series; bins of --series-ms, "
+                      "wider when the run outlasted 512 of them), from the end of the warm-up; the last bin, cut short "
+                      "by the end of the run, is left out.")
+
+
 def fig_throughput_over_time(title: str, lines: dict[str, tuple[np.ndarray, np.ndarray]], colors: Colors) -> bytes:
     """Gbit/s per arrival bin against time since the end of the warm-up, one line per connection (direction)."""
     fig, ax = plt.subplots(figsize=(10.5, 3.6))

@@ -2,37 +2,31 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from fabmeter import __version__, analysis, hdr
+from fabmeter import __version__, analysis
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fig_cdf, fig_completions_per_poll,
-                                     fig_cpu_cost, fig_histogram, fig_latency_vs_size, fig_load_clients,
-                                     fig_load_latency, fig_load_throughput, fig_mesh_load_cdf, fig_mesh_matrix,
-                                     fig_setup_connect, fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap,
-                                     fig_stream_vs_rate, fig_summary, fig_throughput_over_time, fig_tx_path, fmt_ns)
+from fabmeter.report.figures import (THROUGHPUT_CAPTION, Colors, fig_bandwidth, fig_bench_ratios, fig_cdf,
+                                     fig_completions_per_poll, fig_cpu_cost, fig_histogram, fig_latency_vs_size,
+                                     fig_load_clients, fig_load_latency, fig_load_throughput, fig_setup_connect,
+                                     fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
+                                     fig_summary, fig_throughput_over_time, fig_tx_path)
 from fabmeter import compare
 from fabmeter.report import context
 from fabmeter.report.comparison import section as comparison_section
+from fabmeter.report.mesh_section import section_mesh
 from fabmeter.report.files import number, obj
-from fabmeter.report.markup import Html, el, join, trusted
+from fabmeter.report.markup import Html, el, img, join, trusted
 from fabmeter.report.model import (EXPERIMENT_ORDER, Entry, Run, entries_of, inline_pair_key, latency_name,
                                    load_client_sweeps, load_sweeps, percentiles, read_benches, read_meshes, read_runs,
                                    read_suites, representative, stat, throughput_over_time)
 from fabmeter.report.summary import bench_rows, summarize
 from fabmeter.report.table import SORT_SCRIPT, section_table
 from fabmeter.results import now_iso
-
-
-def _img(data: bytes, alt: str, caption: str = "", wide: bool = False, anchor: Optional[str] = None) -> Html:
-    src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-    return el("figure", el("img", alt=alt, src=src), el("figcaption", caption) if caption else None,
-              class_="wide" if wide else "", id=anchor)
 
 
 def _idle_words(idle: dict) -> str:
@@ -96,7 +90,7 @@ def section_histograms(groups: dict[int, list[Entry]], colors: Colors, anchors: 
         anchors[id(e.run)] = f"run-{n}"
         more = f"; the run has {len(run_entries)} points, this is its {e.where()} point" if len(run_entries) > 1 else ""
         by_experiment.setdefault(e.experiment, []).append(
-            _img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
+            img(fig_histogram(e, colors(e.label)), f"histogram {e.run.rel}",
                  f"{e.run.rel}: {e.latency_name}, {context.or_unknown(e.point.get('iterations'))} messages "
                  f"after {context.or_unknown(e.point.get('warmup'))} warm-up (excluded){more}", anchor=f"run-{n}"))
     return [el("details", el("summary", f"{exp}: {len(figs)} run{'s' * (len(figs) > 1)}"),
@@ -106,12 +100,12 @@ def section_histograms(groups: dict[int, list[Entry]], colors: Colors, anchors: 
 
 def section_summary(entries: list[Entry], colors: Colors, benches: list[dict]) -> list[Html]:
     """The page's first figures: each bench's ratios, then the summary of every experiment."""
-    figs = [_img(fig_bench_ratios(bench_rows(doc)), "bench ratios", BENCH_CAPTION, wide=True, anchor=SUMMARY_ID)
+    figs = [img(fig_bench_ratios(bench_rows(doc)), "bench ratios", BENCH_CAPTION, wide=True, anchor=SUMMARY_ID)
             for doc in benches if doc.get("rows")]
     s = summarize(entries)
     if s:
         caption = " ".join(text for part, text in SUMMARY_CAPTIONS.items() if getattr(s, part))
-        figs.append(_img(fig_summary(s, colors), "summary", caption, wide=True,
+        figs.append(img(fig_summary(s, colors), "summary", caption, wide=True,
                          anchor=None if figs else SUMMARY_ID))
     return figs
 
@@ -160,7 +154,7 @@ def section_cdfs(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
             name = ("_" if nth[e.label] else e.label + (f" ({seen[e.label]} runs)" if seen[e.label] > 1 else ""))
             curves.append((name, e.samples(), colors(e.label), ("-", "--", ":", "-.")[nth[e.label] % 4]))
         e0 = es[0]
-        figs.append(_img(fig_cdf(f"{e0.experiment} {e0.where()}\nCDF of the {e0.latency_name}", curves,
+        figs.append(img(fig_cdf(f"{e0.experiment} {e0.where()}\nCDF of the {e0.latency_name}", curves,
                                  e0.latency_name),
                          f"CDF {e0.experiment} {e0.where()}",
                          f"{e0.experiment}, {e0.where()}: {len(curves)} runs; dotted lines at p50 and p99"))
@@ -188,7 +182,7 @@ def section_stages(groups: dict[int, list[Entry]], colors: Colors) -> list[str]:
                   if any(key in c for _, c in columns) or (key == "send_ns" and any(absent))]
         e0 = es[0]
         title = f"oneway {e0.label} {e0.where()}: one-way stages from the submit stamp t_subm"
-        figs.append(_img(fig_stages(title, stages, columns, [colors(e.label) for e in es], absent,
+        figs.append(img(fig_stages(title, stages, columns, [colors(e.label) for e in es], absent,
                                     beside={"latency_ns": analysis.ONEWAY_FROM_SEND}),
                          f"one-way stages {e0.label} {e0.where()}",
                          f"{e0.where()}: " + ", ".join(e.run.rel for e in es) + "; a row per stage, a column per run",
@@ -223,7 +217,7 @@ def section_sizes(entries: list[Entry], colors: Colors) -> list[str]:
         if series:
             name = latency_name({}, exp)
             title = f"{exp}: {name} vs message size"
-            figs.append(_img(fig_latency_vs_size(title, series, name, colors), title,
+            figs.append(img(fig_latency_vs_size(title, series, name, colors), title,
                              f"{exp}: {name}; one line per transport/mode", wide=True))
     return figs
 
@@ -239,7 +233,7 @@ def section_bandwidth(entries: list[Entry], colors: Colors) -> list[str]:
     series_rows = {k: [v[s] for s in sorted(v)] for k, v in series.items() if len(v) >= 2}
     figs = []
     if series_rows:
-        figs.append(_img(fig_bandwidth(series_rows, colors), "bandwidth and message rate vs size",
+        figs.append(img(fig_bandwidth(series_rows, colors), "bandwidth and message rate vs size",
                          "bw: one line per transport/mode (bidir: both directions at once)", wide=True))
     lines = {}
     for e in entries:
@@ -249,7 +243,7 @@ def section_bandwidth(entries: list[Entry], colors: Colors) -> list[str]:
                 if line is not None:
                     lines[f"{e.run.rel} {e.label} {analysis.fmt_size(int(e.point['size']))} {direction}"] = line
     if lines:
-        figs.append(_img(fig_throughput_over_time("bw: throughput over time per connection", lines, Colors(lines)),
+        figs.append(img(fig_throughput_over_time("bw: throughput over time per connection", lines, Colors(lines)),
                          "bw throughput over time", THROUGHPUT_CAPTION, wide=True))
     return figs
 
@@ -273,7 +267,7 @@ def section_cpu(entries: list[Entry], colors: Colors) -> list[str]:
     if not rows:
         return []
     rows = rows[:CPU_FIGURE_POINTS]
-    return [_img(fig_cpu_cost(rows, colors), "CPU per message beside latency", CPU_CAPTION, wide=True)]
+    return [img(fig_cpu_cost(rows, colors), "CPU per message beside latency", CPU_CAPTION, wide=True)]
 
 
 CPU_CAPTION = ("cpu.client and cpu.server of each point (docs/results.md): the process's user + system CPU time over "
@@ -282,10 +276,6 @@ CPU_CAPTION = ("cpu.client and cpu.server of each point (docs/results.md): the p
                "A peer tool's bars are fabmeter's accounting of its processes over their whole run, its own warm-up "
                "included.")
 
-
-THROUGHPUT_CAPTION = ("Gbit/s of each bin of arrivals counted at the receiver (throughput_series; bins of --series-ms, "
-                      "wider when the run outlasted 512 of them), from the end of the warm-up; the last bin, cut short "
-                      "by the end of the run, is left out.")
 
 
 def section_stream(entries: list[Entry], colors: Colors) -> list[str]:
@@ -310,12 +300,12 @@ def section_stream(entries: list[Entry], colors: Colors) -> list[str]:
              for v, series in by_values.items()}
     lines = {v: s for v, s in lines.items() if s}
     if lines:
-        figs.append(_img(fig_stream_vs_rate(lines, colors), "stream latency vs rate",
+        figs.append(img(fig_stream_vs_rate(lines, colors), "stream latency vs rate",
                          "stream: median one-way latency (receive time minus the scheduled step time) vs sample "
                          "rate, with the share of steps the source missed (dashed, right axis)", wide=True))
     for label, grid in sorted(cells.items()):
         if len({r for r, _ in grid}) >= 2 and len({v for _, v in grid}) >= 2:
-            figs.append(_img(fig_stream_heatmap(label, grid), f"stream heatmap {label}",
+            figs.append(img(fig_stream_heatmap(label, grid), f"stream heatmap {label}",
                              f"stream {label}: median one-way latency over rate x values per sample"))
     return figs
 
@@ -333,7 +323,7 @@ def _closed_loop_figures(entries: list[Entry]) -> list[str]:
         return []
     colors = Colors([s.label for s in sweeps])
     curves = {s.label: s.points for s in sweeps}
-    return [_img(fig_load_clients("load", curves, colors), "load closed loop against clients",
+    return [img(fig_load_clients("load", curves, colors), "load closed loop against clients",
                  "closed loop (--clients): each client keeps --outstanding requests in flight and sends the next as "
                  "soon as one completes (after --think-us); achieved rate and the round trip from the moment a "
                  "slot came free, against the number of clients. Unlike open loop, a slow reply delays the next "
@@ -354,12 +344,12 @@ def section_load(entries: list[Entry]) -> list[str]:
         if not curves:
             continue
         title = _load_title(workload)
-        figs.append(_img(fig_load_latency(title, curves, colors), f"load latency vs offered rate {workload}",
+        figs.append(img(fig_load_latency(title, curves, colors), f"load latency vs offered rate {workload}",
                          f"{title}: p50, p99 and p99.9 of the round trip from the intended send time (queueing "
                          "included: coordinated omission cannot hide it) against the offered request rate; the "
                          "knee: the first offered rate whose p99 exceeds 10x the unloaded p99 or whose achieved "
                          "rate falls below 95 % of offered", wide=True))
-        figs.append(_img(fig_load_throughput(title, curves, colors), f"load achieved vs offered {workload}",
+        figs.append(img(fig_load_throughput(title, curves, colors), f"load achieved vs offered {workload}",
                          f"{title}: achieved request rate (completed round trips per second) against offered"))
     by_workload: dict[str, dict[str, list]] = {}
     for s in sweeps:
@@ -371,14 +361,14 @@ def section_load(entries: list[Entry]) -> list[str]:
                     (p["offered_rps"], rows))
     for workload, series in sorted(by_workload.items()):
         title = _load_title(workload)
-        figs.append(_img(fig_slowdown(title, series, colors), f"load slowdown {workload}",
+        figs.append(img(fig_slowdown(title, series, colors), f"load slowdown {workload}",
                          f"{title}: slowdown per message-size bucket (latency from the intended send / the unloaded "
                          "p50 of that size, Homa's metric), p50 and p99", wide=True))
     tx_curves = {s.label: [p for p in s.points if isinstance((p.get("server") or {}).get("tx"), dict)]
                  for s in sweeps}
     tx_curves = {label: points for label, points in tx_curves.items() if points}
     if tx_curves:
-        figs.append(_img(fig_tx_path("load", tx_curves, colors), "load transmit path",
+        figs.append(img(fig_tx_path("load", tx_curves, colors), "load transmit path",
                          "the server's transmit path, as RAMCloud timed it (transports with send completions): a "
                          "reply that finds every send buffer taken polls for send completions until one frees; "
                          "left, completions one non-empty poll returned; right, how long such a reply waited and "
@@ -387,7 +377,7 @@ def section_load(entries: list[Entry]) -> list[str]:
         per = {f"{analysis.fmt_num(p['offered_rps'], 0)}/s, mean {p['server'].get('mean_per_poll', 0):.2g}":
                p["server"]["completions_per_poll"] for p in s.points if (p.get("server") or {}).get("completions_per_poll")}
         if per:
-            figs.append(_img(fig_completions_per_poll(f"load {s.label}: the server's completions per poll", per),
+            figs.append(img(fig_completions_per_poll(f"load {s.label}: the server's completions per poll", per),
                              f"load completions per poll {s.label}",
                              f"load {s.label}: messages one poll of the server's transport returned, as a share of "
                              "the polls that returned any (the receive side; RAMCloud's measure, transmit buffers "
@@ -415,232 +405,15 @@ def section_setup(entries: list[Entry]) -> list[str]:
         floors = [obj(obj(e.run.doc.get("limits")).get("connect_floor_ns")) for e in setup]
         floor = next(((float(f["p50"]), float(f["p99"])) for f in floors
                       if number(f.get("p50")) is not None and number(f.get("p99")) is not None), None)
-        figs.append(_img(fig_setup_connect(connects, floor), "setup connect time per transport",
+        figs.append(img(fig_setup_connect(connects, floor), "setup connect time per transport",
                          "setup: connection establishment per transport, timed on the client from constructing a new "
                          "transport to its connect() returned (control-channel round trips included: each point's "
                          "covers says how many); grey: the machine's bare loopback tcp connect/accept (limits)",
                          wide=True))
     if series:
-        figs.append(_img(fig_setup_mr(series, Colors(sorted(series))), "setup registration against size",
+        figs.append(img(fig_setup_mr(series, Colors(sorted(series))), "setup registration against size",
                          "setup: memory registration (ibv_reg_mr, fi_mr_reg) of a touched region against its size, on "
                          "base pages and on huge pages; a size without huge pages has no huge-page marker"))
-    return figs
-
-
-MESH_LATENCY = {"oneway": "one-way latency (synchronised clocks)", "lat": "one-way latency = RTT/2",
-                "stream": "one-way latency from the scheduled step", "load": "RTT from the intended send"}
-
-
-def _mesh_hosts_table(doc: dict) -> Html:
-    head = ["rank", "host", "out pairs (failed)", "out p50 (median of pairs)", "out p99 (max of pairs)",
-            "out Gbit/s (sum)", "in pairs (failed)", "in p99 (max of pairs)", "in Gbit/s (sum)"]
-    rows = []
-    for h in doc.get("per_host") or []:
-        o, i = obj(h.get("out")), obj(h.get("in"))
-        gbps = lambda v: "-" if number(v) is None else f"{v:.3g}"  # noqa: E731
-        rows.append([h.get("rank"), h.get("host"), f"{o.get('pairs')} ({o.get('failed')})",
-                     fmt_ns(o.get("p50_ns_median_of_pairs")), fmt_ns(o.get("p99_ns_max_of_pairs")),
-                     gbps(o.get("gbps_sum")), f"{i.get('pairs')} ({i.get('failed')})",
-                     fmt_ns(i.get("p99_ns_max_of_pairs")), gbps(i.get("gbps_sum"))])
-    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
-               class_="mesh")
-    return el("figure", table, el("figcaption", "per host: its pairs as source (out) and as destination (in)"),
-              class_="wide")
-
-
-def _mesh_start_table(summary: dict) -> Optional[Html]:
-    """Per round: how far apart its pairs started (skew) and how late after the planned instant (p50/p99/max), the
-    lead, the control traffic; the first row the whole mesh. None for a mesh.json without them."""
-    rounds = _objects(summary.get("rounds"))
-    if not any("start_late_ns" in r for r in rounds):
-        return None
-    spread = lambda d: [fmt_ns(obj(d).get(k)) for k in ("p50", "p99", "max")]  # noqa: E731
-    head = ["round", "pairs", "start skew", "late p50", "late p99", "late max", "lead", "plan", "control frames"]
-    skew = obj(summary.get("start_skew_ns"))
-    rows = [["all", summary.get("pairs"), f"p50 {fmt_ns(skew.get('p50'))}, p99 {fmt_ns(skew.get('p99'))}, "
-                                          f"max {fmt_ns(skew.get('max'))}", *spread(summary.get("start_late_ns")),
-             "", "", ""]]
-    for r in rounds:
-        c = obj(r.get("control"))
-        rows.append([r.get("round"), len(_list(r.get("pairs"))), fmt_ns(r.get("start_skew_ns")),
-                     *spread(r.get("start_late_ns")), fmt_ns(r.get("lead_ns")), fmt_ns(c.get("plan_ns")),
-                     c.get("frames", "")])
-    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
-               class_="mesh")
-    return el("figure", table, el("figcaption", "round start: skew = the round's pairs' start instants, last minus "
-                                                "first, on the coordinator's clock; late = after the planned instant, "
-                                                "each on its host's clock; lead = how far ahead the plan was sent"),
-              class_="wide")
-
-
-def _list(value) -> list:
-    return value if isinstance(value, list) else []
-
-
-def _objects(value) -> list[dict]:
-    return [x for x in _list(value) if isinstance(x, dict)]
-
-
-def _mesh_flagged(doc: dict) -> tuple[str, set[tuple[int, int]]]:
-    """The figure the outlier rule judged (matrix key) and the links it flagged."""
-    found = obj(doc.get("outliers"))
-    links = {(x.get("src"), x.get("dst")) for x in _objects(found.get("links"))
-             if type(x.get("src")) is int and type(x.get("dst")) is int}
-    return str(obj(found.get("rule")).get("figure")), links
-
-
-def _mesh_outliers_list(doc: dict, hosts: list[str]) -> Optional[Html]:
-    """Under the heatmaps: the rule, the hosts and links it flagged, and the identity fields that differ."""
-    found, drift = obj(doc.get("outliers")), obj(doc.get("drift"))
-    if not found and not drift:
-        return None      # a mesh.json from before outliers were judged
-    name = lambda r: f"{r} {hosts[r]}" if type(r) is int and 0 <= r < len(hosts) else str(r)  # noqa: E731
-    items = []
-    gbps = obj(found.get("rule")).get("figure") == "gbps"
-    show = lambda v: "-" if number(v) is None else (f"{v:.3g} Gbit/s" if gbps else fmt_ns(v))  # noqa: E731
-    for h in _objects(found.get("hosts")):
-        sides = "; ".join(f"{s.get('direction')} as {'source' if s.get('side') == 'out' else 'destination'} "
-                          f"({s.get('flagged')} of {s.get('links')} links)" for s in _objects(h.get("sides")))
-        items.append(el("li", el("b", f"host {name(h.get('rank'))}"), f": {sides}"))
-    for x in _objects(found.get("links")):
-        score = number(x.get("score"))
-        rel = number(x.get("relative"))
-        items.append(el("li", f"link {name(x.get('src'))} \u2192 {name(x.get('dst'))}: {show(x.get('figure'))} "
-                              f"{x.get('direction')}, score {'-' if score is None else f'{score:+.1f}'}"
-                              f"{'' if rel is None else f', {rel * 100:+.0f} % from the median'}"))
-    if found and not items:
-        items.append(el("li", "no outlier link or host"))
-    for f in _objects(drift.get("fields")):
-        values = "; ".join(f"{str(v.get('value'))[:80]} on {', '.join(name(r) for r in _list(v.get('ranks')))}"
-                           for v in _objects(f.get("values")))
-        items.append(el("li", el("b", f"drift {f.get('field')}"), f": {values}"))
-    if drift and not _objects(drift.get("fields")):
-        items.append(el("li", f"no drift: the identity fields of the {len(_list(drift.get('hosts_reporting')))} "
-                              "hosts that reported them agree"))
-    rule = str(obj(found.get("rule")).get("text") or "")
-    median = f" (median {show(found.get('median'))}, scaled MAD {show(found.get('scaled_mad'))})" if found else ""
-    return el("figure", el("ul", items, class_="mesh-outliers"),
-              el("figcaption", f"outliers, framed red in the heatmap: {rule}{median}. Drift: identity fields "
-                               "(kernel, CPU, governor, idle driver, MTU, link speed, ...) that differ between hosts"),
-              class_="wide")
-
-
-def _count(v) -> int:
-    return v if type(v) is int and v >= 0 else 0
-
-
-def _merged_cdf(side: dict) -> Optional[list[tuple[float, float]]]:
-    """A side's merged histogram as a CDF, decoded with hdr's bounds; None if it has none or it does not decode."""
-    text, lat = side.get("latency_hist"), obj(side.get("latency_ns"))
-    if not isinstance(text, str):
-        return None
-    merged = hdr.Merged()
-    try:
-        merged.add(hdr.decode(text), _count(side.get("latency_hist_below")), _count(side.get("latency_hist_above")),
-                   number(lat.get("min")), number(lat.get("max")))
-    except hdr.HistogramError:
-        return None
-    return merged.cdf() or None
-
-
-def _mesh_load(doc: dict, name: str, rel: str) -> list:
-    """A load mesh's merged figures: the CDF per server and overall, their requests/s and percentiles in a
-    table, and the slowdown per size bucket of the merged bucket histograms."""
-    load = obj(doc.get("load"))
-    sides = [(f"server {s.get('rank')} {s.get('host')}", s) for s in _objects(load.get("servers"))]
-    sides.append(("all", obj(load.get("overall"))))
-    figs = []
-    curves = [(label, c) for label, side in sides if (c := _merged_cdf(side))]
-    if curves:
-        figs.append(_img(fig_mesh_load_cdf(f"{name}: merged latency per server", curves), f"{name} merged cdf",
-                         f"{rel}: every client's histogram added up exactly, one curve per server (the pairs' "
-                         "destination) and all the pairs (black); RTT from the intended send"))
-    one_bucket = all(len(_list(s.get("slowdown"))) <= 1 for _, s in sides)
-    head = ["server", "pairs merged", "requests", "offered req/s", "achieved req/s", "p50", "p99", "p99.9"]
-    head += ["slowdown p50", "slowdown p99"] if one_bucket else []
-    rate = lambda v: "-" if number(v) is None else analysis.fmt_num(float(v), 0)  # noqa: E731
-    rows = []
-    for label, side in sides:
-        lat = obj(side.get("latency_ns"))
-        rounds = _objects(side.get("by_round"))
-        rates = ([rate(side.get("offered_rps")), rate(side.get("achieved_rps"))] if len(rounds) <= 1 else
-                 [", ".join(f"round {r.get('round')}: {rate(r.get(k))}" for r in rounds)
-                  for k in ("offered_rps", "achieved_rps")])
-        row = [label, f"{side.get('pairs_merged')} of {side.get('pairs')}", f"{lat.get('count')}", *rates,
-               *(fmt_ns(lat.get(k)) for k in ("p50", "p99", "p999"))]
-        if one_bucket:
-            b = obj((_list(side.get("slowdown")) or [None])[0])
-            row += [("-" if number(b.get(k)) is None else f"{b[k]:.3g}") for k in ("p50", "p99")]
-        rows.append(row)
-    table = el("table", el("tr", [el("th", h) for h in head]), [el("tr", [el("td", c) for c in r]) for r in rows],
-               class_="mesh")
-    figs.append(el("figure", table, el("figcaption", "per server: the merged histogram's RTT percentiles (nearest "
-                                                     "rank, within 10^-3) and requests/s summed over its pairs that "
-                                                     "ran together (per round when they ran in several)"),
-                   class_="wide"))
-    series = {}
-    for label, side in sides:
-        buckets = [(b["size_hi"], b["p50"], b["p99"]) for b in _objects(side.get("slowdown"))
-                   if number(b.get("size_hi")) and number(b.get("p50")) and number(b.get("p99"))]
-        if len(buckets) >= 2:
-            series[label] = [(side.get("offered_rps"), buckets)]
-    if series:
-        figs.append(_img(fig_slowdown(f"{name}, merged", series, Colors(list(series))), f"{name} merged slowdown",
-                         f"{rel}: slowdown per message-size bucket of the merged bucket histograms (latency / the "
-                         "merged unloaded p50 of that size), per server and all the pairs", wide=True))
-    return figs
-
-
-def section_mesh(meshes: list[tuple[str, dict]]) -> list[str]:
-    """Each `fabmeter mesh --out` run: its matrices (p50 and p99 latency, or Gbit/s) and per-host figures."""
-    figs = []
-    for rel, doc in meshes:
-        summary, matrix = doc["mesh"], doc["matrix"]
-        hosts = [str(h) for h in summary.get("hosts") or []]
-        experiment = str(summary.get("experiment"))
-        skew = summary.get("round_start_skew_ns")
-        tool = summary.get("tool") if isinstance(summary.get("tool"), str) else None   # mesh --tool: its figures
-        name = (f"mesh {tool + ' ' if tool else ''}{experiment} {summary.get('transport') or ''} "
-                f"{summary.get('pattern')} {summary.get('schedule')}").replace("  ", " ")
-        failed = {(p.get("src"), p.get("dst")) for p in doc.get("pairs") or [] if p.get("status") != "ok"}
-        judged, flagged = _mesh_flagged(doc)
-        about = (f"{rel}: {len(hosts)} hosts, {summary.get('pairs')} pairs ({summary.get('failed')} failed), "
-                 f"{len(summary.get('rounds') or [])} rounds, round start skew "
-                 + (f"p99 {fmt_ns(obj(summary.get('start_skew_ns')).get('p99'))}, " if summary.get("start_skew_ns") else "")
-                 + f"max {fmt_ns(skew)}")
-        if experiment == "bw":
-            figs.append(_img(fig_mesh_matrix(f"{name}: Gbit/s", hosts, matrix["gbps"], "Gbit/s at the receiver",
-                                             False, failed, flagged if judged == "gbps" else None),
-                             f"{name} gbps", about))
-            lines = {}
-            for p in doc.get("pairs") or []:
-                for direction, s in (p.get("throughput_series") or {}).items():
-                    src, dst = (p.get("src"), p.get("dst")) if direction == "c2s" else (p.get("dst"), p.get("src"))
-                    line = throughput_over_time(s, p.get("size"))
-                    if line is not None:
-                        lines[f"{src}->{dst}"] = line
-            if lines:
-                figs.append(_img(fig_throughput_over_time(f"{name}: throughput over time per connection", lines,
-                                                          Colors(lines)),
-                                 f"{name} throughput over time", f"{rel}: one line per directed pair. "
-                                 + THROUGHPUT_CAPTION, wide=True))
-        else:
-            kinds = {str(p.get("latency_kind")) for p in doc.get("pairs") or [] if p.get("latency_kind")}
-            kind = (f"latency as {tool} reports it ({', '.join(sorted(kinds))})" if tool
-                    else MESH_LATENCY.get(experiment, "latency"))
-            for q in ("p50", "p99"):
-                key = f"latency_{q}_ns"
-                figs.append(_img(fig_mesh_matrix(f"{name}: {q} {kind}", hosts, matrix[key], f"{q} {kind}", True,
-                                                 failed, flagged if judged == key else None), f"{name} {q}", about))
-        if experiment == "load" and doc.get("load"):
-            figs += _mesh_load(doc, name, rel)
-        listed = _mesh_outliers_list(doc, hosts)
-        if listed is not None:
-            figs.append(listed)
-        figs.append(_mesh_hosts_table(doc))
-        start = _mesh_start_table(summary)
-        if start is not None:
-            figs.append(start)
     return figs
 
 

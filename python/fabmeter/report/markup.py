@@ -9,8 +9,9 @@ which takes only constants of this package, never a value read from a file.
 
 from __future__ import annotations
 
+import base64
 import html
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 
 class Html(str):
@@ -59,3 +60,10 @@ def el(tag: str, *children: Child, **attrs) -> Html:
 
 
 VOID = {"img", "meta", "br", "hr", "link", "input"}
+
+
+def img(data: bytes, alt: str, caption: str = "", wide: bool = False, anchor: Optional[str] = None) -> Html:
+    """A PNG figure, inlined, with its caption."""
+    src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return el("figure", el("img", alt=alt, src=src), el("figcaption", caption) if caption else None,
+              class_="wide" if wide else "", id=anchor)
