@@ -8,6 +8,8 @@ from typing import Optional
 from fabmeter import command_options
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.cpus import parse_cpus
+from fabmeter.errors import EXIT_USAGE, FabmeterError
+from fabmeter.suite import cut
 
 OPTIONS = (
     CommandOption("file", "the suite, e.g. suites/quick.toml", metavar="FILE.toml", positional=True),
@@ -17,6 +19,10 @@ OPTIONS = (
     CommandOption("server", "run every point against a server started elsewhere with `fabmeter serve` (overrides "
                             "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only",
                   metavar="HOST[:PORT]"),
+    CommandOption("token-file", "the serves' shared secret, for every point that runs against one (default: "
+                                "$FABMETER_TOKEN)", metavar="F"),
+    CommandOption("set", cut.SET_HELP, metavar="KEY=VALUE", repeat=True),
+    CommandOption("only", cut.ONLY_HELP, metavar="PATTERN", repeat=True),
 )
 
 
@@ -28,6 +34,10 @@ def add_parser(sub, info: Optional[dict]) -> None:
 
 def main(ns, found: Found) -> int:
     from fabmeter.suite import runner
+    try:
+        sets = dict(cut.parse_set(text) for text in ns.set or [])
+    except cut.CutError as e:
+        raise FabmeterError(str(e), EXIT_USAGE) from None
     return runner.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, found.engine,
                        parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
-                       server=ns.server)
+                       server=ns.server, token_file=ns.token_file, sets=sets, only=ns.only or [])

@@ -20,7 +20,7 @@ from fabmeter.errors import FabmeterError
 from fabmeter.mesh import command as mesh_command
 from fabmeter.mesh import patterns, tool_pair
 from fabmeter.options import Option, Options, _csv
-from fabmeter.suite import ids, peer
+from fabmeter.suite import cut, ids, peer
 from fabmeter.suite.ids import PY_KEYS
 from fabmeter.suggest import did_you_mean
 
@@ -307,12 +307,15 @@ def _origin(t: dict, lines: KeyLines, index: int) -> Optional[str]:
     return value
 
 
-def read(path: Path, info: dict) -> Suite:
+def read(path: Path, info: dict, sets: Optional[dict[str, Any]] = None) -> Suite:
     """Parses and checks a suite file against the engine's option table (`fabmeter-engine options`), and expands
-    its [[matrix]] tables into points."""
+    its [[matrix]] tables into points; `sets` (--set) over the file's keys (cut.py)."""
     doc, lines = _parse(path)
-    name, description, repeat, raw_defaults, matrix = _top(doc, lines, path)
     keys = _Keys(info, lines)
+    for key, value in (sets or {}).items():
+        _check_set(keys, key, value)
+    cut.apply_sets(doc, sets or {})
+    name, description, repeat, raw_defaults, matrix = _top(doc, lines, path)
     defaults = keys.defaults(raw_defaults)
     used_defaults: set[str] = set()
     expanded: list[tuple[Point, list[str]]] = []   # each point with the keys its own table sets
@@ -330,6 +333,18 @@ def read(path: Path, info: dict) -> Suite:
     ids.assign(expanded, keys.table)
     return Suite(name, description, path, rounds(_distinct([p for p, _ in expanded], keys.table), repeat),
                  keys.table)
+
+
+def _check_set(keys: "_Keys", key: str, value: Any) -> None:
+    """A --set key checked as the file's keys are (it has no line: its errors name it instead)."""
+    if key in (ORIGIN, "tool"):
+        raise SuiteError(f"--set {key}: not a key --set can change (it makes or marks a [[matrix]] table's points)")
+    if key not in keys.allowed:
+        raise SuiteError(f"--set {key}: {_unknown_key(key, 0, keys.allowed).message}")
+    try:
+        keys.check("--set", 0, key, value, allow_list=False)
+    except SuiteError as e:
+        raise SuiteError(f"--set {key}={value}: {e.message}") from None
 
 
 def _parse(path: Path) -> tuple[dict, KeyLines]:

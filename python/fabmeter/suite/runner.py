@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, run, slo
+from fabmeter import __version__, analysis, run, slo
 from fabmeter.command_options import Found
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
@@ -23,7 +23,7 @@ from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
 from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
-from fabmeter.suite import peer
+from fabmeter.suite import cut, peer
 from fabmeter.suite.read import MESH_KEYS, Point, Suite, SuiteError, read
 from fabmeter.terminal import shown_lines
 
@@ -69,10 +69,36 @@ class Progress:
         sys.stderr.write(shown_lines(text) + "\n")
         sys.stderr.flush()
 
+    def result(self, text: str) -> None:
+        """A finished point's line, on stdout (the progress line, on stderr, cleared first)."""
+        if self.tty and self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            sys.stderr.flush()
+            self._width = 0
+        print(shown_lines(text), flush=True)
+
     def close(self) -> None:
         if self.tty and self._width:
             sys.stderr.write("\n")
             self._width = 0
+
+
+def headline(folder: Path) -> str:
+    """The point's headline figure as compare judges it (its representative point's), e.g. "p50 RTT/2 ns 4,210.5";
+    "" when its folder holds no figure."""
+    from fabmeter import compare      # numpy: loaded once a point has run
+    from fabmeter.report import model
+    runs, _ = model.read_runs(folder)
+    entries = model.entries_of(runs)
+    if not entries:
+        return ""
+    item = compare.item_of_point(model.representative(entries))
+    return f"{item.figure} {analysis.fmt_num(item.value)}" if item.value is not None else ""
+
+
+def _point_line(pid: str, state: str, seconds: float, folder: Path) -> str:
+    figure = headline(folder) if state == "ok" else ""
+    return f"{pid}: {state} in {_fmt_duration(seconds)}" + (f", {figure}" if figure else "")
 
 
 def _read_run(folder: Path) -> Optional[dict]:
@@ -261,7 +287,7 @@ def print_plan(suite: Suite, out: Path) -> None:
 
 
 def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
-              default_cpus: Optional[tuple[int, ...]]) -> int:
+              default_cpus: Optional[tuple[int, ...]], token_file: Optional[str] = None) -> int:
     """Runs every point not finished yet; returns the exit code."""
     out = out_folder(out)
     for p in suite.points:   # before anything reads or rewrites a point's folder
@@ -316,6 +342,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
                     state, message, code = _run_mesh(p, folder, suite.options, engine)
                 seconds = time.monotonic() - t0
                 index.set(p.id, status=state, message=message, seconds=round(seconds, 3))
+                progress.result(_point_line(p.id, state, seconds, folder))
                 ran += 1
                 if code == EXIT_INTERRUPTED:
                     status = "interrupted"
@@ -327,7 +354,8 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
                 continue
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
-            spec = run.RunSpec(p.experiment, p.options_in(folder), cpus=cpus, server=p.server, out=folder, engine=engine)
+            spec = run.RunSpec(p.experiment, p.options_in(folder), cpus=cpus, server=p.server, out=folder, engine=engine,
+                               token_file=token_file if p.server else None)
             current = p
             index.set(p.id, status="running", message="")
             t0 = time.monotonic()
@@ -338,6 +366,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             res, verdict, code = rec.result, rec.verdict, rec.exit_code
             index.set(p.id, status=res.status, message=res.message, seconds=round(seconds, 3),
                       slo=_slo_entry(p, verdict))
+            progress.result(_point_line(p.id, res.status, seconds, folder))
             if code == EXIT_SLO:
                 missed.append((p.id, slo.summary(verdict)))
                 progress.say(f"suite: {p.id}: {slo.summary(verdict)}")
@@ -386,16 +415,26 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
 
 def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
          cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]],
-         server: Optional[str] = None) -> int:
+         server: Optional[str] = None, token_file: Optional[str] = None, sets: Optional[dict] = None,
+         only: tuple[str, ...] = ()) -> int:
     try:
-        suite = read(path, engine_info(engine))
+        suite = read(path, engine_info(engine), sets)
+        suite.points = cut.only(suite.points, list(only))
     except SuiteError as e:
         where = f"{path}:{e.line}: " if e.line else f"{path}: "
         raise FabmeterError(where + e.message, EXIT_USAGE)
+    except cut.CutError as e:
+        raise FabmeterError(str(e), EXIT_USAGE) from None
     if server:  # --server: one serve for every point (the point ids stay the suite's)
         suite.points = [dataclasses.replace(p, server=server) for p in suite.points]
+    if token_file is not None:
+        if not any(p.server for p in suite.points):
+            raise FabmeterError("--token-file goes with --server or a suite's `server` (a local point makes its "
+                                "own secret)", EXIT_USAGE)
+        suite.points = [dataclasses.replace(p, options={**p.options, "token_file": token_file})
+                        if p.tool and p.server and not p.options.get("token_file") else p for p in suite.points]
     out = (out or Path("results") / suite.name).resolve()
     if dry_run:
         print_plan(suite, out)
         return EXIT_OK
-    return run_suite(suite, out, engine, cpus_override, default_cpus)
+    return run_suite(suite, out, engine, cpus_override, default_cpus, token_file)
