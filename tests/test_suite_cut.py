@@ -43,6 +43,7 @@ def test_set_replaces_a_matrix_tables_own_value_and_only_takes_shell_patterns(fm
     (("--set", "iters=lots"), "--set iters=lots: "),
     (("--set", "iters"), "--set iters: expected KEY=VALUE"),
     (("--set", "tool=sockperf"), "--set tool: not a key --set can change"),
+    (("--set", "workload=w1"), "--set workload: applies to none of the points (only to experiments"),
     (("--only", "rdma"), "--only rdma: no point matches (the points: lat-shm-busy"),
 ])
 def test_a_bad_cut_is_a_usage_error_naming_it(fm, tmp_path, args, words):

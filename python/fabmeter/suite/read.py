@@ -329,7 +329,7 @@ def read(path: Path, info: dict, sets: Optional[dict[str, Any]] = None) -> Suite
         axes = keys.axes(t, index, defaults)
         expanded += [(replace(p, origin=origin), list(t))
                      for p in _expand(axes, defaults, keys, index, used_defaults)]
-    _check_defaults_used(raw_defaults, used_defaults, keys.table, lines)
+    _check_defaults_used(raw_defaults, used_defaults, keys.table, lines, set(sets or {}))
     ids.assign(expanded, keys.table)
     return Suite(name, description, path, rounds(_distinct([p for p, _ in expanded], keys.table), repeat),
                  keys.table)
@@ -530,14 +530,17 @@ def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used
     return points
 
 
-def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options, lines: KeyLines) -> None:
-    """A key of [defaults] that no point took is a mistake."""
+def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options, lines: KeyLines,
+                         sets: set) -> None:
+    """A key of [defaults] (or of --set) that no point took is a mistake."""
     unused = [k for k in raw_defaults if (k in table or k == "slo" or k in MESH_KEYS or k in peer.DEFAULTS)
               and k not in used_defaults]
     if unused:
         where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
             "peer points (tool = ...)" if unused[0] in peer.DEFAULTS else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
+        if unused[0] in sets:
+            raise SuiteError(f"--set {unused[0]}: applies to none of the points (only to {where})")
         raise SuiteError(f"key '{unused[0]}' in [defaults] applies to none of the points "
                          f"(only to {where})", lines.key("defaults", 0, unused[0]))
 
