@@ -103,9 +103,22 @@ def fmt_size(n) -> str:
     return f"{n} B"
 
 
+def _row_numbers(row: Sequence) -> list[str]:
+    """A table row's cells as text, its measured values (floats) in one format: one decimal where any of them
+    is below 10,000 (never "13,445" beside "7,384.5"), else none; counts (ints) whole."""
+    floats = [float(c) for c in row if isinstance(c, (float, np.floating)) and c == c]
+    digits = 1 if any(abs(x) < 10000 for x in floats) else 0
+    return [c if isinstance(c, str) else _fixed(float(c), digits) if isinstance(c, (float, np.floating))
+            else fmt_num(c) for c in row]
+
+
+def _fixed(x: float, digits: int) -> str:
+    return "-" if x != x else f"{x:,.{digits}f}"
+
+
 def format_table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1) -> str:
     """Plain-text table; the first `left` columns are left-aligned, the rest right."""
-    cells = [[shown(h) for h in headers]] + [[shown(c if isinstance(c, str) else fmt_num(c)) for c in r] for r in rows]
+    cells = [[shown(h) for h in headers]] + [[shown(c) for c in _row_numbers(r)] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(r):

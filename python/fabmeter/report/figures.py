@@ -644,13 +644,13 @@ def _bandwidth_panels(axes, bars: dict[str, dict[int, tuple[float, float]]], col
     """Grouped bars per message size, a bar per transport/mode: Gbit/s left, messages/s right."""
     sizes = sorted({s for by_size in bars.values() for s in by_size})
     width = 0.8 / len(bars)
-    for k, (ax, what) in enumerate(zip(axes, ("bandwidth [Gbit/s, log]", "message rate [msg/s, log]"))):
+    for k, (ax, what) in enumerate(zip(axes, ("bandwidth [Gbit/s]", "message rate [msg/s]"))):
         for j, (label, by_size) in enumerate(bars.items()):
             x = [sizes.index(s) - 0.4 + width * (j + 0.5) for s in by_size]
             ax.bar(x, [v[k] for v in by_size.values()], width, color=colors(label), label=label)
         ax.set_xticks(range(len(sizes)), [analysis.fmt_size(s) for s in sizes], rotation=45, ha="right",
                       fontsize=7)
-        ax.set_yscale("log")
+        ax.set_ylim(bottom=0)    # linear from 0: a bar's height is its value (on a log axis a small one looks 0)
         ax.set_ylabel(what)
         ax.set_title(f"bw: {what.split(' [')[0]} per message size")
     axes[0].legend(fontsize=7)

@@ -118,7 +118,7 @@ SUMMARY_CAPTIONS = {   # a sentence per panel kind, in the figure's order
                "(repeats, rounds) show the one with the median p50, and under it a thin black bar from the lowest "
                "to the highest of their p50s (the range above it).",
     "bandwidth": "Bandwidth: a bar per transport/mode at each size, Gbit/s of payload and messages per second "
-                 "(medians over runs).",
+                 "(medians over runs), linear axes from 0.",
     "stream": "Stream: median one-way latency from the scheduled step and the share of steps missed, against the "
               "sample rate.",
     "load": "Load: p99 of the round trip from the intended send time against offered rate, a line per run.",
@@ -261,12 +261,12 @@ def section_cpu(entries: list[Entry], colors: Colors) -> list[str]:
         p50 = stat(e.point, "latency_ns", "p50")
         if p50 is None or (client.get("per_message_ns") is None and server.get("per_message_ns") is None):
             continue
-        size = analysis.fmt_size(e.point.get("size")) if e.point.get("size") else ""
-        rows.append((f"{e.experiment} {e.label} {size}".strip(), p50, number(client.get("per_message_ns")),
-                     number(server.get("per_message_ns")), e.label))
+        rows.append((f"{e.experiment} {e.label} {e.where()}".strip(), p50, number(client.get("per_message_ns")),
+                     number(server.get("per_message_ns")), e.label, e.run.rel))
     if not rows:
         return []
-    rows = rows[:CPU_FIGURE_POINTS]
+    names = [r[0] for r in rows[:CPU_FIGURE_POINTS]]    # points alike but for their run: named by its folder too
+    rows = [(f"{r[0]} ({r[5]})" if names.count(r[0]) > 1 else r[0], *r[1:5]) for r in rows[:CPU_FIGURE_POINTS]]
     return [img(fig_cpu_cost(rows, colors), "CPU per message beside latency", CPU_CAPTION, wide=True)]
 
 
@@ -431,7 +431,7 @@ table.env th { text-align: left; position: static; } table.env td { text-align: 
 table.env { margin-bottom: 1rem; max-width: 100%; }
 tr.peer td { background: #fbf7ea; } tr.failed td { color: #a3342b; } td.note { white-space: normal; text-align: left;
      font-style: italic; color: #6b5a21; }
-.scroll { max-height: 32rem; overflow: auto; border: 1px solid #e3e7eb; }
+.scroll { overflow-x: auto; border: 1px solid #e3e7eb; }
 .figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 1.2rem; }
 figure { margin: 0; } figure.wide { grid-column: 1 / -1; max-width: 1100px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eef0f2; }

@@ -40,9 +40,11 @@ class Summary:
 
 
 def summarize(entries: list[Entry]) -> Summary:
-    """The summary of every fabmeter point (peers are in the table and, for a bench, the ratio figure)."""
+    """The summary of every point: the peer tools' latency and bandwidth rows beside fabmeter's (their label
+    names the tool); load and stream are fabmeter's alone."""
     own = [e for e in entries if not e.run.peer]
-    return Summary(_latency(own), _bandwidth(own), [s for s in load_sweeps(own) if len(s.points) >= 2], _stream(own))
+    return Summary(_latency(entries), _bandwidth(entries), [s for s in load_sweeps(own) if len(s.points) >= 2],
+                   _stream(own))
 
 
 def _latency(entries: list[Entry]) -> dict[str, list[LatencyRow]]:
