@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make deb: build/fabmeter_VERSION_ARCH.deb from the engine's install tree
 # (cmake --install, prefix /usr: /usr/bin/fabmeter-engine, the transport
-# plugins in /usr/lib/fabmeter/, the suites in /usr/share/fabmeter/suites/)
+# plugins in /usr/lib/fabmeter/, the suites in /usr/share/fabmeter/suites/,
+# the monitoring kit contrib/ in /usr/share/fabmeter/contrib/)
 # and the Python package (/usr/lib/python3/dist-packages/fabmeter,
 # /usr/bin/fabmeter). Depends: what the engine and the CLI need (from
 # dpkg-shlibdeps, plus python3 and python3-numpy); the transport plugins'
@@ -37,6 +38,10 @@ chmod 0755 "$ROOT/usr/bin/fabmeter"
 
 DOC=$ROOT/usr/share/doc/fabmeter
 mkdir -p "$DOC"
+# The monitoring kit to start from (docs/monitoring.md): Prometheus scrape config and rules, the Grafana
+# dashboard, systemd units for serve and watch; copied and edited, never active as installed.
+cp -r contrib "$ROOT/usr/share/fabmeter/contrib"
+find "$ROOT/usr/share/fabmeter/contrib" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 # The repository states no license yet: the copyright file says so rather
 # than invent one (to be replaced by the project's licence when it has one).
 cat > "$DOC/copyright" <<'TXT'

@@ -54,6 +54,9 @@ def test_unpacked_package_runs(deb, tmp_path):
     root = tmp_path / "root"
     subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
     assert (root / "usr" / "lib" / "fabmeter").is_dir() and (root / "usr" / "share" / "fabmeter" / "suites").is_dir()
+    kit = root / "usr" / "share" / "fabmeter" / "contrib"
+    assert sorted(str(f.relative_to(kit)) for f in kit.rglob("*") if f.is_file()) == sorted(
+        str(f.relative_to(REPO / "contrib")) for f in (REPO / "contrib").rglob("*") if f.is_file())
     # This interpreter without its site hooks (no editable install of the
     # repository), the package's modules first, then numpy from its site-packages.
     env = {k: v for k, v in os.environ.items() if k not in ("FABMETER_ENGINE", "FABMETER_PLUGIN_DIR", "PYTHONPATH")}
