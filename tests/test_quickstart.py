@@ -51,7 +51,7 @@ def test_quickstart_runs_as_written(fm, tmp_path):
                     continue
                 r = subprocess.run(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                    timeout=300)
-                assert r.returncode == 0, (body, r.stdout, r.stderr)
+                assert r.returncode == 0, f"{body}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
                 out.append(r.stdout)
         finally:
             stop_serves(serves)
