@@ -99,12 +99,12 @@ fi
 # 60 s measured); each suite (900 s to run, 300 s for its report) and
 # ramcloud-load's verbs rows (900 s); the stream rows.
 [[ $SUITES == none ]] && N_SUITES=0 || N_SUITES=$(wc -w <<<"$SUITES")
-if ((COMPARE_ONLY)); then
-  GUEST_S=$((300 + 120 * ROUNDS))
-else
-  GUEST_S=$((300 + 1500 + 120 * ROUNDS + 1200 * N_SUITES + 900 + STREAM_S))
+GUEST_S=$((300 + 120 * ROUNDS)) PARTS="300 s boot + $ROUNDS x 120 s comparison rounds"
+if ((!COMPARE_ONLY)); then
+  GUEST_S=$((GUEST_S + 1500 + 1200 * N_SUITES + 900 + STREAM_S))
+  PARTS+=" + 1500 s cases + $N_SUITES x 1200 s suites + 900 s ramcloud-load's verbs rows + $STREAM_S s stream rows"
 fi
-echo "test-rdma: the guest's timeout $GUEST_S s ($ROUNDS comparison rounds, $N_SUITES suites$(((COMPARE_ONLY)) || echo ", $STREAM_S s of stream rows"))"
+echo "test-rdma: the guest's timeout $GUEST_S s: $PARTS"
 rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
 FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout "$GUEST_S" --log "$OUT/console.log" -- \
