@@ -480,9 +480,9 @@ if [[ -z $SUITES ]]; then
 elif "${PY[@]}" -c 'import numpy, matplotlib' 2>"$OUT/_python_skipped"; then
   rm -f "$OUT/_python_skipped"
   for s in $SUITES; do
-    if ((${FM_RDMA_CI:-0})); then  # CI: the suite's first point (rdma/narrow_suite.py)
+    if ((${FM_RDMA_CI:-0})); then  # CI: the suite's first point (rdma/narrow_suite.py), its report drawn on the host
       "${PY[@]}" "$REPO/rdma/narrow_suite.py" first "$REPO/suites/$s.toml" "$OUT/suite-$s.toml"
-      suite "suite-$s" "$OUT/suite-$s.toml"
+      suite "suite-$s" "$OUT/suite-$s.toml" host
     else
       suite "suite-$s" "suites/$s.toml"
     fi
