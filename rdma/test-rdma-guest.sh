@@ -175,8 +175,12 @@ control_of() {
   control_mine=("${control_theirs[@]}")
   control_mine[1]="cmp-r$3-control-$4"
 }
-# ofi_fabtests ARGS...: ofi on fabtests' own libfabric (rdma/fabtests.sh).
-ofi_fabtests() { LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "$@"; }
+# ofi_fabtests NAME ARGS...: ofi on fabtests' own libfabric (rdma/fabtests.sh);
+# NAME.libfabric names it, the version the host expects the case to report.
+ofi_fabtests() {
+  cp "$FM_FABTESTS/version" "$OUT/$1.libfabric"
+  LD_LIBRARY_PATH=$FM_FABTESTS/lib ofi "$@"
+}
 LATC=(-n 2000 --warmup 200)
 BWC=(-n 5000 --warmup 200 --tx-depth 128)
 run_comparison() {
@@ -380,8 +384,8 @@ fm "load-ud-send-workload-w1-clamped" 0 load "${LOAD[@]}" --service ud --workloa
 fm "refuse-load-event-conns2" 2 load "${LOAD[@]}" --service rc --poll event --conns 2
 
 echo "== verbs: --flows (a QP and a thread per flow; the host checks the flows add up)"
-# Fewer messages in CI's reduced mode (FM_CMP_ROUNDS=0).
-FLOWS_N=$(((${FM_CMP_ROUNDS:-5} == 0) ? 500 : 5000))
+# Fewer messages in CI's mode (FM_RDMA_CI=1).
+FLOWS_N=$((${FM_RDMA_CI:-0} ? 500 : 5000))
 fm "bw-rc-send-flows4" 0 bw -s 1K -n "$FLOWS_N" --warmup 100 --service rc --flows 4
 fm "lat-ud-send-raw-flows2" 0 lat -s 32 -n 200 --warmup 20 --service ud --cm raw --flows 2
 
@@ -467,7 +471,7 @@ suite() {
   wait $spid
   printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
 }
-# FM_RDMA_SUITES: suites/NAME.toml to run, space-separated; "none" runs none (CI).
+# FM_RDMA_SUITES: suites/NAME.toml to run, space-separated; "none" runs none.
 SUITES=${FM_RDMA_SUITES:-perftest-parity}
 [[ $SUITES == none ]] && SUITES=
 echo "== suites through fabmeter's Python CLI (${SUITES:-none})"
@@ -476,7 +480,12 @@ if [[ -z $SUITES ]]; then
 elif "${PY[@]}" -c 'import numpy, matplotlib' 2>"$OUT/_python_skipped"; then
   rm -f "$OUT/_python_skipped"
   for s in $SUITES; do
-    suite "suite-$s" "suites/$s.toml"
+    if ((${FM_RDMA_CI:-0})); then  # CI: the suite's first point (rdma/narrow_suite.py), its report drawn on the host
+      "${PY[@]}" "$REPO/rdma/narrow_suite.py" first "$REPO/suites/$s.toml" "$OUT/suite-$s.toml"
+      suite "suite-$s" "$OUT/suite-$s.toml" host
+    else
+      suite "suite-$s" "suites/$s.toml"
+    fi
   done
 else
   echo "suites skipped: the host venv's packages do not import under the guest's $(python3 -V 2>&1)" |
@@ -542,36 +551,11 @@ if [[ ! -f $OUT/_python_skipped ]]; then
   mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic
   echo "== suites/ramcloud-load.toml's verbs rows: every pool size, offered rate past capacity, closed-loop clients"
-  # In CI's reduced mode (FM_CMP_ROUNDS=0) fewer load points and client counts
-  # (still past 1.0x capacity and up to 40 clients) at 0.2 s each, the
-  # smallest and largest of a row's send queues, 20 warm-up requests and 16
-  # in flight per client thread (Soft-RoCE under TCG serves tens to hundreds
-  # of requests a second); else the suite's own. The host checks each row's
-  # run.json and the report's figures (drawn on the host).
-  "${PY[@]}" - "$REPO/suites/ramcloud-load.toml" "$OUT/ramcloud-load-verbs.toml" "${FM_CMP_ROUNDS:-5}" <<'PY'
-import sys, tomllib
-suite = tomllib.load(open(sys.argv[1], "rb"))
-ci = sys.argv[3] == "0"
-def toml(v):
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, list):
-        return "[" + ", ".join(toml(x) for x in v) + "]"
-    return f'"{v}"' if isinstance(v, str) else repr(v)
-rows = [dict(r, transport="verbs") for r in suite["matrix"] if "verbs" in r["transport"]]
-defaults = dict(suite["defaults"], **({"duration": 0.2, "warmup": 20, "max_outstanding": 16} if ci else {}))
-for r in rows:
-    if ci and "of_capacity" in r:
-        r["of_capacity"] = "0.5,1.0,2.0"
-    if ci and "clients" in r:
-        r["clients"] = "1,8,40"
-    if ci and isinstance(r.get("sq_depth"), list):
-        r["sq_depth"] = [min(r["sq_depth"]), max(r["sq_depth"])]
-lines = [f'name = "{suite["name"]}-verbs"', "[defaults]"] + [f"{k} = {toml(v)}" for k, v in defaults.items()]
-for r in rows:
-    lines += ["[[matrix]]"] + [f"{k} = {toml(v)}" for k, v in r.items()]
-open(sys.argv[2], "w").write("\n".join(lines) + "\n")
-PY
+  # In CI's mode (FM_RDMA_CI=1) fewer points, shorter (rdma/narrow_suite.py);
+  # else the suite's own. The host checks each row's run.json and the
+  # report's figures (drawn on the host).
+  "${PY[@]}" "$REPO/rdma/narrow_suite.py" verbs "$REPO/suites/ramcloud-load.toml" "$OUT/ramcloud-load-verbs.toml" \
+    "${FM_RDMA_CI:-0}"
   suite "ramcloud-load-verbs" "$OUT/ramcloud-load-verbs.toml" host
 fi
 
@@ -610,7 +594,7 @@ if [[ ! -f $OUT/_python_skipped ]]; then
     install -o root -m 755 "$REPO/build/guest-tools/qperf" /usr/local/bin/qperf
   fi
   # qperf's UC and UD tests take GID 0, link-local here: they cannot run (python/fabmeter/peers/qperf.py).
-  if [[ ${FM_CMP_ROUNDS:-5} == 0 ]]; then  # CI: a latency and a bandwidth test of each tool
+  if ((${FM_RDMA_CI:-0})); then  # CI: a latency and a bandwidth test of each tool
     peers "peers-server-rdma" --tools perftest,qperf -n 200 --duration 1 --tests ib_send_lat,ib_write_bw,rc_lat,rc_bw
   else
     tests=ib_send_lat,ib_send_bw,ib_write_lat,ib_write_bw,ib_read_lat,ib_read_bw,ib_atomic_lat,ib_atomic_bw
@@ -620,11 +604,11 @@ if [[ ! -f $OUT/_python_skipped ]]; then
 fi
 
 echo "== setup: connection establishment and memory registration over verbs"
-# Registrations from 4 KiB up to SETUP_MAX: 16 MiB in CI (FM_CMP_ROUNDS=0;
+# Registrations from 4 KiB up to SETUP_MAX: 16 MiB in CI (FM_RDMA_CI=1;
 # the guest has 2 GiB of RAM and the case stays within a few seconds of
 # TCG), else 256 MiB; FM_SETUP_MAX_SIZE overrides both (at most 1G).
 SETUP=(-n 10 --warmup 2)
-SETUP_MAX=${FM_SETUP_MAX_SIZE:-$([[ ${FM_CMP_ROUNDS:-5} == 0 ]] && echo 16M || echo 256M)}
+SETUP_MAX=${FM_SETUP_MAX_SIZE:-$(((${FM_RDMA_CI:-0})) && echo 16M || echo 256M)}
 fm "setup-rc-raw-all" 0 setup "${SETUP[@]}" --service rc --cm raw --what all -a --max-size "$SETUP_MAX"
 fm "setup-rc-rdma_cm-connect" 0 setup "${SETUP[@]}" --service rc
 fm "setup-ud-rdma_cm-connect" 0 setup "${SETUP[@]}" --service ud

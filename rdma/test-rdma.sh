@@ -14,6 +14,10 @@
 # comparison alone (about 60 s a round), e.g. more rounds for a steadier median;
 # --control: the comparison alone with each peer also in fabmeter's place, an
 # A/A run: what the table makes of two equal tools on this machine.
+# FM_RDMA_CI=1 (CI's mode): one comparison round unless --rounds says
+# otherwise, the first point of each suite (FM_RDMA_SUITES), and fewer
+# messages in the long cases, so that no part goes unrun in CI.
+# The guest's timeout is the sum of what each part it runs may take (printed).
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
 # built or booted on this machine (with --allow-skip: a "skipped" line and 0).
@@ -24,7 +28,10 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=$REPO/build/rdma-results
 ENGINE=$REPO/build/engine/fabmeter-engine
 ALLOW_SKIP=0
-ROUNDS=${FM_CMP_ROUNDS:-5}
+CI=${FM_RDMA_CI:-0}
+[[ $CI == [01] ]] || { echo "test-rdma: FM_RDMA_CI wants 0 or 1, got '$CI'" >&2; exit 2; }
+ROUNDS=${FM_CMP_ROUNDS:-$((CI ? 1 : 5))}
+SUITES=${FM_RDMA_SUITES:-perftest-parity}
 COMPARE_ONLY=0
 CONTROL=0
 
@@ -78,17 +85,30 @@ mkdir -p "$OUT/raw"
 [[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
 # thesis-stream's verbs rows at FM_STREAM_COUNT samples a point: the suite's
 # own 250 000 unless told (about 17 hours of messages at its rates), e.g.
-# FM_STREAM_COUNT=1000 for a run of minutes; the guest's timeout grows with them.
+# FM_STREAM_COUNT=1000 for a run of minutes. Each row may take 120 s beyond
+# twice its messages' planned time (the guest driver's limit for it).
 STREAM_S=0
 if ((!COMPARE_ONLY)) && [[ -x $REPO/.venv/bin/python ]]; then
   STREAM_S=$(FABMETER_ENGINE=$ENGINE "$REPO/.venv/bin/python" "$HERE/suite_rows.py" "$REPO/suites/thesis-stream.toml" verbs \
-    $([[ $STREAM_COUNT == suite ]] || echo "$STREAM_COUNT") | awk -F'\t' '{s += $2} END {print s + 0}')
-  echo "test-rdma: thesis-stream's verbs rows at $([[ $STREAM_COUNT == suite ]] && echo "the suite's count of" || echo "$STREAM_COUNT") samples a point: $((STREAM_S / 60)) min of messages"
+    $([[ $STREAM_COUNT == suite ]] || echo "$STREAM_COUNT") | awk -F'\t' '{s += 120 + 2 * $2} END {print s + 0}')
+  echo "test-rdma: thesis-stream's verbs rows at $([[ $STREAM_COUNT == suite ]] && echo "the suite's count of" || echo "$STREAM_COUNT") samples a point: up to $((STREAM_S / 60)) min"
 fi
+# The guest's timeout, part by part, each at the limit the guest gives it:
+# the boot (300 s); the other cases (1500 s: 396 s measured with CI's
+# settings, the rest for a loaded host); a comparison round (300 s: about
+# 60 s measured on a quiet host, far more on a busy one); each suite (900 s to run, 300 s for its report) and
+# ramcloud-load's verbs rows (900 s); the stream rows.
+[[ $SUITES == none ]] && N_SUITES=0 || N_SUITES=$(wc -w <<<"$SUITES")
+GUEST_S=$((300 + 300 * ROUNDS)) PARTS="300 s boot + $ROUNDS x 300 s comparison rounds"
+if ((!COMPARE_ONLY)); then
+  GUEST_S=$((GUEST_S + 1500 + 1200 * N_SUITES + 900 + STREAM_S))
+  PARTS+=" + 1500 s cases + $N_SUITES x 1200 s suites + 900 s ramcloud-load's verbs rows + $STREAM_S s stream rows"
+fi
+echo "test-rdma: the guest's timeout $GUEST_S s: $PARTS"
 rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
-FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout $((1500 + 2 * STREAM_S)) --log "$OUT/console.log" -- \
-  FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'${FM_RDMA_SUITES:-perftest-parity}'" \
+FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout "$GUEST_S" --log "$OUT/console.log" -- \
+  FM_RDMA_CI=$CI FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'$SUITES'" \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then

@@ -173,8 +173,10 @@ def check_fabmeter(raw, name):
                        gbps=p.get("gbps"), msg_rate=p.get("msg_rate"), points=len(points))
     if is_ofi:  # the device behind the verbs provider is the control address's, and libfabric says its version
         rdma = ((next((l for l in lines if l.get("type") == "start"), {}).get("env") or {}).get("fabric") or {}).get("rdma") or {}
-        if rdma.get("device") != granted.get("domain", "rxe0") or not str(rdma.get("libfabric") or "").startswith("1."):
-            problems.append(f"environment's fabric: device {rdma.get('device')!r}, libfabric {rdma.get('libfabric')!r}")
+        if rdma.get("device") != granted.get("domain", "rxe0") or not libfabric_as_loaded(raw, name, rdma.get("libfabric")):
+            problems.append(f"environment's fabric: device {rdma.get('device')!r}, libfabric {rdma.get('libfabric')!r}"
+                            + (f" (ran on {read(f'{raw}/{name}.libfabric').strip()})"
+                               if os.path.exists(f"{raw}/{name}.libfabric") else ""))
         return problems, summary
     # The knobs must show in what the transport was granted.
     want = {
@@ -308,6 +310,14 @@ def check_setup(cmd_name, cmd, points, granted):
         if sizes != [4096 << i for i in range(len(sizes))] or sizes[-1] != top:
             problems.append(f"setup mr: sizes {sizes}, expected 4 KiB .. {want}")
     return problems
+
+
+def libfabric_as_loaded(raw, name, version) -> bool:
+    """The libfabric version a case reports ("MAJOR.MINOR", any release the guest may have) is the one it
+    ran on: fabtests' own where NAME.libfabric names it ("libfabric X.Y.Z (...)"), else the guest's."""
+    match = re.fullmatch(r"(\d+)\.(\d+)", str(version or ""))
+    loaded = re.match(r"libfabric (\d+)\.(\d+)", read(f"{raw}/{name}.libfabric"))
+    return bool(match) and (loaded is None or match.groups() == loaded.groups())
 
 
 def check_suite(raw, name):

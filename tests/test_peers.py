@@ -98,10 +98,19 @@ def test_qperf_parse():
     bw = only(qperf.parse(recorded("qperf-bw-tcp.txt"), Case("bw", "tcp")))
     assert bw["gbps"] == pytest.approx(4.56392704) and bw["msg_rate"] == 8619 and bw["size"] == 65536
     assert "latency_ns" not in bw
+    # udp_bw: what arrived is the point's bandwidth (the paper's Tables 5 and 7), what was sent beside it
+    udp_bw = only(qperf.parse(recorded("qperf-bw-udp.txt"), Case("bw", "udp")))
+    assert udp_bw["gbps"] == pytest.approx(0.076891248) and udp_bw["send_gbps"] == pytest.approx(0.221029893)
+    assert udp_bw["msg_rate"] == 9386 and udp_bw["size"] == 1024 and "recv_bw" in udp_bw["statistic_note"]
+    assert qperf.measured_count(udp_bw, Case("bw", "udp"), PeerRun()) == 9386
+    assert qperf.parse(recorded("qperf-bw-udp.txt"), Case("bw", "tcp")) == []
     # Output of another test is not this case's result.
     assert qperf.parse(recorded("qperf-lat-tcp.txt"), Case("lat", "udp")) == []
     with pytest.raises(PeerError, match="failed to connect"):
         qperf.parse(recorded("qperf-no-server.txt"), Case("lat", "tcp"))
+    # Above one datagram qperf's udp_bw sends nothing and says 0 bits/sec: refused, with the limit.
+    with pytest.raises(Unsupported, match="at most 65507 B, not 65536"):
+        qperf.command("client", Case("bw", "udp"), PeerRun(bw_size=64 * 1024), 5000)
 
 
 def test_iperf3_parse():
@@ -354,7 +363,8 @@ def _cpus() -> tuple[int, int] | None:
 @pytest.mark.parametrize("tool", [pytest.param(t, marks=installed(t)) for t in PEERS])
 def test_live_run(tool, tag, tmp_path):
     peer = PEERS[tool]
-    params = PeerRun(iters=300, duration=1, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
+    # 32 KiB bandwidth messages: the paper's largest UDP datagrams (qperf's udp_bw takes one datagram)
+    params = PeerRun(iters=300, duration=1, bw_size=32 * 1024, cpus=_cpus(), timeout_s=20, raw_dir=tmp_path)
     records = peer.run(params)
     assert [r["type"] for r in records] == ["point"] * len(peer.selected(params)), records
     for p in records:

@@ -213,9 +213,10 @@ def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
 
 
 def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
-    """--rounds takes 0..99 (0: no comparison, as CI runs it); --compare-only
-    or --control with no round is refused, as is an unknown option, and an FM_STREAM_COUNT that is neither
-    `suite` nor a count. Each in one line with exit 2, before the guest is built (the checks come first, so this takes no time)."""
+    """--rounds takes 0..99 (0: no comparison); --compare-only
+    or --control with no round is refused, as is an unknown option, an FM_STREAM_COUNT that is neither
+    `suite` nor a count, and an FM_RDMA_CI other than 0 or 1. Each in one line with exit 2, before the guest is
+    built (the checks come first, so this takes no time)."""
     def run(*args):
         return subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh"), *args], capture_output=True, text=True,
                               timeout=30, stdin=subprocess.DEVNULL)
@@ -233,6 +234,9 @@ def test_test_rdma_refuses_bad_rounds_before_building_the_guest():
         assert r.returncode == 2, (count, r.stdout, r.stderr)
         assert "FM_STREAM_COUNT wants" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "guest" not in r.stdout
+    r = subprocess.run(["bash", str(REPO / "rdma" / "test-rdma.sh")], capture_output=True, text=True, timeout=30,
+                       stdin=subprocess.DEVNULL, env={**os.environ, "FM_RDMA_CI": "yes"})
+    assert r.returncode == 2 and "FM_RDMA_CI wants 0 or 1" in r.stderr, (r.stdout, r.stderr)
 
 
 def test_fabtests_bw_rows_compare_message_rates(tmp_path):
@@ -435,3 +439,54 @@ def test_suite_rows_keep_the_suites_count_and_say_how_long_its_messages_take():
     for (_, seconds, args), (_, short_seconds, short_args) in zip(full, short):
         assert "--count 250000" in args and "--count 1000" in short_args
         assert int(seconds) == round(250000 * per_values * 7) and int(short_seconds) == round(1000 * per_values * 7)
+
+
+def test_an_ofi_case_reports_the_libfabric_it_ran_on(tmp_path):
+    """An ofi case's libfabric is any release's MAJOR.MINOR (the guest's own, 1.x on bookworm, 2.x elsewhere);
+    on fabtests' libfabric (NAME.libfabric, written by the guest driver) it must be that one's."""
+    import json
+    m = report_module()
+
+    def case(name, reported, ran_on=None):
+        (tmp_path / f"{name}.cmd").write_text("fabmeter-engine run bw -t ofi --provider verbs --ep msg -s 1K\n")
+        for f, text in ((".rc", "0\n"), (".server.rc", "0\n"), (".err", "")):
+            (tmp_path / f"{name}{f}").write_text(text)
+        if ran_on:
+            (tmp_path / f"{name}.libfabric").write_text(f"libfabric {ran_on} (Debian trixie source {ran_on}-1)\n")
+        start = {"type": "start", "env": {"fabric": {"rdma": {"device": "rxe0", "libfabric": reported}}}}
+        lines = [start, {"type": "point", "experiment": "bw", "size": 1024, "iterations": 5000, "lost": 0,
+                  "gbps": 0.3},
+                 {"type": "transport", "granted": {"domain": "rxe0"}}, {"type": "end", "status": "ok"}]
+        (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
+        return m.check_fabmeter(str(tmp_path), name)[0]
+
+    assert case("guest-1", "1.17") == []
+    assert case("guest-2", "2.1") == []
+    assert case("fabtests-2", "2.1", ran_on="2.1.0") == []
+    for name, reported, ran_on in (("fabtests-other", "1.17", "2.1.0"), ("no-version", None, None),
+                                   ("not-a-version", "v2", None)):
+        problems = case(name, reported, ran_on)
+        assert len(problems) == 1 and "libfabric" in problems[0], (name, problems)
+
+
+def test_narrowed_suites_are_suites(tmp_path):
+    """rdma/narrow_suite.py: CI's first point of a suite reads as the suite's first point alone (its id
+    names fewer axes); ramcloud-load's verbs tables, in CI's mode fewer and shorter."""
+    from fabmeter.engine import engine_info, find_engine
+    from fabmeter.suite import read as suite
+    narrow = script_module("narrow_suite_mod", "rdma/narrow_suite.py")
+    info = engine_info(find_engine())
+    for name in ("perftest-parity", "paper-lat-bw", "thesis-oneway"):
+        out = tmp_path / f"{name}.toml"
+        narrow.main("first", str(REPO / "suites" / f"{name}.toml"), str(out))
+        whole, first = suite.read(REPO / "suites" / f"{name}.toml", info), suite.read(out, info)
+        assert first.name == whole.name and len(first.points) == 1, name
+        (one,), want = first.points, whole.points[0]
+        assert (one.experiment, one.transport, one.options) == (want.experiment, want.transport, want.options), name
+    for ci in ("0", "1"):
+        out = tmp_path / f"ramcloud-{ci}.toml"
+        narrow.main("verbs", str(REPO / "suites" / "ramcloud-load.toml"), str(out), ci)
+        s = suite.read(out, info)
+        assert s.name == "ramcloud-load-verbs" and {p.transport for p in s.points} == {"verbs"}
+        assert all(p.options["duration"] == (0.2 if ci == "1" else 1) for p in s.points)
+    assert len(suite.read(tmp_path / "ramcloud-1.toml", info).points) < len(suite.read(tmp_path / "ramcloud-0.toml", info).points)

@@ -152,6 +152,7 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
     ("thesis-stream", "count = 250000", "count = 25000"),
     ("paper-lat-bw", "inline = 236", "inline = 200"),
     ("paper-lat-bw", "duration = 2", "duration = 1"),
+    ("paper-lat-bw", 'tool = "qperf"\nexperiment = "bw"\ntransport = "udp"', 'tool = "qperf"\nexperiment = "bw"\ntransport = "tcp"'),
     ("udapl-patterns", "sq_depth = 10", "sq_depth = 16"),
     ("ramcloud-load", "resp_size = 100", "resp_size = 1000"),
     ("homa-load", 'arrivals = "poisson"', 'arrivals = "uniform"'),

@@ -46,6 +46,7 @@ from fabmeter.peers import cpu as cpu_cost
 
 SERVER_START_TIMEOUT_S = 10.0
 SERVER_EXIT_GRACE_S = 2.0     # servers that end after one client get this long
+UDP_MAX_PAYLOAD = 65507       # one UDP datagram over IPv4 (65535 less the IP and UDP headers)
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -1,4 +1,4 @@
-"""qperf tcp_lat, udp_lat and tcp_bw (blocking sockets), and its RDMA tests
+"""qperf tcp_lat, udp_lat, tcp_bw and udp_bw (blocking sockets), and its RDMA tests
 (rc_lat, uc_lat, ud_lat, rc_rdma_read_lat, rc_rdma_write_lat, rc_bw, ud_bw,
 rc_rdma_read_bw, rc_rdma_write_bw: transport "verbs"; the RC tests connect
 through rdma_cm, -cm1, so the devices follow the addresses). qperf connects
@@ -11,7 +11,10 @@ What qperf reports (calc_results() in qperf.c): latency = the client's
 elapsed time / the messages received by both sides, i.e. the mean of half
 a round trip over the whole run; no percentiles. In an RDMA read or write
 latency test only the requester counts operations, so its figure is one
-whole operation (request and response), the RTT. bw = bytes received / time.
+whole operation (request and response), the RTT. bw = bytes received / time;
+udp_bw prints what was sent (send_bw) and what arrived (recv_bw): the
+point's gbps is what arrived, send_gbps what was sent (the difference was
+lost).
 Its socket tests stop only on the timer (-t): -n is honoured by the RDMA
 tests alone (the socket loops would never end). Its own CPU flags count
 from 1 (-rca 1 pins to CPU 0), so pinning uses taskset instead.
@@ -24,17 +27,20 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from fabmeter.peers.base import Case, PeerRun, Peer, PeerError, Unsupported, pinned, point, probe_version
+from fabmeter.peers.base import (UDP_MAX_PAYLOAD, Case, PeerRun, Peer, PeerError, Unsupported, pinned, point,
+                                 probe_version)
 
 NOTE_LAT = ("qperf, blocking sockets: latency = elapsed time / messages in both directions, "
             "the mean RTT/2 over the whole run; no percentiles")
 NOTE_BW = "qperf, blocking sockets: bytes received / elapsed time over the whole run"
+NOTE_UDP_BW = ("qperf udp_bw, blocking sockets: bytes received / elapsed time over the whole run (recv_bw); "
+               "send_gbps: bytes sent / elapsed time (send_bw)")
 NOTE_RDMA_LAT = ("qperf {test}: latency = elapsed time / messages in both directions, the mean "
                  "RTT/2 over the whole run; no percentiles")
 NOTE_RDMA_OP_LAT = ("qperf {test}, rdma_cm: latency = elapsed time / operations of the requester, the mean "
                     "time of a whole one-sided operation (RTT) over the whole run; no percentiles")
 NOTE_RDMA_BW = "qperf {test}: bytes received / elapsed time over the whole run"
-TESTS = {("lat", "tcp"): "tcp_lat", ("lat", "udp"): "udp_lat", ("bw", "tcp"): "tcp_bw"}
+TESTS = {("lat", "tcp"): "tcp_lat", ("lat", "udp"): "udp_lat", ("bw", "tcp"): "tcp_bw", ("bw", "udp"): "udp_bw"}
 RDMA_TESTS = (("lat", "rc_lat"), ("lat", "uc_lat"), ("lat", "ud_lat"), ("lat", "rc_rdma_read_lat"),
               ("lat", "rc_rdma_write_lat"), ("bw", "rc_bw"), ("bw", "ud_bw"), ("bw", "rc_rdma_read_bw"),
               ("bw", "rc_rdma_write_bw"))
@@ -53,7 +59,7 @@ _SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "sec": 1e9}
 class Qperf(Peer):
     def __init__(self):
         super().__init__(tool="qperf", package="qperf",
-                         cases=(Case("lat", "tcp"), Case("lat", "udp"), Case("bw", "tcp"),
+                         cases=(*(Case(exp, transport) for exp, transport in TESTS),
                                 *(Case(exp, "verbs", test) for exp, test in RDMA_TESTS)))
 
     @staticmethod
@@ -70,6 +76,9 @@ class Qperf(Peer):
         if role == "server":   # one server per case; it forks a child for the test
             return pinned(["qperf", "--listen_port", str(port)], params.server_cpu)
         seconds = max(1, math.ceil(params.duration))
+        if case.transport == "udp" and case.size(params) > UDP_MAX_PAYLOAD:   # qperf would report 0 bits/sec
+            raise Unsupported(f"qperf {self.test(case)}: one UDP datagram carries at most {UDP_MAX_PAYLOAD} B, "
+                              f"not {case.size(params)}")
         # -uu -ub: plain units (ns, bits/sec) that parse exactly; -v adds msg_size, time, msg_rate.
         if case.transport == "verbs" and params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
@@ -84,6 +93,8 @@ class Qperf(Peer):
         head = re.search(rf"^{test}:\s*$", text, re.M)
         fields = {m.group(1): (float(m.group(2).replace(",", "")), m.group(3))
                   for m in _FIELD.finditer(text[head.end():])} if head else {}
+        if "recv_bw" in fields:   # udp_bw: what arrived is its bw
+            fields["bw"] = fields["recv_bw"]
         if ("latency" if case.experiment == "lat" else "bw") not in fields:
             err = re.search(r"^.*(?:failed|error|Error).*$", text, re.M)
             if err:
@@ -109,11 +120,12 @@ class Qperf(Peer):
             return [point(self.tool, case, latency_kind="rtt/2",
                           statistic_note=NOTE_RDMA_LAT.format(test=test) if rdma else NOTE_LAT,
                           latency_ns=stats, **extra)]
-        value, unit = fields["bw"]
-        if unit != "bits/sec":
-            raise PeerError(f"qperf bw in {unit!r}, expected bits/sec (-ub -uu)")
-        return [point(self.tool, case, statistic_note=NOTE_RDMA_BW.format(test=test) if rdma else NOTE_BW,
-                      gbps=value / 1e9, **extra)]
+        if any(unit != "bits/sec" for k, (_, unit) in fields.items() if k in ("bw", "send_bw")):
+            raise PeerError(f"qperf bw in {fields['bw'][1]!r}, expected bits/sec (-ub -uu)")
+        if "send_bw" in fields:
+            extra["send_gbps"] = fields["send_bw"][0] / 1e9
+        note = NOTE_RDMA_BW.format(test=test) if rdma else NOTE_UDP_BW if "send_bw" in fields else NOTE_BW
+        return [point(self.tool, case, statistic_note=note, gbps=fields["bw"][0] / 1e9, **extra)]
 
     def _raw_name(self, case: Case, params: PeerRun) -> str:
         return f"qperf-{self.test(case)}-{case.size(params)}B.txt" if case.variant else super()._raw_name(case, params)

@@ -37,8 +37,8 @@ import re
 import time
 from typing import Optional
 
-from fabmeter.peers.base import (ANSI_ESCAPE, Case, PeerRun, Peer, PeerError, Unsupported, percentile_key, pinned,
-                                 point, probe_version, us_to_ns)
+from fabmeter.peers.base import (ANSI_ESCAPE, UDP_MAX_PAYLOAD, Case, PeerRun, Peer, PeerError, Unsupported,
+                                 percentile_key, pinned, point, probe_version, us_to_ns)
 
 NOTE = ("sockperf ping-pong, blocking sockets: each sample is RTT/2; nearest-rank percentiles and the mean "
         "(avg-latency) over all messages of sockperf's valid window (its first 400 ms and last 50 ms excluded)")
@@ -48,7 +48,7 @@ LOAD_NOTE = ("sockperf under-load --mps RATE --reply-every 1 --full-rtt: a sende
              "the actual send (as fabmeter load's service latency, not its latency from the intended send); "
              "nearest-rank percentiles over sockperf's valid window (first 400 ms and last 50 ms excluded)")
 LOAD_KIND = "rtt from the actual send time"
-MIN_SIZE, MAX_SIZE = 14, 65507   # sockperf's -m limits (its header; one UDP datagram)
+MIN_SIZE, MAX_SIZE = 14, UDP_MAX_PAYLOAD   # sockperf's -m limits (its header; one UDP datagram)
 RECEIVER_WAIT_S = 10.0           # sockperf 3.7 starts its receiver thread after a fixed 2 s pause
 RECEIVER_WAIT_S_INT = 10         # sockperf's own pauses, in a remote server's lifetime
 
