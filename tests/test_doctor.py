@@ -143,3 +143,17 @@ def test_bundle_holds_what_it_lists_and_mask_leaves_no_address(fm, tmp_path):
             assert not found and not named, found[:5]
         else:
             assert "127.0.0.1" in found and named
+
+
+def test_a_run_records_the_cheap_checks_and_its_report_shows_them(fm, tmp_path):
+    out = tmp_path / "run"
+    r = fm.run("lat", "-t", "tcp", "-n", "200", "--cpus", "0,0", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "run.json").read_text())
+    pair = finding(doc, "cpus.pair")
+    assert pair["severity"] == "warn" and pair["evidence"] and pair["effect"] and pair["fix"]
+    if len(doc["environment"]["cpus_allowed"]) <= 2:      # the 2-CPU warning is one of them
+        assert finding(doc, "cpus.crowded")["severity"] == "warn"
+    r = fm.run("report", str(out), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    assert "warn: cpus.pair (both): client and server both on CPU 0" in (tmp_path / "r.html").read_text()

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import envinfo
+from fabmeter import analysis, envinfo
 from fabmeter.doctor.facts import Plan, ends, fabric
 from fabmeter.doctor.finding import OK, SKIP, WARN, Finding
 
@@ -65,6 +65,18 @@ def pairing(plan: Plan, sys_cpu: Path = SYS_CPU) -> list[Finding]:
                         fix="pick CPUs of different cores (lscpu -e: the CORE column), or turn SMT off: "
                             "echo off > /sys/devices/system/cpu/smt/control", end="both")]
     return [Finding("cpus.pair", OK, f"client on CPU {a}, server on CPU {b}: different cores", evidence, end="both")]
+
+
+def crowded(plan: Plan, environment: dict) -> list[Finding]:
+    """A busy-polling client and server with no CPU to spare on this machine (analysis.crowded_cpus)."""
+    allowed = environment.get("cpus_allowed")
+    said = analysis.crowded_cpus(2, len(allowed) if isinstance(allowed, list) else None)
+    if plan.poll != "busy" or plan.server is not None or said is None:
+        return []
+    return [Finding("cpus.crowded", WARN, said, "os.sched_getaffinity (run.json's environment.cpus_allowed)",
+                    effect="the tail and the max measure the scheduler: the busy loops take turns with every "
+                           "other task", fix="a machine (or cpuset) with a CPU to spare, or --poll event",
+                    end="both")]
 
 
 def governor(cpus: list[int]) -> list[Finding]:
@@ -169,7 +181,7 @@ def numa(environment: dict) -> list[Finding]:
 
 def check(plan: Plan, environment: dict) -> list[Finding]:
     cpus = measuring_cpus(plan)
-    out = pairing(plan)
+    out = pairing(plan) + crowded(plan, environment)
     if cpus:
         out += governor(cpus) + cstates(cpus, environment) + irqs(cpus) + isolated(cpus, environment)
     return out + numa(environment)

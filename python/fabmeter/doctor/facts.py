@@ -22,6 +22,7 @@ class Plan:
     rq_depth: int
     sq_depth: int
     server: Optional[str] = None    # HOST[:PORT] of the other end's serve; None: both ends here
+    poll: str = "busy"
 
 
 @dataclass(frozen=True)
