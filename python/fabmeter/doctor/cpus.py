@@ -17,7 +17,7 @@ PROC = Path("/proc")
 DEEP_STATE_US = 10          # an idle state with a longer exit latency than this is a deep C-state
 IRQS_SHOWN = 4
 WAKEUP_EFFECT = ("an event-mode wake-up pays the idle state's exit latency on top of the wake-up floor "
-                 "(`fabmeter limits`: timer and cross-CPU wake-up rows)")
+                 "(`fabmeter-engine limits`: timer and cross-CPU wake-up rows)")
 
 
 def measuring_cpus(plan: Plan) -> list[int]:
@@ -60,7 +60,7 @@ def pairing(plan: Plan, sys_cpu: Path = SYS_CPU) -> list[Finding]:
     if b in siblings:
         return [Finding("cpus.pair", WARN, f"CPUs {a} and {b} are SMT siblings (one core)", evidence,
                         effect="the two ends share one core's pipeline and caches: a shorter cache-line transfer "
-                               "than two cores have (`fabmeter limits`: cache-line floor) and each end slows the "
+                               "than two cores have (`fabmeter-engine limits`: cache-line floor) and each end slows the "
                                "other",
                         fix="pick CPUs of different cores (lscpu -e: the CORE column), or turn SMT off: "
                             "echo off > /sys/devices/system/cpu/smt/control", end="both")]
@@ -143,7 +143,7 @@ def irqs(cpus: list[int], proc: Path = PROC) -> list[Finding]:
                      for c, h in sorted(hit.items()))
     return [Finding("cpus.irqs", WARN, f"device interrupts on measuring CPUs: {said}", evidence,
                     effect="an interrupt and its softirq preempt the measuring thread: single outliers of "
-                           "microseconds in the tail (`fabmeter limits --hiccups` counts them)",
+                           "microseconds in the tail (`fabmeter-engine limits --hiccups` counts them)",
                     fix="echo MASK > /proc/irq/N/smp_affinity for each (a mask without the measuring CPUs), "
                         "and stop irqbalance or give it IRQBALANCE_BANNED_CPULIST")]
 
