@@ -30,7 +30,8 @@ OPTIONS = (
     CommandOption("json", "print the findings as one JSON object", flag=True),
     CommandOption("bundle", "also write what a bug report needs into FILE.tar.gz (docs/cluster.md)",
                   metavar="FILE.tar.gz"),
-    CommandOption("mask", "with --bundle: replace hostnames and IPv4, IPv6 and MAC addresses in every member", flag=True),
+    CommandOption("mask", "with --bundle: replace hostnames and IPv4, IPv6 and MAC addresses in every member",
+                  flag=True),
     CommandOption("run", "with --bundle: the results folder whose run.json goes in (default: the newest run.json "
                          "under ./results)", metavar="DIR"),
 )
@@ -84,7 +85,8 @@ def main(ns, found: Found) -> int:
     findings = checks.findings(plan, facts.environment, facts.probe_error)
     code = exit_code(findings)
     if ns.json:
-        print(json.dumps({"plan": dataclasses.asdict(plan), "findings": [f.as_json() for f in findings], "exit_code": code}))
+        print(json.dumps({"plan": dataclasses.asdict(plan), "findings": [f.as_json() for f in findings],
+                          "exit_code": code}))
     else:
         show(findings)
     if ns.bundle:

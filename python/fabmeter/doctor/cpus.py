@@ -60,8 +60,8 @@ def pairing(plan: Plan, sys_cpu: Path = SYS_CPU) -> list[Finding]:
     if b in siblings:
         return [Finding("cpus.pair", WARN, f"CPUs {a} and {b} are SMT siblings (one core)", evidence,
                         effect="the two ends share one core's pipeline and caches: a shorter cache-line transfer "
-                               "than two cores have (`fabmeter-engine limits`: cache-line floor) and each end slows the "
-                               "other",
+                               "than two cores have (`fabmeter-engine limits`: cache-line floor) and each end "
+                               "slows the other",
                         fix="pick CPUs of different cores (lscpu -e: the CORE column), or turn SMT off: "
                             "echo off > /sys/devices/system/cpu/smt/control", end="both")]
     return [Finding("cpus.pair", OK, f"client on CPU {a}, server on CPU {b}: different cores", evidence, end="both")]
