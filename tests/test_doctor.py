@@ -157,3 +157,35 @@ def test_a_run_records_the_cheap_checks_and_its_report_shows_them(fm, tmp_path):
     r = fm.run("report", str(out), "-o", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stderr
     assert "warn: cpus.pair (both): client and server both on CPU 0" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.skipif(os.environ.get("FM_RDMA_OK") != "1", reason="needs the Soft-RoCE guest (rdma/guest/README.md)")
+def test_rxe_port_gid_roce_version_and_mtus_in_the_guest(fm, token_file):
+    # Both rxe ends: the server's serve on rxe1's address, the client reaching it through rxe0.
+    addr, netdev = os.environ["FM_RDMA_ADDR1"], os.environ["FM_RDMA_NETDEV1"]
+    serve = fm.popen("serve", "--bind", addr, "--port", "0", "--token-file", str(token_file))
+    try:
+        port = json.loads(serve.stdout.readline())["port"]
+        args = ("-t", "verbs", "-s", "4K", "--server", f"{addr}:{port}", "--token-file", str(token_file))
+        code, doc = doctor(fm, *args)
+        for end in ("client", "server"):
+            assert finding(doc, "rdma.port", end)["severity"] == "ok"
+            gid = finding(doc, "rdma.gid", end)
+            assert gid["severity"] == "ok" and "10.77." in gid["summary"] and "RoCE v2" in gid["summary"], gid
+            assert finding(doc, "rdma.mtu", end)["severity"] == "ok"
+        assert not [f for f in doc["findings"] if f["check"] == "rdma.roce"]
+        assert finding(doc, "net.mtu")["severity"] == "ok" and code == 0, doc
+        subprocess.run(["ip", "link", "set", netdev, "mtu", "1000"], check=True, timeout=30)
+        try:
+            code, doc = doctor(fm, *args)
+        finally:
+            subprocess.run(["ip", "link", "set", netdev, "mtu", "1500"], check=True, timeout=30)
+        f = finding(doc, "net.mtu")
+        assert code == EXIT_FINDING and f["severity"] == "fail" and f"server {netdev} MTU 1000" in f["summary"], f
+        server_mtu = finding(doc, "rdma.mtu", "server")
+        assert "active MTU 512" in server_mtu["summary"] and server_mtu["severity"] == "ok", server_mtu
+        code, doc = doctor(fm, *args)
+        assert finding(doc, "net.mtu")["severity"] == "ok" and code == 0, doc
+    finally:
+        serve.terminate()
+        serve.communicate(timeout=30)
