@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from fabmeter import __version__, bench, compare, demo, experiment_command, serve, slo, suggest, transports_command
 from fabmeter.command_options import Found
+from fabmeter.doctor import command as doctor_command
 from fabmeter.engine import engine_info, engine_options, find_engine
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FabmeterError
 from fabmeter.mesh import command as mesh_command
@@ -24,7 +25,7 @@ from fabmeter.terminal import shown_lines
 from fabmeter.watch import command as watch_command
 
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
-              "4 a --slo objective was missed, 130 interrupted (docs/cli.md).")
+              "4 a --slo objective was missed (doctor: a fail finding), 130 interrupted (docs/cli.md).")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ COMMANDS = (
     Command("report", report_command, engine=False),
     Command("peers", peers_command, engine=False),
     Command("compare", compare, engine=False),
+    Command("doctor", doctor_command, engine=True),
     Command("watch", watch_command, engine=True,
             main=lambda ns, found: watch_command.main(ns, found.engine, engine_options(found.engine))),
 )

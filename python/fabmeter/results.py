@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import __version__, analysis, envinfo, path
+from fabmeter.doctor import record as doctor_record
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_RUNTIME, EXIT_USAGE, FabmeterError
 
@@ -125,6 +126,7 @@ class RunRecord:
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
         self.doc["control_channel"] = start.get("control_channel")
+        self.doc["findings"] = doctor_record.findings(self.doc)   # fabmeter doctor's cheap checks
         self.flush()
 
     def on_point(self, point: dict) -> None:

@@ -145,7 +145,8 @@ def warnings(runs: list[Run]) -> list[str]:
     thread on a busy loop's CPU."""
     out = []
     busy = [r for r in runs if not r.peer and r.params.get("poll") == "busy"]
-    crowded = [w for w in (analysis.crowded_cpus(2, _usable_cpus(r)) for r in busy) if w]   # client and server
+    # client and server; a run with findings has it there (doctor's cpus.crowded)
+    crowded = [w for w in (analysis.crowded_cpus(2, _usable_cpus(r)) for r in busy if "findings" not in r.doc) if w]
     if crowded:
         out.append(f"{len(crowded)} busy-polling run{'s' * (len(crowded) > 1)}: {crowded[0]}.")
     shared = sorted({str(r.params.get("transport")) for r in busy if io_thread_shared(r)})

@@ -16,7 +16,7 @@ from fabmeter.report.figures import (THROUGHPUT_CAPTION, Colors, fig_bandwidth, 
                                      fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fig_tx_path)
 from fabmeter import compare
-from fabmeter.report import context
+from fabmeter.report import context, findings
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.mesh_section import section_mesh
 from fabmeter.report.files import number, obj
@@ -526,7 +526,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
               + (f", {len(meshes)} mesh runs" if meshes else ""))
     body = [el("h1", page_title), el("p", context.machine_line(runs), class_="machine")]
     body += [el("p", line, class_="machine") for line in [context.paths_line(entries)] if line]
-    body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs)]
+    body += [el("p", "\u26a0 " + w, class_="warn") for w in context.warnings(runs) + findings.lines(runs)]
     body.append(el("p", f"{root} \u00b7 generated {now_iso()} by fabmeter {__version__} \u00b7 {counts}",
                    class_="meta"))
     body += [el("p", "suite ", el("b", s["suite"]), f": {s['description']} ({s['status']})", class_="meta")
