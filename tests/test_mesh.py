@@ -1273,7 +1273,7 @@ def check_slotted(out: str) -> tuple[dict, dict]:
     for (src, dst), p in pairs.items():
         sl = p["slotted"]
         assert len(sl["step_late_ns"]) == len(sl["step_arrival_ns"]) == 10 and sl["first_step"] == 2
-        assert sl["late_ns"]["p50"] <= sl["late_ns"]["p99"] <= sl["late_ns"]["max"]
+        assert sl["missed"] == 10 or sl["late_ns"]["p50"] <= sl["late_ns"]["p99"] <= sl["late_ns"]["max"]
         assert sl["offset_ns"] == round(slotted.residue(src, dst, 8) * s["slot_ns"]) or abs(
             sl["offset_ns"] - slotted.residue(src, dst, 8) * s["slot_ns"]) <= 8
     return pairs, summary
