@@ -36,8 +36,10 @@ pkgs+=(nftables)
 # which not every kernel has; iptables' target works through nft_compat).
 pkgs+=(libnetfilter-queue-dev iptables)
 # Mesh tests: Open MPI's mpirun launches `fabmeter mesh` (its rank from the
-# environment; fabmeter links no MPI library).
-pkgs+=(openmpi-bin)
+# environment; the engine links no MPI library). The MPI layer's peer tool,
+# fabmeter-mpibench, is built against Open MPI's development files where
+# they are found.
+pkgs+=(openmpi-bin libopenmpi-dev)
 # ... and `--launch ssh` starts the ranks over ssh: the client, and dropbear as
 # the namespaces' ssh server in the tests (a binary only: it starts no
 # service at install, unlike openssh-server).
