@@ -17,7 +17,8 @@ STAMP=$VENV/.fabmeter-deps   # hash of pyproject.toml at the last pip install
 # Build: compiler, CMake, GoogleTest. Transports: the real libraries (each
 # is compiled in when found). Peers: the established tools fabmeter compares
 # itself with (libopenmpi-dev: fabmeter-mpibench, the MPI layer's, is built
-# where Open MPI's development files are found). Report: Chromium for the browser test of the HTML report.
+# where Open MPI's development files are found). Report: Chromium for the
+# browser test of the HTML report.
 # libssl-dev: libcrypto for the control channel's HMAC-SHA-256 authentication;
 # nlohmann-json3-dev: the parser of what a peer sends as JSON.
 pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev nlohmann-json3-dev
