@@ -16,12 +16,14 @@ STAMP=$VENV/.fabmeter-deps   # hash of pyproject.toml at the last pip install
 
 # Build: compiler, CMake, GoogleTest. Transports: the real libraries (each
 # is compiled in when found). Peers: the established tools fabmeter compares
-# itself with. Report: Chromium for the browser test of the HTML report.
+# itself with (libopenmpi-dev: fabmeter-mpibench, the MPI layer's, is built
+# where Open MPI's development files are found). Report: Chromium for the
+# browser test of the HTML report.
 # libssl-dev: libcrypto for the control channel's HMAC-SHA-256 authentication;
 # nlohmann-json3-dev: the parser of what a peer sends as JSON.
 pkgs=(cmake ninja-build g++ libgtest-dev iproute2 make pkg-config libssl-dev nlohmann-json3-dev
       libzmq3-dev libnng-dev libnanomsg-dev libfabric-dev libfabric-bin libibverbs-dev librdmacm-dev
-      sockperf qperf iperf3 ucx-utils
+      sockperf qperf iperf3 ucx-utils libopenmpi-dev
       chromium)
 # ccache: the engine is compiled several times over (build/engine, the wheel's
 # build/wheel, the sanitizer and fuzz builds): what one build compiled, the
@@ -36,7 +38,7 @@ pkgs+=(nftables)
 # which not every kernel has; iptables' target works through nft_compat).
 pkgs+=(libnetfilter-queue-dev iptables)
 # Mesh tests: Open MPI's mpirun launches `fabmeter mesh` (its rank from the
-# environment; fabmeter links no MPI library).
+# environment; the engine links no MPI library).
 pkgs+=(openmpi-bin)
 # ... and `--launch ssh` starts the ranks over ssh: the client, and dropbear as
 # the namespaces' ssh server in the tests (a binary only: it starts no

@@ -64,11 +64,11 @@ OPTIONS = (
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
                   default="all-to-all", choices=patterns.PATTERNS + patterns.SPLIT_PATTERNS),
     CommandOption("schedule", "scheduled: rounds in which each host has at most one partner; chaotic: all pairs at "
-                              "once; slotted: all pairs at once, stream, each message in a time slot of its own at "
-                              "its receiver (default: %(default)s)",
+                              "once; slotted: all pairs at once, stream or bw, each message in a time slot of its own "
+                              "at its receiver (default: %(default)s)",
                   default="scheduled", choices=patterns.SCHEDULES),
     CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
-                             "the sample: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
+                             "the message: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
                   metavar="US", type=float),
     CommandOption("mesh-port", "rank 0's coordination port on the first host (default: %(default)s)", metavar="N",
                   type=int, default=mesh_run.DEFAULT_MESH_PORT),

@@ -200,10 +200,13 @@ class Summary:
         self.tool: Optional[str] = None                                 # --tool: the peer tool every pair ran
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
-        """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots)."""
+        """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots); bulk, its data
+        rate is its Gbit/s."""
         steps = pair.pop("steps", None)
         if self.slots is not None:
             pair["slotted"] = slotted.pair_slots(self.slots, pair["src"], pair["dst"], steps)
+            if self.slots.bulk:
+                pair["gbps"] = pair["slotted"] and pair["slotted"]["gbps"]
         self.pairs.append(pair)
         if self.load is not None:
             self.load.add(pair)

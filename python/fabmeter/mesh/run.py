@@ -144,7 +144,8 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
         if spec.schedule == "slotted":
             spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
         if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
-            spec.pool = series.Pool(spec.engine, spec.experiment, pair_options(spec, spec.rank or 0, 0))
+            spec.pool = series.Pool(spec.engine, slotted.engine_experiment(spec.slots, spec.experiment),
+                                    pair_options(spec, spec.rank or 0, 0))
         try:
             return _rank_or_coordinator(spec, emit, warn, fwd)
         finally:
@@ -224,8 +225,9 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
         if spec.pool is not None and folder is None:
             res, engine_run = spec.pool.run(server, start_ns, via, lambda _: opened.append(time.monotonic_ns()))
         else:
-            res = run.execute(run.RunSpec(spec.experiment, pair_options(spec, src, dst), server=server,
-                                          engine=spec.engine, start_at_ns=start_ns, via=via, out=folder),
+            res = run.execute(run.RunSpec(slotted.engine_experiment(spec.slots, spec.experiment),
+                                          pair_options(spec, src, dst), server=server, engine=spec.engine,
+                                          start_at_ns=start_ns, via=via, out=folder),
                               on_start=lambda _: opened.append(time.monotonic_ns()))
     except FabmeterError as e:      # the coordinator must hear of every pair, whatever happened
         return output.failed_pair(src, dst, e.message)

@@ -12,6 +12,10 @@ k (n - 1) + (j - i - 1) mod n. The engine lists each measured step's
 send lateness and one-way latency (--per-step); the arrival instant is the
 planned one plus the latency, and the slot it falls in says whether the
 receiver's arrivals interleaved as planned.
+
+bw runs slotted as bulk transfers: each message is a stream step of its -s size (a sample header and as many
+values as fill it, rounded up to whole 8-byte values), each pair's --iters its steps; its data rate is the bytes
+that arrived over its measured periods, a receiver's the sum over its senders.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ WIRE_GBPS = 10.0
 DEFAULT_FACTOR = 20          # the default slot: this many floors (a loaded host's wake-ups and queues)
 MAX_STEPS = 2048             # the engine's --per-step bound (StreamOptions::kMaxPerStep), warm-up included
 MAX_RATE = 10_000_000        # the engine's --rate bound
+SAMPLE_HEADER = 24           # the engine's stream sample header (SampleHeader), then 8-byte values
+BULK = "bw"                  # the experiment slotted runs as bulk transfers, each message a stream step
+# bw's options a slotted step takes another way (-s: its values, --iters: its --count) or that mean nothing there
+# (one message a slot: none in flight to bound, no series to bin).
+BULK_ONLY = ("size", "iters", "tx_depth", "series_ms")
 # The plan goes out this much earlier a pair: its one round starts every engine at once, and a step due before its
 # engine is ready is missed (56 engines on 2 loaded CPUs were ready up to 2 s after a 1 s lead).
 LEAD_PER_PAIR_S = 0.1
@@ -50,11 +59,28 @@ def floor_us(transport: str, size: int) -> float:
     return FLOOR_US.get(transport, OTHER_FLOOR_US) + size * 8 / (WIRE_GBPS * 1e3)
 
 
+def engine_experiment(the: Optional[Plan], experiment: str) -> str:
+    """The experiment each pair's engine runs: slotted bw's is stream (its messages are the steps)."""
+    return "stream" if the is not None and the.bulk else experiment
+
+
+def one(options: dict, key: str):
+    v = options.get(key)
+    return v[0] if isinstance(v, list) and v else v
+
+
+def bulk_values(size: int) -> int:
+    """The values of a stream step of `size` bytes (at least one; a size between whole values rounds up)."""
+    return max(1, -(-(size - SAMPLE_HEADER) // 8))
+
+
 @dataclass(frozen=True)
 class Plan:
     n: int
     slot_ns: float           # the slot as planned: a whole number of periods a second makes it exact
     rate_hz: int             # every pair's stream rate: one step a period
+    size: int = 0            # bytes a message
+    bulk: bool = False       # bw: messages of -s bytes, data rates reported
 
     @property
     def period_ns(self) -> float:
@@ -68,24 +94,35 @@ class Plan:
         """The slot (from the round's instant) step `step` of pair (src, dst) is planned in."""
         return step * (self.n - 1) + residue(src, dst, self.n)
 
+    def gbps(self, arrived: int, steps: int) -> float:
+        """The data rate of `arrived` messages over `steps` periods."""
+        return arrived * self.size * 8 / (steps * self.period_ns) if steps else 0.0
+
     def as_json(self) -> dict:
-        return {"slot_ns": round(self.slot_ns), "period_ns": round(self.period_ns), "rate_hz": self.rate_hz}
+        return {"slot_ns": round(self.slot_ns), "period_ns": round(self.period_ns), "rate_hz": self.rate_hz,
+                "size": self.size, "bulk": self.bulk,
+                "planned_gbps": self.gbps(1, 1)}     # one pair's, every message arriving
 
 
 def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Plan:
     """The slotted plan of n hosts, or exit 2 saying why there is none: --slot-us (default: DEFAULT_FACTOR x the
     transport's floor for the sample) rounded up so that a whole number of periods make a second."""
-    if experiment != "stream":
-        raise FabmeterError("mesh: --schedule slotted runs stream (each step a slot): add --experiment stream",
-                            EXIT_USAGE)
-    for key in ("rate", "values"):
+    if experiment not in ("stream", BULK):
+        raise FabmeterError("mesh: --schedule slotted runs stream (each step a slot) or bw (each message a slot): "
+                            "add --experiment stream or bw", EXIT_USAGE)
+    bulk = experiment == BULK
+    for key in ("bidir", "size_spread"):
+        if bulk and options.get(key):
+            raise FabmeterError("mesh: --schedule slotted sends one message of -s bytes a slot: drop "
+                                f"--{key.replace('_', '-')}", EXIT_USAGE)
+    for key in ("rate", "values", "size"):
         if key == "rate" and "rate" in options:
             raise FabmeterError("mesh: --schedule slotted sets each pair's --rate (one step a period): drop --rate",
                                 EXIT_USAGE)
         if isinstance(options.get(key), list) and len(options[key]) > 1:
             raise FabmeterError(f"mesh: --schedule slotted runs one point: one --{key}", EXIT_USAGE)
-    values = (options.get("values") or [1])[0]
-    size = 24 + 8 * values
+    values = bulk_values(one(options, "size") or 1) if bulk else (options.get("values") or [1])[0]
+    size = SAMPLE_HEADER + 8 * values
     least = floor_us(options.get("transport") or "", size)
     if slot_us is None:
         slot_us = DEFAULT_FACTOR * least
@@ -96,8 +133,9 @@ def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Pl
     if rate < 1:
         raise FabmeterError(f"mesh: --slot-us {slot_us:g} x {n - 1} slots makes a period over 1 s", EXIT_USAGE)
     rate = min(rate, MAX_RATE)
-    the = Plan(n, 1e9 / (rate * (n - 1)), rate)
-    steps = options.get("count") if isinstance(options.get("count"), int) else None
+    the = Plan(n, 1e9 / (rate * (n - 1)), rate, size, bulk)
+    steps = options.get("iters" if bulk else "count")
+    steps = steps if isinstance(steps, int) else None
     if steps is None:
         duration = options.get("duration") or 0
         steps = max(1, int(duration * rate)) if duration > 0 else rate
@@ -110,6 +148,11 @@ def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Pl
 
 
 def pair_options(the: Plan, options: dict) -> dict:
+    if the.bulk:
+        steps = {"count": options["iters"]} if "iters" in options else {}
+        # Its sender sleeps to each slot: n - 1 spinning senders a host would take every CPU of a small one.
+        options = {**{k: v for k, v in options.items() if k not in BULK_ONLY}, **steps,
+                   "values": [bulk_values(the.size)], "timer": "nanosleep"}
     return {**options, "rate": [the.rate_hz], "per_step": True}
 
 
@@ -138,8 +181,8 @@ def steps_of(point: dict) -> Optional[dict]:
 
 def pair_slots(the: Plan, src: int, dst: int, steps: Optional[dict]) -> Optional[dict]:
     """A pair's messages against the plan: each one's send lateness (actual minus planned send instant) and
-    arrival instant (ns after the round's instant, on the common timebase), the lateness spread, and how many
-    arrivals fell outside their own slot."""
+    arrival instant (ns after the round's instant, on the common timebase), the lateness spread, how many
+    arrivals fell outside their own slot, and the data rate of those that arrived over the measured periods."""
     if steps is None:
         return None
     arrival, slot_shift = [], []
@@ -153,15 +196,17 @@ def pair_slots(the: Plan, src: int, dst: int, steps: Optional[dict]) -> Optional
     return {"offset_ns": the.offset_ns(src, dst), "first_step": steps["first"],
             "late_ns": spread(late), "missed": sum(x is None for x in steps["late_ns"]),
             "arrived": len(slot_shift), "outside_slot": sum(s != 0 for s in slot_shift),
-            "slot_shift": spread(slot_shift),
+            "slot_shift": spread(slot_shift), "gbps": the.gbps(len(slot_shift), len(arrival)),
             "step_late_ns": steps["late_ns"], "step_arrival_ns": arrival}
 
 
 def receivers(the: Plan, pairs: list[dict]) -> dict:
     """Per receiver: each arrival attributed to the slot it fell in; a collision is a slot in which two or more
-    senders' messages arrived. Interleaved as planned: every arrival in its own slot, no collision."""
+    senders' messages arrived. Interleaved as planned: every arrival in its own slot, no collision. A receiver's
+    data rate is its senders' summed."""
     by_dst: dict[int, dict[int, set]] = {}
     counts: dict[int, list[int]] = {}
+    gbps: dict[int, float] = {}
     late: list[int] = []
     for p in pairs:
         s = p.get("slotted")
@@ -172,6 +217,7 @@ def receivers(the: Plan, pairs: list[dict]) -> dict:
         c = counts.setdefault(p["dst"], [0, 0])
         c[0] += s["arrived"]
         c[1] += s["outside_slot"]
+        gbps[p["dst"]] = gbps.get(p["dst"], 0.0) + s["gbps"]
         for at in s["step_arrival_ns"]:
             if at is not None:
                 slots.setdefault(math.floor(at / the.slot_ns), set()).add(p["src"])
@@ -180,9 +226,9 @@ def receivers(the: Plan, pairs: list[dict]) -> dict:
         collisions = sum(len(senders) > 1 for senders in by_dst[dst].values())
         arrived, outside = counts[dst]
         out.append({"rank": dst, "arrivals": arrived, "outside_slot": outside, "collisions": collisions,
-                    "interleaved": arrived > 0 and outside == 0 and collisions == 0})
+                    "gbps": gbps[dst], "interleaved": arrived > 0 and outside == 0 and collisions == 0})
     return {**the.as_json(), "late_ns": spread(late), "receivers": out,
-            "collisions": sum(r["collisions"] for r in out),
+            "collisions": sum(r["collisions"] for r in out), "gbps": sum(gbps.values()),
             "interleaved": bool(out) and all(r["interleaved"] for r in out)}
 
 
@@ -198,6 +244,12 @@ def lines(summary: dict, pairs: list[dict]) -> list[str]:
            f"send lateness (actual - planned instant) over every message p50 {us(late.get('p50'))}, "
            f"p99 {us(late.get('p99'))}, max {us(late.get('max'))}; receivers interleaved as planned "
            f"{ok}/{len(s['receivers'])}, collisions {s['collisions']}"]
+    if s.get("bulk"):
+        rates = [r["gbps"] for r in s["receivers"]]
+        mbps = lambda gbps: f"{gbps * 1e3:.4g}"     # noqa: E731
+        out.append(f"slotted bulk: {s['size']} B a message, {mbps(s['planned_gbps'])} Mbit/s a pair as planned; "
+                   f"data rate at a receiver min {mbps(min(rates, default=0))}, max {mbps(max(rates, default=0))}, "
+                   f"all receivers {mbps(s['gbps'])} Mbit/s")
     for p in pairs:
         sl = p.get("slotted")
         if sl and sl["outside_slot"]:
