@@ -66,15 +66,13 @@ uint64_t largest_message(const Params& p, const Caps& caps) {
 }
 
 // Relays control frames both ways until the client's bye (true) or a side
-// ends, breaks or says fail/refuse (false, *why says it).
-bool relay_frames(Ctrl& client, Ctrl& server, const std::atomic<bool>& data_broke, std::string* why) {
+// ends, breaks or says fail/refuse (false, *why says it). The sessions
+// decide the outcome, not the data path: the server closes its transport
+// at the end of its points, before the client's bye.
+bool relay_frames(Ctrl& client, Ctrl& server, std::string* why) {
   for (;;) {
     if (stop_requested()) {
       *why = "interrupted";
-      return false;
-    }
-    if (data_broke.load()) {
-      *why = "forwarding failed";
       return false;
     }
     pollfd fds[2] = {{client.fd(), POLLIN, 0}, {server.fd(), POLLIN, 0}};
@@ -182,16 +180,13 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     pin.poll = pout.poll = o.poll;
     const auto end_in = in->hop_end(pin, Role::server, cc, largest_message(p, caps_in));
     const auto end_out = out->hop_end(pout, Role::client, cs, largest_message(po, caps_out));
-    std::atomic<bool> stop{false}, broke{false};
+    std::atomic<bool> stop{false};
     std::string data_why;
-    std::thread data([&] {
-      data_why = forward_loop(*end_in, *end_out, o.poll, o.cpu, stop);
-      if (!data_why.empty()) broke = true;
-    });
-    ok = relay_frames(cc, cs, broke, &why);
+    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, o.poll, o.cpu, stop); });
+    ok = relay_frames(cc, cs, &why);
     stop = true;
     data.join();
-    if (!data_why.empty()) why = data_why;
+    if (!ok && !data_why.empty()) why += " (forwarding: " + data_why + ")";
   } catch (const Error& e) {
     why = e.what();
   }
