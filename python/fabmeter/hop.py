@@ -13,7 +13,8 @@ from fabmeter import analysis, run
 HELP = ("with --server: measure through the forwarding hop at HOST[:PORT] (`fabmeter-engine forward --to SERVER` "
         "there) beside the direct path, alternated --hop-rounds times, and report the hop's added latency per "
         "percentile (through minus direct round trip: two passes through the hop)")
-ROUNDS_HELP = "with --via-hop: direct and through-the-hop runs, alternated, each this many times (default 1)"
+ROUNDS_HELP = ("with --via-hop: direct and through-the-hop runs, alternated, each this many times "
+               "(default: %(default)s)")
 # The figures compared: round trips (a hop forwards only experiments with one message in flight).
 FIGURE = "rtt_ns"
 
