@@ -24,6 +24,7 @@
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/signals.hpp"
+#include "session/forward.hpp"
 #include "session/registry.hpp"
 
 namespace {
@@ -37,6 +38,8 @@ constexpr const char* kUsage = R"(usage:
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
                         [--relay-to HOST,...] [--log-format text|json]
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
+  fabmeter-engine forward --to HOST[:PORT] [--to-transport T] [--bind ADDR] [--port N] [--cpu N]
+                          [--poll busy|event] [--once] [--token-file F]
   fabmeter-engine limits [--cpus A,B] [-n N] [--sizes S,S,...] [--timer-wakeups N] [--wakeup-round-trips N]
                          [--schedule-rate HZ] [--schedule-steps N] [--connects N]
                          [--hiccups] [--hiccup-cpus A,B,...] [--hiccup-fifo PRIO]
@@ -82,6 +85,20 @@ refuses anything else (exit 2). It prints a "ready" line (the port and the
 server's command), keeps the tool running until this process's standard
 input closes (or SIGINT/SIGTERM), then prints an "end" line (how the tool
 ended, its CPU time) and exits 0 (3: it never listened).
+
+forward is a hop between a client and the serve at --to (default port
+{hop_port}): a client runs lat against it as against a serve (run --server
+HOP); the hop opens the same session with the server over --to-transport
+(default: the client's transport), forwards each message between the
+client's transport and that one on one thread (--cpu N; --poll busy spins on
+both, event sleeps in the wait of the end a message is expected from) and
+relays both sessions' control frames. So the client's figures are those of
+client -> hop -> server and back; fabmeter's --via-hop runs the direct path
+beside it and reports the difference. It serves one session at a time (each
+prints a "hop" line); --once exits after one with its exit code. A relayed
+run, a peer tool, --flows and an experiment with more than one message in
+flight or the other end's clock are refused (exit 2). With a token (as
+serve's) the client proves it to the hop and the hop to the server.
 
 serve runs each session in a process of its own (at most --max-sessions, 1 ..
 {max_sessions_max}, default {max_sessions}; more are refused with "busy"). A connection takes a session
@@ -132,6 +149,7 @@ std::string usage() {
     for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + word.size()))
       text.replace(at, key.size(), word);
   }
+  text.replace(text.find("{hop_port}"), 10, std::to_string(fm::kDefaultHopPort));
   return text;
 }
 
@@ -365,6 +383,25 @@ int main_(std::vector<std::string> args) {
     if (!args.empty()) fm::usage_error("tool: unexpected argument '" + args[0] + "'");
     return fm::run_tool(request, o);
   }
+  if (cmd == "forward") {
+    fm::ForwardOptions o;
+    std::string v;
+    take(args, "--to", &o.to);
+    take(args, "--to-transport", &o.to_transport);
+    if (take(args, "--bind", &v)) o.bind = v;
+    if (take(args, "--port", &v)) o.port = static_cast<uint16_t>(parse_int("--port", v));
+    if (take(args, "--cpu", &v)) o.cpu = parse_int("--cpu", v);
+    if (take(args, "--poll", &v)) {
+      if (v != "busy" && v != "event") fm::usage_error("--poll: expected busy|event, got '" + v + "'");
+      o.poll = v == "busy" ? fm::Poll::busy : fm::Poll::event;
+    }
+    o.once = take(args, "--once", nullptr);
+    v.clear();
+    take(args, "--token-file", &v);
+    o.token = fm::load_token(v);
+    if (!args.empty()) fm::usage_error("forward: unexpected argument '" + args[0] + "'");
+    return fm::run_forward(o);
+  }
   if (cmd == "limits") {
     fm::LimitsOptions o;
     std::string v;
@@ -410,7 +447,7 @@ int main_(std::vector<std::string> args) {
     fm::emit_line(fm::measure_limits(o));
     return 0;
   }
-  fm::usage_error("unknown command '" + cmd + "' (run, serve, tool, limits, options, transports)");
+  fm::usage_error("unknown command '" + cmd + "' (run, serve, tool, forward, limits, options, transports)");
 }
 
 }  // namespace

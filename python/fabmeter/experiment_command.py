@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Callable, Optional
 
-from fabmeter import analysis, command_options, path, recorded, repeat, run, search, slo
+from fabmeter import analysis, command_options, hop, path, recorded, repeat, run, search, slo
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.cpus import parse_cpus
 from fabmeter.engine import engine_options
@@ -41,9 +41,12 @@ OPTIONS = (
     CommandOption("token-file", "with --server: the server's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
     CommandOption("slo", slo.HELP, metavar="OBJECTIVES"),
     CommandOption("search", search.HELP, metavar="OBJECTIVES"),
+    CommandOption("via-hop", hop.HELP, metavar="HOST[:PORT]"),
+    CommandOption("hop-rounds", hop.ROUNDS_HELP, metavar="N", type=hop.rounds, default=1),
 )
 # The experiments an option is only for (every other option is every experiment's).
-ONLY = {"slo": slo.applies, "search": lambda experiment: experiment == "load"}
+ONLY = {"slo": slo.applies, "search": lambda experiment: experiment == "load",
+        "via-hop": hop.applies, "hop-rounds": hop.applies}
 
 
 def options_of(experiment: str) -> tuple[CommandOption, ...]:
@@ -124,8 +127,12 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
             print(json.dumps({**point, "slo": slo.evaluate_point(objectives, point)} if objectives else point),
                   flush=True)
 
+    via_hop = getattr(ns, "via_hop", None)
+    if via_hop is not None and spec.server is None:
+        raise FabmeterError("--via-hop goes with --server (the hop forwards to that server)", EXIT_USAGE)
     ran = recorded.run_recorded(spec, objectives, limits=out is not None, command=sys.argv, record_refusal=False,
-                                on_start=progress.start, on_point=on_point)
+                                on_start=progress.start, on_point=on_point,
+                                via_hop=(via_hop, ns.hop_rounds) if via_hop is not None else None)
     progress.done()
     res, verdict, code = ran.result, ran.verdict, ran.exit_code
     if not ns.json and res.points:
@@ -133,6 +140,8 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
         print(path.header(ran.doc["path"]), flush=True)
         print(analysis.run_report(res.points, chosen, ran.doc.get("limits"), analysis.granted(res.events)),
               flush=True)
+        if "hop" in ran.doc:
+            print(hop.table(ran.doc["hop"]), flush=True)
         if (res.start or {}).get("control_channel") == "unauthenticated":
             print("note: no token: the figures are as the server reported them (an unauthenticated control channel; "
                   "docs/security.md)", flush=True)

@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from fabmeter import run, slo
+from fabmeter import hop, run, slo
 from fabmeter.engine import engine_options, find_engine, last_error_line
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_USAGE, FabmeterError
 from fabmeter.results import RunRecord, out_folder, run_config
@@ -117,14 +117,21 @@ def execute_into(record: RunRecord, spec: run.RunSpec, limits: bool = False,
 def run_recorded(spec: run.RunSpec, objectives: Optional[list[slo.Objective]] = None, limits: bool = False,
                  command: Optional[list[str]] = None, record_refusal: bool = True,
                  on_start: Optional[Callable[[dict], None]] = None,
-                 on_point: Optional[Callable[[dict], None]] = None, **config_more) -> Recorded:
+                 on_point: Optional[Callable[[dict], None]] = None, via_hop: Optional[tuple[str, int]] = None,
+                 **config_more) -> Recorded:
     """One run into spec.out/run.json, which follows every engine line and ends with the run's status, exit
     code and the verdict on `objectives` (checked over every point). `limits`, `on_start`, `on_point`: as
     execute_into's; `command`, `config_more`: as new_record's. `record_refusal` False (a command line of the
-    user's): a run the engine refused before it started (bad arguments, exit 2) leaves run.json unwritten."""
+    user's): a run the engine refused before it started (bad arguments, exit 2) leaves run.json unwritten.
+    `via_hop` (HOST[:PORT], rounds): the direct runs alternated with runs through that hop (hop.py), run.json's
+    "hop" their comparison."""
     record = new_record(spec, objectives, command, **config_more)
     try:
-        res = execute_into(record, spec, limits, on_start, on_point)
+        if via_hop is None:
+            res = execute_into(record, spec, limits, on_start, on_point)
+        else:
+            res, record.doc["hop"] = hop.measure(spec, *via_hop,
+                                                 lambda s: execute_into(record, s, limits, on_start, on_point))
     except KeyboardInterrupt:     # between the engines' signal forwarding: the record says so too
         record.finish("interrupted", "interrupted", EXIT_INTERRUPTED)
         raise

@@ -92,6 +92,9 @@ class Ctrl {
   // different type than expected, an invalid or oversized frame, EOF or
   // timeout is a runtime error naming `what`; refuse is a usage error.
   std::string recv(CtrlType expect, const char* what);
+  // The next frame of any type but a heartbeat, its type in *type: refuse
+  // and fail come back as frames (a hop passes them on: forward.hpp).
+  std::string recv_any(CtrlType* type, const char* what);
   // Sends mine, returns the peer's (both ends call it).
   std::string exchange(std::string_view mine, const char* what);
   void barrier(const char* what);
@@ -133,6 +136,7 @@ class Ctrl {
 
  private:
   void send_locked(CtrlType t, std::string_view payload);
+  std::string read_frame(CtrlType expect, CtrlType* any, const char* what);
   int fd_ = -1;
   uint32_t timeout_ms_ = 5000;
   uint32_t max_frame_ = kMaxFrameDefault;

@@ -345,7 +345,11 @@ bool Ctrl::send_heartbeat() noexcept {
   return true;
 }
 
-std::string Ctrl::recv(CtrlType expect, const char* what) {
+std::string Ctrl::recv(CtrlType expect, const char* what) { return read_frame(expect, nullptr, what); }
+
+std::string Ctrl::recv_any(CtrlType* type, const char* what) { return read_frame(CtrlType::hello, type, what); }
+
+std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
   // Heartbeats do not extend the deadline: a peer that only beats is no answer.
   const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
   const uint32_t tag_bytes = auth_ ? kTagBytes : 0;
@@ -354,6 +358,8 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
     if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
       runtime_error(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
+    // Any type: each is still held to its own length limit (an unknown one is refused).
+    if (any) expect = static_cast<CtrlType>(hdr[4]);
     if (std::string why = check_frame_header(hdr, expect, max_frame_, tag_bytes, &h); !why.empty())
       runtime_error(why + " (" + what + ")");
     ++frames_in_;
@@ -371,6 +377,10 @@ std::string Ctrl::recv(CtrlType expect, const char* what) {
       frame.resize(h.len);
     }
     if (h.type == CtrlType::heartbeat) continue;
+    if (any) {
+      *any = h.type;
+      return frame;
+    }
     if (h.type == CtrlType::refuse) usage_error(printable_line(frame));
     if (h.type == CtrlType::fail) runtime_error(printable_line(frame));
     return frame;

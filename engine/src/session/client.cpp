@@ -50,12 +50,18 @@ void write_status_line(Status st, const std::string& msg, int code = -1) {
   emit_line(end);
 }
 
-// The client's side of the opening (handshake.hpp): hello, proof, welcome;
-// with a token, every frame from here on authenticated.
-// `relay`: the server is asked to run the client against that server (relay.hpp),
-// on --cpu there; `tool`: to start a peer tool's server side (tool_server.hpp).
+// The server's --cpu from its welcome's environment (untrusted: -1 unless a CPU number).
+int peer_cpu_of(const std::string& env) {
+  const nlohmann::json j = nlohmann::json::parse(env, nullptr, false);
+  if (!j.is_object() || !j.contains("cpu") || !j["cpu"].is_number_integer()) return -1;
+  const int64_t cpu = j["cpu"].get<int64_t>();
+  return cpu >= 0 && cpu < CPU_SETSIZE ? static_cast<int>(cpu) : -1;
+}
+
+}  // namespace
+
 Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
-                     const std::string& relay, const std::string& tool = "") {
+                     const std::string& relay, const std::string& tool) {
   trace_phase("client", "hello");
   const SessionCpus cpus{relay.empty() ? std::vector<int>{} : o.cpus, tool.empty() ? o.server_cpus : std::vector<int>{}};
   const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, cpus, encode_params(p));
@@ -83,15 +89,6 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
   return welcome;
 }
 
-// The server's --cpu from its welcome's environment (untrusted: -1 unless a CPU number).
-int peer_cpu_of(const std::string& env) {
-  const nlohmann::json j = nlohmann::json::parse(env, nullptr, false);
-  if (!j.is_object() || !j.contains("cpu") || !j["cpu"].is_number_integer()) return -1;
-  const int64_t cpu = j["cpu"].get<int64_t>();
-  return cpu >= 0 && cpu < CPU_SETSIZE ? static_cast<int>(cpu) : -1;
-}
-
-}  // namespace
 
 int run_tool(const std::string& request, const ClientOptions& o) {
   // Sent as one line, as the library writes it; the server checks what it asks for.

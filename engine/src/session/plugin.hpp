@@ -21,10 +21,13 @@
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/transport.hpp"
+#include <memory>
 
 namespace fm {
 
-constexpr uint32_t kPluginAbi = 3;
+class HopEnd;  // experiment/forward.hpp
+
+constexpr uint32_t kPluginAbi = 4;
 constexpr const char* kPluginSymbol = "fabmeter_transport_plugin";
 
 struct PluginDescriptor {
@@ -39,6 +42,7 @@ struct PluginDescriptor {
   void (*server_claim)(Params&, const ServerPlaces&);
   double (*queued_bytes)(const Params&, uint64_t);
   FabricPort (*fabric_port)(const Params&);
+  std::unique_ptr<HopEnd> (*hop_end)(const Params&, Role, Ctrl&, uint64_t);
 };
 
 // The same facts as plain data in a section of their own (kTagSection), so
@@ -66,9 +70,10 @@ inline constexpr PluginDescriptor plugin_descriptor(const char* name, Caps (*cap
                                                     std::string (*port_facts)(const std::string&, unsigned),
                                                     void (*server_claim)(Params&, const ServerPlaces&),
                                                     double (*queued_bytes)(const Params&, uint64_t),
-                                                    FabricPort (*fabric_port)(const Params&)) {
+                                                    FabricPort (*fabric_port)(const Params&),
+                                                    std::unique_ptr<HopEnd> (*hop_end)(const Params&, Role, Ctrl&, uint64_t)) {
   return {kPluginAbi, sizeof(PluginDescriptor), kEngineVersion, sizeof(Params), sizeof(Ctx), sizeof(Caps),
-          sizeof(std::string), name, caps, points, port_facts, server_claim, queued_bytes, fabric_port};
+          sizeof(std::string), name, caps, points, port_facts, server_claim, queued_bytes, fabric_port, hop_end};
 }
 
 }  // namespace fm

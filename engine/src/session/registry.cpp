@@ -45,7 +45,8 @@ namespace {
   std::string name##_port_facts(const std::string& device, unsigned port); \
   void name##_server_claim(Params& p, const ServerPlaces& at);             \
   double name##_queued_bytes(const Params& p, uint64_t size);              \
-  FabricPort name##_fabric_port(const Params& p);
+  FabricPort name##_fabric_port(const Params& p);                          \
+  std::unique_ptr<HopEnd> name##_hop_end(const Params& p, Role role, Ctrl& ctrl, uint64_t max_msg);
 #define FM_TRANSPORT_PLUGIN(name, groups, libs)
 #define FM_TRANSPORT_ABSENT(name, groups, why)
 }  // namespace
@@ -53,10 +54,10 @@ namespace {
 namespace {
 #undef FM_TRANSPORT
 #define FM_TRANSPORT(name, cls, groups) \
-  {#name, name##_caps, name##_points, name##_port_facts, name##_server_claim, name##_queued_bytes, name##_fabric_port},
+  {#name, name##_caps, name##_points, name##_port_facts, name##_server_claim, name##_queued_bytes, name##_fabric_port, name##_hop_end},
 constexpr TransportEntry kBuiltIn[] = {
 #include "fabmeter/transports.def"
-    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
 #undef FM_TRANSPORT
 #undef FM_TRANSPORT_PLUGIN
 #undef FM_TRANSPORT_ABSENT
@@ -264,13 +265,14 @@ std::string load(const PluginName& plugin, TransportEntry* entry) {
     if (d->name) std::strncpy(t.name, d->name, sizeof t.name - 1);
     why = tag_differs(t, plugin.name);
     if (why.empty() &&
-        (!d->caps || !d->points || !d->port_facts || !d->server_claim || !d->queued_bytes || !d->fabric_port))
+        (!d->caps || !d->points || !d->port_facts || !d->server_claim || !d->queued_bytes || !d->fabric_port ||
+         !d->hop_end))
       why = "its descriptor has no entry functions";
   }
   // A refused plugin stays mapped: its libraries' constructors have run and
   // may have registered what an unload would leave dangling.
   if (!why.empty()) return path + ": refused: " + why;
-  *entry = {plugin.name, d->caps, d->points, d->port_facts, d->server_claim, d->queued_bytes, d->fabric_port};
+  *entry = {plugin.name, d->caps, d->points, d->port_facts, d->server_claim, d->queued_bytes, d->fabric_port, d->hop_end};
   return "";
 }
 

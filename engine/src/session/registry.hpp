@@ -2,6 +2,7 @@
 // (shm, tcp, udp: they need nothing beyond libc) and those that are plugins,
 // each a shared object loaded at its first use (plugin.hpp).
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +14,8 @@
 #include "fabmeter/transport.hpp"
 
 namespace fm {
+
+class HopEnd;  // experiment/forward.hpp
 
 struct TransportEntry {
   const char* name;
@@ -29,6 +32,9 @@ struct TransportEntry {
   void (*server_claim)(Params& p, const ServerPlaces& at);
   double (*queued_bytes)(const Params& p, uint64_t size);
   FabricPort (*fabric_port)(const Params& p);
+  // One end of a forwarding hop, connected over `ctrl` in `role`
+  // (experiment/forward.hpp: an end only the session's hop code uses).
+  std::unique_ptr<HopEnd> (*hop_end)(const Params& p, Role role, Ctrl& ctrl, uint64_t max_msg);
 };
 
 // The entry of a transport, its plugin loaded if it is one; a usage error

@@ -7,7 +7,9 @@
 #include "experiment/common.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/fabric.hpp"
+#include "fabmeter/handshake.hpp"
 #include "fabmeter/params.hpp"
+#include "fabmeter/session.hpp"
 
 namespace fm {
 
@@ -22,6 +24,13 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host);
 // RDMA device the options name, and what the transport's library can add.
 FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu);
 
+// The client's side of the opening (handshake.hpp): hello, proof, welcome;
+// with a token, every frame from here on authenticated. `relay`: the server
+// is asked to run the client against that server (relay.hpp), on --cpu
+// there; `tool`: to start a peer tool's server side (tool_server.hpp). A
+// client's session and a hop's toward its server (forward.hpp) open so.
+Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
+                     const std::string& relay, const std::string& tool = "");
 // "2.5 s", as the server's refusals and messages print durations.
 std::string seconds(double s);
 

@@ -1,0 +1,233 @@
+#include "session/forward.hpp"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "experiment/forward.hpp"
+#include "session/registry.hpp"
+#include "session/session_common.hpp"
+#include "fabmeter/cpu.hpp"
+#include "fabmeter/error.hpp"
+#include "fabmeter/handshake.hpp"
+#include "fabmeter/results.hpp"
+#include "fabmeter/session.hpp"
+#include "fabmeter/signals.hpp"
+
+namespace fm {
+
+namespace {
+
+// The largest frame the server's session may send the client through the
+// hop (a point's report); the client's own limit still applies at its end.
+constexpr uint64_t kMaxHopFrame = 8u << 20;
+constexpr int kRelayPollMs = 50;
+
+// The session's ipc sockets (a transport's server_claim) in a private
+// directory, removed with the session.
+class OwnDir {
+ public:
+  ~OwnDir() {
+    if (!path_.empty()) std::filesystem::remove_all(path_);
+  }
+  const std::string& make() {
+    if (path_.empty()) {
+      std::string tmpl = std::filesystem::temp_directory_path().string() + "/fabmeter-hop-XXXXXX";
+      if (!::mkdtemp(tmpl.data())) sys_error("cannot create the hop's session directory");
+      path_ = tmpl;
+    }
+    return path_;
+  }
+
+ private:
+  std::string path_;
+};
+
+// The hop's own checks of a client's session: what it can forward.
+void check_forwardable(const Hello& h, const Params& p) {
+  if (!h.relay.empty() || !h.tool.empty())
+    usage_error("the hop forwards measured sessions only: no relayed run (--via) and no peer tool through it");
+  const ExperimentEntry& e = experiment_for(p.experiment);
+  if (e.in_flight != 1 || e.peer_clock)
+    usage_error("the hop forwards only experiments with one message in flight and no clock of the other end, not " +
+                p.experiment);
+  if (p.flows > 1) usage_error("the hop forwards one connection: --flows 1");
+}
+
+uint64_t largest_message(const Params& p, const Caps& caps) {
+  uint64_t most = 0;
+  for (const Point& pt : experiment_for(p.experiment).plan(p, caps)) most = std::max(most, pt.largest());
+  return most;
+}
+
+// Relays control frames both ways until the client's bye (true) or a side
+// ends, breaks or says fail/refuse (false, *why says it). The sessions
+// decide the outcome, not the data path: the server closes its transport
+// at the end of its points, before the client's bye.
+bool relay_frames(Ctrl& client, Ctrl& server, std::string* why) {
+  for (;;) {
+    if (stop_requested()) {
+      *why = "interrupted";
+      return false;
+    }
+    pollfd fds[2] = {{client.fd(), POLLIN, 0}, {server.fd(), POLLIN, 0}};
+    if (::poll(fds, 2, kRelayPollMs) <= 0) continue;
+    for (int i = 0; i < 2; ++i) {
+      if (!fds[i].revents) continue;
+      Ctrl& from = i == 0 ? client : server;
+      Ctrl& to = i == 0 ? server : client;
+      const Ctrl::Peek peek = from.peek();
+      if (peek == Ctrl::Peek::nothing) continue;
+      if (peek == Ctrl::Peek::closed) {
+        *why = i == 0 ? "the client closed its session" : "the server closed its session";
+        return false;
+      }
+      CtrlType type{};
+      const std::string frame = from.recv_any(&type, i == 0 ? "the client's frame" : "the server's frame");
+      to.send(type, frame);
+      if (type == CtrlType::bye && i == 0) return true;
+      if (type == CtrlType::fail || type == CtrlType::refuse) {
+        *why = (i == 0 ? "the client: " : "the server: ") + printable_line(frame);
+        return false;
+      }
+    }
+  }
+}
+
+// One client's session through the hop. Returns its exit code.
+int forward_one(Ctrl& cc, const ForwardOptions& o) {
+  cc.set_timeout_ms(kDefaultHandshakeTimeoutMs);
+  const std::string hello = cc.recv(CtrlType::hello, "client hello");
+  Hello h;
+  try {
+    h = decode_hello(hello);
+  } catch (const Error& e) {
+    cc.send(CtrlType::refuse, e.what());
+    return 2;
+  }
+  if (h.version != kProtocolVersion) {
+    cc.send(CtrlType::refuse, "protocol version mismatch: the hop speaks " + std::to_string(kProtocolVersion) +
+                                  ", the client " + std::to_string(h.version));
+    return 2;
+  }
+  const std::string nonce = o.token.empty() ? std::string() : random_bytes(kNonceBytes);
+  cc.send(CtrlType::challenge, nonce);
+  if (!o.token.empty() && !proof_matches(client_proof(o.token, hello, nonce),
+                                          decode_auth(cc.recv(CtrlType::auth, "client's proof")))) {
+    cc.send(CtrlType::fail, "authentication failed (wrong token)");
+    return 3;
+  }
+  Heartbeat client_beat(cc);
+  Params p, po;
+  const TransportEntry* in = nullptr;
+  const TransportEntry* out = nullptr;
+  Caps caps_in{}, caps_out{};
+  OwnDir dir;
+  try {
+    p = decode_params(h.params);
+    check_forwardable(h, p);
+    validate_run(p);
+    in = &entry_for(p.transport);
+    caps_in = in->caps(p);
+    check_against_caps(p, caps_in, h.host == host_id());
+    po = p;
+    if (!o.to_transport.empty()) po.transport = o.to_transport;
+    out = &entry_for(po.transport);
+    caps_out = out->caps(po);
+    check_against_caps(po, caps_out, true);  // the server checks the host itself
+    if (caps_in.one_sided || caps_out.one_sided) usage_error("the hop forwards messages: no one-sided --op");
+    in->server_claim(p, {cc.local_addr(), [&] { return dir.make(); }});
+  } catch (const Error& e) {
+    cc.send(CtrlType::refuse, e.what());
+    return 2;
+  }
+  // The server's session, opened as a client's with the hop's token.
+  Ctrl cs;
+  Welcome w;
+  try {
+    cs = Ctrl::connect(o.to, kDefaultPort, po.timeout_ms);
+    ClientOptions co;
+    co.server = o.to;
+    co.token = o.token;
+    w = open_session(cs, po, co, host_id(), "");
+  } catch (const Error& e) {
+    cc.send(e.kind == ErrorKind::usage ? CtrlType::refuse : CtrlType::fail, std::string("the hop's server: ") + e.what());
+    return e.kind == ErrorKind::usage ? 2 : 3;
+  }
+  cs.set_max_frame(kMaxHopFrame);
+  Heartbeat server_beat(cs);
+  cc.set_timeout_ms(p.timeout_ms);
+  // The client sees the server's environment, under this host's name (its transport ends here).
+  const std::string body = host_id() + "\n" + w.env;
+  if (o.token.empty())
+    cc.send(CtrlType::welcome, encode_welcome("", body));
+  else
+    cc.send_then_authenticate(CtrlType::welcome, encode_welcome(server_proof(o.token, hello, nonce, body), body),
+                              session_key(o.token, hello, nonce, body), true);
+  std::string why;
+  bool ok = false;
+  JsonObj line;
+  line.add("event", "hop").add("client", cc.peer_addr()).add("from_transport", p.transport)
+      .add("to_transport", po.transport).add("to", o.to);
+  try {
+    // The hop's own ends wait as --poll says; the sessions keep the client's mode.
+    Params pin = p, pout = po;
+    pin.poll = pout.poll = o.poll;
+    const auto end_in = in->hop_end(pin, Role::server, cc, largest_message(p, caps_in));
+    const auto end_out = out->hop_end(pout, Role::client, cs, largest_message(po, caps_out));
+    std::atomic<bool> stop{false};
+    std::string data_why;
+    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, o.poll, o.cpu, stop); });
+    ok = relay_frames(cc, cs, &why);
+    stop = true;
+    data.join();
+    if (!ok && !data_why.empty()) why += " (forwarding: " + data_why + ")";
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  if (!ok) {
+    for (Ctrl* c : {&cc, &cs}) try {
+        c->send(CtrlType::fail, "the hop: " + why);
+      } catch (const Error&) {
+      }
+  }
+  line.add("status", ok ? "ok" : "failed");
+  if (!ok) line.add("message", why);
+  emit_line(line);
+  cs.close_draining(kCloseDrainMs);
+  cc.close_draining(kCloseDrainMs);
+  return ok ? 0 : 3;
+}
+
+}  // namespace
+
+int run_forward(const ForwardOptions& o) {
+  if (o.to.empty()) usage_error("forward: --to HOST[:PORT] is required");
+  if (!o.to_transport.empty()) entry_for(o.to_transport);  // an unknown transport: exit 2 now
+  Listener listener(o.bind, o.port);
+  if (o.token.empty() && !listener.loopback_only())
+    std::fprintf(stderr, "fabmeter-engine: warning: forwarding on %s without a token: anyone who reaches port %u "
+                 "can run sessions through this host (use --token-file F or FABMETER_TOKEN)\n",
+                 o.bind.c_str(), unsigned(listener.port()));
+  emit_line(JsonObj().add("event", "listening").add("bind", o.bind).add("port", static_cast<uint64_t>(listener.port()))
+                .add("to", o.to).add("to_transport", o.to_transport).add("poll", o.poll == Poll::busy ? "busy" : "event"));
+  for (;;) {
+    Ctrl cc = listener.accept(kDefaultHandshakeTimeoutMs);
+    if (cc.fd() < 0) return 130;
+    int rc;
+    try {
+      rc = forward_one(cc, o);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "fabmeter-engine: hop session ended: %s\n", e.what());
+      rc = e.kind == ErrorKind::usage ? 2 : 3;
+    }
+    if (o.once) return rc;
+  }
+}
+
+}  // namespace fm

@@ -1,0 +1,121 @@
+"""The forwarding hop (`fabmeter-engine forward`) and `--via-hop`: three namespace hosts (client, gateway,
+server) on one bridge; the hop's added latency is through minus direct, and a delay placed on the hop's output
+shows in that figure, not in the direct path's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+
+import pytest
+
+from conftest import ENGINE, bridged_namespaces, free_port, need_transport, one_line_error, start_serves, \
+    stop_serves
+from delay_line import delay_line
+
+DELAY_US = 50
+# Round trips per run: enough for a steady minimum on 2 loaded CPUs, short enough for the suite. Event mode on
+# every end: client, hop and server all spinning need three CPUs, and this machine has two.
+SMALL = ["-n", "2000", "--warmup", "200", "-s", "32", "--poll", "event"]
+
+
+def _netns(ns: str) -> tuple:
+    return ("ip", "netns", "exec", ns)
+
+
+@pytest.fixture
+def three_hosts():
+    with bridged_namespaces("hop", "10.78.0", 3) as hosts:
+        yield hosts
+
+
+@contextlib.contextmanager
+def forward(ns: str, bind: str, to: str, to_transport: str, token_file: str, *extra: str):
+    """`fabmeter-engine forward` in namespace `ns` on `bind`; yields "BIND:PORT" once it listens."""
+    port = str(free_port())
+    proc = subprocess.Popen([*_netns(ns), str(ENGINE), "forward", "--bind", bind, "--port", port, "--to", to,
+                             "--to-transport", to_transport, "--token-file", token_file, "--poll", "event", *extra],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "listening"
+        yield f"{bind}:{port}", proc
+    finally:
+        stop_serves([proc])
+
+
+def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name) -> dict:
+    out = tmp_path / name
+    res = fm.run("lat", "-t", transport, *SMALL, "--server", server, "--via-hop", hop, "--token-file", token_file,
+                 "--out", out, prefix=_netns(client_ns), timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert "through the hop" in res.stdout, res.stdout
+    doc = json.loads((out / "run.json").read_text())
+    (point,) = doc["hop"]["rounds"][0]
+    return point
+
+
+@pytest.mark.parametrize("into,onward", [("tcp", "udp"), ("shm", "tcp")])
+def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, into, onward):
+    """tcp -> udp with the hop on the gateway host; shm -> tcp with the hop on the client's host (shared memory
+    needs it there): the through-the-hop round trip is the direct one plus a positive added figure."""
+    need_transport(into), need_transport(onward)
+    (ns_c, addr_c), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
+    port = str(free_port())
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    hop_ns, hop_addr = (ns_c, addr_c) if into == "shm" else (ns_g, addr_g)
+    try:
+        with forward(hop_ns, hop_addr, f"{addr_s}:{port}", onward, token_file) as (hop, proc):
+            point = via_hop(fm, tmp_path, ns_c, into, f"{addr_s}:{port}", hop, token_file, "run")
+            hop_line = json.loads(proc.stdout.readline())
+    finally:
+        stop_serves(serves)
+    added = point["hop_added_rtt_ns"]
+    assert added["p50"] == pytest.approx(point["through_rtt_ns"]["p50"] - point["direct_rtt_ns"]["p50"])
+    # Two more passes through a process and, tcp -> udp, two more links: never faster at the minimum.
+    assert added["min"] > 0, point
+    assert hop_line["event"] == "hop" and hop_line["status"] == "ok", hop_line.get("message")
+    assert (hop_line["from_transport"], hop_line["to_transport"]) == (into, onward)
+
+
+def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_file, tmp_path):
+    """50 us on the hop's udp packets to the server: the hop's added round trip grows by it (one pass each
+    round trip), the direct path's does not. Judged by the minimum: on 2 loaded CPUs the median moves by tens of
+    microseconds from run to run, the minimum by a few."""
+    need_transport("tcp"), need_transport("udp")
+    (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
+    port = str(free_port())
+    server = f"{addr_s}:{port}"
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    try:
+        with forward(ns_g, addr_g, server, "udp", token_file) as (hop, _):
+            plain = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "plain")
+            with delay_line(ns_g, DELAY_US, ["-p", "udp", "-d", addr_s]) as line:
+                delayed = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "delayed")
+                assert line.rule_packets() > 0
+    finally:
+        stop_serves(serves)
+    grew = (delayed["hop_added_rtt_ns"]["min"] - plain["hop_added_rtt_ns"]["min"]) / 1000
+    direct_moved = (delayed["direct_rtt_ns"]["min"] - plain["direct_rtt_ns"]["min"]) / 1000
+    print("hop added min us", plain["hop_added_rtt_ns"]["min"] / 1000, "->", delayed["hop_added_rtt_ns"]["min"] / 1000,
+          "direct min moved us", direct_moved)
+    assert grew >= 0.8 * DELAY_US, (plain, delayed)
+    assert direct_moved < 0.5 * DELAY_US, (plain, delayed)
+
+
+def test_a_bad_hop_request_is_refused_with_one_line(fm, three_hosts, token_file, tmp_path):
+    """A hop forwards round trips only: oneway through it is refused with one line, and the hop goes on."""
+    (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
+    port = str(free_port())
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    try:
+        with forward(ns_g, addr_g, f"{addr_s}:{port}", "udp", token_file) as (hop, _):
+            res = fm.run("oneway", "-t", "udp", "--server", hop, "--token-file", token_file, prefix=_netns(ns_c),
+                         timeout=60)
+            assert res.returncode == 2, res.stderr
+            line = one_line_error(res.stderr)
+            assert "the hop forwards only experiments with one message in flight" in line, res.stderr
+            point = via_hop(fm, tmp_path, ns_c, "tcp", f"{addr_s}:{port}", hop, token_file, "after")
+            assert point["hop_added_rtt_ns"]["min"] > 0
+    finally:
+        stop_serves(serves)
