@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (bridged_namespaces, cli_cmd, descendants, free_port, json_lines, one_line_error, proc_status,
+from conftest import (bridged_namespaces, children, cli_cmd, free_port, json_lines, one_line_error, proc_status,
                       start_serves, stop_serves, tagged_engine_procs, veth_namespaces, wait_until)
 from fabmeter import run
 
@@ -333,9 +333,9 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
         serves = [fm.popen("serve", "--bind", h, "--port", port, "--token-file", token_file, "--relay-to",
                            ",".join(hosts), "--cpu", str(cpu), prefix=pre) for h, cpu, pre in zip(hosts, cpus, prefixes)]
         watch, lines, heard = None, [], queue.Queue()
-        # watch's clients, read from its children list (a scan of every process's environment every 20 ms took
-        # ~1.6 ms of a CPU: a busy-polling receiver preempted that long queued half a burst, a p50 of ~1 ms)
-        at_once = Sampler(lambda: sum(" --via " in p for p in descendants(watch.pid)) if watch else 0)
+        # watch's clients: its children (a scan of every process's environment every 20 ms took ~1.6 ms of a CPU: a
+        # busy-polling receiver preempted that long queued half a burst, a p50 of ~1 ms)
+        at_once = Sampler(lambda: sum(" --via " in p for p in children(watch.pid)) if watch else 0)
         try:
             for s in serves:
                 assert json.loads(s.stdout.readline())["event"] == "listening"
@@ -353,11 +353,14 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
                         lines.append(heard.get(timeout=120))
                     except queue.Empty:
                         pytest.fail(f"no line 'sweep {k}: ...' within 120 s: {''.join(lines)}")
-                # A sweep's line comes when its pairs are over: watch is stopped there (SIGSTOP) while the direct
-                # runs measure the same paths alone; then its textfile (written after the line) has the sweep.
+                # A sweep's line comes when its figures are published: watch is stopped there (SIGSTOP) while its
+                # textfile is read and the direct runs measure the same paths alone; nothing of ours but watch's
+                # next sweep runs once it goes on.
                 watch.send_signal(signal.SIGSTOP)
                 at_once.paused.set()
                 try:
+                    samples = parse(prom.read_text())
+                    assert value(samples, "fabmeter_sweeps_total") == k, f"the textfile lacks sweep {k}"
                     assert wait_until(lambda: not run_engine_children(fm.tag), 10), run_engine_children(fm.tag)
                     direct = {(s, d): p50_of(fm, f"{hosts[d]}:{port}", cpus[s], token_file, prefixes[s])
                               for s, d in pairs}
@@ -365,9 +368,6 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
                 finally:
                     at_once.paused.clear()
                     watch.send_signal(signal.SIGCONT)
-                assert wait_until(lambda: prom.exists() and value(parse(prom.read_text()), "fabmeter_sweeps_total")
-                                  == k, 30), "no textfile after the sweep"
-                samples = parse(prom.read_text())
                 sweeps.append(({pair: value(samples, "fabmeter_pair_last_latency_seconds", src=hosts[pair[0]],
                                             dst=hosts[pair[1]], transport="udp", experiment="oneway",
                                             quantile="0.5") * 1e9 for pair in pairs}, direct))

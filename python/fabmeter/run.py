@@ -246,8 +246,8 @@ def _stream(lines: queue.Queue, client: subprocess.Popen, server: Optional[Local
     grace = timeout_s + 5.0
     stop_sent = False
     while True:
-        try:
-            line = lines.get(timeout=0.2)
+        try:    # no local server to watch: no timer either (a wake-up on a busy-polling end's CPU holds it off)
+            line = lines.get(timeout=0.2 if server is not None else None)
         except queue.Empty:
             if server is not None and server.proc.poll() is not None and client.poll() is None:
                 server_gone_at = server_gone_at or time.monotonic()

@@ -15,6 +15,12 @@ hello of PROBE_HELLO alone, which a serve logs as a liveness probe).
 SIGINT and SIGTERM end the loop: the engines of the sweep under way get
 SIGTERM (those of the relays end with their sessions) and the command
 exits 130, as every fabmeter command does.
+
+While a pair measures, watch itself does nothing: its loop waits on a pipe
+that a result or a signal writes to, never on a timer, as a watch thread
+woken on a busy-polling end's CPU holds that end off it. A sweep's line is
+logged once its figures are published (metrics and --textfile), so that
+whoever reads it finds them there.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import gc
 import os
 import queue
+import select
 import signal
 import socket
 import struct
@@ -36,7 +43,7 @@ from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE,
 from fabmeter.mesh.run import host_port
 from fabmeter.watch import metrics
 
-POLL_S = 0.1                    # how often a wait looks at the stop flag
+POLL_S = 0.1                    # how often a wait between sweeps looks at the stop flag
 # A control frame (4-byte little-endian length, type 1: hello) holding "probe": the engine's serve logs it as a
 # liveness probe and closes (engine/src/session/server_session.cpp, kProbeHello).
 PROBE_HELLO = struct.pack("<IB", 5, 1) + b"probe"
@@ -99,7 +106,38 @@ def waves(rounds: list[list[tuple[int, int]]]) -> list[list[tuple[int, int]]]:
 
 class _Stop(procs.SignalForwarder):
     """SIGINT and SIGTERM set a flag the loop's waits look at (a handler that raised could land between a
-    textfile's write and its rename, or in a thread's bookkeeping)."""
+    textfile's write and its rename, or in a thread's bookkeeping), and wake a sweep's wait for its pairs (a byte
+    down a pipe, as a pair's result does). Entered in the main thread only (set_wakeup_fd's rule)."""
+
+    def __enter__(self):
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # The interpreter writes a signal's number there whichever thread the kernel gave it to.
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        signal.set_wakeup_fd(self._old_wakeup)
+        # The pipe stays open: a pair thread still ending may write to it (a closed fd's number may be reused).
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"w")
+        except BlockingIOError:         # a full pipe wakes the wait as well
+            pass
+
+    def get(self, done: queue.Queue):
+        """The next item of `done` (its putter calls wake() after the put), or None once stopped."""
+        while not self:
+            try:
+                return done.get_nowait()
+            except queue.Empty:
+                select.select([self._wake_r], [], [])
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+        return None
 
     def __bool__(self) -> bool:
         return self.interrupted
@@ -148,7 +186,7 @@ def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
             down = _check_hosts(spec, state, down, stop, log)
             if stop:
                 break
-            failed_hosts = _sweep(spec, state, down, stop, log)
+            failed_hosts, line = _sweep(spec, state, down, stop, log)
             if stop:
                 break
             down |= failed_hosts                # re-checked before the next sweep
@@ -161,6 +199,7 @@ def _watch(spec: WatchSpec, stop: "_Stop", log: Callable[[str], None]) -> int:
                     if textfile_error != str(e):
                         log(f"--textfile {spec.textfile}: {e.strerror or e}")
                     textfile_error = str(e)
+            log(line)
             next_start = max(next_start + spec.interval_s, time.monotonic())
             if spec.for_s is not None and next_start - began >= spec.for_s:
                 stop.sleep_until(began + spec.for_s)    # no sweep left: the metrics are served to the end
@@ -209,8 +248,8 @@ def _check_hosts(spec: WatchSpec, state: metrics.WatchState, hosts: set[int], st
     return down
 
 
-def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _Stop, log) -> set[int]:
-    """Every round once; returns the hosts of the pairs that failed."""
+def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _Stop, log) -> tuple[set[int], str]:
+    """Every round once; returns the hosts of the pairs that failed and the sweep's line."""
     t0 = time.monotonic()
     address = [host_port(h, spec.serve_port) for h in spec.hosts]
     results: list[tuple[int, int, bool]] = []
@@ -225,16 +264,16 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
             if dead:
                 done.put((s, d, None, f"no fabmeter serve answers at {address[dead[0]]}", 0.0))
                 continue
-            t = threading.Thread(target=_run_pair, args=(spec, s, d, address, start_ns, done), daemon=True)
+            t = threading.Thread(target=_run_pair, args=(spec, s, d, address, start_ns, done, stop), daemon=True)
             t.start()
             threads.append(t)
         started: list[int] = []
         spinning: list[Counter] = []
         for _ in pairs:
-            item = _get(done, stop)
+            item = stop.get(done)
             if item is None:            # stopped: the round's engines end, its results are dropped
                 _stop_engines(threads)
-                return set()
+                return set(), ""
             s, d, res, message, duration = item
             ok = _record(spec, state, s, d, res, message, duration, log)
             results.append((s, d, ok))
@@ -254,7 +293,7 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
         state.sweep_ok, state.sweep_failed = len(results) - len(failed), len(failed)
         state.round_skew_s = max(skews) / 1e9 if skews else None
         state.judge_outliers()
-        log(_sweep_line(spec, state, results))
+        line = _sweep_line(spec, state, results)
         # The report's rule, on the machine watch runs on: the one whose usable CPUs it knows (namespace hosts
         # share it).
         crowding = analysis.crowded_cpus(most_here, len(os.sched_getaffinity(0))) if most_here else None
@@ -262,7 +301,7 @@ def _sweep(spec: WatchSpec, state: metrics.WatchState, down: set[int], stop: _St
             log(f"warning: {crowding}" if crowding else "no warning now: this machine had a CPU left beside the "
                                                          "busy-polling threads")
         state.warning = crowding
-    return {i for p in failed for i in p}
+    return {i for p in failed for i in p}, line
 
 
 def _sweep_line(spec: WatchSpec, state: metrics.WatchState, results: list[tuple[int, int, bool]]) -> str:
@@ -302,16 +341,8 @@ def _spinning(res: run.RunResult) -> Counter:
     return out
 
 
-def _get(done: queue.Queue, stop: _Stop):
-    while not stop:
-        try:
-            return done.get(timeout=POLL_S)
-        except queue.Empty:
-            pass
-    return None
-
-
-def _run_pair(spec: WatchSpec, s: int, d: int, address: list[str], start_ns: Optional[int], done: queue.Queue):
+def _run_pair(spec: WatchSpec, s: int, d: int, address: list[str], start_ns: Optional[int], done: queue.Queue,
+              stop: _Stop):
     t0 = time.monotonic()
     try:
         res = run.execute(run.RunSpec(spec.experiment, spec.options, cpus=spec.cpus, server=address[d],
@@ -320,6 +351,7 @@ def _run_pair(spec: WatchSpec, s: int, d: int, address: list[str], start_ns: Opt
         done.put((s, d, res, message or ("" if res.points else "no point measured"), time.monotonic() - t0))
     except Exception as e:      # noqa: BLE001 -- a pair's failure, whatever it is, never ends the loop
         done.put((s, d, None, f"{type(e).__name__}: {e}", time.monotonic() - t0))
+    stop.wake()
 
 
 def _started_ns(res: run.RunResult) -> Optional[int]:
