@@ -1,6 +1,8 @@
 // verbs' connection: endpoint info swapped over the control channel, then
 // the QP connected by rdma_cm, or raw (RESET -> INIT -> RTR -> RTS by hand);
 // UD address handles.
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 

@@ -124,6 +124,8 @@ bool uses_rdma_cm(const VerbsOptions& v) { return v.cm == "rdma_cm" || (v.cm == 
 
 }  // namespace verbs
 
+using namespace verbs;
+
 void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
   int n = 0;
   dev_list_ = ibv_get_device_list(&n);
@@ -176,8 +178,5 @@ std::string VerbsTransport::port_facts(const std::string& device, unsigned port)
   ibv_free_device_list(list);
   return o.empty() ? "" : o.str();
 }
-
-void VerbsTransport::phase(const char* name) {
-  const uint64_t now = Clock::mono_ns();
 
 }  // namespace fm
