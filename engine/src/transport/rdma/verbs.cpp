@@ -122,7 +122,8 @@ verbs::Op verbs::op_of(const std::string& name) {
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
     : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight),
-      fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_(use.poll == Poll::event),
+      fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_recv_(use.poll == Poll::event),
+      event_send_(use.poll_send == Poll::event),
       op_(verbs::op_of(r.op)), one_sided_(verbs::is_one_sided(op_) || v.passive_rx), reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {
@@ -139,7 +140,8 @@ VerbsTransport::~VerbsTransport() {
   if (credit_page_) munmap(credit_page_, 4096);
   if (send_cq_) ibv_destroy_cq(send_cq_);
   if (recv_cq_) ibv_destroy_cq(recv_cq_);
-  if (channel_) ibv_destroy_comp_channel(channel_);
+  for (ibv_comp_channel* ch : {recv_channel_, send_channel_})
+    if (ch) ibv_destroy_comp_channel(ch);
   if (pd_) ibv_dealloc_pd(pd_);
   if (cm_id_) rdma_destroy_id(cm_id_);
   if (listen_id_) rdma_destroy_id(listen_id_);
@@ -281,13 +283,13 @@ void VerbsTransport::post_credit() {
   ++posted_;
 }
 
-bool VerbsTransport::wait_channel(int ms) {
-  pollfd pfd{channel_->fd, POLLIN, 0};
+bool VerbsTransport::wait_channel(ibv_comp_channel* ch, int ms) {
+  pollfd pfd{ch->fd, POLLIN, 0};
   if (::poll(&pfd, 1, ms) <= 0) return false;
   bool woke = false;
   ibv_cq* cq;
   void* cq_ctx;
-  while (ibv_get_cq_event(channel_, &cq, &cq_ctx) == 0) {  // non-blocking fd: drains what is there
+  while (ibv_get_cq_event(ch, &cq, &cq_ctx) == 0) {  // non-blocking fd: drains what is there
     ibv_ack_cq_events(cq, 1);
     woke = true;
   }
@@ -302,7 +304,7 @@ bool VerbsTransport::wait_recv(RecvMsg& m) {
     return false;
   }
   if (poll_recv(m)) return true;  // it arrived before the CQ was armed
-  wait_channel(kWaitSliceMs);
+  wait_channel(recv_channel_, kWaitSliceMs);
   return poll_recv(m);            // poll again after waking, as the thesis' event mode
 }
 
@@ -314,7 +316,7 @@ void VerbsTransport::wait_send() {
       return;
     }
     if (reap_sends() > 0) return;
-    wait_channel(kWaitSliceMs);
+    wait_channel(send_channel_, kWaitSliceMs);
     reap_sends();
     return;
   }
@@ -325,38 +327,6 @@ void VerbsTransport::wait_send() {
 }
 
 // ---- control plane ----
-
-void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
-  int n = 0;
-  dev_list_ = ibv_get_device_list(&n);
-  if (!dev_list_ || n == 0) runtime_error(kNoDevice);
-  ibv_device* dev = nullptr;
-  if (!verbs_.device.empty()) {
-    std::string names;
-    for (int i = 0; i < n && !dev; ++i) {
-      if (verbs_.device == ibv_get_device_name(dev_list_[i])) dev = dev_list_[i];
-      names += std::string(names.empty() ? "" : ", ") + ibv_get_device_name(dev_list_[i]);
-    }
-    if (!dev) usage_error("verbs: no RDMA device named '" + verbs_.device + "' (this host has: " + names + ")");
-  } else {
-    // The device that holds the control connection's address, so two ends
-    // on one host (two Soft-RoCE devices) each use their own.
-    ibv_gid want;
-    if (addr_to_gid(ctrl.local_addr(), &want)) {
-      for (int i = 0; i < n && !dev; ++i) {
-        ibv_context* c = ibv_open_device(dev_list_[i]);
-        if (!c) continue;
-        for (const auto& e : port_gids(c, verbs_.port))
-          if (std::memcmp(e.gid.raw, want.raw, 16) == 0) dev = dev_list_[i];
-        ibv_close_device(c);
-      }
-    }
-    if (!dev) dev = dev_list_[0];
-  }
-  ctx_ = ibv_open_device(dev);
-  if (!ctx_) sys_error(std::string("verbs: cannot open ") + ibv_get_device_name(dev));
-  port_ = verbs_.port;
-}
 
 void VerbsTransport::setup(uint64_t max_msg) {
   device_name_ = ibv_get_device_name(ctx_->device);
@@ -384,11 +354,18 @@ void VerbsTransport::setup(uint64_t max_msg) {
 
   pd_ = ibv_alloc_pd(ctx_);
   if (!pd_) sys_error("verbs: ibv_alloc_pd");
-  if (event_) {
-    channel_ = ibv_create_comp_channel(ctx_);
-    if (!channel_) sys_error("verbs: ibv_create_comp_channel");
-    set_nonblock(channel_->fd);
-  }
+  // Each CQ sleeps on a channel of its own where its side is event-driven
+  // (--poll-recv, --poll-send: the thesis' busy receive queue beside an
+  // event-driven send completion queue).
+  auto channel = [&](bool event) -> ibv_comp_channel* {
+    if (!event) return nullptr;
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    if (!ch) sys_error("verbs: ibv_create_comp_channel");
+    set_nonblock(ch->fd);
+    return ch;
+  };
+  recv_channel_ = channel(event_recv_);
+  send_channel_ = channel(event_send_);
 
   // Rings: one slot per WR, cut to kRingBudget bytes for big messages. A
   // read or atomic with a bound on what is in flight (lat: 1) takes no more
@@ -419,8 +396,8 @@ void VerbsTransport::setup(uint64_t max_msg) {
                                       static_cast<uint32_t>(da.max_qp_init_rd_atom)}));
   tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want_, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
 
-  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want_), nullptr, channel_, 0);
-  recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, channel_, 0);
+  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want_), nullptr, send_channel_, 0);
+  recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, recv_channel_, 0);
   if (!send_cq_ || !recv_cq_) sys_error("verbs: ibv_create_cq");
 
   auto map = [](size_t bytes) {
@@ -532,7 +509,8 @@ int VerbsTransport::deregister_memory(void* mr) { return ibv_dereg_mr(static_cas
 void VerbsTransport::describe(JsonObj& o) const {
   o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))
       .add("link_layer", port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband")
-      .add("service", verbs_.service).add("op", rdma_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
+      .add("recv_cq", event_recv_ ? "event channel" : "busy-polled")
+      .add("send_cq", event_send_ ? "event channel" : "busy-polled").add("service", verbs_.service).add("op", rdma_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
       .add("path_mtu", mtu_bytes(path_mtu_)).add("active_mtu", mtu_bytes(port_attr_.active_mtu))
       .add("inline_requested", rdma_.inline_size).add("max_inline_granted", max_inline_)
       .add("sq_depth_granted", sq_granted_).add("rq_depth_granted", rq_granted_)
