@@ -84,7 +84,8 @@ mkdir -p "$OUT/raw"
 [[ -z $FABTESTS_SKIPPED ]] || echo "$FABTESTS_SKIPPED" >"$OUT/raw/_fabtests_skipped"
 [[ -z $FABTESTS ]] || cat "$FABTESTS/version" >"$OUT/raw/_fabtests"
 # thesis-stream's verbs rows at FM_STREAM_COUNT samples a point: the suite's
-# own 250 000 unless told (about 17 hours of messages at its rates), e.g.
+# own 250 000 unless told (each row then plans beyond the guest serve's
+# default --max-duration of 3600 s, which refuses it), e.g.
 # FM_STREAM_COUNT=1000 for a run of minutes. Each row may take 120 s beyond
 # twice its messages' planned time (the guest driver's limit for it).
 STREAM_S=0

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import cli_cmd, one_line_error
+from conftest import cli_cmd, json_lines, one_line_error
 
 # Runs a command and prints its peak RSS (KiB, the kernel's accounting of its
 # process tree) on the last stderr line.
@@ -33,7 +33,10 @@ def test_oversized_message_with_out_is_refused_at_once(fm, tmp_path):
 def test_engine_dry_run_connects_to_nothing(engine):
     ok = subprocess.run([str(engine), "run", "lat", "-t", "tcp", "--server", "127.0.0.1:1", "--dry-run", "-s", "64"],
                         capture_output=True, text=True, timeout=30)
-    assert ok.returncode == 0 and ok.stdout == "" and ok.stderr == "", ok
+    assert ok.returncode == 0 and ok.stderr == "", ok
+    # Its one line: the run time the plan states, beside a default serve's limit (suite --dry-run prints both).
+    (plan,) = json_lines(ok.stdout)
+    assert plan["serve_max_duration_s"] == 3600 and 0 < plan["planned_s"] < 1, plan
     bad = subprocess.run([str(engine), "run", "lat", "-t", "shm", "--server", "127.0.0.1:1", "--dry-run", "-s", "8G"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "exceeds the transport's maximum" in bad.stderr, bad

@@ -72,3 +72,16 @@ def last_error_line(stderr: str) -> str:
             return ln[len(ENGINE_ERROR_PREFIX):]
     last = lines[-1] if lines else ""
     return last[len("fabmeter-engine: "):] if last.startswith("fabmeter-engine: ") else last
+
+
+def dry_run(engine: str, experiment: str, argv: list[str]) -> dict:
+    """The engine's own check of a run's options (`run --dry-run`): its plan
+    (planned_s, serve_max_duration_s), or its one-line refusal raised."""
+    cmd = [engine, "run", experiment, "--server", "127.0.0.1", "--dry-run", *argv]
+    try:
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FabmeterError(f"cannot run `fabmeter-engine run --dry-run`: {e}") from e
+    if res.returncode != 0:
+        raise FabmeterError(last_error_line(res.stderr), res.returncode)
+    return json.loads(res.stdout.strip().splitlines()[-1])

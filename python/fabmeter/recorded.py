@@ -7,12 +7,11 @@ The machine's limits between the run's two CPUs are measured before the run only
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from fabmeter import hop, run, slo
-from fabmeter.engine import engine_options, find_engine, last_error_line
+from fabmeter.engine import dry_run, engine_options, find_engine
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_USAGE, FabmeterError
 from fabmeter.results import RunRecord, out_folder, run_config
 
@@ -40,18 +39,6 @@ def equivalent_command(spec: run.RunSpec, objectives: Optional[str] = None) -> l
             + (["--out", str(spec.out)] if spec.out else []))
 
 
-def _dry_run(engine: str, spec: run.RunSpec) -> None:
-    """The engine's own check of the run's options (`run --dry-run`): raises its one-line refusal."""
-    cmd = [engine, "run", spec.experiment, "--server", "127.0.0.1", "--dry-run",
-           *engine_options(engine).engine_argv(spec.options)]
-    try:
-        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise FabmeterError(f"cannot run `fabmeter-engine run --dry-run`: {e}") from e
-    if res.returncode != 0:
-        raise FabmeterError(last_error_line(res.stderr), res.returncode)
-
-
 def measure_limits(spec: run.RunSpec) -> Optional[dict]:
     """The machine's limits between the run's two CPUs (each side's first: where its session thread runs),
     sized for its message. None where they cannot be measured (a remote server's CPU is on another host;
@@ -64,7 +51,7 @@ def measure_limits(spec: run.RunSpec) -> Optional[dict]:
     if len(set(cpus)) < 2:
         return None
     engine = spec.engine or find_engine()
-    _dry_run(engine, spec)
+    dry_run(engine, spec.experiment, engine_options(engine).engine_argv(spec.options))
     args = list(LIMITS_ARGS) + (["--sizes", str(spec.options["size"])] if "size" in spec.options else [])
     try:
         return run.run_limits(cpus, LIMITS_ITERS, engine, timeout=30, args=args)

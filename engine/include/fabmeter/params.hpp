@@ -26,7 +26,9 @@ struct CommonOptions {
   static constexpr const char* kGroup = "common";
   static constexpr uint32_t kMaxFlows = 64;  // --flows: threads and connections each end runs at once
   std::string transport = "shm";    // one of available_transports()
-  Poll poll = Poll::busy;
+  Poll poll = Poll::busy;            // --poll: both sides; after parsing, the receive side's (the loop follows it)
+  Poll poll_recv = Poll::busy;       // receives: spin on the receive queue, or sleep on its event channel
+  Poll poll_send = Poll::busy;       // send completions and waits for room: spin, or sleep on the send side's channel
 
   uint64_t size = 32;               // message size in bytes
   bool sweep = false;               // -a: 1 B .. max_size by powers of two

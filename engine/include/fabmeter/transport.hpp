@@ -53,6 +53,10 @@ struct Caps {
   bool shared_rx = false;
   uint64_t fixed_msg_size = 0;      // atomics: every message is exactly this many bytes
   const char* busy_only = nullptr;  // why --poll event cannot work here (nullptr: it can)
+  // Why the two sides cannot poll in different modes (--poll-recv and
+  // --poll-send differ): no event channel on the send side of its own;
+  // nullptr: each side waits on its own.
+  const char* one_poll_mode = nullptr;
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
   // Why this transport, as configured, carries one connection per session
   // (--flows, load's --conns refused with it); nullptr: it opens several.
@@ -71,7 +75,8 @@ struct ConnectPhase {
 // What the experiment asks of a transport, beside the transport's own options.
 struct Use {
   Role role;
-  Poll poll;
+  Poll poll;                  // the receive side's (--poll-recv)
+  Poll poll_send;             // the send side's: its completions and waits for room (--poll-send)
   uint32_t send_window;       // most sends posted and not completed (bw: --tx-depth); 0 = as the send queue allows
   uint32_t in_flight;         // most messages the experiment has in flight each way (lat: 1); 0 = no bound
   bool fixed_sizes;           // every message of a point has the point's size (lat; bw without --size-spread)
@@ -188,6 +193,15 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
   // as the RAMCloud notes watch their buffer pools). Without it, none.
   !requires(const T& ct) { ct.pools(); } || requires(const T& ct) {
     { ct.pools() } -> std::same_as<Pools>;
+  }) && (
+  // Optional: the next post_send(buf, len, flags)'s payload copied now into
+  // the buffer the device reads, so that post_send copies none (lat and
+  // oneway call it before their send timestamp, common.hpp's prepare_send).
+  // The caller leaves buf's bytes as they are until that post. Without it,
+  // post_send copies what it must.
+  !requires(T& t) { t.prepare_send(static_cast<const void*>(nullptr), uint32_t{}, uint32_t{}); } ||
+  requires(T& t) {
+    { t.prepare_send(static_cast<const void*>(nullptr), uint32_t{}, uint32_t{}) } -> std::same_as<void>;
   }) && (
   // Optional: every message from now on has this many bytes, both ways
   // (lat and bw call it before each point; common.hpp's fix_message_size).

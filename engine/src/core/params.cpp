@@ -190,6 +190,15 @@ std::vector<OptSpec> make_table() {
      .help = "completion mode: busy (spin) or event (sleep until woken)",
      .set = [](Params& p, std::string_view v) { p.poll = one_of("poll", v) == "busy" ? Poll::busy : Poll::event; },
      .get = [](const Params& p) { return std::string(poll_name(p.poll)); }},
+    {.name = "poll-recv", .metavar = "MODE", .type = T::choice, .values = "busy,event",
+     .help = "the receive side alone: busy (spin on the receive queue) or event (sleep on its channel); default: --poll",
+     .set = [](Params& p, std::string_view v) { p.poll_recv = one_of("poll_recv", v) == "busy" ? Poll::busy : Poll::event; },
+     .get = [](const Params& p) { return std::string(poll_name(p.poll_recv)); }},
+    {.name = "poll-send", .metavar = "MODE", .type = T::choice, .values = "busy,event",
+     .help = "the send side alone (its completions and waits for room): busy (spin) or event (sleep on the send "
+             "completion channel); default: --poll",
+     .set = [](Params& p, std::string_view v) { p.poll_send = one_of("poll_send", v) == "busy" ? Poll::busy : Poll::event; },
+     .get = [](const Params& p) { return std::string(poll_name(p.poll_send)); }},
     {.name = "spin-us", .metavar = "US", .type = T::duration, .unit = "us",
      .help = "event mode: poll this long for a message before sleeping, microseconds (spin, then sleep; 0: sleep at once)",
      DBL(Com, spin_us)},
@@ -502,6 +511,11 @@ void parse_options(Params& p, const std::vector<std::string>& args) {
     else
       o->set(p, value);
   }
+  // --poll sets both sides, --poll-recv and --poll-send each their own, in
+  // any order; the other end gets the values. The loop follows the receive side.
+  if (!p.named("poll-recv")) p.poll_recv = p.poll;
+  if (!p.named("poll-send")) p.poll_send = p.poll;
+  p.poll = p.poll_recv;
 }
 
 std::string encode_params(const Params& p) {
@@ -571,6 +585,10 @@ void validate(const Params& p) {
   if (p.timeout_ms == 0) usage_error("--timeout-ms must be at least 1");
   if (!(p.spin_us >= 0 && p.spin_us <= 1e6)) usage_error("--spin-us must be between 0 and 1000000 (one second)");
   if (p.spin_us > 0 && p.poll != Poll::event) usage_error("--spin-us applies to --poll event (busy mode never sleeps)");
+  if (p.poll_recv != p.poll_send && !in_list("lat,oneway", p.experiment))
+    usage_error("--poll-recv and --poll-send differ: only lat and oneway poll the two sides apart (" + p.experiment +
+                " follows --poll)");
+  if (p.poll != p.poll_recv) usage_error("--poll and --poll-recv differ (--poll is both sides: give --poll-recv alone)");
   check_percentiles(p.percentiles);
   if (p.loss_timeout_ms == 0) usage_error("--loss-timeout-ms must be at least 1");
 }

@@ -320,17 +320,19 @@ template <Transport T, class OnComp>
   return n;
 }
 
-// Posts one send, waiting for room as the poll mode says.
+// Posts one send, waiting for room as the send side's poll mode says
+// (--poll-send: a branch here, off the path of a post that finds room).
 template <Poll P, Transport T, class OnComp = IgnoreCompletions>
 [[gnu::always_inline]] inline Status send_one(T& t, const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                               Guard& g, OnComp on_comp = {}) {
   if (t.post_send(buf, len, flags, wr_id)) [[likely]] return Status::ok;
+  const bool sleep = g.ctx().p.poll_send == Poll::event;
   for (uint32_t spins = 0;; ++spins) {
-    if constexpr (P == Poll::event) t.wait_send();
+    if (sleep) t.wait_send();
     else cpu_relax();
     reap_send_comps(t, on_comp);
     if (t.post_send(buf, len, flags, wr_id)) return Status::ok;
-    if (P == Poll::event || spins >= kGuardSpins) {
+    if (sleep || spins >= kGuardSpins) {
       spins = 0;
       if (Status s = g.check(t); s != Status::ok) return s;
     }
@@ -360,6 +362,13 @@ void fix_message_size(T& t, uint64_t size) {
   if constexpr (requires { t.fix_message_size(uint32_t{}); }) t.fix_message_size(static_cast<uint32_t>(size));
 }
 
+// Before a send's timestamp: its payload copied where the device reads it
+// (transport.hpp's prepare_send), so that the timed post copies none.
+template <Transport T>
+[[gnu::always_inline]] inline void prepare_send(T& t, const void* buf, uint32_t len, uint32_t flags) {
+  if constexpr (requires { t.prepare_send(buf, len, flags); }) t.prepare_send(buf, len, flags);
+}
+
 template <Transport T>
 bool tx_idle(const T& t) {
   if constexpr (requires { t.tx_idle(); }) return t.tx_idle();
@@ -372,12 +381,13 @@ bool tx_idle(const T& t) {
 template <Poll P, Transport T>
 Status flush_sends(T& t, Guard& g) {
   IgnoreCompletions none;
+  const bool sleep = g.ctx().p.poll_send == Poll::event;
   for (uint32_t spins = 0; !tx_idle(t); ++spins) {
     reap_send_comps(t, none);
     if (tx_idle(t)) break;
-    if constexpr (P == Poll::event) t.wait_send();
+    if (sleep) t.wait_send();
     else cpu_relax();
-    if (P == Poll::event || spins >= kGuardSpins) {
+    if (sleep || spins >= kGuardSpins) {
       spins = 0;
       if (Status s = g.check(t); s != Status::ok && s != Status::ctrl_pending) return s;
     }

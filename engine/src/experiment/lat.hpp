@@ -69,6 +69,7 @@ Status lat_client(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, 
     }
     if (st != Status::ok) break;
 
+    prepare_send(t, buf.data(), len, 0);
     // ---- hot path: one round trip ----
     const uint64_t t0 = clk.ticks();
     if ((st = send_one<P>(t, buf.data(), len, 0, i, g)) != Status::ok) break;
@@ -142,6 +143,7 @@ Status lat_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   if (!warmup) c.cpu.begin();
   for (;;) {
     RecvMsg m;
+    if (c.caps.reliable) prepare_send(t, reply.data(), len, 0);  // else the reply carries the ping's sequence number
     Status st = recv_next<P>(t, m, g, c.clk);
     if (st == Status::ctrl_pending) {
       c.cpu.end(served - std::min(served, warmup), "round_trip");

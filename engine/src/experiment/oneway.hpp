@@ -100,9 +100,10 @@ Status oneway_send(T& t, Ctx& c, uint64_t size, uint64_t warmup, PayloadBuf& buf
     for (uint64_t j = 0; j < in_burst; ++j) {
       if (stop_requested()) { st = Status::interrupted; break; }
       if (!c.caps.reliable) put_seq(buf.data(), size, static_cast<uint32_t>(sent));
-      // ---- hot path ----
       // The very last send asks for a completion, so the end of the run is known.
       const uint32_t flags = sent + 1 == total ? uint32_t{kSendSignaled} : 0u;
+      prepare_send(t, buf.data(), len, flags);
+      // ---- hot path ----
       s.t_subm[sent] = clk.ticks();
       // After t_subm: every stamp the thread writes once it sees this payload is at least t_subm.
       if constexpr (ReadsAfterPost<T>)

@@ -88,6 +88,7 @@ std::string exchange_cpu_cost(Ctx& ctx, Status st) {
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
   return {.role = role,
           .poll = p.poll,
+          .poll_send = p.poll_send,
           .send_window = experiment.send_window(p),
           .in_flight = experiment.in_flight,
           .fixed_sizes = experiment.fixed_sizes(p),

@@ -239,7 +239,15 @@ void open_relay(std::optional<Ctrl>& relay, std::optional<Heartbeat>& beat, cons
 int run_client(const Params& requested, const ClientOptions& o) {
   const Prepared prep = prepare(requested);
   const Params& p = prep.p;
-  if (o.dry_run) return 0;
+  if (o.dry_run) {
+    // The run time the plan states, as a server checks it, beside a default
+    // serve's --max-duration (suite --dry-run prints both).
+    std::printf("%s\n", JsonObj()
+                             .add("planned_s", server_cost(p, prep.caps).min_seconds)
+                             .add("serve_max_duration_s", ServerOptions{}.max_duration)
+                             .str().c_str());
+    return 0;
+  }
   if (!o.via.empty()) {  // the run happens on the relay host: nothing of it is here
     std::optional<Ctrl> relay;
     std::optional<Heartbeat> beat;

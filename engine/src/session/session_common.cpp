@@ -30,6 +30,10 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
     usage_error("--op " + p.rdma.op + " is one-sided (the server's CPU never sees it): it runs lat and bw, not " +
                 p.experiment);
   if (caps.busy_only && p.poll == Poll::event) usage_error(std::string("--poll event: ") + caps.busy_only);
+  if (caps.busy_only && p.poll_send == Poll::event) usage_error(std::string("--poll-send event: ") + caps.busy_only);
+  if (caps.one_poll_mode && p.poll_recv != p.poll_send)
+    usage_error(p.transport + ": --poll-recv " + poll_name(p.poll_recv) + " with --poll-send " + poll_name(p.poll_send) +
+                ": " + caps.one_poll_mode);
   if (caps.fixed_msg_size)
     for (uint64_t size : sizes_for(p, UINT64_MAX))
       if (size != caps.fixed_msg_size)

@@ -23,7 +23,7 @@ from fabmeter.mesh.output import MESH_FILE
 from fabmeter.options import Options
 from fabmeter.recorded import run_recorded
 from fabmeter.results import now_iso, out_folder, write_json
-from fabmeter.suite import cut, peer
+from fabmeter.suite import cut, limits, peer
 from fabmeter.suite.read import MESH_KEYS, Point, Suite, SuiteError, read
 from fabmeter.terminal import shown_lines
 
@@ -269,10 +269,15 @@ class Index:
         write_json(self.path, self.doc)
 
 
-def print_plan(suite: Suite, out: Path) -> None:
-    """--dry-run: every point, what would happen to it and its command."""
+def print_plan(suite: Suite, out: Path, engine: str) -> int:
+    """--dry-run: every point, what would happen to it, its planned time
+    beside serve's limit, and its command; EXIT_USAGE where a default serve
+    would refuse a point."""
+    by_id = limits.plans(engine, suite.points, suite.options)
     for p in suite.points:
-        state = f"skip: {p.skip}" if p.skip else ("done" if is_finished(out / p.id, p, suite.options) else "run")
+        plan = by_id[p.id]
+        state = f"skip: {p.skip}" if p.skip else f"refused: {plan.refused}" if plan and plan.refused else (
+            "done" if is_finished(out / p.id, p, suite.options) else "run")
         if p.tool:
             cmd = peer.command_text(p)
         else:
@@ -280,15 +285,24 @@ def print_plan(suite: Suite, out: Path) -> None:
                              ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
                              + (["--slo", p.slo] if p.slo else [])
                              + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
-        print(f"{p.id}  [{state}]  {cmd}")
+        timing = f"  (planned >= {plan.planned_s:g} s; serve's --max-duration {plan.limit_s:g} s)" if plan else ""
+        print(f"{p.id}  [{state}]  {cmd}{timing}")
     runnable = [p for p in suite.points if not p.skip]
     print(f"{len(suite.points)} points: {len(runnable)} runnable, {len(suite.points) - len(runnable)} skipped "
           f"(not built into this engine, or their tool not installed); results would go to {out}")
+    refused = limits.refusals(by_id)
+    if refused:
+        print(f"{len(refused)} point{'s' * (len(refused) != 1)} over a default serve's --max-duration: "
+              "the suite would refuse to start")
+    return EXIT_USAGE if refused else EXIT_OK
 
 
 def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
               default_cpus: Optional[tuple[int, ...]], token_file: Optional[str] = None) -> int:
     """Runs every point not finished yet; returns the exit code."""
+    refused = limits.refusals(limits.plans(engine, suite.points, suite.options))
+    if refused:  # before anything runs: not after hours of the points before it
+        raise FabmeterError("suite: " + "; ".join(refused), EXIT_USAGE)
     out = out_folder(out)
     for p in suite.points:   # before anything reads or rewrites a point's folder
         if os.path.lexists(out / p.id):
@@ -435,6 +449,5 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
                         if p.tool and p.server and not p.options.get("token_file") else p for p in suite.points]
     out = (out or Path("results") / suite.name).resolve()
     if dry_run:
-        print_plan(suite, out)
-        return EXIT_OK
+        return print_plan(suite, out, engine)
     return run_suite(suite, out, engine, cpus_override, default_cpus, token_file)

@@ -163,6 +163,7 @@ Caps OfiTransport::caps(const QueueOptions& q, const RdmaOptions& r, const OfiOp
     usage_error("--rq-refill " + std::to_string(r.rq_refill) + " is larger than --rq-depth " + std::to_string(q.rq_depth));
   return {.max_msg_size = pr.max_msg, .max_inline = r.inline_size, .reliable = o.ep != "dgram", .ordered = pr.ordered,
           .supports_write = r.op == "write-imm", .send_completions = true, .same_host_only = pr.local_only,
+          .one_poll_mode = "both completion queues open with one wait object (FI_WAIT_FD, or none for busy polling)",
           .max_msg_note = who(o).substr(5) + "'s max_msg_size", .registration = "fi_mr_reg"};
 }
 

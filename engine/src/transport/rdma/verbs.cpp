@@ -1,6 +1,7 @@
-// verbs control plane: device, port and GID selection, protection domain,
-// CQs and completion channel, registered rings, the QP and its connection
-// (rdma_cm, or raw: RESET -> INIT -> RTR -> RTS by hand), UD address handles.
+// verbs control plane: caps and the knobs refused, protection domain,
+// CQs and completion channel, registered rings, the QP's sizes, errors and the
+// slow parts of the data path (device helpers: verbs_device.cpp; the
+// connection: verbs_connect.cpp).
 #include "transport/rdma/verbs.hpp"
 
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/peer_parse.hpp"
+#include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
 
 #ifndef FM_LIBIBVERBS_VERSION
@@ -24,131 +26,16 @@
 #endif
 
 namespace fm {
+
+using namespace verbs;
+
 namespace {
-
-constexpr uint32_t kRawQkey = 0x11111111;
-constexpr const char* kNoDevice =
-    "verbs: no RDMA device on this host (ibv_get_device_list found none); for Soft-RoCE devices in a VM, "
-    "see rdma/guest/README.md (make test-rdma)";
-
-uint32_t mtu_bytes(ibv_mtu m) { return 128u << static_cast<int>(m); }  // IBV_MTU_256 = 1
-
-ibv_mtu mtu_enum(uint32_t bytes) {
-  switch (bytes) {
-    case 256: return IBV_MTU_256;
-    case 512: return IBV_MTU_512;
-    case 1024: return IBV_MTU_1024;
-    case 2048: return IBV_MTU_2048;
-    default: return IBV_MTU_4096;
-  }
-}
 
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 uint64_t pow2_at_least(uint64_t x) {
   uint64_t p = 1;
   while (p < x) p <<= 1;
   return p;
-}
-
-void set_nonblock(int fd) {
-  int fl = fcntl(fd, F_GETFL);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) sys_error("verbs: cannot make an event fd non-blocking");
-}
-
-std::string gid_str(const ibv_gid& g) {
-  char s[INET6_ADDRSTRLEN];
-  return inet_ntop(AF_INET6, g.raw, s, sizeof s) ? s : "?";
-}
-
-// The GID a RoCE port gives an IP address: IPv4-mapped, or the IPv6 address itself.
-bool addr_to_gid(const std::string& addr, ibv_gid* g) {
-  std::memset(g, 0, sizeof *g);
-  in_addr v4;
-  if (inet_pton(AF_INET, addr.c_str(), &v4) == 1) {
-    g->raw[10] = g->raw[11] = 0xff;
-    std::memcpy(g->raw + 12, &v4, 4);
-    return true;
-  }
-  return inet_pton(AF_INET6, addr.c_str(), g->raw) == 1;
-}
-
-bool ipv4_mapped(const ibv_gid& g) {
-  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(g.raw, prefix, 12) == 0;
-}
-
-// The port's valid GIDs (one ioctl, not a sysfs read per index). The
-// buffer must not be larger than the device's tables together (else EINVAL).
-std::vector<ibv_gid_entry> port_gids(ibv_context* ctx, uint32_t port) {
-  ibv_device_attr da;
-  if (ibv_query_device(ctx, &da) != 0) return {};
-  size_t total = 0;
-  for (uint8_t i = 1; i <= da.phys_port_cnt; ++i) {
-    ibv_port_attr pa;
-    if (ibv_query_port(ctx, i, &pa) == 0) total += static_cast<size_t>(pa.gid_tbl_len);
-  }
-  std::vector<ibv_gid_entry> all(total);
-  ssize_t n = ibv_query_gid_table(ctx, all.data(), all.size(), 0);
-  std::vector<ibv_gid_entry> out;
-  for (ssize_t i = 0; i < n; ++i)
-    if (all[i].port_num == port) out.push_back(all[i]);
-  return out;
-}
-
-// --gid-index auto: the GID of the control connection's address if the port
-// has it, else the first RoCE v2 IPv4-mapped GID, else 0.
-int auto_gid_index(ibv_context* ctx, uint32_t port, const ibv_gid* want) {
-  auto gids = port_gids(ctx, port);
-  if (want)
-    for (const auto& e : gids)
-      if (std::memcmp(e.gid.raw, want->raw, 16) == 0 && e.gid_type != IBV_GID_TYPE_IB) return static_cast<int>(e.gid_index);
-  for (const auto& e : gids)
-    if (e.gid_type == IBV_GID_TYPE_ROCE_V2 && ipv4_mapped(e.gid)) return static_cast<int>(e.gid_index);
-  return 0;
-}
-
-bool uses_rdma_cm(const VerbsOptions& v) { return v.cm == "rdma_cm" || (v.cm == "auto" && v.service != "uc"); }
-
-// What caps() needs before connecting, cached per (device, port).
-struct DeviceProbe {
-  bool found = false;
-  uint64_t max_msg_sz = 0;
-  ibv_mtu active_mtu = IBV_MTU_4096;
-  ibv_atomic_cap atomic_cap = IBV_ATOMIC_HCA;
-  std::string names;  // every device on the host, for messages
-};
-
-DeviceProbe probe_device(const std::string& want, uint32_t port) {
-  static std::string cached_name;
-  static uint32_t cached_port = 0;
-  static DeviceProbe cached;
-  static bool have = false;
-  if (have && cached_name == want && cached_port == port) return cached;
-  DeviceProbe d;
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  bool probed = false;
-  for (int i = 0; list && i < n; ++i) {
-    d.names += std::string(d.names.empty() ? "" : ", ") + ibv_get_device_name(list[i]);
-    if (probed || (!want.empty() && want != ibv_get_device_name(list[i]))) continue;
-    probed = true;
-    if (ibv_context* ctx = ibv_open_device(list[i])) {
-      ibv_port_attr pa;
-      if (ibv_query_port(ctx, static_cast<uint8_t>(port), &pa) == 0) {
-        d.found = true;
-        d.max_msg_sz = pa.max_msg_sz;
-        d.active_mtu = pa.active_mtu;
-      }
-      if (ibv_device_attr da; ibv_query_device(ctx, &da) == 0) d.atomic_cap = da.atomic_cap;
-      ibv_close_device(ctx);
-    }
-  }
-  if (list) ibv_free_device_list(list);
-  cached_name = want;
-  cached_port = port;
-  cached = d;
-  have = true;
-  return d;
 }
 
 // Impossible combinations, refused on both ends before anything connects.
@@ -235,7 +122,8 @@ verbs::Op verbs::op_of(const std::string& name) {
 
 VerbsTransport::VerbsTransport(const QueueOptions& q, const RdmaOptions& r, const VerbsOptions& v, const Use& use)
     : queue_(q), rdma_(r), verbs_(v), send_window_(use.send_window), in_flight_(use.in_flight),
-      fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_(use.poll == Poll::event),
+      fixed_sizes_(use.fixed_sizes), role_(use.role), ud_(v.service == "ud"), event_recv_(use.poll == Poll::event),
+      event_send_(use.poll_send == Poll::event),
       op_(verbs::op_of(r.op)), one_sided_(verbs::is_one_sided(op_) || v.passive_rx), reliable_(v.service == "rc") {}
 
 VerbsTransport::~VerbsTransport() {
@@ -252,7 +140,8 @@ VerbsTransport::~VerbsTransport() {
   if (credit_page_) munmap(credit_page_, 4096);
   if (send_cq_) ibv_destroy_cq(send_cq_);
   if (recv_cq_) ibv_destroy_cq(recv_cq_);
-  if (channel_) ibv_destroy_comp_channel(channel_);
+  for (ibv_comp_channel* ch : {recv_channel_, send_channel_})
+    if (ch) ibv_destroy_comp_channel(ch);
   if (pd_) ibv_dealloc_pd(pd_);
   if (cm_id_) rdma_destroy_id(cm_id_);
   if (listen_id_) rdma_destroy_id(listen_id_);
@@ -394,13 +283,13 @@ void VerbsTransport::post_credit() {
   ++posted_;
 }
 
-bool VerbsTransport::wait_channel(int ms) {
-  pollfd pfd{channel_->fd, POLLIN, 0};
+bool VerbsTransport::wait_channel(ibv_comp_channel* ch, int ms) {
+  pollfd pfd{ch->fd, POLLIN, 0};
   if (::poll(&pfd, 1, ms) <= 0) return false;
   bool woke = false;
   ibv_cq* cq;
   void* cq_ctx;
-  while (ibv_get_cq_event(channel_, &cq, &cq_ctx) == 0) {  // non-blocking fd: drains what is there
+  while (ibv_get_cq_event(ch, &cq, &cq_ctx) == 0) {  // non-blocking fd: drains what is there
     ibv_ack_cq_events(cq, 1);
     woke = true;
   }
@@ -415,7 +304,7 @@ bool VerbsTransport::wait_recv(RecvMsg& m) {
     return false;
   }
   if (poll_recv(m)) return true;  // it arrived before the CQ was armed
-  wait_channel(kWaitSliceMs);
+  wait_channel(recv_channel_, kWaitSliceMs);
   return poll_recv(m);            // poll again after waking, as the thesis' event mode
 }
 
@@ -427,7 +316,7 @@ void VerbsTransport::wait_send() {
       return;
     }
     if (reap_sends() > 0) return;
-    wait_channel(kWaitSliceMs);
+    wait_channel(send_channel_, kWaitSliceMs);
     reap_sends();
     return;
   }
@@ -438,38 +327,6 @@ void VerbsTransport::wait_send() {
 }
 
 // ---- control plane ----
-
-void VerbsTransport::open_raw_device(const Ctrl& ctrl) {
-  int n = 0;
-  dev_list_ = ibv_get_device_list(&n);
-  if (!dev_list_ || n == 0) runtime_error(kNoDevice);
-  ibv_device* dev = nullptr;
-  if (!verbs_.device.empty()) {
-    std::string names;
-    for (int i = 0; i < n && !dev; ++i) {
-      if (verbs_.device == ibv_get_device_name(dev_list_[i])) dev = dev_list_[i];
-      names += std::string(names.empty() ? "" : ", ") + ibv_get_device_name(dev_list_[i]);
-    }
-    if (!dev) usage_error("verbs: no RDMA device named '" + verbs_.device + "' (this host has: " + names + ")");
-  } else {
-    // The device that holds the control connection's address, so two ends
-    // on one host (two Soft-RoCE devices) each use their own.
-    ibv_gid want;
-    if (addr_to_gid(ctrl.local_addr(), &want)) {
-      for (int i = 0; i < n && !dev; ++i) {
-        ibv_context* c = ibv_open_device(dev_list_[i]);
-        if (!c) continue;
-        for (const auto& e : port_gids(c, verbs_.port))
-          if (std::memcmp(e.gid.raw, want.raw, 16) == 0) dev = dev_list_[i];
-        ibv_close_device(c);
-      }
-    }
-    if (!dev) dev = dev_list_[0];
-  }
-  ctx_ = ibv_open_device(dev);
-  if (!ctx_) sys_error(std::string("verbs: cannot open ") + ibv_get_device_name(dev));
-  port_ = verbs_.port;
-}
 
 void VerbsTransport::setup(uint64_t max_msg) {
   device_name_ = ibv_get_device_name(ctx_->device);
@@ -497,11 +354,18 @@ void VerbsTransport::setup(uint64_t max_msg) {
 
   pd_ = ibv_alloc_pd(ctx_);
   if (!pd_) sys_error("verbs: ibv_alloc_pd");
-  if (event_) {
-    channel_ = ibv_create_comp_channel(ctx_);
-    if (!channel_) sys_error("verbs: ibv_create_comp_channel");
-    set_nonblock(channel_->fd);
-  }
+  // Each CQ sleeps on a channel of its own where its side is event-driven
+  // (--poll-recv, --poll-send: the thesis' busy receive queue beside an
+  // event-driven send completion queue).
+  auto channel = [&](bool event) -> ibv_comp_channel* {
+    if (!event) return nullptr;
+    ibv_comp_channel* ch = ibv_create_comp_channel(ctx_);
+    if (!ch) sys_error("verbs: ibv_create_comp_channel");
+    set_nonblock(ch->fd);
+    return ch;
+  };
+  recv_channel_ = channel(event_recv_);
+  send_channel_ = channel(event_send_);
 
   // Rings: one slot per WR, cut to kRingBudget bytes for big messages. A
   // read or atomic with a bound on what is in flight (lat: 1) takes no more
@@ -532,8 +396,8 @@ void VerbsTransport::setup(uint64_t max_msg) {
                                       static_cast<uint32_t>(da.max_qp_init_rd_atom)}));
   tx_slots_ = static_cast<uint32_t>(std::min<uint64_t>(sq_want_, std::max<uint64_t>(1, verbs::kRingBudget / tx_slot_size_)));
 
-  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want_), nullptr, channel_, 0);
-  recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, channel_, 0);
+  send_cq_ = ibv_create_cq(ctx_, static_cast<int>(sq_want_), nullptr, send_channel_, 0);
+  recv_cq_ = ibv_create_cq(ctx_, static_cast<int>(rx_slots_), nullptr, recv_channel_, 0);
   if (!send_cq_ || !recv_cq_) sys_error("verbs: ibv_create_cq");
 
   auto map = [](size_t bytes) {
@@ -619,281 +483,6 @@ void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
     runtime_error(std::string("verbs: posting the first receives failed: ") + std::strerror(rc));
 }
 
-verbs::EndpointInfo VerbsTransport::local_info() const {
-  verbs::EndpointInfo e{};
-  e.qpn = qp_->qp_num;
-  e.psn = psn_;
-  e.lid = port_attr_.lid;
-  e.active_mtu = static_cast<uint8_t>(port_attr_.active_mtu);
-  std::memcpy(e.gid, gid_.raw, 16);
-  e.ring_slots = rx_slots_;
-  e.ring_rkey = rx_mr_->rkey;
-  e.ring_addr = reinterpret_cast<uintptr_t>(rx_ring_);
-  e.slot_size = rx_slot_size_;
-  e.credit_rkey = credit_mr_->rkey;
-  e.credit_addr = reinterpret_cast<uintptr_t>(credit_in_);
-  if (ud_) {
-    ibv_qp_attr a;
-    ibv_qp_init_attr ia;
-    if (ibv_query_qp(qp_, &a, IBV_QP_QKEY, &ia) != 0) sys_error("verbs: ibv_query_qp");
-    e.qkey = a.qkey;
-  }
-  return e;
-}
-
-ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
-  ibv_ah_attr ah{};
-  ah.dlid = peer_.lid;
-  ah.port_num = static_cast<uint8_t>(port_);
-  // RoCE always routes by GID; InfiniBand only when a GID index is asked for.
-  if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || verbs_.gid_index >= 0) {
-    ah.is_global = 1;
-    std::memcpy(ah.grh.dgid.raw, peer_.gid, 16);
-    ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
-    ah.grh.hop_limit = 64;
-  }
-  return ah;
-}
-
-void VerbsTransport::make_ah(const ibv_ah_attr& attr) {
-  ibv_ah_attr a = attr;
-  ah_ = ibv_create_ah(pd_, &a);
-  if (!ah_) sys_error("verbs: ibv_create_ah (UD address handle to the other end)");
-}
-
-namespace {
-std::string info_blob(const verbs::EndpointInfo& e) { return std::string(reinterpret_cast<const char*>(&e), sizeof e); }
-verbs::EndpointInfo info_of(const std::string& s) {
-  if (s.size() != sizeof(verbs::EndpointInfo)) runtime_error("verbs: malformed endpoint info from the other end (version mismatch?)");
-  verbs::EndpointInfo e;
-  std::memcpy(&e, s.data(), sizeof e);
-  // active_mtu becomes an ibv_mtu and a byte count; QP numbers are 24 bits.
-  if (e.active_mtu < IBV_MTU_256 || e.active_mtu > IBV_MTU_4096 || e.qpn > 0xffffff)
-    runtime_error("verbs: impossible endpoint info from the other end (mtu code " + std::to_string(e.active_mtu) + ", qpn " +
-                  std::to_string(e.qpn) + ")");
-  return e;
-}
-void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
-  if (int rc = ibv_modify_qp(qp, &a, mask); rc != 0)
-    runtime_error(std::string("verbs: moving the QP to ") + to + " failed: " + std::strerror(rc));
-}
-}  // namespace
-
-void VerbsTransport::connect_raw(Ctrl& ctrl) {
-  ibv_qp_init_attr ia = qp_init_attr();
-  phase("device, PD, CQs and rings");
-  qp_ = ibv_create_qp(pd_, &ia);
-  phase("ibv_create_qp");
-  if (!qp_)
-    sys_error("verbs: ibv_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
-              std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
-              " B: more than " + device_name_ + " grants?)");
-
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = static_cast<uint8_t>(port_);
-  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-  if (ud_) {
-    a.qkey = kRawQkey;
-    mask |= IBV_QP_QKEY;
-  } else {
-    a.qp_access_flags = remote_access() & ~IBV_ACCESS_LOCAL_WRITE;
-    mask |= IBV_QP_ACCESS_FLAGS;
-  }
-  modify(qp_, a, mask, "INIT");
-  phase("to INIT");
-  after_qp_created(ia);  // posts the receives (allowed from INIT on)
-
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
-  phase("receives posted, endpoint info swapped");
-
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  mask = IBV_QP_STATE;
-  if (!ud_) {
-    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(peer_.active_mtu));
-    a.path_mtu = path_mtu_;
-    a.dest_qp_num = peer_.qpn;
-    a.rq_psn = peer_.psn;
-    a.ah_attr = ah_attr_to_peer();
-    mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-    if (verbs_.service == "rc") {
-      a.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
-      a.min_rnr_timer = 12;  // 0.64 ms, perftest's
-      mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-    }
-  }
-  modify(qp_, a, mask, "RTR");
-  phase("to RTR");
-
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = psn_;
-  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (verbs_.service == "rc") {
-    a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;  // retry forever while the peer has no receive posted
-    a.max_rd_atomic = static_cast<uint8_t>(rd_atomic_);
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  }
-  modify(qp_, a, mask, "RTS");
-  phase("to RTS");
-
-  if (ud_) {
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(ah_attr_to_peer());
-  }
-}
-
-rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_type want, const char* what,
-                                             uint32_t timeout_ms) {
-  const auto now = [] { return std::chrono::steady_clock::now(); };
-  const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
-  // rdma_cm never hears of a peer that died or froze before its connect: the
-  // control channel (EOF, or no heartbeat for kSilenceMs) tells.
-  PeerWatch watch(ctrl);
-  for (;;) {
-    rdma_cm_event* ev;
-    if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
-      if (ev->event == want) return ev;
-      std::string msg = std::string("verbs: rdma_cm: waiting for ") + what + ", got " + rdma_event_str(ev->event);
-      if (ev->status) msg += " (status " + std::to_string(ev->status) + ")";
-      rdma_ack_cm_event(ev);
-      runtime_error(msg);
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) sys_error("verbs: rdma_get_cm_event");
-    watch.check(std::string("verbs: rdma_cm ") + what);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now());
-    if (left.count() <= 0)
-      runtime_error(std::string("verbs: rdma_cm: no ") + what + " within " + std::to_string(timeout_ms) + " ms");
-    pollfd pfd{cm_channel_->fd, POLLIN, 0};
-    ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), kWaitSliceMs)));
-  }
-}
-
-void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
-  cm_channel_ = rdma_create_event_channel();
-  if (!cm_channel_) sys_error("verbs: rdma_create_event_channel");
-  set_nonblock(cm_channel_->fd);
-  const rdma_port_space ps = ud_ ? RDMA_PS_UDP : RDMA_PS_TCP;
-  const uint32_t tmo = ctrl.timeout_ms();
-  sockaddr_storage src;
-  sockaddr_storage dst;
-  sock::to_sockaddr(ctrl.local_addr(), 0, &src);
-
-  if (role_ == Role::server) {
-    // Listen on the control connection's address: that picks the device.
-    if (rdma_create_id(cm_channel_, &listen_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
-    if (rdma_bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&src)) != 0)
-      sys_error("verbs: rdma_cm cannot bind " + ctrl.local_addr() + " (no RDMA device has this address?)");
-    if (rdma_listen(listen_id_, 1) != 0) sys_error("verbs: rdma_listen");
-    ctrl.exchange(std::to_string(ntohs(rdma_get_src_port(listen_id_))), "rdma_cm port");
-    rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_CONNECT_REQUEST, "the client's connect request", tmo);
-    cm_id_ = ev->id;
-    rdma_ack_cm_event(ev);
-  } else {
-    if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
-    const uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
-    sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
-    if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
-                          static_cast<int>(tmo)) != 0)
-      sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
-    rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
-    phase("port swapped, rdma_resolve_addr");
-    if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
-    rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
-    phase("rdma_resolve_route");
-  }
-
-  ctx_ = cm_id_->verbs;
-  port_ = cm_id_->port_num;
-  const std::string chosen = ibv_get_device_name(ctx_->device);
-  if (!verbs_.device.empty() && verbs_.device != chosen)
-    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + verbs_.device +
-                " (use --cm raw to choose the device yourself)");
-  setup(max_msg);
-  phase("PD, CQs and rings");
-  ibv_qp_init_attr ia = qp_init_attr();
-  if (rdma_create_qp(cm_id_, pd_, &ia) != 0)
-    sys_error("verbs: rdma_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
-              std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
-              " B: more than " + device_name_ + " grants?)");
-  qp_ = cm_id_->qp;
-  after_qp_created(ia);
-  phase("rdma_create_qp, receives posted");
-
-  rdma_conn_param cp{};
-  cp.responder_resources = static_cast<uint8_t>(rd_atomic_);
-  cp.initiator_depth = static_cast<uint8_t>(rd_atomic_);
-  cp.retry_count = 7;
-  cp.rnr_retry_count = 7;
-  ibv_ah_attr cm_ah{};
-  if (role_ == Role::server) {
-    if (rdma_accept(cm_id_, &cp) != 0) sys_error("verbs: rdma_accept");
-    if (!ud_) rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo));
-  } else {
-    if (rdma_connect(cm_id_, &cp) != 0) sys_error("verbs: rdma_connect");
-    rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
-    if (ud_) cm_ah = ev->param.ud.ah_attr;  // from the server's SIDR reply
-    rdma_ack_cm_event(ev);
-    phase("rdma_connect to ESTABLISHED");
-  }
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
-  if (ud_) {
-    // The client has the address handle rdma_cm resolved; the server builds
-    // one from the client's GID (a SIDR request carries no return path).
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_peer());
-  } else {
-    ibv_qp_attr a;
-    ibv_qp_init_attr qa;
-    if (ibv_query_qp(qp_, &a, IBV_QP_PATH_MTU, &qa) == 0) path_mtu_ = a.path_mtu;
-  }
-}
-
-void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  n_phases_ = 0;
-  phase_start_ns_ = Clock::mono_ns();
-  int n = 0;
-  if (ibv_device** list = ibv_get_device_list(&n)) ibv_free_device_list(list);
-  if (n == 0) runtime_error(kNoDevice);
-  use_cm_ = uses_rdma_cm(verbs_);
-  have_local_gid_ = addr_to_gid(ctrl.local_addr(), &local_gid_);
-  if (use_cm_) {
-    connect_cm(ctrl, max_msg);
-  } else {
-    open_raw_device(ctrl);
-    setup(max_msg);
-    connect_raw(ctrl);
-  }
-  // Both ends have posted their receives before either sends.
-  ctrl.barrier("verbs connected");
-  phase("the rest, the connected barrier");
-}
-
-std::string VerbsTransport::port_facts(const std::string& device, unsigned port) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (!list) return "";
-  JsonObj o;
-  for (int i = 0; i < n; ++i) {
-    if (device != ibv_get_device_name(list[i])) continue;
-    ibv_context* c = ibv_open_device(list[i]);
-    if (!c) break;
-    ibv_port_attr pa;
-    ibv_device_attr da;
-    if (ibv_query_port(c, static_cast<uint8_t>(port), &pa) == 0)
-      o.add("active_mtu", mtu_bytes(pa.active_mtu)).add("max_mtu", mtu_bytes(pa.max_mtu));
-    if (ibv_query_device(c, &da) == 0) o.add("hw_ver", da.hw_ver).add("vendor_part_id", da.vendor_part_id);
-    ibv_close_device(c);
-    break;
-  }
-  ibv_free_device_list(list);
-  return o.empty() ? "" : o.str();
-}
-
 void VerbsTransport::phase(const char* name) {
   const uint64_t now = Clock::mono_ns();
   if (n_phases_ < std::size(phases_)) phases_[n_phases_++] = {name, now - phase_start_ns_};
@@ -920,7 +509,8 @@ int VerbsTransport::deregister_memory(void* mr) { return ibv_dereg_mr(static_cas
 void VerbsTransport::describe(JsonObj& o) const {
   o.add("device", device_name_).add("port", port_).add("gid_index", gid_index_).add("gid", gid_str(gid_))
       .add("link_layer", port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET ? "ethernet" : "infiniband")
-      .add("service", verbs_.service).add("op", rdma_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
+      .add("recv_cq", event_recv_ ? "event channel" : "busy-polled")
+      .add("send_cq", event_send_ ? "event channel" : "busy-polled").add("service", verbs_.service).add("op", rdma_.op).add("cm", use_cm_ ? "rdma_cm" : "raw")
       .add("path_mtu", mtu_bytes(path_mtu_)).add("active_mtu", mtu_bytes(port_attr_.active_mtu))
       .add("inline_requested", rdma_.inline_size).add("max_inline_granted", max_inline_)
       .add("sq_depth_granted", sq_granted_).add("rq_depth_granted", rq_granted_)
