@@ -17,7 +17,7 @@ from fabmeter.report.figures import (Colors, fig_bandwidth, fig_bench_ratios, fi
                                      fig_setup_connect, fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap,
                                      fig_stream_vs_rate, fig_summary, fig_throughput_over_time, fig_tx_path, fmt_ns)
 from fabmeter import compare
-from fabmeter.report import context
+from fabmeter.report import cluster, context
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, join, trusted
@@ -707,6 +707,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
         ("comparison", "Against a base", comparison_section(comparison) if comparison else [],
          "fabmeter compare: the ratio this/base of each matched point's headline figure, its interval and what the "
          "data can tell (docs/cli.md#fabmeter-compare)."),
+        ("cluster", "Cluster load: slowdown against message size", drawn(cluster.section, meshes, _img), ""),
         ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
