@@ -56,9 +56,10 @@ def _pools(params: dict) -> str:
 
 def _tx_point(doc: dict) -> dict | None:
     """A closed-loop all-to-one mesh as one point: the clients in all and the server's transmit path, each
-    figure the mean over the pairs that brought it (a pair is a session of its own on the server); None when no
-    pair did (a transport without send completions)."""
-    pairs = [obj(p.get("load")) for p in doc.get("pairs") or [] if p.get("status") == "ok"]
+    figure the mean over the pairs whose replies waited for a send buffer (a pair is a session of its own on the
+    server); None when none did (or the transport has no send completions): nothing to draw."""
+    done = [obj(p.get("load")) for p in doc.get("pairs") or [] if p.get("status") == "ok"]
+    pairs = [p for p in done if number(p.get("tx_polls"))]
     clients = obj(doc.get("params")).get("clients")
     clients = clients[0] if isinstance(clients, list) and len(clients) == 1 else clients   # one point, not a sweep
     if not pairs or not isinstance(clients, int):
@@ -67,9 +68,7 @@ def _tx_point(doc: dict) -> dict | None:
     for k in ("mean_per_poll", "wait_ns_mean", "poll_ns_mean"):
         values = [p[f"tx_{k}"] for p in pairs if number(p.get(f"tx_{k}")) is not None]
         tx[k] = sum(values) / len(values) if values else None
-    if all(v is None for v in tx.values()):
-        return None
-    return {"clients": clients * len(pairs), "server": {"tx": tx}}
+    return {"clients": clients * len(done), "server": {"tx": tx}}
 
 
 def _tx_path(meshes: list[tuple[str, dict]], img) -> list:
