@@ -27,9 +27,10 @@ struct FabricWhere {
   // What the transport's library says of the RDMA device's port (its active
   // MTU: not in sysfs), a JSON object merged into `rdma`; may be empty.
   std::function<std::string(const std::string& device, unsigned port)> port_facts;
+  std::string tcp_cc;       // tcp: --tcp-cc, or "" (the kernel's default)
 };
 
-// A JSON object: netdev, rdma, numa, tuned_profile, cpu_dma_latency_us,
+// A JSON object: netdev, rdma, numa, tcp_congestion_control (tcp: the one its data sockets use), tuned_profile, cpu_dma_latency_us,
 // thp_enabled, thp_defrag, warnings. `sys` and `proc` are the roots of
 // sysfs and procfs.
 std::string fabric_json(const FabricWhere& where, const std::string& sys = "/sys", const std::string& proc = "/proc");

@@ -155,6 +155,13 @@ struct MessagingOptions {
   bool operator==(const MessagingOptions&) const = default;
 };
 
+// tcp's own.
+struct TcpOptions {
+  static constexpr const char* kGroup = "tcp";
+  std::string cc;                   // TCP_CONGESTION of the data sockets, both ends; "" = each end's kernel default
+  bool operator==(const TcpOptions&) const = default;
+};
+
 // The common group is the base, so the options every part reads stay p.size,
 // p.poll, ...; each other group is a member named as the group.
 struct Params : CommonOptions {
@@ -168,6 +175,7 @@ struct Params : CommonOptions {
   VerbsOptions verbs;
   OfiOptions ofi;
   MessagingOptions messaging;
+  TcpOptions tcp;
 
   // Options named on this end's command line, so one given at its default
   // value is still checked for applying (the peer only sees values).
@@ -179,7 +187,8 @@ struct Params : CommonOptions {
 // those it reads. A new group: its struct, its member above, its entry here.
 inline constexpr std::tuple kGroupMembers{&Params::oneway, &Params::bw,   &Params::stream,
                                           &Params::load,   &Params::queue, &Params::rdma,
-                                          &Params::verbs,  &Params::ofi,  &Params::messaging};
+                                          &Params::verbs,  &Params::ofi,  &Params::messaging,
+                                          &Params::tcp};
 
 template <class>
 struct GroupsOf;

@@ -504,6 +504,10 @@ std::string fabric_json(const FabricWhere& w, const std::string& sys, const std:
   } else {
     o["numa"] = nullptr;
   }
+  // /proc/sys/net is the reading process's network namespace's: this end's default.
+  o["tcp_congestion_control"] = w.transport != "tcp" ? json(nullptr)
+                                : !w.tcp_cc.empty() ? json(w.tcp_cc)
+                                                    : or_null(read_text(proc + "/sys/net/ipv4/tcp_congestion_control"));
   o["tuned_profile"] = or_null(read_text("/etc/tuned/active_profile"));
   o["cpu_dma_latency_us"] = cpu_dma_latency("/dev/cpu_dma_latency");
   o["thp_enabled"] = bracketed(read_text(sys + "/kernel/mm/transparent_hugepage/enabled"));

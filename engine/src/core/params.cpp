@@ -178,6 +178,7 @@ using Rdma = RdmaOptions;
 using Verbs = VerbsOptions;
 using Ofi = OfiOptions;
 using Msg = MessagingOptions;
+using Tcp = TcpOptions;
 
 std::vector<OptSpec> make_table() {
   return {
@@ -386,6 +387,14 @@ std::vector<OptSpec> make_table() {
          p.messaging.io_cpu = std::string(v);
        } },
      .get = [](const Params& p) { return p.messaging.io_cpu; }},
+    {.name = "tcp-cc", .metavar = "NAME", .group = "tcp", .type = T::text,
+     .help = "the TCP congestion control of the data connection, set on its socket at both ends (TCP_CONGESTION); a name the kernel does not offer is refused with its list (tcp_available_congestion_control); default: each end's kernel default. run.json's fabric block records each end's",
+     .set = [](Params& p, std::string_view v) {
+       // A kernel name (TCP_CA_NAME_MAX 16 with its NUL): letters, digits, '_', '-'.
+       if (v.size() > 15 || v.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-") != std::string_view::npos)
+         usage_error("--tcp-cc: expected a congestion control's name (e.g. cubic, reno), got '" + std::string(v) + "'");
+       p.tcp.cc = std::string(v); },
+     .get = [](const Params& p) { return p.tcp.cc; }},
   };
 }
 

@@ -49,7 +49,7 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
 FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu) {
   const TransportEntry& transport = entry_for(p.transport);
   const FabricPort at = transport.fabric_port(p);
-  return {ctrl.local_addr(), p.transport, at.device, at.port, at.gid_index, cpu, transport.port_facts};
+  return {ctrl.local_addr(), p.transport, at.device, at.port, at.gid_index, cpu, transport.port_facts, p.tcp.cc};
 }
 
 std::string seconds(double s) {

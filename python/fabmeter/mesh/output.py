@@ -20,6 +20,9 @@ MAX_STAT_KEYS = 18             # a summary: 10 fixed keys and up to 8 --percenti
 MAX_SERIES_BINS = 512            # the engine's BwSeries::kMaxBins
 # load's figures: a pair's histograms cross the channel in one frame (rendezvous.MAX_FRAME, 64 KiB) with the rest.
 LOAD_NUMBERS = ("offered_rps", "achieved_rps", "completed", "sent", "shed", "span_s")
+# The server's transmit path of the pair (the point's server.tx, load/tx_path.hpp), each as tx_<name>: null where
+# the transport reports no send completions.
+TX_NUMBERS = ("mean_per_poll", "wait_ns_mean", "poll_ns_mean", "waits", "polls")
 HIST_SUFFIXES = ("", "_below", "_above")
 BUCKET_NUMBERS = ("size_lo", "size_hi", "count", "p50", "p99", "latency_p50_ns", "latency_p99_ns", "unloaded_p50_ns",
                   "unloaded_count")
@@ -73,7 +76,9 @@ def load_figures(point: dict) -> Optional[dict]:
     per-size-bucket slowdown with its histograms, within HIST_BUDGET (the buckets' dropped first, then all)."""
     if "offered_rps" not in point:
         return None
-    out = {**{k: point.get(k) for k in LOAD_NUMBERS}, **_hists(point, "latency_hist"),
+    tx = (point.get("server") or {}).get("tx") or {}
+    out = {**{k: point.get(k) for k in LOAD_NUMBERS}, **{f"tx_{k}": tx.get(k) for k in TX_NUMBERS},
+           **_hists(point, "latency_hist"),
            "slowdown": [{**{k: b.get(k) for k in BUCKET_NUMBERS}, **_hists(b, "latency_hist"),
                          **_hists(b, "unloaded_hist")}
                         for b in (point.get("slowdown") or [])[:MAX_BUCKETS] if isinstance(b, dict)]}
@@ -135,9 +140,10 @@ def valid_load(v) -> Optional[dict]:
     """load's figures as rank 0 takes them (None: not valid; {}: none); only the keys load_figures writes."""
     if v is None:
         return {}
-    keys = {*LOAD_NUMBERS, *(f"latency_hist{s}" for s in HIST_SUFFIXES), "slowdown"}
+    numbers = (*LOAD_NUMBERS, *(f"tx_{k}" for k in TX_NUMBERS))
+    keys = {*numbers, *(f"latency_hist{s}" for s in HIST_SUFFIXES), "slowdown"}
     bucket_keys = {*BUCKET_NUMBERS, *(k + s for k in BUCKET_HISTS for s in HIST_SUFFIXES)}
-    if not (isinstance(v, dict) and set(v) == keys and all(v[k] is None or _number(v[k]) for k in LOAD_NUMBERS)
+    if not (isinstance(v, dict) and set(v) == keys and all(v[k] is None or _number(v[k]) for k in numbers)
             and _hist_fields(v, "latency_hist") and isinstance(v["slowdown"], list)
             and len(v["slowdown"]) <= MAX_BUCKETS
             and all(isinstance(b, dict) and set(b) == bucket_keys

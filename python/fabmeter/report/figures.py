@@ -501,12 +501,14 @@ def fig_slowdown(title: str, series: dict[str, list[tuple[float, list[tuple]]]],
     return png(fig)
 
 
-def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> bytes:
+def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors,
+                x_axis: tuple[str, str] = ("offered_rps", "offered rate [requests/s, log]")) -> bytes:
     """RAMCloud's transmit path: send completions per non-empty poll (left), and the time a reply waited for a
-    free send buffer and one poll took (right), against offered rate; a colour per run (its pool sizes)."""
+    free send buffer and one poll took (right), against offered rate (x_axis: another key of the points and its
+    label); a colour per run (its pool sizes)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.0, 3.6))
     for label, points in sorted(series.items()):
-        x = np.array([p["offered_rps"] for p in points], dtype=float)
+        x = np.array([p[x_axis[0]] for p in points], dtype=float)
         tx = [p["server"]["tx"] for p in points]
         left.plot(x, [t.get("mean_per_poll") or np.nan for t in tx], color=colors(label), marker="o", ms=3.5,
                   lw=1.3, label=label)
@@ -514,7 +516,7 @@ def fig_tx_path(title: str, series: dict[str, list[dict]], colors: Colors) -> by
                    ms=3, lw=1.2, ls="-")
         right.plot(x, [(t.get("poll_ns_mean") or np.nan) / 1e3 for t in tx], color=colors(label), marker="s",
                    ms=3, lw=1.2, ls="--")
-    return _two_panels(fig, (left, right), ("offered rate [requests/s, log]", 10),
+    return _two_panels(fig, (left, right), (x_axis[1], 10),
                        "send completions per non-empty poll", "µs, log: solid wait for a buffer, dashed one poll",
                        f"{title}: the server's transmit path",
                        len(series))

@@ -16,7 +16,7 @@ from fabmeter.report.figures import (THROUGHPUT_CAPTION, Colors, fig_bandwidth, 
                                      fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fig_tx_path)
 from fabmeter import compare
-from fabmeter.report import context, findings, udapl
+from fabmeter.report import cluster, context, findings, udapl
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.mesh_section import section_mesh
 from fabmeter.report.files import number, obj
@@ -480,6 +480,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
         ("comparison", "Against a base", comparison_section(comparison) if comparison else [],
          "fabmeter compare: the ratio this/base of each matched point's headline figure, its interval and what the "
          "data can tell (docs/cli.md#fabmeter-compare)."),
+        ("cluster", "Cluster load: slowdown against message size", drawn(cluster.section, meshes), ""),
         ("mesh", "Mesh: every directed pair of N hosts", drawn(section_mesh, meshes),
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),

@@ -8,7 +8,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <netinet/tcp.h>
+
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "fabmeter/error.hpp"
 
@@ -65,6 +69,23 @@ int get_int_opt(int fd, int level, int opt) {
   socklen_t len = sizeof v;
   getsockopt(fd, level, opt, &v, &len);
   return v;
+}
+
+void set_congestion(int fd, const std::string& name) {
+  if (name.empty() || setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), name.size()) == 0) return;
+  const int err = errno;
+  // This network namespace's view: what a socket here may be given.
+  std::string offered;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_available_congestion_control"), offered);
+  usage_error("--tcp-cc " + name + ": " + std::strerror(err) + "; this kernel offers: " +
+              (offered.empty() ? "(unreadable)" : offered));
+}
+
+std::string congestion_of(int fd) {
+  char name[16] = {};
+  socklen_t len = sizeof name;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+  return std::string(name, strnlen(name, len));
 }
 
 Pools pools(int fd, int rcvbuf, int sndbuf) {

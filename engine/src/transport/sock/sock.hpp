@@ -20,6 +20,10 @@ void set_rcv_timeout_ms(int fd, int ms);
 // Asks for `bytes` (forcing past rmem_max when privileged); returns what was granted.
 int set_buf(int fd, int opt, int force_opt, int bytes);
 int get_int_opt(int fd, int level, int opt);
+// TCP_CONGESTION: set to `name` ("": left at the kernel's default), a name the kernel refuses a usage error
+// with the list it offers; and the one a socket uses.
+void set_congestion(int fd, const std::string& name);
+std::string congestion_of(int fd);
 // Bytes waiting in fd's receive and send buffers, beside their sizes.
 Pools pools(int fd, int rcvbuf, int sndbuf);
 

@@ -15,10 +15,10 @@
 
 namespace fm {
 
-TcpTransport::TcpTransport(const Use& use) : role_(use.role) {}
+TcpTransport::TcpTransport(const TcpOptions& t, const Use& use) : role_(use.role), cc_(t.cc) {}
 
 TcpTransport::TcpTransport(ReaderOf r)
-    : role_(r.owner.role_), fd_(::fcntl(r.owner.fd_, F_DUPFD_CLOEXEC, 0)), rx_(r.owner.max_msg_ + 4),
+    : role_(r.owner.role_), cc_(r.owner.cc_), fd_(::fcntl(r.owner.fd_, F_DUPFD_CLOEXEC, 0)), rx_(r.owner.max_msg_ + 4),
       sndbuf_(r.owner.sndbuf_), rcvbuf_(r.owner.rcvbuf_), max_msg_(r.owner.max_msg_) {
   if (fd_ < 0) sys_error("tcp: duplicate the socket for a reader");
 }
@@ -60,12 +60,14 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     fd_ = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     ::close(lfd);
     if (fd_ < 0) sys_error("accept data connection");
+    sock::set_congestion(fd_, cc_);
   } else {
     uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
     sockaddr_storage ss;
     int len = sock::peer_sockaddr(ctrl, port, &ss);
     fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) sys_error("socket");
+    sock::set_congestion(fd_, cc_);  // before the handshake: the connection starts under it
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) sys_error("tcp: connect data connection");
   }
   int one = 1;
@@ -82,7 +84,8 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
 }
 
 void TcpTransport::describe(JsonObj& o) const {
-  o.add("so_sndbuf", sndbuf_).add("so_rcvbuf", rcvbuf_).add("tcp_nodelay", true).add("framing_bytes", 4);
+  o.add("so_sndbuf", sndbuf_).add("so_rcvbuf", rcvbuf_).add("tcp_nodelay", true).add("framing_bytes", 4)
+      .add("tcp_congestion", sock::congestion_of(fd_));
 }
 
 void TcpTransport::fail_errno(const char* what) {

@@ -24,11 +24,11 @@ namespace fm {
 
 class TcpTransport {
  public:
-  explicit TcpTransport(const Use& use);
+  TcpTransport(const TcpOptions& t, const Use& use);
   ~TcpTransport();
   TcpTransport(const TcpTransport&) = delete;
 
-  static Caps caps() {
+  static Caps caps(const TcpOptions&) {
     return {.max_msg_size = 1ull << 30, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = false, .shared_rx = true};
   }
@@ -117,6 +117,7 @@ class TcpTransport {
   explicit TcpTransport(ReaderOf r);
 
   Role role_;
+  std::string cc_;  // --tcp-cc, "": the kernel's default
   int fd_ = -1;
   std::vector<std::byte> rx_;
   size_t rx_begin_ = 0, rx_end_ = 0;
