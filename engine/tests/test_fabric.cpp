@@ -97,7 +97,7 @@ TEST_F(FakeTree, NetdevAndRdmaFactsStayWithinTheEnvBounds) {
   auto port_facts = [](const std::string& dev, unsigned port) {
     return dev == "rxe9" && port == 1 ? std::string("{\"active_mtu\":1024}") : std::string();
   };
-  const std::string text = fm::fabric_json({"127.0.0.1", "verbs", "", 1, -1, 5, port_facts}, sys(), proc());
+  const std::string text = fm::fabric_json({"127.0.0.1", "verbs", "", 1, -1, 5, port_facts, ""}, sys(), proc());
   EXPECT_NO_THROW(fm::decode_env("{\"fabric\":" + text + "}"));
   const nlohmann::json f = nlohmann::json::parse(text);
   const auto& nd = f["netdev"];
@@ -138,7 +138,7 @@ TEST_F(FakeTree, HugeMasksLeaveTheListsOut) {
     put(lo / ("queues/rx-" + std::to_string(q) + "/rps_cpus"), std::string(1000, 'f'));
     put(lo / ("queues/tx-" + std::to_string(q) + "/xps_cpus"), std::string(1000, '0'));
   }
-  const std::string text = fm::fabric_json({"127.0.0.1", "tcp", "", 1, -1, -1, {}}, sys(), proc());
+  const std::string text = fm::fabric_json({"127.0.0.1", "tcp", "", 1, -1, -1, {}, ""}, sys(), proc());
   EXPECT_LE(text.size(), fm::kMaxFabricBytes);
   const nlohmann::json f = nlohmann::json::parse(text);
   EXPECT_TRUE(f["netdev"]["rps_cpus"].is_null());
@@ -155,7 +155,7 @@ TEST(Fabric, InterfaceOfALocalAddress) {
 }
 
 TEST_F(FakeTree, NoAddressNoNetdev) {
-  const nlohmann::json f = nlohmann::json::parse(fm::fabric_json({"192.0.2.77", "tcp", "", 1, -1, 0, {}}, sys(), proc()));
+  const nlohmann::json f = nlohmann::json::parse(fm::fabric_json({"192.0.2.77", "tcp", "", 1, -1, 0, {}, ""}, sys(), proc()));
   EXPECT_TRUE(f["netdev"].is_null());
   EXPECT_TRUE(f["rdma"].is_null());
   EXPECT_TRUE(f["numa"].is_null());
