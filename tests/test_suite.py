@@ -155,7 +155,9 @@ def test_shipped_suites_are_valid(info):
         names[f.stem] = s
     assert {"quick", "thesis-oneway", "thesis-stream", "paper-lat-bw", "homa-load", "ramcloud-load",
             "perftest-parity", "udapl-patterns"} <= set(names)
-    udapl = names["udapl-patterns"].points
+    mpi = {p.experiment for p in names["udapl-patterns"].points if p.tool == "fabmeter-mpibench"}
+    assert mpi == {"lat", "bw", "allreduce"}  # the study's MPI layer, beside its meshes
+    udapl = [p for p in names["udapl-patterns"].points if not p.tool]
     assert all(p.experiment == "mesh" and p.mesh["mesh_experiment"] == "bw" for p in udapl)
     assert {p.mesh["pattern"] for p in udapl} == {"all-to-all", "fixed-target", "one-to-all", "all-to-one"}
     chaotic = {(p.transport, p.options.get("rq_depth")) for p in udapl if p.mesh["schedule"] == "chaotic"}

@@ -8,16 +8,17 @@ from dataclasses import dataclass
 from typing import Optional
 
 from fabmeter.engine import dry_run
-from fabmeter.errors import FabmeterError
+from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.options import Options
 from fabmeter.suite.read import Point
 
 
 @dataclass
 class Plan:
-    planned_s: float      # at least this long, as serve computes it
-    limit_s: float        # a default serve's --max-duration (0: none)
-    refused: str = ""     # why a default serve would refuse it ("": it runs)
+    planned_s: Optional[float]  # at least this long, as serve computes it (None: the engine refuses it)
+    limit_s: float              # a default serve's --max-duration (0: none)
+    refused: str = ""           # why a default serve would refuse it ("": it runs)
+    unrunnable: str = ""        # the engine's refusal of its options on this host: the point fails at its turn
 
 
 def plan_of(engine: str, p: Point, table: Options) -> Optional[Plan]:
@@ -28,7 +29,11 @@ def plan_of(engine: str, p: Point, table: Options) -> Optional[Plan]:
     try:
         doc = dry_run(engine, p.experiment, table.engine_argv(p.options))
     except FabmeterError as e:
-        raise FabmeterError(f"{p.id}: {e.message}", e.exit_code) from e
+        if e.exit_code != EXIT_USAGE:  # no engine to ask: nothing can be planned
+            raise FabmeterError(f"{p.id}: {e.message}", e.exit_code) from e
+        # Refused here (e.g. a provider's smaller inject size), perhaps not on the
+        # host the suite was written for: the other points still run.
+        return Plan(None, 0, unrunnable=e.message)
     plan = Plan(doc["planned_s"], doc["serve_max_duration_s"])
     # A point with a server of its own: that serve's limit decides, which only it knows.
     if not p.server and plan.limit_s > 0 and plan.planned_s > plan.limit_s:

@@ -276,8 +276,9 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
     by_id = limits.plans(engine, suite.points, suite.options)
     for p in suite.points:
         plan = by_id[p.id]
-        state = f"skip: {p.skip}" if p.skip else f"refused: {plan.refused}" if plan and plan.refused else (
-            "done" if is_finished(out / p.id, p, suite.options) else "run")
+        state = (f"skip: {p.skip}" if p.skip else f"refused: {plan.refused}" if plan and plan.refused else
+                 f"fails here: {plan.unrunnable}" if plan and plan.unrunnable else
+                 "done" if is_finished(out / p.id, p, suite.options) else "run")
         if p.tool:
             cmd = peer.command_text(p)
         else:
@@ -285,7 +286,8 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
                              ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
                              + (["--slo", p.slo] if p.slo else [])
                              + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
-        timing = f"  (planned >= {plan.planned_s:g} s; serve's --max-duration {plan.limit_s:g} s)" if plan else ""
+        timing = (f"  (planned >= {plan.planned_s:g} s; serve's --max-duration {plan.limit_s:g} s)"
+                  if plan and plan.planned_s is not None else "")
         print(f"{p.id}  [{state}]  {cmd}{timing}")
     runnable = [p for p in suite.points if not p.skip]
     print(f"{len(suite.points)} points: {len(runnable)} runnable, {len(suite.points) - len(runnable)} skipped "
