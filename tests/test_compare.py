@@ -17,7 +17,9 @@ import pytest
 from conftest import serve_across_namespaces
 from delay_line import delay_line
 
-from fabmeter import run_spread, stats
+from fabmeter import analysis, run_spread, stats
+from fabmeter import compare as compare_module
+from fabmeter.report.model import Entry, Run
 
 DELAY_US = 100
 LAT = ["lat", "-t", "udp", "-s", "32", "-n", "400", "--warmup", "50", "--poll", "event"]
@@ -198,3 +200,15 @@ def test_repeats_of_a_delayed_link_read_worse_by_the_delay(fm, tmp_path):
     assert low >= 0.8 * DELAY_US * 1000 / 2 and high >= DELAY_US * 1000 / 2, c
     assert compare(fm, tmp_path / "base", tmp_path / "new", "--fail-worse", "5%").returncode == 4
     assert compare(fm, tmp_path / "base", tmp_path / "new").returncode == 0
+
+
+def test_a_figures_label_says_what_it_measures(tmp_path):
+    """A load point's latency is a round trip from the intended send: compare, the suite's line per point and the
+    terminal tables call it RTT, never one-way; lat's is RTT/2, oneway's one-way."""
+    points = {"load": {"latency_kind": "rtt from the intended send time"}, "lat": {},
+              "oneway": {"latency_kind": "one-way"}}
+    labels = {exp: compare_module.item_of_point(Entry(Run("r", tmp_path, {"config": {"experiment": exp}}),
+                                                 {**p, "latency_ns": {"p50": 1000.0}})).figure
+              for exp, p in points.items()}
+    assert labels == {"load": "p50 RTT ns", "lat": "p50 RTT/2 ns", "oneway": "p50 one-way ns"}
+    assert analysis.latency_kind_word(points["load"], "load") == "RTT"

@@ -146,9 +146,16 @@ def cpu_per(points: list[dict]) -> str:
     return next((c.get("per") for p in points for c in cpu_sides(p) if c.get("per")), "message")
 
 
+def latency_kind_word(point: dict, experiment: Optional[str] = None) -> str:
+    """What a point's latency_ns is, in a word: "RTT/2" (lat), "RTT" (load's, from the intended send) or
+    "one-way"."""
+    kind = point.get("latency_kind") or ("rtt/2" if (experiment or point.get("experiment")) == "lat" else "one-way")
+    return "RTT/2" if kind == "rtt/2" else "RTT" if kind.startswith("rtt") else "one-way"
+
+
 def _latency_label(point: dict) -> str:
-    kind = point.get("latency_kind") or ("rtt/2" if point.get("experiment") == "lat" else "one-way")
-    return "one-way (RTT/2) ns" if kind == "rtt/2" else "one-way ns"
+    word = latency_kind_word(point)
+    return "one-way (RTT/2) ns" if word == "RTT/2" else f"{word} ns"
 
 
 def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:

@@ -106,7 +106,7 @@ def item_of_point(entry: model.Entry) -> Item:
         return Item(point_key(entry), label, f"{key[:-3]} p50 ns", value, False, lambda: entry.raw_samples(key),
                     spread_kind(entry, f"{key[:-3]} p50"))
     value = (p.get("latency_ns") if isinstance(p.get("latency_ns"), dict) else {}).get("p50")
-    return Item(point_key(entry), label, f"p50 {'RTT/2' if entry.rtt_half else 'one-way'} ns",
+    return Item(point_key(entry), label, f"p50 {analysis.latency_kind_word(p, entry.experiment)} ns",
                 float(value) if isinstance(value, (int, float)) else None, False, entry.samples,
                 spread_kind(entry, "p50"))
 
