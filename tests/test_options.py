@@ -121,6 +121,8 @@ def test_demo_run_json_config_is_the_engines_params(tmp_path, info, engine, monk
     assert res.exit_code == 0, res.message
     doc = json.loads((tmp_path / "tcp-event-lat" / "run.json").read_text())
     assert "options" not in doc["config"]
+    # --poll sets both queues' sides, recorded as the engine resolved them
     assert doc["config"]["params"] == _expected_params(info, "lat", {"transport": "tcp", "poll": "event",
+                                                                     "poll_recv": "event", "poll_send": "event",
                                                                      "size": 32, "iters": 200})
     assert doc["command"][:2] == ["fabmeter", "lat"] and "--poll" in doc["command"]
