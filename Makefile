@@ -15,7 +15,9 @@ FUZZ_BUILD := build/engine-fuzz
 export CMAKE_CXX_COMPILER_LAUNCHER := $(CURDIR)/scripts/compile-cached
 export CMAKE_C_COMPILER_LAUNCHER := $(CURDIR)/scripts/compile-cached
 export CCACHE_BASEDIR := $(CURDIR)
-export CCACHE_NOHASHDIR := trueFUZZ_SECONDS ?= 300
+export CCACHE_NOHASHDIR := true
+
+FUZZ_SECONDS ?= 300
 
 .PHONY: all deps build install deb test test-rdma test-sanitize fuzz soak soak-watch demo bench bench-ab clean
 

@@ -81,6 +81,21 @@ def test_make_targets_named_exist_and_all_are_in_the_readme():
     assert first[0].startswith("make demo") and first[1].startswith("make test"), first
 
 
+def test_make_knobs_default_to_what_the_readme_says():
+    """Each `VAR` the README's make table gives a default (`FUZZ_SECONDS`
+    each (default 300)) has that value in make's own database, read without
+    running a recipe: a Makefile line run into the one before it fails here."""
+    db = subprocess.run(["make", "-pnq", "-f", "Makefile", "__no_such_target__"], cwd=REPO,
+                        capture_output=True, text=True).stdout
+    values = dict(re.findall(r"^([A-Z_]+) :?= (.*)$", db, flags=re.M))
+    rows = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `make ")]
+    named = [(var, default) for row in rows for var, default in re.findall(r"`([A-Z_]+)`[^|]*?\(default (\d+)", row)]
+    assert {v for v, _ in named} >= {"FUZZ_SECONDS", "FAULT_ROUNDS", "WATCH_SECONDS"}, named
+    for var, default in named:
+        assert values.get(var) == default, f"make's {var} is {values.get(var)!r}, the README says {default}"
+    assert values.get("CCACHE_NOHASHDIR") == "true"
+
+
 def test_scripts_are_listed_in_the_readme():
     readme = (REPO / "README.md").read_text()
     for f in sorted((REPO / "scripts").iterdir()):
