@@ -53,13 +53,6 @@ def option(cmd, name):
     return m.group(1) if m else None
 
 
-# A --bidir plain-write client still sends the credits that fall due once
-# the server has stopped writing, at the end of a point: how many depends on
-# how far apart the two directions end (5 of 81 seen in 5200 messages). It
-# may send at most this share of the one per --rq-refill messages received
-# that it would send if its writes carried none.
-PIGGY_BIDIR_MAX_CREDIT_SHARE = 0.25
-
 
 def check_fabmeter(raw, name):
     """Returns (problems, summary) for one fabmeter case."""
@@ -118,15 +111,15 @@ def check_fabmeter(raw, name):
         if p.get("experiment") == "bw" and not p.get("gbps", 0) > 0:
             problems.append(f"point {p.get('size')} B: no bandwidth")
         # A plain write of 16 B or more carries its writer's credit, so in
-        # --bidir the client sends next to no credit writes of its own (one
-        # per --rq-refill messages received without that: 33 in 2100).
+        # --bidir the client's writes carry credits. How many go alone is the
+        # guest's timing (a due credit waits a few hundred polls for a write,
+        # and goes at once while the client's own writes wait for credit):
+        # a speed figure, not checked.
         if (p.get("experiment") == "bw" and p.get("bidir") and granted.get("op") == "write" and p.get("size", 0) >= 16
                 and not p.get("size_spread")):
-            uncarried = (p.get("iterations", 0) + p.get("warmup", 0)) / max(1, granted.get("rq_refill", 1))
-            limit = int(uncarried * PIGGY_BIDIR_MAX_CREDIT_SHARE)
-            if p.get("credit_writes", 0) > limit:
-                problems.append(f"bidir plain write: {p.get('credit_writes')} credit writes, their writes carry them "
-                                f"(at most {limit}, a quarter of one per rq_refill {granted.get('rq_refill')})")
+            if not p.get("credits_carried", 0) > 0:
+                problems.append(f"bidir plain write: no credit carried by a write ({p.get('credit_writes')} credit "
+                                f"writes of their own, credits_carried {p.get('credits_carried')!r})")
         if p.get("experiment") == "oneway" and not is_ofi and not p.get("completions", 0) > 0:
             problems.append("oneway: no send completion stamped t_comp")
         if p.get("experiment") == "oneway":  # the stages from t_subm: post (t_post) and completion (t_comp)

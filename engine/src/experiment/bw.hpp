@@ -386,10 +386,12 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   PayloadBuf buf(SpreadSizes::high(size, p.bw.size_spread));  // high and low are `size` without a spread
   if (!p.bw.size_spread) fix_message_size(t, size);
   Guard g(c);
-  // Credits this end sent as writes of their own (verbs' plain write: in
-  // --bidir next to none, as our writes carry them).
-  uint64_t credit_writes0 = 0;
-  if constexpr (requires { t.credit_writes(); }) credit_writes0 = t.credit_writes();
+  // Credits this end sent as writes of their own or its writes carried
+  // (verbs' plain write: in --bidir most are carried).
+  const auto credits0 = [&] {
+    if constexpr (requires { t.credit_counts(); }) return t.credit_counts();
+    else return 0;
+  }();
   BwSeries series;
   series.bin_ticks = std::max<uint64_t>(1, clk.ns_to_ticks(p.bw.series_ms * 1e6));
   BwLoopEnd end = mode.idle_server ? bw_idle(t, c) : bw_loop<T, P>(t, c, mode, size, iters, warmup, spread, buf, g, series);
@@ -419,7 +421,10 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
   }
   if (c.role == Role::server) return Status::ok;
   bw_fields(out, p, mode, spread, size, warmup, me, peer);
-  if constexpr (requires { t.credit_writes(); }) out.fields.add("credit_writes", t.credit_writes() - credit_writes0);
+  if constexpr (requires { t.credit_counts(); }) {
+    out.fields.add("credit_writes", t.credit_counts().writes - credits0.writes)
+        .add("credits_carried", t.credit_counts().carried - credits0.carried);
+  }
   return Status::ok;
 }
 

@@ -276,7 +276,7 @@ void merge_lat(const Point& pt, std::vector<FlowEnd>& ends, PointOut& out) {
 void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
   std::vector<double> rates;
   std::string list;
-  uint64_t iterations = 0, lost = 0, warmup_lost = 0, bytes = 0, credit_writes = 0;
+  uint64_t iterations = 0, lost = 0, warmup_lost = 0, bytes = 0, credit_writes = 0, credits_carried = 0;
   double gbps = 0, msg_rate = 0, offered = 0, c2s = 0, s2c = 0;
   nlohmann::json first;
   bool has_credits = false;
@@ -298,6 +298,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
     if (f.contains("credit_writes")) {
       has_credits = true;
       credit_writes += count(f, "credit_writes");
+      credits_carried += count(f, "credits_carried");
     }
     rates.push_back(num(f, "gbps"));
     JsonObj o = flow_entry(i, e);
@@ -313,7 +314,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
       .add("mean_size", iterations ? static_cast<double>(bytes) / static_cast<double>(iterations) : 0.0)
       .add("measured_at", first.value("measured_at", std::string("receiver")))
       .add("aggregate", "the sum of the flows' rates, each over its own measured window");
-  if (has_credits) out.fields.add("credit_writes", credit_writes);
+  if (has_credits) out.fields.add("credit_writes", credit_writes).add("credits_carried", credits_carried);
   add_jain(out.fields, rates);
   add_overlap(out.fields, ends);
   out.fields.add_raw("flows", "[" + list + "]");

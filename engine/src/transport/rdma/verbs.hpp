@@ -102,6 +102,12 @@ struct EndpointInfo {
   uint64_t ring_addr, slot_size, credit_addr;
 };
 
+// An end's credits to a writer: sent as RDMA writes of their own, and carried
+// by its own plain writes while one was due.
+struct CreditCounts {
+  uint64_t writes = 0, carried = 0;
+};
+
 }  // namespace verbs
 
 class VerbsTransport {
@@ -273,8 +279,9 @@ class VerbsTransport {
     piggy_ = msg_size_ >= verbs::kPiggyBytes;
   }
 
-  // Credits sent as RDMA writes of their own so far (not carried by a write).
-  uint64_t credit_writes() const { return credit_writes_; }
+  // Credits so far: sent as RDMA writes of their own, and carried by a plain
+  // write while one was due.
+  verbs::CreditCounts credit_counts() const { return {credit_writes_, credits_carried_}; }
 
   // --post-list: nothing held back in a list not yet posted.
   bool tx_idle() const { return listed_ == 0; }
@@ -355,7 +362,12 @@ class VerbsTransport {
   // size is not fixed), ending where the peer's slot ends (inline if it fits).
   [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                                ibv_send_wr& wr, ibv_sge& sge) {
-    if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] return held_back();
+    if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] {
+      // No write of ours goes until the peer's credit comes, which may wait on
+      // ours (--bidir): a due credit goes alone now, not after kPiggyWait polls.
+      if (refill_.credit_due) post_credit();
+      return held_back();
+    }
     const uint64_t slot = credits_.slot();
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
     // The mark below overwrites the last byte on every lap, never the rest.
@@ -371,6 +383,7 @@ class VerbsTransport {
         // Our count of the peer's messages read rides along: the credit due, if any, goes with it.
         const uint64_t word = (refill_.released() & verbs::kPiggyMask) | uint64_t{mark} << 56;
         std::memcpy(src + len - sizeof word, &word, sizeof word);
+        credits_carried_ += refill_.credit_due;
         refill_.credit_due = false;
         credit_wait_ = 0;
       } else {
@@ -586,6 +599,7 @@ class VerbsTransport {
   uint32_t credit_wait_ = 0;                // polls a due credit has waited for a write to carry it
   uint64_t written_at_refill_ = 0;          // credits_.written() at the last refill: are we writing to the peer?
   uint64_t credit_writes_ = 0;              // credits sent as writes of their own
+  uint64_t credits_carried_ = 0;            // due credits a plain write carried
   uint64_t os_posted_ = 0, os_done_ = 0, os_taken_ = 0;  // one-sided: posted, answered, taken by poll_recv
   std::vector<uint32_t> os_len_;            // one-sided: each answer slot's length
   ibv_wc rx_wc_[verbs::kCqBatch];
