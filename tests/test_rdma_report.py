@@ -271,24 +271,26 @@ def test_a_bidir_plain_write_client_s_writes_carry_its_credits(tmp_path):
     import json
     m = report_module()
 
-    def case(name, size, credit_writes, carried, slot=None, iterations=2000):
+    def case(name, size, credit_writes, carried, slot=None, iterations=2000, passive=False):
         slot = slot or -(-size // 64) * 64
-        (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s {size} --op write --bidir\n")
+        (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s {size} --op write --bidir"
+                                              f"{' --passive-rx' if passive else ''}\n")
         (tmp_path / f"{name}.rc").write_text("0\n")
         (tmp_path / f"{name}.server.rc").write_text("0\n")
         (tmp_path / f"{name}.err").write_text("")
         lines = [START,
                  {"type": "point", "experiment": "bw", "size": size, "iterations": iterations, "warmup": 100,
                   "lost": 0, "gbps": 0.3, "bidir": True, "size_spread": 0, "credit_writes": credit_writes,
-                  "credits_carried": carried},
+                  "credits_carried": carried, **({"measured_at": "sender"} if passive else {})},
                  {"type": "transport", "granted": {"op": "write", "service": "rc", "cm": "rdma_cm", "post_list": 1,
                                                    "device": "rxe0", "write_credits": "...", "rq_refill": 64,
-                                                   "recv_slot_bytes": slot}},
+                                                   "recv_slot_bytes": slot, "passive_rx": passive}},
                  {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
         return m.check_fabmeter(str(tmp_path), name)[0]
 
     assert case("carried", 1024, 1, 31) == []
+    assert case("passive-receivers-give-no-credit", 1024, 0, 0, passive=True) == []
     assert case("a-slow-guest's-many-alone", 1024, 11, 21) == []
     (problem,) = case("not-carried", 1024, 3, 0)
     assert "no credit carried by a write" in problem and "3 credit writes" in problem
