@@ -604,7 +604,14 @@ if [[ ! -f $OUT/_python_skipped ]]; then
     tests=ib_send_lat,ib_send_bw,ib_write_lat,ib_write_bw,ib_read_lat,ib_read_bw,ib_atomic_lat,ib_atomic_bw
     tests+=,rc_lat,rc_bw,rc_rdma_read_lat,rc_rdma_write_lat,rc_rdma_read_bw,rc_rdma_write_bw
     peers "peers-server-rdma" --tools perftest,qperf -n 1000 --duration 2 --tests "$tests"
+    peers "peers-server-rdma-rc-bidir" --tools perftest -n 1000 --duration 2 --bw-size 4K --bidir \
+      --tests ib_send_bw,ib_write_bw,ib_read_bw
   fi
+  # perftest with fabmeter's verbs knobs (the paper's UC and UD rows, inline, MTU, -b).
+  peers "peers-server-rdma-ud" --tools perftest -n 200 --duration 2 --bw-size 512 --service ud --bidir \
+    --tests ib_send_lat,ib_send_bw
+  peers "peers-server-rdma-uc-inline" --tools perftest -n 200 --service uc --inline 64 --mtu 1024 \
+    --tests ib_send_lat,ib_write_lat
 fi
 
 echo "== setup: connection establishment and memory registration over verbs"

@@ -466,6 +466,18 @@ def check_peers_server(raw, name):
         if test.startswith("ib_") and test.endswith("_bw") and not isinstance(
                 (p.get("tool_cpu") or {}).get("cpu_util_pct"), (int, float)):
             problems.append(f"{test}: no perftest --cpu_util figure")
+        if test.startswith("ib_"):   # the verbs knobs asked for, as perftest's banner says it ran
+            asked = {"service": (option(cmd, "service") or "rc").upper(), "cm": "raw",
+                     "bidir": "--bidir" in cmd.split() and test.endswith("_bw")}
+            if option(cmd, "mtu"):
+                asked["mtu"] = int(option(cmd, "mtu"))
+            ran = {k: p.get(k, False if k == "bidir" else None) for k in asked}
+            # rxe: perftest turns -I off ("not recognized to implement inline"), says so, and its banner shows 0.
+            inline_off = any("inline" in w for w in p.get("tool_warnings") or [])
+            if ran != asked or (option(cmd, "inline") and not ((p.get("inline") or 0) >= int(option(cmd, "inline"))
+                                                               or inline_off)):
+                problems.append(f"{test}: asked {asked} inline {option(cmd, 'inline')}, perftest ran {ran} "
+                                f"inline {p.get('inline')}")
     left = read(f"{raw}/{name}.left").strip()
     if left:
         problems.append(f"tool processes left: {left}")

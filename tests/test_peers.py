@@ -191,6 +191,45 @@ def test_server_requests_are_the_allow_lists_shapes():
         assert peer.request(peer.cases[0], params) is None
 
 
+def test_perftest_takes_the_verbs_knobs_as_fabmeter_names_them():
+    """--service, --inline, --mtu and --bidir become perftest's -c, -I, -m and -b on both sides
+    (the serve's request the same), perftest's own rules skip what it cannot run, the banner is the
+    evidence of what ran, and a tool without the knobs is skipped rather than run without them."""
+    pt = PEERS["perftest"]
+    knobs = Rdma(server_device="rxe1", service="uc", inline=64, mtu=1024)
+    params = PeerRun(iters=500, duration=2, server="10.0.0.2:18515", rdma=knobs, bidir=True)
+    lat = Case("lat", "verbs", "ib_send_lat")
+    client = pt.command("client", lat, params, 4242)
+    assert client[client.index("-c") + 1] == "UC" and client[client.index("-I") + 1] == "64"
+    assert client[client.index("-m") + 1] == "1024" and "-b" not in client and "-R" not in client
+    assert pt.request(lat, params) == {"tool": "ib_send_lat", "conn": "UC", "size": 32, "iters": 500, "inline": 64,
+                                       "mtu": 1024, "device": "rxe1", "lifetime_s": 32}
+    bw = Case("bw", "verbs", "ib_write_bw")
+    assert "-b" in pt.command("server", bw, params, 4242) and pt.request(bw, params)["bidir"] is True
+    far = "10.0.0.2:18515"   # the server's side runs there: no RDMA device needed here
+    ud = PeerRun(server=far, rdma=Rdma(service="ud"))
+    assert "UD" in pt.command("client", lat, ud, 1) and pt.request(lat, ud)["conn"] == "UD"
+    for case, run, why in ((Case("lat", "verbs", "ib_read_lat"), params, "RC only"),
+                           (Case("lat", "verbs", "ib_write_lat"), ud, "RC only"),
+                           (Case("bw", "verbs", "ib_read_bw"), PeerRun(server=far, rdma=Rdma(inline=64)), "send and write")):
+        with pytest.raises(Unsupported, match=why):
+            pt.command("client", case, run, 1)
+    banner = (recorded("perftest-ib_write_bw-rxe.txt").replace("Connection type : RC", "Connection type : UC")
+              .replace("RDMA_Write BW Test", "RDMA_Write Bidirectional BW Test")
+              .replace("Max inline data : 0[B]", "Max inline data : 64[B]").replace("rdma_cm QPs\t : OFF",
+                                                                                   "rdma_cm QPs\t : ON"))
+    ran = only(pt.parse(banner, bw))
+    assert (ran["service"], ran["inline"], ran["mtu"], ran["cm"], ran["bidir"]) == ("UC", 64, 1024, "rdma_cm", True)
+    assert "UC:" in ran["statistic_note"] and "sum of both directions" in ran["statistic_note"]
+    plain = only(pt.parse(recorded("perftest-ib_write_bw-rxe.txt"), bw))
+    assert plain["service"] == "RC" and plain["cm"] == "raw" and "bidir" not in plain
+    with pytest.raises(Unsupported, match="one direction"):
+        PEERS["iperf3"].check_knobs(Case("bw", "tcp"), PeerRun(bidir=True))
+    with pytest.raises(Unsupported, match="--service"):
+        qperf.check_knobs(Case("lat", "verbs", "rc_lat"), PeerRun(rdma=Rdma(service="uc")))
+    qperf.check_knobs(Case("lat", "verbs", "rc_lat"), PeerRun(rdma=Rdma()))   # the defaults: runs
+    pt.check_knobs(bw, params)
+
 def test_ucx_perftest_parse():
     lat = only(ucx.parse(recorded("ucx_perftest-lat-shm.txt"), Case("lat", "shm")))
     assert lat["latency_ns"] == {"p50": 458.0, "mean": 15366.0} and lat["iterations"] == 20000

@@ -79,6 +79,12 @@ REFUSED = {
     "a number as text": ({"tool": "ib_read_lat", "iters": "5; reboot"}, "whole number"),
     "a lifetime over the bound": ({"tool": "iperf3", "lifetime_s": 86400}, "out of range"),
     "a connection the tool lacks": ({"tool": "ib_read_bw", "conn": "UD"}, "does not run over UD"),
+    "inline on a one-sided test": ({"tool": "ib_read_lat", "inline": 64}, "takes no argument 'inline'"),
+    "bidir on a latency test": ({"tool": "ib_send_lat", "bidir": True}, "takes no argument 'bidir'"),
+    "a flag as a number": ({"tool": "ib_send_bw", "bidir": 1}, "true or false"),
+    "inline over the bound": ({"tool": "ib_send_lat", "inline": 4096}, "out of range"),
+    "rdma_cm, which perftest's readiness cannot be seen by": ({"tool": "ib_send_lat", "rdma_cm": True},
+                                                               "takes no argument 'rdma_cm'"),
     "not an object": ('["sockperf", "server"]', "a JSON object"),
 }
 

@@ -34,6 +34,10 @@ BAD = [
     ('tool = "perftest"\nexperiment = "lat"\ntransport = "verbs"\ntests = "ib_send_lat"\n'
      'device = "../mlx5"\n', "device", 7, "RDMA device name"),
     ('tool = "sockperf"\nexperiment = "lat"\ntoken_file = "t"\n', "token_file", 5, "goes with 'server'"),
+    ('tool = "perftest"\nexperiment = "lat"\ntransport = "verbs"\ntests = "ib_send_lat"\nservice = "xrc"\n',
+     "service", 7, "expected one of rc, uc, ud"),
+    ('tool = "perftest"\nexperiment = "bw"\ntransport = "verbs"\ntests = "ib_send_bw"\nbidir = "yes"\n',
+     "bidir", 7, "true or false"),
 ]
 
 

@@ -45,15 +45,19 @@ constexpr size_t kKeptOutput = 4096;                  // the tool's last output,
 constexpr size_t kMaxOutputLine = 300;
 constexpr uint32_t kByeTimeoutMs = 5000;
 constexpr size_t kMaxArgv = 64, kMaxArg = 256;
+constexpr uint64_t kMaxInline = 1024;  // perftest -I: far above what a device inlines (it refuses past its own cap)
 
 bool is_perftest(std::string_view t) { return t.rfind("ib_", 0) == 0; }
 
 // What each tool's request may hold beyond "tool" and "lifetime_s".
 std::vector<std::string_view> keys_of(std::string_view tool) {
   if (tool == "sockperf") return {"proto"};
-  if (tool.rfind("ib_atomic_", 0) == 0) return {"iters", "duration_s", "conn", "device", "ib_port", "gid_index", "mtu"};
-  if (is_perftest(tool)) return {"size", "iters", "duration_s", "conn", "device", "ib_port", "gid_index", "mtu"};
-  return {};
+  if (!is_perftest(tool)) return {};
+  std::vector<std::string_view> k{"iters", "duration_s", "conn", "device", "ib_port", "gid_index", "mtu"};
+  if (tool.rfind("ib_atomic_", 0) != 0) k.push_back("size");
+  if (tool.rfind("ib_send_", 0) == 0 || tool.rfind("ib_write_", 0) == 0) k.push_back("inline");
+  if (tool.ends_with("_bw")) k.push_back("bidir");
+  return k;
 }
 
 // perftest's connection types per operation: send all three, write RC and
@@ -63,6 +67,11 @@ bool conn_allowed(std::string_view tool, std::string_view conn) {
   if (tool.rfind("ib_send_", 0) == 0) return conn == "UC" || conn == "UD";
   if (tool.rfind("ib_write_", 0) == 0) return conn == "UC";
   return false;
+}
+
+bool flag(const json& v, std::string_view key) {
+  if (!v.is_boolean()) usage_error("tool request: " + std::string(key) + " must be true or false");
+  return v.get<bool>();
 }
 
 uint64_t whole(const json& v, std::string_view key, uint64_t lo, uint64_t hi) {
@@ -356,6 +365,10 @@ ToolRequest decode_tool_request(std::string_view text) {
     } else if (key == "mtu") {
       r.mtu = static_cast<uint32_t>(whole(v, key, 256, 4096));
       if (r.mtu & (r.mtu - 1)) usage_error("tool request: mtu must be 256, 512, 1024, 2048 or 4096");
+    } else if (key == "inline") {
+      r.inline_size = static_cast<uint32_t>(whole(v, key, 0, kMaxInline));
+    } else if (key == "bidir") {
+      r.bidir = flag(v, key);
     }
   }
   if (r.tool == "sockperf" && r.proto.empty()) usage_error("tool request: sockperf needs proto (tcp or udp)");
@@ -380,6 +393,8 @@ std::vector<std::string> tool_argv(const ToolRequest& r, const std::string& bina
   if (r.gid_index >= 0) a.insert(a.end(), {"-x", std::to_string(r.gid_index)});
   if (!r.conn.empty()) a.insert(a.end(), {"-c", r.conn});
   if (r.mtu) a.insert(a.end(), {"-m", std::to_string(r.mtu)});
+  if (r.inline_size) a.insert(a.end(), {"-I", std::to_string(r.inline_size)});
+  if (r.bidir) a.push_back("-b");
   if (r.size) a.insert(a.end(), {"-s", std::to_string(r.size)});
   if (r.iters) a.insert(a.end(), {"-n", std::to_string(r.iters)});
   if (r.duration_s) a.insert(a.end(), {"-D", std::to_string(r.duration_s)});

@@ -46,6 +46,8 @@ struct ToolRequest {
   uint32_t ib_port = 0;         // perftest -i (0: its default)
   int32_t gid_index = -1;       // perftest -x (-1: its default)
   uint32_t mtu = 0;             // perftest -m (0: its default)
+  uint32_t inline_size = 0;     // perftest -I (0: its default); send and write tests
+  bool bidir = false;           // perftest -b; bw tests
   uint32_t lifetime_s = kDefaultToolLifetimeS;
 };
 

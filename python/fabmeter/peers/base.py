@@ -68,7 +68,8 @@ class PeerRun:
     server: Optional[str] = None          # HOST[:PORT] of a `fabmeter serve` that runs the server side
     token_file: Optional[str] = None      # its shared secret (else $FABMETER_TOKEN)
     engine: Optional[str] = None          # fabmeter-engine, which speaks to that serve
-    rdma: Optional["Rdma"] = None         # RDMA tools: the devices of each side
+    rdma: Optional["Rdma"] = None         # RDMA tools: the devices of each side and the verbs knobs
+    bidir: bool = False                   # bw: both ends send at once (fabmeter's --bidir, perftest -b)
     tests: Optional[tuple[str, ...]] = None  # only these of the tools' tests (Case.variant); None = all
 
     @property
@@ -92,11 +93,20 @@ class PeerRun:
 
 @dataclass(frozen=True)
 class Rdma:
-    """The RDMA devices perftest and qperf's RDMA tests use on each side."""
+    """The RDMA devices perftest and qperf's RDMA tests use on each side, and the verbs knobs
+    (fabmeter's names: --service, --inline, --mtu) that perftest and fabmeter's own verbs runs take."""
     client_device: Optional[str] = None   # perftest -d, qperf -cm1 ... -Li
     server_device: Optional[str] = None
     gid_index: Optional[int] = None       # perftest -x (RoCE: the GID of the address family used)
     ib_port: Optional[int] = None
+    service: str = "rc"                   # rc | uc | ud (perftest -c)
+    inline: int = 0                       # bytes sent inline (perftest -I); 0: none asked for
+    mtu: int = 0                          # path MTU (perftest -m); 0: the port's active MTU
+
+    @property
+    def knobs_set(self) -> bool:
+        """Whether any verbs knob differs from what a tool does by itself (RC, no inline, the port's MTU)."""
+        return self.service != "rc" or self.inline != 0 or self.mtu != 0
 
 
 @dataclass(frozen=True)
@@ -245,6 +255,8 @@ class Peer:
     cases: tuple[Case, ...] = ()
     server_exits_alone: bool = False       # ends after one client (iperf3 -1, ucx_perftest)
     poll: str = "blocking"                 # how it waits for a message: blocking | busy
+    bidir: bool = False                    # its bw cases run both directions at once when asked (--bidir)
+    verbs_knobs: bool = False              # its verbs cases take --service, --inline, --mtu
 
     def available(self) -> bool:
         return shutil.which(self.tool) is not None
@@ -310,6 +322,7 @@ class Peer:
             return add([self.skipped("taskset not found, needed for --cpus (apt-get install util-linux)")])
         for case in self.selected(params):
             try:
+                self.check_knobs(case, params)
                 add(self.run_case(case, params))
             except Unsupported as e:
                 add([self.skipped(str(e), case)])
@@ -318,6 +331,15 @@ class Peer:
                       "transport": case.transport, **({"variant": case.variant} if case.variant else {}),
                       "reason": str(e)}])
         return records
+
+    def check_knobs(self, case: Case, params: PeerRun) -> None:
+        """A case the asked-for knobs would misdescribe is skipped, not run without them."""
+        if params.bidir and case.experiment == "bw" and not self.bidir:
+            raise Unsupported(f"{self.tool} measures one direction at a time (--bidir)")
+        if (case.transport == "verbs" and params.rdma is not None and params.rdma.knobs_set
+                and not self.verbs_knobs):
+            raise Unsupported(f"{self.tool} takes none of --service, --inline, --mtu (its RDMA tests name "
+                              "their service)")
 
     def run_case(self, case: Case, params: PeerRun) -> list[dict]:
         if params.server is not None:

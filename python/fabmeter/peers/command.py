@@ -64,6 +64,14 @@ def size(text: str) -> int:
     return n
 
 
+def byte_size(text: str) -> int:
+    """A byte count that may be 0 (--inline), K/M/G suffixes as fabmeter's sizes."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def count(text: str) -> int:
     """An iteration count or rate, decimal suffixes as fabmeter's -n (10k = 10,000)."""
     try:
@@ -97,6 +105,15 @@ OPTIONS = (
     CommandOption("server-device", "verbs: the server's RDMA device (perftest -d there)", metavar="DEV"),
     CommandOption("gid-index", "verbs: the GID index (which of the port's global identifiers, its addresses) on "
                                "both sides (perftest -x)", metavar="N", type=int),
+    CommandOption("service", "verbs: perftest's and fabmeter's service type, rc, uc or ud (perftest -c; qperf's "
+                             "RDMA tests name their own and run only with every verbs knob at its default) "
+                             "(default: %(default)s)", metavar="TYPE", choices=("rc", "uc", "ud"), default="rc"),
+    CommandOption("inline", "verbs: send inline up to N bytes, perftest -I and fabmeter's --inline (send and write "
+                            "tests) (default: %(default)s)", metavar="N", type=byte_size, default=0),
+    CommandOption("mtu", "verbs: path MTU, 256 .. 4096, perftest -m and fabmeter's --mtu (default: the port's active "
+                         "MTU)", metavar="BYTES", type=int, choices=(256, 512, 1024, 2048, 4096)),
+    CommandOption("bidir", "bw: both ends send at once, perftest -b (it reports the sum of both directions) and "
+                           "fabmeter's --bidir; tools that measure one direction are skipped", flag=True),
     CommandOption("tests", "verbs: only these of the tools' tests, comma-separated (perftest's binaries such as "
                            "ib_send_lat, qperf's tests such as rc_lat; default: all)", metavar="LIST"),
     CommandOption("json", "print one JSON object per point or skipped/failed case", flag=True),
@@ -150,11 +167,12 @@ def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine
         raise FabmeterError("--duration must be positive", EXIT_USAGE)
     if not 1 <= ns.rate <= 10_000_000:   # fabmeter load's bounds
         raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
-    rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index)
+    rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index,
+                service=ns.service, inline=ns.inline, mtu=ns.mtu or 0)
     return PeerRun(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
                   cpus=tuple(cpus) if cpus else None, transports=transports,
                   raw_dir=out / "peers-raw" if out else None, server=ns.server, token_file=ns.token_file,
-                  engine=engine, rdma=rdma, tests=_tests(ns.tests))
+                  engine=engine, rdma=rdma, tests=_tests(ns.tests), bidir=ns.bidir)
 
 
 def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Optional[Path]) -> Iterator[dict]:
@@ -173,6 +191,12 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
                        "req_size": message, "duration": params.duration}
         else:
             options = {"transport": transport, "poll": poll, "size": message, "iters": params.iters}
+        if experiment == "bw" and params.bidir:
+            options["bidir"] = True
+        if transport == "verbs" and params.rdma is not None:   # perftest's knobs and its raw QP exchange, alike
+            rdma = params.rdma
+            options.update(service=rdma.service, cm="raw", **({"inline": rdma.inline} if rdma.inline else {}),
+                           **({"mtu": rdma.mtu} if rdma.mtu else {}))
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine, server=params.server,
                            token_file=params.token_file)

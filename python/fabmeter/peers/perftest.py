@@ -1,5 +1,10 @@
 """perftest (linux-rdma/perftest) over RDMA verbs: ib_{send,write,read}_{lat,bw}
-and ib_atomic_{lat,bw}, RC.
+and ib_atomic_{lat,bw}; RC unless --service says UC (send, write) or UD
+(send), with fabmeter's --inline (-I: send and write), --mtu (-m) and, for
+the bw tools, --bidir (-b: both ends send at once, and perftest reports
+the sum of both directions); QPs connected perftest's way (their numbers
+over a socket: fabmeter's --cm raw). perftest's -R (rdma_cm) listens on no
+socket a server's readiness could be seen by, so it is not offered.
 
 What perftest reports: the lat tools (-n iterations) print t_min, t_max,
 t_typical (the median), t_avg, t_stdev and the 99 % and 99.9 % percentiles
@@ -26,21 +31,39 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from fabmeter.peers.base import (Case, PeerRun, Peer, PeerError, Unsupported, percentile_key, pinned, point,
+from fabmeter.peers.base import (Case, PeerRun, Peer, PeerError, Rdma, Unsupported, percentile_key, pinned, point,
                                  probe_version, us_to_ns)
 
 OPS = ("send", "write", "read", "atomic")
 ONE_SIDED = ("read", "atomic")
-NOTE_LAT = ("perftest {tool} -n ITERS, RC: t_typical is the median, percentiles and mean over every iteration, "
+NOTE_LAT = ("perftest {tool} -n ITERS, {conn}: t_typical is the median, percentiles and mean over every iteration, "
             "each sample {what}")
-NOTE_BW = ("perftest {tool} -D SECONDS --report_gbits, RC: average bandwidth and message rate over the measured "
-           "period (perftest's margins left out)")
+NOTE_BW = ("perftest {tool} -D SECONDS --report_gbits, {conn}: average bandwidth and message rate over the measured "
+           "period (perftest's margins left out){both}")
+BOTH_WAYS = "; -b: the sum of both directions"
 TOOL_CPU_NOTE = ("perftest's own --cpu_util: the whole machine's CPUs busy over its measured period, in % "
                  "(its reading of /proc/stat, any process), on the client's host")
 # perftest times with the TSC and its own estimate of the CPU's clock; where that estimate is shaky
-# (a virtual machine) it says so, and its figures are then to be read with that in mind.
-_WARNING = re.compile(r"^.*(?:Correlation coefficient|Conflicting CPU frequency).*$", re.M)
+# (a virtual machine) it says so, and its figures are then to be read with that in mind. It also says
+# when it turns -I off for a device it does not know to inline (rxe).
+_WARNING = re.compile(r"^.*(?:Correlation coefficient|Conflicting CPU frequency|inline feature).*$", re.M)
 _ERROR = re.compile(r"^.*(?:Couldn't|Unable|error|Error|failed|not supported).*$", re.M)
+
+
+def _ran(text: str) -> dict:
+    """What perftest's banner says it ran: its connection type, MTU, inline size, rdma_cm, both directions
+    (evidence of the knobs, not what was asked)."""
+    ran: dict = {"service": "RC"}
+    for pattern, key, value in ((r"Connection type\s*:\s*(\w+)", "service", str),
+                                (r"Mtu\s*:\s*(\d+)\[B\]", "mtu", int),
+                                (r"Max inline data\s*:\s*(\d+)\[B\]", "inline", int),
+                                (r"rdma_cm QPs\s*:\s*(\w+)", "cm", lambda on: "rdma_cm" if on == "ON" else "raw")):
+        m = re.search(pattern, text)
+        if m:
+            ran[key] = value(m.group(1))
+    if re.search(r"^\s*\S.*Bidirectional.*Test\s*$", text, re.M):
+        ran["bidir"] = True
+    return ran
 
 
 def _columns(header: str) -> list[str]:
@@ -52,7 +75,7 @@ class Perftest(Peer):
     def __init__(self):
         super().__init__(tool="perftest", package="perftest",
                          cases=tuple(Case(exp, "verbs", f"ib_{op}_{exp}") for op in OPS for exp in ("lat", "bw")),
-                         server_exits_alone=True, poll="busy")
+                         server_exits_alone=True, poll="busy", bidir=True, verbs_knobs=True)
 
     def available(self) -> bool:
         return shutil.which("ib_send_lat") is not None
@@ -61,22 +84,39 @@ class Perftest(Peer):
         return probe_version(("ib_send_lat", "--version"), r"(\d[\d.]*\S*)")
 
     def request(self, case: Case, params: PeerRun) -> dict:
-        rdma = params.rdma
-        req: dict = {"tool": case.variant, "conn": "RC", "lifetime_s": math.ceil(params.duration + params.timeout_s)}
+        rdma = params.rdma or Rdma()
+        knobs = self.knobs(case, params)
+        req: dict = {"tool": case.variant, "conn": knobs["conn"],
+                     "lifetime_s": math.ceil(params.duration + params.timeout_s)}
         if not case.variant.startswith("ib_atomic_"):
             req["size"] = case.size(params)
         if case.experiment == "lat":
             req["iters"] = params.iters
         else:
             req["duration_s"] = self.seconds(params)
-        if rdma is not None:
-            if rdma.server_device:
-                req["device"] = rdma.server_device
-            if rdma.gid_index is not None:
-                req["gid_index"] = rdma.gid_index
-            if rdma.ib_port is not None:
-                req["ib_port"] = rdma.ib_port
+        for key in ("inline", "mtu", "bidir"):
+            if knobs[key]:
+                req[key] = knobs[key]
+        if rdma.server_device:
+            req["device"] = rdma.server_device
+        if rdma.gid_index is not None:
+            req["gid_index"] = rdma.gid_index
+        if rdma.ib_port is not None:
+            req["ib_port"] = rdma.ib_port
         return req
+
+    @staticmethod
+    def knobs(case: Case, params: PeerRun) -> dict:
+        """What --service, --inline, --mtu and --bidir ask of this test, as perftest takes them; a test that
+        cannot do what is asked is skipped (Unsupported) with perftest's own rule."""
+        rdma = params.rdma or Rdma()
+        op = case.variant[3:].rsplit("_", 1)[0]
+        conn = rdma.service.upper()
+        if conn != "RC" and not (op == "send" or (op == "write" and conn == "UC")):
+            raise Unsupported(f"perftest {case.variant} runs over RC only (UC: send and write; UD: send)")
+        if rdma.inline and op not in ("send", "write"):
+            raise Unsupported(f"perftest {case.variant}: --inline applies to send and write only")
+        return {"conn": conn, "inline": rdma.inline, "mtu": rdma.mtu, "bidir": params.bidir and case.experiment == "bw"}
 
     @staticmethod
     def seconds(params: PeerRun) -> int:
@@ -87,7 +127,14 @@ class Perftest(Peer):
             raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
         rdma = params.rdma
         device = (rdma.client_device if role == "client" else rdma.server_device) if rdma else None
-        argv = [case.variant, "-p", str(port), "-F", "-c", "RC"]
+        knobs = self.knobs(case, params)
+        argv = [case.variant, "-p", str(port), "-F", "-c", knobs["conn"]]
+        if knobs["inline"]:
+            argv += ["-I", str(knobs["inline"])]
+        if knobs["mtu"]:
+            argv += ["-m", str(knobs["mtu"])]
+        if knobs["bidir"]:
+            argv.append("-b")
         if device:
             argv += ["-d", device]
         if rdma is not None and rdma.ib_port is not None:
@@ -131,7 +178,7 @@ class Perftest(Peer):
             warned = _WARNING.search(text)
             raise Unsupported("perftest's clock estimate failed on this machine, its figures are inf/nan"
                               + (f" ({warned.group(0).strip()})" if warned else ""))
-        extra = {"size": int(fields["#bytes"]), "service": "RC", "op": case.variant[3:].rsplit("_", 1)[0]}
+        extra = {"size": int(fields["#bytes"]), **_ran(text), "op": case.variant[3:].rsplit("_", 1)[0]}
         warnings = [m.group(0).strip() for m in _WARNING.finditer(text)]
         if warnings:
             extra["tool_warnings"] = warnings
@@ -151,7 +198,7 @@ class Perftest(Peer):
             if "p50" not in stats and "mean" not in stats:
                 return []
             what = "a whole operation (request and response)" if one_sided else "half a round trip"
-            note = NOTE_LAT.format(tool=case.variant, what=what)
+            note = NOTE_LAT.format(tool=case.variant, what=what, conn=extra["service"])
             if one_sided:
                 return [point("perftest", case, latency_kind="rtt", statistic_note=note, rtt_ns=stats,
                               tool_binary=case.variant, **extra)]
@@ -163,8 +210,8 @@ class Perftest(Peer):
             return []
         if "[Gb/sec]" not in unit:
             raise PeerError(f"perftest bandwidth in {unit!r}, expected Gb/sec (--report_gbits)")
-        p = point("perftest", case, statistic_note=NOTE_BW.format(tool=case.variant), gbps=bw,
-                  tool_binary=case.variant, **extra)
+        note = NOTE_BW.format(tool=case.variant, conn=extra["service"], both=BOTH_WAYS if extra.get("bidir") else "")
+        p = point("perftest", case, statistic_note=note, gbps=bw, tool_binary=case.variant, **extra)
         if "MsgRate[Mpps]" in fields:
             p["msg_rate"] = fields["MsgRate[Mpps]"] * 1e6
         cpu = next((v for k, v in fields.items() if k.startswith("CPU_Util")), None)

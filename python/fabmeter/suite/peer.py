@@ -2,7 +2,8 @@
 
 A `[[matrix]]` table with `tool` makes peer points: each is one of the tool's cases (its experiment,
 transport and, where it has several, test), measured with the keys `fabmeter peers` takes (their
-key form: size, iters, duration, rate, cpus, server, token_file, device, server_device, gid_index, tests),
+key form: size, iters, duration, rate, cpus, server, token_file, device, server_device, gid_index, service,
+inline, mtu, bidir, tests),
 the tool's server side here or, with `server`, started by that host's `fabmeter serve` from its
 allow-list. The result is OUT/<point>/peers.json, the same document `fabmeter peers --out` writes
 (the report reads it beside the suite's run.json files), with the point's status, its parameters (the
@@ -30,7 +31,7 @@ PEERS_FILE = "peers.json"
 # (peers/command.py), in their key form; cpus and server are every point's.
 PEER_KEYS = {o.key: o for o in peers_command.OPTIONS
              if o.name in ("cpus", "server", "tests", "size", "iters", "duration", "rate", "device", "server-device",
-                           "gid-index", "token-file")}
+                           "gid-index", "service", "inline", "mtu", "bidir", "token-file")}
 # Their defaults are `fabmeter peers`'s; size is the case's message size (peers' --size, or --bw-size for bw).
 DEFAULTS = {k: None if k == "size" else o.default for k, o in PEER_KEYS.items() if k not in ("cpus", "server")}
 KEYS = ("tool", "experiment", "transport", *PEER_KEYS)
@@ -58,6 +59,19 @@ def typed(key: str, value: Any) -> Any:
         return whole(1, 10_000_000, "requests per second from 1 to 10000000")
     if key == "gid_index":
         return whole(0, 255, "a GID index from 0 to 255")
+    if key == "inline":
+        if isinstance(value, str):
+            value = parse_size(value)
+        return whole(0, 1 << 20, "bytes sent inline from 0 (an integer or a string such as \"64\")")
+    if key == "bidir":
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+    if key in ("service", "mtu"):
+        option = PEER_KEYS[key]
+        if value not in option.choices:
+            raise ValueError(f"expected one of {', '.join(map(str, option.choices))}, got {value!r}")
+        return value
     if key == "duration":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3600:
             raise ValueError(f"expected seconds above 0, at most 3600, got {value!r}")
@@ -104,9 +118,11 @@ def argv_of(point) -> list[str]:
     if q["size"] is not None:
         argv += [size_flag, str(q["size"])]
     argv += ["-n", str(q["iters"]), "--duration", f"{q['duration']:g}", "--rate", str(q["rate"])]
-    for key in ("device", "server_device", "gid_index"):
-        if q[key] is not None:
+    for key in ("device", "server_device", "gid_index", "service", "inline", "mtu"):
+        if q[key] is not None and q[key] != PEER_KEYS[key].default:
             argv += ["--" + key.replace("_", "-"), str(q[key])]
+    if q["bidir"]:
+        argv.append("--bidir")
     if point.cpus:
         argv += ["--cpus", point.cpus]
     if point.server:
@@ -150,8 +166,8 @@ def run_point(point, folder: Path, engine: Optional[str], cpus: Optional[tuple],
                      cpus=tuple(cpus) if cpus else None, transports=(point.transport,),
                      raw_dir=folder / "peers-raw", server=point.server, token_file=q["token_file"], engine=engine,
                      rdma=Rdma(client_device=q["device"], server_device=q["server_device"] or q["device"],
-                               gid_index=q["gid_index"]),
-                     tests=(case.variant,) if case.variant else None)
+                               gid_index=q["gid_index"], service=q["service"], inline=q["inline"], mtu=q["mtu"] or 0),
+                     tests=(case.variant,) if case.variant else None, bidir=bool(q["bidir"]))
     started = now_iso()
     records: list[dict] = []
     status, message, code = "ok", "", EXIT_OK
@@ -159,6 +175,7 @@ def run_point(point, folder: Path, engine: Optional[str], cpus: Optional[tuple],
         if not peer.available():
             records.append(peer.not_installed())
         else:
+            peer.check_knobs(case, params)
             records += peer.run_case(case, params)
     except Unsupported as e:
         records.append(peer.skipped(str(e), case))
