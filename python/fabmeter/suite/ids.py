@@ -74,14 +74,15 @@ def assign(points: list, table: Options) -> None:
 def _assign_peers(points: list, table: Options) -> None:
     """A peer point's id: tool, experiment, transport, its test (where the tool has several), then each key its
     table sets whose value varies among the suite's peer points: sockperf-lat-tcp-s64, perftest-lat-verbs-
-    ib_send_lat-s4K."""
+    ib_send_lat-uc-s4K, perftest-bw-verbs-ib_send_bw-rc-bidir-s1K."""
     def value_of(p, key: str) -> Any:
         return getattr(p, key) if key in ("cpus", "server") else params_of(p)[key]
 
-    keys = ("size", "iters", "duration", "rate", "device", "server_device", "gid_index", "cpus", "server")
+    keys = ("service", "bidir", "mtu", "inline", "size", "iters", "duration", "rate", "device", "server_device",
+            "gid_index", "cpus", "server")
     varying = {k for k in keys if len({value_of(p, k) for p, _ in points}) > 1}
     for p, own in points:
         tokens = [p.tool, p.experiment, p.transport, p.options.get("tests") or ""]
-        tokens += [token(k, value_of(p, k), table.get(k) if k in ("size",) else None)
+        tokens += [token(k, value_of(p, k), table.get(k) if k in ("size", "bidir") else None)
                    for k in keys if k in own and k in varying and value_of(p, k) is not None]
         p.id = "-".join(re.sub(r"[^A-Za-z0-9.+_-]", "_", x) for x in tokens if x)
