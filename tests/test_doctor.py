@@ -7,12 +7,14 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from conftest import veth_namespaces
+from conftest import state, veth_namespaces, wait_until
 from fabmeter.doctor import cpus, limits
 from fabmeter.doctor.facts import Plan
 from fabmeter.doctor.mask import addresses
@@ -157,6 +159,37 @@ def test_a_run_records_the_cheap_checks_and_its_report_shows_them(fm, tmp_path):
     r = fm.run("report", str(out), "-o", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stderr
     assert "warn: cpus.pair (both): client and server both on CPU 0" in (tmp_path / "r.html").read_text()
+
+
+def test_a_runs_findings_are_made_once_its_engines_exited(fm, tmp_path):
+    # The client engine stops itself right after its start line (FABMETER_STOP_AT, at its connect mark): run.json
+    # then holds the start line's params but no findings, for the checks must not read /proc and /sys while the
+    # engines measure. Killed there, the run fails; its run.json has them, made from both ends' facts.
+    trace, out = tmp_path / "phases", tmp_path / "run"
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace), FABMETER_STOP_AT="client connect")
+    run = fm.popen("lat", "-t", "tcp", "-n", "200", "--out", str(out))
+
+    def stopped_client() -> int:
+        marks = [m.split() for m in (trace.read_text().splitlines() if trace.exists() else [])]
+        pid = next((int(m[2]) for m in marks if m[:2] == ["client", "connect"]), 0)
+        return pid if pid and state(pid) == "T" else 0
+
+    def started(doc_file: Path) -> bool:
+        return doc_file.exists() and json.loads(doc_file.read_text())["config"]["params"] is not None
+    try:
+        assert wait_until(lambda: stopped_client() and started(out / "run.json"), 60), "no start line recorded"
+        doc = json.loads((out / "run.json").read_text())
+        assert doc["status"] == "running" and "findings" not in doc, doc.get("findings")
+        os.kill(stopped_client(), signal.SIGKILL)
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["status"] == "failed" and run.returncode != 0, doc["message"]
+    for end in ("client", "server"):
+        assert finding(doc, "clock", end)["evidence"], doc["findings"]
 
 
 @pytest.mark.skipif(os.environ.get("FM_RDMA_OK") != "1", reason="needs the Soft-RoCE guest (rdma/guest/README.md)")
