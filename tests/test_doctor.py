@@ -20,6 +20,8 @@ from fabmeter.doctor.facts import Plan
 from fabmeter.doctor.mask import addresses
 
 EXIT_FINDING = 4
+# Without CAP_IPC_LOCK (root has it) the memlock limit applies, as to a user on a cluster node.
+NO_IPC_LOCK = ("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock")
 
 
 def doctor(fm, *args, prefix: tuple = ()) -> tuple[int, dict]:
@@ -34,21 +36,56 @@ def finding(doc: dict, check: str, end: str = "") -> dict:
 
 
 def test_memlock_below_what_the_run_registers_fails_with_the_numbers(fm):
-    # Without CAP_IPC_LOCK (root has it) the limit applies, as to a user on a cluster node.
-    no_ipc_lock = ("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock")
     plan = Plan("verbs", 16 << 10, (0, 1), 256, 128)
     need = limits.registered_bytes(plan)
     assert need == (256 + 128) * (16 << 10)
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
     if hard != resource.RLIM_INFINITY and hard < need:
         pytest.skip(f"the hard memlock limit {hard} B is below {need} B: the condition cannot be cleared here")
-    code, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={1 << 20}", *no_ipc_lock))
+    code, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={1 << 20}", *NO_IPC_LOCK))
     f = finding(doc, "memlock")
     assert code == EXIT_FINDING and f["severity"] == "fail", f
     assert f"limit {1 << 20} B" in f["summary"] and f"{need} B" in f["summary"], f
     assert "ulimit -l" in f["fix"]
-    _, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={need}", *no_ipc_lock))
+    _, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={need}", *NO_IPC_LOCK))
     assert finding(doc, "memlock")["severity"] == "ok"
+
+
+def test_the_servers_memlock_below_what_the_run_registers_fails_with_its_numbers(fm, token_file):
+    # The serve's own limit, as it reports it in its welcome: low, then enough, a fresh serve each time.
+    need = limits.registered_bytes(Plan("verbs", 16 << 10, None, 256, 128))
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"the hard memlock limit {hard} B is below {need} B: the condition cannot be cleared here")
+    net = f"10.197.{os.getpid() % 250}"
+    with veth_namespaces("fmdl", net) as (ns_a, ns_b, _, _):
+        for limit, severity in ((1 << 20, "fail"), (need, "ok")):
+            serve = fm.popen("serve", "--bind", f"{net}.1", "--port", "0", "--token-file", str(token_file),
+                             prefix=("ip", "netns", "exec", ns_a, "prlimit", f"--memlock={limit}", *NO_IPC_LOCK))
+            try:
+                port = json.loads(serve.stdout.readline())["port"]
+                code, doc = doctor(fm, "-t", "verbs", "-s", "16K", "--server", f"{net}.1:{port}", "--token-file",
+                                   str(token_file), prefix=("ip", "netns", "exec", ns_b))
+            finally:
+                serve.terminate()
+                serve.communicate(timeout=30)
+            f = finding(doc, "memlock", "server")
+            assert f["severity"] == severity and f"limit {limit} B" in f["summary"], f
+            assert f"{need} B" in f["summary"] and "welcome" in f["evidence"], f
+            if severity == "fail":
+                assert code == EXIT_FINDING and "ulimit -l" in f["fix"] and f["effect"], f
+
+
+def test_a_forged_or_missing_memlock_report_is_skipped():
+    plan = Plan("verbs", 16 << 10, None, 256, 128, server="10.0.0.1")
+    for said in ({"limit_bytes": "1", "cap_ipc_lock": False}, {"limit_bytes": -1, "cap_ipc_lock": False},
+                 {"limit_bytes": True, "cap_ipc_lock": False}, {"limit_bytes": 1, "cap_ipc_lock": 0}, [1], None):
+        (f,) = [f for f in limits.check(plan, {"server_engine": {"memlock": said}}) if f.end == "server"]
+        assert f.severity == "skipped" and "reports none" in f.summary, (said, f)
+    (f,) = [f for f in limits.check(plan, {"server_engine": None}) if f.end == "server"]
+    assert f.severity == "skipped" and "no run reached it" in f.summary
+    unlimited = {"server_engine": {"memlock": {"limit_bytes": None, "cap_ipc_lock": False}}}
+    assert [f.severity for f in limits.check(plan, unlimited) if f.end == "server"] == ["ok"]
 
 
 def test_mtu_mismatch_between_the_ends_fails_naming_both(fm, token_file):
