@@ -7,17 +7,21 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from conftest import veth_namespaces
+from conftest import state, veth_namespaces, wait_until
 from fabmeter.doctor import cpus, limits
 from fabmeter.doctor.facts import Plan
 from fabmeter.doctor.mask import addresses
 
 EXIT_FINDING = 4
+# Without CAP_IPC_LOCK (root has it) the memlock limit applies, as to a user on a cluster node.
+NO_IPC_LOCK = ("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock")
 
 
 def doctor(fm, *args, prefix: tuple = ()) -> tuple[int, dict]:
@@ -32,21 +36,56 @@ def finding(doc: dict, check: str, end: str = "") -> dict:
 
 
 def test_memlock_below_what_the_run_registers_fails_with_the_numbers(fm):
-    # Without CAP_IPC_LOCK (root has it) the limit applies, as to a user on a cluster node.
-    no_ipc_lock = ("setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock")
     plan = Plan("verbs", 16 << 10, (0, 1), 256, 128)
     need = limits.registered_bytes(plan)
     assert need == (256 + 128) * (16 << 10)
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
     if hard != resource.RLIM_INFINITY and hard < need:
         pytest.skip(f"the hard memlock limit {hard} B is below {need} B: the condition cannot be cleared here")
-    code, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={1 << 20}", *no_ipc_lock))
+    code, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={1 << 20}", *NO_IPC_LOCK))
     f = finding(doc, "memlock")
     assert code == EXIT_FINDING and f["severity"] == "fail", f
     assert f"limit {1 << 20} B" in f["summary"] and f"{need} B" in f["summary"], f
     assert "ulimit -l" in f["fix"]
-    _, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={need}", *no_ipc_lock))
+    _, doc = doctor(fm, "-t", "verbs", "-s", "16K", prefix=("prlimit", f"--memlock={need}", *NO_IPC_LOCK))
     assert finding(doc, "memlock")["severity"] == "ok"
+
+
+def test_the_servers_memlock_below_what_the_run_registers_fails_with_its_numbers(fm, token_file):
+    # The serve's own limit, as it reports it in its welcome: low, then enough, a fresh serve each time.
+    need = limits.registered_bytes(Plan("verbs", 16 << 10, None, 256, 128))
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"the hard memlock limit {hard} B is below {need} B: the condition cannot be cleared here")
+    net = f"10.197.{os.getpid() % 250}"
+    with veth_namespaces("fmdl", net) as (ns_a, ns_b, _, _):
+        for limit, severity in ((1 << 20, "fail"), (need, "ok")):
+            serve = fm.popen("serve", "--bind", f"{net}.1", "--port", "0", "--token-file", str(token_file),
+                             prefix=("ip", "netns", "exec", ns_a, "prlimit", f"--memlock={limit}", *NO_IPC_LOCK))
+            try:
+                port = json.loads(serve.stdout.readline())["port"]
+                code, doc = doctor(fm, "-t", "verbs", "-s", "16K", "--server", f"{net}.1:{port}", "--token-file",
+                                   str(token_file), prefix=("ip", "netns", "exec", ns_b))
+            finally:
+                serve.terminate()
+                serve.communicate(timeout=30)
+            f = finding(doc, "memlock", "server")
+            assert f["severity"] == severity and f"limit {limit} B" in f["summary"], f
+            assert f"{need} B" in f["summary"] and "welcome" in f["evidence"], f
+            if severity == "fail":
+                assert code == EXIT_FINDING and "ulimit -l" in f["fix"] and f["effect"], f
+
+
+def test_a_forged_or_missing_memlock_report_is_skipped():
+    plan = Plan("verbs", 16 << 10, None, 256, 128, server="10.0.0.1")
+    for said in ({"limit_bytes": "1", "cap_ipc_lock": False}, {"limit_bytes": -1, "cap_ipc_lock": False},
+                 {"limit_bytes": True, "cap_ipc_lock": False}, {"limit_bytes": 1, "cap_ipc_lock": 0}, [1], None):
+        (f,) = [f for f in limits.check(plan, {"server_engine": {"memlock": said}}) if f.end == "server"]
+        assert f.severity == "skipped" and "reports none" in f.summary, (said, f)
+    (f,) = [f for f in limits.check(plan, {"server_engine": None}) if f.end == "server"]
+    assert f.severity == "skipped" and "no run reached it" in f.summary
+    unlimited = {"server_engine": {"memlock": {"limit_bytes": None, "cap_ipc_lock": False}}}
+    assert [f.severity for f in limits.check(plan, unlimited) if f.end == "server"] == ["ok"]
 
 
 def test_mtu_mismatch_between_the_ends_fails_naming_both(fm, token_file):
@@ -157,6 +196,37 @@ def test_a_run_records_the_cheap_checks_and_its_report_shows_them(fm, tmp_path):
     r = fm.run("report", str(out), "-o", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stderr
     assert "warn: cpus.pair (both): client and server both on CPU 0" in (tmp_path / "r.html").read_text()
+
+
+def test_a_runs_findings_are_made_once_its_engines_exited(fm, tmp_path):
+    # The client engine stops itself right after its start line (FABMETER_STOP_AT, at its connect mark): run.json
+    # then holds the start line's params but no findings, for the checks must not read /proc and /sys while the
+    # engines measure. Killed there, the run fails; its run.json has them, made from both ends' facts.
+    trace, out = tmp_path / "phases", tmp_path / "run"
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace), FABMETER_STOP_AT="client connect")
+    run = fm.popen("lat", "-t", "tcp", "-n", "200", "--out", str(out))
+
+    def stopped_client() -> int:
+        marks = [m.split() for m in (trace.read_text().splitlines() if trace.exists() else [])]
+        pid = next((int(m[2]) for m in marks if m[:2] == ["client", "connect"]), 0)
+        return pid if pid and state(pid) == "T" else 0
+
+    def started(doc_file: Path) -> bool:
+        return doc_file.exists() and json.loads(doc_file.read_text())["config"]["params"] is not None
+    try:
+        assert wait_until(lambda: stopped_client() and started(out / "run.json"), 60), "no start line recorded"
+        doc = json.loads((out / "run.json").read_text())
+        assert doc["status"] == "running" and "findings" not in doc, doc.get("findings")
+        os.kill(stopped_client(), signal.SIGKILL)
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["status"] == "failed" and run.returncode != 0, doc["message"]
+    for end in ("client", "server"):
+        assert finding(doc, "clock", end)["evidence"], doc["findings"]
 
 
 @pytest.mark.skipif(os.environ.get("FM_RDMA_OK") != "1", reason="needs the Soft-RoCE guest (rdma/guest/README.md)")

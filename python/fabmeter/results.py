@@ -126,7 +126,6 @@ class RunRecord:
         self.doc["environment"]["engine"] = start.get("env")
         self.doc["environment"]["server_engine"] = start.get("server_env")
         self.doc["control_channel"] = start.get("control_channel")
-        self.doc["findings"] = doctor_record.findings(self.doc)   # fabmeter doctor's cheap checks
         self.flush()
 
     def on_point(self, point: dict) -> None:
@@ -151,6 +150,11 @@ class RunRecord:
     def finish(self, status: str, message: str = "", exit_code: int = 0, slo: Optional[dict] = None) -> None:
         if slo is not None:
             self.doc["slo"] = slo   # the verdict on config.slo's objectives (slo.evaluate)
+        if self.doc["config"].get("params") is not None:
+            # fabmeter doctor's cheap checks of the plan the engine started: made here, after the engines exited,
+            # as their reads of /proc and /sys would take a measuring CPU on a small machine; every ending (ok,
+            # failed, interrupted) comes here, and both engines' facts from their start line are in by now.
+            self.doc["findings"] = doctor_record.findings(self.doc)
         self.doc["status"] = status
         self.doc["message"] = message
         self.doc["exit_code"] = exit_code

@@ -1,9 +1,12 @@
 #include "session/server_session.hpp"
 
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -37,6 +40,24 @@ volatile std::sig_atomic_t g_overtime = 0;
 void on_watchdog(int) {
   g_overtime = 1;
   g_stop_signal = 1;  // every loop ends as on Ctrl-C; the session then says why
+}
+
+// This end's locked-memory limit, which its registration of a verbs or ofi run's rings meets: RLIMIT_MEMLOCK
+// (null: unlimited) and CAP_IPC_LOCK, which lifts it. The client's `fabmeter doctor` judges it against the
+// run's plan (python/fabmeter/doctor/limits.py); nothing here is read from a file the client names.
+JsonObj memlock() {
+  rlimit lim{};
+  getrlimit(RLIMIT_MEMLOCK, &lim);  // cannot fail: a valid resource, a struct of ours
+  JsonObj o;
+  if (lim.rlim_cur != RLIM_INFINITY)
+    o.add("limit_bytes", static_cast<uint64_t>(lim.rlim_cur));
+  else
+    o.add_raw("limit_bytes", "null");
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3]{};
+  const bool ipc_lock = syscall(SYS_capget, &header, caps) == 0 &&
+                        (caps[CAP_IPC_LOCK / 32].effective >> (CAP_IPC_LOCK % 32) & 1u);
+  return o.add("cap_ipc_lock", ipc_lock);
 }
 
 std::string mib(double bytes) {
@@ -199,7 +220,8 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
   const int own_cpu = cpus.empty() ? -1 : cpus.front();
   // The welcome: with a token, every frame after it is authenticated.
   const auto welcome = [&](const Clock& clk) {
-    const std::string body = host_id() + "\n" + engine_env(clk, own_cpu, fabric_where(p, ctrl, own_cpu)).str();
+    const std::string body =
+        host_id() + "\n" + engine_env(clk, own_cpu, fabric_where(p, ctrl, own_cpu)).add("memlock", memlock()).str();
     if (o.token.empty())
       ctrl.send(CtrlType::welcome, encode_welcome("", body));
     else

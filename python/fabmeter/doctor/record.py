@@ -1,5 +1,5 @@
 """The cheap checks of every experiment run: the findings for what run.json records (the config and both ends'
-environment, with the engines' start line), recorded as run.json's `findings` before the points."""
+environment, with the engines' start line), recorded as run.json's `findings` once the run ended."""
 
 from __future__ import annotations
 
