@@ -303,6 +303,14 @@ def bridged_namespaces(name: str, net: str, hosts: int):
         _del_namespaces(created)
 
 
+@pytest.fixture
+def four_hosts():
+    """Four namespace hosts on a bridge, as the mesh tests use them: [(namespace, address), ...]."""
+    net = f"10.193.{os.getpid() % 250}"
+    with bridged_namespaces("fmm", net, 4) as hosts:
+        yield hosts
+
+
 def _sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=30)
 

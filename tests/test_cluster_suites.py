@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TRANSPORTS, bridged_namespaces, free_port
-from test_mesh import remote_fabmeter
+from mesh_helpers import remote_fabmeter
 
 AVAILABLE = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 

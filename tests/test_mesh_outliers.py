@@ -2,14 +2,21 @@
 as pure functions: a uniform mesh flags nothing, one slow link flags that
 link, one slow host flags that host; the identity fields that differ are
 named with who holds which value; the summary, the text and mesh.json carry
-them. The runs over namespaces are in test_mesh.py."""
+them. Over four namespace hosts: a host whose every packet is delayed is
+flagged and no other, and one interface's changed MTU is named in the
+drift."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
+from delay_line import delay_line
 from fabmeter import envinfo
 from fabmeter.mesh import outliers, output, patterns
+from mesh_helpers import SMALL, run_ranks
 
 HOSTS = [f"10.0.0.{i + 1}" for i in range(6)]
 
@@ -180,3 +187,59 @@ def test_scores_order_with_the_delay():
         scores.append(found["links"][0]["score"])
     assert scores[0] < scores[1]
     assert not outliers.find("oneway", mesh_pairs(4, lambda s, d: 440_000.0), HOSTS[:4])["links"]
+
+
+# Isolated messages (a burst of one, 2 ms apart): each one-way latency is one wake-up, not a place in a queue
+# behind its burst, so the links' p50s agree within tens of microseconds on 2 loaded CPUs.
+ISOLATED = ["--bursts", "120", "--burst-size", "1", "--pause-us", "2000", "--warmup", "10", "-s", "32",
+            "--poll", "event"]
+HOST_DELAY_US = 400
+# The rule's floor for this machine: at a load average of 5 from other work an undelayed link's p50 came out
+# 2.5 x the links' median (26 us against 10 us; by the MADs, score +11.8: the default rule rightly flags it),
+# while the delayed links sit 20 x or more above it. A floor of +500 % lies between the two.
+NOISY_FLOOR = ["--outlier-floor", "500"]
+
+
+def test_a_slow_host_is_flagged_and_no_other(fm, four_hosts, token_file, tmp_path):
+    """Every udp packet host 0 sends is delayed by 400 us: its three outgoing links, and no other link, are
+    outliers by the stated rule, and host 0 is flagged as a slow source; the other hosts are not flagged."""
+    (ns_a, _), *_ = four_hosts
+    hosts = [addr for _, addr in four_hosts]
+    with delay_line(ns_a, HOST_DELAY_US, ["-p", "udp"]):
+        rc, out, err, others = run_ranks(fm, hosts, ["-t", "udp", "--schedule", "scheduled", "--token-file",
+                                                     token_file, "--out", tmp_path, *ISOLATED, *NOISY_FLOOR],
+                                         [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
+    assert rc == 0 and others == {1: 0, 2: 0, 3: 0}, err
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    found = doc["outliers"]
+    scores = {(p["src"], p["dst"]): round(((p["latency_ns"]["p50"] - found["median"]) / found["scaled_mad"]), 1)
+              for p in doc["pairs"]}
+    print("median us", found["median"] / 1e3, "scaled MAD us", found["scaled_mad"] / 1e3, "scores", scores)
+    print(out)
+    assert found["rule"]["min_relative_difference"] == 5 and found["rule"]["k_mads"] == 3.5
+    assert sorted((x["src"], x["dst"]) for x in found["links"]) == [(0, 1), (0, 2), (0, 3)], found
+    assert all(x["direction"] == "slow" and x["figure"] >= 0.8 * HOST_DELAY_US * 1e3 for x in found["links"])
+    assert [(h["rank"], h["sides"]) for h in found["hosts"]] == \
+        [(0, [{"side": "out", "direction": "slow", "flagged": 3, "links": 3}])], found
+    assert "host 0 10." in out and "slow as source (3 of 3 links)" in out, out      # the section under the matrix
+
+
+def test_a_changed_mtu_is_named_in_the_drift(fm, four_hosts, token_file, tmp_path):
+    """Host 2's interface at MTU 1400, the others at 1500: each rank records the MTU of the interface its route
+    to the other ranks takes, and the drift list names host 2 and the field, and nothing else (one machine)."""
+    (ns_c, _) = four_hosts[2]
+    hosts = [addr for _, addr in four_hosts]
+    dev = subprocess.run(["ip", "-n", ns_c, "-o", "route", "get", hosts[0]], capture_output=True, text=True,
+                         check=True).stdout.split(" dev ")[1].split()[0]
+    subprocess.run(["ip", "-n", ns_c, "link", "set", "dev", dev, "mtu", "1400"], check=True)
+    rc, out, err, _ = run_ranks(fm, hosts, ["-t", "udp", "--pattern", "ring", "--schedule", "chaotic",
+                                            "--token-file", token_file, "--out", tmp_path, *SMALL],
+                                [("ip", "netns", "exec", ns) for ns, _ in four_hosts])
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "mesh.json").read_text())
+    envs = [h["environment"] for h in doc["per_host"]]
+    assert [e["mtu"] for e in envs] == [1500, 1500, 1400, 1500] and envs[2]["interface"] == dev, envs
+    assert doc["drift"]["hosts_reporting"] == [0, 1, 2, 3]
+    (mtu,) = doc["drift"]["fields"]
+    assert mtu["field"] == "mtu" and mtu["majority"] == 1500 and mtu["minority_ranks"] == [2], mtu
+    assert "mtu: 1500 on 0 1 3; 1400 on 2" in out, out

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import bridged_namespaces, json_lines, one_line_error
 from fabmeter.mesh import patterns
-from test_mesh import run_ranks
+from mesh_helpers import run_ranks
 
 
 def _tools_with(addresses: list[str]) -> list[str]:
