@@ -1,4 +1,4 @@
-"""The machine summary's findings: what `fabmeter doctor`'s cheap checks found before each run (run.json's
+"""The machine summary's findings: what `fabmeter doctor`'s cheap checks found for each run, once it ended (run.json's
 `findings`), warn and fail only, each check and end once with the number of runs it was found in."""
 
 from __future__ import annotations
