@@ -176,8 +176,10 @@ struct LatExperiment : ExperimentDefaults {
   static uint32_t connections(const Params& p) { return p.flows; }
   static std::vector<Point> plan(const Params& p, const Caps& caps) { return sized_points<LatExperiment>(p, caps); }
   static PointCost cost(const Params& p, const Caps&, const Point& pt) {
-    return {0, counted_seconds<LatExperiment>(p, static_cast<double>(pt.size), kMinRoundTripNs),
-            8 * static_cast<double>(lat_raw_slots(p, pt.iterations))};
+    // Every round trip but the first waits --gap-us before it.
+    const double gap_s = p.gap_us * 1e-6;
+    const double s = counted_seconds<LatExperiment>(p, static_cast<double>(pt.size), kMinRoundTripNs + p.gap_us * 1e3);
+    return {0, std::max(0.0, s - gap_s), 8 * static_cast<double>(lat_raw_slots(p, pt.iterations))};
   }
   template <Transport T, Poll P>
   static Status client(T& t, Ctx& c, const Point& pt, PointOut& out) {

@@ -19,6 +19,9 @@ OPTIONS = (
     CommandOption("server", "run every point against a server started elsewhere with `fabmeter serve` (overrides "
                             "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only",
                   metavar="HOST[:PORT]"),
+    CommandOption("via-hop", "with --server: every lat point also through the forwarding hop at HOST[:PORT] "
+                             "(`fabmeter-engine forward --to SERVER` there), as `fabmeter lat --via-hop` (overrides "
+                             "the suite's `via_hop`)", metavar="HOST[:PORT]"),
     CommandOption("token-file", "the serves' shared secret, for every point that runs against one (default: "
                                 "$FABMETER_TOKEN)", metavar="F"),
     CommandOption("set", cut.SET_HELP, metavar="KEY=VALUE", repeat=True),
@@ -40,4 +43,5 @@ def main(ns, found: Found) -> int:
         raise FabmeterError(str(e), EXIT_USAGE) from None
     return runner.main(Path(ns.file), Path(ns.out) if ns.out else None, ns.dry_run, found.engine,
                        parse_cpus(ns.cpus, remote=bool(ns.server)) if ns.cpus else None, parse_cpus(None),
-                       server=ns.server, token_file=ns.token_file, sets=sets, only=ns.only or [])
+                       server=ns.server, token_file=ns.token_file, sets=sets, only=ns.only or [],
+                       via_hop=ns.via_hop)

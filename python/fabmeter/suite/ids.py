@@ -9,7 +9,8 @@ from fabmeter.options import Option, Options
 from fabmeter.suite.peer import params_of
 
 ALWAYS_IN_ID = ("experiment", "transport", "poll")
-PY_KEYS = ("experiment", "cpus", "server")   # orchestration keys, not engine options
+PY_KEYS = ("experiment", "cpus", "server", "via_hop")   # orchestration keys, not engine options
+POINT_KEYS = ("cpus", "server", "via_hop")               # those a Point holds apart from its options
 
 # Short forms of keys in point ids (s32, r1000, v8); other numeric keys read
 # key+value (tx-depth64), other text keys key-value (timer-tsc).
@@ -45,7 +46,7 @@ def assign(points: list, table: Options) -> None:
                       if k not in ("mesh_experiment", "mesh_tool"))
 
     def value_of(p, key: str) -> Any:
-        if key in ("cpus", "server"):
+        if key in POINT_KEYS:
             return getattr(p, key)
         if key in mesh_keys:
             return p.mesh[key] if p.mesh else None
@@ -60,7 +61,7 @@ def assign(points: list, table: Options) -> None:
     varying = {k for k in PY_KEYS + mesh_keys + tuple(keys) if k not in ALWAYS_IN_ID
                and len({token(k, value_of(p, k), table.get(k)) for p, _ in points if applies(p, k)}) > 1}
     order = ([k for k in mesh_keys] + [k for k in keys if k in ID_BARE] + [k for k in keys if k not in ID_BARE]
-             + ["cpus", "server"])
+             + list(POINT_KEYS))
     for p, own in points:
         tokens = [p.experiment, *([p.mesh["mesh_experiment"], p.mesh["mesh_tool"] or ""] if p.mesh else []),
                   p.transport]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from fabmeter import experiment_command
+from fabmeter import experiment_command, hop
 from fabmeter import repeat as repeat_mod
 from fabmeter import slo as slo_mod
 from fabmeter.errors import FabmeterError
@@ -150,6 +150,7 @@ class Point:
     mesh: Optional[dict] = None     # a mesh point's MESH_KEYS (launch, pattern, ...), defaults filled in
     tool: Optional[str] = None      # a peer point's tool (peer.py); its keys are in options
     origin: Optional[str] = None    # "fabmeter": not a row of the suite's study (ORIGIN)
+    via_hop: Optional[str] = None   # HOST[:PORT] of a forwarding hop to the server: measured beside the direct path
 
     @property
     def engine_experiment(self) -> str:
@@ -167,8 +168,15 @@ class Point:
         a peer point's: its tool's (peer.params_of)."""
         if self.tool:
             return peer.params_of(self)
-        return {"experiment": self.engine_experiment, **table.defaults(),
-                **(self.options_in(folder) if folder else self.options)}
+        given = self.options_in(folder) if folder else self.options
+        params = {"experiment": self.engine_experiment, **table.defaults(), **given}
+        # As the engine sets them (params.cpp): a queue's side not given follows --poll, --poll the receive side.
+        for side in ("poll_recv", "poll_send"):
+            if side in params and side not in given:
+                params[side] = params["poll"]
+        if "poll_recv" in params:
+            params["poll"] = params["poll_recv"]
+        return params
 
 
 @dataclass
@@ -471,6 +479,9 @@ class _Keys:
                 if key in t:
                     raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
                                      "engines)", lines.key("matrix", index, key))
+        if "via_hop" in t and not hop.applies(exp):
+            raise SuiteError(f"key 'via_hop' does not apply to experiment '{exp}' (a hop forwards lat only); put "
+                             "it in a [[matrix]] table of its own", lines.key("matrix", index, "via_hop"))
         if "slo" in t and not slo_mod.applies(exp):
             raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
                              "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
@@ -512,6 +523,9 @@ def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used
         opts.update({k: v for k, v in chosen.items() if k in table})
         opts["transport"] = tr
         cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
+        via_hop = chosen.get("via_hop", defaults.get("via_hop") if hop.applies(exp) else None)
+        if via_hop and "via_hop" not in chosen:
+            used_defaults.add("via_hop")
         objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
         if objectives and "slo" not in chosen:
             used_defaults.add("slo")
@@ -526,18 +540,19 @@ def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used
         elif tr not in built_transports:
             skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
         points.append(Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
-                            objectives, mesh))
+                            objectives, mesh, via_hop=via_hop))
     return points
 
 
 def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options, lines: KeyLines,
                          sets: set) -> None:
     """A key of [defaults] (or of --set) that no point took is a mistake."""
-    unused = [k for k in raw_defaults if (k in table or k == "slo" or k in MESH_KEYS or k in peer.DEFAULTS)
-              and k not in used_defaults]
+    unused = [k for k in raw_defaults if (k in table or k in ("slo", "via_hop") or k in MESH_KEYS
+                                          or k in peer.DEFAULTS) and k not in used_defaults]
     if unused:
         where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
             "peer points (tool = ...)" if unused[0] in peer.DEFAULTS else \
+            "lat points (a hop forwards lat only)" if unused[0] == "via_hop" else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         if unused[0] in sets:
             raise SuiteError(f"--set {unused[0]}: applies to none of the points (only to {where})")
@@ -551,7 +566,7 @@ def _distinct(expanded: list[Point], table: Options) -> list[Point]:
     by_id: dict[str, Point] = {}
     for p in expanded:
         # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
-        config = json.dumps([p.experiment, p.cpus, p.server, p.params(table), p.mesh])
+        config = json.dumps([p.experiment, p.cpus, p.server, p.via_hop, p.params(table), p.mesh])
         if config in points:
             first = points[config]
             if first.slo != p.slo:

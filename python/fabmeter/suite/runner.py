@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from fabmeter import __version__, analysis, run, slo
+from fabmeter import __version__, analysis, hop, run, slo
 from fabmeter.command_options import Found
 from fabmeter.engine import engine_info
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_SLO, EXIT_USAGE, FabmeterError
@@ -163,7 +163,8 @@ def is_finished(folder: Path, point: Point, table: Options) -> bool:
     if not doc or doc.get("status") != "ok":
         return False
     cfg = doc.get("config") or {}
-    return cfg.get("params") == point.params(table, folder) and (cfg.get("suite") or {}).get("point") == point.id
+    return (cfg.get("params") == point.params(table, folder) and (cfg.get("suite") or {}).get("point") == point.id
+            and (doc.get("hop") or {}).get("via") == point.via_hop)
 
 
 def _open_point_folder(folder: Path) -> int:
@@ -252,7 +253,8 @@ class Index:
                 doc = (_read_mesh(out / p.id) if p.mesh else _read_run(out / p.id)) or {}
                 status, message = doc.get("status", "pending"), doc.get("message", "")
             entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
-                     **({"tool": p.tool} if p.tool else {}), "options": p.options,
+                     **({"tool": p.tool} if p.tool else {}), **({"via_hop": p.via_hop} if p.via_hop else {}),
+                     "options": p.options,
                      "status": "skipped" if p.skip else status, "message": p.skip or message, "seconds": None,
                      "slo": {"objectives": p.slo, "met": None} if p.slo else None}
             self.doc["points"].append(entry)
@@ -285,8 +287,10 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
             cmd = shlex.join(["fabmeter", *mesh_argv(p, suite.options)] if p.mesh else
                              ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
                              + (["--slo", p.slo] if p.slo else [])
-                             + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else []))
-        timing = (f"  (planned >= {plan.planned_s:g} s; serve's --max-duration {plan.limit_s:g} s)"
+                             + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else [])
+                             + (["--via-hop", p.via_hop] if p.via_hop else []))
+        twice = ", twice: direct and through the hop" if p.via_hop else ""
+        timing = (f"  (planned >= {plan.planned_s:g} s{twice}; serve's --max-duration {plan.limit_s:g} s)"
                   if plan and plan.planned_s is not None else "")
         print(f"{p.id}  [{state}]  {cmd}{timing}")
     runnable = [p for p in suite.points if not p.skip]
@@ -376,6 +380,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             index.set(p.id, status="running", message="")
             t0 = time.monotonic()
             rec = run_recorded(spec, slo.parse(p.slo) if p.slo else None, limits=True,
+                               via_hop=(p.via_hop, 1) if p.via_hop else None,
                                suite={"name": suite.name, "file": str(suite.path), "point": p.id})
             seconds = time.monotonic() - t0
             current = None
@@ -432,7 +437,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
 def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
          cpus_override: Optional[tuple[int, ...]], default_cpus: Optional[tuple[int, ...]],
          server: Optional[str] = None, token_file: Optional[str] = None, sets: Optional[dict] = None,
-         only: tuple[str, ...] = ()) -> int:
+         only: tuple[str, ...] = (), via_hop: Optional[str] = None) -> int:
     try:
         suite = read(path, engine_info(engine), sets)
         suite.points = cut.only(suite.points, list(only))
@@ -443,6 +448,15 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
         raise FabmeterError(str(e), EXIT_USAGE) from None
     if server:  # --server: one serve for every point (the point ids stay the suite's)
         suite.points = [dataclasses.replace(p, server=server) for p in suite.points]
+    if via_hop:  # --via-hop: every point a hop forwards goes through that one too (a peer tool's: not)
+        forwarded = [p.id for p in suite.points if hop.applies(p.experiment) and not p.tool]
+        if not forwarded:
+            raise FabmeterError("--via-hop: no point of the suite is one a hop forwards (lat)", EXIT_USAGE)
+        suite.points = [dataclasses.replace(p, via_hop=via_hop) if p.id in forwarded else p for p in suite.points]
+    alone = next((p for p in suite.points if p.via_hop and not p.server), None)
+    if alone:
+        raise FabmeterError(f"{alone.id}: via_hop goes with server (the hop forwards to that server: --server "
+                            "or the suite's `server`)", EXIT_USAGE)
     if token_file is not None:
         if not any(p.server for p in suite.points):
             raise FabmeterError("--token-file goes with --server or a suite's `server` (a local point makes its "

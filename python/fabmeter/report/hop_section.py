@@ -1,0 +1,119 @@
+"""Through a forwarding hop (`--via-hop`, hop.py; run.json's "hop"): per transport, the round trip direct and
+through the hop per percentile, and the hop's added latency (through minus direct, a round trip: two passes
+through the hop; the thesis' t_villas). A run of several hop rounds shows each figure's median over them."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+import matplotlib.pyplot as plt
+
+from fabmeter import analysis
+from fabmeter.report.figures import Colors, _legend, png
+from fabmeter.report.files import number, obj
+from fabmeter.report.markup import Html, el, img
+from fabmeter.report.model import Run
+
+DIRECT, THROUGH, ADDED = "direct_rtt_ns", "through_rtt_ns", "hop_added_rtt_ns"   # hop.measure's figures
+# The percentiles drawn, in order, under their names.
+ORDER = {"min": "min", **{k: f"p{q:g}" for k, q in analysis.PERCENTILES.items()}, "max": "max"}
+TABLE_PERCENTILES = ("p50", "p99")
+INTRO = ("Runs through a forwarding hop (fabmeter EXP --via-hop, fabmeter suite --via-hop): per transport, the round "
+         "trip (RTT) direct and through the hop at each percentile, and the hop's added latency, through minus "
+         "direct: a whole round trip, so two passes through the hop (the thesis' t_villas, the super-node's time). "
+         "Direct and through-the-hop runs alternate; a run of several rounds shows the median over them.")
+
+
+@dataclass
+class Line:
+    """One run's (and size's) figures: each of DIRECT, THROUGH, ADDED as percentile key -> ns."""
+    label: str
+    via: str
+    size: Optional[float]
+    figures: dict[str, dict[str, float]]
+
+
+def _median(points: list[dict], key: str) -> dict[str, float]:
+    """Per percentile, the median over the rounds that have it."""
+    per: dict[str, list[float]] = {}
+    for p in points:
+        for k, v in obj(p.get(key)).items():
+            if number(v) is not None:
+                per.setdefault(k, []).append(v)
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
+def lines_of(run: Run) -> list[Line]:
+    """A run's hop figures, a line per size."""
+    hop = obj(run.doc.get("hop"))
+    by_size: dict = {}
+    for points in hop.get("rounds") or []:
+        for p in points if isinstance(points, list) else []:
+            if isinstance(p, dict):
+                by_size.setdefault(number(p.get("size")), []).append(p)
+    name = str(obj(obj(run.doc.get("config")).get("suite")).get("point") or run.rel)
+    return [Line(name if len(by_size) == 1 else f"{name} {analysis.fmt_size(size)}", str(hop.get("via") or "?"),
+                 size, {key: _median(points, key) for key in (DIRECT, THROUGH, ADDED)})
+            for size, points in by_size.items()]
+
+
+def by_transport(runs: list[Run]) -> dict[str, list[Line]]:
+    out: dict[str, list[Line]] = {}
+    for run in runs:
+        if not run.peer and obj(run.doc.get("hop")).get("rounds"):
+            out.setdefault(str(run.params.get("transport") or "?"), []).extend(lines_of(run))
+    return out
+
+
+def _us(ns) -> str:
+    return analysis.fmt_num(ns / 1000, 2) if number(ns) is not None else "-"
+
+
+def fig_hop(transport: str, lines: list[Line]) -> bytes:
+    """Left: both round trips per percentile (solid direct, dashed through the hop); right: the added latency."""
+    colors = Colors([line.label for line in lines])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    names = list(ORDER)
+    for line in lines:
+        color = colors(line.label)
+        for key, style, ax in ((DIRECT, "-o", left), (THROUGH, "--s", left), (ADDED, "-o", right)):
+            xs = [i for i, k in enumerate(names) if number(line.figures[key].get(k)) is not None]
+            ax.plot(xs, [line.figures[key][names[i]] / 1000 for i in xs], style, ms=3.5, color=color,
+                    label=line.label if ax is right else None)
+    for ax in (left, right):
+        ax.set_xticks(range(len(names)), [ORDER[k] for k in names])
+        ax.set_xlabel("percentile")
+    left.set_yscale("log")
+    left.set_ylabel("round trip (RTT) [µs, log]")
+    left.set_title("solid: direct, dashed: through the hop")
+    right.axhline(0, color="0.5", lw=0.8)
+    right.set_ylabel("added by the hop [µs]")
+    right.set_title("through - direct (RTT: two passes through the hop)")
+    fig.suptitle(f"{transport}: round trip direct and through the forwarding hop")
+    _legend(fig, right, len(lines), "upper left", 12.0)
+    return png(fig)
+
+
+def section(runs: list[Run]) -> list[Html]:
+    """A table of every run through a hop (p50 and p99, µs) and a figure per transport; nothing without one."""
+    groups = by_transport(runs)
+    if not groups:
+        return []
+    head = [el("th", w) for w in ("transport", "run", "hop", "size")]
+    head += [el("th", f"{name} {p} [µs]") for p in TABLE_PERCENTILES
+             for name in ("direct RTT", "through the hop RTT", "added by the hop")]
+    rows = [el("tr", el("td", t), el("td", line.label), el("td", line.via), el("td", analysis.fmt_size(line.size)),
+               [el("td", _us(line.figures[key].get(p))) for p in TABLE_PERCENTILES for key in (DIRECT, THROUGH, ADDED)])
+            for t, lines in sorted(groups.items()) for line in lines]
+    figures = [img(fig_hop(t, lines), alt=f"{t}: round trip direct and through the hop per percentile",
+                   caption=f"{t}: direct and through-the-hop round trips, and what the hop adds (two passes)",
+                   wide=True)
+               for t, lines in sorted(groups.items())]
+    return [el("table", el("tr", head), rows), *figures]
+
+
+def entry(drawn, runs: list[Run]) -> tuple:
+    """The report's section (html.py's list of top sections)."""
+    return ("hop", "Through a forwarding hop: direct vs through the hop", drawn(section, runs), INTRO)
