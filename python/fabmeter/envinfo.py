@@ -12,10 +12,9 @@ import re
 import socket
 import subprocess
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Optional
-
-import numpy as np
 
 CPU_SYS = Path("/sys/devices/system/cpu")
 
@@ -71,7 +70,7 @@ def libraries() -> dict:
         glibc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError):
         glibc = None
-    return {"glibc": glibc, "python": platform.python_version(), "numpy": np.__version__}
+    return {"glibc": glibc, "python": platform.python_version(), "numpy": metadata.version("numpy")}
 
 
 def collect(engine_env: Optional[dict] = None, server_env: Optional[dict] = None) -> dict:
