@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
@@ -66,6 +65,7 @@ def kernel() -> dict:
 
 
 def libraries() -> dict:
+    from importlib import metadata      # numpy's version without importing numpy (twice the cost): a run only
     try:
         glibc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError):
