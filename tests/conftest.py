@@ -129,7 +129,7 @@ def engine() -> Path:
 def cli_env(tag: str) -> dict:
     env = dict(os.environ)
     # The CLI keeps its bytecode (in the checkout's ignored __pycache__ folders) whatever this environment says:
-    # a test run starts it over a thousand times, and each start compiled the whole package again without it.
+    # a test run starts it hundreds of times, and each start compiled the whole package again without it.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["FABMETER_ENGINE"] = str(ENGINE)

@@ -56,7 +56,7 @@ IMPORTS_OF = ("import atexit, runpy, sys\n"
 
 
 def test_start_up_and_a_run_import_only_what_they_use(fm, tmp_path):
-    """Every command and every run starts the whole CLI (a test run starts it over a thousand times): numpy,
+    """Every command and every run starts the whole CLI (make test starts it hundreds of times): numpy,
     matplotlib and hdrhistogram are imported by what computes, draws or reads with them, never to start or to
     run an experiment; compare still imports what it judges with."""
     for args, want in ((["--version"], []), (["lat", "-t", "shm", "-n", "200", "--out", tmp_path / "a"], []),
