@@ -128,6 +128,9 @@ def engine() -> Path:
 
 def cli_env(tag: str) -> dict:
     env = dict(os.environ)
+    # The CLI keeps its bytecode (in the checkout's ignored __pycache__ folders) whatever this environment says:
+    # a test run starts it hundreds of times, and each start compiled the whole package again without it.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["FABMETER_ENGINE"] = str(ENGINE)
     env[TAG_VAR] = tag
@@ -480,3 +483,16 @@ def refusal(fm, engine, args: list[str], dry_run: bool) -> str:
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1, r.stderr
     return r.stderr
+
+
+@pytest.fixture(scope="session")
+def fixture_report(tmp_path_factory) -> tuple[Path, Path]:
+    """tests/report_fixture.py's results folder and the report `fabmeter report` (no engine needed) wrote of it,
+    made once for the report tests that only read them: drawing its figures takes most of half a minute."""
+    import report_fixture
+    root = report_fixture.build(tmp_path_factory.mktemp("results"))
+    r = Fabmeter("report-test").run("report", root)
+    assert r.returncode == 0, r.stderr
+    path = Path(r.stdout.strip())
+    assert path == root / "report.html" and path.is_file()
+    return root, path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,6 +45,26 @@ def test_subcommand_options_come_from_engine(fm):
 def test_version(fm):
     r = fm.run("--version")
     assert r.returncode == 0 and "fabmeter 0.1.0" in r.stdout
+
+
+# `fabmeter ARGS` in-process, then the modules of HEAVY it imported, as its last line.
+HEAVY = ("numpy", "matplotlib", "hdrh")
+IMPORTS_OF = ("import atexit, runpy, sys\n"
+              f"atexit.register(lambda: print('imported:', *[m for m in {HEAVY!r} if m in sys.modules]))\n"
+              "sys.argv = ['fabmeter', *sys.argv[1:]]\n"
+              "runpy.run_module('fabmeter', run_name='__main__')\n")
+
+
+def test_start_up_and_a_run_import_only_what_they_use(fm, tmp_path):
+    """Every command and every run starts the whole CLI (make test starts it hundreds of times): numpy,
+    matplotlib and hdrhistogram are imported by what computes, draws or reads with them, never to start or to
+    run an experiment; compare still imports what it judges with."""
+    for args, want in ((["--version"], []), (["lat", "-t", "shm", "-n", "200", "--out", tmp_path / "a"], []),
+                       (["compare", tmp_path / "a", tmp_path / "a"], ["numpy"])):
+        r = subprocess.run([sys.executable, "-c", IMPORTS_OF, *map(str, args)], env=fm.env, capture_output=True,
+                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1].split()[1:] == want, (args, r.stdout)
 
 
 def test_summarize_matches_numpy():

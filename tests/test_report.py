@@ -25,16 +25,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IMG_RE = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]*)"')
 
 
-@pytest.fixture(scope="module")
-def fixture_report(tmp_path_factory) -> tuple[Path, Path]:
-    root = report_fixture.build(tmp_path_factory.mktemp("results"))
-    r = Fabmeter("report-test").run("report", root)   # needs no engine
-    assert r.returncode == 0, r.stderr
-    path = Path(r.stdout.strip())
-    assert path == root / "report.html" and path.is_file()
-    return root, path
-
-
 def _png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     return struct.unpack(">II", data[16:24])

@@ -9,7 +9,6 @@ import shutil
 
 import numpy as np
 
-import report_fixture
 from fabmeter import analysis
 from fabmeter.report import figures, html, summary
 from fabmeter.report.model import entries_of, read_runs
@@ -47,9 +46,9 @@ def test_cpu_chart_rows_of_alike_points_are_told_apart_by_their_run(fm, tmp_path
     assert [n[-3:] for n in names] == ["(a)", "(b)", "(c)"], names
 
 
-def test_comparison_table_scrolls_with_the_page_and_peers_are_in_the_summary(tmp_path):
-    root = report_fixture.build(tmp_path / "results")
-    page = html.write(root).read_text()
+def test_comparison_table_scrolls_with_the_page_and_peers_are_in_the_summary(fixture_report):
+    root, path = fixture_report
+    page = path.read_text()
     scroll = re.search(r"\.scroll \{([^}]*)\}", page).group(1)
     assert "max-height" not in scroll and "overflow-y" not in scroll, scroll
     runs, _ = read_runs(root)

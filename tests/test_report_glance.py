@@ -121,14 +121,12 @@ def test_bench_report_opens_on_its_ratios(tmp_path):
     _assert_sorts(g)
 
 
-def test_fixture_report_sorts_and_opens_on_summary(tmp_path):
+def test_fixture_report_sorts_and_opens_on_summary(tmp_path, fixture_report):
     """Every experiment, a mesh and peers: the summary first, the mesh's heatmaps before the table."""
-    root = report_fixture.build(tmp_path / "results")
-    r = Fabmeter("report-glance").run("report", root)
-    assert r.returncode == 0, r.stderr
-    text = (root / "report.html").read_text()
+    _, path = fixture_report
+    text = path.read_text()
     assert text.index('id="summary-figure"') < text.index('id="mesh"') < text.index('id="table"')
-    g = _glance(tmp_path, root / "report.html", "report-fixture-1400x900.png")
+    g = _glance(tmp_path, path, "report-fixture-1400x900.png")
     _assert_opens_on_summary(g)
     _assert_sorts(g)
     assert g["asc"] != g["before"]   # by p50 first; by p99 the rows move

@@ -7,12 +7,14 @@ from the raw .npy samples.
 
 from __future__ import annotations
 
+import numbers
 import re
-from typing import Iterable, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from fabmeter.terminal import shown
+
+if TYPE_CHECKING:       # numpy is imported where it computes: the CLI's start-up and a run need none (test_cli)
+    import numpy as np
 
 # The fixed summary keys of every latency block, in display order; a run's
 # --percentiles adds keys of their own (percentile_key) between max and the
@@ -63,6 +65,7 @@ ONEWAY_FROM_SEND = ("latency_send_ns", "receive from t_send", "t_recv - t_send")
 def summarize(samples: np.ndarray, extra: Sequence[float] = ()) -> dict:
     """The engine's summary of a sample array (population stdev), with the
     percentiles `extra` (--percentiles) beside the fixed ones."""
+    import numpy as np
     a = np.asarray(samples, dtype=np.float64)
     qs = {**PERCENTILES, **{percentile_key(q): q for q in extra}}
     if a.size == 0:
@@ -75,6 +78,7 @@ def summarize(samples: np.ndarray, extra: Sequence[float] = ()) -> dict:
 
 
 def median(values: Iterable[float]) -> Optional[float]:
+    import numpy as np
     v = [x for x in values if x is not None]
     return float(np.median(v)) if v else None
 
@@ -85,7 +89,7 @@ def fmt_num(x, digits: int = 1) -> str:
     """Compact numbers: one decimal below 10 000, none above; '-' for missing."""
     if x is None:
         return "-"
-    if isinstance(x, (int, np.integer)):
+    if isinstance(x, numbers.Integral):     # numpy's integers too
         return f"{x:,}"
     x = float(x)
     if x != x:  # NaN
@@ -106,10 +110,14 @@ def fmt_size(n) -> str:
 def _row_numbers(row: Sequence) -> list[str]:
     """A table row's cells as text, its measured values (floats) in one format: one decimal where any of them
     is below 10,000 (never "13,445" beside "7,384.5"), else none; counts (ints) whole."""
-    floats = [float(c) for c in row if isinstance(c, (float, np.floating)) and c == c]
+    floats = [float(c) for c in row if _is_float(c) and c == c]
     digits = 1 if any(abs(x) < 10000 for x in floats) else 0
-    return [c if isinstance(c, str) else _fixed(float(c), digits) if isinstance(c, (float, np.floating))
-            else fmt_num(c) for c in row]
+    return [c if isinstance(c, str) else _fixed(float(c), digits) if _is_float(c) else fmt_num(c) for c in row]
+
+
+def _is_float(c) -> bool:
+    """A float, numpy's included (registered as numbers.Real), not a count."""
+    return isinstance(c, numbers.Real) and not isinstance(c, numbers.Integral)
 
 
 def _fixed(x: float, digits: int) -> str:

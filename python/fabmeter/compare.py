@@ -19,16 +19,18 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, Optional
 
 from fabmeter import analysis, command_options, path, stats
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.errors import EXIT_OK, EXIT_SLO, EXIT_USAGE, FabmeterError
-from fabmeter.report import model
 from fabmeter.terminal import shown_lines
 from fabmeter.run_spread import kind_of, spread
+
+if TYPE_CHECKING:       # numpy and the report's reader are imported where compare runs, not by every command
+    import numpy as np
+
+    from fabmeter.report import model
 
 # Params that say how long or where a run measured, not what: left out of the match.
 NOT_WHAT = {"iters", "warmup", "duration", "count", "timeout_ms", "seed", "samples", "cpu", "port"}
@@ -101,6 +103,7 @@ def item_of_point(entry: model.Entry) -> Item:
         return Item(point_key(entry), label, "msg/s", float(p["msg_rate"]), True, lambda: bins_of(p),
                     spread_kind(entry, "msg_rate"))
     if entry.experiment == "setup":   # a connect's or a registration's time, on base pages
+        from fabmeter.report import model
         key = "connect_ns" if p.get("what") == "connect" else "register_ns"
         value = model.stat(p, key, "p50")
         return Item(point_key(entry), label, f"{key[:-3]} p50 ns", value, False, lambda: entry.raw_samples(key),
@@ -124,6 +127,7 @@ def bins_of(point: dict) -> Optional[np.ndarray]:
     series = ((point.get("throughput_series") or {}).get("c2s") or {}).get("msgs")
     if not isinstance(series, list) or len(series) < 3 or not all(isinstance(x, (int, float)) for x in series):
         return None
+    import numpy as np
     return np.asarray(series[1:-1], dtype=np.float64)
 
 
@@ -204,6 +208,7 @@ def read_folder(path: Path) -> tuple[list[dict], list[Item]]:
     pair of every mesh.json."""
     if not path.is_dir():
         raise FabmeterError(f"compare: {path}: not a results folder", EXIT_USAGE)
+    from fabmeter.report import model
     runs, problems = model.read_runs(path)
     meshes, mesh_problems = model.read_meshes(path)
     for problem in problems + mesh_problems:

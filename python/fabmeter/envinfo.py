@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 CPU_SYS = Path("/sys/devices/system/cpu")
 
 
@@ -67,11 +65,12 @@ def kernel() -> dict:
 
 
 def libraries() -> dict:
+    from importlib import metadata      # numpy's version without importing numpy (twice the cost): a run only
     try:
         glibc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError):
         glibc = None
-    return {"glibc": glibc, "python": platform.python_version(), "numpy": np.__version__}
+    return {"glibc": glibc, "python": platform.python_version(), "numpy": metadata.version("numpy")}
 
 
 def collect(engine_env: Optional[dict] = None, server_env: Optional[dict] = None) -> dict:

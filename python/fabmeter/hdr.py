@@ -14,9 +14,10 @@ import binascii
 import math
 import struct
 import zlib
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
-from hdrh.histogram import HdrHistogram, get_bucket_count
+if TYPE_CHECKING:       # the library is imported where a histogram is read: not by every start of the CLI (test_cli)
+    from hdrh.histogram import HdrHistogram
 
 MAX_DECODED = 4 << 20   # the engine's histograms inflate to ~1 MiB at most (10 s, 3 digits)
 MAX_COUNTS = 1 << 20    # counters a layout may need (the engine's: 25,600): the library allocates them before reading
@@ -54,6 +55,7 @@ def _counters(payload: bytes) -> None:
     digits, lowest, highest = struct.unpack_from(">IQQ", payload, 12)
     if not (1 <= digits <= 5 and 1 <= lowest and 2 * lowest <= highest < 1 << 63):
         raise HistogramError(f"not a layout: {digits} digits, {lowest} .. {highest}")
+    from hdrh.histogram import get_bucket_count
     sub_buckets = 1 << math.ceil(math.log2(2 * 10 ** digits))
     counts = (get_bucket_count(highest, sub_buckets, int(math.log2(lowest))) + 1) * (sub_buckets // 2)
     if counts > MAX_COUNTS:
@@ -63,6 +65,7 @@ def _counters(payload: bytes) -> None:
 
 def decode(text: str) -> HdrHistogram:
     """The histogram `text` encodes, inflated with a bound first; HistogramError if it is not one."""
+    from hdrh.histogram import HdrHistogram
     _bounded(text)
     try:
         return HdrHistogram.decode(text)
@@ -110,6 +113,7 @@ class Merged:
         if self.hist is not None and layout(h) != layout(self.hist):
             raise HistogramError(f"layout {layout(h)} is not the others' {layout(self.hist)}")
         if self.hist is None:
+            from hdrh.histogram import HdrHistogram
             self.hist = HdrHistogram(*layout(h))
         self.hist.add(h)
         self.below += below
