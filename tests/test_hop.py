@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -16,8 +17,12 @@ from delay_line import delay_line
 
 DELAY_US = 50
 # Round trips per run: enough for a steady minimum on 2 loaded CPUs, short enough for the suite. Event mode on
-# every end: client, hop and server all spinning need three CPUs, and this machine has two.
+# the client and server: with the hop's busy loop, three spinning threads need three CPUs (the hop refuses more
+# than its host has).
 SMALL = ["-n", "2000", "--warmup", "200", "-s", "32", "--poll", "event"]
+# How long an event-mode end sleeps before it looks again unwoken: a hop that never wakes its client
+# (or is never woken) shows it as every round trip's latency.
+WAIT_SLICE_MS = 50
 
 
 def _netns(ns: str) -> tuple:
@@ -31,17 +36,31 @@ def three_hosts():
 
 
 @contextlib.contextmanager
-def forward(ns: str, bind: str, to: str, to_transport: str, token_file: str, *extra: str):
-    """`fabmeter-engine forward` in namespace `ns` on `bind`; yields "BIND:PORT" once it listens."""
+def forward(ns: str, bind: str, to: str, to_transport: str, token_file: str, poll: str = "event",
+            prefix: tuple = ()):
+    """`fabmeter-engine forward` in namespace `ns` on `bind` (`prefix`: before it, e.g. taskset); yields
+    "BIND:PORT" once it listens."""
     port = str(free_port())
-    proc = subprocess.Popen([*_netns(ns), str(ENGINE), "forward", "--bind", bind, "--port", port, "--to", to,
-                             "--to-transport", to_transport, "--token-file", token_file, "--poll", "event", *extra],
+    proc = subprocess.Popen([*prefix, *_netns(ns), str(ENGINE), "forward", "--bind", bind, "--port", port, "--to",
+                             to, "--to-transport", to_transport, "--token-file", token_file, "--poll", poll],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert json.loads(proc.stdout.readline())["event"] == "listening"
         yield f"{bind}:{port}", proc
     finally:
         stop_serves([proc])
+
+
+@contextlib.contextmanager
+def serving(fm, hosts, token_file):
+    """A serve on the server host (the third of `hosts`); yields its HOST:PORT."""
+    ns_s, addr_s = hosts[2]
+    port = str(free_port())
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    try:
+        yield f"{addr_s}:{port}"
+    finally:
+        stop_serves(serves)
 
 
 def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name) -> dict:
@@ -119,3 +138,58 @@ def test_a_bad_hop_request_is_refused_with_one_line(fm, three_hosts, token_file,
             assert point["hop_added_rtt_ns"]["min"] > 0
     finally:
         stop_serves(serves)
+
+
+def test_a_busy_hop_wakes_its_event_mode_client_on_shm(fm, three_hosts, token_file, tmp_path):
+    """A busy hop between an event-mode client and server, shm -> tcp, for 2200 round trips: its shm end rings
+    the client's futex bell as the client's own session would (an end that waited as the hop does rang none, and
+    every reply waited out the client's 50 ms sleep). One busy loop here: the client and server sleep."""
+    need_transport("shm"), need_transport("tcp")
+    (ns_c, addr_c), _, _ = three_hosts
+    with serving(fm, three_hosts, token_file) as server, \
+            forward(ns_c, addr_c, server, "tcp", token_file, poll="busy") as (hop, proc):
+        point = via_hop(fm, tmp_path, ns_c, "shm", server, hop, token_file, "busy")
+        hop_line = json.loads(proc.stdout.readline())
+    assert hop_line["status"] == "ok", hop_line.get("message")
+    # Woken, a round trip through the hop takes tens of microseconds (milliseconds on a loaded machine);
+    # unwoken, each took the whole sleep.
+    assert point["through_rtt_ns"]["p50"] < WAIT_SLICE_MS * 1e6 / 5, point
+
+
+def test_busy_loops_beyond_the_hosts_cpus_are_refused(fm, three_hosts, token_file, tmp_path):
+    """A busy hop, client and server on one host (namespaces share its CPUs) limited to two CPUs: three spinning
+    threads, so each message would wait for a scheduler slice (on a loaded 2-CPU machine: round trips of tens of
+    milliseconds). The hop refuses with one line naming the CPUs, and serves an event-mode client next."""
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    need_transport("tcp"), need_transport("udp")
+    (ns_c, _), (ns_g, addr_g), _ = three_hosts
+    with serving(fm, three_hosts, token_file) as server, \
+            forward(ns_g, addr_g, server, "udp", token_file, poll="busy", prefix=("taskset", "-c", "0,1")) as (hop, _):
+        res = fm.run("lat", "-t", "tcp", "-n", "2000", "--poll", "busy", "--server", hop, "--token-file", token_file,
+                     prefix=_netns(ns_c), timeout=60)
+        assert res.returncode == 2, res.stderr
+        line = one_line_error(res.stderr)
+        assert "busy polling would starve" in line and "3 spinning threads" in line, line
+        assert "2 usable CPUs (CPUs 0+1)" in line, line
+        point = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "event")
+        assert point["hop_added_rtt_ns"]["min"] > 0
+
+
+@pytest.mark.parametrize("into,onward,hop_poll,client_poll,says", [
+    ("udp", "tcp", "event", "event", "only to an unreliable transport"),
+    ("shm", "tcp", "event", "busy", "the hop's --poll event on shm needs the client's --poll event"),
+])
+def test_a_pair_or_mode_the_hop_cannot_forward_is_refused(fm, three_hosts, token_file, into, onward, hop_poll,
+                                                          client_poll, says):
+    """udp -> tcp: the server's replies would carry no sequence number, each read as late (the run hung, every
+    round trip counted lost); a sleeping hop on shm with a busy client: nothing rings its bell (each message
+    waited out the sleep). Both refused with one line."""
+    need_transport(into), need_transport(onward)
+    (ns_c, addr_c), _, _ = three_hosts
+    with serving(fm, three_hosts, token_file) as server, \
+            forward(ns_c, addr_c, server, onward, token_file, poll=hop_poll) as (hop, _):
+        res = fm.run("lat", "-t", into, "-n", "2000", "--poll", client_poll, "--server", hop, "--token-file",
+                     token_file, prefix=_netns(ns_c), timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert says in one_line_error(res.stderr), res.stderr

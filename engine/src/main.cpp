@@ -96,8 +96,11 @@ relays both sessions' control frames. So the client's figures are those of
 client -> hop -> server and back; fabmeter's --via-hop runs the direct path
 beside it and reports the difference. It serves one session at a time (each
 prints a "hop" line); --once exits after one with its exit code. A relayed
-run, a peer tool, --flows and an experiment with more than one message in
-flight or the other end's clock are refused (exit 2). With a token (as
+run, a peer tool, --flows, an experiment with more than one message in
+flight or the other end's clock, a udp client toward a reliable transport,
+--poll event on shm with a busy client, and a busy hop whose host has fewer
+CPUs than busy loops (its own, and the client's and server's there) are
+refused (exit 2). With a token (as
 serve's) the client proves it to the hop and the hop to the server.
 
 serve runs each session in a process of its own (at most --max-sessions, 1 ..

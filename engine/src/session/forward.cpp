@@ -59,6 +59,49 @@ void check_forwardable(const Hello& h, const Params& p) {
   if (p.flows > 1) usage_error("the hop forwards one connection: --flows 1");
 }
 
+// The pair the hop can join: lat's client on an unreliable transport tells
+// its replies apart by the ping's sequence number, which a server on a
+// reliable one does not echo (every reply would read as late).
+void check_pair(const Params& in, const Caps& caps_in, const Params& out, const Caps& caps_out) {
+  if (!caps_in.reliable && caps_out.reliable)
+    usage_error("the hop forwards " + in.transport + " (unreliable) only to an unreliable transport, not " +
+                out.transport + ": a server on a reliable one does not echo the ping's sequence number that the " +
+                "client matches its replies by");
+}
+
+// The parameters of the hop's own end of session `p`: it waits as the hop's
+// --poll says, but an end woken only by an event-mode peer (Caps::woken_by_peer)
+// waits as its session does, so that it wakes a sleeping peer; the hop can
+// sleep on it only where that peer wakes it.
+Params hop_side(Params p, const Caps& caps, Poll hop) {
+  const Poll mode = caps.woken_by_peer ? p.poll : hop;
+  if (caps.woken_by_peer && hop == Poll::event && p.poll == Poll::busy)
+    usage_error("the hop's --poll event on " + p.transport + " needs the client's --poll event: " + caps.woken_by_peer);
+  if (caps.busy_only && mode == Poll::event) usage_error("the hop's --poll event: " + std::string(caps.busy_only));
+  p.poll = p.poll_recv = p.poll_send = mode;
+  return p;
+}
+
+// More busy loops than CPUs on one host and each message waits for a
+// scheduler slice (milliseconds) at the loop it is bound for: the run
+// would measure the scheduler, a thousand times slower than the path.
+// The hop's own, the client's and the server's where they run on this host
+// (network namespaces share it), against the CPUs the hop may run on.
+void check_spinners(Poll hop, const Params& p, bool client_here, bool server_here) {
+  if (hop != Poll::busy) return;
+  const bool busy = p.poll == Poll::busy;
+  const size_t spinning = 1 + (client_here && busy) + (server_here && busy);
+  const std::vector<int>& cpus = usable_cpus();
+  if (cpus.empty() || spinning <= cpus.size()) return;
+  std::string whose = "the hop's forwarding thread";
+  if (client_here && busy) whose += server_here && busy ? ", the client's" : " and the client's";
+  if (server_here && busy) whose += " and the server's";
+  usage_error("busy polling would starve: " + whose + " busy loops are " + std::to_string(spinning) +
+              " spinning threads on this host's " + std::to_string(cpus.size()) + " usable CPUs (CPUs " +
+              cpu_list_text(cpus) + "), so each message would wait for a scheduler slice; give the hop or the "
+              "client --poll event, or each busy loop a CPU of its own");
+}
+
 uint64_t largest_message(const Params& p, const Caps& caps) {
   uint64_t most = 0;
   for (const Point& pt : experiment_for(p.experiment).plan(p, caps)) most = std::max(most, pt.largest());
@@ -123,7 +166,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     return 3;
   }
   Heartbeat client_beat(cc);
-  Params p, po;
+  Params p, po, pin, pout;  // the sessions' and the hop's own ends'
   const TransportEntry* in = nullptr;
   const TransportEntry* out = nullptr;
   Caps caps_in{}, caps_out{};
@@ -141,6 +184,9 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     caps_out = out->caps(po);
     check_against_caps(po, caps_out, true);  // the server checks the host itself
     if (caps_in.one_sided || caps_out.one_sided) usage_error("the hop forwards messages: no one-sided --op");
+    check_pair(p, caps_in, po, caps_out);
+    pin = hop_side(p, caps_in, o.poll);
+    pout = hop_side(po, caps_out, o.poll);
     in->server_claim(p, {cc.local_addr(), [&] { return dir.make(); }});
   } catch (const Error& e) {
     cc.send(CtrlType::refuse, e.what());
@@ -159,6 +205,16 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     cc.send(e.kind == ErrorKind::usage ? CtrlType::refuse : CtrlType::fail, std::string("the hop's server: ") + e.what());
     return e.kind == ErrorKind::usage ? 2 : 3;
   }
+  try {
+    check_spinners(o.poll, p, h.host == host_id(), w.host == host_id());
+  } catch (const Error& e) {
+    cc.send(CtrlType::refuse, e.what());
+    try {
+      cs.send(CtrlType::fail, std::string("the hop refused its client: ") + e.what());
+    } catch (const Error&) {  // the server's session ends with the hop's either way
+    }
+    return 2;
+  }
   cs.set_max_frame(kMaxHopFrame);
   Heartbeat server_beat(cs);
   cc.set_timeout_ms(p.timeout_ms);
@@ -175,9 +231,6 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
   line.add("event", "hop").add("client", cc.peer_addr()).add("from_transport", p.transport)
       .add("to_transport", po.transport).add("to", o.to);
   try {
-    // The hop's own ends wait as --poll says; the sessions keep the client's mode.
-    Params pin = p, pout = po;
-    pin.poll = pout.poll = o.poll;
     const auto end_in = in->hop_end(pin, Role::server, cc, largest_message(p, caps_in));
     const auto end_out = out->hop_end(pout, Role::client, cs, largest_message(po, caps_out));
     std::atomic<bool> stop{false};
