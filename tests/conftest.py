@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import random
 import socket
 import subprocess
 import sys
@@ -417,7 +418,11 @@ def start_serves(fm, hosts: list[str], port: int, token_file, prefixes=None, rel
             serves.append(fm.popen(*args, *(["--relay-to", relay_to] if relay_to else []),
                                    prefix=prefixes[i] if prefixes else ()))
         for s in serves:
-            assert json.loads(s.stdout.readline())["event"] == "listening"
+            line = s.stdout.readline()
+            if not line:   # it ended before listening: its reason is on stderr
+                s.wait(timeout=10)
+                pytest.fail(f"serve {s.args} ended ({s.returncode}) before listening: {s.stderr.read().strip()}")
+            assert json.loads(line)["event"] == "listening"
     except BaseException:
         stop_serves(serves)
         raise
@@ -437,10 +442,21 @@ def stop_serves(serves, sig=signal.SIGTERM) -> None:
 
 
 def free_port() -> int:
-    """A loopback TCP port free at this moment."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free at this moment for TCP and UDP, below the kernel's ephemeral range: a port from that
+    range (what binding port 0 hands out) may become the source port of any connection made meanwhile, and a
+    serve's later bind to it then fails."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        try:
+            with socket.socket() as t, socket.socket(type=socket.SOCK_DGRAM) as u:
+                t.bind(("127.0.0.1", port))
+                u.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 @pytest.fixture
