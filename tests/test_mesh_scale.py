@@ -25,8 +25,10 @@ def test_a_simulated_mesh_of_many_ranks(n, rounds):
     assert [r["pairs"] for r in result["rounds"]] == [len(x) for x in expected]
     assert result["pairs"] == sum(len(x) for x in expected) == n * rounds
     for r in result["rounds"]:
-        # a round frame to every rank but 0, every pair's result but rank 0's own (no channel); heartbeats beside
-        assert r["frames"] >= (n - 1) + (r["pairs"] - 1) and r["bytes"] > 200 * r["frames"]
+        # a round frame to every rank but 0, every pair's result but rank 0's own (no channel), each over 200 B;
+        # heartbeats beside, as many as the round's time allows (small: not counted in the bound on bytes)
+        planned = (n - 1) + (r["pairs"] - 1)
+        assert r["frames"] >= planned and r["bytes"] > 200 * planned
         assert 0 < r["plan_ns"] < r["round_ns"]
     assert result["rss_mesh_kib"] < 200 * 1024      # the coordinator's memory for the whole mesh
     assert took < 60, took
