@@ -53,23 +53,20 @@ FABMETER_NOTE = {
 }
 
 
-def size(text: str) -> int:
-    """A message size in bytes, K/M/G suffixes as fabmeter's -s; at least 1."""
-    try:
-        n = parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
-    return n
-
-
 def byte_size(text: str) -> int:
     """A byte count that may be 0 (--inline), K/M/G suffixes as fabmeter's sizes."""
     try:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def size(text: str) -> int:
+    """A message size in bytes, K/M/G suffixes as fabmeter's -s; at least 1."""
+    n = byte_size(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a message size of at least 1 byte, got '{text}'")
+    return n
 
 
 def count(text: str) -> int:
