@@ -1,7 +1,8 @@
 """--via-hop HOST[:PORT]: an experiment's run through a forwarding hop (`fabmeter-engine forward` on a gateway host)
 beside the direct path to the same server, alternated round by round, and the hop's added latency per percentile
-(the thesis' t_villas: through minus direct). The direct runs are the run's own points; run.json's "hop" holds the
-through-the-hop figures and the difference, the terminal prints them under the run's table."""
+(the thesis' t_villas: through minus direct; lat's round trip, oneway's and stream's one-way latency). The direct
+runs are the run's own points; run.json's "hop" holds the through-the-hop figures and the difference, the terminal
+prints them under the run's table."""
 
 from __future__ import annotations
 
@@ -12,16 +13,41 @@ from fabmeter import analysis, run
 
 HELP = ("with --server: measure through the forwarding hop at HOST[:PORT] (`fabmeter-engine forward --to SERVER` "
         "there) beside the direct path, alternated --hop-rounds times, and report the hop's added latency per "
-        "percentile (through minus direct round trip: two passes through the hop)")
+        "percentile (through minus direct: lat's round trip passes the hop twice, oneway's and stream's one-way "
+        "latency once)")
 ROUNDS_HELP = ("with --via-hop: direct and through-the-hop runs, alternated, each this many times "
                "(default: %(default)s)")
-# The figures compared: round trips (a hop forwards only experiments with one message in flight).
-FIGURE = "rtt_ns"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """What a hop's run compares: the point's field, its name in run.json's keys, and what it is."""
+    field: str
+    name: str
+    what: str
+    passes: str
+
+
+ROUND_TRIP = Figure("rtt_ns", "rtt", "round trip", "two passes through the hop")
+ONE_WAY = Figure("latency_ns", "oneway", "one-way latency", "one pass through the hop")
+# The experiments a hop forwards (session/forward.cpp's check_forwardable): one message in flight, or messages
+# one way whose receiver waits for what is still in the hop.
+FIGURES = {"lat": ROUND_TRIP, "oneway": ONE_WAY, "stream": ONE_WAY}
+FORWARDED = ", ".join(FIGURES)   # in messages
 
 
 def applies(experiment: str) -> bool:
-    """The experiments a hop forwards: one message in flight, no clock of the other end."""
-    return experiment == "lat"
+    return experiment in FIGURES
+
+
+def figure_of(doc: dict) -> Figure:
+    """run.json's "hop": the figure it compares (a record without "latency" compared round trips)."""
+    return ONE_WAY if doc.get("latency") == ONE_WAY.name else ROUND_TRIP
+
+
+def keys(fig: Figure) -> tuple[str, str, str]:
+    """A round's point's keys: direct, through the hop, and the hop's added latency."""
+    return f"direct_{fig.name}_ns", f"through_{fig.name}_ns", f"hop_added_{fig.name}_ns"
 
 
 def rounds(text: str) -> int:
@@ -41,6 +67,8 @@ def measure(spec: run.RunSpec, hop: str, n_rounds: int,
             direct_run: Callable[[run.RunSpec], run.RunResult]) -> tuple[run.RunResult, dict]:
     """`n_rounds` of (direct, through the hop); `direct_run` makes (and records) a direct run. Returns the last
     direct run's result and run.json's "hop": per round and point, both figures and the difference."""
+    fig = FIGURES[spec.experiment]
+    direct_key, through_key, added_key = keys(fig)
     per_round = []
     res: Optional[run.RunResult] = None
     for _ in range(n_rounds):
@@ -52,20 +80,23 @@ def measure(spec: run.RunSpec, hop: str, n_rounds: int,
             res = dataclasses.replace(res, status=through.status, exit_code=through.exit_code,
                                       message=f"through the hop {hop}: {through.message}")
             break
-        per_round.append([{"size": d.get("size"), "direct_rtt_ns": d[FIGURE], "through_rtt_ns": t[FIGURE],
-                           "hop_added_rtt_ns": added(d[FIGURE], t[FIGURE])}
-                          for d, t in zip(res.points, through.points) if FIGURE in d and FIGURE in t])
-    return res, {"via": hop, "rounds": per_round, "figure": "round trip (ns): through the hop minus direct"}
+        per_round.append([{"size": d.get("size"), direct_key: d[fig.field], through_key: t[fig.field],
+                           added_key: added(d[fig.field], t[fig.field])}
+                          for d, t in zip(res.points, through.points)
+                          if isinstance(d.get(fig.field), dict) and isinstance(t.get(fig.field), dict)])
+    return res, {"via": hop, "latency": fig.name, "rounds": per_round,
+                 "figure": f"{fig.what} (ns): through the hop minus direct ({fig.passes})"}
 
 
 def table(doc: dict) -> str:
-    """The terminal's lines: per round and size, the p50 / p99 round trips and the hop's added p50 / p99."""
-    rows = [f"hop {doc['via']}: round trip in us, direct vs through the hop (two passes through it)"]
+    """The terminal's lines: per round and size, the p50 / p99 figures and the hop's added p50 / p99."""
+    fig = figure_of(doc)
+    rows = [f"hop {doc['via']}: {fig.what} in us, direct vs through the hop ({fig.passes})"]
     rows.append(f"{'round':>5} {'size':>8} {'direct p50':>11} {'via p50':>11} {'added p50':>11} "
                 f"{'direct p99':>11} {'via p99':>11} {'added p99':>11}")
     for i, points in enumerate(doc["rounds"], 1):
         for p in points:
-            d, t, a = p["direct_rtt_ns"], p["through_rtt_ns"], p["hop_added_rtt_ns"]
+            d, t, a = (p[k] for k in keys(fig))
             cells = [_us(x.get(k)) for k in ("p50", "p99") for x in (d, t, a)]
             rows.append(f"{i:>5} {analysis.fmt_size(p['size']):>8} " + " ".join(f"{c:>11}" for c in cells))
     return "\n".join(rows)

@@ -30,7 +30,7 @@ std::string broken(const HopEnd& in, const HopEnd& out) {
 
 }  // namespace
 
-std::string forward_loop(HopEnd& in, HopEnd& out, Poll poll, int cpu, const std::atomic<bool>& stop) {
+std::string forward_loop(HopEnd& in, HopEnd& out, bool both_ways, Poll poll, int cpu, const std::atomic<bool>& stop) {
   if (cpu >= 0) pin_to_cpu(cpu);
   HopEnd* from = &in;
   HopEnd* to = &out;
@@ -42,7 +42,7 @@ std::string forward_loop(HopEnd& in, HopEnd& out, Poll poll, int cpu, const std:
       cpu_relax();
     }
     to->progress();
-    std::swap(from, to);
+    if (both_ways) std::swap(from, to);
     // The slow path, now and then: a broken end ends the hop.
     if ((turn & 1023) == 0 || poll == Poll::event)
       if (std::string why = broken(in, out); !why.empty()) return why;

@@ -61,10 +61,12 @@ std::unique_ptr<HopEnd> hop_end_of(const Params& p, Role role, Ctrl& ctrl, uint6
   return end;
 }
 
-// Forwards both ways between `in` and `out` until `stop`, pinned to `cpu`
-// (-1: unpinned): busy polls both ends; event sleeps in the wait of the end
-// a message is expected from next (the other after each forwarded message
-// or empty wait). Returns "" when stopped, else why an end broke.
-std::string forward_loop(HopEnd& in, HopEnd& out, Poll poll, int cpu, const std::atomic<bool>& stop);
+// Forwards from `in` to `out`, and back where `both_ways` (a round trip),
+// until `stop`, pinned to `cpu` (-1: unpinned): busy polls the ends messages
+// come from; event sleeps in the wait of the end a message is expected from
+// next (both ways: the other after each forwarded message or empty wait; one
+// way: always `in`, as a wait on `out` would hold every message behind it).
+// Returns "" when stopped, else why an end broke.
+std::string forward_loop(HopEnd& in, HopEnd& out, bool both_ways, Poll poll, int cpu, const std::atomic<bool>& stop);
 
 }  // namespace fm

@@ -48,25 +48,50 @@ class OwnDir {
   std::string path_;
 };
 
-// The hop's own checks of a client's session: what it can forward.
+// Messages one way, client to server: the experiments with a clock of the
+// other end (oneway, stream), whose receiver counts the messages against the
+// sender's count and waits for stragglers, so a message still in the hop
+// when a point's end is relayed arrives or is counted lost.
+bool one_way(const Params& p) { return experiment_for(p.experiment).peer_clock; }
+
+// The hop's own checks of a client's session: what it can forward. One
+// message in flight (lat: a round trip), or messages one way.
 void check_forwardable(const Hello& h, const Params& p) {
   if (!h.relay.empty() || !h.tool.empty())
     usage_error("the hop forwards measured sessions only: no relayed run (--via) and no peer tool through it");
-  const ExperimentEntry& e = experiment_for(p.experiment);
-  if (e.in_flight != 1 || e.peer_clock)
-    usage_error("the hop forwards only experiments with one message in flight and no clock of the other end, not " +
-                p.experiment);
+  if (experiment_for(p.experiment).in_flight != 1 && !one_way(p))
+    usage_error("the hop forwards only experiments with one message in flight (lat) or messages one way (oneway, "
+                "stream), not " + p.experiment);
   if (p.flows > 1) usage_error("the hop forwards one connection: --flows 1");
 }
 
-// The pair the hop can join: lat's client on an unreliable transport tells
-// its replies apart by the ping's sequence number, which a server on a
-// reliable one does not echo (every reply would read as late).
+// The pair the hop can join. A client on an unreliable transport numbers
+// its messages, which a server on a reliable one neither echoes (lat: every
+// reply would read as late) nor reads (oneway: it counts arrivals, so one
+// lost after the hop fails the point). oneway's server on an unreliable
+// transport reads the number that its client on a reliable one never wrote.
 void check_pair(const Params& in, const Caps& caps_in, const Params& out, const Caps& caps_out) {
   if (!caps_in.reliable && caps_out.reliable)
     usage_error("the hop forwards " + in.transport + " (unreliable) only to an unreliable transport, not " +
-                out.transport + ": a server on a reliable one does not echo the ping's sequence number that the " +
-                "client matches its replies by");
+                out.transport + ": a server on a reliable one neither echoes nor reads the sequence number that " +
+                "the client numbers its messages by");
+  if (caps_in.reliable && !caps_out.reliable && in.experiment == "oneway")
+    usage_error("the hop forwards oneway from " + in.transport + " (reliable) only to a reliable transport, not " +
+                out.transport + ": the server would read a sequence number that the client does not write");
+}
+
+// The clock of the other end (oneway, stream): each end decides from the
+// host its control channel reaches, here the hop's, whether both read one
+// TSC or the server's clock is fitted by probes. Only with all three on one
+// host is that the direct run's answer (one TSC, no fit): across hosts the
+// probes would go through the hop's relay (its UDP ones reach only the hop),
+// not the direct run's fit, and where the hop shares one end's host the two
+// ends would disagree on whether to probe at all.
+void check_clocks(const Params& p, const std::string& client_host, const std::string& server_host) {
+  if (!experiment_for(p.experiment).peer_clock || (client_host == host_id() && server_host == host_id())) return;
+  usage_error("the hop forwards " + p.experiment + " only with the client, the hop and the server on one host: " +
+              "its figure is the server's receive stamp minus the client's send stamp, read on one clock; across " +
+              "hosts the server's clock would be fitted through the hop, not as the direct run fits it");
 }
 
 // The parameters of the hop's own end of session `p`: it waits as the hop's
@@ -206,6 +231,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     return e.kind == ErrorKind::usage ? 2 : 3;
   }
   try {
+    check_clocks(p, h.host, w.host);
     check_spinners(o.poll, p, h.host == host_id(), w.host == host_id());
   } catch (const Error& e) {
     cc.send(CtrlType::refuse, e.what());
@@ -235,7 +261,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     const auto end_out = out->hop_end(pout, Role::client, cs, largest_message(po, caps_out));
     std::atomic<bool> stop{false};
     std::string data_why;
-    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, o.poll, o.cpu, stop); });
+    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, !one_way(p), o.poll, o.cpu, stop); });
     ok = relay_frames(cc, cs, &why);
     stop = true;
     data.join();

@@ -4,13 +4,16 @@
 // (--to), but on its own transport (--to-transport), connects the client's
 // transport and that one, and forwards each message between them
 // (experiment/forward.hpp) while it relays every control frame of both
-// sessions unchanged. So the client measures client -> hop -> server ->
-// hop -> client; the hop's added latency is that minus the direct path's
-// (fabmeter's --via-hop runs both).
+// sessions unchanged. So lat's client measures client -> hop -> server ->
+// hop -> client, oneway and stream client -> hop -> server once; the hop's
+// added latency is that minus the direct path's (fabmeter's --via-hop runs
+// both).
 //
-// Only experiments with one message in flight and no clock of the other end
-// pass (a round trip has nothing in flight when its end is relayed); the
-// others, a relayed run (--via) and a peer tool are refused with one line.
+// lat passes (one message in flight: nothing is in flight when its point's
+// end is relayed), and oneway and stream (their receiver waits for what is
+// still in the hop), those two only with the client, the hop and the server
+// on one host (session/forward.cpp's check_clocks); the other experiments, a
+// relayed run (--via) and a peer tool are refused with one line.
 // The hop authenticates both sessions with its token (the client proves it
 // to the hop, the hop to the server) and its sessions run one at a time.
 #pragma once

@@ -1,6 +1,7 @@
-"""Through a forwarding hop (`--via-hop`, hop.py; run.json's "hop"): per transport, the round trip direct and
-through the hop per percentile, and the hop's added latency (through minus direct, a round trip: two passes
-through the hop; the thesis' t_villas). A run of several hop rounds shows each figure's median over them."""
+"""Through a forwarding hop (`--via-hop`, hop.py; run.json's "hop"): per transport and figure (lat's round trip,
+oneway's and stream's one-way latency), the figure direct and through the hop per percentile, and the hop's added
+latency (through minus direct: two passes through the hop for a round trip, one for a one-way figure; the thesis'
+t_villas). A run of several hop rounds shows each figure's median over them."""
 
 from __future__ import annotations
 
@@ -10,29 +11,31 @@ from typing import Optional
 
 import matplotlib.pyplot as plt
 
-from fabmeter import analysis
+from fabmeter import analysis, hop
 from fabmeter.report.figures import Colors, _legend, png
 from fabmeter.report.files import number, obj
 from fabmeter.report.markup import Html, el, img
 from fabmeter.report.model import Run
 
-DIRECT, THROUGH, ADDED = "direct_rtt_ns", "through_rtt_ns", "hop_added_rtt_ns"   # hop.measure's figures
+DIRECT, THROUGH, ADDED = "direct", "through", "added"   # a Line's figures, in hop.keys' order
 # The percentiles drawn, in order, under their names.
 ORDER = {"min": "min", **{k: f"p{q:g}" for k, q in analysis.PERCENTILES.items()}, "max": "max"}
 TABLE_PERCENTILES = ("p50", "p99")
-INTRO = ("Runs through a forwarding hop (fabmeter EXP --via-hop, fabmeter suite --via-hop): per transport, the round "
-         "trip (RTT) direct and through the hop at each percentile, and the hop's added latency, through minus "
-         "direct: a whole round trip, so two passes through the hop (the thesis' t_villas, the super-node's time). "
-         "Direct and through-the-hop runs alternate; a run of several rounds shows the median over them.")
+INTRO = ("Runs through a forwarding hop (fabmeter EXP --via-hop, fabmeter suite --via-hop): per transport, lat's "
+         "round trip (RTT) or oneway's and stream's one-way latency, direct and through the hop at each percentile, "
+         "and the hop's added latency, through minus direct (the thesis' t_villas, the super-node's time): two "
+         "passes through the hop in a round trip, one in a one-way figure. Direct and through-the-hop runs "
+         "alternate; a run of several rounds shows the median over them.")
 
 
 @dataclass
 class Line:
-    """One run's (and size's) figures: each of DIRECT, THROUGH, ADDED as percentile key -> ns."""
+    """One run's (and size's) figures: each of DIRECT, THROUGH, ADDED as percentile key -> ns, of `fig`."""
     label: str
     via: str
     size: Optional[float]
     figures: dict[str, dict[str, float]]
+    fig: hop.Figure
 
 
 def _median(points: list[dict], key: str) -> dict[str, float]:
@@ -47,23 +50,27 @@ def _median(points: list[dict], key: str) -> dict[str, float]:
 
 def lines_of(run: Run) -> list[Line]:
     """A run's hop figures, a line per size."""
-    hop = obj(run.doc.get("hop"))
+    doc = obj(run.doc.get("hop"))
+    fig = hop.figure_of(doc)
     by_size: dict = {}
-    for points in hop.get("rounds") or []:
+    for points in doc.get("rounds") or []:
         for p in points if isinstance(points, list) else []:
             if isinstance(p, dict):
                 by_size.setdefault(number(p.get("size")), []).append(p)
     name = str(obj(obj(run.doc.get("config")).get("suite")).get("point") or run.rel)
-    return [Line(name if len(by_size) == 1 else f"{name} {analysis.fmt_size(size)}", str(hop.get("via") or "?"),
-                 size, {key: _median(points, key) for key in (DIRECT, THROUGH, ADDED)})
+    return [Line(name if len(by_size) == 1 else f"{name} {analysis.fmt_size(size)}", str(doc.get("via") or "?"),
+                 size, {role: _median(points, key) for role, key in zip((DIRECT, THROUGH, ADDED), hop.keys(fig))},
+                 fig)
             for size, points in by_size.items()]
 
 
-def by_transport(runs: list[Run]) -> dict[str, list[Line]]:
-    out: dict[str, list[Line]] = {}
+def by_transport(runs: list[Run]) -> dict[tuple[str, str], list[Line]]:
+    """(transport, the figure's what) -> its lines: a round trip and a one-way figure share no axes."""
+    out: dict[tuple[str, str], list[Line]] = {}
     for run in runs:
         if not run.peer and obj(run.doc.get("hop")).get("rounds"):
-            out.setdefault(str(run.params.get("transport") or "?"), []).extend(lines_of(run))
+            for line in lines_of(run):
+                out.setdefault((str(run.params.get("transport") or "?"), line.fig.what), []).append(line)
     return out
 
 
@@ -72,7 +79,8 @@ def _us(ns) -> str:
 
 
 def fig_hop(transport: str, lines: list[Line]) -> bytes:
-    """Left: both round trips per percentile (solid direct, dashed through the hop); right: the added latency."""
+    """Left: both figures per percentile (solid direct, dashed through the hop); right: the added latency."""
+    fig_of = lines[0].fig
     colors = Colors([line.label for line in lines])
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.8))
     names = list(ORDER)
@@ -86,12 +94,12 @@ def fig_hop(transport: str, lines: list[Line]) -> bytes:
         ax.set_xticks(range(len(names)), [ORDER[k] for k in names])
         ax.set_xlabel("percentile")
     left.set_yscale("log")
-    left.set_ylabel("round trip (RTT) [µs, log]")
+    left.set_ylabel(f"{fig_of.what} [µs, log]")
     left.set_title("solid: direct, dashed: through the hop")
     right.axhline(0, color="0.5", lw=0.8)
     right.set_ylabel("added by the hop [µs]")
-    right.set_title("through - direct (RTT: two passes through the hop)")
-    fig.suptitle(f"{transport}: round trip direct and through the forwarding hop")
+    right.set_title(f"through - direct ({fig_of.passes})")
+    fig.suptitle(f"{transport}: {fig_of.what} direct and through the forwarding hop")
     _legend(fig, right, len(lines), "upper left", 12.0)
     return png(fig)
 
@@ -101,16 +109,17 @@ def section(runs: list[Run]) -> list[Html]:
     groups = by_transport(runs)
     if not groups:
         return []
-    head = [el("th", w) for w in ("transport", "run", "hop", "size")]
+    head = [el("th", w) for w in ("transport", "figure", "run", "hop", "size")]
     head += [el("th", f"{name} {p} [µs]") for p in TABLE_PERCENTILES
-             for name in ("direct RTT", "through the hop RTT", "added by the hop")]
-    rows = [el("tr", el("td", t), el("td", line.label), el("td", line.via), el("td", analysis.fmt_size(line.size)),
+             for name in ("direct", "through the hop", "added by the hop")]
+    rows = [el("tr", el("td", t), el("td", what), el("td", line.label), el("td", line.via),
+               el("td", analysis.fmt_size(line.size)),
                [el("td", _us(line.figures[key].get(p))) for p in TABLE_PERCENTILES for key in (DIRECT, THROUGH, ADDED)])
-            for t, lines in sorted(groups.items()) for line in lines]
-    figures = [img(fig_hop(t, lines), alt=f"{t}: round trip direct and through the hop per percentile",
-                   caption=f"{t}: direct and through-the-hop round trips, and what the hop adds (two passes)",
+            for (t, what), lines in sorted(groups.items()) for line in lines]
+    figures = [img(fig_hop(t, lines), alt=f"{t}: {what} direct and through the hop per percentile",
+                   caption=f"{t}: {what} direct and through the hop, and what the hop adds ({lines[0].fig.passes})",
                    wide=True)
-               for t, lines in sorted(groups.items())]
+               for (t, what), lines in sorted(groups.items())]
     return [el("table", el("tr", head), rows), *figures]
 
 

@@ -480,8 +480,8 @@ class _Keys:
                     raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
                                      "engines)", lines.key("matrix", index, key))
         if "via_hop" in t and not hop.applies(exp):
-            raise SuiteError(f"key 'via_hop' does not apply to experiment '{exp}' (a hop forwards lat only); put "
-                             "it in a [[matrix]] table of its own", lines.key("matrix", index, "via_hop"))
+            raise SuiteError(f"key 'via_hop' does not apply to experiment '{exp}' (a hop forwards "
+                             f"{hop.FORWARDED} only); put it in a [[matrix]] table of its own", lines.key("matrix", index, "via_hop"))
         if "slo" in t and not slo_mod.applies(exp):
             raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
                              "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
@@ -552,7 +552,7 @@ def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options,
     if unused:
         where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
             "peer points (tool = ...)" if unused[0] in peer.DEFAULTS else \
-            "lat points (a hop forwards lat only)" if unused[0] == "via_hop" else \
+            f"{hop.FORWARDED} points (those a hop forwards)" if unused[0] == "via_hop" else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         if unused[0] in sets:
             raise SuiteError(f"--set {unused[0]}: applies to none of the points (only to {where})")

@@ -451,7 +451,8 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
     if via_hop:  # --via-hop: every point a hop forwards goes through that one too (a peer tool's: not)
         forwarded = [p.id for p in suite.points if hop.applies(p.experiment) and not p.tool]
         if not forwarded:
-            raise FabmeterError("--via-hop: no point of the suite is one a hop forwards (lat)", EXIT_USAGE)
+            raise FabmeterError(f"--via-hop: no point of the suite is one a hop forwards ({hop.FORWARDED})",
+                                EXIT_USAGE)
         suite.points = [dataclasses.replace(p, via_hop=via_hop) if p.id in forwarded else p for p in suite.points]
     alone = next((p for p in suite.points if p.via_hop and not p.server), None)
     if alone:
