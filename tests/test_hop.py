@@ -1,6 +1,6 @@
 """The forwarding hop (`fabmeter-engine forward`) and `--via-hop`: three namespace hosts (client, gateway,
-server) on one bridge; the hop's added latency is through minus direct, and a delay placed on the hop's output
-shows in that figure, not in the direct path's."""
+server) on one bridge; the hop's added latency is through minus direct (lat's round trip, oneway's one-way
+latency), and a delay placed on the hop's output shows in that figure, not in the direct path's."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ DELAY_US = 50
 # the client and server: with the hop's busy loop, three spinning threads need three CPUs (the hop refuses more
 # than its host has).
 SMALL = ["-n", "2000", "--warmup", "200", "-s", "32", "--poll", "event"]
+# oneway's messages one at a time: bursts of one, 200 us apart (more than a loaded one-way trip's minimum, so
+# none waits behind the one before it at the minimum).
+ONEWAY = ["--bursts", "2000", "--burst-size", "1", "--pause-us", "200", "--warmup", "200", "-s", "32", "--poll",
+          "event"]
+# One host's clock to another's (FABMETER_CLOCK_SKEW: an engine that reads it is on a host of its own).
+ANOTHER_HOST = ("env", "FABMETER_CLOCK_SKEW=5000000,0")
 # How long an event-mode end sleeps before it looks again unwoken: a hop that never wakes its client
 # (or is never woken) shows it as every round trip's latency.
 WAIT_SLICE_MS = 50
@@ -63,10 +69,10 @@ def serving(fm, hosts, token_file):
         stop_serves(serves)
 
 
-def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name) -> dict:
+def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat") -> dict:
     out = tmp_path / name
-    res = fm.run("lat", "-t", transport, *SMALL, "--server", server, "--via-hop", hop, "--token-file", token_file,
-                 "--out", out, prefix=_netns(client_ns), timeout=180)
+    res = fm.run(experiment, "-t", transport, *(ONEWAY if experiment == "oneway" else SMALL), "--server", server,
+                 "--via-hop", hop, "--token-file", token_file, "--out", out, prefix=_netns(client_ns), timeout=180)
     assert res.returncode == 0, res.stderr
     assert "through the hop" in res.stdout, res.stdout
     doc = json.loads((out / "run.json").read_text())
@@ -97,43 +103,87 @@ def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, in
     assert (hop_line["from_transport"], hop_line["to_transport"]) == (into, onward)
 
 
-def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_file, tmp_path):
-    """50 us on the hop's udp packets to the server: the hop's added round trip grows by it (one pass each
-    round trip), the direct path's does not. Judged by the minimum: on 2 loaded CPUs the median moves by tens of
-    microseconds from run to run, the minimum by a few."""
-    need_transport("tcp"), need_transport("udp")
+@pytest.mark.parametrize("experiment,into,figure", [("lat", "tcp", "rtt"), ("oneway", "udp", "oneway")])
+def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_file, tmp_path, experiment, into,
+                                                        figure):
+    """50 us on the hop's udp packets to the server: the hop's added latency grows by it (one pass: lat's
+    round trip passes it on the way there, oneway's message once), the direct path's does not. Judged by the
+    minimum: on 2 loaded CPUs the median moves by tens of microseconds from run to run, the minimum by a few."""
+    need_transport(into), need_transport("udp")
     (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
     server = f"{addr_s}:{port}"
     serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
     try:
         with forward(ns_g, addr_g, server, "udp", token_file) as (hop, _):
-            plain = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "plain")
+            plain = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "plain", experiment)
             with delay_line(ns_g, DELAY_US, ["-p", "udp", "-d", addr_s]) as line:
-                delayed = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "delayed")
+                delayed = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "delayed", experiment)
                 assert line.rule_packets() > 0
     finally:
         stop_serves(serves)
-    grew = (delayed["hop_added_rtt_ns"]["min"] - plain["hop_added_rtt_ns"]["min"]) / 1000
-    direct_moved = (delayed["direct_rtt_ns"]["min"] - plain["direct_rtt_ns"]["min"]) / 1000
-    print("hop added min us", plain["hop_added_rtt_ns"]["min"] / 1000, "->", delayed["hop_added_rtt_ns"]["min"] / 1000,
+    direct, added = f"direct_{figure}_ns", f"hop_added_{figure}_ns"
+    grew = (delayed[added]["min"] - plain[added]["min"]) / 1000
+    direct_moved = (delayed[direct]["min"] - plain[direct]["min"]) / 1000
+    print(experiment, "hop added min us", plain[added]["min"] / 1000, "->", delayed[added]["min"] / 1000,
           "direct min moved us", direct_moved)
     assert grew >= 0.8 * DELAY_US, (plain, delayed)
     assert direct_moved < 0.5 * DELAY_US, (plain, delayed)
 
 
+def test_oneway_through_the_hop_reports_its_added_one_way_latency(fm, three_hosts, token_file, tmp_path):
+    """oneway udp -> udp with the hop on the gateway host: run.json's "hop" compares one-way latency (the
+    server's receive stamp minus the client's send stamp, one clock on this host), direct and through the hop:
+    one more pass through a process and two links, never faster at the minimum."""
+    need_transport("udp")
+    (ns_c, _), (ns_g, addr_g), _ = three_hosts
+    with serving(fm, three_hosts, token_file) as server, \
+            forward(ns_g, addr_g, server, "udp", token_file) as (hop, proc):
+        point = via_hop(fm, tmp_path, ns_c, "udp", server, hop, token_file, "run", "oneway")
+        hop_line = json.loads(proc.stdout.readline())
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())["hop"]
+    assert doc["latency"] == "oneway" and "one pass through the hop" in doc["figure"], doc
+    added = point["hop_added_oneway_ns"]
+    assert added["p50"] == pytest.approx(point["through_oneway_ns"]["p50"] - point["direct_oneway_ns"]["p50"])
+    assert added["min"] > 0, point
+    # An event-mode hop that waited on the server's end, where nothing comes from, held each message behind
+    # that wait's whole slice.
+    assert point["through_oneway_ns"]["p50"] < WAIT_SLICE_MS * 1e6 / 5, point
+    assert hop_line["status"] == "ok" and hop_line["from_transport"] == "udp", hop_line
+
+
+@pytest.mark.parametrize("onward,prefix,says", [
+    ("udp", (), "only to a reliable transport"),
+    ("tcp", ANOTHER_HOST, "only with the client, the hop and the server on one host"),
+])
+def test_oneway_the_hop_cannot_carry_is_refused(fm, three_hosts, token_file, onward, prefix, says):
+    """oneway tcp -> udp: the server would read a sequence number the client never wrote (every message but
+    one a duplicate); a hop on a host of its own: the ends would fit the server's clock through the hop's relay,
+    not as the direct run does. Both refused with one line."""
+    need_transport("tcp"), need_transport(onward)
+    (ns_c, _), (ns_g, addr_g), _ = three_hosts
+    with serving(fm, three_hosts, token_file) as server, \
+            forward(ns_g, addr_g, server, onward, token_file, prefix=prefix) as (hop, _):
+        res = fm.run("oneway", "-t", "tcp", *ONEWAY, "--server", hop, "--token-file", token_file,
+                     prefix=_netns(ns_c), timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert says in one_line_error(res.stderr), res.stderr
+
+
 def test_a_bad_hop_request_is_refused_with_one_line(fm, three_hosts, token_file, tmp_path):
-    """A hop forwards round trips only: oneway through it is refused with one line, and the hop goes on."""
+    """A hop forwards a round trip or messages one way: bw through it is refused with one line, and the hop
+    goes on."""
     (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
     serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
     try:
         with forward(ns_g, addr_g, f"{addr_s}:{port}", "udp", token_file) as (hop, _):
-            res = fm.run("oneway", "-t", "udp", "--server", hop, "--token-file", token_file, prefix=_netns(ns_c),
+            res = fm.run("bw", "-t", "udp", "--server", hop, "--token-file", token_file, prefix=_netns(ns_c),
                          timeout=60)
             assert res.returncode == 2, res.stderr
             line = one_line_error(res.stderr)
-            assert "the hop forwards only experiments with one message in flight" in line, res.stderr
+            assert "the hop forwards only experiments with one message in flight (lat) or messages one way" in line, \
+                res.stderr
             point = via_hop(fm, tmp_path, ns_c, "tcp", f"{addr_s}:{port}", hop, token_file, "after")
             assert point["hop_added_rtt_ns"]["min"] > 0
     finally:
