@@ -82,7 +82,7 @@ def test_an_experiments_own_options_are_its_own():
     names = lambda exp: [o.name for o in experiment_command.options_of(exp)]
     assert "search" in names("load") and "search" not in names("lat")
     assert "slo" in names("lat") and "slo" not in names("bw")
-    assert "via-hop" in names("lat") and "via-hop" not in names("oneway")
+    assert "via-hop" in names("oneway") and "via-hop" not in names("check")
     assert names("bw") == [o.name for o in experiment_command.OPTIONS
                            if o.name not in ("slo", "search", "via-hop", "hop-rounds")]
 

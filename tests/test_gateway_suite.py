@@ -71,6 +71,11 @@ def test_via_hop_is_a_key_of_lat_points(tmp_path):
                     'via_hop = "10.0.0.3"\n[[matrix]]\nexperiment = "bw"\ntransport = "tcp"\n')
     points = {p.id: p.via_hop for p in suite.read(path, info).points}
     assert points == {"lat-tcp-busy-server-10.0.0.2_7000-via-hop-10.0.0.3": "10.0.0.3", "bw-tcp-busy": None}
+    # [defaults]' via_hop: the points of every experiment a hop forwards take it, the others not.
+    path.write_text('[defaults]\nserver = "10.0.0.2:7000"\nvia_hop = "10.0.0.3"\ntransport = "udp"\n[[matrix]]\n'
+                    'experiment = ["lat", "oneway", "stream", "bw"]\n')
+    assert {p.experiment: p.via_hop for p in suite.read(path, info).points} == \
+        {"lat": "10.0.0.3", "oneway": "10.0.0.3", "stream": "10.0.0.3", "bw": None}
     path.write_text('[defaults]\nexperiment = "bw"\n[[matrix]]\ntransport = "tcp"\nvia_hop = "10.0.0.3"\n')
     with pytest.raises(suite.SuiteError, match="'via_hop' does not apply to experiment 'bw'") as e:
         suite.read(path, info)
@@ -125,11 +130,11 @@ def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, tok
     section = section[:section.index("<h2", 4)] if "<h2" in section[4:] else section
     for transport in ("tcp", "udp"):
         assert f'alt="{transport}: round trip direct and through the hop per percentile"' in section
-        row = re.search(rf"<tr><td>{transport}</td><td>lat-{transport}-event</td><td>{re.escape(hop)}</td>"
+        row = re.search(rf"<tr><td>{transport}</td><td>round trip</td><td>lat-{transport}-event</td><td>{re.escape(hop)}</td>"
                         r"<td>88 B</td>((?:<td>[^<]*</td>){6})</tr>", section)
         assert row, section[:3000]
         direct, through, added = (float(c.replace(",", "")) for c in re.findall(r"<td>([^<]*)</td>", row.group(1))[:3])
         # Each shown to 0.01 us; from 10 ms up, to 1 us.
         rounding = 0.02 if max(direct, through) < 10000 else 1.5
         assert direct > 0 and through > 0 and added == pytest.approx(through - direct, abs=rounding)
-    assert "direct RTT p50" in section and "through the hop RTT p50" in section
+    assert "direct p50" in section and "through the hop p50" in section
