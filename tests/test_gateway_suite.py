@@ -130,7 +130,8 @@ def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, tok
     section = section[:section.index("<h2", 4)] if "<h2" in section[4:] else section
     for transport in ("tcp", "udp"):
         assert f'alt="{transport}: round trip direct and through the hop per percentile"' in section
-        row = re.search(rf"<tr><td>{transport}</td><td>round trip</td><td>lat-{transport}-event</td><td>{re.escape(hop)}</td>"
+        row = re.search(rf"<tr><td>{transport}</td><td>round trip</td><td>lat-{transport}-event</td>"
+                        rf"<td>{re.escape(hop)}</td>"
                         r"<td>88 B</td>((?:<td>[^<]*</td>){6})</tr>", section)
         assert row, section[:3000]
         direct, through, added = (float(c.replace(",", "")) for c in re.findall(r"<td>([^<]*)</td>", row.group(1))[:3])

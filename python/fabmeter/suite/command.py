@@ -19,9 +19,9 @@ OPTIONS = (
     CommandOption("server", "run every point against a server started elsewhere with `fabmeter serve` (overrides "
                             "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only",
                   metavar="HOST[:PORT]"),
-    CommandOption("via-hop", "with --server: every lat, oneway and stream point also through the forwarding hop at HOST[:PORT] "
-                             "(`fabmeter-engine forward --to SERVER` there), as `fabmeter lat --via-hop` (overrides "
-                             "the suite's `via_hop`)", metavar="HOST[:PORT]"),
+    CommandOption("via-hop", "with --server: every lat, oneway and stream point also through the forwarding hop at "
+                             "HOST[:PORT] (`fabmeter-engine forward --to SERVER` there), as `fabmeter lat --via-hop` "
+                             "(overrides the suite's `via_hop`)", metavar="HOST[:PORT]"),
     CommandOption("token-file", "the serves' shared secret, for every point that runs against one (default: "
                                 "$FABMETER_TOKEN)", metavar="F"),
     CommandOption("set", cut.SET_HELP, metavar="KEY=VALUE", repeat=True),

@@ -481,7 +481,8 @@ class _Keys:
                                      "engines)", lines.key("matrix", index, key))
         if "via_hop" in t and not hop.applies(exp):
             raise SuiteError(f"key 'via_hop' does not apply to experiment '{exp}' (a hop forwards "
-                             f"{hop.FORWARDED} only); put it in a [[matrix]] table of its own", lines.key("matrix", index, "via_hop"))
+                             f"{hop.FORWARDED} only); put it in a [[matrix]] table of its own",
+                             lines.key("matrix", index, "via_hop"))
         if "slo" in t and not slo_mod.applies(exp):
             raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
                              "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
