@@ -90,8 +90,8 @@ void check_pair(const Params& in, const Caps& caps_in, const Params& out, const 
 void check_clocks(const Params& p, const std::string& client_host, const std::string& server_host) {
   if (!experiment_for(p.experiment).peer_clock || (client_host == host_id() && server_host == host_id())) return;
   usage_error("the hop forwards " + p.experiment + " only with the client, the hop and the server on one host: " +
-              "its figure is the server's receive stamp minus the client's send stamp, read on one clock; across " +
-              "hosts the server's clock would be fitted through the hop, not as the direct run fits it");
+              "its figure is a stamp of the server's minus one of the client's, read on one clock; across hosts" +
+              " the server's clock would be fitted through the hop, not as the direct run fits it");
 }
 
 // The parameters of the hop's own end of session `p`: it waits as the hop's
