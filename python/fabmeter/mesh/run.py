@@ -147,6 +147,9 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
         if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
             spec.pool = series.Pool(spec.engine, slotted.engine_experiment(spec.slots, spec.experiment),
                                     pair_options(spec, spec.rank or 0, 0))
+            if spec.serve_port is None and spec.out is None and not spec.tool:   # pairs that run on the pool
+                first = next(patterns.iter_rounds(spec.pattern, spec.schedule, len(spec.hosts)), [])
+                spec.pool.start(None, sum(src == spec.rank for src, _ in first))
         try:
             return _rank_or_coordinator(spec, emit, warn, fwd)
         finally:
