@@ -185,9 +185,10 @@ def _rank_or_coordinator(spec: MeshSpec, emit: Callable[[dict], None], warn: Cal
 def first_lead_s(pairs: list, hostnames: list[Optional[str]]) -> float:
     """The first round's lead, before anything is measured: ROUND_LEAD_S (one engine client's connect) and
     LEAD_PER_ENGINE_S for each engine client (one a pair, on its source) that the busiest machine starts at once for
-    `pairs`, at most MAX_LEAD_S. Engines started together on shared CPUs get ready one after another (12 on 2 loaded
-    CPUs: up to 1.25 s after the plan went). Hosts of one hostname (`hostnames`, by rank: network namespaces of one
-    machine) are one machine, and so are those whose hostname is unknown."""
+    `pairs`, at most MAX_LEAD_S. Sessions opened together on shared CPUs get ready one after another (12 on 2 CPUs
+    at a load of 16, their engines started ahead: up to 1.0 s after the plan went). Hosts of one hostname
+    (`hostnames`, by rank: network namespaces of one machine) are one machine, and so are those whose hostname is
+    unknown."""
     engines = collections.Counter(hostnames[src] for src, _ in pairs)
     return min(MAX_LEAD_S, ROUND_LEAD_S + LEAD_PER_ENGINE_S * max(engines.values(), default=0))
 
