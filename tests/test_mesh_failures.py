@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from conftest import free_port, json_lines, one_line_error, tagged_engine_procs, wait_until
+from conftest import free_port, json_lines, one_line_error, wait_until
 from fabmeter.mesh import patterns
 from mesh_helpers import LOOPBACK4, SMALL, run_ranks
 
@@ -24,11 +26,15 @@ def test_a_host_that_never_starts(fm, token_file):
 
 
 def signal_mid_run(fm, args: list, clients: int, rank: int, sig: int, **popen) -> tuple[int, str, str, dict]:
-    """Four ranks on loopback, `sig` to `rank` once `clients` engine clients run: rank 0's (rc,
-    stdout, stderr) and the others' exit codes (a stopped rank is continued once rank 0 is done)."""
+    """Four ranks on loopback, `sig` to `rank` once `clients` engine clients began their point (their
+    FABMETER_TRACE_PHASES marks: a rank starts its first round's engines before the round, so that they run says
+    nothing): rank 0's (rc, stdout, stderr) and the others' exit codes (a stopped rank is continued once rank 0 is
+    done)."""
+    trace = Path(tempfile.mkdtemp()) / "phases"
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace))
     procs = {r: fm.popen("mesh", "--hosts", LOOPBACK4, "--rank", r, *args, **popen) for r in range(4)}
     try:
-        assert wait_until(lambda: sum(" run oneway " in p for p in tagged_engine_procs(fm.tag)) >= clients, 60)
+        assert wait_until(lambda: trace.exists() and trace.read_text().count("client point ") >= clients, 60)
         procs[rank].send_signal(sig)
         out, err = procs[0].communicate(timeout=90)
         procs[rank].send_signal(signal.SIGCONT)

@@ -41,6 +41,22 @@ def test_the_lead_is_twice_what_the_slowest_recent_engine_needed():
     assert quick.ns == int(mesh_run.MIN_LEAD_S * 1e9)
 
 
+def test_the_first_lead_grows_with_the_engines_one_machine_starts():
+    """Nothing is measured before the first round: its lead grows with the engine clients (one a pair, on its
+    source) the busiest machine starts at once; namespaces of one machine share a hostname."""
+    from fabmeter.mesh import patterns, run as mesh_run
+    chaotic = patterns.rounds("all-to-all", "chaotic", 4)[0]          # 12 pairs, 3 from each host
+    scheduled = patterns.rounds("all-to-all", "scheduled", 4)[0]      # 4 pairs, 1 from each host
+    one_machine, four_machines = ["vm"] * 4, ["a", "b", "c", "d"]
+    lead = mesh_run.first_lead_s
+    assert lead(chaotic, one_machine) == pytest.approx(mesh_run.ROUND_LEAD_S + 12 * mesh_run.LEAD_PER_ENGINE_S)
+    assert lead(chaotic, four_machines) == pytest.approx(mesh_run.ROUND_LEAD_S + 3 * mesh_run.LEAD_PER_ENGINE_S)
+    assert lead(scheduled, one_machine) == pytest.approx(mesh_run.ROUND_LEAD_S + 4 * mesh_run.LEAD_PER_ENGINE_S)
+    assert lead(chaotic, [None, None, "c", "d"]) == lead(chaotic, ["x", "x", "c", "d"])   # unknown: shared
+    assert lead([], one_machine) == mesh_run.ROUND_LEAD_S
+    assert lead(patterns.rounds("all-to-all", "chaotic", 64)[0], ["vm"] * 64) == mesh_run.MAX_LEAD_S
+
+
 @pytest.mark.parametrize("poll", ["busy", "event"])
 def test_the_engine_starts_its_first_point_at_the_given_instant(fm, engine, poll):
     """`fabmeter-engine run --start-at NS`, as mesh starts a round's pairs: the

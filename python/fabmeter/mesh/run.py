@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
@@ -46,9 +46,10 @@ DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/
 DEFAULT_MESH_PORT = DEFAULT_SERVE_PORT + 1
 EXPERIMENTS = ("oneway", "lat", "bw", "stream", "load")
 CLOCK_PINGS = 8                  # per rank; the lowest-delay one sets the offset
-ROUND_LEAD_S = 1.0               # the first round's start time is sent this far ahead: an engine client takes ~0.3 s to
-MIN_LEAD_S = 0.2                 # connect; the next rounds' lead is what they took (Lead), never less than this,
-MAX_LEAD_S = 30.0                # nor more than this
+ROUND_LEAD_S = 1.0               # the first round's start time is sent this far ahead, and more (first_lead_s): an
+MIN_LEAD_S = 0.2                 # engine client takes ~0.3 s to connect; the next rounds' lead is what they took
+MAX_LEAD_S = 30.0                # (Lead), never less than this, nor more than this
+LEAD_PER_ENGINE_S = 0.1          # the first round's lead grows by this for each engine client one machine starts for it
 LEAD_WINDOW = 4                  # rounds whose slowest engine sets the lead
 HEARTBEAT_S = 1.0                # a rank says it is alive this often; silent for the control timeout more: lost
 MAX_MESSAGE = 300                # characters of a pair's error message kept
@@ -80,7 +81,7 @@ class MeshSpec:
     # the first round's lead, and how many rounds (None: all).
     run_pair: Optional[Callable[..., dict]] = None
     identity: Optional[Callable[[], Optional[dict]]] = None
-    lead_s: float = ROUND_LEAD_S
+    lead_s: Optional[float] = None                # None: first_lead_s
     max_rounds: Optional[int] = None
     pool: Optional[series.Pool] = None           # the engine clients that run this rank's pairs one after another
 
@@ -146,6 +147,9 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
         if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
             spec.pool = series.Pool(spec.engine, slotted.engine_experiment(spec.slots, spec.experiment),
                                     pair_options(spec, spec.rank or 0, 0))
+            if spec.serve_port is None and spec.out is None and not spec.tool:   # pairs that run on the pool
+                first = next(patterns.iter_rounds(spec.pattern, spec.schedule, len(spec.hosts)), [])
+                spec.pool.start(None, sum(src == spec.rank for src, _ in first))
         try:
             return _rank_or_coordinator(spec, emit, warn, fwd)
         finally:
@@ -176,6 +180,25 @@ def _rank_or_coordinator(spec: MeshSpec, emit: Callable[[dict], None], warn: Cal
         if launched:        # after "done" each rank ends by itself; else now
             launched.stop(spec.timeout_s if finished else 0)
         server.stop()
+
+
+def first_lead_s(pairs: list, hostnames: list[Optional[str]]) -> float:
+    """The first round's lead, before anything is measured: ROUND_LEAD_S (one engine client's connect) and
+    LEAD_PER_ENGINE_S for each engine client (one a pair, on its source) that the busiest machine starts at once for
+    `pairs`, at most MAX_LEAD_S. Sessions opened together on shared CPUs get ready one after another (12 on 2 CPUs
+    at a load of 16, their engines started ahead: up to 1.0 s after the plan went). Hosts of one hostname
+    (`hostnames`, by rank: network namespaces of one machine) are one machine, and so are those whose hostname is
+    unknown."""
+    engines = collections.Counter(hostnames[src] for src, _ in pairs)
+    return min(MAX_LEAD_S, ROUND_LEAD_S + LEAD_PER_ENGINE_S * max(engines.values(), default=0))
+
+
+def _first_round_lead(spec: MeshSpec, rounds: Iterator[list], hostnames: list[Optional[str]]
+                      ) -> tuple["Lead", Iterator[list]]:
+    """The Lead for `rounds` (spec.lead_s if set, else first_lead_s of the first round), and the rounds again."""
+    first = next(rounds, [])
+    lead = Lead(spec.lead_s if spec.lead_s is not None else first_lead_s(first, hostnames))
+    return lead, itertools.chain([first], rounds)
 
 
 class Lead:
@@ -395,9 +418,9 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         summary.outlier_rule = spec.outlier_rule
         summary.slots = spec.slots
         summary.tool = spec.tool
-        lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), spec.lead_s, MAX_LEAD_S) if spec.slots
-                    else spec.lead_s)
-        rounds = itertools.islice(patterns.iter_rounds(spec.pattern, spec.schedule, n), spec.max_rounds)
+        lead, rounds = _first_round_lead(
+            spec, itertools.islice(patterns.iter_rounds(spec.pattern, spec.schedule, n), spec.max_rounds),
+            [e.get("hostname") if e else None for e in summary.environments])
         pairs: list = []
         try:
             for index, pairs in enumerate(rounds):
@@ -621,9 +644,8 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     summary.outlier_rule = spec.outlier_rule
     summary.slots = spec.slots
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
-    lead = Lead(slotted.lead_s(len(patterns.pairs(spec.pattern, n)), ROUND_LEAD_S, MAX_LEAD_S) if spec.slots
-                else ROUND_LEAD_S)
-    rounds = patterns.iter_rounds(spec.pattern, spec.schedule, n)
+    # No host's identity is known before its engines' start lines: all count as one machine.
+    lead, rounds = _first_round_lead(spec, patterns.iter_rounds(spec.pattern, spec.schedule, n), [None] * n)
     pairs: list = []
     try:
         for index, pairs in enumerate(rounds):

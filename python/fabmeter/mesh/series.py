@@ -98,6 +98,16 @@ class Pool:
         self.every: list[Series] = []
         self.lock = threading.Lock()
 
+    def start(self, via: Optional[str], count: int) -> None:
+        """Starts `count` idle engines for `via` ahead of their runs: a round's engines that start only with its
+        plan load and calibrate inside its lead, all at once (12 on 2 loaded CPUs: ready up to 350 ms after a 2.2 s
+        lead)."""
+        with self.lock:
+            for _ in range(count):
+                series = Series(self.engine, self.experiment, self.options, via)
+                self.every.append(series)
+                self.idle.setdefault(via, []).append(series)
+
     def run(self, server: str, start_at_ns: Optional[int], via: Optional[str],
             on_start: Callable[[dict], None]) -> tuple[run.RunResult, int]:
         """One run on an idle engine for `via` (else a new one): its result, and which run of that engine it was."""

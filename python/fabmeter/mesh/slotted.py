@@ -40,16 +40,6 @@ BULK = "bw"                  # the experiment slotted runs as bulk transfers, ea
 # bw's options a slotted step takes another way (-s: its values, --iters: its --count) or that mean nothing there
 # (one message a slot: none in flight to bound, no series to bin).
 BULK_ONLY = ("size", "iters", "tx_depth", "series_ms")
-# The plan goes out this much earlier a pair: its one round starts every engine at once, and a step due before its
-# engine is ready is missed (56 engines on 2 loaded CPUs were ready up to 2 s after a 1 s lead).
-LEAD_PER_PAIR_S = 0.1
-
-
-def lead_s(pairs: int, least_s: float, most_s: float) -> float:
-    """How far ahead of its instant the slotted round's plan is sent."""
-    return min(most_s, least_s + LEAD_PER_PAIR_S * pairs)
-
-
 def residue(src: int, dst: int, n: int) -> int:
     """The slot of pair (src, dst) within each period of n - 1 slots."""
     return (dst - src - 1) % n
