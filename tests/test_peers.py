@@ -447,3 +447,15 @@ def test_cli_side_by_side(engine, tmp_path):
     assert (tmp_path / "fabmeter" / "lat-tcp-busy" / "run.json").is_file()
     table = _cli("--tools", "iperf3", "-n", "300").stdout
     assert "iperf3" in table and "Gbit/s" in table and "[1] iperf3" in table
+
+
+def test_run_case_checks_knobs_for_every_adapter(monkeypatch):
+    """run_case is the one entry point: a case the asked-for knobs would misdescribe is refused before any
+    adapter's `measure` runs, mpibench's (which measures without the base's server and client) included."""
+    for tool, peer in PEERS.items():
+        monkeypatch.setattr(peer, "measure", lambda *a, tool=tool: pytest.fail(f"{tool} measured a refused case"))
+        bw = next((c for c in peer.cases if c.experiment == "bw"), None)
+        if bw is not None and not peer.bidir:
+            with pytest.raises(Unsupported, match="--bidir"):
+                peer.run_case(bw, PeerRun(bidir=True))
+    assert not PEERS["fabmeter-mpibench"].bidir

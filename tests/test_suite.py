@@ -6,6 +6,7 @@ are real (tiny) runs of the real engine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from conftest import REPO, free_port, one_line_error
 from fabmeter.engine import engine_info
 from fabmeter.options import Options
 from fabmeter.suite import read as suite
-from fabmeter.suite import runner
+from fabmeter.suite import limits, runner
 from fabmeter.suite.runner import run_suite
 
 
@@ -268,6 +269,22 @@ def _run_doc(folder: Path) -> dict:
     return json.loads((folder / "run.json").read_text())
 
 
+def test_a_poll_event_point_is_finished_as_the_engine_resolves_it(tmp_path, info, engine):
+    """A point given poll = "event" is finished after its run: what it asks for is compared with run.json's
+    params as the engine resolves them (its dry run's: --poll sets poll_recv and poll_send), not by a copy of
+    that rule, so an engine that resolved it otherwise would run the point again."""
+    s = _read(tmp_path, info, '[[matrix]]\nexperiment = "lat"\ntransport = "udp"\npoll = "event"\niters = 200\n')
+    out = tmp_path / "out"
+    assert run_suite(s, out, str(engine), None, None) == 0
+    [p] = s.points
+    plan = limits.plan_of(str(engine), p, s.options)
+    params = _run_doc(out / p.id)["config"]["params"]
+    assert (params["poll"], params["poll_recv"], params["poll_send"]) == ("event", "event", "event")
+    assert plan.params == params and runner.is_finished(out / p.id, p, plan)
+    other_rule = dataclasses.replace(plan, params={**plan.params, "poll_send": "busy"})
+    assert not runner.is_finished(out / p.id, p, other_rule)
+
+
 def test_suite_runs_resumes_and_reruns_changed_points(fm, tmp_path, info):
     missing = _not_built(info)
     extra = f'\n[[matrix]]\nexperiment = "lat"\ntransport = "{missing}"\n' if missing else ""
@@ -447,7 +464,7 @@ def test_a_mesh_point_runs_in_the_suites_own_process(tmp_path, info, engine, tok
     assert sorted((q["src"], q["dst"]) for q in doc["pairs"]) == [(0, 1), (1, 0)]
     assert doc["command"][:4] == ["fabmeter", "mesh", "--launch", "local"] and "--token-file" in doc["command"]
     # Its pattern and schedule not given, the mesh ran mesh's defaults: the point is finished, not run again.
-    assert runner.is_finished(out / p.id, p, s.options)
+    assert runner.is_finished(out / p.id, p, None)
 
 
 def test_a_mesh_point_that_breaks_fails_alone(tmp_path, info, engine):

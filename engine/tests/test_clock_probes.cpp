@@ -48,7 +48,7 @@ TEST(ClockProbeStamps, AnHonestFrameBecomesProbes) {
   EXPECT_EQ(dropped, 4u);
   ASSERT_EQ(probes.size(), 2u);
   EXPECT_DOUBLE_EQ(probes[0].sent_ns, 1e6);
-  EXPECT_DOUBLE_EQ(probes[0].peer_ns, 5001000.5);
+  EXPECT_DOUBLE_EQ(probes[0].remote_ns, 5001000.5);
   EXPECT_DOUBLE_EQ(probes[0].received_ns, 1e6 + 1e4);
   EXPECT_DOUBLE_EQ(probes[0].delay_ns(), 9000);
   EXPECT_DOUBLE_EQ(probes[1].sent_ns, 1e6 + 63e5);

@@ -171,7 +171,7 @@ TEST(ClockSync, AReadingOffTheFitByMoreThanARoundTripIsRefused) {
   ClockEstimator est;
   for (int w = 0; w < 6; ++w) {
     ClockProbe p = probe(peer, kStart + w * 1e9, 10e3, 10e3);
-    if (w == 3) p.peer_ns += 1e6;  // one burst's replies moved by 1 ms
+    if (w == 3) p.remote_ns += 1e6;  // one burst's replies moved by 1 ms
     est.add(p);
     est.close_window();
   }

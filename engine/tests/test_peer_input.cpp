@@ -100,7 +100,7 @@ TEST(PeerParse, BwCountsAreChecked) {
 
 TEST(PeerParse, ClockProbeAnswersAreChecked) {
   const fm::ClockProbe ok = fm::read_probe_answer("123456789.250 800.000", 1000, 21000);
-  EXPECT_EQ(ok.peer_ns, 123456789.25);
+  EXPECT_EQ(ok.remote_ns, 123456789.25);
   EXPECT_EQ(ok.turnaround_ns, 800);
   EXPECT_EQ(ok.delay_ns(), 19200);
   EXPECT_NE(fm_error([] { fm::read_probe_answer("123456789.250", 0, 1e4); }).find("TIME TURNAROUND"), std::string::npos);

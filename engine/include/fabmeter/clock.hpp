@@ -20,12 +20,12 @@ namespace fm {
 enum class ClockSource { tsc, tsc_cpu, monotonic };
 
 // A test hook, like FABMETER_TRACE_PHASES: FABMETER_CLOCK_SKEW=OFFSET_NS,DRIFT_PPM
-// in an engine's environment (set by whoever starts it, never by a peer)
+// in an engine's environment (set by whoever starts it, never by a remote end)
 // makes every time it reads run off as a bad oscillator's would: at
 // CLOCK_MONOTONIC_RAW time t (ns since boot) it reads
 // t + OFFSET_NS + DRIFT_PPM * 1e-6 * t. TSC and clock_gettime alike, as the
 // skew is folded into the conversion of ticks to ns (nothing on the hot
-// path). Such an engine counts as another host (host_id), so its peer
+// path). Such an engine counts as another host (host_id), so the other end
 // synchronises clocks with it even on one machine.
 struct ClockSkew {
   double offset_ns;

@@ -1,10 +1,10 @@
-// A peer's clock on ours, from round-trip probes: offset and drift, fitted
+// The other end's clock on ours, from round-trip probes: offset and drift, fitted
 // over the whole run, with a guaranteed error bound.
 //
-// A probe is sent at local time s, stamped by the peer at p on arrival, and
-// answered after the peer's turnaround a; its answer arrives at local time r.
+// A probe is sent at local time s, stamped by the other end at p on arrival, and
+// answered after the other end's turnaround a; its answer arrives at local time r.
 // The two one-way delays add up to d = (r - s) - a. If they are equal, the
-// peer stamped at local time s + d/2 and the offset (peer - local) was
+// other end stamped at local time s + d/2 and the offset (remote - local) was
 // p - s - d/2; whatever their split, the truth lies within +- d/2 of that.
 // Probes can never see that split (path asymmetry): only its bound.
 //
@@ -16,7 +16,7 @@
 // between the first and the last kept probe, not beyond: correct only what
 // the probes bracket.
 //
-// What a real clock can do bounds what the peer's replies may say; a fit
+// What a real clock can do bounds what the other end's replies may say; a fit
 // beyond it is a fault or a lie, never a figure (implausible_fit):
 // - every reading within kMaxClockNs of 0 (an int64 of ns with a margin),
 //   so neither the offset nor its application to any stamp can overflow;
@@ -45,18 +45,18 @@ inline constexpr double kStampSlackNs = 1000;
 // How a refused fit's one line begins.
 inline constexpr const char* kImplausibleClock = "the server's clock replies are implausible: ";
 
-// All times in ns; local times on our clock, peer times on the peer's.
+// All times in ns; local times on our clock, remote times on the other end's.
 struct ClockProbe {
   double sent_ns;        // local, before the probe left
-  double peer_ns;        // peer, when the probe arrived there
+  double remote_ns;        // the other end, when the probe arrived there
   double received_ns;    // local, when the answer arrived
-  double turnaround_ns;  // peer, from its arrival stamp to its answer (0 if not reported)
+  double turnaround_ns;  // the other end, from its arrival stamp to its answer (0 if not reported)
   double delay_ns() const { return received_ns - sent_ns - turnaround_ns; }
 };
 
 struct ClockFit {
   double ref_ns = 0;          // local time the offset is given at (mean of the kept probes' times)
-  double offset_ns = 0;       // peer - local at ref_ns
+  double offset_ns = 0;       // remote - local at ref_ns
   double drift = 0;           // d(offset)/d(local time): 1e-6 is 1 ppm
   double error_bound_ns = 0;  // over the span: the largest (half delay + residual) of the kept probes
   double span_ns = 0;         // first to last kept probe
@@ -64,8 +64,8 @@ struct ClockFit {
   uint64_t kept = 0;          // probes the fit uses (one per window)
 
   double offset_at(double local_ns) const { return offset_ns + drift * (local_ns - ref_ns); }
-  // The local time at which our clock read what the peer's read `peer_ns`.
-  double to_local(double peer_ns) const { return ref_ns + (peer_ns - ref_ns - offset_ns) / (1 + drift); }
+  // The local time at which our clock read what the other end's read `remote_ns`.
+  double to_local(double remote_ns) const { return ref_ns + (remote_ns - ref_ns - offset_ns) / (1 + drift); }
   double drift_ppm() const { return drift * 1e6; }
 };
 
@@ -85,7 +85,7 @@ class ClockEstimator {
   uint64_t probes_ = 0;
 };
 
-// A peer's reading of its clock (ns) a real clock could give.
+// The other end's reading of its clock (ns) a real clock could give.
 bool plausible_reading(double ns);
 // Why `f`, fitted over `kept`, is no real clock; empty if it may be.
 std::string implausible_fit(const ClockFit& f, std::span<const ClockProbe> kept);

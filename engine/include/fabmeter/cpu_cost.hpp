@@ -77,7 +77,7 @@ class CpuWindow {
   bool ended_ = false;
 };
 
-// What a peer's side may claim, from the point's plan: its process had at
+// What the other end's side may claim, from the point's plan: its process had at
 // most `threads` threads on a CPU at once (the plan's flows or server
 // threads and the engine's own: kOwnThreads) and counted at most
 // `max_count` units.
@@ -89,7 +89,7 @@ struct CpuSidePlan {
   uint64_t max_count = 9007199254740992ull;  // 2^53: exact in a double
 };
 
-// A peer's side as it sent it (at most ctrl.hpp's kMaxCpuFrame bytes): parsed with nlohmann/json, every field
+// The other end's side as it sent it (at most ctrl.hpp's kMaxCpuFrame bytes): parsed with nlohmann/json, every field
 // checked (names, types, ranges, at most 1024 CPUs), then the fields against
 // each other and the plan (cpu_s = user_s + system_s <= window_s x threads,
 // utilization = cpu_s / window_s, per_message_ns = cpu_s / count, count <=

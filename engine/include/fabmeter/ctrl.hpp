@@ -42,7 +42,7 @@ constexpr uint32_t kMaxFrameDefault = 16 * 1024;
 constexpr uint32_t kMaxWelcome = 64 * 1024;  // host id + the server's environment JSON
 constexpr uint32_t kMaxText = 4096;          // refuse / fail reasons
 constexpr uint32_t kMaxCpuFrame = 32 * 1024; // a side's CPU cost (cpu_cost.hpp), pinned CPUs listed
-// The end that closes first waits this long at most for its peer to read the
+// The end that closes first waits this long at most for the other end to read the
 // last frame and close too: a client after its bye, a session after its end.
 constexpr uint32_t kCloseDrainMs = 1000;
 
@@ -62,7 +62,7 @@ std::string check_frame_header(const unsigned char* hdr, CtrlType expect, uint32
                                FrameHeader* out);
 std::string check_frame_type(CtrlType got, CtrlType expect);
 const char* ctrl_type_name(CtrlType t);
-// Peer text (refuse/fail reasons) made one printable line, at most kMaxText bytes.
+// The other end's text (refuse/fail reasons) made one printable line, at most kMaxText bytes.
 std::string printable_line(std::string_view s);
 
 class Heartbeat;
@@ -86,7 +86,7 @@ class Ctrl {
   // no heartbeat slips between the two.
   void send_then_authenticate(CtrlType t, std::string_view payload, std::string_view key, bool server);
   bool authenticated() const { return auth_ != nullptr; }
-  // Never throws: a peer that is gone shows up at the next peek or recv.
+  // Never throws: a remote end that is gone shows up at the next peek or recv.
   bool send_heartbeat() noexcept;
   // Waits up to the timeout for the next message, skipping heartbeats; a
   // different type than expected, an invalid or oversized frame, EOF or
@@ -95,7 +95,7 @@ class Ctrl {
   // The next frame of any type but a heartbeat, its type in *type: refuse
   // and fail come back as frames (a hop passes them on: forward.hpp).
   std::string recv_any(CtrlType* type, const char* what);
-  // Sends mine, returns the peer's (both ends call it).
+  // Sends mine, returns the other end's (both ends call it).
   std::string exchange(std::string_view mine, const char* what);
   void barrier(const char* what);
 
@@ -106,8 +106,8 @@ class Ctrl {
   // Frames received so far, heartbeats included: the guard's proof of life.
   uint64_t frames_in() const { return frames_in_; }
   // From now on a wait in recv() also ends when nothing at all came from
-  // the peer for `ms` (its Heartbeat thread beats even while it computes):
-  // a frozen peer is noticed without waiting out the whole timeout. 0: off.
+  // the other end for `ms` (its Heartbeat thread beats even while it computes):
+  // a frozen remote end is noticed without waiting out the whole timeout. 0: off.
   void expect_heartbeats(uint32_t ms) { silence_ms_ = ms; }
   uint32_t silence_ms() const { return silence_ms_; }
 
@@ -116,10 +116,10 @@ class Ctrl {
   void set_max_frame(uint64_t bytes) { max_frame_ = bytes > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(bytes); }
   uint32_t max_frame() const { return max_frame_; }
 
-  // Ends the connection so that our last frames reach the peer: a plain
+  // Ends the connection so that our last frames reach the other end: a plain
   // close() with unread input (its heartbeats) resets the connection, and
-  // the peer's kernel then drops what it had not read yet (our reason).
-  // Stops sending, discards input until the peer closes or `ms` passes.
+  // the other end's kernel then drops what it had not read yet (our reason).
+  // Stops sending, discards input until the other end closes or `ms` passes.
   // A Heartbeat on this channel is stopped first, so that the close here is
   // the socket's last reference (see Heartbeat).
   void close_draining(uint32_t ms) noexcept;
@@ -150,13 +150,13 @@ class Ctrl {
 };
 
 // Proof of life, as PeerWatch and the measuring loops' Guard read it: a frame
-// came in since the last look, or a message waits unread (the peer's next
+// came in since the last look, or a message waits unread (the other end's next
 // step, e.g. its barrier after a tcp connect whose last ACK was lost, holds
-// back the heartbeats behind it: the peer is alive, and the wait's own
+// back the heartbeats behind it: the other end is alive, and the wait's own
 // deadline bounds it).
-class PeerHeard {
+class RemoteHeard {
  public:
-  explicit PeerHeard(const Ctrl& ctrl) : frames_(ctrl.frames_in()) {}
+  explicit RemoteHeard(const Ctrl& ctrl) : frames_(ctrl.frames_in()) {}
   bool since_last(const Ctrl& ctrl, Ctrl::Peek peek) {
     if (ctrl.frames_in() == frames_ && peek != Ctrl::Peek::message) return false;
     frames_ = ctrl.frames_in();
@@ -168,9 +168,9 @@ class PeerHeard {
 };
 
 // For a wait outside recv() (a data listener's accept, a library's
-// connection handshake): check() ends it, as recv() would, when the peer
+// connection handshake): check() ends it, as recv() would, when the other end
 // closes the control channel or, heartbeats expected, falls silent; so a
-// peer that dies or freezes while transports connect costs the other side
+// remote end that dies or freezes while transports connect costs the other side
 // kSilenceMs, not the whole --timeout-ms. Call check() between short waits
 // (transport.hpp's kWaitSliceMs); it polls the channel without blocking.
 class PeerWatch {
@@ -180,14 +180,14 @@ class PeerWatch {
 
  private:
   const Ctrl& ctrl_;
-  PeerHeard peer_heard_;
+  RemoteHeard remote_heard_;
   uint64_t heard_ns_;
 };
 
 // A session's proof of life: a thread that sends a heartbeat frame every
 // kHeartbeatMs for as long as it exists, whatever the session's own thread
 // is doing (measuring, computing, writing). A SIGSTOPped process stops all
-// its threads, so the peer notices it after kSilenceMs.
+// its threads, so the other end notices it after kSilenceMs.
 //
 // The beat thread takes a descriptor table of its own holding the control
 // socket alone. While two threads share a table, every system call on a

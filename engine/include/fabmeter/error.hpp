@@ -1,5 +1,5 @@
 // Errors that end a run. The kind decides the exit code, so a user (or the
-// Python orchestrator) can tell bad input from a failed peer.
+// Python orchestrator) can tell bad input from a failed remote end.
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -8,7 +8,7 @@ namespace fm {
 
 enum class ErrorKind {
   usage = 2,     // bad argument or impossible combination: fix the command
-  runtime = 3,   // peer lost, timeout, system call failed
+  runtime = 3,   // remote end lost, timeout, system call failed
 };
 
 struct Error : std::runtime_error {

@@ -3,7 +3,7 @@
 // the RDMA device of a verbs or ofi run, the host's latency settings and the
 // NUMA locality of the device against the pinned CPU. Read once before a
 // session's points, never on the data path. A fact the machine does not
-// give is null, never guessed. The result stays inside the bounds a peer's
+// give is null, never guessed. The result stays inside the bounds the other end's
 // environment is checked against (handshake.hpp: decode_env): lists are cut
 // at kMaxListed entries, with their full count beside them, and left out
 // (null) when the whole would exceed kMaxFabricBytes.

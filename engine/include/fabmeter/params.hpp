@@ -178,7 +178,7 @@ struct Params : CommonOptions {
   TcpOptions tcp;
 
   // Options named on this end's command line, so one given at its default
-  // value is still checked for applying (the peer only sees values).
+  // value is still checked for applying (the other end only sees values).
   std::vector<std::string> given;
   bool named(std::string_view option) const { return std::find(given.begin(), given.end(), option) != given.end(); }
 };

@@ -46,9 +46,9 @@ class StampedUdp {
   StampedUdp& operator=(const StampedUdp&) = delete;
 
   uint16_t port() const { return port_; }
-  // Only `peer` (address and port) may send to us from now on: the kernel
+  // Only `remote` (address and port) may send to us from now on: the kernel
   // drops datagrams from anyone else.
-  void connect(const sockaddr_storage& peer, uint16_t port);
+  void connect(const sockaddr_storage& remote, uint16_t port);
 
   // Non-blocking send; false if the kernel did not take the datagram. The
   // n-th datagram taken (from 0) gets TX stamp id n.

@@ -57,10 +57,10 @@ struct Caps {
   // --poll-send differ): no event channel on the send side of its own;
   // nullptr: each side waits on its own.
   const char* one_poll_mode = nullptr;
-  // Why a sleeping end (--poll event) wakes only when its peer, in event
+  // Why a sleeping end (--poll event) wakes only when the other end, in event
   // mode too, wakes it: both ends of a connection must wait alike (a
   // forwarding hop's end takes its session's mode); nullptr: the kernel or
-  // the device wakes it whatever the peer does.
+  // the device wakes it whatever the other end does.
   const char* woken_by_peer = nullptr;
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
   // Why this transport, as configured, carries one connection per session

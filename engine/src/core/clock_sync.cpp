@@ -7,9 +7,9 @@
 namespace fm {
 
 namespace {
-// When the peer stamped, on our clock, and the offset then: symmetric delays assumed.
+// When the other end stamped, on our clock, and the offset then: symmetric delays assumed.
 double local_time(const ClockProbe& p) { return p.sent_ns + p.delay_ns() / 2; }
-double offset_of(const ClockProbe& p) { return p.peer_ns - local_time(p); }
+double offset_of(const ClockProbe& p) { return p.remote_ns - local_time(p); }
 }  // namespace
 
 void ClockEstimator::add(const ClockProbe& probe) {

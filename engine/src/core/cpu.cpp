@@ -78,7 +78,7 @@ std::string host_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(f, id);
-  // A skewed clock (FABMETER_CLOCK_SKEW) shares nothing with its peer's.
+  // A skewed clock (FABMETER_CLOCK_SKEW) shares nothing with the other end's.
   if (clock_skew_from_env()) id += "+clock-skew";
   return id;
 }

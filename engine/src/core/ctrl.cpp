@@ -302,7 +302,7 @@ void Ctrl::send_then_authenticate(CtrlType t, std::string_view payload, std::str
 }
 
 void Ctrl::send_locked(CtrlType t, std::string_view payload) {
-  // Reasons are cut to what the peer accepts rather than lost with the session.
+  // Reasons are cut to what the other end accepts rather than lost with the session.
   if ((t == CtrlType::refuse || t == CtrlType::fail) && payload.size() > kMaxText) payload = payload.substr(0, kMaxText);
   const std::string tag = auth_ ? auth_->seal(static_cast<uint8_t>(t), payload) : std::string();
   if (payload.size() > UINT32_MAX - tag.size()) runtime_error("control channel: message too large");
@@ -350,7 +350,7 @@ std::string Ctrl::recv(CtrlType expect, const char* what) { return read_frame(ex
 std::string Ctrl::recv_any(CtrlType* type, const char* what) { return read_frame(CtrlType::hello, type, what); }
 
 std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
-  // Heartbeats do not extend the deadline: a peer that only beats is no answer.
+  // Heartbeats do not extend the deadline: a remote end that only beats is no answer.
   const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
   const uint32_t tag_bytes = auth_ ? kTagBytes : 0;
   for (;;) {
@@ -412,7 +412,7 @@ Heartbeat::Heartbeat(Ctrl& ctrl) : ctrl_(ctrl) {
     {
       std::unique_lock lock(mu_);
       while (!cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs), [this] { return stop_; }))
-        if (!ctrl_.send_heartbeat()) break;  // the peer is gone: the session finds out itself
+        if (!ctrl_.send_heartbeat()) break;  // the other end is gone: the session finds out itself
     }
     if (own_table) ::close(fd);
   });
@@ -433,14 +433,14 @@ Heartbeat::~Heartbeat() {
   ctrl_.expect_heartbeats(0);
 }
 
-PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), peer_heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
+PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), remote_heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
 
 void PeerWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
     runtime_error("the other end closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
-  if (peer_heard_.since_last(ctrl_, peek)) heard_ns_ = now;
+  if (remote_heard_.since_last(ctrl_, peek)) heard_ns_ = now;
   if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
     runtime_error("the other end stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
                   " s; frozen?) (while waiting for " + what + ")");
@@ -449,7 +449,7 @@ void PeerWatch::check(const std::string& what) {
 Ctrl::Peek Ctrl::peek() const {
   // A heartbeat: its header and, authenticated, its tag.
   const size_t beat = kFrameHeaderBytes + (auth_ ? kTagBytes : 0);
-  // Bounded, so a peer flooding heartbeats cannot keep the caller here.
+  // Bounded, so a remote end flooding heartbeats cannot keep the caller here.
   for (int beats = 0; beats < 64; ++beats) {
     pollfd pfd{fd_, POLLIN, 0};
     if (::poll(&pfd, 1, 0) <= 0) return Peek::nothing;

@@ -534,7 +534,7 @@ std::string encode_params(const Params& p) {
 }
 
 // A hello is a few hundred bytes; these bounds leave room for growth and
-// stop a peer from making the server parse or keep more.
+// stop a remote end from making the server parse or keep more.
 constexpr size_t kMaxParamsBytes = 16 << 10;
 constexpr size_t kMaxParamLine = 1024;
 

@@ -110,8 +110,8 @@ bool StampedUdp::clock_stepped() {
   return true;
 }
 
-void StampedUdp::connect(const sockaddr_storage& peer, uint16_t port) {
-  sockaddr_storage to = peer;
+void StampedUdp::connect(const sockaddr_storage& remote, uint16_t port) {
+  sockaddr_storage to = remote;
   set_port(to, port);
   if (::connect(fd_, reinterpret_cast<const sockaddr*>(&to), addr_len(to)) != 0) sys_error("clock probe socket: connect");
 }

@@ -64,7 +64,7 @@ struct BwSide {
     for (uint64_t n : series) msgs += (msgs.empty() ? "" : ",") + std::to_string(n);
     return JsonObj().add("bin_ns", series_bin_ns).add_raw("msgs", "[" + msgs + "]").str();
   }
-  // Space-separated fields, each checked: the peer's text is untrusted.
+  // Space-separated fields, each checked: the other end's text is untrusted.
   static BwSide decode(std::string_view text) {
     std::string_view s = text;
     std::vector<std::string_view> f;
@@ -232,8 +232,8 @@ BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint
   const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   const uint32_t len = static_cast<uint32_t>(size);
   BwSide me;
-  uint64_t peer_sent = UINT64_MAX, t_send0 = clk.ticks(), t_send_end = 0;
-  uint64_t t_stop = UINT64_MAX, t_peer_done = 0;
+  uint64_t remote_sent = UINT64_MAX, t_send0 = clk.ticks(), t_send_end = 0;
+  uint64_t t_stop = UINT64_MAX, t_remote_done = 0;
   bool announced = false;
   Status st = Status::ok;
   if (mode.sends && !warmup) c.cpu.begin();
@@ -294,9 +294,9 @@ BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint
       stamp();
       progressed = true;
     }
-    const uint64_t expected = mode.own_answers ? me.sent : peer_sent;
-    if (announced && peer_sent != UINT64_MAX && me.received >= expected) break;
-    // Busy or idle, the guard runs now and then: heartbeats, the peer's count.
+    const uint64_t expected = mode.own_answers ? me.sent : remote_sent;
+    if (announced && remote_sent != UINT64_MAX && me.received >= expected) break;
+    // Busy or idle, the guard runs now and then: heartbeats, the other end's count.
     if (progressed) {
       idle = 0;
       if (++busy % kTickStride) continue;
@@ -308,19 +308,19 @@ BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint
     st = g.check(t);
     if (st == Status::ctrl_pending) {
       st = Status::ok;
-      // Only the first message is the count; a second one is the peer, done
+      // Only the first message is the count; a second one is the other end, done
       // already, waiting for our counts: the drain deadline below ends it.
-      if (peer_sent == UINT64_MAX) {
-        peer_sent = recv_count(c.ctrl, "bw sent count");
-        t_peer_done = clk.ticks();
+      if (remote_sent == UINT64_MAX) {
+        remote_sent = recv_count(c.ctrl, "bw sent count");
+        t_remote_done = clk.ticks();
         continue;
       }
     }
     if (st != Status::ok) break;
-    // Only once our own sends are out: a slow sender must not give up on the peer.
+    // Only once our own sends are out: a slow sender must not give up on the other end.
     // Draining starts when both ends are done sending: a long send phase
     // must not count against the drain deadline.
-    if (announced && peer_sent != UINT64_MAX && clk.ticks() > std::max({rx.t_last, t_peer_done, t_send_end}) + drain) {
+    if (announced && remote_sent != UINT64_MAX && clk.ticks() > std::max({rx.t_last, t_remote_done, t_send_end}) + drain) {
       if (c.caps.reliable) {
         c.failure = "bw: " + std::to_string(expected - me.received) + " messages missing on a reliable transport";
         st = Status::failed;
@@ -341,15 +341,15 @@ BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint
 // The client's fields of the point: direction c2s was received by the
 // server, s2c by the client.
 inline void bw_fields(PointOut& out, const Params& p, const BwMode& mode, const SpreadSizes& spread, uint64_t size,
-                      uint64_t warmup, const BwSide& me, const BwSide& peer) {
+                      uint64_t warmup, const BwSide& me, const BwSide& remote) {
   // The measured arrivals are messages mark .. mark + measured - 1 (in order;
   // with losses on an unreliable transport their mean size is estimated so).
   auto rate = [&](const BwSide& rx, double* gbps, double* msgs) {
     *msgs = rx.recv_ns > 0 ? static_cast<double>(rx.measured) / rx.recv_ns * 1e9 : 0;
     *gbps = *msgs * spread.mean(mode.mark, rx.measured, size) * 8 / 1e9;
   };
-  const BwSide& rx_c2s = mode.own_answers ? me : peer;
-  const BwSide& rx_s2c = mode.own_answers ? peer : me;
+  const BwSide& rx_c2s = mode.own_answers ? me : remote;
+  const BwSide& rx_s2c = mode.own_answers ? remote : me;
   double gbps, msg_rate;
   rate(rx_c2s, &gbps, &msg_rate);
   JsonObj series_json;
@@ -363,7 +363,7 @@ inline void bw_fields(PointOut& out, const Params& p, const BwMode& mode, const 
     series_json.add_raw("s2c", rx_s2c.series_json());
     gbps += gbps_s2c;
     msg_rate += msg_rate_s2c;
-    loss.add(peer, rx_s2c, warmup);
+    loss.add(remote, rx_s2c, warmup);
   }
   double offered = me.send_ns > 0 ? static_cast<double>(me.sent - warmup) / me.send_ns * 1e9 : 0;
   out.fields.add("iterations", me.sent - std::min(me.sent, warmup)).add("lost", loss.lost)
@@ -409,18 +409,18 @@ Status bw_run(T& t, Ctx& c, uint64_t size, uint64_t iters, uint64_t warmup, Poin
     out.partial = true;
     return end.st;
   }
-  BwSide peer;
+  BwSide remote;
   try {
-    peer = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
+    remote = BwSide::decode(c.ctrl.exchange(me.encode(), "bw counts"));
   } catch (const Error& e) {
     if (e.kind == ErrorKind::usage) throw;  // the server's refuse mid-point
-    // The peer died or froze after the loop: the point is kept, partial.
+    // The other end died or froze after the loop: the point is kept, partial.
     c.failure = e.what();
     out.partial = true;
     return Status::peer_lost;
   }
   if (c.role == Role::server) return Status::ok;
-  bw_fields(out, p, mode, spread, size, warmup, me, peer);
+  bw_fields(out, p, mode, spread, size, warmup, me, remote);
   if constexpr (requires { t.credit_counts(); }) {
     out.fields.add("credit_writes", t.credit_counts().writes - credits0.writes)
         .add("credits_carried", t.credit_counts().carried - credits0.carried);

@@ -32,7 +32,7 @@ namespace {
 constexpr uint32_t kProbesPerBurst = 64;
 constexpr double kSpinNs = 1e6;
 // A UDP probe unanswered (or unstamped) this long is lost; after this many
-// in a row the burst ends (a peer gone quiet costs ~0.2 s, not 64 waits).
+// in a row the burst ends (a remote end gone quiet costs ~0.2 s, not 64 waits).
 constexpr double kProbeWaitNs = 20e6;
 constexpr int kMaxLostInARow = 8;
 // The server's turnaround is measured on its clock, the round trip on
@@ -260,15 +260,15 @@ ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double rec
   const size_t space = answer.find(' ');
   if (space == std::string_view::npos)
     runtime_error("clock probe: the other end's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
-  const double peer = parse_peer_double(answer.substr(0, space), "clock probe time");
+  const double remote = parse_peer_double(answer.substr(0, space), "clock probe time");
   const double turnaround = parse_peer_double(answer.substr(space + 1), "clock probe turnaround");
-  if (!plausible_reading(peer))
+  if (!plausible_reading(remote))
     runtime_error(kImplausibleClock + std::string("a reading of ") + peer_excerpt(answer.substr(0, space)) + " ns");
-  // The peer's turnaround may exceed our round trip by the rates' difference before it counts as a lie.
+  // The other end's turnaround may exceed our round trip by the rates' difference before it counts as a lie.
   if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxClockDrift)))
     runtime_error("clock probe: the other end's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
                   " ns) does not fit in the round trip");
-  return {sent_ns, peer, received_ns, turnaround};
+  return {sent_ns, remote, received_ns, turnaround};
 }
 
 std::vector<ClockProbe> read_probe_stamps(std::string_view frame, std::span<const ProbeStamps> mine,
@@ -307,7 +307,7 @@ bool udp_clock_probes_wanted() {
 }
 
 void open_clock_probes(Ctx& ctx) {
-  sockaddr_storage local{}, peer{};
+  sockaddr_storage local{}, remote{};
   socklen_t len = sizeof local;
   std::string mine = "none";
   if (udp_clock_probes_wanted() && ::getsockname(ctx.ctrl.fd(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
@@ -319,14 +319,14 @@ void open_clock_probes(Ctx& ctx) {
     }
   }
   const std::string theirs = ctx.ctrl.exchange(mine, "clock probe port");
-  len = sizeof peer;
-  if (theirs == "none" || !ctx.sync.udp || ::getpeername(ctx.ctrl.fd(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+  len = sizeof remote;
+  if (theirs == "none" || !ctx.sync.udp || ::getpeername(ctx.ctrl.fd(), reinterpret_cast<sockaddr*>(&remote), &len) != 0) {
     ctx.sync.udp.reset();
     return;
   }
   const uint64_t port = parse_peer_u64(theirs, "clock probe port", 65535);
   if (port == 0) runtime_error("clock probe: the other end's probe port is 0");
-  ctx.sync.udp->connect(peer, static_cast<uint16_t>(port));
+  ctx.sync.udp->connect(remote, static_cast<uint16_t>(port));
 }
 
 void probe_clock(Ctx& ctx) {

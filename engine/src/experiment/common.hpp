@@ -1,5 +1,5 @@
 // What every experiment shares: the run context, a point of the plan, the
-// slow-path guard that notices a lost peer or Ctrl-C, and the send/receive
+// slow-path guard that notices a lost remote end or Ctrl-C, and the send/receive
 // helpers, instantiated per poll mode (no run-time branch on it per message).
 #pragma once
 #include <poll.h>
@@ -50,18 +50,18 @@ void pause_for(const Clock& clk, double us) {
 // How a wait, a send or a whole point ended.
 enum class Status {
   ok,
-  // Not an end: a control frame from the peer waits to be read. Loops that
-  // expect one (the peer's count at the end of a point) read it; any other
+  // Not an end: a control frame from the other end waits to be read. Loops that
+  // expect one (the other end's count at the end of a point) read it; any other
   // loop stops and returns this, and the session reads the frame (e.g. the
   // server's refuse when its watchdog ends the session mid-point).
   ctrl_pending,
   timeout,        // a deadline passed (a reply counted lost on unreliable transports)
-  peer_lost,      // the peer went away or stopped answering
+  peer_lost,      // the other end went away or stopped answering
   interrupted,    // Ctrl-C / SIGTERM
   failed,         // the transport reported an error
 };
 
-// How the peer's timestamps map onto ours: a shared TSC needs nothing;
+// How the other end's timestamps map onto ours: a shared TSC needs nothing;
 // across hosts, offset and drift fitted to round-trip probes (probe_clock),
 // taken at the start and after every point, so each point is corrected by a
 // fit whose probes bracket it. A probe travels as a UDP datagram stamped by
@@ -115,7 +115,7 @@ struct Ctx {
   Role role;
   Caps caps;
   bool same_host;            // both ends share one TSC
-  ClockSync sync;            // probed where the experiment needs the peer's clock and it is not ours
+  ClockSync sync;            // probed where the experiment needs the other end's clock and it is not ours
   std::string failure;       // why the point ended early
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--of-capacity's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
@@ -152,7 +152,7 @@ template <Transport T>
 // udp_kernel_timestamps is a usage error (exit 2).
 bool udp_clock_probes_wanted();
 // Both roles, once before the first burst: opens the UDP probe socket and
-// tells the peer its port, or settles on the control channel.
+// tells the other end its port, or settles on the control channel.
 void open_clock_probes(Ctx& ctx);
 // One burst of clock probes, both roles at the same place in the session
 // (the client probes and refits ctx.sync, the server answers).
@@ -195,10 +195,10 @@ struct PointOut {
   bool partial = false;
 };
 
-// A frozen (SIGSTOPped) peer keeps its sockets open: each end's Heartbeat
-// thread (ctrl.hpp) beats every second, and the guard declares the peer lost
+// A frozen (SIGSTOPped) remote end keeps its sockets open: each end's Heartbeat
+// thread (ctrl.hpp) beats every second, and the guard declares the other end lost
 // after kSilenceS without a frame from it, from the start of a point too:
-// the thread beats from the welcome on, so a peer frozen before its first
+// the thread beats from the welcome on, so a remote end frozen before its first
 // message of the point is silent as well (not a --timeout-ms wait).
 constexpr double kSilenceS = kSilenceMs / 1e3;
 // Loops that may stay busy for long call tick() once per message, outside
@@ -216,7 +216,7 @@ class Guard {
   explicit Guard(Ctx& c)
       : c_(c), interval_(c.clk.ns_to_ticks(1e6)), tick_interval_(c.clk.ns_to_ticks(kTickMs * 1e6)),
         silence_(c.clk.ns_to_ticks(kSilenceS * 1e9)),
-        heard_(c.clk.ticks()), peer_heard_(c.ctrl) {}
+        heard_(c.clk.ticks()), remote_heard_(c.ctrl) {}
 
   template <Transport T>
   Status check(const T& t) {
@@ -226,8 +226,8 @@ class Guard {
     if (now < next_ && !f) return Status::ok;
     next_ = now + interval_;
     const Ctrl::Peek peek = c_.ctrl.peek();
-    if (peer_heard_.since_last(c_.ctrl, peek)) heard_ = now;
-    // A peer that finished closes its data connection right after saying so
+    if (remote_heard_.since_last(c_.ctrl, peek)) heard_ = now;
+    // A remote end that finished closes its data connection right after saying so
     // on the control channel: its message wins over our transport's failure.
     switch (peek) {
       case Ctrl::Peek::closed:
@@ -250,7 +250,7 @@ class Guard {
     return Status::ok;
   }
 
-  // For busy loops: heartbeats and a lost peer, as check(); a pending
+  // For busy loops: heartbeats and a lost remote end, as check(); a pending
   // control message is left for the loop's own logic.
   template <uint32_t Stride = kTickStride, Transport T>
   Status tick(const T& t) {
@@ -268,8 +268,8 @@ class Guard {
   Ctx& c_;
   uint64_t interval_, tick_interval_, silence_;
   uint64_t next_ = 0, next_tick_ = 0;
-  uint64_t heard_;  // ticks when the peer was last heard
-  PeerHeard peer_heard_;
+  uint64_t heard_;  // ticks when the other end was last heard
+  RemoteHeard remote_heard_;
   uint32_t ticks_ = 0;
   bool watch_ = true;
 };
@@ -406,7 +406,7 @@ inline uint32_t get_seq(const std::byte* buf, uint64_t len) {
   return seq;
 }
 
-// A peer's clock, sent with its timestamps so they can be put on ours.
+// The other end's clock, sent with its timestamps so they can be put on ours.
 struct ClockInfo {
   double ns_per_tick;
   double mono_at_tick0;   // its CLOCK_MONOTONIC_RAW ns at tick 0
@@ -414,7 +414,7 @@ struct ClockInfo {
   double mono_ns(uint64_t t) const { return mono_at_tick0 + static_cast<double>(t) * ns_per_tick; }
 };
 
-// A peer's clock must map its stamps to finite times.
+// The other end's clock must map its stamps to finite times.
 inline void check_clock_info(const ClockInfo& ci, const char* what) {
   if (!(ci.ns_per_tick > 0 && ci.ns_per_tick < 1e6) || !std::isfinite(ci.mono_at_tick0))
     runtime_error(std::string(what) + ": the other end's report carries an impossible clock");
@@ -447,7 +447,7 @@ const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Heade
   return reinterpret_cast<const uint64_t*>(blob.data() + sizeof *h);
 }
 
-// The peer's count at the end of a point (how many it sent), checked.
+// The other end's count at the end of a point (how many it sent), checked.
 inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_MAX) {
   return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
 }

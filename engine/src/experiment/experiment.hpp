@@ -58,8 +58,8 @@ enum class Flows { none, round_trips, throughput };
 constexpr double kMinRoundTripNs = 50, kMinMessageNs = 5;
 
 struct ExperimentDefaults {
-  // One-way stamps taken by the peer: across hosts the session probes the
-  // peer's clock first, and the experiment calls probe_clock after each
+  // One-way stamps taken by the other end: across hosts the session probes the
+  // other end's clock first, and the experiment calls probe_clock after each
   // point's report, in both roles (ClockSync).
   static constexpr bool kPeerClock = false;
   // Every figure is two stamps read by one process: pinned, it may read a

@@ -48,7 +48,7 @@ std::string tag_frame(uint32_t flow, CtrlType type, const std::string& body) {
   return std::to_string(flow) + " " + std::to_string(static_cast<unsigned>(type)) + " " + body;
 }
 
-// The peer's tagged frame, checked: a flow of this point, a type a flow sends.
+// The other end's tagged frame, checked: a flow of this point, a type a flow sends.
 struct Tagged {
   uint32_t flow;
   CtrlType type;
@@ -79,27 +79,27 @@ uint8_t waiting_type(const Ctrl& ch) {
 
 // How the relay ended, beside the flows' own ends.
 struct RelayEnd {
-  std::exception_ptr error;  // a frame from the peer that could not be read (a refusal, a failure, an invalid frame)
-  bool peer_closed = false;  // the peer closed the control channel: every flow's end follows from it
-  bool peer_failed = false;  // the peer's flows ended early (kFlowsDone 1) and ended ours
+  std::exception_ptr error;  // a frame from the other end that could not be read (a refusal, a failure, an invalid frame)
+  bool remote_closed = false;  // the other end closed the control channel: every flow's end follows from it
+  bool remote_failed = false;  // the other end's flows ended early (kFlowsDone 1) and ended ours
 };
 
 // Each session thread ends its relay with kFlowsDone (then 0: its flows
 // ended ok, 1: not) once all its flows have ended, after every frame of
-// theirs, and leaves the relay once it has the peer's too: so neither reads
+// theirs, and leaves the relay once it has the other end's too: so neither reads
 // a frame of the session's next step (the next point's barrier) as a
 // flow's, and a failure on one end ends the other end's flows.
 constexpr std::string_view kFlowsDone = "done ";
 
 // The session thread's part while the flows run: relays frames both ways
-// and the peer's heartbeats, ends every flow when one fails or the peer
+// and the other end's heartbeats, ends every flow when one fails or the other end
 // goes. Returns when every flow's channel is closed (its thread is ending)
-// and the peer's flows are done too.
+// and the other end's flows are done too.
 RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) {
   const uint32_t n = static_cast<uint32_t>(ch.size());
   std::vector<bool> open(n, true);
   uint32_t live = n;
-  bool ctrl_open = true, ended = false, said_done = false, peer_done = false;
+  bool ctrl_open = true, ended = false, said_done = false, remote_done = false;
   RelayEnd end;
   uint64_t heard = c.ctrl.frames_in();
   auto end_all = [&] {
@@ -114,9 +114,9 @@ RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) 
     end_all();
   };
   std::vector<pollfd> fds;
-  while (live || (ctrl_open && !peer_done)) {
+  while (live || (ctrl_open && !remote_done)) {
     fds.clear();
-    fds.push_back({ctrl_open && !peer_done ? c.ctrl.fd() : -1, POLLIN, 0});
+    fds.push_back({ctrl_open && !remote_done ? c.ctrl.fd() : -1, POLLIN, 0});
     for (uint32_t i = 0; i < n; ++i) fds.push_back({open[i] ? ch[i].fd() : -1, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), kWaitSliceMs) < 0 && errno != EINTR) sys_error("flows: poll");
     if (fds[0].revents) {
@@ -124,14 +124,14 @@ RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) 
         const Ctrl::Peek peek = c.ctrl.peek();
         if (peek == Ctrl::Peek::closed) {
           ctrl_open = false;
-          end.peer_closed = true;
+          end.remote_closed = true;
           end_all();
         } else if (peek == Ctrl::Peek::message) {
           const std::string frame = c.ctrl.recv(CtrlType::exchange, "a flow's frame");
           if (std::string_view(frame).substr(0, kFlowsDone.size()) == kFlowsDone) {
-            peer_done = true;
+            remote_done = true;
             if (parse_peer_u64(std::string_view(frame).substr(kFlowsDone.size()), "flows' end", 1) && !ended) {
-              end.peer_failed = !failing.load(std::memory_order_acquire);
+              end.remote_failed = !failing.load(std::memory_order_acquire);
               end_all();
             }
           } else if (const Tagged t = untag_frame(frame, n); open[t.flow] && !ended) {
@@ -145,7 +145,7 @@ RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) 
         give_up(std::current_exception());
       }
     }
-    // The peer's heartbeats (consumed by peek) go on to every flow's Guard.
+    // The other end's heartbeats (consumed by peek) go on to every flow's Guard.
     if (c.ctrl.frames_in() != heard) {
       heard = c.ctrl.frames_in();
       for (uint32_t i = 0; i < n; ++i)
@@ -393,10 +393,10 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoo
   // The point's status: the first flow that failed, the others having been
   // ended by it (or all interrupted alike).
   Status st = error ? Status::failed : Status::ok;
-  if (relayed.peer_closed && !error) {
+  if (relayed.remote_closed && !error) {
     st = Status::peer_lost;
     c.failure = "the other end closed the control channel (process ended?)";
-  } else if (relayed.peer_failed && !error) {
+  } else if (relayed.remote_failed && !error) {
     st = Status::peer_lost;
     c.failure = "the other end's flows ended the point early (failed or interrupted)";
   }

@@ -4,10 +4,10 @@
 // Who talks on the control channel: the session's thread alone (Ctrl is not
 // thread-safe, and the loops' Guard peeks it). Each flow thread gets a Ctrl
 // of its own over a local socket pair; the session's thread relays each
-// flow's frames (end_point, exchange) to the peer's session thread as
+// flow's frames (end_point, exchange) to the other end's session thread as
 // exchange frames tagged with the flow's number, hands each flow the frames
-// tagged for it, and passes on the peer's heartbeats, so a flow's Guard
-// notices a lost or frozen peer as it would on the real channel
+// tagged for it, and passes on the other end's heartbeats, so a flow's Guard
+// notices a lost or frozen remote end as it would on the real channel
 // (flows.cpp). Flows end each other by closing their socket pairs.
 #pragma once
 #include <cstdint>

@@ -241,10 +241,12 @@ int run_client(const Params& requested, const ClientOptions& o) {
   const Params& p = prep.p;
   if (o.dry_run) {
     // The run time the plan states, as a server checks it, beside a default
-    // serve's --max-duration (suite --dry-run prints both).
+    // serve's --max-duration (suite --dry-run prints both), and the params the
+    // run would state (its start line's): the suite compares them with run.json's.
     std::printf("%s\n", JsonObj()
                              .add("planned_s", server_cost(p, prep.caps).min_seconds)
                              .add("serve_max_duration_s", ServerOptions{}.max_duration)
+                             .add_raw("params", params_json(p))
                              .str().c_str());
     return 0;
   }

@@ -533,7 +533,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
       if (to == stdout) samples.expect(v.substr(4));
       if (to == stdout && series && v.find("\"end\"") != std::string_view::npos) {
         const nlohmann::json j = nlohmann::json::parse(v.substr(4), nullptr, false);
-        ended = ended || (j.is_object() && j.contains("type") && j["type"] == "end");  // any shape: a peer's line
+        ended = ended || (j.is_object() && j.contains("type") && j["type"] == "end");  // any shape: the other end's line
       }
     } else if (v.rfind("file ", 0) == 0) {
       samples.receive(ctrl, v.substr(5));

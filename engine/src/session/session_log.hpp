@@ -7,7 +7,7 @@
 namespace fm {
 
 struct SessionLog {
-  std::string client;                  // the control connection's peer address
+  std::string client;                  // the control connection's remote address
   uint64_t start_ns = 0;               // Clock::mono_ns() when the connection spoke
   std::string experiment, transport;   // set once the client's parameters are read; empty: no line
   // Writes the line for a session that ended with exit code `rc`.

@@ -302,13 +302,13 @@ double seconds_of(const json& v, const char* key) {
   return v[key].get<double>();
 }
 
-json peer_json(const std::string& frame, const char* what) {
+json remote_json(const std::string& frame, const char* what) {
   json j = json::parse(frame, nullptr, false);
   if (j.is_discarded() || !j.is_object()) runtime_error(std::string("tool: the server's ") + what + " is not a JSON object");
   return j;
 }
 
-std::string peer_text(const json& j, const char* key) {
+std::string remote_text(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_string()) return "";
   std::string s = printable_line(j[key].get<std::string>());
   if (s.size() > kMaxOutputLine) s.resize(kMaxOutputLine);
@@ -477,7 +477,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
 
 int run_tool_client(Ctrl& ctrl) {
   Heartbeat beat(ctrl);  // the server stops the tool when we fall silent
-  const json ready = peer_json(ctrl.recv(CtrlType::exchange, "the tool's start"), "tool start");
+  const json ready = remote_json(ctrl.recv(CtrlType::exchange, "the tool's start"), "tool start");
   const bool listening = ready.contains("ready") && ready["ready"].is_boolean() && ready["ready"].get<bool>();
   JsonObj line;
   line.add("type", "ready").add("ready", listening);
@@ -495,7 +495,7 @@ int run_tool_client(Ctrl& ctrl) {
     }
     line.add("port", ready["port"].get<uint64_t>()).add_raw("server_argv", argv.dump());
   } else {
-    line.add("reason", peer_text(ready, "reason"));
+    line.add("reason", remote_text(ready, "reason"));
   }
   emit_line(line);
   PeerWatch watch(ctrl);
@@ -517,9 +517,9 @@ int run_tool_client(Ctrl& ctrl) {
   ctrl.send(CtrlType::exchange, "stop");
   ctrl.set_timeout_ms(10000);  // the server's stop: SIGTERM, a second's grace, SIGKILL
   if (end_text.empty()) end_text = ctrl.recv(CtrlType::exchange, "the tool's end");
-  const json end = peer_json(end_text, "end report");
+  const json end = remote_json(end_text, "end report");
   JsonObj out;
-  out.add("type", "end").add("why", peer_text(end, "why"));
+  out.add("type", "end").add("why", remote_text(end, "why"));
   for (const char* key : {"exit", "signal"}) {
     if (end.contains(key) && end[key].is_number_integer() && end[key].get<int64_t>() >= 0 && end[key].get<int64_t>() <= 255)
       out.add(key, end[key].get<int64_t>());
@@ -527,7 +527,7 @@ int run_tool_client(Ctrl& ctrl) {
       out.add_raw(key, "null");
   }
   out.add("user_s", seconds_of(end, "user_s")).add("system_s", seconds_of(end, "system_s"))
-      .add("window_s", seconds_of(end, "window_s")).add("output", peer_text(end, "output"));
+      .add("window_s", seconds_of(end, "window_s")).add("output", remote_text(end, "output"));
   emit_line(out);
   ctrl.say_bye();
   return listening ? 0 : 3;

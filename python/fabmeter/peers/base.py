@@ -322,7 +322,6 @@ class Peer:
             return add([self.skipped("taskset not found, needed for --cpus (apt-get install util-linux)")])
         for case in self.selected(params):
             try:
-                self.check_knobs(case, params)
                 add(self.run_case(case, params))
             except Unsupported as e:
                 add([self.skipped(str(e), case)])
@@ -342,6 +341,14 @@ class Peer:
                               "their service)")
 
     def run_case(self, case: Case, params: PeerRun) -> list[dict]:
+        """One case, the one entry point for every caller: its knobs checked (Unsupported), then measured by
+        the adapter's `measure`."""
+        self.check_knobs(case, params)
+        return self.measure(case, params)
+
+    def measure(self, case: Case, params: PeerRun) -> list[dict]:
+        """The adapter's hook: the case's points. This one runs the tool's server and client, here or the
+        server on params.server."""
         if params.server is not None:
             return self.run_remote_case(case, params)
         port = free_port()

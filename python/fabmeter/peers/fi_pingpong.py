@@ -114,8 +114,8 @@ class FiPingpong(Peer):
     def measured_count(self, p: dict, case: Case, params: PeerRun) -> Optional[float]:
         return params.iters
 
-    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
-        points = super().run_case(case, params)
+    def measure(self, case: Case, params: PeerRun) -> list[dict]:
+        points = super().measure(case, params)
         for p in points:
             p["iterations"] = params.iters  # exact; the table rounds it
         return points

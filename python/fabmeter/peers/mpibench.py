@@ -80,7 +80,7 @@ class MpiBench(Peer):
     def version(self) -> Optional[str]:
         return probe_version(("mpirun", "--version"), r"\(Open MPI\) (\S+)")
 
-    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
+    def measure(self, case: Case, params: PeerRun) -> list[dict]:
         if params.server is not None:
             raise PeerError("fabmeter-mpibench runs under mpirun, which starts every rank itself: no --server")
         doc = run(case.experiment, case.size(params), params.iters, case.transport,

@@ -145,8 +145,8 @@ class Sockperf(Peer):
             p["duration_s"] = float(valid.group(1))
         return [p]
 
-    def run_case(self, case: Case, params: PeerRun) -> list[dict]:
-        points = super().run_case(case, params)
+    def measure(self, case: Case, params: PeerRun) -> list[dict]:
+        points = super().measure(case, params)
         if case.experiment == "load":
             for p in points:
                 p["offered_rps"] = params.rate

@@ -19,6 +19,7 @@ class Plan:
     limit_s: float              # a default serve's --max-duration (0: none)
     refused: str = ""           # why a default serve would refuse it ("": it runs)
     unrunnable: str = ""        # the engine's refusal of its options on this host: the point fails at its turn
+    params: Optional[dict] = None  # the params the engine resolves the options to, as its run.json states them
 
 
 def plan_of(engine: str, p: Point, table: Options) -> Optional[Plan]:
@@ -34,7 +35,7 @@ def plan_of(engine: str, p: Point, table: Options) -> Optional[Plan]:
         # Refused here (e.g. a provider's smaller inject size), perhaps not on the
         # host the suite was written for: the other points still run.
         return Plan(None, 0, unrunnable=e.message)
-    plan = Plan(doc["planned_s"], doc["serve_max_duration_s"])
+    plan = Plan(doc["planned_s"], doc["serve_max_duration_s"], params=doc["params"])
     # A point with a server of its own: that serve's limit decides, which only it knows.
     if not p.server and plan.limit_s > 0 and plan.planned_s > plan.limit_s:
         plan.refused = (f"planned at least {plan.planned_s:g} s, over a default serve's --max-duration of "

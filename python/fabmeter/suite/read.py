@@ -163,20 +163,13 @@ class Point:
         return {**self.options, "sink": f"file:{folder / sink[len('file:'):]}"} if sink.startswith("file:") \
             else self.options
 
-    def params(self, table: Options, folder: Optional[Path] = None) -> dict:
-        """The engine's `params` this point runs with (in `folder`): its options over the engine's defaults;
-        a peer point's: its tool's (peer.params_of)."""
+    def params(self, table: Options) -> dict:
+        """What the point asks for: its options over the engine's defaults (what the engine resolves them to,
+        as its run.json states it, is the dry run's: limits.Plan.params); a peer point's: its tool's
+        (peer.params_of)."""
         if self.tool:
             return peer.params_of(self)
-        given = self.options_in(folder) if folder else self.options
-        params = {"experiment": self.engine_experiment, **table.defaults(), **given}
-        # As the engine sets them (params.cpp): a queue's side not given follows --poll, --poll the receive side.
-        for side in ("poll_recv", "poll_send"):
-            if side in params and side not in given:
-                params[side] = params["poll"]
-        if "poll_recv" in params:
-            params["poll"] = params["poll_recv"]
-        return params
+        return {"experiment": self.engine_experiment, **table.defaults(), **self.options}
 
 
 @dataclass

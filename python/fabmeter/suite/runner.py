@@ -146,10 +146,10 @@ def _run_mesh(point: Point, folder: Path, table: Options, engine: str) -> tuple[
     return ("ok", "", code) if code == EXIT_OK else ("failed", f"exit {code}", code)
 
 
-def is_finished(folder: Path, point: Point, table: Options) -> bool:
+def is_finished(folder: Path, point: Point, plan: Optional[limits.Plan]) -> bool:
     """run.json says ok, and the engine ran with the very params this point
-    asks for (an edited suite reruns the point); for a mesh point its mesh.json, for a peer point its
-    peers.json."""
+    asks for, as the engine resolves them (`plan`: its dry run; an edited suite reruns the point); for a
+    mesh point its mesh.json, for a peer point its peers.json."""
     if point.tool:
         return peer.is_finished(folder, point)
     if point.mesh:
@@ -163,7 +163,10 @@ def is_finished(folder: Path, point: Point, table: Options) -> bool:
     if not doc or doc.get("status") != "ok":
         return False
     cfg = doc.get("config") or {}
-    return (cfg.get("params") == point.params(table, folder) and (cfg.get("suite") or {}).get("point") == point.id
+    if plan is None or plan.params is None:    # the engine refuses the point here: it never finished
+        return False
+    asked = {**plan.params, **({"sink": point.options_in(folder)["sink"]} if "sink" in point.options else {})}
+    return (cfg.get("params") == asked and (cfg.get("suite") or {}).get("point") == point.id
             and (doc.get("hop") or {}).get("via") == point.via_hop)
 
 
@@ -280,7 +283,7 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
         plan = by_id[p.id]
         state = (f"skip: {p.skip}" if p.skip else f"refused: {plan.refused}" if plan and plan.refused else
                  f"fails here: {plan.unrunnable}" if plan and plan.unrunnable else
-                 "done" if is_finished(out / p.id, p, suite.options) else "run")
+                 "done" if is_finished(out / p.id, p, plan) else "run")
         if p.tool:
             cmd = peer.command_text(p)
         else:
@@ -306,7 +309,8 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
 def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tuple[int, ...]],
               default_cpus: Optional[tuple[int, ...]], token_file: Optional[str] = None) -> int:
     """Runs every point not finished yet; returns the exit code."""
-    refused = limits.refusals(limits.plans(engine, suite.points, suite.options))
+    by_id = limits.plans(engine, suite.points, suite.options)
+    refused = limits.refusals(by_id)
     if refused:  # before anything runs: not after hours of the points before it
         raise FabmeterError("suite: " + "; ".join(refused), EXIT_USAGE)
     out = out_folder(out)
@@ -323,7 +327,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             skipped_why[p.skip] = skipped_why.get(p.skip, 0) + 1
     for why, count in skipped_why.items():
         progress.say(f"suite: skipping {count} point{'s' * (count != 1)}: {why}")
-    done = [p for p in runnable if is_finished(out / p.id, p, suite.options)]
+    done = [p for p in runnable if is_finished(out / p.id, p, by_id[p.id])]
     if done:
         progress.say(f"suite: {len(done)} of {len(runnable)} points already finished in {out}, skipping them")
     done_ids = {p.id for p in done}

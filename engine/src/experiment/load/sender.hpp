@@ -119,7 +119,7 @@ class LoadSender {
       }
       if (done()) return Status::ok;
       if (stay_hot<P>(progressed, idle, busy)) continue;
-      // ---- slow path: the peer, Ctrl-C, the other threads, losses ----
+      // ---- slow path: the other end, Ctrl-C, the other threads, losses ----
       const uint64_t now = clk_.ticks();
       if (Status st = check(g, stop, failure); st != Status::ok) return st;
       if (!c_.caps.reliable && now >= next_scan) {

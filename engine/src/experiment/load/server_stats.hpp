@@ -77,7 +77,7 @@ struct LoadServerStats {
   static constexpr uint64_t kMaxEncoded =
       (3 + kMaxBatch + 1 + TxRecord::kFields + 9 + 3 * kPoolSeries + 1 + LoadOptions::kMaxServerThreads) * 21;
   // Every number checked, the series' length bounded before it is read:
-  // the peer's text is untrusted.
+  // the other end's text is untrusted.
   static LoadServerStats decode(std::string_view s) {
     LoadServerStats st;
     auto next = [&](uint64_t max = UINT64_MAX) {

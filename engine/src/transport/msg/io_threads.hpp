@@ -3,8 +3,8 @@
 // thread that creates them: beside a busy loop pinned there they get the CPU
 // only when the scheduler takes it from the loop, and that wait (up to a
 // time slice, milliseconds) becomes the run's tail. Each end learns where
-// the peer's busy loop runs before its library starts its threads, picks a
-// CPU for them, and tells the peer afterwards where they are (the client
+// the other end's busy loop runs before its library starts its threads, picks a
+// CPU for them, and tells the other end afterwards where they are (the client
 // records both ends in run.json's granted.io_cpus).
 #pragma once
 #include <dirent.h>
@@ -59,18 +59,18 @@ inline const std::vector<pid_t>& remember_threads(std::vector<pid_t>& known, con
 class IoThreads {
  public:
   // Before the library starts its threads. `asked`: --io-cpu (auto, none or a
-  // CPU). Exchanges with the peer where each end's busy loop runs (one
+  // CPU). Exchanges with the other end where each end's busy loop runs (one
   // control-channel round trip), then picks cpu().
   IoThreads(const std::string& transport, const std::string& asked, const Use& use, Ctrl& ctrl)
       : transport_(transport), asked_(asked), role_(use.role) {
     const int mine = use.poll == Poll::busy ? pinned_cpu() : -1;
     if (mine >= 0) busy_.push_back(mine);
-    const std::string peer = ctrl.exchange(nlohmann::json{{"host", host_id()}, {"busy_cpu", mine}}.dump(),
+    const std::string remote = ctrl.exchange(nlohmann::json{{"host", host_id()}, {"busy_cpu", mine}}.dump(),
                                            "where the other end's busy loop runs");
     int theirs = -1;
     bool same_host = false;
     try {
-      const auto j = nlohmann::json::parse(peer);
+      const auto j = nlohmann::json::parse(remote);
       theirs = j.at("busy_cpu").get<int>();
       same_host = j.at("host").get<std::string>() == host_id();
     } catch (const nlohmann::json::exception&) {
@@ -116,23 +116,23 @@ class IoThreads {
   // where its library's threads are (read back from the kernel).
   void exchange_where(Ctrl& ctrl, const char* what) {
     const nlohmann::json mine = side();
-    nlohmann::json peer;
+    nlohmann::json remote;
     try {
-      peer = nlohmann::json::parse(ctrl.exchange(mine.dump(), what));
+      remote = nlohmann::json::parse(ctrl.exchange(mine.dump(), what));
     } catch (const nlohmann::json::exception&) {
       runtime_error(transport_ + ": the other end's I/O thread placement is not JSON");
     }
-    peer_ = nlohmann::json::object();
+    remote_ = nlohmann::json::object();
     try {
-      peer_["cpus"] = peer_cpus(peer.at("cpus"));
-      peer_["busy_cpus"] = peer_cpus(peer.at("busy_cpus"));
-      peer_["threads"] = peer.at("threads").get<uint32_t>();
-      peer_["thread_ids"] = peer.at("thread_ids").get<std::vector<uint32_t>>();
-      peer_["shares_busy_cpu"] = peer.at("shares_busy_cpu").get<bool>();
+      remote_["cpus"] = remote_cpus(remote.at("cpus"));
+      remote_["busy_cpus"] = remote_cpus(remote.at("busy_cpus"));
+      remote_["threads"] = remote.at("threads").get<uint32_t>();
+      remote_["thread_ids"] = remote.at("thread_ids").get<std::vector<uint32_t>>();
+      remote_["shares_busy_cpu"] = remote.at("shares_busy_cpu").get<bool>();
     } catch (const nlohmann::json::exception&) {
       runtime_error(transport_ + ": the other end's I/O thread placement lacks a field or has one of the wrong type");
     }
-    if (peer_["thread_ids"].size() > kMaxThreads || peer_["threads"].get<uint32_t>() > kMaxThreads)
+    if (remote_["thread_ids"].size() > kMaxThreads || remote_["threads"].get<uint32_t>() > kMaxThreads)
       runtime_error(transport_ + ": the other end names more I/O threads than a library starts");
     local_ = mine;
   }
@@ -141,7 +141,7 @@ class IoThreads {
   void describe(JsonObj& o) const {
     nlohmann::json j{{"asked", asked_}};
     j[role_name()] = local_;
-    j[role_ == Role::client ? "server" : "client"] = peer_;
+    j[role_ == Role::client ? "server" : "client"] = remote_;
     o.add_raw("io_cpus", j.dump());
   }
 
@@ -158,8 +158,8 @@ class IoThreads {
     return cpu_list(set).front();
   }
 
-  // A list of CPU numbers from the peer, each one that can exist.
-  std::vector<int> peer_cpus(const nlohmann::json& j) const {
+  // A list of CPU numbers from the other end, each one that can exist.
+  std::vector<int> remote_cpus(const nlohmann::json& j) const {
     auto v = j.get<std::vector<int>>();
     if (v.size() > CPU_SETSIZE) runtime_error(transport_ + ": the other end names more CPUs than a machine has");
     for (int c : v)
@@ -191,11 +191,11 @@ class IoThreads {
   std::string transport_;
   std::string asked_;
   Role role_;
-  std::vector<int> busy_;        // CPUs of this host's busy loops: ours, and the peer's on the same host
+  std::vector<int> busy_;        // CPUs of this host's busy loops: ours, and the other end's on the same host
   int cpu_ = -1;
   std::vector<pid_t> threads_;
   nlohmann::json local_ = nlohmann::json::object();
-  nlohmann::json peer_ = nlohmann::json::object();
+  nlohmann::json remote_ = nlohmann::json::object();
 };
 
 }  // namespace fm::msg

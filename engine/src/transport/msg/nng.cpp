@@ -25,7 +25,7 @@ NngTransport::~NngTransport() {
 }
 
 void NngTransport::on_pipe_removed(nng_pipe, nng_pipe_ev, void* self) {
-  static_cast<NngTransport*>(self)->peer_gone_.store(true, std::memory_order_relaxed);
+  static_cast<NngTransport*>(self)->remote_gone_.store(true, std::memory_order_relaxed);
 }
 
 void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
@@ -40,7 +40,7 @@ void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   check(nng_socket_set_int(sock_, NNG_OPT_RECVBUF, queue_depth_), "set NNG_OPT_RECVBUF");
   check(nng_socket_set_ms(sock_, NNG_OPT_RECVTIMEO, kWaitSliceMs), "set NNG_OPT_RECVTIMEO");
   check(nng_socket_get_int(sock_, NNG_OPT_SENDFD, &send_fd_), "get NNG_OPT_SENDFD");
-  // A pair socket says nothing when its peer goes away; the pipe callback does.
+  // A pair socket says nothing when the other end goes away; the pipe callback does.
   check(nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, on_pipe_removed, this), "nng_pipe_notify");
 
   if (role_ == Role::server) {

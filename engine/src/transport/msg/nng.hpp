@@ -40,7 +40,7 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
            "I/O threads run (3 control-channel round trips)";
   }
   const char* failure() const {
-    return peer_gone_.load(std::memory_order_relaxed) ? "nng: the other end dropped the data connection" : failure_;
+    return remote_gone_.load(std::memory_order_relaxed) ? "nng: the other end dropped the data connection" : failure_;
   }
 
   // ---- data path ----
@@ -80,7 +80,7 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
   int send_fd_ = -1;          // readable when a send would be accepted (NNG_OPT_SENDFD)
   int queue_depth_ = 0;
   size_t recv_max_ = 0;
-  std::atomic<bool> peer_gone_{false};  // set from nng's thread when the connection's pipe goes away
+  std::atomic<bool> remote_gone_{false};  // set from nng's thread when the connection's pipe goes away
   const char* failure_ = nullptr;
   std::string failure_text_;
 };

@@ -54,7 +54,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   if (zmq_setsockopt(sock_, ZMQ_MAXMSGSIZE, &max_msg_size_, sizeof max_msg_size_) != 0)
     runtime_error(std::string("zmq: cannot set ZMQ_MAXMSGSIZE: ") + zmq_strerror(errno));
 
-  // PAIR sockets say nothing when the peer goes away; the monitor does.
+  // PAIR sockets say nothing when the other end goes away; the monitor does.
   if (zmq_socket_monitor(sock_, kMonitorUrl, ZMQ_EVENT_DISCONNECTED) != 0)
     runtime_error(std::string("zmq: zmq_socket_monitor: ") + zmq_strerror(errno));
   monitor_ = zmq_socket(ctx_, ZMQ_PAIR);
@@ -86,7 +86,7 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
 
 const char* ZmqTransport::failure() const {
   if (failure_ || !monitor_) return failure_;
-  // Only DISCONNECTED is subscribed, so any event means the peer is gone.
+  // Only DISCONNECTED is subscribed, so any event means the other end is gone.
   zmq_msg_t ev;
   zmq_msg_init(&ev);
   if (zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0) failure_ = "zmq: the other end dropped the data connection";

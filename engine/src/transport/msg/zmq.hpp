@@ -37,7 +37,7 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
            "zmq_connect; a one-byte ping-pong on the data connection (zmq connects in the background); where "
            "each end's I/O threads run (3 control-channel round trips)";
   }
-  // Library errors, and the peer's disconnect as reported by the socket monitor.
+  // Library errors, and the other end's disconnect as reported by the socket monitor.
   const char* failure() const;
 
   // ---- data path ----

@@ -55,13 +55,13 @@ void ShmTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
       sys_error("cannot size shared memory segment to " + std::to_string(bytes_) + " bytes");
     }
   }
-  std::string peer_name = ctrl.exchange(role_ == Role::server ? name_ : "", "shm segment name");
+  std::string remote_name = ctrl.exchange(role_ == Role::server ? name_ : "", "shm segment name");
   if (role_ == Role::client) {
     // Only a segment of the server's making: "/fabmeter-PID-N", nothing else.
-    if (peer_name.rfind("/fabmeter-", 0) != 0 || peer_name.size() > 64 ||
-        peer_name.find_first_not_of("0123456789-", 10) != std::string::npos)
-      runtime_error("shm: malformed segment name from the server: '" + peer_excerpt(peer_name) + "'");
-    name_ = peer_name;
+    if (remote_name.rfind("/fabmeter-", 0) != 0 || remote_name.size() > 64 ||
+        remote_name.find_first_not_of("0123456789-", 10) != std::string::npos)
+      runtime_error("shm: malformed segment name from the server: '" + peer_excerpt(remote_name) + "'");
+    name_ = remote_name;
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) sys_error("shm_open " + name_ + " (is the server on this host?)");
   }
@@ -97,7 +97,7 @@ void ShmTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   tx_ = shm::RingProducer(b + h.ring_offset[tx_ring], count, slot_size, &ctl_->head[tx_ring]);
   rx_ = shm::RingConsumer(b + h.ring_offset[rx_ring], count, slot_size, &ctl_->head[rx_ring]);
   my_bell_ = &ctl_->bell[me];
-  peer_bell_ = &ctl_->bell[1 - me];
+  remote_bell_ = &ctl_->bell[1 - me];
 }
 
 void ShmTransport::describe(JsonObj& o) const {
@@ -108,7 +108,7 @@ void ShmTransport::describe(JsonObj& o) const {
       .add("segment_locked", locked_);
 }
 
-// Arm, re-check, then sleep: a peer that publishes after our re-check sees
+// Arm, re-check, then sleep: a remote end that publishes after our re-check sees
 // the armed flag (both sides fence) and bumps the futex word we wait on.
 template <class Ready>
 bool ShmTransport::sleep_until(Ready ready) {

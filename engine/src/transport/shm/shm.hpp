@@ -1,5 +1,5 @@
 // shm: two SPSC rings (one per direction) in one POSIX shared-memory segment.
-// Event mode sleeps on a futex behind an "armed" flag, so a busy peer never
+// Event mode sleeps on a futex behind an "armed" flag, so a busy remote end never
 // pays for a wake-up it does not need.
 #pragma once
 #include <atomic>
@@ -27,7 +27,7 @@ struct Header {
   uint64_t ring_offset[2];  // ring 0: client -> server, ring 1: server -> client
 };
 
-// One per end: the peer bumps `seq` and wakes the futex only while `armed`.
+// One per end: the other end bumps `seq` and wakes the futex only while `armed`.
 struct alignas(128) Doorbell {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> armed;
@@ -51,7 +51,7 @@ class ShmTransport {
     return {.max_msg_size = 64ull << 20, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = true,
             .one_poll_mode = "each end sleeps on one futex bell, rung for its messages and its credits alike",
-            .woken_by_peer = "an end sleeps on a futex bell that only an event-mode peer rings"};
+            .woken_by_peer = "an end sleeps on a futex bell that only the other end rings, in event mode"};
   }
   static double queued_bytes(const QueueOptions& q, uint64_t size) { return ring_pair_bytes(q, size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);
@@ -62,12 +62,12 @@ class ShmTransport {
            "mmap (populated) and mlock the two rings; the server writes the header; a barrier, the client checks "
            "the header; a barrier, the server unlinks the name (3 control-channel round trips)";
   }
-  const char* failure() const { return nullptr; }  // a dead peer shows on the control channel
+  const char* failure() const { return nullptr; }  // a dead remote end shows on the control channel
 
   // ---- data path ----
   [[gnu::always_inline]] bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
     if (!tx_.push(buf, len, 0)) return false;
-    if (event_) ring_peer();
+    if (event_) ring_remote();
     return true;
   }
 
@@ -81,7 +81,7 @@ class ShmTransport {
   }
 
   [[gnu::always_inline]] void release(const RecvMsg&) {
-    if (rx_.pop() && event_) ring_peer();
+    if (rx_.pop() && event_) ring_remote();
   }
 
   int poll_send_comp(uint64_t*, int) { return 0; }
@@ -90,12 +90,12 @@ class ShmTransport {
   void wait_send();
 
  private:
-  // After publishing a message or credits: wake the peer if it sleeps.
-  void ring_peer() {
+  // After publishing a message or credits: wake the other end if it sleeps.
+  void ring_remote() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (peer_bell_->armed.load(std::memory_order_relaxed)) [[unlikely]] {
-      peer_bell_->seq.fetch_add(1, std::memory_order_release);
-      futex_wake(&peer_bell_->seq);
+    if (remote_bell_->armed.load(std::memory_order_relaxed)) [[unlikely]] {
+      remote_bell_->seq.fetch_add(1, std::memory_order_release);
+      futex_wake(&remote_bell_->seq);
     }
   }
   template <class Ready> bool sleep_until(Ready ready);
@@ -110,7 +110,7 @@ class ShmTransport {
   bool locked_ = false;
   shm::Control* ctl_ = nullptr;
   shm::Doorbell* my_bell_ = nullptr;
-  shm::Doorbell* peer_bell_ = nullptr;
+  shm::Doorbell* remote_bell_ = nullptr;
   shm::RingProducer tx_;
   shm::RingConsumer rx_;
 };

@@ -48,7 +48,7 @@ int bind_near(const Ctrl& ctrl, int type, uint16_t* port) {
   return fd;
 }
 
-int peer_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss) {
+int remote_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss) {
   return to_sockaddr(ctrl.peer_addr(), port, ss);
 }
 

@@ -14,8 +14,8 @@ namespace fm::sock {
 int to_sockaddr(const std::string& host, uint16_t port, sockaddr_storage* ss);
 // A socket of `type` bound to the address this end of `ctrl` uses, port 0.
 int bind_near(const Ctrl& ctrl, int type, uint16_t* port);
-// Fills a sockaddr for the peer's control address with `port`.
-int peer_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss);
+// Fills a sockaddr for the other end's control address with `port`.
+int remote_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss);
 void set_rcv_timeout_ms(int fd, int ms);
 // Asks for `bytes` (forcing past rmem_max when privileged); returns what was granted.
 int set_buf(int fd, int opt, int force_opt, int bytes);

@@ -64,7 +64,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   } else {
     uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
     sockaddr_storage ss;
-    int len = sock::peer_sockaddr(ctrl, port, &ss);
+    int len = sock::remote_sockaddr(ctrl, port, &ss);
     fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) sys_error("socket");
     sock::set_congestion(fd_, cc_);  // before the handshake: the connection starts under it
@@ -161,7 +161,7 @@ bool TcpTransport::recv_shared(RecvMsg& m, int flags) {
     else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail_errno("recv");
     return false;
   }
-  // The peer's length is bounded before anything is read into the buffer.
+  // The other end's length is bounded before anything is read into the buffer.
   if (len > max_msg_) {
     failure_text_ = "tcp: a message of " + std::to_string(len) + " B, above the plan's largest (" +
                     std::to_string(max_msg_) + " B)";
@@ -196,7 +196,7 @@ bool TcpTransport::send_shared(const void* buf, uint32_t len) {
   return true;  // posted; a failure shows in failure()
 }
 
-// The socket's timeouts (kWaitSliceMs) slice the wait; a peer silent
+// The socket's timeouts (kWaitSliceMs) slice the wait; a remote end silent
 // mid-message for this many slices has broken the connection.
 constexpr int kRestSlices = 100;
 

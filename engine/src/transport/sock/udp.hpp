@@ -49,7 +49,7 @@ class UdpTransport {
   bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
     ssize_t k = ::send(fd_, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (k == static_cast<ssize_t>(len)) [[likely]] return true;
-    // ENOBUFS/EAGAIN: the kernel queue is full, try again; the peer's port
+    // ENOBUFS/EAGAIN: the kernel queue is full, try again; the other end's port
     // going away shows up as ECONNREFUSED (ICMP port unreachable).
     if (k < 0 && errno != EAGAIN && errno != ENOBUFS && errno != EINTR) fail_errno("send");
     return false;
