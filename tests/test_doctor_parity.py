@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from fabmeter.doctor import parity
 from fabmeter.doctor.facts import Plan
-from fabmeter.doctor.parity import Row, Setup, judge, measure, refusal
+from fabmeter.doctor.parity import Round, Row, Setup, judge as judge_rounds, measure, refusal
 
 VERBS = {"transports": ["tcp", "verbs"], "transport_devices": {"verbs": ["mlx5_0"]}}
 LAT, BW = Row("lat", 32), Row("bw", 64 << 10)
+
+
+def judge(row, fabmeter, perftest, evidence):
+    return judge_rounds(row, [Round(x) for x in fabmeter], [Round(x) for x in perftest], evidence)
 
 
 def test_refused_without_verbs_a_device_or_perftest():
@@ -32,10 +36,10 @@ def test_the_command_refuses_with_the_reason(fm):
 def test_rounds_alternate_which_tool_goes_first():
     calls = []
     setup = Setup(Plan("verbs", 64 << 10, (0, 1), 256, 128), "engine", rounds=4)
-    got = measure(setup, (LAT,), fabmeter=lambda s, r: calls.append("fabmeter") or 1.0,
-                  perftest=lambda s, r: calls.append("perftest") or 2.0)
+    got = measure(setup, (LAT,), fabmeter=lambda s, r: calls.append("fabmeter") or Round(1.0),
+                  perftest=lambda s, r: calls.append("perftest") or Round(2.0))
     assert calls == ["fabmeter", "perftest", "perftest", "fabmeter"] * 2
-    assert got == {LAT: ([1.0] * 4, [2.0] * 4)}
+    assert got == {LAT: ([Round(1.0)] * 4, [Round(2.0)] * 4)}
 
 
 def test_within_the_rounds_interval():
@@ -57,8 +61,9 @@ def test_faster_or_slower_by_x_with_its_interval():
 def test_cannot_tell_from_too_few_rounds_or_too_wide_an_interval():
     f = judge(LAT, [5000, 5000, 5000, 5000], [5000, 5000, 5000, 5000], "rounds")
     assert f.severity == "warn" and "cannot tell, fewer than 5 rounds" in f.summary, f
+    assert "over 4 of 4 rounds" in f.summary and "measured" not in f.summary.split("rounds")[-1], f
     f = judge(LAT, [5000, None, 5000, 5000, 5000], [5000, 5000, 5000, 5000, 5000], "rounds")  # a run failed
-    assert "cannot tell" in f.summary and "over 4 of 5 rounds" in f.summary, f
+    assert "cannot tell" in f.summary and "over 4 of 5 rounds (fabmeter measured 4, perftest 5)" in f.summary, f
     f = judge(LAT, [3500, 6500, 5000, 4000, 6000], [5000] * 5, "rounds")
     assert f.severity == "warn" and "cannot tell, the rounds' interval is wider" in f.summary, f
 
@@ -67,3 +72,14 @@ def test_rows_are_send_rc_lat_and_bw_at_32_b_and_64_kib():
     assert [(r.experiment, r.size, r.tool) for r in parity.ROWS] == [
         ("lat", 32, "ib_send_lat"), ("lat", 65536, "ib_send_lat"), ("bw", 32, "ib_send_bw"),
         ("bw", 65536, "ib_send_bw")]
+
+
+def test_what_the_tools_said_joins_the_evidence():
+    # perftest's rate 0 (a run it could not time) is no figure; its warnings and a failure are evidence, once each.
+    warned = "Conflicting CPU frequency values detected: 2400.000000 != 3000.000000"
+    assert parity.figure(BW, {"msg_rate": 0.0}) is None and parity.figure(LAT, {"latency_ns": {"p50": 5e3}}) == 5e3
+    perftest = [Round(100_000, warned), Round(None, warned), Round(None, "client exited 1: Couldn't connect")] * 2
+    f = judge_rounds(BW, [Round(99_000)] * 5 + [Round(None, "exit 3: lost the server")], perftest[:6], "rounds")
+    assert "over 2 of 6 rounds (fabmeter measured 5, perftest 2)" in f.summary and "cannot tell" in f.summary, f
+    assert f.evidence == (f"rounds; fabmeter said: exit 3: lost the server; perftest said: {warned} | "
+                          "client exited 1: Couldn't connect"), f.evidence

@@ -77,7 +77,15 @@ def _inline(row: Row) -> int:
     return INLINE if row.size <= INLINE else 0
 
 
-def fabmeter_round(setup: Setup, row: Row) -> Optional[float]:
+@dataclass(frozen=True)
+class Round:
+    """One tool's run of a row: its figure (None where it measured none) and what it said beside it: why it failed,
+    or perftest's warnings (its clock estimate on a virtual machine, inline turned off)."""
+    figure: Optional[float]
+    note: str = ""
+
+
+def fabmeter_round(setup: Setup, row: Row) -> Round:
     """One fabmeter run of the row: lat's p50 (ns, half the round trip, as perftest's t_typical), bw's msg/s."""
     options = {"transport": "verbs", "size": row.size, "service": "rc", "cm": "raw", "op": "send",
                "inline": _inline(row)}
@@ -87,11 +95,11 @@ def fabmeter_round(setup: Setup, row: Row) -> Optional[float]:
     res = run.execute(run.RunSpec(row.experiment, options, cpus=setup.plan.cpus, server=setup.plan.server,
                                   engine=setup.engine, token_file=setup.token_file))
     if res.exit_code != EXIT_OK or not res.points:
-        return None
-    return figure(row, res.points[0])
+        return Round(None, f"exit {res.exit_code}: {res.message or 'no point measured'}")
+    return Round(figure(row, res.points[0]))
 
 
-def perftest_round(setup: Setup, row: Row) -> Optional[float]:
+def perftest_round(setup: Setup, row: Row) -> Round:
     """One perftest run of the row (the server side through the serve where there is one)."""
     cpus = setup.plan.cpus
     params = PeerRun(size=row.size, bw_size=row.size, iters=row.iters, duration=BW_SECONDS,
@@ -102,19 +110,21 @@ def perftest_round(setup: Setup, row: Row) -> Optional[float]:
                                                     gid_index=setup.gid_index, inline=_inline(row)))
     try:
         points = PERFTEST.run_case(Case(row.experiment, "verbs", row.tool), params)
-    except (PeerError, Unsupported):
-        return None
-    return figure(row, points[0]) if points else None
+    except (PeerError, Unsupported) as e:
+        return Round(None, str(e))
+    if not points:
+        return Round(None, "no result in its output")
+    return Round(figure(row, points[0]), "; ".join(points[0].get("tool_warnings") or ()))
 
 
 def figure(row: Row, point: dict) -> Optional[float]:
-    if row.experiment == "bw":
-        return point.get("msg_rate")
-    return (point.get("latency_ns") or {}).get("p50")
+    """A figure, or None where the tool printed none or 0 (perftest's rate when it could not time a run)."""
+    value = point.get("msg_rate") if row.experiment == "bw" else (point.get("latency_ns") or {}).get("p50")
+    return value or None
 
 
 def measure(setup: Setup, rows=ROWS, fabmeter=fabmeter_round, perftest=perftest_round) -> dict[Row, tuple]:
-    """Every row's figures, round by round: (fabmeter's, perftest's), None where a run failed."""
+    """Every row's rounds: (fabmeter's, perftest's), a Round each."""
     out = {row: ([], []) for row in rows}
     for i in range(setup.rounds):
         for row in rows:
@@ -133,21 +143,28 @@ def _percent(ratio: float) -> str:
     return f"{abs(ratio - 1) * 100:.0f} %"
 
 
-def judge(row: Row, fabmeter: list, perftest: list, evidence: str) -> Finding:
-    """The row's finding: within, fabmeter faster or slower by X (interval), or cannot tell."""
+def judge(row: Row, fabmeter: list[Round], perftest: list[Round], evidence: str) -> Finding:
+    """The row's finding: within, fabmeter faster or slower by X (interval), or cannot tell. What either tool said
+    beside its figures (a failure, perftest's warnings) joins the evidence."""
     bw = row.experiment == "bw"
-    c = stats.compare_rounds(perftest, fabmeter, higher_is_better=bw)
-    ran = sum(1 for a, b in zip(fabmeter, perftest) if a and b)
+    mine, theirs = [r.figure for r in fabmeter], [r.figure for r in perftest]
+    c = stats.compare_rounds(theirs, mine, higher_is_better=bw)
+    both = sum(1 for a, b in zip(mine, theirs) if a and b)
     unit = "msg/s" if bw else "ns p50 (RTT/2)"
+    lost = "" if both == len(mine) else (f" (fabmeter measured {sum(1 for a in mine if a)}, perftest "
+                                         f"{sum(1 for b in theirs if b)})")
     said = (f"fabmeter {_num(c.new)} vs perftest {_num(c.base)} {unit}, ratio {_num(c.ratio, 3)}"
             + (f", interval {c.interval[0]:.3f}-{c.interval[1]:.3f}" if c.interval else "")
-            + f" over {ran} of {len(fabmeter)} rounds")
+            + f" over {both} of {len(mine)} rounds{lost}")
+    for tool, rounds in (("fabmeter", fabmeter), ("perftest", perftest)):
+        notes = list(dict.fromkeys(r.note for r in rounds if r.note))
+        evidence += f"; {tool} said: {' | '.join(notes)}" if notes else ""
     check = f"parity.{row.experiment}.{row.size}"
     effect = ("fabmeter's figures here are not perftest's: compare them with other tools' only after finding why "
               "(the effect is the ratio)")
     fix = "rerun on a quiet node with more rounds (--rounds N); fabmeter peers shows both tools' full figures"
     if c.interval is None:
-        return Finding(check, WARN, f"{row.name}: cannot tell, fewer than {stats.MIN_ROUNDS} rounds both ran: "
+        return Finding(check, WARN, f"{row.name}: cannot tell, fewer than {stats.MIN_ROUNDS} rounds both measured: "
                                     + said, evidence, effect="nothing yet says fabmeter reads as perftest here",
                        fix=fix)
     if c.verdict == stats.SAME:
