@@ -21,6 +21,9 @@ LAT_ITERS = 1000     # round trips a lat round (perftest -n): a few ms on an HCA
 LAT_WARMUP = 100     # fabmeter's warm-up round trips a lat round (perftest's lat tools time from the first)
 BW_SECONDS = 1       # a bw round (perftest -D, fabmeter --duration)
 WIDEST = 1.25        # an interval spanning 1 but reaching below 1/WIDEST or above WIDEST cannot tell the tools apart
+# What perftest says when its estimate of the CPU's clock, which its figures divide by, is shaky (a virtual machine,
+# a loaded host) or failed (its figures inf): a verdict against such rounds says so.
+CLOCK_DOUBTS = ("Correlation coefficient", "Conflicting CPU frequency", "clock estimate failed")
 ROUNDS = stats.MIN_ROUNDS
 
 
@@ -174,8 +177,10 @@ def judge(row: Row, fabmeter: list[Round], perftest: list[Round], evidence: str)
                            effect="the rounds differ too much to say fabmeter reads as perftest here", fix=fix)
         return Finding(check, OK, f"{row.name}: within: " + said, evidence)
     faster = c.verdict == stats.BETTER
+    doubted = sum(1 for r in perftest if any(d in r.note for d in CLOCK_DOUBTS))
+    doubt = f"; perftest doubted its clock in {doubted} of {len(perftest)} rounds" if doubted else ""
     return Finding(check, WARN, f"{row.name}: fabmeter {'faster' if faster else 'slower'} by {_percent(c.ratio)}: "
-                                + said, evidence, effect=effect, fix=fix)
+                                + said + doubt, evidence, effect=effect, fix=fix)
 
 
 def _num(x: Optional[float], places: int = 0) -> str:
