@@ -20,6 +20,7 @@ INLINE = 64          # the 32 B rows send inline at both tools (perftest -I 64),
 LAT_ITERS = 1000     # round trips a lat round (perftest -n): a few ms on an HCA
 LAT_WARMUP = 100     # fabmeter's warm-up round trips a lat round (perftest's lat tools time from the first)
 BW_SECONDS = 1       # a bw round (perftest -D, fabmeter --duration)
+PERFTEST_TIMEOUT_S = 300   # a perftest client's time beyond -D (an emulated device takes minutes where an HCA ms)
 WIDEST = 1.25        # an interval spanning 1 but reaching below 1/WIDEST or above WIDEST cannot tell the tools apart
 # What perftest says when its estimate of the CPU's clock, which its figures divide by, is shaky (a virtual machine,
 # a loaded host) or failed (its figures inf): a verdict against such rounds says so.
@@ -106,6 +107,7 @@ def perftest_round(setup: Setup, row: Row) -> Round:
     """One perftest run of the row (the server side through the serve where there is one)."""
     cpus = setup.plan.cpus
     params = PeerRun(size=row.size, bw_size=row.size, iters=row.iters, duration=BW_SECONDS,
+                     timeout_s=PERFTEST_TIMEOUT_S,
                      cpus=None if cpus is None else (cpus[0], cpus[1] if len(cpus) > 1 else None),
                      transports=("verbs",), server=setup.plan.server, token_file=setup.token_file,
                      engine=setup.engine, rdma=Rdma(client_device=setup.device,
