@@ -559,16 +559,16 @@ if [[ ! -f $OUT/_python_skipped ]]; then
   suite "ramcloud-load-verbs" "$OUT/ramcloud-load-verbs.toml" host
 fi
 
-# peers NAME OPTIONS...: `fabmeter peers --server` over verbs: each tool's
-# server side on rxe1's address, started by a standing serve (token, CPU 1)
-# from its allow-list; the clients on rxe0 (CPU 0; the 1 of --cpus 0,1 is
-# the serve's own --cpu). NAME.left lists any tool
-# process still running afterwards (there must be none).
-peers() {
-  local name=$1 f=$OUT/$1 spid i
-  shift
+# through_serve COMMAND NAME OPTIONS...: `fabmeter COMMAND --server` over
+# verbs (peers, doctor): each tool's server side on rxe1's address, started
+# by a standing serve (token, CPU 1) from its allow-list; the clients on rxe0
+# (CPU 0; the 1 of --cpus 0,1 is the serve's own --cpu). NAME.left lists any
+# tool process still running afterwards (there must be none).
+through_serve() {
+  local command=$1 name=$2 f=$OUT/$2 spid i
+  shift 2
   PORT=$((PORT + 1))
-  echo "fabmeter peers --server $*" >"$f.cmd"
+  echo "fabmeter $command --server $*" >"$f.cmd"
   echo 0 >"$f.expect"
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f.token"
   chmod 600 "$f.token"
@@ -577,14 +577,20 @@ peers() {
   spid=$!
   for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
   local t0=$EPOCHREALTIME
-  timeout 600 "${PY[@]}" -m fabmeter peers --server "$SERVER:$PORT" --token-file "$f.token" --transports verbs \
+  timeout 600 "${PY[@]}" -m fabmeter "$command" --server "$SERVER:$PORT" --token-file "$f.token" \
     --device "${FM_RDMA_DEV0:-rxe0}" --server-device "${FM_RDMA_DEV1:-rxe1}" --gid-index "${FM_RDMA_GID_INDEX:-1}" \
-    --cpus 0,1 --json --out "$f.results" "$@" >"$f.out" 2>"$f.err"
+    --cpus 0,1 --json "$@" >"$f.out" 2>"$f.err"
   echo $? >"$f.rc"
   pgrep -a -f '^(/usr/(local/)?bin/)?(ib_(send|write|read|atomic)_|qperf)' >"$f.left"
   kill -TERM $spid 2>/dev/null
   reap $spid >"$f.server.rc"
   printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
+# peers NAME OPTIONS...: `fabmeter peers --server` over verbs (through_serve), its results in NAME.results.
+peers() {
+  local name=$1
+  shift
+  through_serve peers "$name" --transports verbs --out "$OUT/$name.results" "$@"
 }
 if [[ ! -f $OUT/_python_skipped ]]; then
   echo "== peer tools' server sides through the serve (perftest, qperf RDMA)"
@@ -612,6 +618,22 @@ if [[ ! -f $OUT/_python_skipped ]]; then
     --tests ib_send_lat,ib_send_bw
   peers "peers-server-rdma-uc-inline" --tools perftest -n 200 --service uc --inline 64 --mtu 1024 \
     --tests ib_send_lat,ib_write_lat
+fi
+
+# pytest_case NAME ARGS...: tests of the Python CLI that need the guest (elsewhere they skip).
+pytest_case() {
+  local name=$1 f=$OUT/$1 t0=$EPOCHREALTIME
+  shift
+  echo "pytest $*" >"$f.cmd"
+  (cd "$REPO" && timeout 900 "${PY[@]}" -m pytest -q -p no:cacheprovider "$@") >"$f.out" 2>&1
+  echo $? >"$f.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
+if [[ ! -f $OUT/_python_skipped ]]; then
+  echo "== fabmeter doctor: rxe's port, GID, RoCE version and MTUs at both ends; --parity against perftest"
+  pytest_case "doctor-rxe" tests/test_doctor.py -k rxe
+  # FM_DOCTOR_ROUNDS (rdma/test-rdma.sh: 1 in CI's mode, where every row's verdict is "cannot tell", else 5).
+  through_serve doctor "doctor-parity" --parity --rounds "${FM_DOCTOR_ROUNDS:-5}"
 fi
 
 echo "== setup: connection establishment and memory registration over verbs"

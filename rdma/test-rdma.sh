@@ -101,15 +101,20 @@ fi
 # ramcloud-load's verbs rows (900 s); the stream rows.
 [[ $SUITES == none ]] && N_SUITES=0 || N_SUITES=$(wc -w <<<"$SUITES")
 GUEST_S=$((300 + 300 * ROUNDS)) PARTS="300 s boot + $ROUNDS x 300 s comparison rounds"
+# fabmeter doctor's cases: its rxe test (600 s: 320 s measured on a loaded
+# host) and --parity's rounds (300 s each: 200 s measured on a loaded host),
+# one in CI's mode (every verdict "cannot tell", the path run), else 5.
+DOCTOR_ROUNDS=$((CI ? 1 : 5))
 if ((!COMPARE_ONLY)); then
-  GUEST_S=$((GUEST_S + 1500 + 1200 * N_SUITES + 900 + STREAM_S))
+  GUEST_S=$((GUEST_S + 1500 + 1200 * N_SUITES + 900 + STREAM_S + 600 + 300 * DOCTOR_ROUNDS))
   PARTS+=" + 1500 s cases + $N_SUITES x 1200 s suites + 900 s ramcloud-load's verbs rows + $STREAM_S s stream rows"
+  PARTS+=" + 600 s doctor's rxe test + $DOCTOR_ROUNDS x 300 s doctor --parity rounds"
 fi
 echo "test-rdma: the guest's timeout $GUEST_S s: $PARTS"
 rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
 FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout "$GUEST_S" --log "$OUT/console.log" -- \
-  FM_RDMA_CI=$CI FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'$SUITES'" \
+  FM_RDMA_CI=$CI FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'$SUITES'" FM_DOCTOR_ROUNDS=$DOCTOR_ROUNDS \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then

@@ -486,6 +486,45 @@ def check_peers_server(raw, name):
     return problems, {"name": name, "tool": "fabmeter peers --server", "points": rows}
 
 
+PARITY_CHECKS = ("parity.lat.32", "parity.lat.65536", "parity.bw.32", "parity.bw.65536")
+PARITY_VERDICTS = ("within", "fabmeter faster by", "fabmeter slower by", "cannot tell")
+
+
+def check_doctor(raw, name):
+    """`fabmeter doctor --parity --server` over verbs: no fail finding, a finding for each parity row with its
+    verdict and evidence, fabmeter measured in every round (perftest's clock estimate may fail under TCG: a round
+    it could not time is in the evidence, not a failure), and no tool process left in the guest."""
+    cmd = read(f"{raw}/{name}.cmd")
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0":
+        return [f"fabmeter doctor exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"
+                f"{read(f'{raw}/{name}.out').strip()[-600:]}"], {"name": name}
+    findings = json.loads(read(f"{raw}/{name}.out"))["findings"]
+    parity = {f["check"]: f for f in findings if f["check"].startswith("parity.")}
+    problems = [] if sorted(parity) == sorted(PARITY_CHECKS) else [f"parity findings {sorted(parity)}"]
+    rounds = option(cmd, "rounds")
+    for check, f in parity.items():
+        ran = re.search(r"over (\d+) of (\d+) rounds(?: \(fabmeter measured (\d+))?", f["summary"])
+        if (not any(v in f["summary"] for v in PARITY_VERDICTS) or f["severity"] not in ("ok", "warn")
+                or not f["evidence"] or not ran or ran.group(2) != rounds or (ran.group(3) or rounds) != rounds):
+            problems.append(f"{check}: {f['severity']}: {f['summary']}")
+    left = read(f"{raw}/{name}.left").strip()
+    if left:
+        problems.append(f"tool processes left: {left}")
+    return problems, {"name": name, "tool": "fabmeter doctor --parity", "parity": {c: f["summary"]
+                                                                                  for c, f in parity.items()}}
+
+
+def check_pytest(raw, name):
+    """Python tests that need the guest: they ran and passed, none skipped."""
+    out = read(f"{raw}/{name}.out")
+    last = (nonempty_lines(out) or [""])[-1]
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0" or " passed" not in last or "skipped" in last:
+        return [f"pytest exited {rc}: {out.strip()[-600:]}"], {"name": name}
+    return [], {"name": name, "tool": "pytest", "result": last}
+
+
 def check_mesh(raw, name):
     """`fabmeter mesh` of two ranks in the guest: both ranks ended 0, and rank 0
     printed both directed pairs, ok, over verbs, and a summary with none failed."""
@@ -780,7 +819,9 @@ def main():
                  else check_suite if cmd.startswith("fabmeter suite")
                  else check_fabric if cmd.startswith("fabmeter fabric")
                  else check_mesh if cmd.startswith("fabmeter mesh")
-                 else check_peers_server if cmd.startswith("fabmeter peers --server") else check_fabmeter)
+                 else check_peers_server if cmd.startswith("fabmeter peers --server")
+                 else check_doctor if cmd.startswith("fabmeter doctor")
+                 else check_pytest if cmd.startswith("pytest ") else check_fabmeter)
         problems, summary = check(raw, name)
         summary["passed"] = not problems
         summary["problems"] = problems

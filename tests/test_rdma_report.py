@@ -490,3 +490,51 @@ def test_narrowed_suites_are_suites(tmp_path):
         assert s.name == "ramcloud-load-verbs" and {p.transport for p in s.points} == {"verbs"}
         assert all(p.options["duration"] == (0.2 if ci == "1" else 1) for p in s.points)
     assert len(suite.read(tmp_path / "ramcloud-1.toml", info).points) < len(suite.read(tmp_path / "ramcloud-0.toml", info).points)
+
+
+def test_doctor_parity_case_needs_every_row_judged_over_every_round(tmp_path):
+    """`fabmeter doctor --parity` in the guest: exit 0, a finding per row with its verdict and evidence, fabmeter
+    measured in every round (perftest may lose rounds to its clock under TCG), no tool process left."""
+    m = report_module()
+    import json
+    rows = ("parity.lat.32", "parity.lat.65536", "parity.bw.32", "parity.bw.65536")
+
+    def case(name, rc="0", rounds=5, ran=5, verdict="within", left="", checks=rows, lost=""):
+        (tmp_path / f"{name}.cmd").write_text(f"fabmeter doctor --server --parity --rounds {rounds}\n")
+        (tmp_path / f"{name}.rc").write_text(rc + "\n")
+        (tmp_path / f"{name}.err").write_text("")
+        (tmp_path / f"{name}.left").write_text(left)
+        findings = [{"check": c, "severity": "ok" if verdict == "within" else "warn", "evidence": "5 rounds of ...",
+                     "summary": f"send lat: {verdict}: fabmeter 1 vs perftest 1, over {ran} of {rounds} rounds{lost}"}
+                    for c in checks]
+        (tmp_path / f"{name}.out").write_text(json.dumps({"findings": [
+            {"check": "memlock", "severity": "ok", "summary": "", "evidence": "x"}, *findings]}))
+        return m.check_doctor(str(tmp_path), name)
+
+    problems, summary = case("good")
+    assert problems == [] and len(summary["parity"]) == 4
+    assert case("slower", verdict="fabmeter slower by 12 %")[0] == []
+    assert case("ci", rounds=1, ran=1, verdict="cannot tell")[0] == []
+    assert case("perftest-lost-a-round", ran=4, lost=" (fabmeter measured 5, perftest 4)")[0] == []
+    problems, _ = case("fabmeter-lost-a-round", ran=4, lost=" (fabmeter measured 4, perftest 5)")
+    assert len(problems) == 4 and "over 4 of 5 rounds" in problems[0]
+    problems, _ = case("no-verdict", verdict="something else")
+    assert len(problems) == 4
+    problems, _ = case("a-row-missing", checks=rows[:3])
+    assert problems == [f"parity findings {sorted(rows[:3])}"]
+    problems, _ = case("exit-4", rc="4")
+    assert problems[0].startswith("fabmeter doctor exited 4")
+    problems, _ = case("left", left="123 ib_send_bw")
+    assert problems == ["tool processes left: 123 ib_send_bw"]
+
+
+def test_pytest_case_needs_its_tests_passed_and_none_skipped(tmp_path):
+    m = report_module()
+    for name, rc, last, ok in (("passed", "0", "1 passed, 11 deselected in 207.93s", True),
+                               ("skipped", "0", "1 skipped, 11 deselected in 2.00s", False),
+                               ("failed", "1", "1 failed, 11 deselected in 99.00s", False)):
+        (tmp_path / f"{name}.cmd").write_text("pytest tests/test_doctor.py -k rxe\n")
+        (tmp_path / f"{name}.rc").write_text(rc + "\n")
+        (tmp_path / f"{name}.out").write_text(f".\n{last}\n")
+        problems, _ = m.check_pytest(str(tmp_path), name)
+        assert (problems == []) == ok, (name, problems)

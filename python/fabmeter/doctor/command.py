@@ -9,14 +9,16 @@ from typing import Optional
 
 from fabmeter.command_options import CommandOption, Found, add_arguments
 from fabmeter.cpus import parse_cpus
-from fabmeter.doctor import bundle, checks
+from fabmeter.doctor import bundle, checks, parity
 from fabmeter.doctor.facts import Plan, probe
 from fabmeter.doctor.finding import OK, SKIP, Finding, exit_code
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.options import parse_size
+from fabmeter.peers import command as peers_command
 from fabmeter.terminal import shown
 
 DEFAULT_SIZE = "64K"
+PARITY_PEER_OPTIONS = ("device", "server-device", "gid-index")   # as fabmeter peers takes them, for --parity
 
 OPTIONS = (
     CommandOption("transport", "the transport to check for (default: verbs where the engine lists an RDMA device, "
@@ -34,6 +36,12 @@ OPTIONS = (
                   flag=True),
     CommandOption("run", "with --bundle: the results folder whose run.json goes in (default: the newest run.json "
                          "under ./results)", metavar="DIR"),
+    CommandOption("parity", "also run fabmeter against perftest on the verbs device: send over RC, lat and bw at "
+                            "32 B and 64 KiB, in alternated rounds (about 30 s on an HCA), a finding per row: within "
+                            "the rounds' interval of perftest, faster or slower by X, or cannot tell", flag=True),
+    CommandOption("rounds", f"with --parity: alternated rounds, {parity.ROUNDS} the fewest with an interval (default: "
+                            f"{parity.ROUNDS})", metavar="N", type=peers_command.count),
+    *(o for o in peers_command.OPTIONS if o.name in PARITY_PEER_OPTIONS),
 )
 
 
@@ -80,9 +88,16 @@ def main(ns, found: Found) -> int:
         raise FabmeterError("--token-file goes with --server", EXIT_USAGE)
     if (ns.mask or ns.run) and not ns.bundle:
         raise FabmeterError("--mask and --run go with --bundle", EXIT_USAGE)
+    if not ns.parity and any(getattr(ns, o.replace("-", "_")) is not None for o in ("rounds", *PARITY_PEER_OPTIONS)):
+        raise FabmeterError("--rounds, --device, --server-device and --gid-index go with --parity", EXIT_USAGE)
+    if ns.parity:
+        parity.check_runnable(found.info)
     plan = plan_of(ns, found.info)
     facts = probe(plan, found.engine, ns.token_file)
     findings = checks.findings(plan, facts.environment, facts.probe_error)
+    if ns.parity:
+        findings += parity.findings(parity.Setup(plan, found.engine, ns.token_file, ns.device, ns.server_device,
+                                                 ns.gid_index, ns.rounds or parity.ROUNDS))
     code = exit_code(findings)
     if ns.json:
         print(json.dumps({"plan": dataclasses.asdict(plan), "findings": [f.as_json() for f in findings],
