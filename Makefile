@@ -5,8 +5,6 @@ VENV := .venv
 ENGINE_BUILD := build/engine
 ENGINE := $(ENGINE_BUILD)/fabmeter-engine
 
-FUZZ_BUILD := build/engine-fuzz
-
 # Every CMake build configured from here (the engine, the wheel's, the
 # sanitizer and fuzz builds) compiles through ccache once install-deps has
 # installed it (scripts/compile-cached; CMake reads these on a build's first
@@ -45,23 +43,22 @@ deb: build
 test: build
 	bash scripts/install-deps.sh --test
 	ctest --test-dir $(ENGINE_BUILD) --output-on-failure
-	$(VENV)/bin/python -m pytest --durations=20 tests
+	$(VENV)/bin/python -m pytest --durations=20 --junitxml=build/pytest.xml tests
 
 # The engine under ASan+UBSan (build/engine-asan: GoogleTest and the
 # end-to-end tests) and TSan (build/engine-tsan: shm and the file sink's
-# writer thread); any sanitizer report fails.
+# writer thread); any sanitizer report fails. Installs clang on first use.
 test-sanitize: build
+	bash scripts/install-deps.sh --fuzz
 	bash scripts/test-sanitize.sh
 
-# libFuzzer targets (engine/fuzz/fuzz_*.cpp, clang, ASan+UBSan), each run for
-# FUZZ_SECONDS on a copy of its seed corpus. Installs clang on first use.
+# libFuzzer targets (engine/fuzz/fuzz_*.cpp), built in the ASan+UBSan build
+# (scripts/asan-build.sh), each run for FUZZ_SECONDS on a copy of its seed
+# corpus. Installs clang on first use.
 fuzz:
 	bash scripts/install-deps.sh --fuzz
-	@[ -f $(FUZZ_BUILD)/build.ninja ] || \
-	  cmake -S engine -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DCMAKE_CXX_COMPILER=clang++-14 -DFM_FUZZ=ON -DBUILD_TESTING=OFF
-	cmake --build $(FUZZ_BUILD) --target fuzzers
-	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(FUZZ_BUILD)
+	bash scripts/asan-build.sh fuzzers
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh build/engine-asan
 
 # The fault loop of tests/test_faults.py at length: kill -9 and SIGSTOP at
 # random moments, FAULT_ROUNDS rounds per transport (make test runs one).

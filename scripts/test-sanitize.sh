@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make test-sanitize: the engine built with ASan+UBSan (build/engine-asan)
-# runs the GoogleTest binary and the end-to-end tests; a TSan build
+# make test-sanitize: the engine built with ASan+UBSan (build/engine-asan,
+# scripts/asan-build.sh) runs the GoogleTest binary and the end-to-end tests; a TSan build
 # (build/engine-tsan) runs the paths with threads or shared memory (shm,
 # the stream's file sink writer thread). Sanitizer reports go to log files
 # (a report in a server process would not fail the client's test), and any
@@ -23,12 +23,11 @@ TSAN_TRANSPORTS=${TSAN_TRANSPORTS:-"shm;tcp"}
 # The engine, its transport plugins and GoogleTest, and the rawpp_* peer tools (the ones this build has)
 # when TESTS include test_messaging.py, whose rawpp tests run them: each tool
 # more costs CI about 10 s per sanitizer build.
-build() {  # DIR SANITIZERS TESTS TRANSPORTS
-  cmake -S engine -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE="$2" -DFM_TRANSPORTS="$4" >/dev/null
-  local targets=(fabmeter-engine fabmeter-plugins engine-tests)
-  [[ " $3 " == *" tests/test_messaging.py "* ]] &&
-    targets+=($(ninja -C "$1" -t targets all | awk -F: '/^rawpp_[a-z]+: / {print $1}'))
-  cmake --build "$1" --target "${targets[@]}"
+targets() {  # DIR TESTS
+  local t=(fabmeter-engine fabmeter-plugins engine-tests)
+  [[ " $2 " == *" tests/test_messaging.py "* && -f "$1/build.ninja" ]] &&
+    t+=($(ninja -C "$1" -t targets all | awk -F: '/^rawpp_[a-z]+: / {print $1}'))
+  echo "${t[@]}"
 }
 
 # Fails (after printing the first lines of each) if any report was logged.
@@ -56,13 +55,16 @@ run_suite() {  # NAME DIR TESTS K
 }
 
 rc=0
-build build/engine-asan address,undefined "$ASAN_TESTS" ""
+bash scripts/asan-build.sh   # configured first: targets() reads its rawpp_* targets
+bash scripts/asan-build.sh $(targets build/engine-asan "$ASAN_TESTS")
 export ASAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/asan:halt_on_error=1:detect_leaks=1"
 export UBSAN_OPTIONS="log_path=$PWD/build/engine-asan/reports/ubsan:print_stacktrace=1:halt_on_error=1"
 run_suite asan+ubsan build/engine-asan "$ASAN_TESTS" "$ASAN_K" || rc=1
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
-build build/engine-tsan thread "$TSAN_TESTS" "$TSAN_TRANSPORTS"
+cmake -S engine -B build/engine-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFM_SANITIZE=thread \
+  -DFM_TRANSPORTS="$TSAN_TRANSPORTS" >/dev/null
+cmake --build build/engine-tsan --target $(targets build/engine-tsan "$TSAN_TESTS")
 export TSAN_OPTIONS="log_path=$PWD/build/engine-tsan/reports/tsan:halt_on_error=0:second_deadlock_stack=1"
 run_suite tsan build/engine-tsan "$TSAN_TESTS" "$TSAN_K" || rc=1
 [ $rc -eq 0 ] && echo "test-sanitize: no sanitizer reports"
