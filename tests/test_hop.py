@@ -72,21 +72,30 @@ def serving(fm, hosts, token_file):
         stop_serves(serves)
 
 
-def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat") -> dict:
+def via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat",
+                   rounds=1) -> list[dict]:
+    """Each round's point of a run with --via-hop: direct and through the hop, alternated `rounds` times."""
     out = tmp_path / name
-    res = fm.run(experiment, "-t", transport, *OPTIONS[experiment], "--server", server,
-                 "--via-hop", hop, "--token-file", token_file, "--out", out, prefix=_netns(client_ns), timeout=180)
+    res = fm.run(experiment, "-t", transport, *OPTIONS[experiment], "--server", server, "--via-hop", hop,
+                 "--hop-rounds", str(rounds), "--token-file", token_file, "--out", out, prefix=_netns(client_ns),
+                 timeout=180 * rounds)
     assert res.returncode == 0, res.stderr
     assert "through the hop" in res.stdout, res.stdout
     doc = json.loads((out / "run.json").read_text())
-    (point,) = doc["hop"]["rounds"][0]
-    return point
+    assert len(doc["hop"]["rounds"]) == rounds
+    return [point for (point,) in doc["hop"]["rounds"]]
+
+
+def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat") -> dict:
+    return via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment)[0]
 
 
 @pytest.mark.parametrize("into,onward", [("tcp", "udp"), ("shm", "tcp")])
 def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, into, onward):
     """tcp -> udp with the hop on the gateway host; shm -> tcp with the hop on the client's host (shared memory
-    needs it there): the through-the-hop round trip is the direct one plus a positive added figure."""
+    needs it there): the through-the-hop round trip is the direct one plus a positive added figure. Judged over
+    three alternated rounds: one run's minimum can be lifted by what else runs during it (a direct minimum of
+    44 us once, above the hop's), the lowest of three alternated runs far less often."""
     need_transport(into), need_transport(onward)
     (ns_c, addr_c), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
@@ -94,14 +103,16 @@ def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, in
     hop_ns, hop_addr = (ns_c, addr_c) if into == "shm" else (ns_g, addr_g)
     try:
         with forward(hop_ns, hop_addr, f"{addr_s}:{port}", onward, token_file) as (hop, proc):
-            point = via_hop(fm, tmp_path, ns_c, into, f"{addr_s}:{port}", hop, token_file, "run")
+            points = via_hop_rounds(fm, tmp_path, ns_c, into, f"{addr_s}:{port}", hop, token_file, "run", rounds=3)
             hop_line = json.loads(proc.stdout.readline())
     finally:
         stop_serves(serves)
-    added = point["hop_added_rtt_ns"]
-    assert added["p50"] == pytest.approx(point["through_rtt_ns"]["p50"] - point["direct_rtt_ns"]["p50"])
+    for point in points:
+        added = point["hop_added_rtt_ns"]
+        assert added["p50"] == pytest.approx(point["through_rtt_ns"]["p50"] - point["direct_rtt_ns"]["p50"])
     # Two more passes through a process and, tcp -> udp, two more links: never faster at the minimum.
-    assert added["min"] > 0, point
+    lowest = {k: min(p[k]["min"] for p in points) for k in ("direct_rtt_ns", "through_rtt_ns")}
+    assert lowest["through_rtt_ns"] > lowest["direct_rtt_ns"], points
     assert hop_line["event"] == "hop" and hop_line["status"] == "ok", hop_line.get("message")
     assert (hop_line["from_transport"], hop_line["to_transport"]) == (into, onward)
 

@@ -111,6 +111,10 @@ struct ExperimentDefaults {
   static constexpr bool kFewerWarmupAboveFullSize = true;
   // Runs over one-sided operations (--op write/read), which the server's CPU never sees.
   static constexpr bool kOneSided = false;
+  // The client numbers its messages only on an unreliable transport, where the
+  // server reads the number: a forwarding hop cannot join a reliable client
+  // to an unreliable server (session/forward.cpp).
+  static constexpr bool kNumbersOnlyUnreliable = false;
 };
 
 inline uint64_t sat_mul(uint64_t a, uint64_t b) {

@@ -317,6 +317,7 @@ struct OnewayExperiment : ExperimentDefaults {
   static constexpr const char* name = "oneway";
   static constexpr bool kPeerClock = true;
   static constexpr bool kFewerWarmupAboveFullSize = false;
+  static constexpr bool kNumbersOnlyUnreliable = true;  // put_seq / get_seq
   static void validate(const Params& p) {
     if (p.oneway.bursts == 0 || p.oneway.burst_size == 0) usage_error("--bursts and --burst-size must be at least 1");
   }

@@ -47,6 +47,7 @@ struct ExperimentEntry {
   void (*resolve)(Params&, const Caps&);
   void (*validate)(const Params&);
   bool one_sided;  // ExperimentDefaults::kOneSided
+  bool numbers_only_unreliable;  // ExperimentDefaults::kNumbersOnlyUnreliable
 };
 
 // E's checks against the transport's capabilities, then its plan's sample
@@ -71,7 +72,7 @@ constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence
   return std::array<ExperimentEntry, sizeof...(E)>{
       ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
                       &check_plan<E>, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
-                      &E::resolve, &E::validate, E::kOneSided}...};
+                      &E::resolve, &E::validate, E::kOneSided, E::kNumbersOnlyUnreliable}...};
 }
 template <class... E>
 constexpr auto make_experiment_entries(ExperimentList<E...> list) {

@@ -68,16 +68,18 @@ void check_forwardable(const Hello& h, const Params& p) {
 // The pair the hop can join. A client on an unreliable transport numbers
 // its messages, which a server on a reliable one neither echoes (lat: every
 // reply would read as late) nor reads (oneway: it counts arrivals, so one
-// lost after the hop fails the point). oneway's server on an unreliable
-// transport reads the number that its client on a reliable one never wrote.
+// lost after the hop fails the point). A server on an unreliable transport
+// reads the number that its client on a reliable one never wrote, where the
+// experiment numbers only unreliable messages (oneway).
 void check_pair(const Params& in, const Caps& caps_in, const Params& out, const Caps& caps_out) {
   if (!caps_in.reliable && caps_out.reliable)
     usage_error("the hop forwards " + in.transport + " (unreliable) only to an unreliable transport, not " +
                 out.transport + ": a server on a reliable one neither echoes nor reads the sequence number that " +
                 "the client numbers its messages by");
-  if (caps_in.reliable && !caps_out.reliable && in.experiment == "oneway")
-    usage_error("the hop forwards oneway from " + in.transport + " (reliable) only to a reliable transport, not " +
-                out.transport + ": the server would read a sequence number that the client does not write");
+  if (caps_in.reliable && !caps_out.reliable && experiment_for(in.experiment).numbers_only_unreliable)
+    usage_error("the hop forwards " + in.experiment + " from " + in.transport +
+                " (reliable) only to a reliable transport, not " + out.transport +
+                ": the server would read a sequence number that the client does not write");
 }
 
 // The clock of the other end (oneway, stream): each end decides from the
