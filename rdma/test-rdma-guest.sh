@@ -138,6 +138,13 @@ fab() {
 cms_for() { case $1 in uc) echo raw ;; *) echo rdma_cm raw ;; esac; }
 ops_for() { case $1 in ud) echo send ;; *) echo send write-imm ;; esac; }
 
+# CI's mode (FM_RDMA_CI=1) runs a covering subset of the knob matrices below,
+# every value of every knob at least once, not their product (make test-rdma
+# runs the product): `ci_runs COMBO INNER N` is true outside CI's mode, and in
+# it for one of a combination's N variants, a different one each combination.
+ci_runs() { ((!${FM_RDMA_CI:-0} || $2 == $1 % $3)); }
+not_ci() { ((!${FM_RDMA_CI:-0})); }
+
 SMALL_LAT=(-s 32 -n 200 --warmup 50)
 ONEWAY=(-s 32 --bursts 2 --burst-size 100 --pause-us 200 --warmup 20)
 BW=(-s 1K -n 2000 --warmup 100)
@@ -192,16 +199,17 @@ run_comparison() {
   ((${FM_CMP_CONTROL:-0})) && vs="CONTROL: each peer against itself"
   echo "== comparison: $vs, alternated (odd rounds fabmeter's side first, even rounds its peer) ${FM_CMP_ROUNDS:-5} rounds, raw QP setup"
   for ((round = 1; round <= ${FM_CMP_ROUNDS:-5}; round++)); do
-    for svc in rc uc ud; do
+    # CI's mode: RC's rows (one of each perftest tool), which check that both sides run.
+    for svc in rc $(not_ci && echo uc ud); do
       cmp $round "lat-$svc-send" "lat -s 32 ${LATC[*]} --inline 64 --service $svc" ib_send_lat -c "${svc^^}" -s 32 -n 2000 -I 64
     done
-    for svc in rc uc; do
+    for svc in rc $(not_ci && echo uc); do
       cmp $round "lat-$svc-write" "lat -s 32 ${LATC[*]} --inline 64 --service $svc --op write" \
         ib_write_lat -c "${svc^^}" -s 32 -n 2000 -I 64
     done
     cmp $round lat-rc-read "lat -s 32 ${LATC[*]} --service rc --op read" ib_read_lat -s 32 -n 2000
     cmp $round lat-rc-atomic-fadd "lat -s 8 ${LATC[*]} --service rc --op atomic-fadd" ib_atomic_lat -A FETCH_AND_ADD -n 2000
-    cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
+    not_ci && cmp $round lat-rc-atomic-cswap "lat -s 8 ${LATC[*]} --service rc --op atomic-cswap" ib_atomic_lat -A CMP_AND_SWAP -n 2000
     # ib_write_bw's server takes no part: the write rows' twin is --passive-rx.
     for op in send "write --passive-rx" read; do
       cmp $round "bw-rc-${op%% *}" "bw -s 1K ${BWC[*]} --service rc --op $op" "ib_${op%% *}_bw" -s 1024 -n 5000
@@ -209,7 +217,7 @@ run_comparison() {
     cmp $round bw-rc-atomic-fadd "bw -s 8 ${BWC[*]} --service rc --op atomic-fadd" ib_atomic_bw -A FETCH_AND_ADD -n 5000
     cmp $round bw-rc-write-bidir "bw -s 1K ${BWC[*]} --service rc --op write --passive-rx --bidir" \
       ib_write_bw -s 1024 -n 5000 -b
-    cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --passive-rx --post-list 8" \
+    not_ci && cmp $round bw-rc-write-postlist8 "bw -s 1K ${BWC[*]} --service rc --op write --passive-rx --post-list 8" \
       ib_write_bw -s 1024 -n 5000 -l 8
     if "$ENGINE" options | grep -q '"ofi"'; then  # libfabric's verbs provider beside fi_pingpong (msg endpoints)
       local mine=(ofi "cmp-r$round-fabmeter-lat-ofi-verbs-msg" lat -t ofi --provider verbs --ep msg -s 32 "${LATC[@]}")
@@ -247,28 +255,34 @@ fi
 # goes, the other which WRs complete): their pairs are covered, not their
 # product, which keeps CI within its time (32 cases instead of 64).
 echo "== verbs: lat over every knob (RC/UC/UD x send/write-imm x (inline, signaling) pairs x poll x cm)"
+combo=0
 for svc in rc uc ud; do
   for cm in $(cms_for $svc); do
     for op in $(ops_for $svc); do
+      variant=0
       for pair in 0:1 64:auto; do
         inl=${pair%:*} sig=${pair#*:}
         for poll in busy event; do
           sigopt=()
           [[ $sig == 1 ]] && sigopt=(--signal-every 1)
-          fm "lat-$svc-$op-$cm-inline$inl-sig$sig-$poll" 0 lat "${SMALL_LAT[@]}" --service $svc --op $op \
-            --cm $cm --inline $inl "${sigopt[@]}" --poll $poll
+          ci_runs $combo $((variant++)) 4 &&
+            fm "lat-$svc-$op-$cm-inline$inl-sig$sig-$poll" 0 lat "${SMALL_LAT[@]}" --service $svc --op $op \
+              --cm $cm --inline $inl "${sigopt[@]}" --poll $poll
         done
       done
+      combo=$((combo + 1))
     done
   done
 done
 
 echo "== verbs: oneway (t_comp from send completions) and bw, per service x op x cm"
+combo=0
 for svc in rc uc ud; do
   for cm in $(cms_for $svc); do
     for op in $(ops_for $svc); do
-      fm "oneway-$svc-$op-$cm-busy" 0 oneway "${ONEWAY[@]}" --service $svc --op $op --cm $cm
-      fm "bw-$svc-$op-$cm-busy" 0 bw "${BW[@]}" --service $svc --op $op --cm $cm
+      ci_runs $combo 0 2 && fm "oneway-$svc-$op-$cm-busy" 0 oneway "${ONEWAY[@]}" --service $svc --op $op --cm $cm
+      ci_runs $combo 1 2 && fm "bw-$svc-$op-$cm-busy" 0 bw "${BW[@]}" --service $svc --op $op --cm $cm
+      combo=$((combo + 1))
     done
   done
 done
@@ -287,15 +301,18 @@ fm "oneway-rc-write-imm-rdma_cm-tsend" 0 oneway "${TSEND[@]}" --op write-imm
 fm "oneway-rc-send-raw-inline64-tsend" 0 oneway "${TSEND[@]}" --cm raw --inline 64
 
 echo "== verbs: perftest's ops (plain write polled at the receiver; read and atomics, one-sided, RC)"
+combo=0
 for cm in raw rdma_cm; do
   for inl in 0 64; do
-    fm "lat-rc-write-$cm-inline$inl" 0 lat "${SMALL_LAT[@]}" --service rc --op write --cm $cm --inline $inl
+    ci_runs $combo $((inl ? 1 : 0)) 2 &&
+      fm "lat-rc-write-$cm-inline$inl" 0 lat "${SMALL_LAT[@]}" --service rc --op write --cm $cm --inline $inl
   done
-  fm "lat-rc-read-$cm" 0 lat "${SMALL_LAT[@]}" --service rc --op read --cm $cm
-  fm "lat-rc-atomic-fadd-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-fadd --cm $cm
-  fm "lat-rc-atomic-cswap-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-cswap --cm $cm
-  fm "bw-rc-write-$cm" 0 bw "${BW[@]}" --service rc --op write --cm $cm
-  fm "bw-rc-read-$cm" 0 bw "${BW[@]}" --service rc --op read --cm $cm
+  ci_runs $combo 0 2 && fm "lat-rc-read-$cm" 0 lat "${SMALL_LAT[@]}" --service rc --op read --cm $cm
+  ci_runs $combo 1 2 && fm "lat-rc-atomic-fadd-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-fadd --cm $cm
+  ci_runs $combo 0 2 && fm "lat-rc-atomic-cswap-$cm" 0 lat -s 8 -n 200 --warmup 50 --service rc --op atomic-cswap --cm $cm
+  ci_runs $combo 1 2 && fm "bw-rc-write-$cm" 0 bw "${BW[@]}" --service rc --op write --cm $cm
+  ci_runs $combo 0 2 && fm "bw-rc-read-$cm" 0 bw "${BW[@]}" --service rc --op read --cm $cm
+  combo=$((combo + 1))
 done
 fm "lat-uc-write-raw-inline64-sig1" 0 lat "${SMALL_LAT[@]}" --service uc --op write --inline 64 --signal-every 1
 fm "oneway-rc-write-raw" 0 oneway "${ONEWAY[@]}" --service rc --op write --cm raw
@@ -414,7 +431,7 @@ EOF
 }
 LOSS=(-s 64 --warmup 50 --cm raw --loss-timeout-ms 1000)
 for svc in uc ud; do
-  loss "loss-$svc-oneway-1pct" 1 oneway "${LOSS[@]}" --bursts 10 --burst-size 100 --pause-us 1000 --service $svc
+  not_ci && loss "loss-$svc-oneway-1pct" 1 oneway "${LOSS[@]}" --bursts 10 --burst-size 100 --pause-us 1000 --service $svc
   loss "loss-$svc-oneway-10pct" 10 oneway "${LOSS[@]}" --bursts 4 --burst-size 100 --pause-us 1000 --service $svc
   # lat waits out each lost round trip (about 1 in 5 here): 250 ms each, not 1 s.
   loss "loss-$svc-lat-10pct" 10 lat "${LOSS[@]/#1000/250}" -n 60 --service $svc

@@ -14,9 +14,10 @@
 # comparison alone (about 60 s a round), e.g. more rounds for a steadier median;
 # --control: the comparison alone with each peer also in fabmeter's place, an
 # A/A run: what the table makes of two equal tools on this machine.
-# FM_RDMA_CI=1 (CI's mode): one comparison round unless --rounds says
-# otherwise, the first point of each suite (FM_RDMA_SUITES), and fewer
-# messages in the long cases, so that no part goes unrun in CI.
+# FM_RDMA_CI=1 (CI's mode): one comparison round of RC's rows unless --rounds
+# says otherwise, the first point of each suite (FM_RDMA_SUITES), fewer
+# messages in the long cases and a covering subset of the knob matrices
+# (test-rdma-guest.sh's ci_runs), so that no part goes unrun in CI.
 # The guest's timeout is the sum of what each part it runs may take (printed).
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
