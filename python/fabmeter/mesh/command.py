@@ -20,7 +20,7 @@ from fabmeter import command_options, envinfo
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.mesh import outliers, output, patterns, rendezvous, tool_pair
+from fabmeter.mesh import outliers, output, patterns, rendezvous, slotted, tool_pair
 from fabmeter.mesh import run as mesh_run
 from fabmeter.peers.registry import PEERS
 from fabmeter.options import PY_ONLY, Options
@@ -67,9 +67,13 @@ OPTIONS = (
                               "once; slotted: all pairs at once, stream or bw, each message in a time slot of its own "
                               "at its receiver (default: %(default)s)",
                   default="scheduled", choices=patterns.SCHEDULES),
-    CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
-                             "the message: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
+    CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: the message's time at "
+                             "--link-gbps plus a guard of 20 x the transport's one-way floor: 50 us, shm 5, verbs "
+                             "and ofi 10)",
                   metavar="US", type=float),
+    CommandOption("link-gbps", "--schedule slotted: the links' rate, Gbit/s, that sizes the default slot and the "
+                               "shortest one (default: %(default)g)", metavar="G", type=float,
+                  default=slotted.LINK_GBPS),
     CommandOption("mesh-port", "rank 0's coordination port on the first host (default: %(default)s)", metavar="N",
                   type=int, default=mesh_run.DEFAULT_MESH_PORT),
     CommandOption("token-file", "the mesh's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
@@ -252,7 +256,8 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
         rank_args = ["--experiment", ns.experiment, *(["--tool", ns.tool] if ns.tool else []),
                      "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
-                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else [])]
+                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else []),
+                     "--link-gbps", repr(ns.link_gbps)]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
             rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
@@ -263,7 +268,7 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token,
                              engine, timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
                              (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None,
-                             slot_us=ns.slot_us, tool=ns.tool)
+                             slot_us=ns.slot_us, link_gbps=ns.link_gbps, tool=ns.tool)
     pairs: list[dict] = []
     started_at = now_iso()
 

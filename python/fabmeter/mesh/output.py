@@ -203,13 +203,18 @@ class Summary:
         self._ready: list[int] = []                                     # every pair's start_ready_ns
         self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
         self.slots: Optional[slotted.Plan] = None                      # --schedule slotted: its plan
+        self._rounds: Optional[slotted.Rounds] = None                   # ... and each pair's rounds joined
         self.tool: Optional[str] = None                                 # --tool: the peer tool every pair ran
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
-        """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots); bulk, its data
-        rate is its Gbit/s."""
+        """Slotted: the pair's steps, over all its rounds, become its messages against the plan
+        (slotted.pair_slots), the pair added at its last round; bulk, its data rate is its Gbit/s."""
         steps = pair.pop("steps", None)
         if self.slots is not None:
+            self._rounds = self._rounds or slotted.Rounds(self.slots)
+            pair, steps = self._rounds.add(pair, steps)
+            if pair is None:
+                return
             pair["slotted"] = slotted.pair_slots(self.slots, pair["src"], pair["dst"], steps)
             if self.slots.bulk:
                 pair["gbps"] = pair["slotted"] and pair["slotted"]["gbps"]
