@@ -20,7 +20,7 @@ from fabmeter import command_options, envinfo
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.mesh import outliers, output, patterns, rendezvous, slotted, tool_pair
+from fabmeter.mesh import outliers, output, patterns, rendezvous, slotted, tool_mpi, tool_pair
 from fabmeter.mesh import run as mesh_run
 from fabmeter.peers.registry import PEERS
 from fabmeter.options import PY_ONLY, Options
@@ -58,7 +58,9 @@ OPTIONS = (
     CommandOption("tool", "every pair runs this established tool's case for --experiment (lat, bw or load) and -t "
                           "instead of fabmeter's engines, as `fabmeter peers` runs it, with --size, --iters, "
                           "--duration and --rate: the client on the source rank, the server side started by the "
-                          "destination rank's serve from its allow-list (needs a token; not with --launch serve)",
+                          "destination rank's serve from its allow-list (needs a token; not with --launch serve); "
+                          "fabmeter-mpibench: the MPI program under one mpirun over the hosts, a rank each (--launch "
+                          "local or ssh; lat: its ping-pong of hosts 0 and 1 and its allreduce over all; bw)",
                   choices=tuple(PEERS)),
     CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
@@ -209,12 +211,15 @@ def _rank(ns: argparse.Namespace, hosts: list[str]) -> Optional[int]:
 
 def _check_tool(ns: argparse.Namespace, given: dict, hosts: list[str]) -> None:
     """--tool: a case the tool has, knobs it takes, and a server side a rank's serve can start; else exit 2."""
-    if ns.launch == "serve":
-        raise FabmeterError("mesh: --tool runs the tool's client on the source host: run ranks (--rank, mpirun, "
-                            "--launch ssh|local), not --launch serve", EXIT_USAGE)
     if ns.schedule == "slotted" or ns.pattern in patterns.SPLIT_PATTERNS:
         raise FabmeterError(f"mesh: --tool does not run --schedule slotted or --pattern {patterns.SPLIT_PATTERNS[0]} "
                             "(fabmeter's own stream and load do)", EXIT_USAGE)
+    if ns.tool == tool_mpi.TOOL:
+        tool_mpi.check(ns.launch, ns.experiment, given)
+        return
+    if ns.launch == "serve":
+        raise FabmeterError("mesh: --tool runs the tool's client on the source host: run ranks (--rank, mpirun, "
+                            "--launch ssh|local), not --launch serve", EXIT_USAGE)
     if not rendezvous.read_token(ns.token_file, dict(os.environ)):
         raise FabmeterError("mesh: --tool needs a token (FABMETER_TOKEN or --token-file): a serve starts tools only "
                             "for authenticated clients", EXIT_USAGE)
@@ -293,5 +298,8 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
         elif results:
             say(results)
 
+    if ns.tool == tool_mpi.TOOL:
+        return tool_mpi.main(hosts, ns.experiment, ns.pattern, ns.schedule, given,
+                             ns.ssh if ns.launch == "ssh" else None, emit)
     with _token_in_environment(token):
         return mesh_run.main(spec, emit, lambda line: say(f"warning: {line}"))
