@@ -1,5 +1,6 @@
 """The MPI layer: fabmeter-mpibench under mpirun (ping-pong latency, bandwidth, allreduce over 4 ranks), as a peer
-tool of `fabmeter peers` and of suites, its figures beside a mesh's; `mesh --tool fabmeter-mpibench` over namespace hosts."""
+tool of `fabmeter peers` and of suites, its figures beside a mesh's; `mesh --tool fabmeter-mpibench` over namespace
+hosts."""
 
 from __future__ import annotations
 
