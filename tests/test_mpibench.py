@@ -94,7 +94,7 @@ def test_a_mesh_runs_the_mpi_program_over_four_namespace_hosts(fm, four_hosts, t
     """mesh --tool fabmeter-mpibench --launch ssh over four namespace hosts: mpirun, in host 0's namespace, starts
     one rank on each host over --ssh (here a remote shell that runs the command in the namespace holding the
     host's address); the ping-pong of hosts 0 and 1 is the mesh's pair 0 -> 1 (RTT/2), the allreduce over all four
-    the summary's mpi block beside it, both in mesh.json."""
+    the summary's mpi block beside it, both in mesh.json and in the report."""
     table = tmp_path / "namespaces"
     table.write_text("".join(f"{addr} {ns}\n" for ns, addr in four_hosts))
     agent = tmp_path / "agent"
@@ -119,6 +119,10 @@ def test_a_mesh_runs_the_mpi_program_over_four_namespace_hosts(fm, four_hosts, t
     assert tests["allreduce"]["hosts"] == hosts and tests["allreduce"]["ranks"] == 4
     assert tests["allreduce"]["latency_kind"] == "allreduce" and tests["allreduce"]["latency_ns"]["p50"] > 0
     assert all("--host" in t["command"] for t in tests.values())
+    r = fm.run("report", out, timeout=120)      # the report's MPI table: a row a test
+    assert r.returncode == 0, r.stderr
+    html = (out / "report.html").read_text()
+    assert "MPI layer over a mesh" in html and "<td>allreduce</td>" in html and "<td>rtt/2</td>" in html
 
 
 @pytest.mark.parametrize("args,words", [
