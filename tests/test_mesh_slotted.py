@@ -86,6 +86,9 @@ def test_slotted_steps_beyond_the_engines_list_run_in_rounds_joined_as_one():
     assert sl["arrived"] == 2 * 1667 and sl["missed"] == 1667 and sl["outside_slot"] == 0
     assert sl["gbps"] == pytest.approx(2 * 1667 * the.size * 8 / (3 * 1667 * the.period_ns))
     assert slotted.plan(3, "bw", {**options, "iters": 2046}, 3000).rounds == 1
+    assert rounds.add(ok, one) == (None, None)       # interrupted: at once, with the rounds that came
+    pair, steps = rounds.add({**ok, "status": "interrupted", "message": "the mesh was interrupted first"}, None)
+    assert pair["status"] == "interrupted" and len(steps["latency_ns"]) == 2 * 1667
 
 
 def test_the_link_rate_sizes_the_slot():

@@ -454,7 +454,8 @@ def _interrupted(summary: "output.Summary", emit: Callable[[dict], None], rounds
     done = {(p["src"], p["dst"]) for p in summary.pairs}
     for pairs in rounds:
         for src, dst in pairs:
-            if (src, dst) not in done:
+            if (src, dst) not in done:      # once: slotted repeats its round
+                done.add((src, dst))
                 summary.add(emit, output.failed_pair(src, dst, "the mesh was interrupted first", "interrupted"))
     emit(summary.as_json())
     return EXIT_INTERRUPTED

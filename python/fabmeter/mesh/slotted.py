@@ -175,7 +175,8 @@ def pair_options(the: Plan, options: dict) -> dict:
 class Rounds:
     """Each pair's results over the plan's rounds, given as one once its last round came: its steps' lists
     joined in round order (a round with none, failed, counts its steps as missed), the last round's figures,
-    failed with the first failing round's message if any failed."""
+    failed with the first failing round's message if any failed; an interrupted one at once, with the rounds
+    so far."""
 
     def __init__(self, the: Plan):
         self.the = the
@@ -192,7 +193,7 @@ class Rounds:
         for name in ("late_ns", "latency_ns"):
             joined[name] += ((steps or {}).get(name, []) + [None] * k)[:k]
         failed = failed or (pair if pair["status"] != "ok" else None)
-        if seen + 1 < self.the.rounds:
+        if seen + 1 < self.the.rounds and pair["status"] != "interrupted":     # interrupted: no more rounds
             self.held[key] = (seen + 1, failed, joined)
             return None, None
         if failed is not None:
