@@ -249,11 +249,12 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
     raw = given.get("samples") == "raw"     # every rank keeps its pairs' raw samples (--launch serve: all come here)
     out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     token = rendezvous.read_token(ns.token_file, dict(os.environ))
-    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
+    collective = ns.tool == tool_mpi.TOOL   # mpirun's own channels and processes: no channel or engine of ours
+    if not token and not collective and not all(mesh_run.is_loopback(h) for h in hosts):
         raise FabmeterError("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",
                             EXIT_USAGE)
     say = (lambda line: None) if quiet else (lambda line: sys.stderr.write(f"fabmeter: {shown_lines(line)}\n"))
-    if not token:
+    if not token and not collective:
         say("warning: mesh without a token: its channel and engines are not authenticated")
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
     launch = None
@@ -262,7 +263,7 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
                      "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
                      *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else []),
-                     "--link-gbps", repr(ns.link_gbps)]
+                     *(["--link-gbps", repr(ns.link_gbps)] if ns.schedule == "slotted" else [])]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
             rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
@@ -298,7 +299,7 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
         elif results:
             say(results)
 
-    if ns.tool == tool_mpi.TOOL:
+    if collective:
         return tool_mpi.main(hosts, ns.experiment, ns.pattern, ns.schedule, given,
                              ns.ssh if ns.launch == "ssh" else None, emit)
     with _token_in_environment(token):
