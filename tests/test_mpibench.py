@@ -148,3 +148,17 @@ def test_a_mpi_mesh_without_mpirun_or_the_program_is_refused(fm, tmp_path, token
     fm.env["FABMETER_ENGINE"] = str(tmp_path / "fabmeter-engine")
     r = fm.run(*args, timeout=30)
     assert r.returncode == 2 and "built without Open MPI" in one_line_error(r.stderr), r.stderr
+
+
+def test_a_mpi_mesh_takes_slurms_node_list(fm, tmp_path):
+    """No --hosts inside a Slurm allocation: mpirun's hosts are its node list (here three loopback addresses, the
+    remote shell one that runs the command here)."""
+    agent = tmp_path / "agent"
+    agent.write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nshift\nexec sh -c "$*"\n')
+    agent.chmod(0o755)
+    fm.env["SLURM_JOB_NODELIST"] = "127.0.0.[1-3]"
+    r = fm.run("mesh", "--launch", "ssh", "--ssh", agent, "--tool", "fabmeter-mpibench", "--experiment", "lat",
+               "-t", "tcp", "-s", "32", "--iters", "100", "--out", tmp_path / "out", timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tests = json.loads((tmp_path / "out" / "mesh.json").read_text())["mesh"]["mpi"]["tests"]
+    assert tests["allreduce"]["hosts"] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"] and tests["allreduce"]["ranks"] == 3

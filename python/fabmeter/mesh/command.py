@@ -169,7 +169,8 @@ def _hosts(ns: argparse.Namespace) -> list[str]:
     elif ns.hosts is not None and ns.hostfile is not None:
         raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
     elif ns.hosts is None and ns.hostfile is None:
-        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None else None
+        # Slurm's node list: ranks it started, or mpirun's over them (mpirun runs here, in the allocation)
+        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None or ns.tool == tool_mpi.TOOL else None
         if hosts is None:
             raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F (or run under Slurm)",
                                 EXIT_USAGE)
