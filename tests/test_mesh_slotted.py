@@ -1,6 +1,7 @@
 """`fabmeter mesh --schedule slotted` (python/fabmeter/mesh/slotted.py): the plan (one sender a slot at each
-receiver), bw as steps of its size, the refusals; stream and bw over eight namespace hosts, a delay line
-pushing one link's arrivals out of their slots."""
+receiver), bw as steps of its size, the refusals, the slot from the link, rounds beyond the engine's step list;
+stream and bw over eight namespace hosts, a delay line pushing one link's arrivals out of their slots; bw of
+more steps than one round holds over three."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_slotted_refusals(fm, token_file):
 def test_slotted_plan_gives_each_receiver_one_sender_a_slot():
     """Sender i sends to j in the slots = (j - i - 1) mod n of a period: at every receiver the n - 1 senders take the
     n - 1 slots of a period, one each; the slot rounds up to a whole number of periods a second; a slot under
-    the transport's floor, a --rate, or more steps than the engine lists are refused."""
+    the transport's floor, a --rate, or a warm-up of the engine's whole list are refused."""
     n = 8
     the = slotted.plan(n, "stream", {"transport": "udp", "count": 10, "warmup": 2}, 3000)
     assert the.rate_hz == 47 and the.slot_ns >= 3000e3 and round(the.period_ns) == round(1e9 / 47)
@@ -35,7 +36,7 @@ def test_slotted_plan_gives_each_receiver_one_sender_a_slot():
         assert sorted(slotted.residue(src, dst, n) for src in range(n) if src != dst) == list(range(n - 1))
     assert the.offset_ns(0, 1) == 0 and the.offset_ns(0, 2) == round(the.slot_ns)
     for options, slot, why in (({"transport": "udp"}, 10, "too short"), ({"transport": "udp", "rate": [9]}, 3000, "--rate"),
-                               ({"transport": "udp", "count": 5000}, 3000, "at most 2048"),
+                               ({"transport": "udp", "warmup": 2048}, 3000, "at most 2048"),
                                ({"transport": "udp"}, 200_000, "over 1 s")):
         with pytest.raises(FabmeterError) as e:
             slotted.plan(n, "stream", options, slot)
@@ -62,6 +63,78 @@ def test_slotted_bw_runs_each_message_as_a_step_of_its_size():
     with pytest.raises(FabmeterError) as e:
         slotted.plan(8, "bw", {"transport": "udp", "size_spread": 50}, 3000)
     assert "drop --size-spread" in e.value.message
+
+
+def test_slotted_steps_beyond_the_engines_list_run_in_rounds_joined_as_one():
+    """5,000 steps a pair, 2 of warm-up: three rounds of 1,667 (the engine lists at most 2,048 a round, warm-up
+    included), each pair's rounds joined in order: a round's step m is measured step r x 1,667 + m of one run, a
+    failed round's steps count as missed and the pair as failed, its data rate over all 5,001 periods."""
+    options = {"transport": "udp", "size": 1000, "iters": 5000, "warmup": 2}
+    the = slotted.plan(3, "bw", options, 3000)
+    assert (the.rounds, the.round_steps, the.warmup) == (3, 1667, 2)
+    assert slotted.pair_options(the, options)["count"] == 1667
+    rounds = slotted.Rounds(the)
+    ok = {"src": 0, "dst": 1, "status": "ok", "message": ""}
+    one = {"first": 2, "late_ns": [5] * 1667, "latency_ns": [10] * 1667}
+    assert rounds.add(ok, one) == (None, None)
+    assert rounds.add({**ok, "status": "failed", "message": "lost"}, None) == (None, None)
+    pair, steps = rounds.add(ok, one)
+    assert pair["status"] == "failed" and pair["message"] == "lost"
+    assert steps["first"] == 2 and len(steps["late_ns"]) == len(steps["latency_ns"]) == 3 * 1667
+    assert steps["latency_ns"][1667:2 * 1667] == [None] * 1667 and steps["latency_ns"][-1] == 10
+    sl = slotted.pair_slots(the, 0, 1, steps)
+    assert sl["arrived"] == 2 * 1667 and sl["missed"] == 1667 and sl["outside_slot"] == 0
+    assert sl["gbps"] == pytest.approx(2 * 1667 * the.size * 8 / (3 * 1667 * the.period_ns))
+    assert slotted.plan(3, "bw", {**options, "iters": 2046}, 3000).rounds == 1
+    assert rounds.add(ok, one) == (None, None)       # interrupted: at once, with the rounds that came
+    pair, steps = rounds.add({**ok, "status": "interrupted", "message": "the mesh was interrupted first"}, None)
+    assert pair["status"] == "interrupted" and len(steps["latency_ns"]) == 2 * 1667
+
+
+def test_the_link_rate_sizes_the_slot():
+    """The default slot is the message's time at --link-gbps plus 20 one-way floors (udp: 50 us): 125,000 B take
+    1,000 us at 1 Gbit/s, 100 us at 10; the slot then rounds up to a whole number of periods a second (7 slots a
+    period over 8 hosts). A --slot-us under the message's time at the link is refused."""
+    options = {"transport": "udp", "size": 125_000, "iters": 10}
+    for gbps, slot_us in ((1.0, 2000), (10.0, 1100)):
+        the = slotted.plan(8, "bw", options, None, gbps)
+        rate = int(1e6 // (slot_us * 7))
+        assert the.rate_hz == rate and the.slot_ns == pytest.approx(1e9 / (rate * 7)), (gbps, the)
+        assert the.as_json()["link_gbps"] == gbps
+    assert slotted.plan(8, "bw", options, 1100, 10.0).slot_ns >= 1100e3
+    with pytest.raises(FabmeterError) as e:
+        slotted.plan(8, "bw", options, 1000, 1.0)
+    assert "too short" in e.value.message and "at least 1050" in e.value.message
+
+
+def test_slotted_bw_beyond_the_engines_list_over_namespace_hosts(fm, token_file):
+    """Three namespace hosts, slotted bw of 2,100 messages of 1 KiB a pair (the engine lists 2,048 steps a run):
+    two rounds of 1,050, each pair's data rate the bytes that arrived over all 2,100 periods; the slot sized
+    from the message at --link-gbps 0.01 (819 us) plus the guard (1,000 us)."""
+    with bridged_namespaces("fmr", f"10.195.{os.getpid() % 250}", 3) as spaces:
+        hosts = [addr for _, addr in spaces]
+        prefixes = [("ip", "netns", "exec", ns) for ns, _ in spaces]
+        serves = start_serves(fm, hosts, 18515, token_file, prefixes, extra=("--max-sessions", "4"))
+        try:
+            r = fm.run("mesh", "--launch", "serve", "--hosts", ",".join(hosts), "--link-gbps", "0.01",
+                       "--token-file", token_file, "--experiment", "bw", "--schedule", "slotted", "-t", "udp",
+                       "--poll", "event", "-s", "1K", "--iters", "2100", "--warmup", "2", "--json",
+                       prefix=prefixes[0], timeout=120)
+        finally:
+            stop_serves(serves)
+    assert r.returncode == 0, r.stderr
+    lines = json_lines(r.stdout)
+    pairs = {(p["src"], p["dst"]): p for p in lines if p["type"] == "pair"}
+    (summary,) = [p for p in lines if p["type"] == "mesh"]
+    s = summary["slotted"]
+    assert sorted(pairs) == patterns.pairs("all-to-all", 3) and len(summary["rounds"]) == 2
+    assert (s["rounds"], s["round_steps"], s["link_gbps"]) == (2, 1050, 0.01)
+    assert s["slot_ns"] >= (1024 * 8 / 10 + 1000) * 1000
+    for p in pairs.values():
+        sl = p["slotted"]
+        assert len(sl["step_arrival_ns"]) == 2100 and sl["arrived"] > 2100 / 2, sl["arrived"]
+        assert p["gbps"] == sl["gbps"] == pytest.approx(1024 * 8 * sl["arrived"] / (2100 * s["period_ns"]))
+    assert s["gbps"] == pytest.approx(sum(p["gbps"] for p in pairs.values()))
 
 
 SLOTTED = ["--experiment", "stream", "--schedule", "slotted", "-t", "udp", "--poll", "event", "--timer", "nanosleep",

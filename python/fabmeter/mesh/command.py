@@ -20,7 +20,7 @@ from fabmeter import command_options, envinfo
 from fabmeter.command_options import CommandOption, Found
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
-from fabmeter.mesh import outliers, output, patterns, rendezvous, tool_pair
+from fabmeter.mesh import outliers, output, patterns, rendezvous, slotted, tool_mpi, tool_pair
 from fabmeter.mesh import run as mesh_run
 from fabmeter.peers.registry import PEERS
 from fabmeter.options import PY_ONLY, Options
@@ -58,7 +58,9 @@ OPTIONS = (
     CommandOption("tool", "every pair runs this established tool's case for --experiment (lat, bw or load) and -t "
                           "instead of fabmeter's engines, as `fabmeter peers` runs it, with --size, --iters, "
                           "--duration and --rate: the client on the source rank, the server side started by the "
-                          "destination rank's serve from its allow-list (needs a token; not with --launch serve)",
+                          "destination rank's serve from its allow-list (needs a token; not with --launch serve); "
+                          "fabmeter-mpibench: the MPI program under one mpirun over the hosts, a rank each (--launch "
+                          "local or ssh; lat: its ping-pong of hosts 0 and 1 and its allreduce over all; bw)",
                   choices=tuple(PEERS)),
     CommandOption("pattern", "which directed pairs (default: %(default)s); many-to-many: load, every host a client of "
                              "all the others at once, its --rate and --count split among them (--schedule chaotic)",
@@ -67,9 +69,13 @@ OPTIONS = (
                               "once; slotted: all pairs at once, stream or bw, each message in a time slot of its own "
                               "at its receiver (default: %(default)s)",
                   default="scheduled", choices=patterns.SCHEDULES),
-    CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: 20 x the transport's floor for "
-                             "the message: 50 us, shm 5, verbs and ofi 10, plus its time at 10 Gbit/s)",
+    CommandOption("slot-us", "--schedule slotted: the slot, microseconds (default: the message's time at "
+                             "--link-gbps plus a guard of 20 x the transport's one-way floor: 50 us, shm 5, verbs "
+                             "and ofi 10)",
                   metavar="US", type=float),
+    CommandOption("link-gbps", "--schedule slotted: the links' rate, Gbit/s, that sizes the default slot and the "
+                               "shortest one (default: %(default)g)", metavar="G", type=float,
+                  default=slotted.LINK_GBPS),
     CommandOption("mesh-port", "rank 0's coordination port on the first host (default: %(default)s)", metavar="N",
                   type=int, default=mesh_run.DEFAULT_MESH_PORT),
     CommandOption("token-file", "the mesh's shared secret (default: $FABMETER_TOKEN)", metavar="F"),
@@ -163,7 +169,8 @@ def _hosts(ns: argparse.Namespace) -> list[str]:
     elif ns.hosts is not None and ns.hostfile is not None:
         raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F", EXIT_USAGE)
     elif ns.hosts is None and ns.hostfile is None:
-        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None else None
+        # Slurm's node list: ranks it started, or mpirun's over them (mpirun runs here, in the allocation)
+        hosts = mesh_run.slurm_hosts(dict(os.environ)) if ns.launch is None or ns.tool == tool_mpi.TOOL else None
         if hosts is None:
             raise FabmeterError("mesh: give the hosts by --hosts A,B,... or --hostfile F (or run under Slurm)",
                                 EXIT_USAGE)
@@ -205,12 +212,15 @@ def _rank(ns: argparse.Namespace, hosts: list[str]) -> Optional[int]:
 
 def _check_tool(ns: argparse.Namespace, given: dict, hosts: list[str]) -> None:
     """--tool: a case the tool has, knobs it takes, and a server side a rank's serve can start; else exit 2."""
-    if ns.launch == "serve":
-        raise FabmeterError("mesh: --tool runs the tool's client on the source host: run ranks (--rank, mpirun, "
-                            "--launch ssh|local), not --launch serve", EXIT_USAGE)
     if ns.schedule == "slotted" or ns.pattern in patterns.SPLIT_PATTERNS:
         raise FabmeterError(f"mesh: --tool does not run --schedule slotted or --pattern {patterns.SPLIT_PATTERNS[0]} "
                             "(fabmeter's own stream and load do)", EXIT_USAGE)
+    if ns.tool == tool_mpi.TOOL:
+        tool_mpi.check(ns.launch, ns.experiment, given)
+        return
+    if ns.launch == "serve":
+        raise FabmeterError("mesh: --tool runs the tool's client on the source host: run ranks (--rank, mpirun, "
+                            "--launch ssh|local), not --launch serve", EXIT_USAGE)
     if not rendezvous.read_token(ns.token_file, dict(os.environ)):
         raise FabmeterError("mesh: --tool needs a token (FABMETER_TOKEN or --token-file): a serve starts tools only "
                             "for authenticated clients", EXIT_USAGE)
@@ -240,11 +250,12 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
     raw = given.get("samples") == "raw"     # every rank keeps its pairs' raw samples (--launch serve: all come here)
     out = out_folder(ns.out) if ns.out and (rank in (0, None) or raw) else None   # rank 0 writes mesh.json
     token = rendezvous.read_token(ns.token_file, dict(os.environ))
-    if not token and not all(mesh_run.is_loopback(h) for h in hosts):
+    collective = ns.tool == tool_mpi.TOOL   # mpirun's own channels and processes: no channel or engine of ours
+    if not token and not collective and not all(mesh_run.is_loopback(h) for h in hosts):
         raise FabmeterError("mesh: hosts beyond loopback need a shared token: FABMETER_TOKEN or --token-file",
                             EXIT_USAGE)
     say = (lambda line: None) if quiet else (lambda line: sys.stderr.write(f"fabmeter: {shown_lines(line)}\n"))
-    if not token:
+    if not token and not collective:
         say("warning: mesh without a token: its channel and engines are not authenticated")
     timeout_ms = given.get("timeout_ms", table["timeout_ms"].default)
     launch = None
@@ -252,7 +263,8 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
         rank_args = ["--experiment", ns.experiment, *(["--tool", ns.tool] if ns.tool else []),
                      "--pattern", ns.pattern, "--schedule", ns.schedule,
                      "--mesh-port", str(ns.mesh_port), *table.engine_argv(given),
-                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else [])]
+                     *(["--slot-us", repr(ns.slot_us)] if ns.slot_us is not None else []),
+                     *(["--link-gbps", repr(ns.link_gbps)] if ns.schedule == "slotted" else [])]
         if out and raw:     # the same folder on every host: as typed over ssh, this one's here
             rank_args += ["--out", str(out) if ns.launch == "local" else ns.out]
         # local: this interpreter, this fabmeter and this engine, whatever PATH says.
@@ -263,7 +275,7 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
     spec = mesh_run.MeshSpec(hosts, rank, ns.experiment, ns.pattern, ns.schedule, ns.mesh_port, given, token,
                              engine, timeout_ms / 1000.0, launch, ns.serve_port if ns.launch == "serve" else None,
                              (ns.outlier_mads, ns.outlier_floor / 100.0), out=out if raw else None,
-                             slot_us=ns.slot_us, tool=ns.tool)
+                             slot_us=ns.slot_us, link_gbps=ns.link_gbps, tool=ns.tool)
     pairs: list[dict] = []
     started_at = now_iso()
 
@@ -288,5 +300,8 @@ def main(ns: argparse.Namespace, found: Found, command: Optional[list[str]] = No
         elif results:
             say(results)
 
+    if collective:
+        return tool_mpi.main(hosts, ns.experiment, ns.pattern, ns.schedule, given,
+                             ns.ssh if ns.launch == "ssh" else None, emit)
     with _token_in_environment(token):
         return mesh_run.main(spec, emit, lambda line: say(f"warning: {line}"))

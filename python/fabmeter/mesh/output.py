@@ -203,13 +203,19 @@ class Summary:
         self._ready: list[int] = []                                     # every pair's start_ready_ns
         self.load = aggregate.LoadTotals(hosts) if experiment == "load" else None
         self.slots: Optional[slotted.Plan] = None                      # --schedule slotted: its plan
+        self._rounds: Optional[slotted.Rounds] = None                   # ... and each pair's rounds joined
         self.tool: Optional[str] = None                                 # --tool: the peer tool every pair ran
+        self.mpi: Optional[dict] = None                                 # --tool fabmeter-mpibench: its tests
 
     def add(self, emit: Callable[[dict], None], pair: dict) -> None:
-        """Slotted: the pair's steps become its messages against the plan (slotted.pair_slots); bulk, its data
-        rate is its Gbit/s."""
+        """Slotted: the pair's steps, over all its rounds, become its messages against the plan
+        (slotted.pair_slots), the pair added at its last round; bulk, its data rate is its Gbit/s."""
         steps = pair.pop("steps", None)
         if self.slots is not None:
+            self._rounds = self._rounds or slotted.Rounds(self.slots)
+            pair, steps = self._rounds.add(pair, steps)
+            if pair is None:
+                return
             pair["slotted"] = slotted.pair_slots(self.slots, pair["src"], pair["dst"], steps)
             if self.slots.bulk:
                 pair["gbps"] = pair["slotted"] and pair["slotted"]["gbps"]
@@ -260,6 +266,7 @@ class Summary:
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
                 "load": self.load.as_json(self.rounds) if self.load is not None else None,
                 "slotted": slotted.receivers(self.slots, self.pairs) if self.slots is not None else None,
+                "mpi": self.mpi,
                 "sessions": self.sessions(),
                 "environments": self.environments}
 
@@ -302,7 +309,23 @@ def matrix(summary: dict, pairs: list[dict]) -> str:
     if summary.get("load"):
         out += load_lines(summary["load"])
     out += slotted.lines(summary, pairs)
+    out += mpi_lines(summary.get("mpi"))
     return "\n".join(out)
+
+
+def mpi_lines(mpi: Optional[dict]) -> list[str]:
+    """mesh --tool fabmeter-mpibench: each test's figures over its ranks (tool_mpi.py)."""
+    out = []
+    for test, t in (mpi or {}).get("tests", {}).items():
+        if t["status"] != "ok":
+            out.append(f"mpi {test}: failed: {t['message']}")
+            continue
+        latency = t.get("latency_ns")
+        figure = (f"{t['latency_kind']} p50 {_us(latency['p50'])}, mean {_us(latency['mean'])}" if latency
+                  else f"{analysis.fmt_num(t['gbps'], 2)} Gbit/s")
+        out.append(f"mpi {test}: {figure} over {t['ranks']} ranks ({', '.join(t['hosts'])}), {t['size']} B, "
+                   f"{t['iterations']} iterations; {t['library_version'].splitlines()[0]}")
+    return out
 
 
 def _us(ns) -> str:

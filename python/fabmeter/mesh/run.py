@@ -75,6 +75,7 @@ class MeshSpec:
     outlier_rule: tuple[float, float] = (outliers.K_MADS, outliers.MIN_RELATIVE)  # rank 0: K MADs, relative floor
     out: Optional[Path] = None   # --out with --samples raw: this rank's engine clients write there (samples_dir)
     slot_us: Optional[float] = None              # --schedule slotted: --slot-us (None: slotted.plan's default)
+    link_gbps: Optional[float] = None            # --schedule slotted: --link-gbps (None: slotted.LINK_GBPS)
     slots: Optional[slotted.Plan] = None         # --schedule slotted: the plan every rank computes alike (main)
     tool: Optional[str] = None                   # --tool: the peer tool each pair runs (tool_pair.py)
     # Test hooks (tests/test_mesh_scale.py: many ranks, no engines): what runs a pair, this rank's identity fields,
@@ -143,7 +144,7 @@ def main(spec: MeshSpec, emit: Callable[[dict], None], warn: Callable[[str], Non
     # from the kernel as we exit (PR_SET_PDEATHSIG).
     with procs.SignalForwarder(interrupt=True) as fwd:
         if spec.schedule == "slotted":
-            spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us)
+            spec.slots = slotted.plan(len(spec.hosts), spec.experiment, spec.options, spec.slot_us, spec.link_gbps)
         if spec.run_pair is None and spec.experiment != "load":   # load: each pair its own --seed (pair_options)
             spec.pool = series.Pool(spec.engine, slotted.engine_experiment(spec.slots, spec.experiment),
                                     pair_options(spec, spec.rank or 0, 0))
@@ -191,6 +192,14 @@ def first_lead_s(pairs: list, hostnames: list[Optional[str]]) -> float:
     unknown."""
     engines = collections.Counter(hostnames[src] for src, _ in pairs)
     return min(MAX_LEAD_S, ROUND_LEAD_S + LEAD_PER_ENGINE_S * max(engines.values(), default=0))
+
+
+def _rounds(spec: MeshSpec) -> Iterator[list]:
+    """The pattern's rounds; slotted: its one round as many times as the plan has rounds."""
+    rounds = patterns.iter_rounds(spec.pattern, spec.schedule, len(spec.hosts))
+    if spec.slots is None:
+        return rounds
+    return itertools.chain.from_iterable(itertools.repeat(list(rounds), spec.slots.rounds))
 
 
 def _first_round_lead(spec: MeshSpec, rounds: Iterator[list], hostnames: list[Optional[str]]
@@ -419,7 +428,7 @@ def _coordinate(spec: MeshSpec, engine_port: int, emit: Callable[[dict], None], 
         summary.slots = spec.slots
         summary.tool = spec.tool
         lead, rounds = _first_round_lead(
-            spec, itertools.islice(patterns.iter_rounds(spec.pattern, spec.schedule, n), spec.max_rounds),
+            spec, itertools.islice(_rounds(spec), spec.max_rounds),
             [e.get("hostname") if e else None for e in summary.environments])
         pairs: list = []
         try:
@@ -445,7 +454,8 @@ def _interrupted(summary: "output.Summary", emit: Callable[[dict], None], rounds
     done = {(p["src"], p["dst"]) for p in summary.pairs}
     for pairs in rounds:
         for src, dst in pairs:
-            if (src, dst) not in done:
+            if (src, dst) not in done:      # once: slotted repeats its round
+                done.add((src, dst))
                 summary.add(emit, output.failed_pair(src, dst, "the mesh was interrupted first", "interrupted"))
     emit(summary.as_json())
     return EXIT_INTERRUPTED
@@ -645,7 +655,7 @@ def _coordinate_serves(spec: MeshSpec, emit: Callable[[dict], None]) -> int:
     summary.slots = spec.slots
     envs: dict[int, dict] = {}      # no fabmeter runs on the hosts: what their engines' start lines say
     # No host's identity is known before its engines' start lines: all count as one machine.
-    lead, rounds = _first_round_lead(spec, patterns.iter_rounds(spec.pattern, spec.schedule, n), [None] * n)
+    lead, rounds = _first_round_lead(spec, _rounds(spec), [None] * n)
     pairs: list = []
     try:
         for index, pairs in enumerate(rounds):

@@ -16,6 +16,11 @@ receiver's arrivals interleaved as planned.
 bw runs slotted as bulk transfers: each message is a stream step of its -s size (a sample header and as many
 values as fill it, rounded up to whole 8-byte values), each pair's --iters its steps; its data rate is the bytes
 that arrived over its measured periods, a receiver's the sum over its senders.
+
+The engine lists at most MAX_STEPS steps of a pair (each step's lateness and latency, held in its memory and sent
+back whole). More steps run as several slotted rounds of equal steps (Plan.rounds), each with its warm-up; rank 0
+joins each pair's rounds in order (Rounds) as one run: round r's measured step m is measured step
+r x round_steps + m, every list, count and rate over all of them.
 """
 
 from __future__ import annotations
@@ -28,12 +33,12 @@ from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.stats import spread
 
 # The shortest slot a transport gets: its one-way trip on an idle host, microseconds (event mode wakes in tens;
-# shm and RDMA in a few), plus the message's time on a 10 Gbit/s wire.
+# shm and RDMA in a few), plus the message's time on the link (--link-gbps).
 FLOOR_US = {"shm": 5.0, "verbs": 10.0, "ofi": 10.0}
 OTHER_FLOOR_US = 50.0
-WIRE_GBPS = 10.0
-DEFAULT_FACTOR = 20          # the default slot: this many floors (a loaded host's wake-ups and queues)
-MAX_STEPS = 2048             # the engine's --per-step bound (StreamOptions::kMaxPerStep), warm-up included
+LINK_GBPS = 10.0             # --link-gbps's default
+DEFAULT_FACTOR = 20          # the default slot's guard: this many one-way floors (a loaded host's wake-ups, queues)
+MAX_STEPS = 2048             # the engine's --per-step bound (StreamOptions::kMaxPerStep), warm-up included: a round's
 MAX_RATE = 10_000_000        # the engine's --rate bound
 SAMPLE_HEADER = 24           # the engine's stream sample header (SampleHeader), then 8-byte values
 BULK = "bw"                  # the experiment slotted runs as bulk transfers, each message a stream step
@@ -45,8 +50,19 @@ def residue(src: int, dst: int, n: int) -> int:
     return (dst - src - 1) % n
 
 
-def floor_us(transport: str, size: int) -> float:
-    return FLOOR_US.get(transport, OTHER_FLOOR_US) + size * 8 / (WIRE_GBPS * 1e3)
+def wire_us(size: int, link_gbps: float) -> float:
+    """A message's time on the link."""
+    return size * 8 / (link_gbps * 1e3)
+
+
+def floor_us(transport: str, size: int, link_gbps: float = LINK_GBPS) -> float:
+    return FLOOR_US.get(transport, OTHER_FLOOR_US) + wire_us(size, link_gbps)
+
+
+def default_slot_us(transport: str, size: int, link_gbps: float = LINK_GBPS) -> float:
+    """The slot from the message and the link: its time on the link plus a guard of DEFAULT_FACTOR one-way
+    floors of the transport."""
+    return wire_us(size, link_gbps) + DEFAULT_FACTOR * FLOOR_US.get(transport, OTHER_FLOOR_US)
 
 
 def engine_experiment(the: Optional[Plan], experiment: str) -> str:
@@ -71,6 +87,10 @@ class Plan:
     rate_hz: int             # every pair's stream rate: one step a period
     size: int = 0            # bytes a message
     bulk: bool = False       # bw: messages of -s bytes, data rates reported
+    link_gbps: float = LINK_GBPS   # the links' rate the default slot was sized for
+    rounds: int = 1          # slotted rounds run one after the other (MAX_STEPS a pair's round, warm-up included)
+    round_steps: int = 0     # each round's measured steps (its --count)
+    warmup: int = 0          # each round's warm-up steps
 
     @property
     def period_ns(self) -> float:
@@ -90,13 +110,20 @@ class Plan:
 
     def as_json(self) -> dict:
         return {"slot_ns": round(self.slot_ns), "period_ns": round(self.period_ns), "rate_hz": self.rate_hz,
-                "size": self.size, "bulk": self.bulk,
+                "size": self.size, "bulk": self.bulk, "link_gbps": self.link_gbps, "rounds": self.rounds,
+                "round_steps": self.round_steps, "warmup": self.warmup,
                 "planned_gbps": self.gbps(1, 1)}     # one pair's, every message arriving
 
 
-def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Plan:
-    """The slotted plan of n hosts, or exit 2 saying why there is none: --slot-us (default: DEFAULT_FACTOR x the
-    transport's floor for the sample) rounded up so that a whole number of periods make a second."""
+def plan(n: int, experiment: str, options: dict, slot_us: Optional[float],
+         link_gbps: Optional[float] = None) -> Plan:
+    """The slotted plan of n hosts, or exit 2 saying why there is none: --slot-us (default: default_slot_us over
+    --link-gbps) rounded up so that a whole number of periods make a second; the steps (--count, bw's --iters, or
+    --duration's worth; rounded up to a multiple of the rounds) in as few rounds of at most MAX_STEPS as hold
+    them."""
+    link_gbps = LINK_GBPS if link_gbps is None else link_gbps
+    if not 0 < link_gbps < 1e6:
+        raise FabmeterError(f"mesh: --link-gbps {link_gbps:g} must be above 0 and below 1e6", EXIT_USAGE)
     if experiment not in ("stream", BULK):
         raise FabmeterError("mesh: --schedule slotted runs stream (each step a slot) or bw (each message a slot): "
                             "add --experiment stream or bw", EXIT_USAGE)
@@ -113,9 +140,9 @@ def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Pl
             raise FabmeterError(f"mesh: --schedule slotted runs one point: one --{key}", EXIT_USAGE)
     values = bulk_values(one(options, "size") or 1) if bulk else (options.get("values") or [1])[0]
     size = SAMPLE_HEADER + 8 * values
-    least = floor_us(options.get("transport") or "", size)
+    least = floor_us(options.get("transport") or "", size, link_gbps)
     if slot_us is None:
-        slot_us = DEFAULT_FACTOR * least
+        slot_us = default_slot_us(options.get("transport") or "", size, link_gbps)
     if not slot_us >= least:
         raise FabmeterError(f"mesh: --slot-us {slot_us:g} is too short for a {size} B sample over "
                             f"{options.get('transport')}: at least {least:g} us", EXIT_USAGE)
@@ -123,27 +150,55 @@ def plan(n: int, experiment: str, options: dict, slot_us: Optional[float]) -> Pl
     if rate < 1:
         raise FabmeterError(f"mesh: --slot-us {slot_us:g} x {n - 1} slots makes a period over 1 s", EXIT_USAGE)
     rate = min(rate, MAX_RATE)
-    the = Plan(n, 1e9 / (rate * (n - 1)), rate, size, bulk)
     steps = options.get("iters" if bulk else "count")
     steps = steps if isinstance(steps, int) else None
     if steps is None:
         duration = options.get("duration") or 0
         steps = max(1, int(duration * rate)) if duration > 0 else rate
     warmup = options.get("warmup") if isinstance(options.get("warmup"), int) else min(1000, rate // 10)
-    if steps + warmup > MAX_STEPS:
-        raise FabmeterError(f"mesh: --schedule slotted lists every step of a pair, at most {MAX_STEPS}: "
-                            f"{the.rate_hz} Hz makes {steps} steps and {warmup} of warm-up (lower --count, "
-                            "--duration or --warmup, or lengthen --slot-us)", EXIT_USAGE)
-    return the
+    if warmup >= MAX_STEPS:
+        raise FabmeterError(f"mesh: --schedule slotted runs rounds of at most {MAX_STEPS} steps a pair, warm-up "
+                            f"included: {rate} Hz makes a warm-up of {warmup} (lower --warmup)", EXIT_USAGE)
+    rounds = -(-steps // (MAX_STEPS - warmup))
+    return Plan(n, 1e9 / (rate * (n - 1)), rate, size, bulk, link_gbps, rounds, -(-steps // rounds), warmup)
 
 
 def pair_options(the: Plan, options: dict) -> dict:
+    """A pair's engine options for one round: its steps and warm-up, one step a period, every step listed."""
     if the.bulk:
-        steps = {"count": options["iters"]} if "iters" in options else {}
         # Its sender sleeps to each slot: n - 1 spinning senders a host would take every CPU of a small one.
-        options = {**{k: v for k, v in options.items() if k not in BULK_ONLY}, **steps,
+        options = {**{k: v for k, v in options.items() if k not in BULK_ONLY},
                    "values": [bulk_values(the.size)], "timer": "nanosleep"}
-    return {**options, "rate": [the.rate_hz], "per_step": True}
+    return {**options, "count": the.round_steps, "warmup": the.warmup, "rate": [the.rate_hz], "per_step": True}
+
+
+class Rounds:
+    """Each pair's results over the plan's rounds, given as one once its last round came: its steps' lists
+    joined in round order (a round with none, failed, counts its steps as missed), the last round's figures,
+    failed with the first failing round's message if any failed; an interrupted one at once, with the rounds
+    so far."""
+
+    def __init__(self, the: Plan):
+        self.the = the
+        self.held: dict[tuple[int, int], tuple[int, dict, dict]] = {}
+
+    def add(self, pair: dict, steps: Optional[dict]) -> tuple[Optional[dict], Optional[dict]]:
+        """(pair, its steps) once every round of it came, else (None, None)."""
+        if self.the.rounds == 1:
+            return pair, steps
+        key = (pair["src"], pair["dst"])
+        seen, failed, joined = self.held.pop(key, (0, None, {"first": self.the.warmup, "late_ns": [],
+                                                             "latency_ns": []}))
+        k = self.the.round_steps
+        for name in ("late_ns", "latency_ns"):
+            joined[name] += ((steps or {}).get(name, []) + [None] * k)[:k]
+        failed = failed or (pair if pair["status"] != "ok" else None)
+        if seen + 1 < self.the.rounds and pair["status"] != "interrupted":     # interrupted: no more rounds
+            self.held[key] = (seen + 1, failed, joined)
+            return None, None
+        if failed is not None:
+            pair = {**pair, "status": failed["status"], "message": failed["message"]}
+        return pair, joined
 
 
 def _ints(v, n: int) -> bool:
@@ -230,7 +285,8 @@ def lines(summary: dict, pairs: list[dict]) -> list[str]:
     us = lambda ns: "n/a" if ns is None else f"{ns / 1000:.1f} us"     # noqa: E731
     late = s["late_ns"] or {}
     ok = sum(r["interleaved"] for r in s["receivers"])
-    out = [f"slotted: slot {us(s['slot_ns'])}, period {us(s['period_ns'])} ({s['rate_hz']} Hz a pair); "
+    out = [f"slotted: slot {us(s['slot_ns'])} ({s['link_gbps']:g} Gbit/s links), period {us(s['period_ns'])} "
+           f"({s['rate_hz']} Hz a pair), {s['rounds']} round(s) of {s['round_steps']} steps a pair; "
            f"send lateness (actual - planned instant) over every message p50 {us(late.get('p50'))}, "
            f"p99 {us(late.get('p99'))}, max {us(late.get('max'))}; receivers interleaved as planned "
            f"{ok}/{len(s['receivers'])}, collisions {s['collisions']}"]

@@ -9,6 +9,8 @@ A tool starts when it is started: its pairs have no start instant, no start late
 
 from __future__ import annotations
 
+from typing import Optional
+
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import output
 from fabmeter.peers.base import Case, PeerError, PeerRun, Unsupported
@@ -66,6 +68,11 @@ def run(tool: str, experiment: str, options: dict, src: int, dst: int, server: s
             message = "no point measured"
     except (Unsupported, PeerError) as e:
         message = str(e)
+    return pair(tool, src, dst, point, message)
+
+
+def pair(tool: str, src: int, dst: int, point: Optional[dict], message: str = "") -> dict:
+    """The pair (src, dst) with the tool's point (None: failed, with `message`)."""
     if point is None:
         return {**output.failed_pair(src, dst, message), "tool": tool}
     return {"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "started_ns": None,

@@ -32,13 +32,17 @@ def binary() -> Path:
     return Path(find_engine()).parent / "fabmeter-mpibench"
 
 
-def command(test: str, size: int, iters: int, transport: str, ranks: Optional[int] = None) -> list[str]:
-    """mpirun's command line for one test: `ranks` (default: 2, allreduce ALLREDUCE_RANKS), all on this host."""
-    n = ranks or (ALLREDUCE_RANKS if test == "allreduce" else 2)
+def command(test: str, size: int, iters: int, transport: str, ranks: Optional[int] = None,
+            hosts: Optional[list[str]] = None, agent: Optional[str] = None) -> list[str]:
+    """mpirun's command line for one test: `ranks` (default: 2, allreduce ALLREDUCE_RANKS), all on this host, or
+    one on each of `hosts` in order (mpirun --host; the binary at the same path there), started by mpirun's own
+    launcher: over `agent`, the remote shell (ssh) command, or the resource manager's where it finds one."""
+    n = len(hosts) if hosts else ranks or (ALLREDUCE_RANKS if test == "allreduce" else 2)
     root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    argv = ["mpirun", *root, "-np", str(n), "--oversubscribe", str(binary()), test, str(size), str(iters),
+    where = ["--host", ",".join(hosts)] if hosts else []
+    argv = ["mpirun", *root, "-np", str(n), *where, "--oversubscribe", str(binary()), test, str(size), str(iters),
             str(max(1, iters // 10)), *([str(WINDOW)] if test == "bw" else [])]
-    return with_env(argv, {"OMPI_MCA_btl": BTL[transport]})
+    return with_env(argv, {"OMPI_MCA_btl": BTL[transport], **({"OMPI_MCA_plm_rsh_agent": agent} if agent else {})})
 
 
 def parse(text: str, test: str) -> dict:
@@ -54,8 +58,8 @@ def parse(text: str, test: str) -> dict:
 
 
 def run(test: str, size: int, iters: int, transport: str, ranks: Optional[int] = None,
-        timeout_s: float = 120.0) -> dict:
-    argv = command(test, size, iters, transport, ranks)
+        timeout_s: float = 120.0, hosts: Optional[list[str]] = None, agent: Optional[str] = None) -> dict:
+    argv = command(test, size, iters, transport, ranks, hosts, agent)
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -63,6 +67,19 @@ def run(test: str, size: int, iters: int, transport: str, ranks: Optional[int] =
     if r.returncode != 0:
         raise PeerError(f"mpirun exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
     return {**parse(r.stdout, test), "command": argv}
+
+
+def figures(doc: dict) -> dict:
+    """A test's figures as fabmeter's points carry them: bw its Gbit/s and message rate; lat the p50 and mean of
+    RTT/2, allreduce of each call's time at rank 0 (latency_kind says which), with the statistic's note."""
+    test = doc["test"]
+    if test == "bw":
+        found = {"gbps": doc["gbps"], "msg_rate": doc["msg_rate"]}
+    else:
+        figure = "oneway" if test == "lat" else "allreduce"
+        found = {"latency_ns": {"p50": doc[f"{figure}_ns_p50"], "mean": doc[f"{figure}_ns_mean"]},
+                 "latency_kind": "rtt/2" if test == "lat" else "allreduce"}
+    return {**found, "statistic_note": NOTES[test].format(ranks=doc["ranks"])}
 
 
 class MpiBench(Peer):
@@ -86,12 +103,8 @@ class MpiBench(Peer):
         doc = run(case.experiment, case.size(params), params.iters, case.transport,
                   timeout_s=params.duration + params.timeout_s)
         self._keep_raw(params, case, json.dumps(doc))
-        figure = "oneway" if case.experiment == "lat" else "allreduce"
-        figures = {"gbps": doc["gbps"], "msg_rate": doc["msg_rate"]} if case.experiment == "bw" else {
-            "latency_ns": {"p50": doc[f"{figure}_ns_p50"], "mean": doc[f"{figure}_ns_mean"]},
-            "latency_kind": "rtt/2" if case.experiment == "lat" else "allreduce"}
         p = point(self.tool, case, iterations=doc["iterations"], ranks=doc["ranks"], size=doc["size"],
-                  statistic_note=NOTES[case.experiment].format(ranks=doc["ranks"]), **figures)
+                  **figures(doc))
         return self._label([p], case, params, lambda *_: None, command=doc["command"],
                            library_version=doc["library_version"])
 

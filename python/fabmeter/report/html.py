@@ -16,7 +16,7 @@ from fabmeter.report.figures import (THROUGHPUT_CAPTION, Colors, fig_bandwidth, 
                                      fig_setup_mr, fig_slowdown, fig_stages, fig_stream_heatmap, fig_stream_vs_rate,
                                      fig_summary, fig_throughput_over_time, fig_tx_path)
 from fabmeter import compare
-from fabmeter.report import cluster, context, findings, hop_section, udapl
+from fabmeter.report import cluster, context, findings, hop_section, mpi_section, udapl
 from fabmeter.report.comparison import section as comparison_section
 from fabmeter.report.mesh_section import section_mesh
 from fabmeter.report.files import number, obj
@@ -485,6 +485,7 @@ def build_html(root: Path, runs: list[Run], problems: list[str], meshes: list[tu
          "fabmeter mesh: a matrix per run, source hosts in rows, destinations in columns; each pair's own "
          "figures (latency percentiles of its kind, Gbit/s), never re-sampled."),
         udapl.entry(drawn, meshes),
+        mpi_section.entry(drawn, meshes),
         hop_section.entry(drawn, runs),
     ]
     sections = [

@@ -18,7 +18,7 @@ from fabmeter import repeat as repeat_mod
 from fabmeter import slo as slo_mod
 from fabmeter.errors import FabmeterError
 from fabmeter.mesh import command as mesh_command
-from fabmeter.mesh import patterns, tool_pair
+from fabmeter.mesh import patterns, tool_mpi, tool_pair
 from fabmeter.options import Option, Options, _csv
 from fabmeter.suite import cut, ids, peer
 from fabmeter.suite.ids import PY_KEYS
@@ -582,7 +582,10 @@ def _check_mesh_tool(mesh: dict, options: dict, line: int) -> str:
     if not tool.available():
         return f"{tool.tool} is not installed here (apt-get install {tool.package})"
     try:
-        tool_pair.case_of(tool.tool, mesh["mesh_experiment"], options)
+        if tool.tool == tool_mpi.TOOL:
+            tool_mpi.check(mesh.get("launch"), mesh["mesh_experiment"], options)
+        else:
+            tool_pair.case_of(tool.tool, mesh["mesh_experiment"], options)
     except FabmeterError as e:
         raise SuiteError(e.message.replace("mesh --tool", "mesh_tool"), line) from None
     if mesh.get("schedule") == "slotted" or mesh.get("pattern") in patterns.SPLIT_PATTERNS:
