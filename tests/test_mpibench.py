@@ -90,6 +90,13 @@ def test_a_suite_sets_mpi_figures_beside_a_mesh(fm, tmp_path):
         assert p["latency_ns"]["p50"] > 0 and p["ranks"] == (4 if test == "allreduce" else 2)
 
 
+# A remote shell agent's line that gives each host a session directory of its own ($tmp), as each host of a cluster
+# has its own /tmp: hosts that share this machine's raced to create one (Open MPI's "mkdir ... File exists" in
+# orte_session_dir, or PMIx's shared-memory store of one daemon overwriting another's).
+def own_tmp(tmp_path) -> str:
+    return f'tmp={tmp_path}/host-$1 && mkdir -p "$tmp"'
+
+
 def test_a_mesh_runs_the_mpi_program_over_four_namespace_hosts(fm, four_hosts, tmp_path):
     """mesh --tool fabmeter-mpibench --launch ssh over four namespace hosts: mpirun, in host 0's namespace, starts
     one rank on each host over --ssh (here a remote shell that runs the command in the namespace holding the
@@ -101,8 +108,8 @@ def test_a_mesh_runs_the_mpi_program_over_four_namespace_hosts(fm, four_hosts, t
     agent = tmp_path / "agent"
     agent.write_text("#!/bin/sh\n# Open MPI's remote shell agent: [options] HOST COMMAND...\n"
                      'while [ "${1#-}" != "$1" ]; do shift; done\n'
-                     f'ns=$(awk -v h="$1" \'$1 == h {{print $2}}\' {table})\nshift\n'
-                     'exec ip netns exec "$ns" sh -c "$*"\n')
+                     f'ns=$(awk -v h="$1" \'$1 == h {{print $2}}\' {table})\n{own_tmp(tmp_path)}\nshift\n'
+                     'exec ip netns exec "$ns" env OMPI_MCA_orte_tmpdir_base="$tmp" sh -c "$*"\n')
     agent.chmod(0o755)
     hosts = [addr for _, addr in four_hosts]
     out = tmp_path / "out"
@@ -154,7 +161,8 @@ def test_a_mpi_mesh_takes_slurms_node_list(fm, tmp_path):
     """No --hosts inside a Slurm allocation: mpirun's hosts are its node list (here three loopback addresses, the
     remote shell one that runs the command here)."""
     agent = tmp_path / "agent"
-    agent.write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nshift\nexec sh -c "$*"\n')
+    agent.write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\n'
+                     f'{own_tmp(tmp_path)}\nshift\nexec env OMPI_MCA_orte_tmpdir_base="$tmp" sh -c "$*"\n')
     agent.chmod(0o755)
     fm.env["SLURM_JOB_NODELIST"] = "127.0.0.[1-3]"
     r = fm.run("mesh", "--launch", "ssh", "--ssh", agent, "--tool", "fabmeter-mpibench", "--experiment", "lat",
