@@ -232,6 +232,13 @@ bool take(std::vector<std::string>& args, const char* name, std::string* value) 
   return false;
 }
 
+// --token-file F: the shared secret (load_token says where else it may come from).
+std::string token_option(std::vector<std::string>& args) {
+  std::string file;
+  take(args, "--token-file", &file);
+  return fm::load_token(file);
+}
+
 void print_options() {
   auto json_list = [](std::string csv) {
     std::string out;
@@ -345,9 +352,7 @@ int main_(std::vector<std::string> args) {
     if (take(args, "--relay-to", &v)) o.relay_to = split_list("--relay-to", v, "HOST");
     if (take(args, "--log-format", &o.log_format) && o.log_format != "text" && o.log_format != "json")
       fm::usage_error("--log-format: expected text|json, got '" + o.log_format + "'");
-    v.clear();
-    take(args, "--token-file", &v);
-    o.token = fm::load_token(v);
+    o.token = token_option(args);
     if (!args.empty()) fm::usage_error("serve: unexpected argument '" + args[0] + "'");
     return fm::run_server(o);
   }
@@ -368,9 +373,7 @@ int main_(std::vector<std::string> args) {
     o.cpu = o.cpus.empty() ? -1 : o.cpus.front();
     if (take(args, "--server-cpu", &v)) o.server_cpus = cpu_option("--server-cpu", v, false);
     o.dry_run = take(args, "--dry-run", nullptr);
-    v.clear();
-    take(args, "--token-file", &v);
-    o.token = fm::load_token(v);
+    o.token = token_option(args);
     fm::parse_options(p, args);
     if (series && (o.start_at_ns || o.dry_run))
       fm::usage_error("run: --series takes each run's start from standard input (and runs, no --dry-run)");
@@ -378,11 +381,10 @@ int main_(std::vector<std::string> args) {
   }
   if (cmd == "tool") {
     fm::ClientOptions o;
-    std::string request, v;
+    std::string request;
     if (!take(args, "--server", &o.server)) fm::usage_error("tool: --server HOST[:PORT] is required");
     if (!take(args, "--request", &request)) fm::usage_error("tool: --request JSON is required");
-    take(args, "--token-file", &v);
-    o.token = fm::load_token(v);
+    o.token = token_option(args);
     if (!args.empty()) fm::usage_error("tool: unexpected argument '" + args[0] + "'");
     return fm::run_tool(request, o);
   }
@@ -399,9 +401,7 @@ int main_(std::vector<std::string> args) {
       o.poll = v == "busy" ? fm::Poll::busy : fm::Poll::event;
     }
     o.once = take(args, "--once", nullptr);
-    v.clear();
-    take(args, "--token-file", &v);
-    o.token = fm::load_token(v);
+    o.token = token_option(args);
     if (!args.empty()) fm::usage_error("forward: unexpected argument '" + args[0] + "'");
     return fm::run_forward(o);
   }

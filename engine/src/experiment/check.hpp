@@ -117,22 +117,10 @@ Status check_server(T& t, Ctx& c) {
   Guard g(c);
   CheckReport report{};
   report.clock = ClockInfo::of(clk);
-  uint64_t arrivals = 0, expected = UINT64_MAX, deadline = UINT64_MAX, last_seq = UINT64_MAX;
+  uint64_t arrivals = 0, last_seq = UINT64_MAX;
   const bool by_arrival = c.caps.ordered && c.caps.reliable;
-  const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
   c.cpu.begin();
-  // Distinct arrivals: a duplicate must not end the wait for a straggler.
-  while (report.received < expected) {
-    RecvMsg m;
-    Status st = recv_next<P>(t, m, g, clk, deadline);
-    if (st == Status::ctrl_pending) {
-      expected = recv_count(c.ctrl, "check sent count");
-      g.peer_finished();
-      deadline = clk.ticks() + drain;
-      continue;
-    }
-    if (st == Status::timeout) break;
-    if (st != Status::ok) return st;
+  const auto take = [&](const RecvMsg& m) {
     const uint64_t now = clk.ticks();
     // Reliable and ordered: the n-th arrival is message n. Otherwise the
     // sequence number in the payload says which (short messages carry part of
@@ -147,8 +135,8 @@ Status check_server(T& t, Ctx& c) {
         }
     }
     ++arrivals;
-    if (seq > planned) { ++report.content_errors; t.release(m); continue; }
-    if (seen[seq]++) { ++report.duplicated; t.release(m); continue; }
+    if (seq > planned) { ++report.content_errors; t.release(m); return Status::ok; }
+    if (seen[seq]++) { ++report.duplicated; t.release(m); return Status::ok; }
     ++report.received;
     const uint64_t want_len = seq == planned ? 8 : sizes[seq / kCheckPerSize];
     if (m.len != want_len) {
@@ -167,7 +155,12 @@ Status check_server(T& t, Ctx& c) {
     }
     if (seq == planned) report.wake_recv = now;
     t.release(m);
-  }
+    return Status::ok;
+  };
+  // Status::timeout: the rest is lost.
+  if (const Status st = receive_counted<P>(t, c, g, "check sent count", take, [&] { return report.received; });
+      st != Status::ok && st != Status::timeout)
+    return st;
   c.cpu.end(report.received, "message");
   c.ctrl.send(CtrlType::exchange, std::string(reinterpret_cast<const char*>(&report), sizeof report));
   return Status::ok;

@@ -452,6 +452,32 @@ inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_M
   return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
 }
 
+// The receiving end of a one-way point (oneway, stream, check): hands each
+// message to `take(m)` (which releases it; not ok ends the point) until the
+// client's sent count (`count_what`) has come and `distinct()` messages
+// match it, or until what was in flight had its drain time to come
+// (Status::timeout: the rest is lost). A duplicate must not end the wait for
+// a straggler, so `distinct()` leaves duplicates out.
+template <Poll P, Transport T, class Take, class Distinct>
+[[gnu::always_inline]] inline Status receive_counted(T& t, Ctx& c, Guard& g, const char* count_what, Take&& take,
+                                                     Distinct&& distinct) {
+  const uint64_t drain = c.clk.ns_to_ticks((c.caps.reliable ? c.p.timeout_ms : c.p.loss_timeout_ms) * 1e6);
+  uint64_t expected = UINT64_MAX, deadline = UINT64_MAX;
+  while (distinct() < expected) {
+    RecvMsg m;
+    Status st = recv_next<P>(t, m, g, c.clk, deadline);
+    if (st == Status::ok) {
+      if ((st = take(m)) != Status::ok) return st;
+      continue;
+    }
+    if (st != Status::ctrl_pending) return st;
+    expected = recv_count(c.ctrl, count_what);
+    g.peer_finished();
+    deadline = c.clk.ticks() + drain;
+  }
+  return Status::ok;
+}
+
 // --samples: raw keeps every latency (.npy under --out; exact percentiles),
 // hist only a log-linear histogram (3 significant digits, nearest-rank
 // percentiles, bounded memory), encoded in the point so runs and hosts merge.

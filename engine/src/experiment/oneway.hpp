@@ -267,44 +267,28 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
   std::string blob = stamp_report<OnewayReport>(stamps ? 2 * total : total, &t_recv);
   uint64_t* t_send = stamps ? t_recv + total : nullptr;
   Guard g(c);
-  uint64_t received = 0, duplicated = 0, reordered = 0, expected = UINT64_MAX, last_seq = 0;
-  uint64_t deadline = UINT64_MAX;
-  const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
-  Status st;
+  uint64_t received = 0, duplicated = 0, reordered = 0, last_seq = 0;
   if (!warmup) c.cpu.begin();
-  // Distinct arrivals: a duplicate must not end the wait for a straggler.
-  while (received - duplicated < expected) {
-    RecvMsg m;
-    st = recv_next<P>(t, m, g, clk, deadline);
-    if (st == Status::ok) {
-      // ---- hot path ----
-      const uint64_t now = clk.ticks();
-      uint64_t idx = c.caps.reliable ? received : get_seq(m.data, m.len);
-      if (idx < total && t_recv[idx] == 0) {
-        t_recv[idx] = now;
-        if (t_send && m.len >= kSendStampEnd) std::memcpy(&t_send[idx], m.data + kSendStampOffset, sizeof(uint64_t));
-      } else {
-        ++duplicated;
-      }
-      t.release(m);
-      if (idx < last_seq) ++reordered;
-      last_seq = idx;
-      if (++received == warmup) c.cpu.begin();
-      if ((st = g.tick(t)) != Status::ok) return st;
-      continue;
+  const auto take = [&](const RecvMsg& m) __attribute__((always_inline)) {
+    // ---- hot path ----
+    const uint64_t now = clk.ticks();
+    uint64_t idx = c.caps.reliable ? received : get_seq(m.data, m.len);
+    if (idx < total && t_recv[idx] == 0) {
+      t_recv[idx] = now;
+      if (t_send && m.len >= kSendStampEnd) std::memcpy(&t_send[idx], m.data + kSendStampOffset, sizeof(uint64_t));
+    } else {
+      ++duplicated;
     }
-    if (st == Status::ctrl_pending) {
-      expected = recv_count(c.ctrl, "oneway sent count");
-      g.peer_finished();
-      deadline = clk.ticks() + drain;  // what is still in flight arrives by then, or is lost
-      continue;
-    }
-    if (st == Status::timeout) {
-      if (c.caps.reliable) runtime_error("oneway: messages missing after the client finished (reliable transport)");
-      break;
-    }
-    return st;
-  }
+    t.release(m);
+    if (idx < last_seq) ++reordered;
+    last_seq = idx;
+    if (++received == warmup) c.cpu.begin();
+    return g.tick(t);
+  };
+  const Status st = receive_counted<P>(t, c, g, "oneway sent count", take, [&] { return received - duplicated; });
+  if (st == Status::timeout && c.caps.reliable)
+    runtime_error("oneway: messages missing after the client finished (reliable transport)");
+  if (st != Status::ok && st != Status::timeout) return st;
   c.cpu.end(received - std::min(received, warmup), "message");
   OnewayReport report{ClockInfo::of(clk), received - duplicated, duplicated, reordered, total, stamps};
   std::memcpy(blob.data(), &report, sizeof report);

@@ -258,35 +258,24 @@ Status stream_server(T& t, Ctx& c, uint64_t rate, uint64_t values) {
   Guard g(c);
   SinkReport r{};
   r.total = total;
-  uint64_t arrivals = 0, expected = UINT64_MAX, last_seq = 0, first = 0, last = 0, deadline = UINT64_MAX;
-  const uint64_t drain = clk.ns_to_ticks((c.caps.reliable ? p.timeout_ms : p.loss_timeout_ms) * 1e6);
+  uint64_t arrivals = 0, last_seq = 0, first = 0, last = 0;
   // Arrivals before the first measured step's: the client may skip steps, so the sequence tells.
   uint64_t warm_arrivals = warmup ? UINT64_MAX : 0;
   if (!warmup) c.cpu.begin();
-  // Distinct arrivals: a duplicate must not end the wait for a straggler.
-  while (arrivals - r.duplicated < expected) {
-    RecvMsg m;
-    Status st = recv_next<P>(t, m, g, clk, deadline);
-    if (st == Status::ok) {
-      // ---- hot path ----
-      const uint64_t now = clk.ticks();
-      sink_arrival(m.data, m.len, now, total, t_recv, sink, r, last_seq);
-      t.release(m);
-      if (!first) first = now;
-      last = now;
-      if (++arrivals, warm_arrivals == UINT64_MAX && last_seq >= warmup) c.cpu.begin(), warm_arrivals = arrivals - 1;
-      if ((st = g.tick(t)) != Status::ok) return st;
-      continue;
-    }
-    if (st == Status::ctrl_pending) {
-      expected = recv_count(c.ctrl, "stream sent count");
-      g.peer_finished();
-      deadline = clk.ticks() + drain;
-      continue;
-    }
-    if (st == Status::timeout) break;  // the rest is lost
+  const auto take = [&](const RecvMsg& m) __attribute__((always_inline)) {
+    // ---- hot path ----
+    const uint64_t now = clk.ticks();
+    sink_arrival(m.data, m.len, now, total, t_recv, sink, r, last_seq);
+    t.release(m);
+    if (!first) first = now;
+    last = now;
+    if (++arrivals, warm_arrivals == UINT64_MAX && last_seq >= warmup) c.cpu.begin(), warm_arrivals = arrivals - 1;
+    return g.tick(t);
+  };
+  // Status::timeout: the rest is lost.
+  if (const Status st = receive_counted<P>(t, c, g, "stream sent count", take, [&] { return arrivals - r.duplicated; });
+      st != Status::ok && st != Status::timeout)
     return st;
-  }
   const uint64_t measured = arrivals - std::min(arrivals, warm_arrivals);
   c.cpu.end(measured, "message", sat_mul(measured, stream_size(values)));
   r.recv_span_ns = clk.to_ns(static_cast<double>(last - first));

@@ -65,15 +65,11 @@ std::vector<pid_t> g_threads;  // nanomsg's threads seen so far (msg::remember_t
 
 }  // namespace
 
-NanomsgTransport::NanomsgTransport(const MessagingOptions& m, const Use& use)
-    : MsgTransport(m, use) {}
-
 NanomsgTransport::~NanomsgTransport() {
   if (sock_ >= 0) nn_close(sock_);
 }
 
-void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  io_.emplace("nanomsg", io_cpu_, use_, ctrl);
+void NanomsgTransport::open(uint64_t max_msg) {
   const std::vector<pid_t> before = msg::own_threads();
   sock_ = nn_socket(AF_SP, NN_PAIR);
   if (sock_ < 0) runtime_error(std::string("nanomsg: nn_socket: ") + nn_strerror(nn_errno()));
@@ -83,48 +79,35 @@ void NanomsgTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   set_int(sock_, NN_SOL_SOCKET, NN_RCVTIMEO, kWaitSliceMs, "NN_RCVTIMEO");
   // nanomsg leaves Nagle on; zmq, nng and fabmeter's tcp turn it off.
   set_int(sock_, NN_TCP, NN_TCP_NODELAY, 1, "NN_TCP_NODELAY");
-
-  msg::Endpoint e;
-  if (role_ == Role::server) {
-    e = msg::listen_endpoint("nanomsg", endpoint_param_, ctrl);
-    if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
-    for (int attempt = 1;; ++attempt) {
-      std::string url = e.free_port() ? e.url_with_port(std::to_string(free_port(e.host))) : e.url();
-      if (nn_bind(sock_, url.c_str()) >= 0) {
-        url_ = url;
-        break;
-      }
-      int err = nn_errno();
-      if (!(e.free_port() && err == EADDRINUSE && attempt < 8))
-        runtime_error("nanomsg: cannot bind " + url + ": " + nn_strerror(err));
-    }
-    msg::share_ipc_socket(e);
-    ctrl.exchange(url_, "nanomsg endpoint");
-  } else {
-    url_ = msg::dial_url("nanomsg", ctrl.exchange("", "nanomsg endpoint"));
-    if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
-    if (nn_connect(sock_, url_.c_str()) < 0)
-      runtime_error("nanomsg: cannot connect to " + url_ + ": " + nn_strerror(nn_errno()));
-  }
-  msg::data_handshake(*this, ctrl, role_, "nanomsg");
-  connected_ = true;
-  io_->exchange_where(ctrl, "nanomsg connected");
 }
 
-const char* NanomsgTransport::failure() const {
-  if (!failure_ && connected_ && nn_get_statistic(sock_, NN_STAT_CURRENT_CONNECTIONS) == 0)
-    failure_ = "nanomsg: the other end dropped the data connection";
-  return failure_;
+void NanomsgTransport::listen(const msg::Endpoint& e) {
+  if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
+  for (int attempt = 1;; ++attempt) {
+    std::string url = e.free_port() ? e.url_with_port(std::to_string(free_port(e.host))) : e.url();
+    if (nn_bind(sock_, url.c_str()) >= 0) {
+      url_ = url;
+      return;
+    }
+    int err = nn_errno();
+    if (!(e.free_port() && err == EADDRINUSE && attempt < 8))
+      runtime_error("nanomsg: cannot bind " + url + ": " + nn_strerror(err));
+  }
+}
+
+void NanomsgTransport::dial() {
+  if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, NN_SOL_SOCKET, NN_IPV4ONLY, 0, "NN_IPV4ONLY");
+  if (nn_connect(sock_, url_.c_str()) < 0)
+    runtime_error("nanomsg: cannot connect to " + url_ + ": " + nn_strerror(nn_errno()));
+}
+
+bool NanomsgTransport::remote_gone() const {
+  return connected_ && nn_get_statistic(sock_, NN_STAT_CURRENT_CONNECTIONS) == 0;
 }
 
 void NanomsgTransport::wait_send() {
   nn_pollfd pfd{sock_, NN_POLLOUT, 0};
   nn_poll(&pfd, 1, kWaitSliceMs);
-}
-
-void NanomsgTransport::fail(const char* what) {
-  failure_text_ = std::string("nanomsg: ") + what + ": " + nn_strerror(nn_errno());
-  failure_ = failure_text_.c_str();
 }
 
 void NanomsgTransport::describe(JsonObj& o) const {

@@ -23,23 +23,16 @@ class NanomsgTransport : public msg::MsgTransport<NanomsgTransport> {
  public:
   static constexpr const char* kName = "nanomsg";
   static constexpr int kNonBlock = NN_DONTWAIT;
+  // connect()'s own steps, between the base's (setup).
+  static constexpr const char* kConnectSteps =
+      "an NN_PAIR socket (the first of the process starts nanomsg's worker thread); server: nn_bind, its endpoint "
+      "over the control channel; client: nn_connect; a one-byte ping-pong on the data connection (nanomsg connects "
+      "in the background)";
 
-  NanomsgTransport(const MessagingOptions& m, const Use& use);
+  using MsgTransport::MsgTransport;
   ~NanomsgTransport();
-  NanomsgTransport(const NanomsgTransport&) = delete;
 
-  void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
-  // setup: what connect() does.
-  const char* connect_covers() const {
-    return "where each end's busy loop runs (a control-channel round trip); an NN_PAIR socket (the first of "
-           "the process starts nanomsg's worker thread); server: nn_bind, its endpoint over the control channel; "
-           "client: nn_connect; a one-byte ping-pong on the data connection (nanomsg connects in the "
-           "background); where each end's I/O threads run (3 control-channel round trips)";
-  }
-  // Library errors, and the data connection going away (nanomsg's
-  // connection count drops to zero once it was up).
-  const char* failure() const;
 
   // ---- data path ----
   // nn_send copies into a chunk of its own; the zero-copy alternative
@@ -48,7 +41,7 @@ class NanomsgTransport : public msg::MsgTransport<NanomsgTransport> {
   // beyond the kernel's socket buffer: EAGAIN until it is written.
   bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
     if (nn_send(sock_, buf, len, NN_DONTWAIT) >= 0) [[likely]] return true;
-    if (errno != EAGAIN && errno != EINTR) fail("nn_send");
+    if (errno != EAGAIN && errno != EINTR) fail("nn_send", nn_strerror(nn_errno()));
     return false;
   }
 
@@ -58,11 +51,16 @@ class NanomsgTransport : public msg::MsgTransport<NanomsgTransport> {
 
  private:
   friend msg::MsgTransport<NanomsgTransport>;
+  void open(uint64_t max_msg);
+  void listen(const msg::Endpoint& e);
+  void dial();
+  // nanomsg's connection count dropped to zero once the connection was up.
+  bool remote_gone() const;
   bool take(int flags, RecvMsg& m) {
     void* body;
     int n = nn_recv(sock_, &body, NN_MSG, flags);
     if (n < 0) [[unlikely]] {
-      if (errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) fail("nn_recv");
+      if (errno != EAGAIN && errno != ETIMEDOUT && errno != EINTR) fail("nn_recv", nn_strerror(nn_errno()));
       return false;
     }
     m.data = static_cast<const std::byte*>(body);
@@ -70,13 +68,9 @@ class NanomsgTransport : public msg::MsgTransport<NanomsgTransport> {
     m.imm = 0;
     return true;
   }
-  void fail(const char* what);
 
   int sock_ = -1;
   int rcvmaxsize_ = 0;
-  bool connected_ = false;    // the handshake went through
-  mutable const char* failure_ = nullptr;
-  std::string failure_text_;
 };
 
 }  // namespace fm

@@ -17,19 +17,15 @@ std::vector<pid_t> g_threads;  // nng's threads seen so far (msg::remember_threa
 
 }  // namespace
 
-NngTransport::NngTransport(const MessagingOptions& m, const Use& use)
-    : MsgTransport(m, use) {}
-
 NngTransport::~NngTransport() {
   if (nng_socket_id(sock_) > 0) nng_close(sock_);  // also closes its listener or dialer
 }
 
 void NngTransport::on_pipe_removed(nng_pipe, nng_pipe_ev, void* self) {
-  static_cast<NngTransport*>(self)->remote_gone_.store(true, std::memory_order_relaxed);
+  static_cast<NngTransport*>(self)->pipe_removed_.store(true, std::memory_order_relaxed);
 }
 
-void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  io_.emplace("nng", io_cpu_, use_, ctrl);
+void NngTransport::open(uint64_t max_msg) {
   const std::vector<pid_t> before = msg::own_threads();
   check(nng_pair1_open(&sock_), "nng_pair1_open");
   io_->adopt(msg::remember_threads(g_threads, msg::started_since(before, msg::own_threads())), true);
@@ -42,40 +38,29 @@ void NngTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   check(nng_socket_get_int(sock_, NNG_OPT_SENDFD, &send_fd_), "get NNG_OPT_SENDFD");
   // A pair socket says nothing when the other end goes away; the pipe callback does.
   check(nng_pipe_notify(sock_, NNG_PIPE_EV_REM_POST, on_pipe_removed, this), "nng_pipe_notify");
-
-  if (role_ == Role::server) {
-    msg::Endpoint e = msg::listen_endpoint("nng", endpoint_param_, ctrl);
-    nng_listener l;
-    std::string url = e.url();  // port 0 = a free port, read back below
-    check(nng_listener_create(&l, sock_, url.c_str()), "listen on " + url);
-    check(nng_listener_start(l, 0), "listen on " + url);
-    msg::share_ipc_socket(e);
-    if (e.scheme == "tcp") {
-      int port = 0;
-      check(nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port), "get NNG_OPT_TCP_BOUND_PORT");
-      url_ = e.url_with_port(std::to_string(port));
-    } else {
-      url_ = url;
-    }
-    ctrl.exchange(url_, "nng endpoint");
-  } else {
-    url_ = msg::dial_url("nng", ctrl.exchange("", "nng endpoint"));
-    // Non-blocking: the dialer keeps retrying in the background; the
-    // handshake below bounds the wait.
-    check(nng_dial(sock_, url_.c_str(), nullptr, NNG_FLAG_NONBLOCK), "dial " + url_);
-  }
-  msg::data_handshake(*this, ctrl, role_, "nng");
-  io_->exchange_where(ctrl, "nng connected");
 }
+
+void NngTransport::listen(const msg::Endpoint& e) {
+  nng_listener l;
+  std::string url = e.url();  // port 0 = a free port, read back below
+  check(nng_listener_create(&l, sock_, url.c_str()), "listen on " + url);
+  check(nng_listener_start(l, 0), "listen on " + url);
+  if (e.scheme == "tcp") {
+    int port = 0;
+    check(nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port), "get NNG_OPT_TCP_BOUND_PORT");
+    url_ = e.url_with_port(std::to_string(port));
+  } else {
+    url_ = url;
+  }
+}
+
+// Non-blocking: the dialer keeps retrying in the background; the first
+// message on the connection bounds the wait.
+void NngTransport::dial() { check(nng_dial(sock_, url_.c_str(), nullptr, NNG_FLAG_NONBLOCK), "dial " + url_); }
 
 void NngTransport::wait_send() {
   pollfd pfd{send_fd_, POLLIN, 0};
   ::poll(&pfd, 1, kWaitSliceMs);
-}
-
-void NngTransport::fail(const char* what, int rv) {
-  failure_text_ = std::string("nng: ") + what + ": " + nng_strerror(rv);
-  failure_ = failure_text_.c_str();
 }
 
 void NngTransport::describe(JsonObj& o) const {

@@ -25,23 +25,15 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
  public:
   static constexpr const char* kName = "nng";
   static constexpr int kNonBlock = NNG_FLAG_NONBLOCK;
+  // connect()'s own steps, between the base's (setup).
+  static constexpr const char* kConnectSteps =
+      "a pair1 socket (the first of the process starts nng's threads); server: listener started, its endpoint over "
+      "the control channel; client: nng_dial (non-blocking); a one-byte ping-pong on the data connection";
 
-  NngTransport(const MessagingOptions& m, const Use& use);
+  using MsgTransport::MsgTransport;
   ~NngTransport();
-  NngTransport(const NngTransport&) = delete;
 
-  void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
-  // setup: what connect() does.
-  const char* connect_covers() const {
-    return "where each end's busy loop runs (a control-channel round trip); a pair1 socket (the first of the "
-           "process starts nng's threads); server: listener started, its endpoint over the control channel; "
-           "client: nng_dial (non-blocking); a one-byte ping-pong on the data connection; where each end's "
-           "I/O threads run (3 control-channel round trips)";
-  }
-  const char* failure() const {
-    return remote_gone_.load(std::memory_order_relaxed) ? "nng: the other end dropped the data connection" : failure_;
-  }
 
   // ---- data path ----
   // nng_send copies into a new nng_msg; the zero-copy alternative
@@ -51,7 +43,7 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
   bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
     int rv = nng_send(sock_, const_cast<void*>(buf), len, NNG_FLAG_NONBLOCK);
     if (rv == 0) [[likely]] return true;
-    if (rv != NNG_EAGAIN) fail("nng_send", rv);
+    if (rv != NNG_EAGAIN) fail("nng_send", nng_strerror(rv));
     return false;
   }
 
@@ -61,10 +53,14 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
 
  private:
   friend msg::MsgTransport<NngTransport>;
+  void open(uint64_t max_msg);
+  void listen(const msg::Endpoint& e);
+  void dial();
+  bool remote_gone() const { return pipe_removed_.load(std::memory_order_relaxed); }
   bool take(int flags, RecvMsg& m) {
     nng_msg* msg;
     if (int rv = nng_recvmsg(sock_, &msg, flags); rv != 0) [[unlikely]] {
-      if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT) fail("nng_recvmsg", rv);
+      if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT) fail("nng_recvmsg", nng_strerror(rv));
       return false;
     }
     m.data = static_cast<const std::byte*>(nng_msg_body(msg));
@@ -73,16 +69,13 @@ class NngTransport : public msg::MsgTransport<NngTransport> {
     m.slot = reinterpret_cast<uintptr_t>(msg);
     return true;
   }
-  void fail(const char* what, int rv);
   static void on_pipe_removed(nng_pipe, nng_pipe_ev, void* self);
 
   nng_socket sock_ = NNG_SOCKET_INITIALIZER;
   int send_fd_ = -1;          // readable when a send would be accepted (NNG_OPT_SENDFD)
   int queue_depth_ = 0;
   size_t recv_max_ = 0;
-  std::atomic<bool> remote_gone_{false};  // set from nng's thread when the connection's pipe goes away
-  const char* failure_ = nullptr;
-  std::string failure_text_;
+  std::atomic<bool> pipe_removed_{false};  // set from nng's thread when the connection's pipe goes away
 };
 
 }  // namespace fm

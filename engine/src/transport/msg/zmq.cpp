@@ -35,8 +35,7 @@ ZmqTransport::~ZmqTransport() {
   if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());  // libzmq leaves the socket file of ipc:// behind
 }
 
-void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  io_.emplace("zmq", io_cpu_, use_, ctrl);
+void ZmqTransport::open(uint64_t max_msg) {
   ctx_ = zmq_ctx_new();
   if (!ctx_) sys_error("zmq_ctx_new");
   if (io_->cpu() >= 0 && zmq_ctx_set(ctx_, ZMQ_THREAD_AFFINITY_CPU_ADD, io_->cpu()) != 0)
@@ -61,47 +60,37 @@ void ZmqTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   if (!monitor_ || zmq_connect(monitor_, kMonitorUrl) != 0)
     runtime_error(std::string("zmq: cannot read the socket monitor: ") + zmq_strerror(errno));
   set_int(monitor_, ZMQ_LINGER, 0, "ZMQ_LINGER");
-
-  if (role_ == Role::server) {
-    msg::Endpoint e = msg::listen_endpoint("zmq", endpoint_param_, ctrl);
-    if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
-    std::string url = e.free_port() ? e.url_with_port("*") : e.url();  // zmq's spelling of "a free port"
-    if (zmq_bind(sock_, url.c_str()) != 0) runtime_error("zmq: cannot bind " + url + ": " + zmq_strerror(errno));
-    msg::share_ipc_socket(e);
-    char bound[512];
-    size_t len = sizeof bound;
-    if (zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
-      runtime_error(std::string("zmq: ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
-    url_ = bound;
-    if (e.scheme == "ipc") ipc_path_ = e.path;
-    ctrl.exchange(url_, "zmq endpoint");
-  } else {
-    url_ = msg::dial_url("zmq", ctrl.exchange("", "zmq endpoint"));
-    if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
-    if (zmq_connect(sock_, url_.c_str()) != 0) runtime_error("zmq: cannot connect to " + url_ + ": " + zmq_strerror(errno));
-  }
-  msg::data_handshake(*this, ctrl, role_, "zmq");
-  io_->exchange_where(ctrl, "zmq connected");
 }
 
-const char* ZmqTransport::failure() const {
-  if (failure_ || !monitor_) return failure_;
-  // Only DISCONNECTED is subscribed, so any event means the other end is gone.
+void ZmqTransport::listen(const msg::Endpoint& e) {
+  if (e.scheme == "tcp" && e.host.front() == '[') set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
+  std::string url = e.free_port() ? e.url_with_port("*") : e.url();  // zmq's spelling of "a free port"
+  if (zmq_bind(sock_, url.c_str()) != 0) runtime_error("zmq: cannot bind " + url + ": " + zmq_strerror(errno));
+  char bound[512];
+  size_t len = sizeof bound;
+  if (zmq_getsockopt(sock_, ZMQ_LAST_ENDPOINT, bound, &len) != 0)
+    runtime_error(std::string("zmq: ZMQ_LAST_ENDPOINT: ") + zmq_strerror(errno));
+  url_ = bound;
+  if (e.scheme == "ipc") ipc_path_ = e.path;
+}
+
+void ZmqTransport::dial() {
+  if (url_.rfind("tcp://[", 0) == 0) set_int(sock_, ZMQ_IPV6, 1, "ZMQ_IPV6");
+  if (zmq_connect(sock_, url_.c_str()) != 0) runtime_error("zmq: cannot connect to " + url_ + ": " + zmq_strerror(errno));
+}
+
+bool ZmqTransport::remote_gone() const {
+  if (!monitor_) return false;
   zmq_msg_t ev;
   zmq_msg_init(&ev);
-  if (zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0) failure_ = "zmq: the other end dropped the data connection";
+  const bool gone = zmq_msg_recv(&ev, monitor_, ZMQ_DONTWAIT) >= 0;
   zmq_msg_close(&ev);
-  return failure_;
+  return gone;
 }
 
 void ZmqTransport::wait_send() {
   zmq_pollitem_t item{sock_, 0, ZMQ_POLLOUT, 0};
   zmq_poll(&item, 1, kWaitSliceMs);
-}
-
-void ZmqTransport::fail(const char* what) {
-  failure_text_ = std::string("zmq: ") + what + ": " + zmq_strerror(errno);
-  failure_ = failure_text_.c_str();
 }
 
 void ZmqTransport::describe(JsonObj& o) const {

@@ -23,22 +23,16 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
  public:
   static constexpr const char* kName = "zmq";
   static constexpr int kNonBlock = ZMQ_DONTWAIT;
+  // connect()'s own steps, between the base's (setup).
+  static constexpr const char* kConnectSteps =
+      "zmq_ctx_new and a PAIR socket (its I/O and reaper threads) and its monitor; server: bind, its endpoint over "
+      "the control channel; client: zmq_connect; a one-byte ping-pong on the data connection (zmq connects in the "
+      "background)";
 
   ZmqTransport(const MessagingOptions& m, const Use& use);
   ~ZmqTransport();
-  ZmqTransport(const ZmqTransport&) = delete;
 
-  void connect(Ctrl& ctrl, uint64_t max_msg);
   void describe(JsonObj& o) const;
-  // setup: what connect() does.
-  const char* connect_covers() const {
-    return "where each end's busy loop runs (a control-channel round trip); zmq_ctx_new and a PAIR socket (its "
-           "I/O and reaper threads) and its monitor; server: bind, its endpoint over the control channel; client: "
-           "zmq_connect; a one-byte ping-pong on the data connection (zmq connects in the background); where "
-           "each end's I/O threads run (3 control-channel round trips)";
-  }
-  // Library errors, and the other end's disconnect as reported by the socket monitor.
-  const char* failure() const;
 
   // ---- data path ----
   // zmq_send copies (in place for up to 33 B, else into a heap block): the
@@ -47,7 +41,7 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
   // buffer later). A full queue (HWM) is EAGAIN: no room now.
   bool post_send(const void* buf, uint32_t len, uint32_t, uint64_t) {
     if (zmq_send(sock_, buf, len, ZMQ_DONTWAIT) >= 0) [[likely]] return true;
-    if (errno != EAGAIN && errno != EINTR) fail("zmq_send");
+    if (errno != EAGAIN && errno != EINTR) fail("zmq_send", zmq_strerror(errno));
     return false;
   }
 
@@ -58,9 +52,14 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
 
  private:
   friend msg::MsgTransport<ZmqTransport>;
+  void open(uint64_t max_msg);
+  void listen(const msg::Endpoint& e);
+  void dial();
+  // Any event of the socket monitor: only the other end's disconnect is subscribed.
+  bool remote_gone() const;
   bool take(int flags, RecvMsg& m) {
     if (zmq_msg_recv(&rx_, sock_, flags) < 0) [[unlikely]] {
-      if (errno != EAGAIN && errno != EINTR) fail("zmq_msg_recv");
+      if (errno != EAGAIN && errno != EINTR) fail("zmq_msg_recv", zmq_strerror(errno));
       return false;
     }
     m.data = static_cast<const std::byte*>(zmq_msg_data(&rx_));
@@ -68,7 +67,6 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
     m.imm = 0;
     return true;
   }
-  void fail(const char* what);
 
   void* ctx_ = nullptr;
   void* sock_ = nullptr;
@@ -77,8 +75,6 @@ class ZmqTransport : public msg::MsgTransport<ZmqTransport> {
   std::string ipc_path_;      // server: the socket file to remove at the end
   int hwm_ = 0;
   int64_t max_msg_size_ = 0;
-  mutable const char* failure_ = nullptr;
-  mutable std::string failure_text_;
 };
 
 }  // namespace fm
