@@ -685,6 +685,15 @@ if "$ENGINE" options | grep -q '"ofi"'; then
 else
   echo "skipped: this engine has no ofi transport (libfabric not found at build time)" | tee "$OUT/_ofi_skipped"
 fi
+echo "== verbs: --ops (several ops at once, a QP and a thread per op; the host checks each op's rate and their sum)"
+# dapltest's concurrent SR + RR + RW (-t 2: --flows 2). Fewer messages in CI's mode (FM_RDMA_CI=1).
+OPS_N=$((${FM_RDMA_CI:-0} ? 500 : 5000))
+fm "bw-rc-ops-send-read-write" 0 bw -s 1K -n "$OPS_N" --warmup 100 --service rc --ops send,read,write
+fm "bw-rc-ops-send-read-write-flows2" 0 bw -s 1K -n "$OPS_N" --warmup 100 --service rc --ops send,read,write --flows 2
+fm "bw-uc-ops-send-write-imm" 0 bw -s 1K -n "$OPS_N" --warmup 100 --service uc --ops send,write-imm
+fm "refuse-ops-ud-read" 2 bw -n 10 --service ud --ops send,read
+fm "refuse-ops-uc-read" 2 bw -n 10 --service uc --ops send,read
+fm "refuse-ops-lat" 2 lat -n 10 --service rc --ops send,read
 echo "== verbs: faults (kill -9 / SIGSTOP the client or the server's session in connect or point)"
 # One non-once server for the section; per service every victim x action
 # once, with phase, cm, experiment and delay (0-300 ms after the phase mark)

@@ -128,15 +128,20 @@ def check_fabmeter(raw, name):
                     problems.append(f"oneway: no {key} stage (or a negative one): {p.get(key)!r}")
             problems += check_t_send(raw, name, cmd, p, summary)
         flows = option(cmd, "flows")
-        if flows and p.get("experiment") in ("lat", "bw"):  # a QP per flow, and their counts add up
+        ops = (option(cmd, "ops") or "").split(",") if option(cmd, "ops") else []
+        if (flows or len(ops) > 1) and p.get("experiment") in ("lat", "bw"):  # a QP per flow, and their counts add up
             each = p.get("flows") or []
-            if len(each) != int(flows) or granted.get("connections") != int(flows):
-                problems.append(f"--flows {flows}: {len(each)} flows reported, {granted.get('connections')} QPs granted")
+            conns = int(flows or 1) * max(1, len(ops))
+            if len(each) != conns or granted.get("connections") != conns:
+                problems.append(f"--flows {flows} --ops {ops}: {len(each)} flows reported, "
+                                f"{granted.get('connections')} QPs granted, expected {conns}")
             for key in ("iterations", "bytes", "lost"):
                 if sum(f.get(key, 0) for f in each) != p.get(key):
                     problems.append(f"--flows {flows}: the flows' {key} do not add up to the point's {p.get(key)}")
             if not all(f.get("iterations", 0) > 0 for f in each):
                 problems.append(f"--flows {flows}: a flow measured nothing")
+        if len(ops) > 1:
+            problems += check_ops(ops, p)
         if p.get("experiment") == "load":
             if p.get("sent", 0) != p.get("completed", 0) + p.get("lost", 0) or p.get("sent", 0) == 0:
                 problems.append(f"load: sent {p.get('sent')} != completed {p.get('completed')} + lost {p.get('lost')}")
@@ -174,7 +179,7 @@ def check_fabmeter(raw, name):
     # The knobs must show in what the transport was granted.
     want = {
         "service": service,
-        "op": option(cmd, "op") or "send",
+        "op": option(cmd, "op") or (option(cmd, "ops") or "send").split(",")[0],  # --ops: the first QP's
         "cm": option(cmd, "cm") if option(cmd, "cm") not in (None, "auto") else ("raw" if service == "uc" else "rdma_cm"),
     }
     if option(cmd, "device"):
@@ -256,6 +261,26 @@ def check_t_send(raw, name, cmd, p, summary):
         beaten = "no message carried a stamp" in (absent or "")
         if not beaten and (cpus >= 3 or "no CPU of its own" not in (absent or "")):
             problems.append(f"no t_send on {cpus} CPUs: {absent!r}")
+    return problems
+
+
+def check_ops(ops: list, p: dict) -> list:
+    """bw --ops: each op measured (its count and rates), the flows each ran the op of their turn, the
+    point's figures the ops' sum."""
+    problems = []
+    each = p.get("ops") or []
+    if [o.get("op") for o in each] != ops:
+        return [f"--ops {','.join(ops)}: ops reported {[o.get('op') for o in each]}"]
+    for o in each:
+        if not (o.get("iterations", 0) > 0 and o.get("msg_rate", 0) > 0 and o.get("gbps", 0) > 0):
+            problems.append(f"--ops: {o.get('op')} measured nothing: {o}")
+    if sum(o.get("iterations", 0) for o in each) != p.get("iterations"):
+        problems.append(f"--ops: the ops' iterations do not add up to the point's {p.get('iterations')}")
+    for key in ("msg_rate", "gbps"):
+        if abs(sum(o.get(key, 0) for o in each) - p.get(key, 0)) > 1e-6 * max(1.0, p.get(key, 0)):
+            problems.append(f"--ops: the ops' {key} do not add up to the point's {p.get(key)}")
+    if [f.get("op") for f in p.get("flows") or []] != [ops[i % len(ops)] for i in range(len(p.get("flows") or []))]:
+        problems.append(f"--ops: the flows' ops {[f.get('op') for f in p.get('flows') or []]} are not the ops in turn")
     return problems
 
 

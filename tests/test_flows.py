@@ -72,6 +72,25 @@ def test_flows_table_in_the_terminal(fm):
     assert "fairness over 2 flows (Jain's index" in r.stdout and "Gbit/s" in r.stdout, r.stdout
 
 
+def test_ops_table_in_the_terminal():
+    # bw --ops (verbs; the datapath runs in the Soft-RoCE guest): each flow's op, each op's rate and their sum.
+    from fabmeter.analysis import point_block
+    ops = [{"op": "send", "flows": 1, "iterations": 3000, "gbps": 0.25, "msg_rate": 30000, "measured_at": "receiver"},
+           {"op": "read", "flows": 1, "iterations": 1000, "gbps": 0.125, "msg_rate": 15000,
+            "measured_at": "sender (one-sided: where the answers arrive)"}]
+    flows = [{"flow": i, "op": o["op"], "cpu": None, "iterations": o["iterations"], "bytes": o["iterations"] * 1024,
+              "gbps": o["gbps"], "msg_rate": o["msg_rate"]} for i, o in enumerate(ops)]
+    text = point_block({"experiment": "bw", "size": 1024, "iterations": 4000, "gbps": 0.375, "msg_rate": 45000,
+                        "flows": flows, "ops": ops, "jain_index": 0.9, "overlap": 1.0})
+    lines = text.splitlines()
+    ops_at = next(i for i, line in enumerate(lines) if line.startswith("op ") and "measured at" in line)
+    assert lines[ops_at + 2].split()[:5] == ["send", "1", "3,000", "0.250", "30,000"], text
+    assert lines[ops_at + 3].split()[:5] == ["read", "1", "1,000", "0.125", "15,000"], text
+    assert lines[ops_at + 4].split() == ["sum", "2", "4,000", "0.375", "45,000"], text
+    flows_at = next(i for i, line in enumerate(lines) if line.split()[:2] == ["flow", "op"])
+    assert [line.split()[1] for line in lines[flows_at + 2:flows_at + 4]] == ["send", "read"], text
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_one_listening_socket_refuses_several(fm, engine, dry_run):
     need_transport("zmq")

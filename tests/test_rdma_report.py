@@ -538,3 +538,38 @@ def test_pytest_case_needs_its_tests_passed_and_none_skipped(tmp_path):
         (tmp_path / f"{name}.out").write_text(f".\n{last}\n")
         problems, _ = m.check_pytest(str(tmp_path), name)
         assert (problems == []) == ok, (name, problems)
+
+
+def test_ops_cases_need_every_op_measured_and_their_sum(tmp_path):
+    """bw --ops in the guest: each op counted and rated, the flows running the
+    ops in turn, the point's figures the ops' sum; a case where an op measured
+    nothing, or whose sum is off, fails."""
+    import json
+    m = report_module()
+
+    def case(name, ops, flows=1, iterations=(3000, 2000, 1000), sum_off=0):
+        (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s 1024 --ops {','.join(ops)}"
+                                              f"{f' --flows {flows}' if flows > 1 else ''}\n")
+        for f, text in ((".rc", "0\n"), (".server.rc", "0\n"), (".err", "")):
+            (tmp_path / f"{name}{f}").write_text(text)
+        per_op = [{"op": op, "flows": flows, "iterations": n, "bytes": n * 1024, "gbps": n * 1e-4,
+                   "msg_rate": n * 10.0, "measured_at": "receiver"} for op, n in zip(ops, iterations)]
+        each = [{"flow": i, "op": ops[i % len(ops)], "iterations": iterations[i % len(ops)] // flows,
+                 "bytes": iterations[i % len(ops)] // flows * 1024, "lost": 0} for i in range(flows * len(ops))]
+        lines = [START,
+                 {"type": "point", "experiment": "bw", "size": 1024, "warmup": 100, "lost": 0, "bidir": False,
+                  "iterations": sum(iterations) + sum_off, "bytes": sum(iterations) * 1024,
+                  "gbps": sum(o["gbps"] for o in per_op), "msg_rate": sum(o["msg_rate"] for o in per_op),
+                  "ops": per_op, "flows": each},
+                 {"type": "transport", "granted": {"op": ops[0], "service": "rc", "cm": "rdma_cm", "post_list": 1,
+                                                   "device": "rxe0", "connections": flows * len(ops)}},
+                 {"type": "end", "status": "ok"}]
+        (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
+        return m.check_fabmeter(str(tmp_path), name)[0]
+
+    assert case("three", ["send", "read", "write"]) == []
+    assert case("three-flows2", ["send", "read", "write"], flows=2) == []
+    problems = case("idle-read", ["send", "read", "write"], iterations=(3000, 0, 1000))
+    assert any("read measured nothing" in p for p in problems), problems
+    problems = case("off", ["send", "read", "write"], sum_off=5)
+    assert any("do not add up" in p for p in problems), problems

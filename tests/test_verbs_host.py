@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import json_lines, one_line_error
+from conftest import json_lines, need_transport, one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,16 @@ def test_named_port_in_both_ends_fabric(fm, no_device, verbs_engine):
     (["--op", "write", "--passive-rx"], "--passive-rx does not apply to 'lat' (only to bw)"),
     (["--op", "write", "--passive-rx", "--poll", "event", "--experiment", "bw"], "--poll event: one-sided ops are polled"),
     (["--op", "write", "--passive-rx", "--size-spread", "10", "--experiment", "bw"], "--size-spread: this op moves"),
+    (["--service", "ud", "--ops", "send,read", "--experiment", "bw"], "--ops send,read: verbs: --op read needs"),
+    (["--service", "ud", "--ops", "send,write", "--experiment", "bw"], "UD has only send"),
+    (["--service", "uc", "--ops", "send,read", "--experiment", "bw"], "UC has no RDMA read or atomics"),
+    (["--ops", "send,atomic-fadd", "-s", "64", "--experiment", "bw"], "--ops send,atomic-fadd moves exactly 8 B"),
+    (["--ops", "read,write", "--poll", "event", "--experiment", "bw"], "--poll event: one-sided ops are polled"),
+    (["--op", "read", "--ops", "send,read", "--experiment", "bw"], "give --op or --ops, not both"),
+    (["--ops", "send,read,send", "--experiment", "bw"], "--ops names send twice"),
+    (["--ops", "send,receive", "--experiment", "bw"], "--ops: 'receive' is no --op (send,write-imm"),
+    (["--ops", "send,read", "--flows", "40", "--experiment", "bw"], "more than 64 connections"),
+    (["--ops", "send,read"], "--ops does not apply to 'lat' (only to bw)"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else None)
 def test_refused_combinations(fm, verbs_engine, args, says):
     experiment = "lat"
@@ -132,3 +142,41 @@ def test_verbs_knobs_in_help(fm, verbs_engine):
     for knob in ["--service", "--op", "--inline", "--signal-every", "--sq-depth", "--rq-depth", "--rq-refill",
                  "--mtu", "--device", "--port", "--gid-index", "--cm"]:
         assert knob in r.stdout, knob
+
+
+@pytest.mark.parametrize("transport", ["tcp", "shm"])
+@pytest.mark.parametrize("ops", ["read", "send,read"])
+def test_ops_refused_where_no_op_is_chosen(fm, engine, transport, ops):
+    # tcp and shm move sends only: they cannot run a read, nor several ops.
+    r = fm.run("bw", "-t", transport, "-n", "10", "--ops", ops, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"--ops does not apply to transport '{transport}'" in one_line_error(r.stderr)
+
+
+def test_several_ops_refused_on_ofi(fm, engine):
+    need_transport("ofi")
+    r = fm.run("bw", "-t", "ofi", "-n", "10", "--ops", "send,write-imm", timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "ofi: --ops send,write-imm: its connections run one op each point (several ops at once: verbs)" in \
+        one_line_error(r.stderr)
+
+
+def test_ops_reach_both_ends(fm, no_device, verbs_engine):
+    # --ops travels to the server in the start line; each op's connection then
+    # fails alike for want of a device (the datapath runs in the guest).
+    server = subprocess.Popen([str(verbs_engine), "serve", "--bind", "127.0.0.1", "--port", "0", "--once"],
+                              env=fm.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        port = json.loads(server.stdout.readline())["port"]
+        r = subprocess.run([str(verbs_engine), "run", "bw", "--server", f"127.0.0.1:{port}", "-t", "verbs",
+                            "--ops", "send,read,write", "-n", "10"], capture_output=True, text=True, timeout=60,
+                           env=fm.env)
+        server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    (start,) = [o for o in json_lines(r.stdout) if o.get("type") == "start"]
+    assert start["params"]["ops"] == "send,read,write" and start["params"]["op"] == "send", start["params"]

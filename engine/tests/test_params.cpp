@@ -145,7 +145,8 @@ static std::string other_value(const fm::OptSpec& o, const Params& p) {
     }
     case fm::OptType::text: {
       const std::string name = o.name;
-      return name == "sink" ? "file:x.csv" : name == "io-cpu" ? "none" : name == "time-thread" ? "3" : "something";
+      return name == "sink" ? "file:x.csv" : name == "io-cpu" ? "none" : name == "time-thread" ? "3"
+             : name == "ops" ? "send,read" : "something";
     }
     default: return "7";
   }
@@ -168,6 +169,24 @@ TEST(Params, EachOptionWritesOnlyItsOwnGroup) {
     const auto changed = changed_groups(before, after, static_cast<fm::OptionGroups*>(nullptr));
     EXPECT_EQ(changed, std::vector<std::string>{o.group}) << o.name;
   }
+}
+
+TEST(Params, OpsGiveEachConnectionItsOpInTurn) {
+  Params p;
+  fm::parse_options(p, {"--ops", "send,read,write", "--flows", "2"});
+  EXPECT_EQ(fm::ops_of(p.rdma), (std::vector<std::string>{"send", "read", "write"}));
+  EXPECT_EQ(fm::op_option(p.rdma), "--ops send,read,write");
+  for (uint32_t i = 0; i < 6; ++i) {
+    const Params c = fm::for_connection(p, i);
+    EXPECT_EQ(c.rdma.op, p.rdma.ops[i % 3]) << i;
+    EXPECT_TRUE(c.rdma.ops.empty()) << i;
+  }
+  EXPECT_EQ(fm::decode_params(fm::encode_params(p)).rdma.ops, p.rdma.ops);  // the server makes the same connections
+  Params one;
+  EXPECT_EQ(fm::ops_of(one.rdma), std::vector<std::string>{"send"});
+  EXPECT_EQ(fm::op_option(one.rdma), "--op send");
+  EXPECT_EQ(fm::for_connection(one, 3).rdma.op, "send");
+  for (const char* bad : {"send,,read", "send,", "send,send", "recv"}) EXPECT_THROW(fm::parse_options(one, {"--ops", bad}), fm::Error) << bad;
 }
 
 TEST(Params, TimeThreadIsAutoOffOrACpu) {

@@ -240,19 +240,32 @@ def point_block(point: dict, percentiles: Sequence[float] = ()) -> str:
         parts.append(format_table(["figure", "value"], extra))
     if isinstance(point.get("flows"), list):
         parts.append(flows_table(point))
+    if isinstance(point.get("ops"), list):
+        parts.append(ops_table(point))
     return "\n".join(parts)
+
+
+def ops_table(point: dict) -> str:
+    """bw --ops: one row per op (its flows summed) and the ops' sum."""
+    rows = [[o.get("op"), fmt_num(o.get("flows"), 0), fmt_num(o.get("iterations"), 0), fmt_num(o.get("gbps"), 3),
+             fmt_num(o.get("msg_rate"), 0), o.get("measured_at")] for o in point["ops"] if isinstance(o, dict)]
+    rows.append(["sum", fmt_num(len(point.get("flows") or []), 0), fmt_num(point.get("iterations"), 0),
+                 fmt_num(point.get("gbps"), 3), fmt_num(point.get("msg_rate"), 0), ""])
+    return format_table(["op", "flows", "iterations", "Gbit/s", "msg/s", "measured at"], rows)
 
 
 def flows_table(point: dict) -> str:
     """--flows: one row per flow (its CPU, counts and rate; lat: its one-way = RTT/2 percentiles)."""
     lat = point.get("experiment") == "lat"
-    headers = ["flow", "cpu", "iterations", "bytes"] + (
+    ops = any(isinstance(f, dict) and "op" in f for f in point["flows"])
+    headers = ["flow"] + (["op"] if ops else []) + ["cpu", "iterations", "bytes"] + (
         ["round trips/s", "one-way p50 ns", "one-way p99 ns"] if lat else ["Gbit/s", "msg/s"])
     rows = []
     for f in point["flows"]:
         if not isinstance(f, dict):
             continue
-        row = [f.get("flow"), "-" if f.get("cpu") is None else f.get("cpu"), fmt_num(f.get("iterations"), 0),
+        row = [f.get("flow")] + ([f.get("op")] if ops else []) + [
+            "-" if f.get("cpu") is None else f.get("cpu"), fmt_num(f.get("iterations"), 0),
                fmt_num(f.get("bytes"), 0)]
         if lat:
             one_way = f.get("latency_ns") if isinstance(f.get("latency_ns"), dict) else {}
@@ -523,5 +536,7 @@ def _run_tables(points: list[dict], percentiles: Sequence[float], limits: Option
             if isinstance(p.get("flows"), list):
                 table += f"\nflows at {fmt_size(p.get('size'))} (Jain's index {fmt_num(p.get('jain_index'), 3)}):\n" \
                     + flows_table(p)
+            if isinstance(p.get("ops"), list):
+                table += f"\nops at {fmt_size(p.get('size'))}:\n" + ops_table(p)
     clock = clock_line(points)
     return table + ("\n" + clock if clock else "")

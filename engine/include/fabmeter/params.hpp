@@ -124,6 +124,7 @@ struct RdmaOptions {
   uint32_t signal_every = 0;        // 0 = auto: sq_depth / 2
   uint32_t sq_depth = 128;
   uint32_t rq_refill = 0;           // repost receives when this many are free; 0 = auto
+  std::vector<std::string> ops;     // bw: several ops at once, a connection each per flow (empty: --op alone)
   bool operator==(const RdmaOptions&) const = default;
 };
 
@@ -290,6 +291,12 @@ std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max);
 // Iterations and warm-up for one size: large messages get fewer, as fabtests.
 
 const char* poll_name(Poll p);
+
+// --ops, else --op: the ops of a point, and the option that named them (for messages).
+std::vector<std::string> ops_of(const RdmaOptions& r);
+std::string op_option(const RdmaOptions& r);
+// p for connection `conn` of a point: with --ops, op ops[conn mod count] as its --op.
+Params for_connection(const Params& p, uint32_t conn);
 std::string key_of(const char* option_name);  // "tx-depth" -> "tx_depth"
 
 }  // namespace fm

@@ -69,6 +69,8 @@ struct Caps {
   // The call that registers memory with the device (setup --what mr times
   // it through register_memory, below); nullptr: the transport registers none.
   const char* registration = nullptr;
+  // Each connection may carry an --op of its own (--ops with several ops).
+  bool ops_per_connection = false;
 };
 
 // One step of a connect() and how long it took (the optional connect_phases, below).

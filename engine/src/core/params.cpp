@@ -350,6 +350,25 @@ std::vector<OptSpec> make_table() {
      .help = "send queue depth", U32(Rdma, sq_depth)},
     {.name = "rq-refill", .metavar = "N", .group = "rdma", .type = T::count,
      .help = "repost receives when this many are free (0: auto)", U32(Rdma, rq_refill)},
+    {.name = "ops", .metavar = "OP[,OP...]", .group = "rdma", .type = T::text, .scope = "bw",
+     .help = "several --op values at once between one client and one server, each op on a queue pair and thread of its own, --flows of each (verbs; a single op is --op that op); reported per op and summed (dapltest's concurrent SR, RR and RW: --ops send,read,write)",
+     .set = [](Params& p, std::string_view v) {
+       std::vector<std::string> ops;
+       for (size_t at = 0; !v.empty() && at != std::string_view::npos;) {
+         const size_t comma = v.find(',', at);
+         ops.emplace_back(v.substr(at, comma - at));
+         if (!in_list(find_by_key("op")->values, ops.back()))
+           usage_error("--ops: '" + ops.back() + "' is no --op (" + find_by_key("op")->values + ")");
+         if (std::count(ops.begin(), ops.end(), ops.back()) > 1) usage_error("--ops names " + ops.back() + " twice (--flows runs more of one op)");
+         at = comma == std::string_view::npos ? comma : comma + 1;
+       }
+       p.rdma.ops = std::move(ops);
+     },
+     .get = [](const Params& p) {
+       std::string s;
+       for (const std::string& op : p.rdma.ops) s += (s.empty() ? "" : ",") + op;
+       return s;
+     }},
     {.name = "mtu", .metavar = "BYTES", .group = "verbs", .type = T::size, .unit = "B",
      .help = "path MTU (maximum transmission unit): 256, 512, 1024, 2048 or 4096 (0: the port's active MTU)", U32(Verbs, mtu)},
     {.name = "device", .metavar = "NAME", .group = "verbs", .type = T::text,
@@ -586,6 +605,10 @@ void validate(const Params& p) {
   if (p.sweep && p.max_size == 0) usage_error("--max-size must be at least 1 byte");
   if (p.iters > 0 && p.duration > 0) usage_error("give either -n or --duration, not both");
   if (p.flows < 1 || p.flows > CommonOptions::kMaxFlows) usage_error("--flows must be between 1 and " + std::to_string(CommonOptions::kMaxFlows));
+  if (!p.rdma.ops.empty() && (p.named("op") || p.rdma.op != RdmaOptions{}.op)) usage_error("give --op or --ops, not both");
+  if (p.flows * ops_of(p.rdma).size() > CommonOptions::kMaxFlows)
+    usage_error("--flows " + std::to_string(p.flows) + " of each of " + std::to_string(p.rdma.ops.size()) +
+                " --ops: more than " + std::to_string(CommonOptions::kMaxFlows) + " connections");
   if (p.bw.tx_depth == 0) usage_error("--tx-depth must be at least 1");
   if (p.bw.series_ms < 0.01 || p.bw.series_ms > 3.6e6) usage_error("--series-ms must be between 0.01 and 3600000");
   if (p.bw.size_spread > 90) usage_error("--size-spread must be 0 .. 90 (percent)");
@@ -610,5 +633,22 @@ std::vector<uint64_t> sizes_for(const Params& p, uint64_t transport_max) {
 }
 
 const char* poll_name(Poll p) { return p == Poll::busy ? "busy" : "event"; }
+
+std::vector<std::string> ops_of(const RdmaOptions& r) { return r.ops.empty() ? std::vector<std::string>{r.op} : r.ops; }
+
+std::string op_option(const RdmaOptions& r) {
+  if (r.ops.empty()) return "--op " + r.op;
+  Params p;
+  p.rdma = r;
+  return "--ops " + find_option("ops")->get(p);
+}
+
+Params for_connection(const Params& p, uint32_t conn) {
+  if (p.rdma.ops.empty()) return p;
+  Params c = p;
+  c.rdma.op = p.rdma.ops[conn % p.rdma.ops.size()];
+  c.rdma.ops.clear();
+  return c;
+}
 
 }  // namespace fm

@@ -455,7 +455,8 @@ struct BwExperiment : ExperimentDefaults {
   }
   static bool fixed_sizes(const Params& p) { return !p.bw.size_spread; }
   static constexpr Flows kFlows = Flows::throughput;
-  static uint32_t connections(const Params& p) { return p.flows; }
+  // --ops: --flows connections of each op.
+  static uint32_t connections(const Params& p) { return p.flows * static_cast<uint32_t>(ops_of(p.rdma).size()); }
   // --tx-depth: the sends bw keeps in flight, on every transport that completes them.
   static uint32_t send_window(const Params& p) { return p.bw.tx_depth; }
   template <Transport T, Poll P>

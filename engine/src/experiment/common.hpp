@@ -126,6 +126,7 @@ struct Ctx {
   int own_cpu = -1;          // this end's --cpu (-1: unpinned)
   int peer_cpu = -1;         // client: the server's --cpu, as its welcome says (-1: unpinned or not said)
   CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
+  std::vector<Caps> op_caps = {};  // --ops: each op's caps, connection i runs op i mod their count (empty: caps)
 };
 
 // Event mode's wait for a message: poll for --spin-us first (spin, then

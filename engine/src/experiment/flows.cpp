@@ -272,8 +272,33 @@ void merge_lat(const Point& pt, std::vector<FlowEnd>& ends, PointOut& out) {
   out.arrays.emplace_back("rtt_ns", std::move(rtt));
 }
 
-// bw: each flow's counts and rates, and their sums.
-void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
+// --ops: each op's flows summed (flow i ran op i mod their count).
+std::string ops_list(const std::vector<std::string>& ops, const std::vector<nlohmann::json>& fields) {
+  std::string list;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    uint64_t flows = 0, iterations = 0, bytes = 0;
+    double gbps = 0, msg_rate = 0;
+    std::string measured_at;
+    for (size_t i = k; i < fields.size(); i += ops.size()) {
+      const nlohmann::json& f = fields[i];
+      ++flows;
+      iterations += count(f, "iterations");
+      bytes += static_cast<uint64_t>(std::llround(static_cast<double>(count(f, "iterations")) * num(f, "mean_size")));
+      gbps += num(f, "gbps");
+      msg_rate += num(f, "msg_rate");
+      measured_at = f.value("measured_at", std::string("receiver"));
+    }
+    JsonObj o;
+    o.add("op", ops[k]).add("flows", flows).add("iterations", iterations).add("bytes", bytes).add("gbps", gbps)
+        .add("msg_rate", msg_rate).add("measured_at", measured_at);
+    list += (list.empty() ? "" : ", ") + o.str();
+  }
+  return "[" + list + "]";
+}
+
+// bw: each flow's counts and rates, and their sums (and each op's, --ops).
+void merge_bw(const std::vector<std::string>& ops, std::vector<FlowEnd>& ends, PointOut& out) {
+  std::vector<nlohmann::json> fields;
   std::vector<double> rates;
   std::string list;
   uint64_t iterations = 0, lost = 0, warmup_lost = 0, bytes = 0, credit_writes = 0, credits_carried = 0;
@@ -282,7 +307,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
   bool has_credits = false;
   for (uint32_t i = 0; i < ends.size(); ++i) {
     FlowEnd& e = ends[i];
-    const nlohmann::json f = fields_of(e.out);
+    const nlohmann::json& f = fields.emplace_back(fields_of(e.out));
     if (i == 0) first = f;
     const uint64_t it = count(f, "iterations");
     const uint64_t b = static_cast<uint64_t>(std::llround(static_cast<double>(it) * num(f, "mean_size")));
@@ -302,6 +327,7 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
     }
     rates.push_back(num(f, "gbps"));
     JsonObj o = flow_entry(i, e);
+    if (!ops.empty()) o.add("op", ops[i % ops.size()]);
     o.add("iterations", it).add("bytes", b).add("lost", count(f, "lost")).add("gbps", num(f, "gbps"))
         .add("msg_rate", num(f, "msg_rate"));
     list += (list.empty() ? "" : ", ") + o.str();
@@ -312,8 +338,9 @@ void merge_bw(std::vector<FlowEnd>& ends, PointOut& out) {
   out.fields.add("gbps", gbps).add("msg_rate", msg_rate).add("offered_msg_rate", offered).add("bidir", bidir)
       .add("tx_depth", count(first, "tx_depth")).add("size_spread", count(first, "size_spread"))
       .add("mean_size", iterations ? static_cast<double>(bytes) / static_cast<double>(iterations) : 0.0)
-      .add("measured_at", first.value("measured_at", std::string("receiver")))
+      .add("measured_at", ops.empty() ? first.value("measured_at", std::string("receiver")) : "per op (ops)")
       .add("aggregate", "the sum of the flows' rates, each over its own measured window");
+  if (!ops.empty()) out.fields.add_raw("ops", ops_list(ops, fields));
   if (has_credits) out.fields.add("credit_writes", credit_writes).add("credits_carried", credits_carried);
   add_jain(out.fields, rates);
   add_overlap(out.fields, ends);
@@ -346,7 +373,7 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoo
       FlowEnd& e = ends[i];
       try {
         if (!c.cpus.empty()) pin_to_cpu(c.cpus[i % c.cpus.size()]);
-        Ctx fc{c.p, c.clk, flow[i], c.role, c.caps, c.same_host, {}, {}};
+        Ctx fc{c.p, c.clk, flow[i], c.role, c.op_caps.empty() ? c.caps : c.op_caps[i % c.op_caps.size()], c.same_host, {}, {}};
         fc.spin_ticks = c.spin_ticks;
         // Every flow starts its warm-up at once (the same count each, so
         // their measured windows start together too).
@@ -409,7 +436,7 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoo
   }
   if (c.role == Role::client) {
     if (merge == Flows::round_trips) merge_lat(pt, ends, out);
-    else merge_bw(ends, out);
+    else merge_bw(c.p.rdma.ops, ends, out);
     for (const FlowEnd& e : ends) out.partial = out.partial || e.out.partial;
   }
   return st;

@@ -85,6 +85,28 @@ std::string exchange_cpu_cost(Ctx& ctx, Status st) {
 }
 
 // What the experiment asks of the transport.
+Caps merge_op_caps(const Params& p, const std::vector<Caps>& each) {
+  if (each.size() > 1 && !each[0].ops_per_connection)
+    usage_error(p.transport + ": " + op_option(p.rdma) + ": its connections run one op each point (several ops at once: "
+                "verbs); give one op");
+  Caps c = each[0];
+  for (const Caps& o : each) {
+    if (o.max_msg_size < c.max_msg_size) c.max_msg_size = o.max_msg_size, c.max_msg_note = o.max_msg_note;
+    c.max_inline = std::min(c.max_inline, o.max_inline);
+    c.reliable = c.reliable && o.reliable;
+    c.ordered = c.ordered && o.ordered;
+    c.supports_write = c.supports_write && o.supports_write;
+    c.send_completions = c.send_completions && o.send_completions;
+    c.same_host_only = c.same_host_only || o.same_host_only;
+    c.one_sided = c.one_sided || o.one_sided;
+    c.shared_rx = c.shared_rx && o.shared_rx;
+    c.fixed_msg_size = std::max(c.fixed_msg_size, o.fixed_msg_size);
+    for (auto why : {&Caps::busy_only, &Caps::one_poll_mode, &Caps::woken_by_peer, &Caps::one_connection})
+      if (!(c.*why)) c.*why = o.*why;
+  }
+  return c;
+}
+
 Use use_of(const Params& p, const ExperimentEntry& experiment, Role role) {
   return {.role = role,
           .poll = p.poll,

@@ -43,8 +43,29 @@ template <class D, class P>
 auto groups_for(P& p) { return groups_for<D>(p, static_cast<OptionGroups*>(nullptr)); }
 
 template <class D>
-Caps caps_of(const Params& p) {
+Caps op_caps_of(const Params& p) {
   return std::apply([](const auto&... g) { return D::Type::caps(g...); }, groups_for<D>(p));
+}
+// Each op's caps of a point's ops, an op's knobs refused as its transport
+// refuses them for --op, the message naming --ops.
+template <class D>
+std::vector<Caps> each_op_caps(const Params& p) {
+  std::vector<Caps> each;
+  for (uint32_t i = 0; i < p.rdma.ops.size(); ++i) {
+    try {
+      each.push_back(op_caps_of<D>(for_connection(p, i)));
+    } catch (const Error& e) {
+      if (e.kind == ErrorKind::usage) usage_error(op_option(p.rdma) + ": " + e.what());
+      throw;
+    }
+  }
+  return each;
+}
+Caps merge_op_caps(const Params& p, const std::vector<Caps>& each);
+// The point's caps: its op's, or with --ops what every op allows.
+template <class D>
+Caps caps_of(const Params& p) {
+  return p.rdma.ops.empty() ? op_caps_of<D>(p) : merge_op_caps(p, each_op_caps<D>(p));
 }
 
 // The session's hooks of D's transport (transport.hpp), each a no-op where
@@ -111,9 +132,12 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
   std::deque<T> transports;
   std::vector<T*> conns;
   const uint32_t n_conns = experiment.connections(p);
+  // --ops: connection i runs op i mod their count, with that op's caps.
+  if (!p.rdma.ops.empty()) ctx.op_caps = each_op_caps<D>(p);
   for (uint32_t i = 0; i < n_conns; ++i) {
+    const Params pc = for_connection(p, i);
     T& t = std::apply([&](const auto&... args) -> T& { return transports.emplace_back(args...); },
-                      std::tuple_cat(groups_for<D>(p), std::tuple<Use>(use_of(p, experiment, ctx.role))));
+                      std::tuple_cat(groups_for<D>(pc), std::tuple<Use>(use_of(pc, experiment, ctx.role))));
     t.connect(ctx.ctrl, max_msg);
     conns.push_back(&t);
   }

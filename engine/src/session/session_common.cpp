@@ -27,7 +27,7 @@ int exit_code(Status s) {
 
 void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
   if (caps.one_sided && !experiment_for(p.experiment).one_sided)
-    usage_error("--op " + p.rdma.op + " is one-sided (the server's CPU never sees it): it runs lat and bw, not " +
+    usage_error(op_option(p.rdma) + " is one-sided (the server's CPU never sees it): it runs lat and bw, not " +
                 p.experiment);
   if (caps.busy_only && p.poll == Poll::event) usage_error(std::string("--poll event: ") + caps.busy_only);
   if (caps.busy_only && p.poll_send == Poll::event) usage_error(std::string("--poll-send event: ") + caps.busy_only);
@@ -37,7 +37,7 @@ void check_against_caps(const Params& p, const Caps& caps, bool same_host) {
   if (caps.fixed_msg_size)
     for (uint64_t size : sizes_for(p, UINT64_MAX))
       if (size != caps.fixed_msg_size)
-        usage_error("--op " + p.rdma.op + " moves exactly " + std::to_string(caps.fixed_msg_size) + " B: give -s " +
+        usage_error(op_option(p.rdma) + " moves exactly " + std::to_string(caps.fixed_msg_size) + " B: give -s " +
                     std::to_string(caps.fixed_msg_size) + " (not " + std::to_string(size) + ")");
   experiment_for(p.experiment).check_caps(p, caps);
   if (const uint32_t n = experiment_for(p.experiment).connections(p); n > 1 && caps.one_connection)

@@ -103,6 +103,7 @@ Caps VerbsTransport::caps(const QueueOptions& q, const RdmaOptions& r, const Ver
   c.one_sided = verbs::is_one_sided(op) || v.passive_rx;
   c.fixed_msg_size = atomic ? verbs::kAtomicBytes : 0;
   c.registration = "ibv_reg_mr";
+  c.ops_per_connection = true;
   if (marked_write)
     c.busy_only = "--op write completes nothing at the receiver, which polls memory (use --op write-imm to sleep on completions)";
   else if (c.one_sided)
