@@ -325,3 +325,20 @@ def test_a_pair_or_mode_the_hop_cannot_forward_is_refused(fm, three_hosts, token
                      token_file, prefix=_netns(ns_c), timeout=60)
     assert res.returncode == 2, res.stderr
     assert says in one_line_error(res.stderr), res.stderr
+
+
+def test_read_write_is_the_thesis_arithmetic_on_recorded_figures():
+    """The thesis' own medians: t_IB 2 us, t_shmem 0.3 us, t_HCA 0.8 us give t_r/w 0.9 us. The report pairs a run
+    through the hop onto the client's transport (t_IB, and its direct figure t_HCA) with one onto shm (t_shmem),
+    per transport and size; a round-trip run or a hop of its own onward transport (None) pairs with nothing."""
+    from fabmeter import hop
+    from fabmeter.report import hop_section as hs
+    assert hop.read_write({"p50": 2000, "p99": 2600, "stdev": 9}, {"p50": 300, "p99": 500}, {"p50": 800}) == {"p50": 900}
+
+    def line(transport, onward, through, direct, fig=hop.ONE_WAY):
+        return hs.Line("run", "gw", 32, {hs.DIRECT: {"p50": direct}, hs.THROUGH: {"p50": through}, hs.ADDED: {}},
+                       fig, transport, onward)
+
+    lines = [line("verbs", "verbs", 2000, 800), line("verbs", "shm", 300, 790), line("tcp", None, 50, 20),
+             line("tcp", "shm", 30, 20, hop.ROUND_TRIP)]
+    assert hs.read_write_rows(lines) == [("verbs", 32, {"p50": 900})]

@@ -65,6 +65,14 @@ def added(direct: dict, through: dict) -> dict:
             if k != "stdev" and isinstance(direct.get(k), (int, float)) and isinstance(through.get(k), (int, float))}
 
 
+def read_write(ib: dict, shmem: dict, hca: dict) -> dict:
+    """The thesis' t_r/w = t_IB - t_shmem - t_HCA (its node-type's read and write functions), per percentile all
+    three have: `ib` one-way latency through the hop onto the fabric transport, `shmem` through the hop onto shm,
+    `hca` the fabric transport's direct one-way latency."""
+    return {k: ib[k] - shmem[k] - hca[k] for k in ib
+            if k != "stdev" and all(isinstance(x.get(k), (int, float)) for x in (ib, shmem, hca))}
+
+
 def measure(spec: run.RunSpec, hop: str, n_rounds: int,
             direct_run: Callable[[run.RunSpec], run.RunResult]) -> tuple[run.RunResult, dict]:
     """`n_rounds` of (direct, through the hop); `direct_run` makes (and records) a direct run. Returns the last
