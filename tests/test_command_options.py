@@ -84,7 +84,7 @@ def test_an_experiments_own_options_are_its_own():
     assert "slo" in names("lat") and "slo" not in names("bw")
     assert "via-hop" in names("oneway") and "via-hop" not in names("check")
     assert names("bw") == [o.name for o in experiment_command.OPTIONS
-                           if o.name not in ("slo", "search", "via-hop", "hop-rounds")]
+                           if o.name not in ("slo", "search", "via-hop", "hop-rounds", "hop-transport")]
 
 
 def test_a_mesh_points_suite_keys_are_meshs_options():

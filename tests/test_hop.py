@@ -1,6 +1,6 @@
-"""The forwarding hop (`fabmeter-engine forward`) and `--via-hop`: three namespace hosts (client, gateway,
-server) on one bridge; the hop's added latency is through minus direct (lat's round trip, oneway's one-way
-latency), and a delay placed on the hop's output shows in that figure, not in the direct path's."""
+"""The forwarding hop (`fabmeter-engine forward`, or a serve's with --hop-to) and `--via-hop`: three namespace
+hosts (client, gateway, server) on one bridge; the hop's added latency is through minus direct (lat's round trip,
+oneway's one-way latency), and a delay placed on the hop's output shows in that figure, not in the direct path's."""
 
 from __future__ import annotations
 
@@ -72,12 +72,30 @@ def serving(fm, hosts, token_file):
         stop_serves(serves)
 
 
+@contextlib.contextmanager
+def hop_at(fm, kind: str, ns: str, bind: str, to: str, to_transport: str, token_file: str):
+    """A hop in namespace `ns` on `bind` toward the server `to` over `to_transport`: `fabmeter-engine forward`
+    ("forward") or a serve that forwards to that host ("serve"); yields its "BIND:PORT" and the client's options
+    that choose the onward transport (a serve's hop takes the client's --hop-transport)."""
+    if kind == "forward":
+        with forward(ns, bind, to, to_transport, token_file) as (hop, _):
+            yield hop, ()
+        return
+    port = str(free_port())
+    serves = start_serves(fm, [bind], port, token_file, [_netns(ns)], relay_to="",
+                          extra=("--hop-to", to.rsplit(":", 1)[0]))
+    try:
+        yield f"{bind}:{port}", ("--hop-transport", to_transport)
+    finally:
+        stop_serves(serves)
+
+
 def via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat",
-                   rounds=1) -> list[dict]:
+                   rounds=1, extra=()) -> list[dict]:
     """Each round's point of a run with --via-hop: direct and through the hop, alternated `rounds` times."""
     out = tmp_path / name
     res = fm.run(experiment, "-t", transport, *OPTIONS[experiment], "--server", server, "--via-hop", hop,
-                 "--hop-rounds", str(rounds), "--token-file", token_file, "--out", out, prefix=_netns(client_ns),
+                 "--hop-rounds", str(rounds), "--token-file", token_file, "--out", out, *extra, prefix=_netns(client_ns),
                  timeout=180 * rounds)
     assert res.returncode == 0, res.stderr
     assert "through the hop" in res.stdout, res.stdout
@@ -86,8 +104,9 @@ def via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, 
     return [point for (point,) in doc["hop"]["rounds"]]
 
 
-def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat") -> dict:
-    return via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment)[0]
+def via_hop(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment="lat", extra=()) -> dict:
+    return via_hop_rounds(fm, tmp_path, client_ns, transport, server, hop, token_file, name, experiment,
+                          extra=extra)[0]
 
 
 @pytest.mark.parametrize("into,onward", [("tcp", "udp"), ("shm", "tcp")])
@@ -117,32 +136,74 @@ def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, in
     assert (hop_line["from_transport"], hop_line["to_transport"]) == (into, onward)
 
 
-@pytest.mark.parametrize("experiment,into,figure", [("lat", "tcp", "rtt"), ("oneway", "udp", "oneway")])
-def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_file, tmp_path, experiment, into,
+@pytest.mark.parametrize("kind,experiment,into,figure", [("forward", "lat", "tcp", "rtt"),
+                                                        ("forward", "oneway", "udp", "oneway"),
+                                                        ("serve", "lat", "tcp", "rtt")])
+def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_file, tmp_path, kind, experiment, into,
                                                         figure):
     """50 us on the hop's udp packets to the server: the hop's added latency grows by it (one pass: lat's
-    round trip passes it on the way there, oneway's message once), the direct path's does not. Judged by the
-    minimum: on 2 loaded CPUs the median moves by tens of microseconds from run to run, the minimum by a few."""
+    round trip passes it on the way there, oneway's message once), the direct path's does not; a hop that a serve
+    on the gateway starts (serve --hop-to) as one that `fabmeter-engine forward` runs. Judged by the minimum: on 2
+    loaded CPUs the median moves by tens of microseconds from run to run, the minimum by a few."""
     need_transport(into), need_transport("udp")
     (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
     server = f"{addr_s}:{port}"
     serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
     try:
-        with forward(ns_g, addr_g, server, "udp", token_file) as (hop, _):
-            plain = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "plain", experiment)
+        with hop_at(fm, kind, ns_g, addr_g, server, "udp", token_file) as (hop, onward):
+            plain = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "plain", experiment, onward)
             with delay_line(ns_g, DELAY_US, ["-p", "udp", "-d", addr_s]) as line:
-                delayed = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "delayed", experiment)
+                delayed = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "delayed", experiment, onward)
                 assert line.rule_packets() > 0
     finally:
         stop_serves(serves)
+    doc = json.loads((tmp_path / "plain" / "run.json").read_text())["hop"]
+    assert doc["hop_transport"] == ("udp" if kind == "serve" else None), doc
     direct, added = f"direct_{figure}_ns", f"hop_added_{figure}_ns"
     grew = (delayed[added]["min"] - plain[added]["min"]) / 1000
     direct_moved = (delayed[direct]["min"] - plain[direct]["min"]) / 1000
-    print(experiment, "hop added min us", plain[added]["min"] / 1000, "->", delayed[added]["min"] / 1000,
+    print(kind, experiment, "hop added min us", plain[added]["min"] / 1000, "->", delayed[added]["min"] / 1000,
           "direct min moved us", direct_moved)
     assert grew >= 0.8 * DELAY_US, (plain, delayed)
     assert direct_moved < 0.5 * DELAY_US, (plain, delayed)
+
+
+@pytest.mark.parametrize("hop_to,tokens,code,says", [
+    (None, "same", 2, "this server does not forward for others (it was started without --hop-to)"),
+    ("10.78.0.9", "same", 2, "this server may not forward to 10.78.0.3 (not in its --hop-to list)"),
+    ("10.78.0.3", "none", 2, "this server forwards only with a token of its own"),
+    ("10.78.0.3", "other", 3, "authentication failed"),
+])
+def test_a_serve_forwards_only_where_its_operator_allows(fm, three_hosts, token_file, tmp_path, hop_to, tokens,
+                                                         code, says):
+    """A serve is no open relay: without --hop-to it forwards for no one, only to the hosts listed there, only
+    with a token of its own (which it would prove to the server), and only for a client that proves it knows
+    that token. Each refused with one line (the engine's client: nothing listens at the server's address, so the
+    serve never reached it)."""
+    need_transport("tcp")
+    (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
+    assert addr_s == "10.78.0.3"
+    other = tmp_path / "other-token"
+    other.write_text(os.urandom(16).hex() + "\n")
+    other.chmod(0o600)
+    port = str(free_port())
+    gateway = [str(ENGINE), "serve", "--bind", addr_g, "--port", port, *(["--hop-to", hop_to] if hop_to else []),
+               *(["--token-file", token_file] if tokens != "none" else [])]
+    no_token = {k: v for k, v in fm.env.items() if k != "FABMETER_TOKEN"}
+    hop = subprocess.Popen([*_netns(ns_g), *gateway], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=no_token)
+    client_token = {"same": ("--token-file", token_file), "other": ("--token-file", str(other)), "none": ()}[tokens]
+    try:
+        assert json.loads(hop.stdout.readline())["event"] == "listening"
+        res = subprocess.run([*_netns(ns_c), str(ENGINE), "run", "lat", "-t", "tcp", "--server", f"{addr_s}:{port}",
+                              "--via-hop", f"{addr_g}:{port}", *client_token], env=no_token, stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        stop_serves([hop])
+    assert res.returncode == code, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], res.stderr
 
 
 @pytest.mark.parametrize("experiment", ["oneway", "stream"])
@@ -264,3 +325,20 @@ def test_a_pair_or_mode_the_hop_cannot_forward_is_refused(fm, three_hosts, token
                      token_file, prefix=_netns(ns_c), timeout=60)
     assert res.returncode == 2, res.stderr
     assert says in one_line_error(res.stderr), res.stderr
+
+
+def test_read_write_is_the_thesis_arithmetic_on_recorded_figures():
+    """The thesis' own medians: t_IB 2 us, t_shmem 0.3 us, t_HCA 0.8 us give t_r/w 0.9 us. The report pairs a run
+    through the hop onto the client's transport (t_IB, and its direct figure t_HCA) with one onto shm (t_shmem),
+    per transport and size; a round-trip run or a hop of its own onward transport (None) pairs with nothing."""
+    from fabmeter import hop
+    from fabmeter.report import hop_section as hs
+    assert hop.read_write({"p50": 2000, "p99": 2600, "stdev": 9}, {"p50": 300, "p99": 500}, {"p50": 800}) == {"p50": 900}
+
+    def line(transport, onward, through, direct, fig=hop.ONE_WAY):
+        return hs.Line("run", "gw", 32, {hs.DIRECT: {"p50": direct}, hs.THROUGH: {"p50": through}, hs.ADDED: {}},
+                       fig, transport, onward)
+
+    lines = [line("verbs", "verbs", 2000, 800), line("verbs", "shm", 300, 790), line("tcp", None, 50, 20),
+             line("tcp", "shm", 30, 20, hop.ROUND_TRIP)]
+    assert hs.read_write_rows(lines) == [("verbs", 32, {"p50": 900})]

@@ -26,7 +26,7 @@ from test_faults import NOTICE_S, SLACK_S  # the survivor's bound, and the slack
 
 # Frame types (engine/include/fabmeter/ctrl.hpp).
 HELLO, WELCOME, REFUSE, EXCHANGE, BARRIER, END_POINT, BYE, CHALLENGE, AUTH, HEARTBEAT, FAIL, CPU_COST = range(1, 13)
-PROTOCOL = 8
+PROTOCOL = 9
 
 
 def frame(ftype: int, body: bytes = b"", length: int | None = None) -> bytes:
@@ -52,9 +52,9 @@ def sealer(token: bytes, hello: bytes, server_nonce: bytes, welcome_body: bytes,
 
 def hello_body(nonce: bytes | None = None, version: int = PROTOCOL, host: str = "attacker-host",
                params: str = "experiment=lat\ntransport=tcp\n") -> bytes:
-    """A hello as the engine's client writes it, with no relay, tool or cpus line (fabmeter/handshake.hpp)."""
+    """A hello as the engine's client writes it, with no relay, tool, cpus or hop line (fabmeter/handshake.hpp)."""
     nonce = os.urandom(32) if nonce is None else nonce
-    return f"{version}\n{host}\n{nonce.hex()}\n\n\n\n{params}".encode()
+    return f"{version}\n{host}\n{nonce.hex()}\n\n\n\n\n{params}".encode()
 
 
 def read_frame(sock: socket.socket) -> tuple[int, bytes]:

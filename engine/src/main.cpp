@@ -31,12 +31,13 @@ namespace {
 
 constexpr const char* kUsage = R"(usage:
   fabmeter-engine run EXPERIMENT --server HOST[:PORT] [--cpu N[+N...]] [--server-cpu N[+N...]]
-                      [--out DIR] [--token-file F] [--start-at NS] [--via HOST[:PORT]] [--dry-run] [OPTIONS]
+                      [--out DIR] [--token-file F] [--start-at NS] [--via HOST[:PORT]]
+                      [--via-hop HOST[:PORT] [--hop-transport T]] [--dry-run] [OPTIONS]
   fabmeter-engine run EXPERIMENT --series [--cpu N[+N...]] [--server-cpu N[+N...]] [--token-file F] [--via HOST[:PORT]]
                       [OPTIONS]
   fabmeter-engine serve [--bind ADDR] [--port N] [--cpu N[+N...]] [--once] [--token-file F] [--data-dir DIR]
                         [--max-memory BYTES] [--max-duration SEC] [--max-sessions N] [--handshake-timeout-ms MS]
-                        [--relay-to HOST,...] [--log-format text|json]
+                        [--relay-to HOST,...] [--hop-to HOST,...] [--log-format text|json]
   fabmeter-engine tool --server HOST[:PORT] --request JSON [--token-file F]
   fabmeter-engine forward --to HOST[:PORT] [--to-transport T] [--bind ADDR] [--port N] [--cpu N]
                           [--poll busy|event] [--once] [--token-file F]
@@ -70,7 +71,11 @@ this process (started and its clock calibrated once), each against the
 server a line of standard input names, "HOST[:PORT] START_NS" (START_NS as
 --start-at; 0: none), each printing its lines as a run would and an "end"
 line with the run's exit code ("code"); with --via, every run through one
-session with that serve; exit 0 at the end of the input. --cpu N+M+...: this end's thread on N; with --flows
+session with that serve; exit 0 at the end of the input. --via-hop HOST[:PORT]:
+the session goes to --server through the forwarding hop there (a `forward`,
+or a serve that lists the --server host in its --hop-to), the hop onward on
+--hop-transport T (default: the run's; a `forward` takes only its own
+--to-transport). --cpu N+M+...: this end's thread on N; with --flows
 each flow's thread on the next CPU of the list, round robin. --server-cpu N+M+...: asks the
 server's session to run on those CPUs (it refuses, exit 2, any its serve may not give). --dry-run: check the options against the transport
 (sizes, modes) as a run would, then exit 0 or 2 with the reason, connecting
@@ -87,8 +92,7 @@ input closes (or SIGINT/SIGTERM), then prints an "end" line (how the tool
 ended, its CPU time) and exits 0 (3: it never listened).
 
 forward is a hop between a client and the serve at --to (default port
-{hop_port}): a client runs lat against it as against a serve (run --server
-HOP); the hop opens the same session with the server over --to-transport
+{hop_port}): a client runs lat against it (run --server S --via-hop HOP); the hop opens the same session with the server over --to-transport
 (default: the client's transport), forwards each message between the
 client's transport and that one on one thread (--cpu N; --poll busy spins on
 both, event sleeps in the wait of the end a message is expected from) and
@@ -128,6 +132,11 @@ the secret never crosses the wire), and proves it to them in turn.
 may run a client against when an authenticated client asks (run --via,
 fabmeter mesh --launch serve); it proves its own token to them. Without
 --relay-to, or without a token, it runs no client for anyone.
+--hop-to HOST,...: the servers (hosts as clients name them, any port) to which
+this one forwards an authenticated client's session as a hop (run --via-hop;
+the hop as `forward`'s, a session within the limits above, waiting as the
+client's --poll says); it proves its own token to them. Without --hop-to, or
+without a token, it forwards for no one.
 --log-format text|json: each session's line on stderr when it ends (client
 address, experiment, transport, outcome, duration): text (default) or one JSON
 object. The "listening" line on stdout is JSON either way.
@@ -350,6 +359,7 @@ int main_(std::vector<std::string> args) {
       o.handshake_timeout_ms = static_cast<uint32_t>(ms);
     }
     if (take(args, "--relay-to", &v)) o.relay_to = split_list("--relay-to", v, "HOST");
+    if (take(args, "--hop-to", &v)) o.hop_to = split_list("--hop-to", v, "HOST");
     if (take(args, "--log-format", &o.log_format) && o.log_format != "text" && o.log_format != "json")
       fm::usage_error("--log-format: expected text|json, got '" + o.log_format + "'");
     o.token = token_option(args);
@@ -369,6 +379,10 @@ int main_(std::vector<std::string> args) {
     take(args, "--out", &o.out_dir);
     if (take(args, "--start-at", &v)) o.start_at_ns = fm::parse_start_at(v, "--start-at", false);
     take(args, "--via", &o.via);
+    take(args, "--via-hop", &o.via_hop);
+    take(args, "--hop-transport", &o.hop_transport);
+    if (!o.via_hop.empty() && !o.via.empty()) fm::usage_error("run: --via-hop goes straight from here, not with --via");
+    if (!o.hop_transport.empty() && o.via_hop.empty()) fm::usage_error("run: --hop-transport goes with --via-hop");
     if (take(args, "--cpu", &v)) o.cpus = cpu_option("--cpu", v, o.via.empty());  // with --via: the relay host's
     o.cpu = o.cpus.empty() ? -1 : o.cpus.front();
     if (take(args, "--server-cpu", &v)) o.server_cpus = cpu_option("--server-cpu", v, false);

@@ -202,20 +202,20 @@ TEST(PeerWatch, AMessageWaitingIsNotSilence) {
 
 TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
   const std::string nc(fm::kNonceBytes, 'c'), ns(fm::kNonceBytes, 's');
-  const std::string hello = fm::encode_hello("host-a", nc, "", "", {}, "experiment=lat\n");
+  const std::string hello = fm::encode_hello("host-a", nc, "", "", {}, "", "experiment=lat\n");
   const std::string token = "0123456789abcdef0123";
   const std::string p = fm::client_proof(token, hello, ns);
   EXPECT_EQ(p.size(), fm::kMacBytes);
   EXPECT_TRUE(fm::proof_matches(p, fm::client_proof(token, hello, ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token + "x", hello, ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, hello, std::string(fm::kNonceBytes, 't'))));
-  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", "", {}, "experiment=bw\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", "", {}, "", "experiment=bw\n"), ns)));
   // The tool request too: no one can change what the server starts.
-  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", R"({"tool":"qperf"})", {}, "experiment=lat\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", R"({"tool":"qperf"})", {}, "", "experiment=lat\n"), ns)));
   // The relay target is part of what the proof covers: no one can redirect a client's run.
   // So are the CPUs asked for: no one can move a session onto other CPUs.
-  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", "", {{}, {1}}, "experiment=lat\n"), ns)));
-  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "10.0.0.9", "", {}, "experiment=lat\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "", "", {{}, {1}}, "", "experiment=lat\n"), ns)));
+  EXPECT_FALSE(fm::proof_matches(p, fm::client_proof(token, fm::encode_hello("host-a", nc, "10.0.0.9", "", {}, "", "experiment=lat\n"), ns)));
   EXPECT_FALSE(fm::proof_matches(p, fm::server_proof(token, hello, ns, "")));  // roles differ
   EXPECT_FALSE(fm::proof_matches(p, p.substr(1)));
   EXPECT_EQ(p.find(token), std::string::npos);
@@ -223,21 +223,22 @@ TEST(Handshake, ProofsBindTokenNoncesAndParameters) {
 
 TEST(Handshake, DecodersRejectMalformedInput) {
   const std::string nc(fm::kNonceBytes, '\x01');
-  fm::Hello h = fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {}, "experiment=lat\n"));
+  fm::Hello h = fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {}, "", "experiment=lat\n"));
   EXPECT_EQ(h.host, "host-a");
   EXPECT_EQ(h.nonce, nc);
   EXPECT_EQ(h.relay, "");
   EXPECT_EQ(h.params, "experiment=lat\n");
-  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "[fd00::3]:7000", "", {}, "")).relay, "[fd00::3]:7000");
-  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "", R"({"tool":"qperf"})", {}, "")).tool, R"({"tool":"qperf"})");
-  h = fm::decode_hello(fm::encode_hello("host-a", nc, "h:1", "", {{0, 2}, {1}}, "experiment=lat\n"));
+  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "[fd00::3]:7000", "", {}, "", "")).relay, "[fd00::3]:7000");
+  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "", R"({"tool":"qperf"})", {}, "", "")).tool, R"({"tool":"qperf"})");
+  h = fm::decode_hello(fm::encode_hello("host-a", nc, "h:1", "", {{0, 2}, {1}}, "", "experiment=lat\n"));
   EXPECT_EQ(h.cpus.client, (std::vector<int>{0, 2}));
   EXPECT_EQ(h.cpus.server, std::vector<int>{1});
   EXPECT_EQ(h.params, "experiment=lat\n");
-  h = fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {{}, {3}}, ""));
+  h = fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {{}, {3}}, "", ""));
   EXPECT_TRUE(h.cpus.client.empty());
   EXPECT_EQ(h.cpus.server, std::vector<int>{3});
-  EXPECT_TRUE(fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {}, "")).cpus.server.empty());
+  EXPECT_TRUE(fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {}, "", "")).cpus.server.empty());
+  EXPECT_EQ(fm::decode_hello(fm::encode_hello("host-a", nc, "", "", {}, R"({"to":"h:1"})", "")).hop, R"({"to":"h:1"})");
   EXPECT_EQ(fm::decode_hello("1\nold format\n").version, 1u);
   EXPECT_EQ(fm::decode_hello("2\nhost\n" + std::string(64, '0') + "\nexperiment=lat\n").version, 2u);  // only the version read
   const std::string nonce_hex(64, '0');
@@ -259,7 +260,10 @@ TEST(Handshake, DecodersRejectMalformedInput) {
         v + "\nhost\n" + nonce_hex + "\n\n\n,1024\n",                              // beyond CPU_SETSIZE
         v + "\nhost\n" + nonce_hex + "\n\n\n0,\n",                                 // a relayed run's, no relay
         v + "\nhost\n" + nonce_hex + "\n\n{\"tool\":\"qperf\"}\n,1\n",               // beside a tool
-        v + "\nhost\n" + nonce_hex + "\n\n\n," + std::string(fm::kMaxCpusLine, '1') + "\n"})  // too long
+        v + "\nhost\n" + nonce_hex + "\n\n\n," + std::string(fm::kMaxCpusLine, '1') + "\n",  // too long
+        v + "\nhost\n" + nonce_hex + "\n\n\n\n",                                   // no hop line
+        v + "\nhost\n" + nonce_hex + "\nh:1\n\n\n{\"to\":\"h:2\"}\n",                // relay and hop
+        v + "\nhost\n" + nonce_hex + "\n\n\n\n" + std::string(fm::kMaxHopLine + 1, ' ') + "\n"})  // hop too long
     EXPECT_THROW(fm::decode_hello(bad), fm::Error) << bad;
   EXPECT_THROW(fm::decode_challenge("short"), fm::Error);
   EXPECT_EQ(fm::decode_challenge(""), "");

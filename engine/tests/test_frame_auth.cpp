@@ -53,7 +53,7 @@ TEST(FrameAuth, BodyTypeLengthKeyAndDirectionAreCovered) {
 
 TEST(FrameAuth, SessionKeyIsTheSameAtBothEndsAndBoundToTheTranscript) {
   const std::string token = "0123456789abcdef0123";
-  const std::string hello = fm::encode_hello("host", std::string(32, 'c'), "", "", {}, "experiment=lat\n");
+  const std::string hello = fm::encode_hello("host", std::string(32, 'c'), "", "", {}, "", "experiment=lat\n");
   const std::string nonce(32, 's');
   const std::string key = fm::session_key(token, hello, nonce, "host\n{}");
   EXPECT_EQ(key.size(), 32u);
@@ -61,7 +61,7 @@ TEST(FrameAuth, SessionKeyIsTheSameAtBothEndsAndBoundToTheTranscript) {
   EXPECT_NE(key, fm::session_key(token, hello, std::string(32, 't'), "host\n{}"));
   EXPECT_NE(key, fm::session_key(token, hello, nonce, "host\n{\"cpu\":1}"));
   EXPECT_NE(key, fm::session_key(token + "x", hello, nonce, "host\n{}"));
-  EXPECT_NE(key, fm::session_key(token, fm::encode_hello("host", std::string(32, 'd'), "", "", {}, "experiment=lat\n"),
+  EXPECT_NE(key, fm::session_key(token, fm::encode_hello("host", std::string(32, 'd'), "", "", {}, "", "experiment=lat\n"),
                                  nonce, "host\n{}"));
 }
 

@@ -43,10 +43,11 @@ OPTIONS = (
     CommandOption("search", search.HELP, metavar="OBJECTIVES"),
     CommandOption("via-hop", hop.HELP, metavar="HOST[:PORT]"),
     CommandOption("hop-rounds", hop.ROUNDS_HELP, metavar="N", type=hop.rounds, default=1),
+    CommandOption("hop-transport", hop.TRANSPORT_HELP, metavar="T"),
 )
 # The experiments an option is only for (every other option is every experiment's).
 ONLY = {"slo": slo.applies, "search": lambda experiment: experiment == "load",
-        "via-hop": hop.applies, "hop-rounds": hop.applies}
+        "via-hop": hop.applies, "hop-rounds": hop.applies, "hop-transport": hop.applies}
 
 
 def options_of(experiment: str) -> tuple[CommandOption, ...]:
@@ -130,6 +131,10 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
     via_hop = getattr(ns, "via_hop", None)
     if via_hop is not None and spec.server is None:
         raise FabmeterError("--via-hop goes with --server (the hop forwards to that server)", EXIT_USAGE)
+    if getattr(ns, "hop_transport", None) is not None:
+        if via_hop is None:
+            raise FabmeterError("--hop-transport goes with --via-hop", EXIT_USAGE)
+        spec = dataclasses.replace(spec, hop_transport=ns.hop_transport)
     ran = recorded.run_recorded(spec, objectives, limits=out is not None, command=sys.argv, record_refusal=False,
                                 on_start=progress.start, on_point=on_point,
                                 via_hop=(via_hop, ns.hop_rounds) if via_hop is not None else None)

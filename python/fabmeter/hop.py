@@ -12,9 +12,11 @@ from typing import Callable, Optional
 from fabmeter import analysis, run
 
 HELP = ("with --server: measure through the forwarding hop at HOST[:PORT] (`fabmeter-engine forward --to SERVER` "
-        "there) beside the direct path, alternated --hop-rounds times, and report the hop's added latency per "
-        "percentile (through minus direct: lat's round trip passes the hop twice, oneway's and stream's one-way "
-        "latency once)")
+        "there, or a `fabmeter serve --hop-to SERVER`) beside the direct path, alternated --hop-rounds times, and "
+        "report the hop's added latency per percentile (through minus direct: lat's round trip passes the hop "
+        "twice, oneway's and stream's one-way latency once)")
+TRANSPORT_HELP = ("with --via-hop: the transport from the hop to the server (default: the run's; a hop that "
+                  "`fabmeter-engine forward` runs takes only its own --to-transport)")
 ROUNDS_HELP = ("with --via-hop: direct and through-the-hop runs, alternated, each this many times "
                "(default: %(default)s)")
 
@@ -63,6 +65,14 @@ def added(direct: dict, through: dict) -> dict:
             if k != "stdev" and isinstance(direct.get(k), (int, float)) and isinstance(through.get(k), (int, float))}
 
 
+def read_write(ib: dict, shmem: dict, hca: dict) -> dict:
+    """The thesis' t_r/w = t_IB - t_shmem - t_HCA (its node-type's read and write functions), per percentile all
+    three have: `ib` one-way latency through the hop onto the fabric transport, `shmem` through the hop onto shm,
+    `hca` the fabric transport's direct one-way latency."""
+    return {k: ib[k] - shmem[k] - hca[k] for k in ib
+            if k != "stdev" and all(isinstance(x.get(k), (int, float)) for x in (ib, shmem, hca))}
+
+
 def measure(spec: run.RunSpec, hop: str, n_rounds: int,
             direct_run: Callable[[run.RunSpec], run.RunResult]) -> tuple[run.RunResult, dict]:
     """`n_rounds` of (direct, through the hop); `direct_run` makes (and records) a direct run. Returns the last
@@ -75,7 +85,7 @@ def measure(spec: run.RunSpec, hop: str, n_rounds: int,
         res = direct_run(spec)
         if res.exit_code != 0:
             break
-        through = run.execute(dataclasses.replace(spec, server=hop, out=None))
+        through = run.execute(dataclasses.replace(spec, via_hop=hop, out=None))
         if through.exit_code != 0:
             res = dataclasses.replace(res, status=through.status, exit_code=through.exit_code,
                                       message=f"through the hop {hop}: {through.message}")
@@ -84,7 +94,9 @@ def measure(spec: run.RunSpec, hop: str, n_rounds: int,
                            added_key: added(d[fig.field], t[fig.field])}
                           for d, t in zip(res.points, through.points)
                           if isinstance(d.get(fig.field), dict) and isinstance(t.get(fig.field), dict)])
-    return res, {"via": hop, "latency": fig.name, "rounds": per_round,
+    # The onward transport as the client chose it (a serve's hop); a `fabmeter-engine forward` keeps its own.
+    return res, {"via": hop, "hop_transport": spec.hop_transport,
+                 "latency": fig.name, "rounds": per_round,
                  "figure": f"{fig.what} (ns): through the hop minus direct ({fig.passes})"}
 
 

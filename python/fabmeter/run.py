@@ -46,6 +46,8 @@ class RunSpec:
     token_file: Optional[str] = None     # remote server's secret (else $FABMETER_TOKEN)
     start_at_ns: Optional[int] = None    # time.monotonic_ns() instant the first point starts (engine --start-at)
     via: Optional[str] = None            # HOST[:PORT] of a `fabmeter serve` that runs the client against `server`
+    via_hop: Optional[str] = None        # HOST[:PORT] of a forwarding hop the session goes through to `server`
+    hop_transport: Optional[str] = None  # with via_hop: the transport from the hop to `server` (None: the run's)
 
 
 @dataclass
@@ -171,6 +173,9 @@ def execute(spec: RunSpec,
                 cmd += ["--token-file", spec.token_file]
             if spec.start_at_ns is not None:
                 cmd += ["--start-at", str(spec.start_at_ns)]
+            if spec.via_hop is not None:
+                cmd += ["--via-hop", spec.via_hop] + (["--hop-transport", spec.hop_transport]
+                                                      if spec.hop_transport else [])
             if spec.via is not None:
                 cmd += ["--via", spec.via]
                 if spec.cpus and len(spec.cpus) > 1:

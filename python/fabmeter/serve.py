@@ -33,6 +33,9 @@ OPTIONS = (
     CommandOption("relay-to", "the servers (hosts as clients name them) this one may run a client against for an "
                               "authenticated client (`fabmeter mesh --launch serve`); needs a token (default: none)",
                   metavar="HOST,..."),
+    CommandOption("hop-to", "the servers (hosts as clients name them) to which this one forwards an authenticated "
+                            "client's session as a hop (`fabmeter lat --server S --via-hop THIS`); needs a token "
+                            "(default: none)", metavar="HOST,..."),
     CommandOption("log-format", "each session's line on stderr when it ends (client address, experiment, transport, "
                                 "outcome, duration): text or json, one object a line (default: text)",
                   metavar="FORMAT", choices=("text", "json")),

@@ -236,7 +236,8 @@ constexpr uint16_t kDefaultPort = 18515;  // perftest's default, so firewall rul
 // 5: the hello's tool line (a session that runs a peer tool's server side).
 // 6: a relayed series (start/next/done).
 // 7: with a token, every frame after the welcome authenticated (frame_auth.hpp).
-constexpr uint32_t kProtocolVersion = 8;
+// 9: the hello's hop line (a session forwarded through this host: session/forward.hpp).
+constexpr uint32_t kProtocolVersion = 9;
 
 // Splits "host:port", "[v6]:port" or "host".
 void split_host_port(const std::string& s, uint16_t default_port, std::string& host, uint16_t& port);

@@ -1,6 +1,6 @@
-// The opening of a session (protocol 8), as iperf3 and OWAMP authenticate:
-//   client -> server  hello      "8\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" cpus "\n"
-//                                parameters
+// The opening of a session (protocol 9), as iperf3 and OWAMP authenticate:
+//   client -> server  hello      "9\n" host id "\n" client nonce (hex) "\n" relay "\n" tool "\n" cpus "\n"
+//                                hop "\n" parameters
 //   server -> client  challenge  server nonce (32 bytes; empty when the server has no token)
 //   client -> server  auth       HMAC-SHA-256(token, "fabmeter-v2 client" | transcript)
 //   server -> client  welcome    server proof (hex, or empty) "\n" host id "\n" environment
@@ -18,6 +18,9 @@
 // client asks for its relayed run (CLIENT, only with a relay target) and for
 // the server's session (SERVER); each checked against what that serve may
 // give (server_session.hpp's session_cpus). Never with a tool request.
+// hop is empty, or a JSON object asking this host to forward the session to
+// a server (session/forward.hpp's HopRequest; a serve only to servers its
+// operator allows); never beside a relay target or a tool request.
 #pragma once
 #include <string>
 #include <string_view>
@@ -33,6 +36,7 @@ constexpr size_t kMaxHostId = 128;
 constexpr size_t kMaxRelay = 300;  // HOST[:PORT]: a DNS name is at most 253 bytes
 constexpr size_t kMaxToolLine = 1024;
 constexpr size_t kMaxCpusLine = 1024;  // both sides' lists: a few hundred CPUs
+constexpr size_t kMaxHopLine = 1024;
 
 // The shared secret: `token_file` when given, else $FABMETER_TOKEN, else ""
 // (no authentication). Refuses a file others may read, and secrets shorter
@@ -48,11 +52,12 @@ struct SessionCpus {
 
 struct Hello {
   unsigned long version = 0;
-  std::string host, nonce, relay, tool, params;  // nonce raw; empty fields when the version is not ours
+  std::string host, nonce, relay, tool, hop, params;  // nonce raw; empty fields when the version is not ours
   SessionCpus cpus;
 };
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view tool, const SessionCpus& cpus, std::string_view params);
+                         std::string_view tool, const SessionCpus& cpus, std::string_view hop,
+                         std::string_view params);
 // Only the version line is read when the version is not kProtocolVersion.
 Hello decode_hello(std::string_view payload);
 

@@ -28,6 +28,11 @@ struct ClientOptions {
   // HOST[:PORT] of a `fabmeter serve` that runs this client there, against
   // `server`, and relays its output (relay.hpp); "": run it here.
   std::string via;
+  // HOST[:PORT] of a forwarding hop (`fabmeter-engine forward`, or a serve
+  // that starts one) that this client's session goes through to `server`
+  // (session/forward.hpp); "": straight to `server`. `hop_transport`: the
+  // transport from the hop to the server ("": this run's).
+  std::string via_hop, hop_transport;
   // Check the options against the transport's capabilities and return,
   // connecting nothing and allocating nothing of the run's size.
   bool dry_run = false;
@@ -61,6 +66,9 @@ struct ServerOptions {
   // Hosts (as clients name them) this server may run a client against for
   // an authenticated client (`run --via`, mesh --launch serve); none: never.
   std::vector<std::string> relay_to;
+  // The servers (hosts as clients name them) this serve may forward a
+  // client's session to, as a hop (run --via-hop); none: never.
+  std::vector<std::string> hop_to;
   std::string log_format = "text";  // each session's line on stderr: text or json (session_log.hpp)
 };
 

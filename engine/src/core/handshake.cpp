@@ -155,11 +155,12 @@ std::string random_bytes(size_t n) {
 }
 
 std::string encode_hello(const std::string& host, std::string_view nonce, std::string_view relay,
-                         std::string_view tool, const SessionCpus& cpus, std::string_view params) {
+                         std::string_view tool, const SessionCpus& cpus, std::string_view hop,
+                         std::string_view params) {
   const std::string cpus_line =
       cpus.client.empty() && cpus.server.empty() ? "" : cpu_list_text(cpus.client) + "," + cpu_list_text(cpus.server);
   return std::to_string(kProtocolVersion) + "\n" + host + "\n" + hex(nonce) + "\n" + std::string(relay) + "\n" +
-         std::string(tool) + "\n" + cpus_line + "\n" + std::string(params);
+         std::string(tool) + "\n" + cpus_line + "\n" + std::string(hop) + "\n" + std::string(params);
 }
 
 Hello decode_hello(std::string_view s) {
@@ -199,6 +200,11 @@ Hello decode_hello(std::string_view s) {
     if (!tool.empty()) malformed("hello", "cpus beside a tool request");
     if (!h.cpus.client.empty() && relay.empty()) malformed("hello", "cpus for a relayed run without a relay target");
   }
+  // Read as JSON (decode_hop_request) only after the client proved itself.
+  const std::string_view hop = take_line(s, "hello", "hop");
+  if (hop.size() > kMaxHopLine) malformed("hello", "hop request of " + std::to_string(hop.size()) + " bytes");
+  if (!hop.empty() && !(relay.empty() && tool.empty())) malformed("hello", "a hop request beside a relay target or a tool request");
+  h.hop = std::string(hop);
   h.params = std::string(s);
   return h;
 }

@@ -16,6 +16,7 @@
 
 #include "experiment/common.hpp"
 #include "session/registry.hpp"
+#include "session/forward.hpp"
 #include "session/relay.hpp"
 #include "experiment/run_points.hpp"
 #include "session/session_common.hpp"
@@ -64,7 +65,8 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
                      const std::string& relay, const std::string& tool) {
   trace_phase("client", "hello");
   const SessionCpus cpus{relay.empty() ? std::vector<int>{} : o.cpus, tool.empty() ? o.server_cpus : std::vector<int>{}};
-  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, cpus, encode_params(p));
+  const std::string hop = o.via_hop.empty() ? "" : encode_hop_request({o.server, o.hop_transport});
+  const std::string hello = encode_hello(me, random_bytes(kNonceBytes), relay, tool, cpus, hop, encode_params(p));
   ctrl.send(CtrlType::hello, hello);
   // A fault test tells by this mark whether the server has been sent anything to start a session for.
   trace_phase("client", "hello-sent");
@@ -78,7 +80,7 @@ Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const 
     ctrl.send(CtrlType::auth, client_proof(o.token, hello, server_nonce));
   } else if (!o.token.empty()) {
     // Else anyone in the middle could strip the challenge and speak for the server.
-    runtime_error("authentication failed: the server at " + (relay.empty() ? o.server : o.via) +
+    runtime_error("authentication failed: the server at " + (!relay.empty() ? o.via : o.via_hop.empty() ? o.server : o.via_hop) +
                   " asks for no token, so it cannot prove it is the server (give it the token, or run without one)");
   }
   Welcome welcome = decode_welcome(ctrl.recv(CtrlType::welcome, "server's welcome"));
@@ -132,7 +134,7 @@ int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, cons
             int64_t start_at_ns, bool series) {
   const Params& p = prep.p;
   const TransportEntry& entry = *prep.entry;
-  Ctrl ctrl = Ctrl::connect(server_addr, kDefaultPort, p.timeout_ms);
+  Ctrl ctrl = Ctrl::connect(o.via_hop.empty() ? server_addr : o.via_hop, kDefaultPort, p.timeout_ms);
   const std::string me = host_id();
   ClientOptions run_o = o;
   run_o.server = server_addr;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "experiment/forward.hpp"
@@ -14,6 +15,7 @@
 #include "session/session_common.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/handshake.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
@@ -169,7 +171,7 @@ bool relay_frames(Ctrl& client, Ctrl& server, std::string* why) {
   }
 }
 
-// One client's session through the hop. Returns its exit code.
+// One client's session on the standalone hop: its opening, then the session.
 int forward_one(Ctrl& cc, const ForwardOptions& o) {
   cc.set_timeout_ms(kDefaultHandshakeTimeoutMs);
   const std::string hello = cc.recv(CtrlType::hello, "client hello");
@@ -192,12 +194,50 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     cc.send(CtrlType::fail, "authentication failed (wrong token)");
     return 3;
   }
+  try {
+    const std::string asked = h.hop.empty() ? "" : decode_hop_request(h.hop).hop_transport;
+    if (!asked.empty() && asked != o.to_transport)
+      usage_error("this hop forwards on its operator's --to-transport (" +
+                  (o.to_transport.empty() ? std::string("the client's transport") : o.to_transport) + "), not --hop-transport " + asked);
+  } catch (const Error& e) {
+    cc.send(CtrlType::refuse, e.what());
+    return 2;
+  }
+  OwnDir dir;
+  return forward_session(cc, {hello, h, nonce}, o, {[&] { return dir.make(); }, [](const Params&, const Caps&) {}});
+}
+
+}  // namespace
+
+std::string encode_hop_request(const HopRequest& r) {
+  nlohmann::json j{{"to", r.to}};
+  if (!r.hop_transport.empty()) j["hop_transport"] = r.hop_transport;
+  return j.dump();
+}
+
+HopRequest decode_hop_request(std::string_view line) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  const auto text = [&](const char* key) -> std::string {
+    if (!j.contains(key)) return "";
+    if (!j[key].is_string()) usage_error(std::string("the hop request's ") + key + " is not a string");
+    return j[key].get<std::string>();
+  };
+  if (!j.is_object()) usage_error("the hop request is not a JSON object");
+  for (const auto& [key, value] : j.items())
+    if (key != "to" && key != "hop_transport") usage_error("the hop request names an unknown key '" + peer_excerpt(key) + "'");
+  HopRequest r{text("to"), text("hop_transport")};
+  if (r.to.empty()) usage_error("the hop request names no server (to)");
+  return r;
+}
+
+int forward_session(Ctrl& cc, const HopOpening& c, const ForwardOptions& o, const HopHost& host) {
+  const Hello& h = c.h;
   Heartbeat client_beat(cc);
   Params p, po, pin, pout;  // the sessions' and the hop's own ends'
   const TransportEntry* in = nullptr;
   const TransportEntry* out = nullptr;
   Caps caps_in{}, caps_out{};
-  OwnDir dir;
+  Poll mode = o.poll;  // the hop's own
   try {
     p = decode_params(h.params);
     check_forwardable(h, p);
@@ -205,6 +245,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     in = &entry_for(p.transport);
     caps_in = in->caps(p);
     check_against_caps(p, caps_in, h.host == host_id());
+    host.check_limits(p, caps_in);
     po = p;
     if (!o.to_transport.empty()) po.transport = o.to_transport;
     out = &entry_for(po.transport);
@@ -212,9 +253,10 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     check_against_caps(po, caps_out, true);  // the server checks the host itself
     if (caps_in.one_sided || caps_out.one_sided) usage_error("the hop forwards messages: no one-sided --op");
     check_pair(p, caps_in, po, caps_out);
-    pin = hop_side(p, caps_in, o.poll);
-    pout = hop_side(po, caps_out, o.poll);
-    in->server_claim(p, {cc.local_addr(), [&] { return dir.make(); }});
+    if (o.poll_as_client) mode = p.poll;
+    pin = hop_side(p, caps_in, mode);
+    pout = hop_side(po, caps_out, mode);
+    in->server_claim(p, {cc.local_addr(), host.own_dir});
   } catch (const Error& e) {
     cc.send(CtrlType::refuse, e.what());
     return 2;
@@ -234,7 +276,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
   }
   try {
     check_clocks(p, h.host, w.host);
-    check_spinners(o.poll, p, h.host == host_id(), w.host == host_id());
+    check_spinners(mode, p, h.host == host_id(), w.host == host_id());
   } catch (const Error& e) {
     cc.send(CtrlType::refuse, e.what());
     try {
@@ -251,8 +293,8 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
   if (o.token.empty())
     cc.send(CtrlType::welcome, encode_welcome("", body));
   else
-    cc.send_then_authenticate(CtrlType::welcome, encode_welcome(server_proof(o.token, hello, nonce, body), body),
-                              session_key(o.token, hello, nonce, body), true);
+    cc.send_then_authenticate(CtrlType::welcome, encode_welcome(server_proof(o.token, c.hello, c.nonce, body), body),
+                              session_key(o.token, c.hello, c.nonce, body), true);
   std::string why;
   bool ok = false;
   JsonObj line;
@@ -263,7 +305,7 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     const auto end_out = out->hop_end(pout, Role::client, cs, largest_message(po, caps_out));
     std::atomic<bool> stop{false};
     std::string data_why;
-    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, !one_way(p), o.poll, o.cpu, stop); });
+    std::thread data([&] { data_why = forward_loop(*end_in, *end_out, !one_way(p), mode, o.cpu, stop); });
     ok = relay_frames(cc, cs, &why);
     stop = true;
     data.join();
@@ -272,8 +314,8 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
     why = e.what();
   }
   if (!ok) {
-    for (Ctrl* c : {&cc, &cs}) try {
-        c->send(CtrlType::fail, "the hop: " + why);
+    for (Ctrl* ctrl : {&cc, &cs}) try {
+        ctrl->send(CtrlType::fail, "the hop: " + why);
       } catch (const Error&) {
       }
   }
@@ -284,8 +326,6 @@ int forward_one(Ctrl& cc, const ForwardOptions& o) {
   cc.close_draining(kCloseDrainMs);
   return ok ? 0 : 3;
 }
-
-}  // namespace
 
 int run_forward(const ForwardOptions& o) {
   if (o.to.empty()) usage_error("forward: --to HOST[:PORT] is required");

@@ -20,6 +20,7 @@
 
 #include "experiment/experiment.hpp"
 #include "session/server_session.hpp"
+#include "session/session_common.hpp"
 #include "fabmeter/clock.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
@@ -203,16 +204,7 @@ struct LinePipe {
 }  // namespace
 
 void check_relay(const std::string& target, const Params& p, const ServerOptions& o) {
-  std::string host;
-  uint16_t port;
-  split_host_port(target, kDefaultPort, host, port);
-  if (o.relay_to.empty())
-    usage_error("this server runs no client for others (it was started without --relay-to), so it cannot relay to " +
-                target);
-  if (o.token.empty())
-    usage_error("this server relays only with a token of its own (serve --token-file), which it proves to " + target);
-  if (std::find(o.relay_to.begin(), o.relay_to.end(), host) == o.relay_to.end())
-    usage_error("this server may not relay to " + host + " (not in its --relay-to list)");
+  check_onward(target, o.relay_to, o, "--relay-to", "relay");
   // The run is a client on this host: nothing the remote client names may be a file here.
   if (p.stream.sink != "memory")
     usage_error("--sink file:PATH names a file on the relay host: a relayed stream keeps its samples in memory");

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <functional>
 #include <cstdio>
 
+#include "session/forward.hpp"
 #include "session/registry.hpp"
 #include "session/relay.hpp"
 #include "session/server_dirs.hpp"
@@ -82,8 +84,10 @@ class SessionFiles {
 
   void claim(Params& p, const Ctrl& ctrl) {
     if (experiment_for(p.experiment).writes_file(p)) p.stream.sink = "file:" + make(data_, session_data_dir(o_, getpid()), 0700) + "/sink.csv";
-    const ServerPlaces at{ctrl.local_addr(), [&] { return make(ipc_, session_ipc_dir(o_, getpid()), 0711); }};
-    entry_for(p.transport).server_claim(p, at);
+    entry_for(p.transport).server_claim(p, {ctrl.local_addr(), ipc_dir()});
+  }
+  std::function<std::string()> ipc_dir() {
+    return [this] { return make(ipc_, session_ipc_dir(o_, getpid()), 0711); };
   }
 
  private:
@@ -119,6 +123,30 @@ void tell_failure(Ctrl& ctrl, const std::string& why) noexcept {
     ctrl.send(CtrlType::fail, "the server's session ended: " + why);
   } catch (...) {
   }
+}
+
+// A client's session forwarded through this host to a server its operator
+// lists (serve --hop-to), bounded as every session here. Returns its exit code.
+int serve_hop(Ctrl& ctrl, const HopOpening& c, const ServerOptions& o, SessionLog& log) {
+  log.experiment = "forward";
+  ForwardOptions f;
+  try {
+    const HopRequest r = decode_hop_request(c.h.hop);
+    check_onward(r.to, o.hop_to, o, "--hop-to", "forward");
+    if (!r.hop_transport.empty()) entry_for(r.hop_transport);  // an unknown one: refused now
+    const std::vector<int> cpus = session_cpus(c.h.cpus.server, o);
+    f.to = r.to;
+    f.to_transport = log.transport = r.hop_transport;
+    f.cpu = cpus.empty() ? -1 : cpus.front();
+    f.poll_as_client = true;
+    f.token = o.token;
+  } catch (const Error& e) {
+    ctrl.send(CtrlType::refuse, e.what());
+    return 2;
+  }
+  if (o.max_duration > 0) arm_watchdog(o.max_duration + kWatchdogGraceS);
+  SessionFiles files(o);
+  return forward_session(ctrl, c, f, {files.ipc_dir(), [&](const Params& p, const Caps& caps) { check_server_limits(p, caps, o); }});
 }
 
 // One session on the server side, in record `rec` of `admission`. Returns the exit code it would have.
@@ -180,6 +208,7 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     case Admission::Admit::busy: ctrl.send(CtrlType::refuse, busy_reason(o)); return 2;
     case Admission::Admit::dropped: return 0;
   }
+  if (!decoded.hop.empty()) return serve_hop(ctrl, {hello, decoded, server_nonce}, o, log);
   // From here on the client waits for the welcome while the transport is
   // probed (fi_getinfo, devices): beats tell it this end is alive.
   Heartbeat beat(ctrl);

@@ -1,5 +1,6 @@
 #include "session/session_common.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "session/registry.hpp"
@@ -56,6 +57,20 @@ std::string seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g s", s);
   return buf;
+}
+
+void check_onward(const std::string& target, const std::vector<std::string>& allowed, const ServerOptions& o,
+                  const std::string& option, const std::string& verb) {
+  std::string host;
+  uint16_t port;
+  split_host_port(target, kDefaultPort, host, port);
+  if (allowed.empty())
+    usage_error("this server does not " + verb + " for others (it was started without " + option + "), so not to " +
+                target);
+  if (o.token.empty())
+    usage_error("this server " + verb + "s only with a token of its own (serve --token-file), which it proves to " + target);
+  if (std::find(allowed.begin(), allowed.end(), host) == allowed.end())
+    usage_error("this server may not " + verb + " to " + host + " (not in its " + option + " list)");
 }
 
 }  // namespace fm

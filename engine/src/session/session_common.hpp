@@ -3,6 +3,7 @@
 // server's messages print a duration.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "experiment/common.hpp"
 #include "fabmeter/ctrl.hpp"
@@ -31,6 +32,12 @@ FabricWhere fabric_where(const Params& p, const Ctrl& ctrl, int cpu);
 // client's session and a hop's toward its server (forward.hpp) open so.
 Welcome open_session(Ctrl& ctrl, const Params& p, const ClientOptions& o, const std::string& me,
                      const std::string& relay, const std::string& tool = "");
+// A serve's own session toward another server for a client (a relay's run,
+// a hop): refused (usage_error, the reason for the client) unless its
+// operator's `allowed` list (serve's `option`) names the target's host and
+// the serve has a token, which it proves there. `verb`: what it would do.
+void check_onward(const std::string& target, const std::vector<std::string>& allowed, const ServerOptions& o,
+                  const std::string& option, const std::string& verb);
 // "2.5 s", as the server's refusals and messages print durations.
 std::string seconds(double s);
 

@@ -36,6 +36,8 @@ class Line:
     size: Optional[float]
     figures: dict[str, dict[str, float]]
     fig: hop.Figure
+    transport: str = "?"                # the client's
+    hop_transport: Optional[str] = None  # onward from the hop, as the client chose it (None: the hop's own)
 
 
 def _median(points: list[dict], key: str) -> dict[str, float]:
@@ -58,10 +60,26 @@ def lines_of(run: Run) -> list[Line]:
             if isinstance(p, dict):
                 by_size.setdefault(number(p.get("size")), []).append(p)
     name = str(obj(obj(run.doc.get("config")).get("suite")).get("point") or run.rel)
+    onward = doc.get("hop_transport")
     return [Line(name if len(by_size) == 1 else f"{name} {analysis.fmt_size(size)}", str(doc.get("via") or "?"),
                  size, {role: _median(points, key) for role, key in zip((DIRECT, THROUGH, ADDED), hop.keys(fig))},
-                 fig)
+                 fig, str(run.params.get("transport") or "?"), onward if isinstance(onward, str) else None)
             for size, points in by_size.items()]
+
+
+def read_write_rows(lines: list[Line]) -> list[tuple[str, Optional[float], dict]]:
+    """The thesis' t_r/w where the runs hold its three terms for a transport T and size: one-way latency through
+    the hop onto T (--hop-transport T, its client on T: t_IB, and its direct figure t_HCA) and through the hop
+    onto shm (t_shmem, from a client on T too). (T, size, t_r/w per percentile), each pair's first runs."""
+    ib, shmem = {}, {}
+    for line in lines:
+        if line.fig is hop.ONE_WAY and line.hop_transport == "shm":
+            shmem.setdefault((line.transport, line.size), line)
+        elif line.fig is hop.ONE_WAY and line.hop_transport == line.transport:
+            ib.setdefault((line.transport, line.size), line)
+    return [(t, size, hop.read_write(ib[t, size].figures[THROUGH], shmem[t, size].figures[THROUGH],
+                                     ib[t, size].figures[DIRECT]))
+            for t, size in ib if (t, size) in shmem]
 
 
 def by_transport(runs: list[Run]) -> dict[tuple[str, str], list[Line]]:
@@ -116,11 +134,18 @@ def section(runs: list[Run]) -> list[Html]:
                el("td", analysis.fmt_size(line.size)),
                [el("td", _us(line.figures[key].get(p))) for p in TABLE_PERCENTILES for key in (DIRECT, THROUGH, ADDED)])
             for (t, what), lines in sorted(groups.items()) for line in lines]
+    rw = read_write_rows([line for group in groups.values() for line in group])
+    rw_table = [el("p", "t_r/w = t_IB - t_shmem - t_HCA (the thesis' read and write functions): one-way latency "
+                        "through the hop onto the transport, minus through the hop onto shm, minus the transport's "
+                        "direct one-way latency."),
+                el("table", el("tr", [el("th", w) for w in ("transport", "size", "t_r/w p50 [µs]", "t_r/w p99 [µs]")]),
+                   [el("tr", el("td", t), el("td", analysis.fmt_size(size)),
+                       [el("td", _us(figure.get(p))) for p in TABLE_PERCENTILES]) for t, size, figure in rw])] if rw else []
     figures = [img(fig_hop(t, lines), alt=f"{t}: {what} direct and through the hop per percentile",
                    caption=f"{t}: {what} direct and through the hop, and what the hop adds ({lines[0].fig.passes})",
                    wide=True)
                for (t, what), lines in sorted(groups.items())]
-    return [el("table", el("tr", head), rows), *figures]
+    return [el("table", el("tr", head), rows), *rw_table, *figures]
 
 
 def entry(drawn, runs: list[Run]) -> tuple:

@@ -20,7 +20,8 @@ OPTIONS = (
                             "the suite's `server`; its secret from $FABMETER_TOKEN); --cpus then pins the client only",
                   metavar="HOST[:PORT]"),
     CommandOption("via-hop", "with --server: every lat, oneway and stream point also through the forwarding hop at "
-                             "HOST[:PORT] (`fabmeter-engine forward --to SERVER` there), as `fabmeter lat --via-hop` "
+                             "HOST[:PORT] (`fabmeter-engine forward --to SERVER` there, or a `fabmeter serve --hop-to SERVER`), "
+                             "as `fabmeter lat --via-hop` "
                              "(overrides the suite's `via_hop`)", metavar="HOST[:PORT]"),
     CommandOption("token-file", "the serves' shared secret, for every point that runs against one (default: "
                                 "$FABMETER_TOKEN)", metavar="F"),
