@@ -545,6 +545,37 @@ fabric() {
   reap $spid >"$f.server.rc"
   printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
 }
+# hop NAME ONWARD OPTIONS...: `fabmeter lat -t verbs --via-hop`: fabmeter-engine
+# forward on rxe0's address (CPU 2, event mode) forwards each round trip to a
+# serve on rxe1 over ONWARD (verbs: the thesis' super-node between two verbs
+# nodes; shm: verbs in, shared memory out), beside the direct path in the same
+# run; run.json's "hop" must hold both figures and their difference.
+hop() {
+  local name=$1 onward=$2 f=$OUT/$1 spid hpid hport i
+  shift 2
+  PORT=$((PORT + 1))
+  hport=$((PORT + 1000))
+  echo "fabmeter hop lat -t verbs --to-transport $onward $*" >"$f.cmd"
+  echo 0 >"$f.expect"
+  # Two sessions (direct, then through the hop): no --once.
+  timeout 300 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --cpu 1 >"$f.server.out" 2>"$f.server.err" &
+  spid=$!
+  timeout 300 "$ENGINE" forward --bind "${FM_RDMA_ADDR0:-10.77.0.1}" --port "$hport" --to "$SERVER:$PORT" \
+    --to-transport "$onward" --cpu 2 --poll event --once >"$f.hop.out" 2>"$f.hop.err" &
+  hpid=$!
+  for ((i = 0; i < 300; i++)); do
+    grep -q listening "$f.server.out" 2>/dev/null && grep -q listening "$f.hop.out" 2>/dev/null && break
+    sleep 0.1
+  done
+  local t0=$EPOCHREALTIME
+  timeout 240 "${PY[@]}" -m fabmeter lat -t verbs --server "$SERVER:$PORT" --via-hop "${FM_RDMA_ADDR0:-10.77.0.1}:$hport" \
+    --hop-rounds 1 --cpus 0 --timeout-ms 15000 "$@" --out "$f.results" >"$f.out" 2>"$f.err"
+  echo $? >"$f.rc"
+  reap $hpid >"$f.hop.rc"
+  kill -INT $spid 2>/dev/null
+  reap $spid >"$f.server.rc"
+  printf '%-58s rc=%-3s %5.1f s\n' "$name" "$(cat "$f.rc")" "$(echo "$EPOCHREALTIME $t0" | awk '{print $1 - $2}')"
+}
 # The thesis' node-type benchmark over verbs: suites/thesis-stream.toml's verbs
 # rows (RC, UC, UD; every rate x values point, inline 188, S = D_SQ/2), read
 # from the suite (rdma/suite_rows.py), at FM_STREAM_COUNT samples a point
@@ -564,6 +595,9 @@ fi
 if [[ ! -f $OUT/_python_skipped ]]; then
   echo "== the fabric in run.json (each end's rxe device)"
   fabric "fabric-rc-rdma_cm" --service rc -n 200 --warmup 20
+  echo "== the forwarding hop over verbs (the thesis' super-node: verbs in; verbs or shared memory onward)"
+  hop "hop-verbs-to-verbs" verbs --service rc -s 32 -n 200 --warmup 20 --poll event
+  hop "hop-verbs-to-shm" shm --service rc -s 32 -n 200 --warmup 20 --poll event
   echo "== fabmeter mesh over verbs (two ranks, one per rxe device)"
   mesh "mesh-verbs-rc-oneway" --service rc --bursts 2 --burst-size 100 --warmup 20 -s 32
   mesh "mesh-verbs-uc-bw-chaotic" --service uc --experiment bw -n 2000 --warmup 100 -s 1K --schedule chaotic

@@ -456,6 +456,36 @@ PEERS_SERVER_TESTS = ("ib_send_lat", "ib_send_bw", "ib_write_lat", "ib_write_bw"
                       "rc_rdma_write_lat", "rc_bw", "ud_bw", "rc_rdma_read_bw", "rc_rdma_write_bw")
 
 
+def check_hop(raw, name):
+    """`fabmeter lat -t verbs --via-hop` in the guest (test-rdma-guest.sh's hop): the run and the forwarding hop
+    exited 0, the hop forwarded to the transport the case names, and run.json's "hop" holds a round whose points
+    carry the direct and through-the-hop round trips and the hop's added figure (through minus direct)."""
+    rc = read(f"{raw}/{name}.rc").strip()
+    if rc != "0":
+        return [f"fabmeter lat --via-hop exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"], {"name": name}
+    problems, summary = [], {"name": name}
+    hop_rc = read(f"{raw}/{name}.hop.rc").strip()
+    if hop_rc != "0":
+        problems.append(f"the hop exited {hop_rc}: {read(f'{raw}/{name}.hop.err').strip()[-300:]}")
+    try:
+        with open(f"{raw}/{name}.results/run.json") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return problems + [f"no run.json: {e}"], summary
+    points = [p for r in (doc.get("hop") or {}).get("rounds") or [] for p in r]
+    if not points:
+        problems.append("run.json's hop block has no round")
+    for p in points:
+        d, t, a = (p.get(k) or {} for k in ("direct_rtt_ns", "through_rtt_ns", "hop_added_rtt_ns"))
+        if not (d.get("p50") and t.get("p50")):
+            problems.append(f"a round without both round trips' p50: {p}")
+        elif a.get("p50") != t["p50"] - d["p50"]:
+            problems.append(f"added p50 {a.get('p50')} is not through {t['p50']} minus direct {d['p50']}")
+        else:
+            summary.update(direct_p50_ns=d["p50"], through_p50_ns=t["p50"], added_p50_ns=a["p50"])
+    return problems, summary
+
+
 def check_peers_server(raw, name):
     """`fabmeter peers --server` over verbs: every test asked for (--tests, else all) measured, its server side
     run by the serve (its argv reported, its CPU counted there), perftest's bw with its own --cpu_util figure,
@@ -843,6 +873,7 @@ def main():
                  else check_ramcloud_load if cmd.startswith("fabmeter suite") and "ramcloud-load" in cmd
                  else check_suite if cmd.startswith("fabmeter suite")
                  else check_fabric if cmd.startswith("fabmeter fabric")
+                 else check_hop if cmd.startswith("fabmeter hop")
                  else check_mesh if cmd.startswith("fabmeter mesh")
                  else check_peers_server if cmd.startswith("fabmeter peers --server")
                  else check_doctor if cmd.startswith("fabmeter doctor")

@@ -573,3 +573,28 @@ def test_ops_cases_need_every_op_measured_and_their_sum(tmp_path):
     assert any("read measured nothing" in p for p in problems), problems
     problems = case("off", ["send", "read", "write"], sum_off=5)
     assert any("do not add up" in p for p in problems), problems
+
+
+def test_a_hop_case_needs_both_round_trips_and_their_difference(tmp_path):
+    """test-rdma-guest.sh's hop cases (`fabmeter lat -t verbs --via-hop` through `fabmeter-engine forward`): the run
+    and the hop exit 0 and run.json's hop block carries direct, through and added = through - direct."""
+    m = report_module()
+    import json
+
+    def case(name, added, hop_rc="0"):
+        (tmp_path / f"{name}.cmd").write_text("fabmeter hop lat -t verbs --to-transport shm\n")
+        (tmp_path / f"{name}.rc").write_text("0\n")
+        (tmp_path / f"{name}.hop.rc").write_text(hop_rc + "\n")
+        (tmp_path / f"{name}.hop.err").write_text("fabmeter-engine: error: boom\n" if hop_rc != "0" else "")
+        (tmp_path / f"{name}.results").mkdir()
+        point = {"size": 32, "direct_rtt_ns": {"p50": 100000.0}, "through_rtt_ns": {"p50": 160000.0},
+                 "hop_added_rtt_ns": {"p50": added}}
+        (tmp_path / f"{name}.results" / "run.json").write_text(json.dumps({"hop": {"rounds": [[point]]}}))
+        return m.check_hop(str(tmp_path), name)
+
+    problems, summary = case("good", 60000.0)
+    assert problems == [] and summary["added_p50_ns"] == 60000.0
+    problems, _ = case("wrong", 50000.0)
+    assert problems and "not through" in problems[0]
+    problems, _ = case("hopfailed", 60000.0, hop_rc="1")
+    assert problems and problems[0].startswith("the hop exited 1")
