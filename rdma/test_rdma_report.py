@@ -863,9 +863,9 @@ def print_comparison(rows, fabtests):
 def main():
     out_dir = sys.argv[1]
     raw = os.path.join(out_dir, "raw")
-    # A case's exit code is NAME.rc; its server's, a suite's report's and a mesh's rank 1's are beside it.
+    # A case's exit code is NAME.rc; its server's, a suite's report's, a mesh's rank 1's and a hop's are beside it.
     names = sorted({f[: -len(".rc")] for f in os.listdir(raw)
-                    if f.endswith(".rc") and not f.endswith((".server.rc", ".report.rc", ".rank1.rc"))})
+                    if f.endswith(".rc") and not f.endswith((".server.rc", ".report.rc", ".rank1.rc", ".hop.rc"))})
     results, failed = [], []
     for name in names:
         cmd = read(f"{raw}/{name}.cmd")
