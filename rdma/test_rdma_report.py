@@ -35,6 +35,15 @@ def read(path, default=""):
         return default
 
 
+def results_json(raw, name, file):
+    """(the JSON document NAME.results/FILE holds, None) or (None, the problem reading it)."""
+    try:
+        with open(f"{raw}/{name}.results/{file}") as f:
+            return json.load(f), None
+    except (OSError, ValueError) as e:
+        return None, f"no {file}: {e}"
+
+
 def json_lines(text):
     out = []
     for line in text.splitlines():
@@ -345,11 +354,9 @@ def check_suite(raw, name):
     rc = read(f"{raw}/{name}.rc").strip()
     if rc != "0":
         problems.append(f"fabmeter suite exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}")
-    try:
-        with open(f"{raw}/{name}.results/index.json") as f:
-            index = json.load(f)
-    except (OSError, ValueError) as e:
-        return problems + [f"no index.json: {e}"], {"name": name, "tool": "fabmeter suite"}
+    index, problem = results_json(raw, name, "index.json")
+    if problem:
+        return problems + [problem], {"name": name, "tool": "fabmeter suite"}
     points = index.get("points", [])
     bad = [f"{p['id']}: {p.get('status')} {p.get('message', '')}".strip() for p in points if p.get("status") != "ok"]
     if not points:
@@ -421,11 +428,9 @@ def check_fabric(raw, name):
     rc = read(f"{raw}/{name}.rc").strip()
     if rc != "0":
         return [f"fabmeter lat exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"], {"name": name}
-    try:
-        with open(f"{raw}/{name}.results/run.json") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        return [f"no run.json: {e}"], {"name": name}
+    doc, problem = results_json(raw, name, "run.json")
+    if problem:
+        return [problem], {"name": name}
     env = doc.get("environment") or {}
     granted = next((e.get("granted") or {} for e in doc.get("engine_events") or [] if e.get("type") == "transport"),
                    {})
@@ -458,8 +463,8 @@ PEERS_SERVER_TESTS = ("ib_send_lat", "ib_send_bw", "ib_write_lat", "ib_write_bw"
 
 def check_hop(raw, name):
     """`fabmeter lat -t verbs --via-hop` in the guest (test-rdma-guest.sh's hop): the run and the forwarding hop
-    exited 0, the hop forwarded to the transport the case names, and run.json's "hop" holds a round whose points
-    carry the direct and through-the-hop round trips and the hop's added figure (through minus direct)."""
+    exited 0, and run.json's "hop" holds a round whose points carry the direct and through-the-hop round trips and
+    the hop's added figure (through minus direct)."""
     rc = read(f"{raw}/{name}.rc").strip()
     if rc != "0":
         return [f"fabmeter lat --via-hop exited {rc}: {read(f'{raw}/{name}.err').strip()[-300:]}"], {"name": name}
@@ -467,11 +472,9 @@ def check_hop(raw, name):
     hop_rc = read(f"{raw}/{name}.hop.rc").strip()
     if hop_rc != "0":
         problems.append(f"the hop exited {hop_rc}: {read(f'{raw}/{name}.hop.err').strip()[-300:]}")
-    try:
-        with open(f"{raw}/{name}.results/run.json") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        return problems + [f"no run.json: {e}"], summary
+    doc, problem = results_json(raw, name, "run.json")
+    if problem:
+        return problems + [problem], summary
     points = [p for r in (doc.get("hop") or {}).get("rounds") or [] for p in r]
     if not points:
         problems.append("run.json's hop block has no round")
