@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -411,12 +412,22 @@ def session_dirs(tmpdir) -> list[Path]:
     return [sub for top in Path(tmpdir).iterdir() if top.is_dir() for sub in top.iterdir()]
 
 
+@pytest.fixture
+def serve_tmpdir():
+    """A serve's TMPDIR short enough for the zmq ipc:// socket a session makes under it (TMPDIR/fabmeter-ipc-
+    PID-XXXXXX/PID/zmq.sock within sun_path's 107 characters): under pytest's tmp_path the path grows with
+    pytest's run counter and the PIDs' digits, and reached 108 here (the session then fails: "File name too
+    long")."""
+    d = Path(tempfile.mkdtemp(prefix="fmsrv-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
-def test_stop_signals_end_serve_cleanly(fm, tmp_path, sig):
+def test_stop_signals_end_serve_cleanly(fm, tmp_path, serve_tmpdir, sig):
     # SIGHUP killed the old server (exit 129), leaving its private
     # directories in TMPDIR and its sessions running.
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
+    tmpdir = serve_tmpdir
     proc, event = serve_in(fm, tmpdir)
     client = session_with_files(fm, event, tmp_path)
     try:
@@ -433,12 +444,11 @@ def test_stop_signals_end_serve_cleanly(fm, tmp_path, sig):
     assert os.listdir(tmpdir) == []
 
 
-def test_a_new_serve_removes_what_a_killed_one_left(fm, tmp_path):
+def test_a_new_serve_removes_what_a_killed_one_left(fm, tmp_path, serve_tmpdir):
     # After SIGKILL (of the server and its session) nothing removes the
     # private directories: the next server in the same TMPDIR does, but never
     # those of a server still running.
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
+    tmpdir = serve_tmpdir
     live, _ = serve_in(fm, tmpdir)
     live_dirs = set(os.listdir(tmpdir))
     doomed, event = serve_in(fm, tmpdir)
