@@ -458,9 +458,13 @@ def test_a_new_serve_removes_what_a_killed_one_left(fm, tmp_path, serve_tmpdir):
         assert wait_until(lambda: len(session_dirs(tmpdir)) == 2, 15), list(tmpdir.rglob("*"))
         kids = session_pids(fm)
         assert kids
-        doomed.kill()
+        # Both killed at once, as by the OOM killer or a power cut: stopped, the
+        # server neither reaps nor cleans after its killed session, and, killed
+        # last, cannot wake its session (PR_SET_PDEATHSIG) to clean up itself.
+        doomed.send_signal(signal.SIGSTOP)
         for pid in kids:
             os.kill(pid, signal.SIGKILL)
+        doomed.kill()
         doomed.wait()
         left = set(os.listdir(tmpdir)) - live_dirs
         assert len(left) == 2 and len(session_dirs(tmpdir)) == 2, list(tmpdir.rglob("*"))
