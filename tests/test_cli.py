@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ENGINE, one_line_error
-from fabmeter import analysis, envinfo
+from fabmeter import analysis, cli, envinfo
 
 
 def test_engine_options_contract(engine):
@@ -47,8 +47,9 @@ def test_version(fm):
     assert r.returncode == 0 and "fabmeter 0.1.0" in r.stdout
 
 
-# `fabmeter ARGS` in-process, then the modules of HEAVY it imported, as its last line.
-HEAVY = ("numpy", "matplotlib", "hdrh")
+# `fabmeter ARGS` in-process, then the modules of HEAVY it imported, as its last line: the heavy libraries and
+# the commands' own modules (cli.COMMANDS).
+HEAVY = ("numpy", "matplotlib", "hdrh", *(c.module_name for c in cli.COMMANDS))
 IMPORTS_OF = ("import atexit, runpy, sys\n"
               f"atexit.register(lambda: print('imported:', *[m for m in {HEAVY!r} if m in sys.modules]))\n"
               "sys.argv = ['fabmeter', *sys.argv[1:]]\n"
@@ -56,11 +57,14 @@ IMPORTS_OF = ("import atexit, runpy, sys\n"
 
 
 def test_start_up_and_a_run_import_only_what_they_use(fm, tmp_path):
-    """Every command and every run starts the whole CLI (make test starts it hundreds of times): numpy,
-    matplotlib and hdrhistogram are imported by what computes, draws or reads with them, never to start or to
-    run an experiment; compare still imports what it judges with."""
-    for args, want in ((["--version"], []), (["lat", "-t", "shm", "-n", "200", "--out", tmp_path / "a"], []),
-                       (["compare", tmp_path / "a", tmp_path / "a"], ["numpy"])):
+    """Every command and every run starts the CLI (make test starts it thousands of times): numpy, matplotlib
+    and hdrhistogram are imported by what computes, draws or reads with them, never to start or to run an
+    experiment; a command imports its own module, not the other commands'; compare still imports what it
+    judges with; --help imports every command's to list them."""
+    every = [c.module_name for c in cli.COMMANDS]
+    for args, want in ((["--version"], every), (["lat", "-t", "shm", "-n", "200", "--out", tmp_path / "a"],
+                                                ["fabmeter.experiment_command"]),
+                       (["compare", tmp_path / "a", tmp_path / "a"], ["numpy", "fabmeter.compare"])):
         r = subprocess.run([sys.executable, "-c", IMPORTS_OF, *map(str, args)], env=fm.env, capture_output=True,
                            text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert r.returncode == 0, r.stderr

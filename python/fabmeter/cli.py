@@ -6,23 +6,18 @@ lists them) are experiment_command.py's; their engine options come from `fabmete
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Optional
 
-from fabmeter import __version__, bench, compare, demo, experiment_command, serve, slo, suggest, transports_command
+from fabmeter import __version__, slo, suggest
 from fabmeter.command_options import Found
-from fabmeter.doctor import command as doctor_command
-from fabmeter.engine import engine_info, engine_options, find_engine
+from fabmeter.engine import engine_info, find_engine
 from fabmeter.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import command as mesh_command
 from fabmeter.options import Options
-from fabmeter.peers import command as peers_command
-from fabmeter.report import command as report_command
-from fabmeter.suite import command as suite_command
 from fabmeter.terminal import shown_lines
-from fabmeter.watch import command as watch_command
 
 EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the run failed, "
               "4 a --slo objective was missed (doctor: a fail finding), 130 interrupted (docs/cli.md).")
@@ -31,27 +26,36 @@ EXIT_CODES = ("exit codes: 0 ok, 1 engine missing or crashed, 2 bad input, 3 the
 @dataclass(frozen=True)
 class Command:
     name: str                           # docs/cli.md's: the command, or EXPERIMENT for the experiments
-    module: ModuleType                  # OPTIONS, add_parser(sub, info), main(ns, found)
+    module_name: str                    # its module: OPTIONS, add_parser(sub, info), main(ns, found)
     engine: bool                        # needs the engine: refused without one, with the reason (exit 1)
-    main: Optional[Callable[[argparse.Namespace, Found], int]] = None   # where the module's main takes other words
+
+    @property
+    def module(self) -> ModuleType:
+        """Imported on first use: a run imports its own command's code only (every CLI call pays the imports)."""
+        return importlib.import_module(self.module_name)
 
 
 # In --help's order. A module may add several commands (the experiments).
 COMMANDS = (
-    Command("EXPERIMENT", experiment_command, engine=True),
-    Command("mesh", mesh_command, engine=True),
-    Command("serve", serve, engine=False),
-    Command("transports", transports_command, engine=True),
-    Command("demo", demo, engine=False),
-    Command("bench", bench, engine=False),
-    Command("suite", suite_command, engine=True),
-    Command("report", report_command, engine=False),
-    Command("peers", peers_command, engine=False),
-    Command("compare", compare, engine=False),
-    Command("doctor", doctor_command, engine=True),
-    Command("watch", watch_command, engine=True,
-            main=lambda ns, found: watch_command.main(ns, found.engine, engine_options(found.engine))),
+    Command("EXPERIMENT", "fabmeter.experiment_command", engine=True),
+    Command("mesh", "fabmeter.mesh.command", engine=True),
+    Command("serve", "fabmeter.serve", engine=False),
+    Command("transports", "fabmeter.transports_command", engine=True),
+    Command("demo", "fabmeter.demo", engine=False),
+    Command("bench", "fabmeter.bench", engine=False),
+    Command("suite", "fabmeter.suite.command", engine=True),
+    Command("report", "fabmeter.report.command", engine=False),
+    Command("peers", "fabmeter.peers.command", engine=False),
+    Command("compare", "fabmeter.compare", engine=False),
+    Command("doctor", "fabmeter.doctor.command", engine=True),
+    Command("watch", "fabmeter.watch.command", engine=True),
 )
+
+
+def named(word: Optional[str], info: Optional[dict]) -> Optional[Command]:
+    """The command `word` names (an experiment the engine lists: EXPERIMENT), or None."""
+    experiments = (info or {}).get("experiments") or ()
+    return next((c for c in COMMANDS if c.name == word or (c.name == "EXPERIMENT" and word in experiments)), None)
 
 
 class _Parser(suggest.Parser):
@@ -68,7 +72,8 @@ def die(message: str, code: int):
     raise SystemExit(code)
 
 
-def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
+def build_parser(info: Optional[dict], engine_problem: str = "", only: Optional[Command] = None) -> _Parser:
+    """Every command's parser, or `only` that command's (the rest are then neither imported nor listed)."""
     parser = _Parser(prog="fabmeter", allow_abbrev=False,
                      description="Measure one-way/round-trip latency, bandwidth and real-time streams over real transports.",
                      epilog=(f"note: {engine_problem} " if info is None else
@@ -79,7 +84,7 @@ def build_parser(info: Optional[dict], engine_problem: str = "") -> _Parser:
                               if info.get("transports_unavailable") else "") + ")" if info else ""))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for command in COMMANDS:
+    for command in (only,) if only else COMMANDS:
         before = set(sub.choices)
         command.module.add_parser(sub, info)
         for name in set(sub.choices) - before:     # the commands this module added run its main
@@ -95,7 +100,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     except FabmeterError as e:
         found = Found(None, None, e.message)
 
-    parser = build_parser(found.info, found.problem)
+    # The command word comes first (the only options before it are --help and --version): a call that names
+    # a command builds its parser alone; any other (help, a typo: its suggestion) builds them all.
+    parser = build_parser(found.info, found.problem, named(argv[0] if argv else None, found.info))
     ns, extras = parser.parse_known_args(argv)
     command: Command = ns.command_entry
     if command.engine and found.info is None:
@@ -111,7 +118,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         die(suggest.unrecognized(ns, extras), EXIT_USAGE)
 
     try:
-        code = (command.main or command.module.main)(ns, found)
+        code = command.module.main(ns, found)
     except FabmeterError as e:
         if e.exit_code == EXIT_INTERRUPTED:
             sys.stderr.write("fabmeter: interrupted\n")

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from fabmeter import __version__, command_options, slo
-from fabmeter.command_options import CommandOption
+from fabmeter.command_options import CommandOption, Found
+from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_USAGE, FabmeterError
 from fabmeter.mesh import command as mesh_command, patterns as mesh_patterns, rendezvous as mesh_rendezvous
 from fabmeter.mesh import run as mesh_run
@@ -121,8 +122,10 @@ def _hosts(ns: argparse.Namespace) -> tuple[list[str], list[tuple[int, int]]]:
     return hosts, mesh_patterns.pairs(ns.pattern or "all-to-all", len(hosts))
 
 
-def main(ns: argparse.Namespace, engine: str, table: Options) -> int:
+def main(ns: argparse.Namespace, found: Found) -> int:
     from fabmeter.watch import loop      # prometheus_client: only for this command
+
+    engine, table = found.engine, engine_options(found.engine)
 
     hosts, pairs = _hosts(ns)
     if ns.pair is not None:
