@@ -100,8 +100,9 @@ def test_a_mesh_points_suite_keys_are_meshs_options():
 
 def test_a_points_run_keys_are_the_experiment_commands_options():
     options = {o.key: o for o in experiment_command.OPTIONS}
-    assert list(RUN_KEYS) == ["cpus", "server", "slo", "via_hop"] and all(o is options[k] for k, o in RUN_KEYS.items())
-    assert set(PY_KEYS) == {"experiment", "cpus", "server", "via_hop"}    # experiment: the command itself
+    assert list(RUN_KEYS) == ["cpus", "server", "slo", "via_hop", "hop_transport"] and \
+        all(o is options[k] for k, o in RUN_KEYS.items())
+    assert set(PY_KEYS) == {"experiment", "cpus", "server", "via_hop", "hop_transport"}  # experiment: the command
 
 
 def test_a_peer_points_suite_keys_are_peers_options():

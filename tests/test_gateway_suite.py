@@ -11,13 +11,15 @@ import pytest
 from conftest import REPO, bridged_namespaces, engine_info, free_port, need_transport, one_line_error, \
     start_serves, stop_serves
 from fabmeter.suite import read as suite
-from test_hop import _netns, forward
+from test_hop import _netns, forward, hop_at, serving
 
 GATEWAY = REPO / "suites" / "thesis-gateway.toml"
 SERVER, HOP = "127.0.0.1:7000", "127.0.0.1:18516"
 # Cut down for a loaded 2-CPU machine: a few thousand round trips, no gap, and event polling on every end
 # (client, hop and server all spinning need three CPUs).
 CUT = ["--set", "iters=2000", "--set", "warmup=200", "--set", "gap_us=0", "--set", "poll=event"]
+# The t_r/w rows cut down likewise: 2000 samples one way, 200 us apart (one at a time through the hop).
+ONEWAY_CUT = ["--set", "burst_size=2000", "--set", "warmup=200", "--set", "gap_us=200", "--set", "poll=event"]
 
 
 def _plan(stdout: str) -> dict[str, str]:
@@ -25,17 +27,20 @@ def _plan(stdout: str) -> dict[str, str]:
     return {line.split()[0]: line for line in stdout.splitlines() if "  [" in line}
 
 
-def test_the_dry_run_plans_every_lat_point_through_the_hop(fm, tmp_path):
+def test_the_dry_run_plans_every_point_through_the_hop(fm, tmp_path):
     res = fm.run("suite", GATEWAY, "--dry-run", "--server", SERVER, "--via-hop", HOP, "--out", tmp_path / "out")
     assert res.returncode == 0, res.stderr
     plan = _plan(res.stdout)
-    assert len(plan) == 36, res.stdout
+    assert len(plan) == 40, res.stdout
     unavailable = engine_info().get("transports_unavailable") or {}
+    # The t_r/w rows: one way onto the client's transport and onto shm.
+    assert {pid for pid in plan if not pid.startswith("lat-")} == \
+        {f"oneway-{t}-busy-gap-us10-hop-transport-{onward}" for t in ("verbs", "tcp") for onward in (t, "shm")}, plan
     for pid, line in plan.items():
-        assert pid.startswith("lat-"), line
         if "[skip:" in line:      # a transport not built or unavailable here: said, not run
             continue
-        assert f"--server {SERVER} --via-hop {HOP}" in line, line
+        onward = pid.rsplit("hop-transport-", 1)[1] if pid.startswith("oneway-") else None
+        assert f"--server {SERVER} --via-hop {HOP}" + (f" --hop-transport {onward}" if onward else "") in line, line
         if "[fails here:" not in line:
             assert "twice: direct and through the hop; serve's --max-duration 3600 s" in line, line
     # 250 000 round trips 10 ms apart: within a default serve's limit, each run.
@@ -63,6 +68,14 @@ def test_a_hop_needs_a_server_and_a_point_it_forwards(fm):
     assert res.returncode == 2 and "via_hop goes with server" in one_line_error(res.stderr), res.stderr
     res = fm.run("suite", REPO / "suites" / "homa-load.toml", "--dry-run", "--server", SERVER, "--via-hop", HOP)
     assert res.returncode == 2 and "no point of the suite is one a hop forwards" in one_line_error(res.stderr)
+    # The t_r/w rows name the transport onward from a hop: without one, refused as the command line refuses
+    # --hop-transport without --via-hop.
+    res = fm.run("suite", GATEWAY, "--dry-run", "--server", SERVER)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "oneway-verbs-busy-gap-us10-hop-transport-verbs: hop_transport goes with via_hop" in \
+        one_line_error(res.stderr)
+    res = fm.run("lat", "--server", SERVER, "--hop-transport", "shm")
+    assert res.returncode == 2 and "--hop-transport goes with --via-hop" in one_line_error(res.stderr)
 
 
 def test_via_hop_is_a_key_of_lat_points(tmp_path):
@@ -86,6 +99,25 @@ def test_via_hop_is_a_key_of_lat_points(tmp_path):
     assert e.value.line == 3
 
 
+def test_hop_transport_is_a_key_of_the_points_a_hop_forwards(tmp_path):
+    """hop_transport as via_hop: an axis of a table of lat, oneway or stream points, in [defaults] only theirs,
+    a known transport's name."""
+    info, path = engine_info(), tmp_path / "s.toml"
+    path.write_text('[defaults]\nexperiment = "oneway"\ntransport = "tcp"\nvia_hop = "10.0.0.3"\n[[matrix]]\n'
+                    'hop_transport = ["tcp", "shm"]\n')
+    assert {p.id: (p.via_hop, p.hop_transport) for p in suite.read(path, info).points} == \
+        {"oneway-tcp-busy-hop-transport-tcp": ("10.0.0.3", "tcp"), "oneway-tcp-busy-hop-transport-shm": ("10.0.0.3", "shm")}
+    path.write_text('[defaults]\nhop_transport = "shm"\ntransport = "tcp"\n[[matrix]]\nexperiment = ["oneway", "bw"]\n')
+    assert {p.experiment: p.hop_transport for p in suite.read(path, info).points} == {"oneway": "shm", "bw": None}
+    for table, says, line in (('experiment = "bw"\nhop_transport = "shm"', "'hop_transport' does not apply to "
+                               "experiment 'bw'", 3),
+                              ('experiment = "lat"\nhop_transport = "shmm"', "unknown transport 'shmm'", 3)):
+        path.write_text(f'[[matrix]]\n{table}\n')
+        with pytest.raises(suite.SuiteError, match=says) as e:
+            suite.read(path, info)
+        assert e.value.line == line
+
+
 def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, token_file, tmp_path):
     """tcp and udp, each direct and through a hop on the gateway host (forwarding on the client's transport):
     run.json holds both round trips per point, the report a hop section with a figure per transport, and a run
@@ -99,7 +131,7 @@ def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, tok
         try:
             with forward(ns_g, addr_g, server, "", token_file) as (hop, proc):
                 args = ["suite", GATEWAY, "--server", server, "--via-hop", hop, "--token-file", token_file,
-                        "--out", out, *CUT, "--only", "tcp", "--only", "udp"]
+                        "--out", out, *CUT, "--only", "lat-tcp", "--only", "lat-udp"]
                 res = fm.run(*args, prefix=_netns(ns_c), timeout=300)
                 assert res.returncode == 0, res.stdout + res.stderr
                 hop_lines = []
@@ -107,7 +139,7 @@ def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, tok
                     line = json.loads(proc.stdout.readline())
                     hop_lines += [line] if line["event"] == "hop" else []
             again = fm.run(*args, "--dry-run", prefix=_netns(ns_c))
-            direct_only = fm.run("suite", GATEWAY, "--server", server, "--out", out, *CUT, "--only", "tcp",
+            direct_only = fm.run("suite", GATEWAY, "--server", server, "--out", out, *CUT, "--only", "lat-tcp",
                                  "--dry-run", prefix=_netns(ns_c))
         finally:
             stop_serves(serves)
@@ -139,3 +171,40 @@ def test_the_suite_cut_down_runs_through_a_hop_and_the_report_draws_both(fm, tok
         rounding = 0.02 if max(direct, through) < 10000 else 1.5
         assert direct > 0 and through > 0 and added == pytest.approx(through - direct, abs=rounding)
     assert "direct p50" in section and "through the hop p50" in section
+
+
+def test_the_t_rw_rows_give_the_reports_table(fm, token_file, tmp_path):
+    """The suite's tcp oneway rows, cut down: one way through a serve's hop on the gateway host (it takes each
+    point's hop_transport) onto tcp and onto shm. The report's t_r/w table holds t_IB - t_shmem - t_HCA of the
+    two points' run.json figures: through onto tcp, through onto shm, the tcp point's direct run."""
+    need_transport("tcp"), need_transport("shm")
+    out = tmp_path / "trw"
+    with bridged_namespaces("trw", "10.80.0", 3) as hosts:
+        (ns_c, _), (ns_g, addr_g), _ = hosts
+        with serving(fm, hosts, token_file) as server, \
+                hop_at(fm, "serve", ns_g, addr_g, server, "tcp", token_file) as (hop, _):
+            res = fm.run("suite", GATEWAY, "--server", server, "--via-hop", hop, "--token-file", token_file,
+                         "--out", out, *ONEWAY_CUT, "--only", "oneway-tcp-*", prefix=_netns(ns_c), timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    again = fm.run("suite", GATEWAY, "--server", server, "--via-hop", hop, "--out", out, *ONEWAY_CUT, "--only",
+                   "oneway-tcp-*", "--dry-run")
+    assert [line.split()[1] for line in _plan(again.stdout).values()] == ["[done]", "[done]"], again.stdout
+    figures = {}
+    for entry in json.loads((out / "index.json").read_text())["points"]:
+        doc = json.loads((out / entry["folder"] / "run.json").read_text())
+        assert doc["hop"]["hop_transport"] == entry["hop_transport"], doc["hop"]
+        (figures[entry["hop_transport"]],) = doc["hop"]["rounds"][0]
+    assert sorted(figures) == ["shm", "tcp"], figures
+    ib, shmem = figures["tcp"], figures["shm"]
+    t_rw = {q: (ib["through_oneway_ns"][q] - shmem["through_oneway_ns"][q] - ib["direct_oneway_ns"][q]) / 1000
+            for q in ("p50", "p99")}
+    print("t_r/w us (tcp between namespaces, one way, cut down):", t_rw)
+
+    res = fm.run("report", out)
+    assert res.returncode == 0, res.stderr
+    html = (out / "report.html").read_text()
+    table = html[html.index("t_r/w = t_IB - t_shmem - t_HCA"):]
+    row = re.search(r"<tr><td>tcp</td><td>88 B</td><td>([^<]*)</td><td>([^<]*)</td></tr>", table)
+    assert row, table[:2000]
+    for shown, q in zip(row.groups(), ("p50", "p99")):   # shown to 0.01 us; from 10 ms up, to 1 us
+        assert float(shown.replace(",", "")) == pytest.approx(t_rw[q], abs=0.01 if abs(t_rw[q]) < 10000 else 1)

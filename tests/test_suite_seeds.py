@@ -93,7 +93,7 @@ def point_row(p, table, keys: list[str]) -> dict:
     if p.tool:
         have = {**p.options, "tool": p.tool}
     else:
-        have = {**p.params(table), **(p.mesh or {}), "cpus": p.cpus}
+        have = {**p.params(table), **(p.mesh or {}), "cpus": p.cpus, "hop_transport": p.hop_transport}
     have |= {"experiment": p.experiment, "transport": p.transport}
     return {k: _hashable(have.get(k)) for k in keys}
 
@@ -152,6 +152,7 @@ def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
     ("thesis-stream", "count = 250000", "count = 25000"),
     ("thesis-gateway", "iters = 250000", "iters = 25000"),
     ("thesis-gateway", "inline = 188\nsignal_every = 0\ngap_us = [10000", "inline = 128\nsignal_every = 0\ngap_us = [10000"),
+    ("thesis-gateway", 'hop_transport = ["verbs", "shm"]', 'hop_transport = ["verbs", "tcp"]'),
     ("paper-lat-bw", "inline = 236", "inline = 200"),
     ("paper-lat-bw", "duration = 2", "duration = 1"),
     ("paper-lat-bw", 'tool = "qperf"\nexperiment = "bw"\ntransport = "udp"', 'tool = "qperf"\nexperiment = "bw"\ntransport = "tcp"'),
@@ -169,6 +170,7 @@ def test_a_changed_seed_parameter_fails(name, old, new, tmp_path, info):
 @pytest.mark.parametrize("name,table", [
     ("thesis-stream", '[[matrix]]\ntransport = "tcp"\nvalues = "1,64"\n'),
     ("thesis-gateway", '[[matrix]]\ntransport = "shm"\ngap_us = 1000\n'),
+    ("thesis-gateway", '[[matrix]]\nexperiment = "oneway"\ntransport = "udp"\nhop_transport = "shm"\n'),
     ("thesis-oneway", '[[matrix]]\ntransport = "verbs"\nservice = "rc"\ninline = 188\n'),
     ("udapl-patterns", '[[matrix]]\ntransport = "shm"\npattern = "one-to-all"\nschedule = "scheduled"\nsize = "1K"\n'),
     ("paper-lat-bw", '[[matrix]]\ntool = "qperf"\nexperiment = "lat"\ntransport = "tcp"\nsize = "64K"\n'),

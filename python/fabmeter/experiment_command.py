@@ -129,12 +129,10 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
                   flush=True)
 
     via_hop = getattr(ns, "via_hop", None)
-    if via_hop is not None and spec.server is None:
-        raise FabmeterError("--via-hop goes with --server (the hop forwards to that server)", EXIT_USAGE)
-    if getattr(ns, "hop_transport", None) is not None:
-        if via_hop is None:
-            raise FabmeterError("--hop-transport goes with --via-hop", EXIT_USAGE)
-        spec = dataclasses.replace(spec, hop_transport=ns.hop_transport)
+    mistake = hop.unpaired(spec.server, via_hop, getattr(ns, "hop_transport", None))
+    if mistake:
+        raise FabmeterError(mistake, EXIT_USAGE)
+    spec = dataclasses.replace(spec, hop_transport=getattr(ns, "hop_transport", None))
     ran = recorded.run_recorded(spec, objectives, limits=out is not None, command=sys.argv, record_refusal=False,
                                 on_start=progress.start, on_point=on_point,
                                 via_hop=(via_hop, ns.hop_rounds) if via_hop is not None else None)

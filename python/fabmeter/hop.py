@@ -19,6 +19,9 @@ TRANSPORT_HELP = ("with --via-hop: the transport from the hop to the server (def
                   "`fabmeter-engine forward` runs takes only its own --to-transport)")
 ROUNDS_HELP = ("with --via-hop: direct and through-the-hop runs, alternated, each this many times "
                "(default: %(default)s)")
+# A hop's settings under a command line's names and a suite's keys: one rule (unpaired) for both.
+FLAGS = ("--server", "--via-hop", "--hop-transport")
+KEYS = ("server", "via_hop", "hop_transport")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +53,18 @@ def figure_of(doc: dict) -> Figure:
 def keys(fig: Figure) -> tuple[str, str, str]:
     """A round's point's keys: direct, through the hop, and the hop's added latency."""
     return f"direct_{fig.name}_ns", f"through_{fig.name}_ns", f"hop_added_{fig.name}_ns"
+
+
+def unpaired(server: Optional[str], via: Optional[str], onward: Optional[str],
+             names: tuple[str, str, str] = FLAGS) -> Optional[str]:
+    """Why a run's hop settings do not go together (None: they do): a hop forwards to a server, and the transport
+    onward is the hop's. `names`: FLAGS or KEYS."""
+    server_name, via_name, onward_name = names
+    if via is not None and server is None:
+        return f"{via_name} goes with {server_name} (the hop forwards to that server)"
+    if onward is not None and via is None:
+        return f"{onward_name} goes with {via_name} (the transport onward from the hop)"
+    return None
 
 
 def rounds(text: str) -> int:

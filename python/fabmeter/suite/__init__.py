@@ -4,7 +4,8 @@ A suite file (docs/suites.md) has `[defaults]` and one or more `[[matrix]]`
 tables; each table is the cartesian product of its list-valued keys. Keys
 are the engine's option keys (`fabmeter-engine options`, e.g. burst_size)
 plus `experiment`, `cpus`, `server`, `via_hop` (a forwarding hop to that
-server, hop.py: its lat, oneway and stream points are measured through it too) and `slo`
+server, hop.py: its lat, oneway and stream points are measured through it too), `hop_transport` (the
+transport onward from that hop) and `slo`
 (latency objectives, slo.py; one string per table, not an axis; a point
 that misses them makes the suite exit 4 after every point ran). The whole file is checked against
 the option table before anything runs; a mistake is reported with the key

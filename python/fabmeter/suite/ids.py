@@ -9,8 +9,8 @@ from fabmeter.options import Option, Options
 from fabmeter.suite.peer import params_of
 
 ALWAYS_IN_ID = ("experiment", "transport", "poll")
-PY_KEYS = ("experiment", "cpus", "server", "via_hop")   # orchestration keys, not engine options
-POINT_KEYS = ("cpus", "server", "via_hop")               # those a Point holds apart from its options
+PY_KEYS = ("experiment", "cpus", "server", "via_hop", "hop_transport")   # orchestration keys, not engine options
+POINT_KEYS = ("cpus", "server", "via_hop", "hop_transport")               # those a Point holds apart from its options
 
 # Short forms of keys in point ids (s32, r1000, v8); other numeric keys read
 # key+value (tx-depth64), other text keys key-value (timer-tsc).

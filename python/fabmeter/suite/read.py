@@ -40,6 +40,7 @@ MESH_KEYS = {("mesh_" if name in ("experiment", "tool") else "") + _MESH_OPTIONS
 MESH_KEYS["launch"] = replace(MESH_KEYS["launch"], choices=("local", "ssh"))
 # The keys of any point that are an experiment command's own options (experiment_command.py), under their names.
 RUN_KEYS = {o.key: o for o in experiment_command.OPTIONS if o.key in (*PY_KEYS, "slo")}
+HOP_KEYS = hop.KEYS[1:]   # a point's hop (hop.py): the points a hop forwards take them
 
 
 # A suite only names things inside its results folder, and runs nothing but fabmeter (docs/security.md):
@@ -151,6 +152,7 @@ class Point:
     tool: Optional[str] = None      # a peer point's tool (peer.py); its keys are in options
     origin: Optional[str] = None    # "fabmeter": not a row of the suite's study (ORIGIN)
     via_hop: Optional[str] = None   # HOST[:PORT] of a forwarding hop to the server: measured beside the direct path
+    hop_transport: Optional[str] = None  # with via_hop: the transport from the hop to the server (None: the run's)
 
     @property
     def engine_experiment(self) -> str:
@@ -432,8 +434,8 @@ class _Keys:
             if key == "experiment" and x not in self.experiments:
                 raise SuiteError(f"key 'experiment': unknown experiment '{x}' "
                                  f"(known: {', '.join(sorted(self.experiments))})", line)
-            if key == "transport" and x not in self.transports:
-                raise SuiteError(f"key 'transport': unknown transport '{x}' "
+            if key in ("transport", "hop_transport") and x not in self.transports:
+                raise SuiteError(f"key '{key}': unknown transport '{x}' "
                                  f"(known: {', '.join(sorted(self.transports))})", line)
         return typed
 
@@ -472,10 +474,11 @@ class _Keys:
                 if key in t:
                     raise SuiteError(f"key '{key}' does not apply to mesh points (each rank runs its own "
                                      "engines)", lines.key("matrix", index, key))
-        if "via_hop" in t and not hop.applies(exp):
-            raise SuiteError(f"key 'via_hop' does not apply to experiment '{exp}' (a hop forwards "
-                             f"{hop.FORWARDED} only); put it in a [[matrix]] table of its own",
-                             lines.key("matrix", index, "via_hop"))
+        for key in HOP_KEYS:
+            if key in t and not hop.applies(exp):
+                raise SuiteError(f"key '{key}' does not apply to experiment '{exp}' (a hop forwards "
+                                 f"{hop.FORWARDED} only); put it in a [[matrix]] table of its own",
+                                 lines.key("matrix", index, key))
         if "slo" in t and not slo_mod.applies(exp):
             raise SuiteError(f"key 'slo' does not apply to experiment '{exp}' (its points carry no latency "
                              "figure); put it in a [[matrix]] table of its own", lines.key("matrix", index, "slo"))
@@ -517,9 +520,8 @@ def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used
         opts.update({k: v for k, v in chosen.items() if k in table})
         opts["transport"] = tr
         cpus, server = (chosen.get(k, defaults.get(k)) for k in ("cpus", "server"))
-        via_hop = chosen.get("via_hop", defaults.get("via_hop") if hop.applies(exp) else None)
-        if via_hop and "via_hop" not in chosen:
-            used_defaults.add("via_hop")
+        hop_settings = {k: chosen.get(k, defaults.get(k) if hop.applies(exp) else None) for k in HOP_KEYS}
+        used_defaults.update(k for k, v in hop_settings.items() if v and k not in chosen)
         objectives = chosen.get("slo", defaults.get("slo") if slo_mod.applies(exp) else None)
         if objectives and "slo" not in chosen:
             used_defaults.add("slo")
@@ -534,19 +536,19 @@ def _expand(axes: dict[str, list], defaults: dict, keys: _Keys, index: int, used
         elif tr not in built_transports:
             skip = f"transport '{tr}' is not built into this engine (built: {', '.join(sorted(built_transports))})"
         points.append(Point("", exp, tr, opts, None if cpus is None else str(cpus), server, header, skip,
-                            objectives, mesh, via_hop=via_hop))
+                            objectives, mesh, **hop_settings))
     return points
 
 
 def _check_defaults_used(raw_defaults: dict, used_defaults: set, table: Options, lines: KeyLines,
                          sets: set) -> None:
     """A key of [defaults] (or of --set) that no point took is a mistake."""
-    unused = [k for k in raw_defaults if (k in table or k in ("slo", "via_hop") or k in MESH_KEYS
+    unused = [k for k in raw_defaults if (k in table or k in ("slo", *HOP_KEYS) or k in MESH_KEYS
                                           or k in peer.DEFAULTS) and k not in used_defaults]
     if unused:
         where = table[unused[0]].where() if unused[0] in table else "mesh points" if unused[0] in MESH_KEYS else \
             "peer points (tool = ...)" if unused[0] in peer.DEFAULTS else \
-            f"{hop.FORWARDED} points (those a hop forwards)" if unused[0] == "via_hop" else \
+            f"{hop.FORWARDED} points (those a hop forwards)" if unused[0] in HOP_KEYS else \
             "experiments whose points carry a latency figure: not " + ", ".join(slo_mod.NO_LATENCY)
         if unused[0] in sets:
             raise SuiteError(f"--set {unused[0]}: applies to none of the points (only to {where})")
@@ -560,7 +562,7 @@ def _distinct(expanded: list[Point], table: Options) -> list[Point]:
     by_id: dict[str, Point] = {}
     for p in expanded:
         # Compared with the engine's defaults filled in: poll = "busy" and no poll are one point.
-        config = json.dumps([p.experiment, p.cpus, p.server, p.via_hop, p.params(table), p.mesh])
+        config = json.dumps([p.experiment, p.cpus, p.server, p.via_hop, p.hop_transport, p.params(table), p.mesh])
         if config in points:
             first = points[config]
             if first.slo != p.slo:

@@ -166,8 +166,9 @@ def is_finished(folder: Path, point: Point, plan: Optional[limits.Plan]) -> bool
     if plan is None or plan.params is None:    # the engine refuses the point here: it never finished
         return False
     asked = {**plan.params, **({"sink": point.options_in(folder)["sink"]} if "sink" in point.options else {})}
+    ran_hop = doc.get("hop") or {}
     return (cfg.get("params") == asked and (cfg.get("suite") or {}).get("point") == point.id
-            and (doc.get("hop") or {}).get("via") == point.via_hop)
+            and ran_hop.get("via") == point.via_hop and ran_hop.get("hop_transport") == point.hop_transport)
 
 
 def _open_point_folder(folder: Path) -> int:
@@ -257,6 +258,7 @@ class Index:
                 status, message = doc.get("status", "pending"), doc.get("message", "")
             entry = {"id": p.id, "folder": p.id, "experiment": p.experiment, "transport": p.transport,
                      **({"tool": p.tool} if p.tool else {}), **({"via_hop": p.via_hop} if p.via_hop else {}),
+                     **({"hop_transport": p.hop_transport} if p.hop_transport else {}),
                      "options": p.options,
                      "status": "skipped" if p.skip else status, "message": p.skip or message, "seconds": None,
                      "slo": {"objectives": p.slo, "met": None} if p.slo else None}
@@ -291,7 +293,8 @@ def print_plan(suite: Suite, out: Path, engine: str) -> int:
                              ["fabmeter", p.experiment, *suite.options.engine_argv(p.options)]
                              + (["--slo", p.slo] if p.slo else [])
                              + (["--cpus", p.cpus] if p.cpus else []) + (["--server", p.server] if p.server else [])
-                             + (["--via-hop", p.via_hop] if p.via_hop else []))
+                             + (["--via-hop", p.via_hop] if p.via_hop else [])
+                             + (["--hop-transport", p.hop_transport] if p.hop_transport else []))
         twice = ", twice: direct and through the hop" if p.via_hop else ""
         timing = (f"  (planned >= {plan.planned_s:g} s{twice}; serve's --max-duration {plan.limit_s:g} s)"
                   if plan and plan.planned_s is not None else "")
@@ -379,7 +382,7 @@ def run_suite(suite: Suite, out: Path, engine: str, cpus_override: Optional[tupl
             cpus = _cpus_of(p, cpus_override, default_cpus if p.server is None or not default_cpus
                             else default_cpus[:1])
             spec = run.RunSpec(p.experiment, p.options_in(folder), cpus=cpus, server=p.server, out=folder, engine=engine,
-                               token_file=token_file if p.server else None)
+                               token_file=token_file if p.server else None, hop_transport=p.hop_transport)
             current = p
             index.set(p.id, status="running", message="")
             t0 = time.monotonic()
@@ -458,10 +461,11 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
             raise FabmeterError(f"--via-hop: no point of the suite is one a hop forwards ({hop.FORWARDED})",
                                 EXIT_USAGE)
         suite.points = [dataclasses.replace(p, via_hop=via_hop) if p.id in forwarded else p for p in suite.points]
-    alone = next((p for p in suite.points if p.via_hop and not p.server), None)
-    if alone:
-        raise FabmeterError(f"{alone.id}: via_hop goes with server (the hop forwards to that server: --server "
-                            "or the suite's `server`)", EXIT_USAGE)
+    for p in suite.points:
+        mistake = hop.unpaired(p.server, p.via_hop, p.hop_transport, hop.KEYS)
+        if mistake:
+            raise FabmeterError(f"{p.id}: {mistake}: the suite's keys, or fabmeter suite {' and '.join(hop.FLAGS[:2])}",
+                                EXIT_USAGE)
     if token_file is not None:
         if not any(p.server for p in suite.points):
             raise FabmeterError("--token-file goes with --server or a suite's `server` (a local point makes its "
