@@ -464,8 +464,8 @@ def main(path: Path, out: Optional[Path], dry_run: bool, engine: str,
     for p in suite.points:
         mistake = hop.unpaired(p.server, p.via_hop, p.hop_transport, hop.KEYS)
         if mistake:
-            raise FabmeterError(f"{p.id}: {mistake}: the suite's keys, or fabmeter suite {' and '.join(hop.FLAGS[:2])}",
-                                EXIT_USAGE)
+            raise FabmeterError(f"{p.id}: {mistake}: the suite's keys, or fabmeter suite {' and '.join(hop.FLAGS[:2])}"
+                                " (or --only the points without a hop)", EXIT_USAGE)
     if token_file is not None:
         if not any(p.server for p in suite.points):
             raise FabmeterError("--token-file goes with --server or a suite's `server` (a local point makes its "
