@@ -261,6 +261,29 @@ def test_perftest_connects_with_rdma_cm_when_asked():
         qperf.check_knobs(Case("lat", "verbs", "rc_lat"), PeerRun(rdma=Rdma(cm="rdma_cm")))
 
 
+def test_a_local_rdma_cm_client_connects_to_the_server_devices_address(tmp_path, monkeypatch):
+    """rdma_cm follows addresses: on one host perftest's client connects to the server device's IPv4 GID (as
+    the guest's rxe1 lists it), not to loopback, and fabmeter's own verbs runs (their control connection on
+    loopback) are skipped with the reason."""
+    from fabmeter.peers import perftest
+    from fabmeter.peers.command import run_fabmeter
+    gids = tmp_path / "rxe1" / "ports" / "1" / "gids"
+    gids.mkdir(parents=True)
+    for i, gid in enumerate(("fe80:0000:0000:0000:b0c5:adff:fe4a:6a0b", "0000:0000:0000:0000:0000:ffff:0a4d:0002",
+                             "0000:0000:0000:0000:0000:0000:0000:0000")):
+        (gids / str(i)).write_text(gid + "\n")
+    monkeypatch.setattr(perftest, "SYSFS_IB", tmp_path)
+    pt, lat = PEERS["perftest"], Case("lat", "verbs", "ib_send_lat")
+    assert pt.command("client", lat, PeerRun(rdma=Rdma(server_device="rxe1", cm="rdma_cm")), 1)[-1] == "10.77.0.2"
+    assert pt.command("client", lat, PeerRun(rdma=Rdma(server_device="rxe1")), 1)[-1] == "127.0.0.1"
+    for knobs, why in ((Rdma(cm="rdma_cm"), "needs --server-device"), (Rdma(server_device="rxe9", cm="rdma_cm"),
+                                                                       "rxe9 has no IPv4 address")):
+        with pytest.raises(Unsupported, match=why):
+            pt.command("client", lat, PeerRun(rdma=knobs), 1)
+    own = list(run_fabmeter(PeerRun(transports=("verbs",), rdma=Rdma(cm="rdma_cm")), "/no/engine", "", None))
+    assert own and all(r["type"] == "skipped" and "on loopback" in r["reason"] for r in own)
+
+
 def test_cm_listens_reads_the_kernels_cm_ids():
     """`rdma -j res show cm_id` as recorded in the Soft-RoCE guest while `ib_send_lat -R` (pid 141) listened
     on port 19555: its wildcard listener shows once per device, the port in src-addr."""

@@ -188,6 +188,11 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
             continue
         if params.server is not None and transport == "shm":
             continue
+        if transport == "verbs" and params.rdma is not None and params.rdma.cm == "rdma_cm" and params.server is None:
+            yield {"type": "skipped", "peer": False, "tool": "fabmeter", "experiment": experiment, "transport": transport,
+                   "poll": poll, "reason": "--cm rdma_cm on one host: fabmeter's control connection is on loopback, "
+                                          "where rdma_cm finds no RDMA device (run it with --server)"}
+            continue
         message = params.bw_size if experiment == "bw" else params.size
         if experiment == "load":   # sockperf under-load's schedule: a send every 1/rate
             options = {"transport": transport, "poll": poll, "rate": [params.rate], "arrivals": "fixed",
