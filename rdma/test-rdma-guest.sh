@@ -23,6 +23,12 @@ mkdir -p "$OUT"
 echo "$EPOCHREALTIME" >"$OUT/_started"
 { uname -r; ls /sys/class/infiniband; } >"$OUT/_guest"
 
+# FM_RDMA_CASES (an extended regular expression; rdma/guest/README.md): only the
+# cases whose NAME it matches run, the faults whole if it matches "fault-";
+# unset or empty: every case.
+selected() { [[ -z ${FM_RDMA_CASES:-} || $1 =~ $FM_RDMA_CASES ]]; }
+[[ -z ${FM_RDMA_CASES:-} ]] || echo "$FM_RDMA_CASES" >"$OUT/_selected"
+
 # Waits up to 5 s for a background process, then stops it; prints its status.
 reap() {
   local pid=$1 i
@@ -56,6 +62,7 @@ TIMEOUT=(--timeout-ms 15000)
 # fm NAME EXPECT EXPERIMENT [OPTIONS...]: one fabmeter run. EXPECT is the
 # client's exit code the case wants (0, or 2 for a refused combination).
 fm() {
+  selected "$1" || return 0
   local name=$1 expect=$2 exp=$3 f=$OUT/$1
   shift 3
   PORT=$((PORT + 1))
@@ -76,6 +83,7 @@ fm() {
 
 # ofi NAME OPTIONS...: fabmeter's ofi transport over the libfabric verbs provider.
 ofi() {
+  selected "$1" || return 0
   local name=$1 f=$OUT/$1
   shift
   PORT=$((PORT + 1))
@@ -91,6 +99,7 @@ ofi() {
 
 # pt NAME TOOL OPTIONS...: a perftest pair, server on rxe1, client on rxe0.
 pt() {
+  selected "$1" || return 0
   local name=$1 tool=$2 f=$OUT/$1
   shift 2
   PORT=$((PORT + 1))
@@ -115,6 +124,7 @@ pt() {
 # the client on rxe0 (verbs domains are device names). TOOL is a name on PATH
 # or a path; NAME.cmd records its base name.
 fab() {
+  selected "$1" || return 0
   local name=$1 tool=$2 f=$OUT/$1
   shift 2
   PORT=$((PORT + 1))
@@ -413,6 +423,7 @@ echo "== verbs: loss counted exactly (UC/UD; nftables drops RoCE packets at rand
 # Raw connections (no CM packets) and single-packet messages make every drop
 # one lost message: the report wants lost + warmup_lost == NAME.dropped.
 loss() {
+  selected "$1" || return 0
   local name=$1 pct=$2 f=$OUT/$1
   shift 2
   nft -f - <<EOF
@@ -451,6 +462,7 @@ loss "loss-uc-check-20pct" 20 check --max-size 1K --cm raw --loss-timeout-ms 100
 # message count: check sends 45 messages, and at 5 % none was duplicated in
 # about one run in ten (0.95^45); at 25 % that is 0.75^45, below 1e-5.
 dup() {
+  selected "$1" || return 0
   local name=$1 pct=$2
   shift 2
   tc qdisc add dev "${FM_RDMA_NETDEV0:-veth0}" root netem delay 5ms 5ms duplicate "$pct%"
@@ -468,6 +480,7 @@ run_comparison
 # rdma/test-rdma.sh, which draws it on the host (matplotlib under TCG takes
 # minutes).
 suite() {
+  selected "$1" || return 0
   local name=$1 file=$2 where=${3:-guest} f=$OUT/$1 spid i
   PORT=$((PORT + 1))
   echo "fabmeter suite $file" >"$f.cmd"
@@ -513,6 +526,7 @@ fi
 # and rank 1 on rxe1's (each pair's client leaves by its own device), every
 # pair over verbs; rank 0's JSON lines are the case's output.
 mesh() {
+  selected "$1" || return 0
   local name=$1 f=$OUT/$1 r1
   shift
   PORT=$((PORT + 1))
@@ -532,6 +546,7 @@ mesh() {
 # fabric NAME OPTIONS...: `fabmeter lat --server --out` over verbs; run.json
 # must name each end's rxe device, its port, MTU, link layer and GID.
 fabric() {
+  selected "$1" || return 0
   local name=$1 f=$OUT/$1
   shift
   PORT=$((PORT + 1))
@@ -551,6 +566,7 @@ fabric() {
 # nodes; shm: verbs in, shared memory out), beside the direct path in the same
 # run; run.json's "hop" must hold both figures and their difference.
 hop() {
+  selected "$1" || return 0
   local name=$1 onward=$2 f=$OUT/$1 spid hpid hport i
   shift 2
   PORT=$((PORT + 1))
@@ -616,6 +632,7 @@ fi
 # (CPU 0; the 1 of --cpus 0,1 is the serve's own --cpu). NAME.left lists any
 # tool process still running afterwards (there must be none).
 through_serve() {
+  selected "$2" || return 0
   local command=$1 name=$2 f=$OUT/$2 spid i
   shift 2
   PORT=$((PORT + 1))
@@ -628,8 +645,10 @@ through_serve() {
   spid=$!
   for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
   local t0=$EPOCHREALTIME
+  local gid=(--gid-index "${FM_RDMA_GID_INDEX:-1}")
+  [[ " $* " == *" --cm rdma_cm "* ]] && gid=()   # rdma_cm takes the GID of the address
   timeout 600 "${PY[@]}" -m fabmeter "$command" --server "$SERVER:$PORT" --token-file "$f.token" \
-    --device "${FM_RDMA_DEV0:-rxe0}" --server-device "${FM_RDMA_DEV1:-rxe1}" --gid-index "${FM_RDMA_GID_INDEX:-1}" \
+    --device "${FM_RDMA_DEV0:-rxe0}" --server-device "${FM_RDMA_DEV1:-rxe1}" "${gid[@]}" \
     --cpus 0,1 --json "$@" >"$f.out" 2>"$f.err"
   echo $? >"$f.rc"
   pgrep -a -f '^(/usr/(local/)?bin/)?(ib_(send|write|read|atomic)_|qperf)' >"$f.left"
@@ -669,10 +688,16 @@ if [[ ! -f $OUT/_python_skipped ]]; then
     --tests ib_send_lat,ib_send_bw
   peers "peers-server-rdma-uc-inline" --tools perftest -n 200 --service uc --inline 64 --mtu 1024 \
     --tests ib_send_lat,ib_write_lat
+  # perftest -R: its QPs connected by rdma_cm (the serve sees its listener with iproute2's rdma); UD outside CI.
+  peers "peers-server-rdma-cm" --tools perftest -n 200 --duration 2 --bw-size 4K --cm rdma_cm \
+    --tests ib_send_lat,ib_send_bw
+  not_ci && peers "peers-server-rdma-cm-ud" --tools perftest -n 200 --duration 2 --bw-size 512 --service ud \
+    --cm rdma_cm --tests ib_send_lat,ib_send_bw
 fi
 
 # pytest_case NAME ARGS...: tests of the Python CLI that need the guest (elsewhere they skip).
 pytest_case() {
+  selected "$1" || return 0
   local name=$1 f=$OUT/$1 t0=$EPOCHREALTIME
   shift
   echo "pytest $*" >"$f.cmd"
@@ -728,6 +753,10 @@ fm "bw-uc-ops-send-write-imm" 0 bw -s 1K -n "$OPS_N" --warmup 100 --service uc -
 fm "refuse-ops-ud-read" 2 bw -n 10 --service ud --ops send,read
 fm "refuse-ops-uc-read" 2 bw -n 10 --service uc --ops send,read
 fm "refuse-ops-lat" 2 lat -n 10 --service rc --ops send,read
+if ! selected fault-; then   # the faults run whole or not at all (the report counts their 12 cases)
+  echo "$EPOCHREALTIME" >"$OUT/_finished"
+  exit 0
+fi
 echo "== verbs: faults (kill -9 / SIGSTOP the client or the server's session in connect or point)"
 # One non-once server for the section; per service every victim x action
 # once, with phase, cm, experiment and delay (0-300 ms after the phase mark)

@@ -18,6 +18,7 @@
 # says otherwise, the first point of each suite (FM_RDMA_SUITES), fewer
 # messages in the long cases and a covering subset of the knob matrices
 # (test-rdma-guest.sh's ci_runs), so that no part goes unrun in CI.
+# FM_RDMA_CASES=REGEX: only the cases whose names match (rdma/guest/README.md).
 # The guest's timeout is the sum of what each part it runs may take (printed).
 #
 # Exit status: 0 all passed; 1 a check failed; 77 the guest could not be
@@ -115,7 +116,7 @@ echo "test-rdma: the guest's timeout $GUEST_S s: $PARTS"
 rc=0
 # Three vCPUs: client, server and oneway's time thread (t_send) each need one of their own.
 FM_GUEST_SMP=${FM_GUEST_SMP:-3} "$HERE/guest/run.sh" --no-build --share "$REPO" --timeout "$GUEST_S" --log "$OUT/console.log" -- \
-  FM_RDMA_CI=$CI FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'$SUITES'" FM_DOCTOR_ROUNDS=$DOCTOR_ROUNDS \
+  FM_RDMA_CI=$CI FM_CMP_ROUNDS=$ROUNDS FM_STREAM_COUNT=$STREAM_COUNT FM_CMP_CONTROL=$CONTROL FM_RDMA_COMPARE_ONLY=$COMPARE_ONLY FM_FABTESTS="'$FABTESTS'" FM_RDMA_SUITES="'$SUITES'" FM_DOCTOR_ROUNDS=$DOCTOR_ROUNDS FM_RDMA_CASES="'${FM_RDMA_CASES:-}'" \
   "$HERE/test-rdma-guest.sh" "$ENGINE" "$OUT/raw" ${FM_SEED:-} || rc=$?  # the seed replays the fault draw
 echo "test-rdma: guest finished after $((SECONDS - T0)) s (exit $rc)"
 if [[ ! -f $OUT/raw/_started ]]; then

@@ -525,7 +525,7 @@ def check_peers_server(raw, name):
                 (p.get("tool_cpu") or {}).get("cpu_util_pct"), (int, float)):
             problems.append(f"{test}: no perftest --cpu_util figure")
         if test.startswith("ib_"):   # the verbs knobs asked for, as perftest's banner says it ran
-            asked = {"service": (option(cmd, "service") or "rc").upper(), "cm": "raw",
+            asked = {"service": (option(cmd, "service") or "rc").upper(), "cm": option(cmd, "cm") or "raw",
                      "bidir": "--bidir" in cmd.split() and test.endswith("_bw")}
             if option(cmd, "mtu"):
                 asked["mtu"] = int(option(cmd, "mtu"))
@@ -917,6 +917,7 @@ def main():
             print(f"FAIL thesis-stream: {len(rows)} verbs rows read from the suite, not 3 (RC, UC, UD): "
                   f"{read(f'{raw}/_stream_rows.err').strip()[-300:]}")
     fault_run = read_kv(f"{raw}/_faults")
+    selected = read(f"{raw}/_selected").strip()
     if fault_run:
         struck = sum(1 for f in faults if f.get("struck") == "1")
         # A fault drawn for the run's last moments may find it over; most must strike.
@@ -929,9 +930,11 @@ def main():
         if fault_run.get("engines_left"):
             failed.append("_faults_left")
             print(f"FAIL faults: engines left running in the guest: {fault_run['engines_left']}")
-    elif os.path.exists(f"{raw}/_finished") and not os.path.exists(f"{raw}/_compare_only"):
+    elif os.path.exists(f"{raw}/_finished") and not os.path.exists(f"{raw}/_compare_only") and not selected:
         failed.append("_faults")
         print("FAIL faults: the guest ran no fault section (no _faults)")
+    if selected:
+        print(f"FM_RDMA_CASES: only the cases matching {selected!r} ran")
     if os.path.exists(f"{raw}/_setup_failed"):
         failed.append("_setup")
         print("FAIL the guest's Soft-RoCE setup failed")

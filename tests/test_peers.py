@@ -235,6 +235,87 @@ def test_perftest_takes_the_verbs_knobs_as_fabmeter_names_them():
     qperf.check_knobs(Case("lat", "verbs", "rc_lat"), PeerRun(rdma=Rdma()))   # the defaults: runs
     pt.check_knobs(bw, params)
 
+
+def test_perftest_connects_with_rdma_cm_when_asked():
+    """--cm rdma_cm is perftest's -R on both sides (the serve's request says cm), its readiness is the rdma_cm
+    listener, and what rdma_cm cannot do (UC; --mtu but for UD; --gid-index: the route decides) is skipped
+    with the reason, qperf (whose RDMA tests name how they connect) too."""
+    pt = PEERS["perftest"]
+    far = "10.0.0.2:18515"
+    cm = PeerRun(iters=500, server=far, rdma=Rdma(server_device="rxe1", cm="rdma_cm"))
+    for case in (Case("lat", "verbs", "ib_send_lat"), Case("bw", "verbs", "ib_write_bw")):
+        assert "-R" in pt.command("client", case, cm, 4242) and "-R" in pt.command("server", case, cm, 4242)
+        assert pt.request(case, cm)["cm"] == "rdma_cm" and pt.listens(case, cm) == "rdma_cm"
+    ud = PeerRun(server=far, rdma=Rdma(service="ud", mtu=1024, cm="rdma_cm"))   # UD's MTU is not the route's
+    assert {"-R", "UD", "1024"} <= set(pt.command("client", Case("bw", "verbs", "ib_send_bw"), ud, 1))
+    raw = PeerRun(server=far, rdma=Rdma())
+    assert "-R" not in pt.command("client", Case("lat", "verbs", "ib_send_lat"), raw, 1)
+    assert "cm" not in pt.request(Case("lat", "verbs", "ib_send_lat"), raw)
+    assert pt.listens(Case("lat", "verbs", "ib_send_lat"), raw) == "tcp"
+    for knobs, why in ((Rdma(service="uc", cm="rdma_cm"), "cannot connect UC"),
+                       (Rdma(mtu=1024, cm="rdma_cm"), "--mtu needs --cm raw"),
+                       (Rdma(gid_index=1, cm="rdma_cm"), "--gid-index needs --cm raw")):
+        with pytest.raises(Unsupported, match=why):
+            pt.command("client", Case("lat", "verbs", "ib_send_lat"), PeerRun(server=far, rdma=knobs), 1)
+    with pytest.raises(Unsupported, match="--cm"):
+        qperf.check_knobs(Case("lat", "verbs", "rc_lat"), PeerRun(rdma=Rdma(cm="rdma_cm")))
+
+
+def test_a_local_rdma_cm_client_connects_to_the_server_devices_address(tmp_path, monkeypatch):
+    """rdma_cm follows addresses: on one host perftest's client connects to the server device's IPv4 GID (as
+    the guest's rxe1 lists it), not to loopback, and fabmeter's own verbs runs (their control connection on
+    loopback) are skipped with the reason."""
+    from fabmeter.peers import perftest
+    from fabmeter.peers.command import run_fabmeter
+    gids = tmp_path / "rxe1" / "ports" / "1" / "gids"
+    gids.mkdir(parents=True)
+    for i, gid in enumerate(("fe80:0000:0000:0000:b0c5:adff:fe4a:6a0b", "0000:0000:0000:0000:0000:ffff:0a4d:0002",
+                             "0000:0000:0000:0000:0000:0000:0000:0000")):
+        (gids / str(i)).write_text(gid + "\n")
+    monkeypatch.setattr(perftest, "SYSFS_IB", tmp_path)
+    pt, lat = PEERS["perftest"], Case("lat", "verbs", "ib_send_lat")
+    assert pt.command("client", lat, PeerRun(rdma=Rdma(server_device="rxe1", cm="rdma_cm")), 1)[-1] == "10.77.0.2"
+    assert pt.command("client", lat, PeerRun(rdma=Rdma(server_device="rxe1")), 1)[-1] == "127.0.0.1"
+    for knobs, why in ((Rdma(cm="rdma_cm"), "needs --server-device"), (Rdma(server_device="rxe9", cm="rdma_cm"),
+                                                                       "rxe9 has no IPv4 address")):
+        with pytest.raises(Unsupported, match=why):
+            pt.command("client", lat, PeerRun(rdma=knobs), 1)
+    own = list(run_fabmeter(PeerRun(transports=("verbs",), rdma=Rdma(cm="rdma_cm")), "/no/engine", "", None))
+    assert own and all(r["type"] == "skipped" and "on loopback" in r["reason"] for r in own)
+
+
+def test_cm_listens_reads_the_kernels_cm_ids():
+    """`rdma -j res show cm_id` as recorded in the Soft-RoCE guest while `ib_send_lat -R` (pid 141) listened
+    on port 19555: its wildcard listener shows once per device, the port in src-addr."""
+    shown = recorded("rdma-res-show-cm_id-rxe.json")
+    assert base.cm_listens(shown, 19555, 141)
+    assert not base.cm_listens(shown, 1955, 141) and not base.cm_listens(shown, 19556, 141)
+    assert not base.cm_listens(shown, 19555, 142)   # another process's listener on the port
+    assert not base.cm_listens(shown.replace('"LISTEN"', '"ADDR_BOUND"'), 19555, 141)
+    assert not base.cm_listens("[]", 19555, 141) and not base.cm_listens("Failed to open", 19555, 141)
+
+
+def test_wait_for_an_rdma_cm_listener(tmp_path, monkeypatch):
+    """The wait asks iproute2's rdma for this server's listener on the port (src-port and pid filters), and
+    without rdma the case is skipped with what to install."""
+    fake = tmp_path / "rdma"
+    fake.write_text('#!/bin/sh\n[ -e "$0.ready" ] || { echo "[]"; exit 0; }\n'
+                    'echo "[{\\"state\\":\\"LISTEN\\",\\"pid\\":$8,\\"src-addr\\":\\"0.0.0.0:$6\\"}]"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    server = base.Process(["sleep", "30"])
+    try:
+        with pytest.raises(PeerError, match="did not listen on rdma_cm port 4791"):
+            base.wait_until_bound(server, "rdma_cm", 4791, timeout=0.3)
+        (tmp_path / "rdma.ready").touch()
+        base.wait_until_bound(server, "rdma_cm", 4791, timeout=30)
+    finally:
+        server.stop()
+        server.close()
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    with pytest.raises(Unsupported, match="apt-get install iproute2"):
+        base.cm_listening(4791, 1)
+
 def test_ucx_perftest_parse():
     lat = only(ucx.parse(recorded("ucx_perftest-lat-shm.txt"), Case("lat", "shm")))
     assert lat["latency_ns"] == {"p50": 458.0, "mean": 15366.0} and lat["iterations"] == 20000
@@ -387,6 +468,9 @@ def test_missing_tool_is_skipped_with_one_line(tmp_path):
     (["--bw-size", "64KiB"], "--bw-size: expected a non-negative integer (K/M/G/T suffixes: 64K = 65,536)"),
     (["--iters", "0"], "--iters must be at least 1"),
     (["--rate", "0"], "--rate must be between 1 and 10000000 per second"),
+    (["--cm", "rdma_cm", "--service", "uc"], "--cm rdma_cm: rdma_cm cannot connect UC"),
+    (["--cm", "rdma_cm", "--mtu", "1024"], "--mtu needs --cm raw"),
+    (["--cm", "rdma_cm", "--gid-index", "1"], "--gid-index needs --cm raw"),
 ])
 def test_bad_arguments(args, message):
     r = _cli(*args)

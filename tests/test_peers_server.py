@@ -83,8 +83,10 @@ REFUSED = {
     "bidir on a latency test": ({"tool": "ib_send_lat", "bidir": True}, "takes no argument 'bidir'"),
     "a flag as a number": ({"tool": "ib_send_bw", "bidir": 1}, "true or false"),
     "inline over the bound": ({"tool": "ib_send_lat", "inline": 4096}, "out of range"),
-    "rdma_cm, which perftest's readiness cannot be seen by": ({"tool": "ib_send_lat", "rdma_cm": True},
-                                                               "takes no argument 'rdma_cm'"),
+    "rdma_cm over UC, which perftest -R refuses": ({"tool": "ib_send_lat", "conn": "UC", "cm": "rdma_cm"},
+                                                    "rdma_cm cannot connect UC"),
+    "a connection manager perftest lacks": ({"tool": "ib_send_bw", "cm": "ucx"}, "cm must be one of raw, rdma_cm"),
+    "cm for a socket tool": ({"tool": "sockperf", "proto": "tcp", "cm": "rdma_cm"}, "takes no argument 'cm'"),
     "not an object": ('["sockperf", "server"]', "a JSON object"),
 }
 

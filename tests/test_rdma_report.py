@@ -5,6 +5,7 @@ perftest prints (read and atomics not halved)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -598,3 +599,42 @@ def test_a_hop_case_needs_both_round_trips_and_their_difference(tmp_path):
     assert problems and "not through" in problems[0]
     problems, _ = case("hopfailed", 60000.0, hop_rc="1")
     assert problems and problems[0].startswith("the hop exited 1")
+
+
+def test_a_peers_case_over_rdma_cm_needs_perftest_to_have_run_it_so(tmp_path):
+    """`fabmeter peers --server ... --cm rdma_cm` in the guest: perftest's banner must say rdma_cm QPs (its point's
+    cm) for every test, as for the other knobs; and a run of selected cases (FM_RDMA_CASES) owes no fault section."""
+    m = report_module()
+    name = "peers-server-rdma-cm-ud"
+    (tmp_path / f"{name}.cmd").write_text(
+        "fabmeter peers --server --transports verbs --out /r --tools perftest -n 200 --duration 2 "
+        "--bw-size 512 --service ud --cm rdma_cm --tests ib_send_lat,ib_send_bw\n")
+    (tmp_path / f"{name}.rc").write_text("0\n")
+    (tmp_path / f"{name}.left").write_text("")
+
+    def points(cm):
+        common = {"type": "point", "service": "UD", "cm": cm, "cpu": {"server": {"window_s": 4.7}}}
+        return [{**common, "variant": "ib_send_lat", "experiment": "lat", "latency_ns": {"p50": 134880.0},
+                 "server_command": ["/usr/bin/ib_send_lat", "-c", "UD", "-R"]},
+                {**common, "variant": "ib_send_bw", "experiment": "bw", "gbps": 0.010237, "iterations": 5000,
+                 "tool_cpu": {"cpu_util_pct": 57.3}, "server_command": ["/usr/bin/ib_send_bw", "-c", "UD", "-R"]}]
+
+    (tmp_path / f"{name}.out").write_text("".join(json.dumps(p) + "\n" for p in points("rdma_cm")))
+    assert m.check_peers_server(str(tmp_path), name)[0] == []
+    (tmp_path / f"{name}.out").write_text("".join(json.dumps(p) + "\n" for p in points("raw")))
+    problems, _ = m.check_peers_server(str(tmp_path), name)
+    assert len(problems) == 2 and all("'cm': 'rdma_cm'" in p for p in problems), problems
+
+    out = tmp_path / "out"
+    raw = out / "raw"
+    raw.mkdir(parents=True)
+    for f in tmp_path.glob(f"{name}.*"):
+        (raw / f.name).write_bytes(f.read_bytes())
+    (raw / f"{name}.out").write_text("".join(json.dumps(p) + "\n" for p in points("rdma_cm")))
+    (raw / "_finished").write_text("1\n")
+    script = REPO / "rdma" / "test_rdma_report.py"
+    whole = subprocess.run(["python3", str(script), str(out)], capture_output=True, text=True)
+    assert whole.returncode == 1 and "FAIL faults: the guest ran no fault section" in whole.stdout
+    (raw / "_selected").write_text("^peers-server-rdma-cm\n")
+    some = subprocess.run(["python3", str(script), str(out)], capture_output=True, text=True)
+    assert some.returncode == 0 and "only the cases matching '^peers-server-rdma-cm' ran" in some.stdout, some.stdout

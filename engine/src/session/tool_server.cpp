@@ -41,6 +41,7 @@ constexpr const char* kToolPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin
 constexpr int64_t kReadyTimeoutNs = 20'000'000'000;  // a perftest server opens its device first (slow under TCG)
 constexpr int kPollMs = 50;
 constexpr int64_t kTermGraceNs = 1'000'000'000;      // SIGTERM, then SIGKILL to the group
+constexpr int64_t kCmShowNs = 5'000'000'000;         // one `rdma res show` (a second or more under TCG)
 constexpr size_t kKeptOutput = 4096;                  // the tool's last output, for a reason
 constexpr size_t kMaxOutputLine = 300;
 constexpr uint32_t kByeTimeoutMs = 5000;
@@ -53,7 +54,7 @@ bool is_perftest(std::string_view t) { return t.rfind("ib_", 0) == 0; }
 std::vector<std::string_view> keys_of(std::string_view tool) {
   if (tool == "sockperf") return {"proto"};
   if (!is_perftest(tool)) return {};
-  std::vector<std::string_view> k{"iters", "duration_s", "conn", "device", "ib_port", "gid_index", "mtu"};
+  std::vector<std::string_view> k{"iters", "duration_s", "conn", "device", "ib_port", "gid_index", "mtu", "cm"};
   if (tool.rfind("ib_atomic_", 0) != 0) k.push_back("size");
   if (tool.rfind("ib_send_", 0) == 0 || tool.rfind("ib_write_", 0) == 0) k.push_back("inline");
   if (tool.ends_with("_bw")) k.push_back("bidir");
@@ -147,6 +148,16 @@ bool bound(const char* proto, uint16_t port) {
     }
   }
   return false;
+}
+
+// A trusted executable of that name in kToolDirs, by its resolved path; "" if none.
+std::string trusted_tool(const std::string& name) {
+  for (const char* dir : kToolDirs) {
+    const TrustedFile file(std::string(dir) + "/" + name);
+    struct stat st {};
+    if (file.refused().empty() && fstat(file.fd(), &st) == 0 && (st.st_mode & S_IXUSR)) return file.path();
+  }
+  return "";
 }
 
 // The tool's processes: a group of their own, led by the binary we started.
@@ -251,6 +262,8 @@ class ToolProcess {
 
   pid_t pid() const { return pid_; }
   bool ended() const { return ended_; }
+  bool reading() const { return out_ >= 0; }
+  const std::string& output() const { return output_; }
   int status() const { return status_; }
   double user_s() const { return user_s_; }
   double system_s() const { return system_s_; }
@@ -284,6 +297,21 @@ class ToolProcess {
   double user_s_ = 0, system_s_ = 0;
   std::string output_;
 };
+
+// Whether process `pid` holds an rdma_cm listener on `port` (perftest -R opens no
+// socket /proc/net would show): the kernel's cm_ids as iproute2's rdma lists them.
+bool cm_listening(const std::string& rdma, pid_t pid, uint16_t port) {
+  ToolProcess show({rdma, "-j", "res", "show", "cm_id", "src-port", std::to_string(port), "pid", std::to_string(pid)}, -1);
+  const int64_t by = monotonic_ns() + kCmShowNs;
+  while ((show.pump(kPollMs) || show.reading()) && monotonic_ns() < by) {
+  }
+  const json ids = json::parse(show.output(), nullptr, false);
+  return ids.is_array() && std::any_of(ids.begin(), ids.end(), [&](const json& id) {
+           const json addr = id.is_object() ? id.value("src-addr", json()) : json();  // ADDRESS:PORT
+           return addr.is_string() && addr.get<std::string>().ends_with(":" + std::to_string(port)) &&
+                  id.value("state", json()) == json("LISTEN") && id.value("pid", json()) == json(pid);
+         });
+}
 
 std::string end_frame(const ToolProcess& tool, const std::string& why) {
   json end{{"end", true}, {"why", why}, {"user_s", tool.user_s()}, {"system_s", tool.system_s()},
@@ -369,8 +397,11 @@ ToolRequest decode_tool_request(std::string_view text) {
       r.inline_size = static_cast<uint32_t>(whole(v, key, 0, kMaxInline));
     } else if (key == "bidir") {
       r.bidir = flag(v, key);
+    } else if (key == "cm") {
+      r.cm = one_of(v, key, {"raw", "rdma_cm"});
     }
   }
+  if (r.cm == "rdma_cm" && r.conn == "UC") usage_error("tool request: rdma_cm cannot connect UC (perftest -R refuses it)");
   if (r.tool == "sockperf" && r.proto.empty()) usage_error("tool request: sockperf needs proto (tcp or udp)");
   if (r.iters && r.duration_s) usage_error("tool request: iters or duration_s, not both (perftest's -n or -D)");
   return r;
@@ -395,6 +426,7 @@ std::vector<std::string> tool_argv(const ToolRequest& r, const std::string& bina
   if (r.mtu) a.insert(a.end(), {"-m", std::to_string(r.mtu)});
   if (r.inline_size) a.insert(a.end(), {"-I", std::to_string(r.inline_size)});
   if (r.bidir) a.push_back("-b");
+  if (r.cm == "rdma_cm") a.push_back("-R");
   if (r.size) a.insert(a.end(), {"-s", std::to_string(r.size)});
   if (r.iters) a.insert(a.end(), {"-n", std::to_string(r.iters)});
   if (r.duration_s) a.insert(a.end(), {"-D", std::to_string(r.duration_s)});
@@ -411,13 +443,12 @@ std::string check_tool(const ToolRequest& r, const ServerOptions& o) {
     if (::stat(("/sys/class/infiniband/" + r.device).c_str(), &st) != 0)
       usage_error("tool request: no RDMA device '" + r.device + "' on this server");
   }
+  if (r.cm == "rdma_cm" && trusted_tool("rdma").empty())
+    usage_error("tool request: rdma_cm: this server sees perftest's listener with iproute2's rdma, not installed here");
   // Only a trusted file (fabmeter/trust.hpp), run by its resolved path: that
   // path's directories are trusted too, so nobody else can swap it before exec.
-  for (const char* dir : kToolDirs) {
-    const TrustedFile file(std::string(dir) + "/" + r.tool);
-    struct stat st {};
-    if (file.refused().empty() && fstat(file.fd(), &st) == 0 && (st.st_mode & S_IXUSR)) return file.path();
-  }
+  const std::string binary = trusted_tool(r.tool);
+  if (!binary.empty()) return binary;
   usage_error(r.tool + " is not installed on this server (looked in /usr/local/sbin, /usr/local/bin, /usr/sbin, "
               "/usr/bin, /sbin, /bin)");
 }
@@ -427,6 +458,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
   const uint16_t port = pick_port(addr);
   const std::vector<std::string> args = tool_argv(r, binary, addr, port);
   const char* proto = r.proto == "udp" ? "udp" : "tcp";
+  const std::string rdma = r.cm == "rdma_cm" ? trusted_tool("rdma") : "";  // check_tool found it
   const int64_t deadline = monotonic_ns() + int64_t{r.lifetime_s} * 1'000'000'000;
   ToolProcess tool(args, o.cpu);
   std::string why;
@@ -437,7 +469,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
     bool ready = false;
     while (!ready && tool.pump(kPollMs) && monotonic_ns() < ready_by && !stop_requested()) {
       watch.check("the tool's client");
-      ready = bound(proto, port);
+      ready = rdma.empty() ? bound(proto, port) : cm_listening(rdma, tool.pid(), port);
     }
     if (ready) {
       ctrl.send(CtrlType::exchange, json{{"ready", true}, {"port", port}, {"argv", args}}.dump());

@@ -48,6 +48,7 @@ struct ToolRequest {
   uint32_t mtu = 0;             // perftest -m (0: its default)
   uint32_t inline_size = 0;     // perftest -I (0: its default); send and write tests
   bool bidir = false;           // perftest -b; bw tests
+  std::string cm;               // perftest: rdma_cm connects with -R ("" or raw: its own socket)
   uint32_t lifetime_s = kDefaultToolLifetimeS;
 };
 

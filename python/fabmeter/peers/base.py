@@ -9,8 +9,10 @@ An adapter is a subclass of `Peer` in its own module that says
   ("server") or the client ("client"), CPU pinning and environment
   included (`pinned()`, `with_env()`), so the recorded command line is the
   one that ran,
-- `listens(case)`: "tcp" or "udp", how to tell that the server is ready
-  (its socket on `port` shows up in /proc/net: nothing connects to it early),
+- `listens(case, params)`: "tcp", "udp" or "rdma_cm", how to tell that the
+  server is ready (its socket on `port` shows up in /proc/net; an rdma_cm
+  listener, which no socket table shows, in the kernel's cm_ids as
+  iproute2's `rdma res show cm_id` lists them: nothing connects to it early),
 - `parse(text, case)`: the client's output -> point dicts in fabmeter's
   schema (`point()` builds the common keys),
 - `request(case, params)`: what to ask a remote `fabmeter serve` for when
@@ -102,11 +104,24 @@ class Rdma:
     service: str = "rc"                   # rc | uc | ud (perftest -c)
     inline: int = 0                       # bytes sent inline (perftest -I); 0: none asked for
     mtu: int = 0                          # path MTU (perftest -m); 0: the port's active MTU
+    cm: str = "raw"                       # raw (QP numbers over a socket) | rdma_cm (perftest -R)
 
     @property
     def knobs_set(self) -> bool:
-        """Whether any verbs knob differs from what a tool does by itself (RC, no inline, the port's MTU)."""
-        return self.service != "rc" or self.inline != 0 or self.mtu != 0
+        """Whether any verbs knob differs from what a tool does by itself (RC, no inline, the port's MTU, raw)."""
+        return self.service != "rc" or self.inline != 0 or self.mtu != 0 or self.cm != "raw"
+
+    def cm_conflict(self) -> Optional[str]:
+        """Why the knobs cannot go with rdma_cm (fabmeter's verbs and perftest -R alike), or None."""
+        if self.cm != "rdma_cm":
+            return None
+        if self.service == "uc":
+            return "rdma_cm cannot connect UC (perftest -R refuses it); --service uc needs --cm raw"
+        if self.mtu and self.service != "ud":
+            return "with rdma_cm the route decides the path MTU (perftest -R applies no -m); --mtu needs --cm raw"
+        if self.gid_index is not None:
+            return "rdma_cm uses the GID of the address it binds (perftest -R sets no -x); --gid-index needs --cm raw"
+        return None
 
 
 @dataclass(frozen=True)
@@ -236,9 +251,35 @@ class Process:
         self._log.close()
 
 
+def cm_listens(shown: str, port: int, pid: int) -> bool:
+    """Does `rdma -j res show cm_id` (its JSON: shown) list an rdma_cm listener of process `pid` on `port`?
+    (A wildcard listener shows once per device, its "src-addr" ADDRESS:PORT.)"""
+    try:
+        ids = json.loads(shown)
+    except ValueError:
+        return False
+    return isinstance(ids, list) and any(isinstance(i, dict) and i.get("state") == "LISTEN" and i.get("pid") == pid
+                                         and str(i.get("src-addr")).rpartition(":")[2] == str(port) for i in ids)
+
+
+def cm_listening(port: int, pid: int) -> bool:
+    """Does process `pid` listen with rdma_cm on `port`? The kernel's cm_ids (iproute2's rdma tool, netlink):
+    an rdma_cm listener opens no socket that /proc/net would show."""
+    rdma = shutil.which("rdma")
+    if rdma is None:
+        raise Unsupported("rdma_cm: iproute2's rdma, which shows the server's listener, is not installed "
+                          "(apt-get install iproute2)")
+    try:
+        res = subprocess.run([rdma, "-j", "res", "show", "cm_id", "src-port", str(port), "pid", str(pid)],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return cm_listens(res.stdout, port, pid)
+
+
 def wait_until_bound(server: Process, proto: str, port: int, timeout: float = SERVER_START_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
-    while not bound(proto, port):
+    while not (cm_listening(port, server.proc.pid) if proto == "rdma_cm" else bound(proto, port)):
         if not server.running():
             raise PeerError(f"server exited {server.proc.returncode} before listening: {server.last_line()}")
         if time.monotonic() > deadline:
@@ -264,7 +305,7 @@ class Peer:
     def version(self) -> Optional[str]:
         raise NotImplementedError
 
-    def listens(self, case: Case) -> str:
+    def listens(self, case: Case, params: PeerRun) -> str:
         return "tcp"
 
     def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
@@ -337,8 +378,8 @@ class Peer:
             raise Unsupported(f"{self.tool} measures one direction at a time (--bidir)")
         if (case.transport == "verbs" and params.rdma is not None and params.rdma.knobs_set
                 and not self.verbs_knobs):
-            raise Unsupported(f"{self.tool} takes none of --service, --inline, --mtu (its RDMA tests name "
-                              "their service)")
+            raise Unsupported(f"{self.tool} takes none of --service, --inline, --mtu, --cm (its RDMA tests name "
+                              "their service and how they connect)")
 
     def run_case(self, case: Case, params: PeerRun) -> list[dict]:
         """One case, the one entry point for every caller: its knobs checked (Unsupported), then measured by
@@ -359,7 +400,7 @@ class Peer:
         server_cpu0 = cpu_cost.read(server.proc.pid, pinned_cpus[1:])
         client: Optional[Process] = None
         try:
-            wait_until_bound(server, self.listens(case), port)
+            wait_until_bound(server, self.listens(case, params), port)
             client = Process(client_cmd)
             client_cpu0 = cpu_cost.read(client.proc.pid, pinned_cpus[:1])
             placed = self.started(case, params, client)

@@ -109,6 +109,10 @@ OPTIONS = (
                             "tests) (default: %(default)s)", metavar="N", type=byte_size, default=0),
     CommandOption("mtu", "verbs: path MTU, 256 .. 4096, perftest -m and fabmeter's --mtu (default: the port's active "
                          "MTU)", metavar="BYTES", type=int, choices=(256, 512, 1024, 2048, 4096)),
+    CommandOption("cm", "verbs: how perftest and fabmeter connect their queue pairs: raw, QP numbers over a socket "
+                        "(perftest's own way), or rdma_cm (perftest -R; RC and UD, without --mtu but for UD, and "
+                        "without --gid-index: the route decides) (default: %(default)s)", metavar="HOW",
+                  choices=("raw", "rdma_cm"), default="raw"),
     CommandOption("bidir", "bw: both ends send at once, perftest -b (it reports the sum of both directions) and "
                            "fabmeter's --bidir; tools that measure one direction are skipped", flag=True),
     CommandOption("tests", "verbs: only these of the tools' tests, comma-separated (perftest's binaries such as "
@@ -165,7 +169,9 @@ def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine
     if not 1 <= ns.rate <= 10_000_000:   # fabmeter load's bounds
         raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
     rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index,
-                service=ns.service, inline=ns.inline, mtu=ns.mtu or 0)
+                service=ns.service, inline=ns.inline, mtu=ns.mtu or 0, cm=ns.cm)
+    if rdma.cm_conflict():
+        raise FabmeterError(f"--cm rdma_cm: {rdma.cm_conflict()}", EXIT_USAGE)
     return PeerRun(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
                   cpus=tuple(cpus) if cpus else None, transports=transports,
                   raw_dir=out / "peers-raw" if out else None, server=ns.server, token_file=ns.token_file,
@@ -182,6 +188,11 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
             continue
         if params.server is not None and transport == "shm":
             continue
+        if transport == "verbs" and params.rdma is not None and params.rdma.cm == "rdma_cm" and params.server is None:
+            yield {"type": "skipped", "peer": False, "tool": "fabmeter", "experiment": experiment, "transport": transport,
+                   "poll": poll, "reason": "--cm rdma_cm on one host: fabmeter's control connection is on loopback, "
+                                          "where rdma_cm finds no RDMA device (run it with --server)"}
+            continue
         message = params.bw_size if experiment == "bw" else params.size
         if experiment == "load":   # sockperf under-load's schedule: a send every 1/rate
             options = {"transport": transport, "poll": poll, "rate": [params.rate], "arrivals": "fixed",
@@ -190,9 +201,9 @@ def run_fabmeter(params: PeerRun, engine: Optional[str], problem: str, out: Opti
             options = {"transport": transport, "poll": poll, "size": message, "iters": params.iters}
         if experiment == "bw" and params.bidir:
             options["bidir"] = True
-        if transport == "verbs" and params.rdma is not None:   # perftest's knobs and its raw QP exchange, alike
+        if transport == "verbs" and params.rdma is not None:   # perftest's knobs and its QP exchange, alike
             rdma = params.rdma
-            options.update(service=rdma.service, cm="raw", **({"inline": rdma.inline} if rdma.inline else {}),
+            options.update(service=rdma.service, cm=rdma.cm, **({"inline": rdma.inline} if rdma.inline else {}),
                            **({"mtu": rdma.mtu} if rdma.mtu else {}))
         folder = out / "fabmeter" / f"{experiment}-{transport}-{poll}" if out else None
         spec = run.RunSpec(experiment, options, cpus=params.cpus, out=folder, engine=engine, server=params.server,

@@ -2,9 +2,24 @@
 and ib_atomic_{lat,bw}; RC unless --service says UC (send, write) or UD
 (send), with fabmeter's --inline (-I: send and write), --mtu (-m) and, for
 the bw tools, --bidir (-b: both ends send at once, and perftest reports
-the sum of both directions); QPs connected perftest's way (their numbers
-over a socket: fabmeter's --cm raw). perftest's -R (rdma_cm) listens on no
-socket a server's readiness could be seen by, so it is not offered.
+the sum of both directions). QPs connected perftest's way (their numbers
+over its socket: fabmeter's --cm raw) or, with --cm rdma_cm, by rdma_cm
+(-R: RC and UD; the devices, the path MTU and the GID follow the
+addresses, so UC, --mtu but for UD, and --gid-index are refused, as
+fabmeter's verbs refuses them: Rdma.cm_conflict).
+
+The server is ready when it listens. perftest -R opens no socket at all
+(its own handshake runs over an rdma_cm connection too: rdma_bind_addr and
+rdma_listen on the port), and a client that comes early is rejected and
+exits (perftest 4.5's rdma_client_connect retries address and route
+errors only). So readiness is the kernel's own view: the server's process
+holding a cm_id in state LISTEN on the port, as iproute2's `rdma res show
+cm_id` lists it (netlink; the `fabmeter serve` that runs a remote server
+side looks the same way). Retrying the client while it says it found no
+listener would also work, but each try costs a client start and the
+"rejected" it would key on is not only a missing listener's. rdma_cm
+follows addresses, so a client on the server's host connects to the
+server device's address (device_address), not to loopback.
 
 What perftest reports: the lat tools (-n iterations) print t_min, t_max,
 t_typical (the median), t_avg, t_stdev and the 99 % and 99.9 % percentiles
@@ -25,6 +40,7 @@ have it. Local runs need an RDMA device here (--device, --server-device).
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import shutil
@@ -34,6 +50,7 @@ from typing import Optional
 from fabmeter.peers.base import (Case, PeerRun, Peer, PeerError, Rdma, Unsupported, percentile_key, pinned, point,
                                  probe_version, us_to_ns)
 
+SYSFS_IB = Path("/sys/class/infiniband")
 OPS = ("send", "write", "read", "atomic")
 ONE_SIDED = ("read", "atomic")
 NOTE_LAT = ("perftest {tool} -n ITERS, {conn}: t_typical is the median, percentiles and mean over every iteration, "
@@ -64,6 +81,21 @@ def _ran(text: str) -> dict:
     if re.search(r"^\s*\S.*Bidirectional.*Test\s*$", text, re.M):
         ran["bidir"] = True
     return ran
+
+
+def device_address(device: Optional[str]) -> str:
+    """The IPv4 address of an RDMA device here (its first IPv4-mapped GID): where a client on the same host
+    connects with rdma_cm, which follows addresses (loopback's leads to no RDMA device)."""
+    if device is None:
+        raise Unsupported("--cm rdma_cm on one host needs --server-device: the client connects to its address")
+    for gid in sorted((SYSFS_IB / device / "ports").glob("*/gids/*")):
+        try:
+            mapped = ipaddress.IPv6Address(gid.read_text().strip()).ipv4_mapped
+        except (OSError, ValueError):
+            continue
+        if mapped is not None and not mapped.is_unspecified:
+            return str(mapped)
+    raise Unsupported(f"--cm rdma_cm: the RDMA device {device} has no IPv4 address (GID) here to connect to")
 
 
 def _columns(header: str) -> list[str]:
@@ -97,6 +129,8 @@ class Perftest(Peer):
         for key in ("inline", "mtu", "bidir"):
             if knobs[key]:
                 req[key] = knobs[key]
+        if knobs["cm"] == "rdma_cm":
+            req["cm"] = "rdma_cm"
         if rdma.server_device:
             req["device"] = rdma.server_device
         if rdma.gid_index is not None:
@@ -105,26 +139,33 @@ class Perftest(Peer):
             req["ib_port"] = rdma.ib_port
         return req
 
+    def listens(self, case: Case, params: PeerRun) -> str:
+        return "rdma_cm" if self.knobs(case, params)["cm"] == "rdma_cm" else "tcp"
+
     @staticmethod
     def knobs(case: Case, params: PeerRun) -> dict:
-        """What --service, --inline, --mtu and --bidir ask of this test, as perftest takes them; a test that
-        cannot do what is asked is skipped (Unsupported) with perftest's own rule."""
+        """What --service, --inline, --mtu, --cm and --bidir ask of this test, as perftest takes them; a test
+        that cannot do what is asked is skipped (Unsupported) with perftest's own rule."""
         rdma = params.rdma or Rdma()
         op = case.variant[3:].rsplit("_", 1)[0]
         conn = rdma.service.upper()
+        why = rdma.cm_conflict()
+        if why:
+            raise Unsupported(f"perftest {case.variant}: {why}")
         if conn != "RC" and not (op == "send" or (op == "write" and conn == "UC")):
             raise Unsupported(f"perftest {case.variant} runs over RC only (UC: send and write; UD: send)")
         if rdma.inline and op not in ("send", "write"):
             raise Unsupported(f"perftest {case.variant}: --inline applies to send and write only")
-        return {"conn": conn, "inline": rdma.inline, "mtu": rdma.mtu, "bidir": params.bidir and case.experiment == "bw"}
+        return {"conn": conn, "inline": rdma.inline, "mtu": rdma.mtu, "cm": rdma.cm,
+                "bidir": params.bidir and case.experiment == "bw"}
 
     @staticmethod
     def seconds(params: PeerRun) -> int:
         return max(1, math.ceil(params.duration))
 
     def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
-        if params.server is None and not any(Path("/sys/class/infiniband").glob("*")):
-            raise Unsupported("no RDMA device on this host (/sys/class/infiniband)")
+        if params.server is None and not any(SYSFS_IB.glob("*")):
+            raise Unsupported(f"no RDMA device on this host ({SYSFS_IB})")
         rdma = params.rdma
         device = (rdma.client_device if role == "client" else rdma.server_device) if rdma else None
         knobs = self.knobs(case, params)
@@ -135,6 +176,8 @@ class Perftest(Peer):
             argv += ["-m", str(knobs["mtu"])]
         if knobs["bidir"]:
             argv.append("-b")
+        if knobs["cm"] == "rdma_cm":
+            argv.append("-R")
         if device:
             argv += ["-d", device]
         if rdma is not None and rdma.ib_port is not None:
@@ -150,7 +193,8 @@ class Perftest(Peer):
             if role == "client":
                 argv += ["--cpu_util", "--report_gbits"]
         if role == "client":
-            argv.append(params.host)
+            local_cm = params.server is None and knobs["cm"] == "rdma_cm"
+            argv.append(device_address(rdma.server_device) if local_cm else params.host)
         return pinned(argv, params.client_cpu if role == "client" else params.server_cpu)
 
     def parse(self, text: str, case: Case) -> list[dict]:

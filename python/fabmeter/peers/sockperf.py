@@ -70,7 +70,7 @@ class Sockperf(Peer):
     def version(self) -> Optional[str]:
         return probe_version(("sockperf", "--version"), r"version (\S+)")
 
-    def listens(self, case: Case) -> str:
+    def listens(self, case: Case, params: PeerRun) -> str:
         return case.transport
 
     def command(self, role: str, case: Case, params: PeerRun, port: int) -> list[str]:
