@@ -24,7 +24,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/histogram.hpp"
 #include "fabmeter/params.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/stamped_udp.hpp"
@@ -450,7 +450,7 @@ const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Heade
 
 // The other end's count at the end of a point (how many it sent), checked.
 inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_MAX) {
-  return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
+  return parse_remote_u64(ctrl.recv(CtrlType::end_point, what), what, max);
 }
 
 // The receiving end of a one-way point (oneway, stream, check): hands each

@@ -15,8 +15,8 @@
 #include "session/session_common.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/handshake.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/signals.hpp"
@@ -224,7 +224,7 @@ HopRequest decode_hop_request(std::string_view line) {
   };
   if (!j.is_object()) usage_error("the hop request is not a JSON object");
   for (const auto& [key, value] : j.items())
-    if (key != "to" && key != "hop_transport") usage_error("the hop request names an unknown key '" + peer_excerpt(key) + "'");
+    if (key != "to" && key != "hop_transport") usage_error("the hop request names an unknown key '" + remote_excerpt(key) + "'");
   HopRequest r{text("to"), text("hop_transport")};
   if (r.to.empty()) usage_error("the hop request names no server (to)");
   return r;

@@ -17,7 +17,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
 

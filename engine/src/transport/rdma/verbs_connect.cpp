@@ -8,7 +8,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/rdma/verbs.hpp"
 #include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
@@ -193,7 +193,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_ack_cm_event(ev);
   } else {
     if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
-    const uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
+    const uint16_t port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
     sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)
