@@ -87,11 +87,11 @@ TEST(Ctrl, FailIsARuntimeErrorOnOneLine) {
 
 // A wait outside recv() ends when the peer's channel closes, or when it
 // stays silent past the heartbeat bound; heartbeats keep it going.
-TEST(PeerWatch, EndsOnCloseAndOnSilence) {
+TEST(RemoteWatch, EndsOnCloseAndOnSilence) {
   {
     Pair p;
     fm::Ctrl c(p.sv[0], 1000);
-    fm::PeerWatch watch(c);
+    fm::RemoteWatch watch(c);
     EXPECT_NO_THROW(watch.check("test"));
     ::close(p.sv[1]);
     p.sv[1] = ::open("/dev/null", O_WRONLY);  // the destructor's close has something to close
@@ -100,7 +100,7 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
   c.expect_heartbeats(100);
-  fm::PeerWatch watch(c);
+  fm::RemoteWatch watch(c);
   usleep(150'000);
   p.put(header(0, fm::CtrlType::heartbeat));
   EXPECT_NO_THROW(watch.check("test"));  // silent for 150 ms, but the beat counts from now
@@ -187,11 +187,11 @@ TEST(Heartbeat, ItsThreadHoldsTheControlSocketAloneAndDropsItBeforeTheClose) {
 // A message the waiting side has not read yet holds back the heartbeats
 // queued behind it; the peer is not silent for that (a tcp data connection
 // whose last ACK was lost: the client, connected, already sent its barrier).
-TEST(PeerWatch, AMessageWaitingIsNotSilence) {
+TEST(RemoteWatch, AMessageWaitingIsNotSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
   c.expect_heartbeats(100);
-  fm::PeerWatch watch(c);
+  fm::RemoteWatch watch(c);
   p.put(header(0, fm::CtrlType::barrier));
   p.put(header(0, fm::CtrlType::heartbeat));
   usleep(150'000);

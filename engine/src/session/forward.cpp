@@ -298,7 +298,7 @@ int forward_session(Ctrl& cc, const HopOpening& c, const ForwardOptions& o, cons
   std::string why;
   bool ok = false;
   JsonObj line;
-  line.add("event", "hop").add("client", cc.peer_addr()).add("from_transport", p.transport)
+  line.add("event", "hop").add("client", cc.remote_addr()).add("from_transport", p.transport)
       .add("to_transport", po.transport).add("to", o.to);
   try {
     const auto end_in = in->hop_end(pin, Role::server, cc, largest_message(p, caps_in));

@@ -267,7 +267,7 @@ struct Child {
   // series, its end line comes. Returns the run's exit code.
   int relay(Ctrl& ctrl) {
     bool stopping = false;
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     while ((pipes[0].open || pipes[1].open) && pipes[0].end_code < 0) {
       pollfd pfd[2] = {{pipes[0].open ? pipes[0].fd : -1, POLLIN, 0}, {pipes[1].open ? pipes[1].fd : -1, POLLIN, 0}};
       if (::poll(pfd, 2, kPollMs) < 0 && errno != EINTR) sys_error("relay: poll");

@@ -432,7 +432,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
   std::string why;
   bool stop_asked = false;
   try {
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const int64_t ready_by = std::min(deadline, monotonic_ns() + kReadyTimeoutNs);
     bool ready = false;
     while (!ready && tool.pump(kPollMs) && monotonic_ns() < ready_by && !stop_requested()) {
@@ -498,7 +498,7 @@ int run_tool_client(Ctrl& ctrl) {
     line.add("reason", remote_text(ready, "reason"));
   }
   emit_line(line);
-  PeerWatch watch(ctrl);
+  RemoteWatch watch(ctrl);
   std::string end_text;
   bool stdin_open = listening;
   while (stdin_open && !stop_requested()) {

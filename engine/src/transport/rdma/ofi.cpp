@@ -204,7 +204,7 @@ void OfiTransport::handshake(const Ctrl& ctrl) {
   static const std::byte hello[1]{};
   const uint32_t timeout_ms = ctrl.timeout_ms();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  PeerWatch watch(ctrl);  // a peer that died or froze is noticed, not waited for
+  RemoteWatch watch(ctrl);  // a peer that died or froze is noticed, not waited for
   auto check = [&](const char* what) {
     if (failure_) runtime_error(failure_);
     watch.check(who(ofi_) + " " + what);
@@ -271,7 +271,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
     uint32_t event = 0;
     // In slices: a peer that died or froze before its connect is noticed on
     // the control channel, not after the whole timeout.
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
     ssize_t rc;
     while ((rc = fi_eq_sread(eq_, &event, &entry, sizeof entry, kWaitSliceMs, 0)) == -FI_EAGAIN ||

@@ -151,7 +151,7 @@ rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_typ
   const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
   // rdma_cm never hears of a peer that died or froze before its connect: the
   // control channel (EOF, or no heartbeat for kSilenceMs) tells.
-  PeerWatch watch(ctrl);
+  RemoteWatch watch(ctrl);
   for (;;) {
     rdma_cm_event* ev;
     if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
@@ -194,10 +194,10 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   } else {
     if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
     const uint16_t port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
-    sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
+    sock::to_sockaddr(ctrl.remote_addr(), port, &dst);
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)
-      sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
+      sys_error("verbs: rdma_resolve_addr " + ctrl.remote_addr());
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
     phase("port swapped, rdma_resolve_addr");
     if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
@@ -209,7 +209,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   port_ = cm_id_->port_num;
   const std::string chosen = ibv_get_device_name(ctx_->device);
   if (!verbs_.device.empty() && verbs_.device != chosen)
-    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + verbs_.device +
+    usage_error("verbs: rdma_cm reaches " + ctrl.remote_addr() + " through " + chosen + ", not --device " + verbs_.device +
                 " (use --cm raw to choose the device yourself)");
   setup(max_msg);
   phase("PD, CQs and rings");

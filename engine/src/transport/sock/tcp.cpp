@@ -43,7 +43,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     ctrl.exchange(std::to_string(port), "tcp data port");
     // In slices: a client that died or froze before connecting is noticed
     // on the control channel, not after the whole timeout.
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
     for (pollfd pfd{lfd, POLLIN, 0}; ::poll(&pfd, 1, kWaitSliceMs) != 1;) {
       try {
