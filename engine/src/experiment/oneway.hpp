@@ -299,7 +299,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
 
 struct OnewayExperiment : ExperimentDefaults {
   static constexpr const char* name = "oneway";
-  static constexpr bool kPeerClock = true;
+  static constexpr bool kRemoteClock = true;
   static constexpr bool kFewerWarmupAboveFullSize = false;
   static constexpr bool kNumbersOnlyUnreliable = true;  // put_seq / get_seq
   static void validate(const Params& p) {

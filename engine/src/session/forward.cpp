@@ -54,7 +54,7 @@ class OwnDir {
 // other end (oneway, stream), whose receiver counts the messages against the
 // sender's count and waits for stragglers, so a message still in the hop
 // when a point's end is relayed arrives or is counted lost.
-bool one_way(const Params& p) { return experiment_for(p.experiment).peer_clock; }
+bool one_way(const Params& p) { return experiment_for(p.experiment).remote_clock; }
 
 // The hop's own checks of a client's session: what it can forward. One
 // message in flight (lat: a round trip), or messages one way.
@@ -92,7 +92,7 @@ void check_pair(const Params& in, const Caps& caps_in, const Params& out, const 
 // not the direct run's fit, and where the hop shares one end's host the two
 // ends would disagree on whether to probe at all.
 void check_clocks(const Params& p, const std::string& client_host, const std::string& server_host) {
-  if (!experiment_for(p.experiment).peer_clock || (client_host == host_id() && server_host == host_id())) return;
+  if (!experiment_for(p.experiment).remote_clock || (client_host == host_id() && server_host == host_id())) return;
   usage_error("the hop forwards " + p.experiment + " only with the client, the hop and the server on one host: " +
               "its figure is a stamp of the server's minus one of the client's, read on one clock; across hosts" +
               " the server's clock would be fitted through the hop, not as the direct run fits it");
