@@ -99,13 +99,13 @@ void check_clocks(const Params& p, const std::string& client_host, const std::st
 }
 
 // The parameters of the hop's own end of session `p`: it waits as the hop's
-// --poll says, but an end woken only by an event-mode peer (Caps::woken_by_peer)
-// waits as its session does, so that it wakes a sleeping peer; the hop can
-// sleep on it only where that peer wakes it.
+// --poll says, but an end woken only by an event-mode other end
+// (Caps::woken_by_remote) waits as its session does, so that it wakes a
+// sleeping other end; the hop can sleep on it only where that end wakes it.
 Params hop_side(Params p, const Caps& caps, Poll hop) {
-  const Poll mode = caps.woken_by_peer ? p.poll : hop;
-  if (caps.woken_by_peer && hop == Poll::event && p.poll == Poll::busy)
-    usage_error("the hop's --poll event on " + p.transport + " needs the client's --poll event: " + caps.woken_by_peer);
+  const Poll mode = caps.woken_by_remote ? p.poll : hop;
+  if (caps.woken_by_remote && hop == Poll::event && p.poll == Poll::busy)
+    usage_error("the hop's --poll event on " + p.transport + " needs the client's --poll event: " + caps.woken_by_remote);
   if (caps.busy_only && mode == Poll::event) usage_error("the hop's --poll event: " + std::string(caps.busy_only));
   p.poll = p.poll_recv = p.poll_send = mode;
   return p;
