@@ -232,7 +232,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   OnewayStamps s(total, c.caps.send_completions);
   s.no_send = no_send_stamp(t, p, size) ?: "";
   if (s.no_send.empty()) {
-    s.place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.peer_cpu, c.same_host);
+    s.place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.server_cpu, c.same_host);
     s.no_send = s.place.why;
     if (s.no_send.empty()) s.tt = std::make_unique<TimeThread>(clk, s.place.cpu);
   }
