@@ -33,8 +33,8 @@ class RecvRefill {
 class WriteCredits {
  public:
   // No slot of the peer's `slots` is free until it gives back more.
-  [[gnu::always_inline]] bool full(uint64_t peer_given_back, uint64_t slots) const {
-    return written_ - peer_given_back >= slots;
+  [[gnu::always_inline]] bool full(uint64_t remote_given_back, uint64_t slots) const {
+    return written_ - remote_given_back >= slots;
   }
   // The peer's slot for the next message.
   uint64_t slot() const { return slot_; }

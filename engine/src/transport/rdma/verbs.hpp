@@ -160,19 +160,19 @@ class VerbsTransport {
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
       // The peer's slot for this message must have been reposted (credits).
-      if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] return held_back();
+      if (credits_.full(remote_credit(), remote_.ring_slots)) [[unlikely]] return held_back();
       const uint32_t slot = static_cast<uint32_t>(credits_.slot());
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(slot);
-      wr.wr.rdma.remote_addr = peer_.ring_addr + slot * peer_.slot_size;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.remote_addr = remote_.ring_addr + slot * remote_.slot_size;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
     } else {
       wr.opcode = IBV_WR_SEND_WITH_IMM;
       wr.imm_data = htonl(len);
       if (ud_) {
         wr.wr.ud.ah = ah_;
-        wr.wr.ud.remote_qpn = peer_.qpn;
-        wr.wr.ud.remote_qkey = peer_.qkey;
+        wr.wr.ud.remote_qpn = remote_.qpn;
+        wr.wr.ud.remote_qkey = remote_.qkey;
       }
     }
     sge.length = len;
@@ -292,7 +292,7 @@ class VerbsTransport {
  private:
   // The peer's count of our messages it has read: the word its credit writes
   // set, or what its last plain write carried, whichever is further.
-  [[gnu::always_inline]] uint64_t peer_credit() const {
+  [[gnu::always_inline]] uint64_t remote_credit() const {
     return std::max(piggy_in_, __atomic_load_n(credit_in_, __ATOMIC_ACQUIRE));
   }
   // A credit due goes now, unless one of our writes may carry it soon: an
@@ -320,7 +320,7 @@ class VerbsTransport {
     }
     wr_ids_[posted_ & wr_mask_] = signaled ? wr_id : verbs::kNoReport;
     if (!submit(wr)) [[unlikely]] return false;
-    if (op_ != verbs::Op::send) credits_.wrote(peer_.ring_slots);
+    if (op_ != verbs::Op::send) credits_.wrote(remote_.ring_slots);
     return true;
   }
 
@@ -362,7 +362,7 @@ class VerbsTransport {
   // size is not fixed), ending where the peer's slot ends (inline if it fits).
   [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                                ibv_send_wr& wr, ibv_sge& sge) {
-    if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] {
+    if (credits_.full(remote_credit(), remote_.ring_slots)) [[unlikely]] {
       // No write of ours goes until the peer's credit comes, which may wait on
       // ours (--bidir): a due credit goes alone now, not after kPiggyWait polls.
       if (refill_.credit_due) post_credit();
@@ -372,7 +372,7 @@ class VerbsTransport {
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
     // The mark below overwrites the last byte on every lap, never the rest.
     fill_slot(src, buf, len, flags);
-    const uint8_t mark = verbs::lap_mark(credits_.written(), peer_.ring_slots);
+    const uint8_t mark = verbs::lap_mark(credits_.written(), remote_.ring_slots);
     uint32_t total = len;
     if (msg_size_) {
       if (len != msg_size_) [[unlikely]] {
@@ -400,8 +400,8 @@ class VerbsTransport {
       total += verbs::kTrailerBytes;
     }
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.wr.rdma.remote_addr = peer_.ring_addr + (slot + 1) * peer_.slot_size - total;
-    wr.wr.rdma.rkey = peer_.ring_rkey;
+    wr.wr.rdma.remote_addr = remote_.ring_addr + (slot + 1) * remote_.slot_size - total;
+    wr.wr.rdma.rkey = remote_.ring_rkey;
     sge.addr = reinterpret_cast<uintptr_t>(src);
     sge.length = total;
     sge.lkey = tx_mr_->lkey;
@@ -416,7 +416,7 @@ class VerbsTransport {
                                              ibv_sge& sge) {
     if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
-    const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
+    const uint64_t remote = remote_.ring_addr + (os_posted_ % remote_.ring_slots) * remote_.slot_size;
     // A read or atomic's answer lands in our slot; a passive write goes from our send slot.
     sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
     sge.lkey = rx_mr_->lkey;
@@ -428,16 +428,16 @@ class VerbsTransport {
       sge.lkey = tx_mr_->lkey;
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = remote;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
       if (goes_inline(len, flags)) wr.send_flags = IBV_SEND_INLINE;
     } else if (op_ == verbs::Op::read) {
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = remote;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
     } else {
       wr.opcode = op_ == verbs::Op::fadd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
       wr.wr.atomic.remote_addr = remote;
-      wr.wr.atomic.rkey = peer_.ring_rkey;
+      wr.wr.atomic.rkey = remote_.ring_rkey;
       wr.wr.atomic.compare_add = op_ == verbs::Op::fadd ? 1 : 0;
       wr.wr.atomic.swap = 0;  // compare 0, swap 0: always succeeds, the same work every time (as perftest)
     }
@@ -548,7 +548,7 @@ class VerbsTransport {
   void connect_cm(Ctrl& ctrl, uint64_t max_msg);
   rdma_cm_event* wait_cm_event(const Ctrl& ctrl, rdma_cm_event_type want, const char* what, uint32_t timeout_ms);
   void make_ah(const ibv_ah_attr& attr);
-  ibv_ah_attr ah_attr_to_peer() const;
+  ibv_ah_attr ah_attr_to_remote() const;
 
   const QueueOptions queue_;
   const RdmaOptions rdma_;
@@ -585,7 +585,7 @@ class VerbsTransport {
   uint32_t tx_slots_ = 1;
   ibv_mr* tx_mr_ = nullptr;
   ibv_ah* ah_ = nullptr;
-  verbs::EndpointInfo peer_{};
+  verbs::EndpointInfo remote_{};
   volatile uint64_t* credit_in_ = nullptr;  // written by the peer's RDMA writes
   std::vector<uint64_t> wr_ids_;            // caller's wr_id per SQ position
   uint64_t wr_mask_ = 0;

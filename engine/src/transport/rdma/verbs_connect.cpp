@@ -39,14 +39,14 @@ verbs::EndpointInfo VerbsTransport::local_info() const {
   return e;
 }
 
-ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
+ibv_ah_attr VerbsTransport::ah_attr_to_remote() const {
   ibv_ah_attr ah{};
-  ah.dlid = peer_.lid;
+  ah.dlid = remote_.lid;
   ah.port_num = static_cast<uint8_t>(port_);
   // RoCE always routes by GID; InfiniBand only when a GID index is asked for.
   if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || verbs_.gid_index >= 0) {
     ah.is_global = 1;
-    std::memcpy(ah.grh.dgid.raw, peer_.gid, 16);
+    std::memcpy(ah.grh.dgid.raw, remote_.gid, 16);
     ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
     ah.grh.hop_limit = 64;
   }
@@ -103,18 +103,18 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   phase("to INIT");
   after_qp_created(ia);  // posts the receives (allowed from INIT on)
 
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   phase("receives posted, endpoint info swapped");
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
   mask = IBV_QP_STATE;
   if (!ud_) {
-    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(peer_.active_mtu));
+    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(remote_.active_mtu));
     a.path_mtu = path_mtu_;
-    a.dest_qp_num = peer_.qpn;
-    a.rq_psn = peer_.psn;
-    a.ah_attr = ah_attr_to_peer();
+    a.dest_qp_num = remote_.qpn;
+    a.rq_psn = remote_.psn;
+    a.ah_attr = ah_attr_to_remote();
     mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (verbs_.service == "rc") {
       a.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
@@ -140,8 +140,8 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   phase("to RTS");
 
   if (ud_) {
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(ah_attr_to_peer());
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(remote_.active_mtu)));
+    make_ah(ah_attr_to_remote());
   }
 }
 
@@ -238,12 +238,12 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_ack_cm_event(ev);
     phase("rdma_connect to ESTABLISHED");
   }
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   if (ud_) {
     // The client has the address handle rdma_cm resolved; the server builds
     // one from the client's GID (a SIDR request carries no return path).
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_peer());
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(remote_.active_mtu)));
+    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_remote());
   } else {
     ibv_qp_attr a;
     ibv_qp_init_attr qa;
