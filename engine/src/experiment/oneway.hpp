@@ -123,7 +123,7 @@ Status oneway_send(T& t, Ctx& c, uint64_t size, uint64_t warmup, PayloadBuf& buf
       }
       if (st != Status::ok) break;
     }
-    // Long pauses in slices: the peer must keep hearing heartbeats.
+    // Long pauses in slices: the other end must keep hearing heartbeats.
     for (double left = p.oneway.pause_us; st == Status::ok && left > 0; left -= 5e5) {
       pause_for<P>(clk, std::min(left, 5e5));
       st = g.tick<1>(t);

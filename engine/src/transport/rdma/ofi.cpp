@@ -194,7 +194,7 @@ void OfiTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   else connect_connectionless(ctrl);
   if (write_) exchange_rma(ctrl);
   ctrl.barrier("ofi receives posted");
-  // rdm providers connect on the first message (rxm, rxd, shm map the peer
+  // rdm providers connect on the first message (rxm, rxd, shm map the other end
   // then): a ping-pong first, so no measured message waits for that. The
   // client alone starts it: both sending first would race two connections.
   if (ofi_.ep == "rdm") handshake(ctrl);
@@ -204,7 +204,7 @@ void OfiTransport::handshake(const Ctrl& ctrl) {
   static const std::byte hello[1]{};
   const uint32_t timeout_ms = ctrl.timeout_ms();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  RemoteWatch watch(ctrl);  // a peer that died or froze is noticed, not waited for
+  RemoteWatch watch(ctrl);  // an end that died or froze is noticed, not waited for
   auto check = [&](const char* what) {
     if (failure_) runtime_error(failure_);
     watch.check(who(ofi_) + " " + what);
@@ -269,7 +269,7 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
   eq_attr.wait_obj = FI_WAIT_UNSPEC;
   auto wait_event = [&](uint32_t expect, fi_eq_cm_entry& entry, const char* what) {
     uint32_t event = 0;
-    // In slices: a peer that died or froze before its connect is noticed on
+    // In slices: an end that died or froze before its connect is noticed on
     // the control channel, not after the whole timeout.
     RemoteWatch watch(ctrl);
     const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
@@ -392,7 +392,7 @@ void OfiTransport::open_domain_and_ep(fi_info* info) {
   fi_cq_attr cq{};
   cq.format = FI_CQ_FORMAT_DATA;
   // Event mode needs a wait that honours fi_cq_sread's timeout (so Ctrl-C
-  // and a lost peer are noticed): a file descriptor. Some providers' other
+  // and the other end's loss are noticed): a file descriptor. Some providers' other
   // wait objects (shm's FI_WAIT_UNSPEC yields in a loop) ignore it.
   cq.wait_obj = event_ ? FI_WAIT_FD : FI_WAIT_NONE;
   cq.size = std::max<size_t>(info->tx_attr->size, sq_depth_);

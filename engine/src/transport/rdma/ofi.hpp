@@ -8,7 +8,7 @@
 // FI_SELECTIVE_COMPLETION only every --signal-every-th send asks for a
 // completion, which then frees it and every send before it (as verbs).
 // --inline: fi_inject (no completion) up to N bytes.
-// --op write-imm: fi_writedata into the peer's receive slots with remote CQ data
+// --op write-imm: fi_writedata into the other end's receive slots with remote CQ data
 // carrying slot and length; the receiver returns credits (released count) as
 // 8-byte writes with CQ data, so a slot is rewritten only after the receiver
 // let go of as many messages as it has slots. Refill and credit counting are
@@ -53,7 +53,7 @@ class OfiTransport {
   int deregister_memory(void* mr);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
   Pools pools() const { return {"work requests", refill_.held(), rx_slots_, tx_posted_ - tx_freed_, send_window_}; }
-  // A CQ error, or (msg endpoints) the peer's FI_SHUTDOWN on the EQ.
+  // A CQ error, or (msg endpoints) the other end's FI_SHUTDOWN on the EQ.
   const char* failure() const {
     if (eq_ && !failure_) check_eq();
     return failure_;
@@ -200,7 +200,7 @@ class OfiTransport {
       if (e[i].flags & FI_REMOTE_CQ_DATA) {
         if (rx_cq_data_mode_) repost_cq_data_recv();
         if (e[i].data & credit_flag_) {
-          // Credits carry the low bits of the peer's released count.
+          // Credits carry the low bits of the other end's released count.
           remote_released_ += ((e[i].data & credit_mask_) - (remote_released_ & credit_mask_)) & credit_mask_;
           continue;
         }

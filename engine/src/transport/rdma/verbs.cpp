@@ -212,7 +212,7 @@ void VerbsTransport::repost_recvs() {
   }
   refill_.gave_back(batch);
   if (op_ == verbs::Op::send) return;
-  // An end that has written to the peer since the last batch will likely
+  // An end that has written to the other end since the last batch will likely
   // write again soon, and that write carries the credit (piggy_).
   const bool writing = piggy_ && credits_.written() != written_at_refill_;
   written_at_refill_ = credits_.written();
@@ -321,7 +321,7 @@ void VerbsTransport::wait_send() {
     reap_sends();
     return;
   }
-  // Waiting for the peer's credits: they come by RDMA write, which raises no
+  // Waiting for the other end's credits: they come by RDMA write, which raises no
   // completion here, so sleep briefly and let the caller look again.
   timespec ts{0, 20'000};
   nanosleep(&ts, nullptr);

@@ -132,7 +132,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   if (verbs_.service == "rc") {
     a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
     a.retry_cnt = 7;
-    a.rnr_retry = 7;  // retry forever while the peer has no receive posted
+    a.rnr_retry = 7;  // retry forever while the other end has no receive posted
     a.max_rd_atomic = static_cast<uint8_t>(rd_atomic_);
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
@@ -149,7 +149,7 @@ rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_typ
                                              uint32_t timeout_ms) {
   const auto now = [] { return std::chrono::steady_clock::now(); };
   const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
-  // rdma_cm never hears of a peer that died or froze before its connect: the
+  // rdma_cm never hears of an end that died or froze before its connect: the
   // control channel (EOF, or no heartbeat for kSilenceMs) tells.
   RemoteWatch watch(ctrl);
   for (;;) {
