@@ -50,7 +50,7 @@ def test_experiment_checklist_names_every_hook_a_struct_may_hide():
     header = (REPO / "engine" / "src" / "experiment" / "experiment.hpp").read_text()
     defaults = re.search(r"^struct ExperimentDefaults \{(.*?)^\};", header, re.M | re.S).group(1)
     hooks = set(re.findall(r"^\s+static (?:constexpr )?[\w:<>]+ (\w+)\s*[=({]", defaults, re.M))
-    assert {"kPeerClock", "validate", "kOneSided"} <= hooks
+    assert {"kRemoteClock", "validate", "kOneSided"} <= hooks
     text = checklist("an experiment")
     assert not missing(hooks, text), f"the experiment checklist leaves out hooks: {missing(hooks, text)}"
     table = (REPO / "engine" / "src" / "experiment" / "table.hpp").read_text()

@@ -232,6 +232,26 @@ def test_peer_means_a_peer_tool(engine):
     assert "--peers" not in "\n".join(texts.values()), "serve's relay list is --relay-to"
 
 
+# In the engine's source the other end is "remote" or "the other end"; "peer" stays only for a peer tool (and
+# `peers`, its command and package), in `getpeername`, and in the status whose name the engine prints
+# (`peer_lost`: its error lines, a flow's "status").
+ENGINE_PEER = re.compile(r"\w*peer\w*(?! tools?\b)", re.I)
+ENGINE_PEER_KEPT = {"getpeername", "peer_lost", "peers"}
+
+
+def engine_peer_words(engine_dir=REPO / "engine") -> list[str]:
+    files = [p for p in sorted(engine_dir.rglob("*"))
+             if p.is_file() and p.suffix in {".cpp", ".hpp", ".h", ".in", ".txt"}]
+    return [f"{p.relative_to(engine_dir)}:{n}: {line.strip()}" for p in files
+            for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+            if any(m.group(0) not in ENGINE_PEER_KEPT for m in ENGINE_PEER.finditer(line))]
+
+
+def test_engine_says_remote_for_the_other_end():
+    bad = engine_peer_words()
+    assert not bad, "'peer' in the engine for something other than a peer tool:\n" + "\n".join(bad)
+
+
 def test_readmes_first_run_looks_as_the_command_prints_it(engine):
     """README's `fabmeter lat -t shm` sample has today's shape: the same lines in the same order, each table's
     column heads and row labels as a real run prints them (the figures are the machine's)."""

@@ -1,5 +1,5 @@
 // The control-channel frame reader. First byte: the frame type expected;
-// second: log2 of the exchange limit; the rest is what the peer sends. The
+// second: log2 of the exchange limit; the rest is what the other end sends. The
 // pure header check runs on it first; then Ctrl::recv/peek read the stream
 // from a socketpair (EOF after the input) until it errors. Only fm::Error
 // may come out; nothing may be allocated beyond the limits.

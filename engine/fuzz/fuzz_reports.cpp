@@ -1,4 +1,4 @@
-// Every decoder of what the peer sends after the hello: the stamp reports
+// Every decoder of what the other end sends after the hello: the stamp reports
 // (oneway, stream, check), bw and load counts, the end-of-point count, numbers
 // (ports, clock probes and the server's UDP probe stamps) and the stream sink's samples. The first byte picks
 // the decoder; only fm::Error may come out, nothing may be read out of bounds.
@@ -16,7 +16,7 @@
 #include "experiment/oneway.hpp"
 #include "experiment/stream.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 
 namespace {
 
@@ -81,8 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 1: stamp_report<fm::SinkReport>(blob, total); break;
       case 2: (void)fm::read_check_report(blob, total); break;
       case 3: (void)fm::BwSide::decode(blob); break;
-      case 4: (void)fm::parse_peer_u64(blob, "count"); break;
-      case 5: (void)fm::parse_peer_u64(blob, "port", 65535); break;
+      case 4: (void)fm::parse_remote_u64(blob, "count"); break;
+      case 5: (void)fm::parse_remote_u64(blob, "port", 65535); break;
       case 6:
         // The second byte odd: the server's stamps after a UDP burst, against that many probes of ours.
         if (total & 1) probe_stamps(blob, total / 2 % 64 + 1);

@@ -53,7 +53,7 @@ TEST(ClockProbeStamps, AnHonestFrameBecomesProbes) {
   EXPECT_DOUBLE_EQ(probes[0].delay_ns(), 9000);
   EXPECT_DOUBLE_EQ(probes[1].sent_ns, 1e6 + 63e5);
   EXPECT_DOUBLE_EQ(probes[1].delay_ns(), 0.5);
-  // A turnaround just over the round trip: the peer's clock runs faster than ours (checked, kept; the
+  // A turnaround just over the round trip: the other end's clock runs faster than ours (checked, kept; the
   // caller drops probes of negative delay).
   EXPECT_EQ(fm::read_probe_stamps("0\n1 5 10004", mine, &dropped).size(), 1u);
   EXPECT_TRUE(fm::read_probe_stamps("0", mine, &dropped).empty());  // nothing answered: the caller falls back

@@ -1,4 +1,4 @@
-// The CPU window of a point and the check of a peer's side of it.
+// The CPU window of a point and the check of the other end's side of it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -77,7 +77,7 @@ TEST(CpuCost, AnUnmarkedPointIsThePointsWindow) {
   EXPECT_NO_THROW(fm::decode_cpu_side(side));
 }
 
-TEST(CpuCost, APeersSideIsCheckedFieldByField) {
+TEST(CpuCost, TheOtherEndsSideIsCheckedFieldByField) {
   fm::CpuWindow w;
   w.open_point();
   w.end(10, "round_trip");
@@ -102,7 +102,7 @@ TEST(CpuCost, APeersSideIsCheckedFieldByField) {
   EXPECT_NE(refused(std::string(40 * 1024, ' ') + good), "");
 }
 
-TEST(CpuCost, APeersSideIsCheckedAsAWhole) {
+TEST(CpuCost, TheOtherEndsSideIsCheckedAsAWhole) {
   // Each field in range; together what no process of the plan's threads could spend or count.
   const std::string side =
       R"({"window": "measured", "window_s": 0.05, "user_s": 0.1, "system_s": 0.05, "cpu_s": 0.15,

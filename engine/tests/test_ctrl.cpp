@@ -85,13 +85,13 @@ TEST(Ctrl, FailIsARuntimeErrorOnOneLine) {
   }
 }
 
-// A wait outside recv() ends when the peer's channel closes, or when it
+// A wait outside recv() ends when the other end's channel closes, or when it
 // stays silent past the heartbeat bound; heartbeats keep it going.
-TEST(PeerWatch, EndsOnCloseAndOnSilence) {
+TEST(RemoteWatch, EndsOnCloseAndOnSilence) {
   {
     Pair p;
     fm::Ctrl c(p.sv[0], 1000);
-    fm::PeerWatch watch(c);
+    fm::RemoteWatch watch(c);
     EXPECT_NO_THROW(watch.check("test"));
     ::close(p.sv[1]);
     p.sv[1] = ::open("/dev/null", O_WRONLY);  // the destructor's close has something to close
@@ -100,7 +100,7 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
   c.expect_heartbeats(100);
-  fm::PeerWatch watch(c);
+  fm::RemoteWatch watch(c);
   usleep(150'000);
   p.put(header(0, fm::CtrlType::heartbeat));
   EXPECT_NO_THROW(watch.check("test"));  // silent for 150 ms, but the beat counts from now
@@ -110,7 +110,7 @@ TEST(PeerWatch, EndsOnCloseAndOnSilence) {
 
 // The end-of-session race: the server's heartbeat lies unread at the client
 // when it says bye. A plain close would reset the connection and the server's
-// read after the bye would fail ("peer reset"); say_bye ends it with a FIN.
+// read after the bye would fail (reset by the other end); say_bye ends it with a FIN.
 // The client's Heartbeat runs meanwhile, as in run_client.
 // Over loopback TCP: only TCP turns a close with unread input into a reset.
 TEST(Ctrl, ByeEndsWithoutAResetDespiteAnUnreadHeartbeat) {
@@ -161,7 +161,7 @@ std::map<std::string, std::vector<std::string>> tables() {
 // The beat thread's table holds the control socket alone, so that the
 // session's thread has a table to itself; and its copy is gone once the
 // session closes the channel, or the close would not be the socket's last
-// (the peer would see no FIN, and a reset when unread input meets the end).
+// (the other end would see no FIN, and a reset when unread input meets the end).
 TEST(Heartbeat, ItsThreadHoldsTheControlSocketAloneAndDropsItBeforeTheClose) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
@@ -181,17 +181,17 @@ TEST(Heartbeat, ItsThreadHoldsTheControlSocketAloneAndDropsItBeforeTheClose) {
   for (const auto& [tid, links] : tables())
     EXPECT_EQ(std::count(links.begin(), links.end(), socket), 0) << "thread " << tid << " still holds it";
   char byte;
-  EXPECT_EQ(::recv(p.sv[1], &byte, 1, 0), 0);  // the peer sees the end
+  EXPECT_EQ(::recv(p.sv[1], &byte, 1, 0), 0);  // the other end sees the close
 }
 
 // A message the waiting side has not read yet holds back the heartbeats
-// queued behind it; the peer is not silent for that (a tcp data connection
+// queued behind it; the other end is not silent for that (a tcp data connection
 // whose last ACK was lost: the client, connected, already sent its barrier).
-TEST(PeerWatch, AMessageWaitingIsNotSilence) {
+TEST(RemoteWatch, AMessageWaitingIsNotSilence) {
   Pair p;
   fm::Ctrl c(p.sv[0], 1000);
   c.expect_heartbeats(100);
-  fm::PeerWatch watch(c);
+  fm::RemoteWatch watch(c);
   p.put(header(0, fm::CtrlType::barrier));
   p.put(header(0, fm::CtrlType::heartbeat));
   usleep(150'000);

@@ -125,14 +125,14 @@ TEST(ExperimentTable, CountedIterationsAndWarmup) {
   for (const auto& pt : fm::find_experiment("oneway")->plan(ow, caps)) EXPECT_EQ(pt.iterations, 15u);
 }
 
-// Only the experiments whose peer stamps messages need its clock, and a
+// Only the experiments whose other end stamps messages need its clock, and a
 // bigger control frame than the default for the stamps.
-TEST(ExperimentTable, PeerClockAndReportFrames) {
+TEST(ExperimentTable, RemoteClockAndReportFrames) {
   const Caps caps = fm::transport_caps(params("oneway"));
   for (const fm::ExperimentEntry& e : fm::kExperimentTable) {
     const std::string name = e.name;
     const bool stamps = name == "oneway" || name == "stream";
-    EXPECT_EQ(e.peer_clock, stamps) << name;
+    EXPECT_EQ(e.remote_clock, stamps) << name;
     fm::Params p = params(e.name);
     const auto plan = e.plan(p, caps);
     ASSERT_FALSE(plan.empty()) << name;

@@ -68,16 +68,16 @@ int main(int argc, char** argv) {
   double gbps = 0, msg_rate = 0;
   MPI_Barrier(MPI_COMM_WORLD);
   if (test == "lat" && rank < 2) {
-    const int peer = 1 - rank;
+    const int other = 1 - rank;  // the other rank of the ping-pong
     for (long i = 0; i < warmup + iters; ++i) {
       const double t0 = now_ns();
       if (rank == 0) {
-        MPI_Send(buf.data(), static_cast<int>(size), MPI_CHAR, peer, 0, MPI_COMM_WORLD);
-        MPI_Recv(buf.data(), static_cast<int>(size), MPI_CHAR, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), static_cast<int>(size), MPI_CHAR, other, 0, MPI_COMM_WORLD);
+        MPI_Recv(buf.data(), static_cast<int>(size), MPI_CHAR, other, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         if (i >= warmup) times.push_back((now_ns() - t0) / 2);
       } else {
-        MPI_Recv(buf.data(), static_cast<int>(size), MPI_CHAR, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(buf.data(), static_cast<int>(size), MPI_CHAR, peer, 0, MPI_COMM_WORLD);
+        MPI_Recv(buf.data(), static_cast<int>(size), MPI_CHAR, other, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), static_cast<int>(size), MPI_CHAR, other, 0, MPI_COMM_WORLD);
       }
     }
   } else if (test == "bw" && rank < 2) {

@@ -130,7 +130,8 @@ class Ctrl {
   int fd() const { return fd_; }
   // The local address this connection uses (where data sockets should bind).
   std::string local_addr() const;
-  std::string peer_addr() const;
+  // The other end's address.
+  std::string remote_addr() const;
   uint32_t timeout_ms() const { return timeout_ms_; }
   void set_timeout_ms(uint32_t ms) { timeout_ms_ = ms; }
 
@@ -149,7 +150,7 @@ class Ctrl {
   friend class Heartbeat;
 };
 
-// Proof of life, as PeerWatch and the measuring loops' Guard read it: a frame
+// Proof of life, as RemoteWatch and the measuring loops' Guard read it: a frame
 // came in since the last look, or a message waits unread (the other end's next
 // step, e.g. its barrier after a tcp connect whose last ACK was lost, holds
 // back the heartbeats behind it: the other end is alive, and the wait's own
@@ -173,9 +174,9 @@ class RemoteHeard {
 // remote end that dies or freezes while transports connect costs the other side
 // kSilenceMs, not the whole --timeout-ms. Call check() between short waits
 // (transport.hpp's kWaitSliceMs); it polls the channel without blocking.
-class PeerWatch {
+class RemoteWatch {
  public:
-  explicit PeerWatch(const Ctrl& ctrl);
+  explicit RemoteWatch(const Ctrl& ctrl);
   void check(const std::string& what);
 
  private:

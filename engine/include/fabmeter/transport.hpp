@@ -61,7 +61,7 @@ struct Caps {
   // mode too, wakes it: both ends of a connection must wait alike (a
   // forwarding hop's end takes its session's mode); nullptr: the kernel or
   // the device wakes it whatever the other end does.
-  const char* woken_by_peer = nullptr;
+  const char* woken_by_remote = nullptr;
   std::string max_msg_note = "";  // what sets max_msg_size, for the message refusing a larger --size
   // Why this transport, as configured, carries one connection per session
   // (--flows, load's --conns refused with it); nullptr: it opens several.

@@ -433,9 +433,9 @@ Heartbeat::~Heartbeat() {
   ctrl_.expect_heartbeats(0);
 }
 
-PeerWatch::PeerWatch(const Ctrl& ctrl) : ctrl_(ctrl), remote_heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
+RemoteWatch::RemoteWatch(const Ctrl& ctrl) : ctrl_(ctrl), remote_heard_(ctrl), heard_ns_(Clock::mono_ns()) {}
 
-void PeerWatch::check(const std::string& what) {
+void RemoteWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
     runtime_error("the other end closed the control channel (while waiting for " + what + ")");
@@ -478,7 +478,7 @@ std::string Ctrl::local_addr() const {
   return addr_string(ss);
 }
 
-std::string Ctrl::peer_addr() const {
+std::string Ctrl::remote_addr() const {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len);

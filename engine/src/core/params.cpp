@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/stats.hpp"
 
@@ -570,13 +570,13 @@ Params decode_params(std::string_view text) {
     if (line.size() > kMaxParamLine) usage_error("the other end sent a parameter line of " + std::to_string(line.size()) + " bytes");
     for (char ch : line)
       if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) == 0x7f)
-        usage_error("the other end sent a control character in parameter line '" + peer_excerpt(line) + "'");
+        usage_error("the other end sent a control character in parameter line '" + remote_excerpt(line) + "'");
     auto eq = line.find('=');
-    if (eq == std::string_view::npos) usage_error("the other end sent a parameter line without '=': '" + peer_excerpt(line) + "'");
+    if (eq == std::string_view::npos) usage_error("the other end sent a parameter line without '=': '" + remote_excerpt(line) + "'");
     std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
     const OptSpec* o = k == "experiment" ? nullptr : find_option(k);
     if (k != "experiment" && (!o || k != key_of(o->name)))
-      usage_error("the other end sent unknown parameter '" + peer_excerpt(k) + "' (version mismatch?)");
+      usage_error("the other end sent unknown parameter '" + remote_excerpt(k) + "' (version mismatch?)");
     // Keys are checked against the table first, so `seen` holds at most one entry per option.
     if (std::find(seen.begin(), seen.end(), k) != seen.end())
       usage_error("the other end sent parameter '" + std::string(k) + "' twice");

@@ -73,27 +73,27 @@ struct BwSide {
       f.push_back(s.substr(0, sp));
       s = s.substr(std::min(sp + 1, s.size()));
     }
-    if (f.size() < 8) runtime_error("bw: malformed counts from the other end: '" + peer_excerpt(text) + "'");
+    if (f.size() < 8) runtime_error("bw: malformed counts from the other end: '" + remote_excerpt(text) + "'");
     BwSide b;
-    b.sent = parse_peer_u64(f[0], "bw sent count");
-    b.received = parse_peer_u64(f[1], "bw received count");
-    b.measured = parse_peer_u64(f[2], "bw measured count");
-    b.recv_ns = parse_peer_double(f[3], "bw receive time");
-    b.send_ns = parse_peer_double(f[4], "bw send time");
-    b.warmup_received = parse_peer_u64(f[5], "bw warm-up received count");
-    b.series_bin_ns = parse_peer_double(f[6], "bw series bin width");
-    const uint64_t bins = parse_peer_u64(f[7], "bw series bins", BwSeries::kMaxBins);
+    b.sent = parse_remote_u64(f[0], "bw sent count");
+    b.received = parse_remote_u64(f[1], "bw received count");
+    b.measured = parse_remote_u64(f[2], "bw measured count");
+    b.recv_ns = parse_remote_double(f[3], "bw receive time");
+    b.send_ns = parse_remote_double(f[4], "bw send time");
+    b.warmup_received = parse_remote_u64(f[5], "bw warm-up received count");
+    b.series_bin_ns = parse_remote_double(f[6], "bw series bin width");
+    const uint64_t bins = parse_remote_u64(f[7], "bw series bins", BwSeries::kMaxBins);
     if (f.size() != 8 + bins) runtime_error("bw: the other end's series has " + std::to_string(f.size() - 8) + " bins, not " +
                                             std::to_string(bins));
     uint64_t in_bins = 0;
     for (uint64_t i = 0; i < bins; ++i) {
-      b.series.push_back(parse_peer_u64(f[8 + i], "bw series count", b.measured));
+      b.series.push_back(parse_remote_u64(f[8 + i], "bw series count", b.measured));
       in_bins += b.series.back();
     }
     if (b.measured > b.received || b.warmup_received > b.received || b.recv_ns < 0 || b.send_ns < 0 ||
         in_bins != b.measured)
-      runtime_error("bw: impossible counts from the other end: '" + peer_excerpt(f[0]) + " " + peer_excerpt(f[1]) + " " +
-                    peer_excerpt(f[2]) + "'");
+      runtime_error("bw: impossible counts from the other end: '" + remote_excerpt(f[0]) + " " + remote_excerpt(f[1]) + " " +
+                    remote_excerpt(f[2]) + "'");
     return b;
   }
 };

@@ -123,7 +123,7 @@ uint64_t new_nonce() {
 void serve_udp_burst(Ctx& ctx) {
   const Clock& clk = ctx.clk;
   StampedUdp& udp = *ctx.sync.udp;
-  const uint64_t nonce = parse_peer_u64(ctx.ctrl.recv(CtrlType::exchange, "clock probe nonce"), "clock probe nonce");
+  const uint64_t nonce = parse_remote_u64(ctx.ctrl.recv(CtrlType::exchange, "clock probe nonce"), "clock probe nonce");
   udp.clock_stepped();  // a step before the burst moves none of its stamps
   struct Answer {
     ClockPair pair;
@@ -169,7 +169,7 @@ void serve_udp_burst(Ctx& ctx) {
     else cpu_relax();
   }
   const std::string end = ctx.ctrl.recv(CtrlType::exchange, "end of the clock probes");
-  if (end != "end") runtime_error("clock probe: expected the end of the burst, got '" + peer_excerpt(end) + "'");
+  if (end != "end") runtime_error("clock probe: expected the end of the burst, got '" + remote_excerpt(end) + "'");
   take_tx_stamps();  // the last answer's stamp was taken long before the client's frame arrived
   std::string frame = std::to_string(dropped);
   // Stamps that may straddle a step of the clock go unsent: with none, the
@@ -259,14 +259,14 @@ bool probe_udp_burst(Ctx& ctx) {
 ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double received_ns) {
   const size_t space = answer.find(' ');
   if (space == std::string_view::npos)
-    runtime_error("clock probe: the other end's answer is not 'TIME TURNAROUND': " + peer_excerpt(answer));
-  const double remote = parse_peer_double(answer.substr(0, space), "clock probe time");
-  const double turnaround = parse_peer_double(answer.substr(space + 1), "clock probe turnaround");
+    runtime_error("clock probe: the other end's answer is not 'TIME TURNAROUND': " + remote_excerpt(answer));
+  const double remote = parse_remote_double(answer.substr(0, space), "clock probe time");
+  const double turnaround = parse_remote_double(answer.substr(space + 1), "clock probe turnaround");
   if (!plausible_reading(remote))
-    runtime_error(kImplausibleClock + std::string("a reading of ") + peer_excerpt(answer.substr(0, space)) + " ns");
+    runtime_error(kImplausibleClock + std::string("a reading of ") + remote_excerpt(answer.substr(0, space)) + " ns");
   // The other end's turnaround may exceed our round trip by the rates' difference before it counts as a lie.
   if (!(turnaround >= 0 && turnaround <= (received_ns - sent_ns) * (1 + kMaxClockDrift)))
-    runtime_error("clock probe: the other end's turnaround (" + peer_excerpt(answer.substr(space + 1)) +
+    runtime_error("clock probe: the other end's turnaround (" + remote_excerpt(answer.substr(space + 1)) +
                   " ns) does not fit in the round trip");
   return {sent_ns, remote, received_ns, turnaround};
 }
@@ -274,7 +274,7 @@ ClockProbe read_probe_answer(std::string_view answer, double sent_ns, double rec
 std::vector<ClockProbe> read_probe_stamps(std::string_view frame, std::span<const ProbeStamps> mine,
                                           uint64_t* dropped) {
   size_t eol = frame.find('\n');
-  *dropped += parse_peer_u64(frame.substr(0, eol), "clock probe: datagrams the server dropped");
+  *dropped += parse_remote_u64(frame.substr(0, eol), "clock probe: datagrams the server dropped");
   std::vector<ClockProbe> probes;
   std::vector<bool> seen(mine.size());
   while (eol != std::string_view::npos) {
@@ -283,8 +283,8 @@ std::vector<ClockProbe> read_probe_stamps(std::string_view frame, std::span<cons
     const std::string_view line = frame.substr(0, eol);
     const size_t space = line.find(' ');
     if (space == std::string_view::npos)
-      runtime_error("clock probe: a stamps line is not 'INDEX TIME TURNAROUND': " + peer_excerpt(line));
-    const uint64_t i = parse_peer_u64(line.substr(0, space), "clock probe index", mine.size() - 1);
+      runtime_error("clock probe: a stamps line is not 'INDEX TIME TURNAROUND': " + remote_excerpt(line));
+    const uint64_t i = parse_remote_u64(line.substr(0, space), "clock probe index", mine.size() - 1);
     if (seen[i]) runtime_error("clock probe: the server's stamps name probe " + std::to_string(i) + " twice");
     seen[i] = true;
     // A probe whose answer we never got: the server's stamps are checked but of no use.
@@ -324,7 +324,7 @@ void open_clock_probes(Ctx& ctx) {
     ctx.sync.udp.reset();
     return;
   }
-  const uint64_t port = parse_peer_u64(theirs, "clock probe port", 65535);
+  const uint64_t port = parse_remote_u64(theirs, "clock probe port", 65535);
   if (port == 0) runtime_error("clock probe: the other end's probe port is 0");
   ctx.sync.udp->connect(remote, static_cast<uint16_t>(port));
 }
@@ -337,7 +337,7 @@ void probe_clock(Ctx& ctx) {
     // The client's word on whether its probes got through; else the burst again, over the control channel.
     const std::string verdict = ctx.ctrl.recv(CtrlType::exchange, "clock probe verdict");
     if (verdict != kUdpKernelTimestamps && verdict != kControlChannel)
-      runtime_error("clock probe: the client's verdict on the burst is '" + peer_excerpt(verdict) + "'");
+      runtime_error("clock probe: the client's verdict on the burst is '" + remote_excerpt(verdict) + "'");
     by_udp = verdict == kUdpKernelTimestamps;
   } else if (sync.udp) {
     by_udp = probe_udp_burst(ctx);

@@ -24,7 +24,7 @@
 #include "fabmeter/error.hpp"
 #include "fabmeter/histogram.hpp"
 #include "fabmeter/params.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/stamped_udp.hpp"
@@ -124,7 +124,7 @@ struct Ctx {
   uint64_t sleeps = 0;       // event mode: waits that slept (wait_for_msg), this point; any thread, atomic_ref
   std::vector<int> cpus = {};  // --flows: the CPUs this end's flows run on, in turn (--cpu N+M...); empty: unpinned
   int own_cpu = -1;          // this end's --cpu (-1: unpinned)
-  int peer_cpu = -1;         // client: the server's --cpu, as its welcome says (-1: unpinned or not said)
+  int server_cpu = -1;       // client: the server's --cpu, as its welcome says (-1: unpinned or not said)
   CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
   std::vector<Caps> op_caps = {};  // --ops: each op's caps, connection i runs op i mod their count (empty: caps)
 };
@@ -263,7 +263,7 @@ class Guard {
     return s == Status::ctrl_pending ? Status::ok : s;
   }
 
-  void peer_finished() { watch_ = false; }
+  void remote_finished() { watch_ = false; }
 
  private:
   Ctx& c_;
@@ -450,7 +450,7 @@ const uint64_t* read_stamp_report(const std::string& blob, uint64_t total, Heade
 
 // The other end's count at the end of a point (how many it sent), checked.
 inline uint64_t recv_count(Ctrl& ctrl, const char* what, uint64_t max = UINT64_MAX) {
-  return parse_peer_u64(ctrl.recv(CtrlType::end_point, what), what, max);
+  return parse_remote_u64(ctrl.recv(CtrlType::end_point, what), what, max);
 }
 
 // The receiving end of a one-way point (oneway, stream, check): hands each
@@ -473,7 +473,7 @@ template <Poll P, Transport T, class Take, class Distinct>
     }
     if (st != Status::ctrl_pending) return st;
     expected = recv_count(c.ctrl, count_what);
-    g.peer_finished();
+    g.remote_finished();
     deadline = c.clk.ticks() + drain;
   }
   return Status::ok;

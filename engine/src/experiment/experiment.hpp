@@ -61,7 +61,7 @@ struct ExperimentDefaults {
   // One-way stamps taken by the other end: across hosts the session probes the
   // other end's clock first, and the experiment calls probe_clock after each
   // point's report, in both roles (ClockSync).
-  static constexpr bool kPeerClock = false;
+  static constexpr bool kRemoteClock = false;
   // Every figure is two stamps read by one process: pinned, it may read a
   // TSC that is not invariant (Clock's tsc_cpu) and skip the system call a
   // VM's clock_gettime can cost.

@@ -57,10 +57,10 @@ struct Tagged {
 Tagged untag_frame(std::string_view frame, uint32_t flows) {
   const size_t a = frame.find(' ');
   const size_t b = a == std::string_view::npos ? a : frame.find(' ', a + 1);
-  if (b == std::string_view::npos) runtime_error("flows: malformed frame from the other end: '" + peer_excerpt(frame) + "'");
+  if (b == std::string_view::npos) runtime_error("flows: malformed frame from the other end: '" + remote_excerpt(frame) + "'");
   Tagged t;
-  t.flow = static_cast<uint32_t>(parse_peer_u64(frame.substr(0, a), "flow number", flows - 1));
-  const uint64_t type = parse_peer_u64(frame.substr(a + 1, b - a - 1), "flow frame type", kCtrlTypeMax);
+  t.flow = static_cast<uint32_t>(parse_remote_u64(frame.substr(0, a), "flow number", flows - 1));
+  const uint64_t type = parse_remote_u64(frame.substr(a + 1, b - a - 1), "flow frame type", kCtrlTypeMax);
   t.type = static_cast<CtrlType>(type);
   if (t.type != CtrlType::end_point && t.type != CtrlType::exchange)
     runtime_error("flows: the other end's flow sent a frame of type " + std::to_string(type) + " (only end_point, exchange)");
@@ -130,7 +130,7 @@ RelayEnd relay(Ctx& c, std::vector<Ctrl>& ch, const std::atomic<bool>& failing) 
           const std::string frame = c.ctrl.recv(CtrlType::exchange, "a flow's frame");
           if (std::string_view(frame).substr(0, kFlowsDone.size()) == kFlowsDone) {
             remote_done = true;
-            if (parse_peer_u64(std::string_view(frame).substr(kFlowsDone.size()), "flows' end", 1) && !ended) {
+            if (parse_remote_u64(std::string_view(frame).substr(kFlowsDone.size()), "flows' end", 1) && !ended) {
               end.remote_failed = !failing.load(std::memory_order_acquire);
               end_all();
             }

@@ -123,7 +123,7 @@ Status oneway_send(T& t, Ctx& c, uint64_t size, uint64_t warmup, PayloadBuf& buf
       }
       if (st != Status::ok) break;
     }
-    // Long pauses in slices: the peer must keep hearing heartbeats.
+    // Long pauses in slices: the other end must keep hearing heartbeats.
     for (double left = p.oneway.pause_us; st == Status::ok && left > 0; left -= 5e5) {
       pause_for<P>(clk, std::min(left, 5e5));
       st = g.tick<1>(t);
@@ -232,7 +232,7 @@ Status oneway_client(T& t, Ctx& c, uint64_t size, uint64_t warmup, PointOut& out
   OnewayStamps s(total, c.caps.send_completions);
   s.no_send = no_send_stamp(t, p, size) ?: "";
   if (s.no_send.empty()) {
-    s.place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.peer_cpu, c.same_host);
+    s.place = place_time_thread(p.oneway.time_thread, c.own_cpu, c.server_cpu, c.same_host);
     s.no_send = s.place.why;
     if (s.no_send.empty()) s.tt = std::make_unique<TimeThread>(clk, s.place.cpu);
   }
@@ -299,7 +299,7 @@ Status oneway_server(T& t, Ctx& c, uint64_t size, uint64_t warmup) {
 
 struct OnewayExperiment : ExperimentDefaults {
   static constexpr const char* name = "oneway";
-  static constexpr bool kPeerClock = true;
+  static constexpr bool kRemoteClock = true;
   static constexpr bool kFewerWarmupAboveFullSize = false;
   static constexpr bool kNumbersOnlyUnreliable = true;  // put_seq / get_seq
   static void validate(const Params& p) {

@@ -101,7 +101,7 @@ Caps merge_op_caps(const Params& p, const std::vector<Caps>& each) {
     c.one_sided = c.one_sided || o.one_sided;
     c.shared_rx = c.shared_rx && o.shared_rx;
     c.fixed_msg_size = std::max(c.fixed_msg_size, o.fixed_msg_size);
-    for (auto why : {&Caps::busy_only, &Caps::one_poll_mode, &Caps::woken_by_peer, &Caps::one_connection})
+    for (auto why : {&Caps::busy_only, &Caps::one_poll_mode, &Caps::woken_by_remote, &Caps::one_connection})
       if (!(c.*why)) c.*why = o.*why;
   }
   return c;

@@ -146,7 +146,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     if (n_conns > 1) transport_info->add("connections", static_cast<uint64_t>(n_conns));
   }
   // The first burst of clock probes; the experiment probes again after each point.
-  ctx.sync.probed = experiment.peer_clock && !ctx.same_host;
+  ctx.sync.probed = experiment.remote_clock && !ctx.same_host;
   if (ctx.sync.probed) {
     open_clock_probes(ctx);
     probe_clock(ctx);

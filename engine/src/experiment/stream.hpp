@@ -293,7 +293,7 @@ constexpr double kFileSinkBytes = (64.0 + 8.0 + 1.0) * (1 << 20);
 
 struct StreamExperiment : ExperimentDefaults {
   static constexpr const char* name = "stream";
-  static constexpr bool kPeerClock = true;
+  static constexpr bool kRemoteClock = true;
   static void validate(const Params& p) {
     validate_rates(p);
     if (p.stream.values.empty() || p.stream.values.size() > 64) usage_error("--values takes 1 to 64 values");

@@ -33,7 +33,7 @@ using Experiments =
 struct ExperimentEntry {
   const char* name;
   size_t index;       // into Experiments, for the loop tables
-  bool peer_clock;    // ExperimentDefaults::kPeerClock
+  bool remote_clock;   // ExperimentDefaults::kRemoteClock
   bool one_cpu_ticks;  // ExperimentDefaults::kOneCpuTicks
   uint32_t in_flight;  // ExperimentDefaults::kInFlight
   std::vector<Point> (*plan)(const Params&, const Caps&);
@@ -70,7 +70,7 @@ void check_plan(const Params& p, const Caps& caps) {
 template <class... E, size_t... I>
 constexpr auto make_experiment_entries(ExperimentList<E...>, std::index_sequence<I...>) {
   return std::array<ExperimentEntry, sizeof...(E)>{
-      ExperimentEntry{E::name, I, E::kPeerClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
+      ExperimentEntry{E::name, I, E::kRemoteClock, E::kOneCpuTicks, E::kInFlight, &E::plan, &E::report_bytes,
                       &check_plan<E>, &E::writes_file, &E::cost, &E::send_window, &E::fixed_sizes, &E::connections,
                       &E::resolve, &E::validate, E::kOneSided, E::kNumbersOnlyUnreliable}...};
 }

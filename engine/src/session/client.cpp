@@ -52,7 +52,7 @@ void write_status_line(Status st, const std::string& msg, int code = -1) {
 }
 
 // The server's --cpu from its welcome's environment (untrusted: -1 unless a CPU number).
-int peer_cpu_of(const std::string& env) {
+int server_cpu_of(const std::string& env) {
   const nlohmann::json j = nlohmann::json::parse(env, nullptr, false);
   if (!j.is_object() || !j.contains("cpu") || !j["cpu"].is_number_integer()) return -1;
   const int64_t cpu = j["cpu"].get<int64_t>();
@@ -154,7 +154,7 @@ int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, cons
   ctx.start_at_ns = start_at_ns;
   ctx.cpus = o.cpus;
   ctx.own_cpu = o.cpu;
-  ctx.peer_cpu = peer_cpu_of(server_env);
+  ctx.server_cpu = server_cpu_of(server_env);
   JsonObj transport_info;
   Status st;
   std::string msg;

@@ -15,8 +15,8 @@
 #include "session/session_common.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/handshake.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/session.hpp"
 #include "fabmeter/signals.hpp"
@@ -54,7 +54,7 @@ class OwnDir {
 // other end (oneway, stream), whose receiver counts the messages against the
 // sender's count and waits for stragglers, so a message still in the hop
 // when a point's end is relayed arrives or is counted lost.
-bool one_way(const Params& p) { return experiment_for(p.experiment).peer_clock; }
+bool one_way(const Params& p) { return experiment_for(p.experiment).remote_clock; }
 
 // The hop's own checks of a client's session: what it can forward. One
 // message in flight (lat: a round trip), or messages one way.
@@ -92,20 +92,20 @@ void check_pair(const Params& in, const Caps& caps_in, const Params& out, const 
 // not the direct run's fit, and where the hop shares one end's host the two
 // ends would disagree on whether to probe at all.
 void check_clocks(const Params& p, const std::string& client_host, const std::string& server_host) {
-  if (!experiment_for(p.experiment).peer_clock || (client_host == host_id() && server_host == host_id())) return;
+  if (!experiment_for(p.experiment).remote_clock || (client_host == host_id() && server_host == host_id())) return;
   usage_error("the hop forwards " + p.experiment + " only with the client, the hop and the server on one host: " +
               "its figure is a stamp of the server's minus one of the client's, read on one clock; across hosts" +
               " the server's clock would be fitted through the hop, not as the direct run fits it");
 }
 
 // The parameters of the hop's own end of session `p`: it waits as the hop's
-// --poll says, but an end woken only by an event-mode peer (Caps::woken_by_peer)
-// waits as its session does, so that it wakes a sleeping peer; the hop can
-// sleep on it only where that peer wakes it.
+// --poll says, but an end woken only by an event-mode other end
+// (Caps::woken_by_remote) waits as its session does, so that it wakes a
+// sleeping other end; the hop can sleep on it only where that end wakes it.
 Params hop_side(Params p, const Caps& caps, Poll hop) {
-  const Poll mode = caps.woken_by_peer ? p.poll : hop;
-  if (caps.woken_by_peer && hop == Poll::event && p.poll == Poll::busy)
-    usage_error("the hop's --poll event on " + p.transport + " needs the client's --poll event: " + caps.woken_by_peer);
+  const Poll mode = caps.woken_by_remote ? p.poll : hop;
+  if (caps.woken_by_remote && hop == Poll::event && p.poll == Poll::busy)
+    usage_error("the hop's --poll event on " + p.transport + " needs the client's --poll event: " + caps.woken_by_remote);
   if (caps.busy_only && mode == Poll::event) usage_error("the hop's --poll event: " + std::string(caps.busy_only));
   p.poll = p.poll_recv = p.poll_send = mode;
   return p;
@@ -224,7 +224,7 @@ HopRequest decode_hop_request(std::string_view line) {
   };
   if (!j.is_object()) usage_error("the hop request is not a JSON object");
   for (const auto& [key, value] : j.items())
-    if (key != "to" && key != "hop_transport") usage_error("the hop request names an unknown key '" + peer_excerpt(key) + "'");
+    if (key != "to" && key != "hop_transport") usage_error("the hop request names an unknown key '" + remote_excerpt(key) + "'");
   HopRequest r{text("to"), text("hop_transport")};
   if (r.to.empty()) usage_error("the hop request names no server (to)");
   return r;
@@ -298,7 +298,7 @@ int forward_session(Ctrl& cc, const HopOpening& c, const ForwardOptions& o, cons
   std::string why;
   bool ok = false;
   JsonObj line;
-  line.add("event", "hop").add("client", cc.peer_addr()).add("from_transport", p.transport)
+  line.add("event", "hop").add("client", cc.remote_addr()).add("from_transport", p.transport)
       .add("to_transport", po.transport).add("to", o.to);
   try {
     const auto end_in = in->hop_end(pin, Role::server, cc, largest_message(p, caps_in));

@@ -24,7 +24,7 @@
 #include "fabmeter/clock.hpp"
 #include "fabmeter/cpu.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/workload.hpp"
@@ -69,9 +69,9 @@ std::vector<std::string> sample_files(std::string_view line) {
 // JSON object, as the engine prints.
 void check_relayed_line(std::string_view line, bool json) {
   for (unsigned char c : line)
-    if (c < 0x20 && c != '\t') runtime_error("relay: the run's output holds a control character: '" + peer_excerpt(line) + "'");
+    if (c < 0x20 && c != '\t') runtime_error("relay: the run's output holds a control character: '" + remote_excerpt(line) + "'");
   if (json && !nlohmann::json::parse(line, nullptr, false).is_object())
-    runtime_error("relay: the run's output is not a JSON object: '" + peer_excerpt(line) + "'");
+    runtime_error("relay: the run's output is not a JSON object: '" + remote_excerpt(line) + "'");
 }
 constexpr int64_t kMaxStartLeadNs = 600'000'000'000;  // as run --start-at takes it
 
@@ -130,7 +130,7 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& token, int 
 // "data <bytes>" chunks, and removes it: the relay keeps none of them.
 void send_samples(Ctrl& ctrl, const std::string& dir, std::string_view line) {
   for (const std::string& file : sample_files(line)) {
-    if (!plain_file_name(file)) runtime_error("relay: the run named a sample file '" + peer_excerpt(file) + "'");
+    if (!plain_file_name(file)) runtime_error("relay: the run named a sample file '" + remote_excerpt(file) + "'");
     const std::string path = dir + "/" + file;
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st {};
@@ -231,16 +231,16 @@ RelayStart read_start(Ctrl& ctrl) {
       continue;
     }
     if (frame.rfind("start ", 0) != 0)
-      runtime_error("relay: expected 'start NS' from the client, got '" + peer_excerpt(frame) + "'");
+      runtime_error("relay: expected 'start NS' from the client, got '" + remote_excerpt(frame) + "'");
     std::string_view when = std::string_view(frame).substr(6);
     RelayStart start;
     if (const size_t space = when.find(' '); space != std::string_view::npos) {
       start.word = when.substr(space);
       when = when.substr(0, space);
       if (start.word != kSamplesWord && start.word != kSeriesWord)
-        runtime_error("relay: expected 'start NS[ samples| series]', got '" + peer_excerpt(frame) + "'");
+        runtime_error("relay: expected 'start NS[ samples| series]', got '" + remote_excerpt(frame) + "'");
     }
-    start.at = static_cast<int64_t>(parse_peer_u64(when, "relay start time", monotonic_ns() + kMaxStartLeadNs));
+    start.at = static_cast<int64_t>(parse_remote_u64(when, "relay start time", monotonic_ns() + kMaxStartLeadNs));
     return start;
   }
 }
@@ -267,7 +267,7 @@ struct Child {
   // series, its end line comes. Returns the run's exit code.
   int relay(Ctrl& ctrl) {
     bool stopping = false;
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     while ((pipes[0].open || pipes[1].open) && pipes[0].end_code < 0) {
       pollfd pfd[2] = {{pipes[0].open ? pipes[0].fd : -1, POLLIN, 0}, {pipes[1].open ? pipes[1].fd : -1, POLLIN, 0}};
       if (::poll(pfd, 2, kPollMs) < 0 && errno != EINTR) sys_error("relay: poll");
@@ -311,7 +311,7 @@ void check_series_target(const std::string& target) {
     return std::isalnum(c) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']' || c == '%' || c == '_';
   });
   if (!plain || target.empty() || target.size() > kMaxSeriesLine / 2)
-    usage_error("relay: a series' target must be HOST[:PORT], got '" + peer_excerpt(target) + "'");
+    usage_error("relay: a series' target must be HOST[:PORT], got '" + remote_excerpt(target) + "'");
 }
 
 // The watchdog again for the next run of a series (serve_one's handler stays).
@@ -351,7 +351,7 @@ int serve_series(Ctrl& ctrl, const Params& p, std::string target, RelayStart sta
         return 0;
       }
       if (next.rfind(kRelayNextWord, 0) != 0)
-        runtime_error("relay: expected 'next HOST[:PORT]' or 'done', got '" + peer_excerpt(next) + "'");
+        runtime_error("relay: expected 'next HOST[:PORT]' or 'done', got '" + remote_excerpt(next) + "'");
       if (runs >= kMaxRelayRuns)
         usage_error("this server runs at most " + std::to_string(kMaxRelayRuns) + " runs in one relay session");
       target = next.substr(kRelayNextWord.size());
@@ -418,13 +418,13 @@ class SampleReceiver {
                     std::to_string(kMaxSampleArrays));
     for (auto it = expected_.begin(); it != expected_.end(); ++it)
       if (std::find(it + 1, expected_.end(), *it) != expected_.end())
-        runtime_error("relay: the run's point names the sample file '" + peer_excerpt(*it) + "' twice");
+        runtime_error("relay: the run's point names the sample file '" + remote_excerpt(*it) + "' twice");
     bytes_left_ = kMaxPointSampleBytes;
   }
   // Every file the last point named came.
   void all_received() const {
     if (!expected_.empty())
-      runtime_error("relay: the run's point named the sample file '" + peer_excerpt(expected_.front()) +
+      runtime_error("relay: the run's point named the sample file '" + remote_excerpt(expected_.front()) +
                     "', which never came");
   }
   // `header`: "NAME BYTES"; the data frames follow.
@@ -433,9 +433,9 @@ class SampleReceiver {
     const std::string name(header.substr(0, space == std::string_view::npos ? 0 : space));
     const auto it = std::find(expected_.begin(), expected_.end(), name);
     if (dir_.empty() || it == expected_.end() || !plain_file_name(name))
-      runtime_error("relay: a sample file the run's point did not name: '" + peer_excerpt(header) + "'");
+      runtime_error("relay: a sample file the run's point did not name: '" + remote_excerpt(header) + "'");
     expected_.erase(it);
-    uint64_t left = parse_peer_u64(header.substr(space + 1), "relay: sample file size", bytes_left_);
+    uint64_t left = parse_remote_u64(header.substr(space + 1), "relay: sample file size", bytes_left_);
     bytes_left_ -= left;
     const std::string path = dir_ + "/" + name, part = path + ".part";
     const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -484,7 +484,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
       const int64_t t0 = monotonic_ns();
       ctrl.send(CtrlType::exchange, "ping");
       const int64_t there = static_cast<int64_t>(
-          parse_peer_u64(ctrl.recv(CtrlType::exchange, "the relay's clock"), "relay clock", INT64_MAX));
+          parse_remote_u64(ctrl.recv(CtrlType::exchange, "the relay's clock"), "relay clock", INT64_MAX));
       const int64_t t1 = monotonic_ns();
       if (t1 - t0 < best) {
         best = t1 - t0;
@@ -531,7 +531,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
       samples.receive(ctrl, v.substr(5));
     } else if (v.rfind("exit ", 0) == 0) {
       samples.all_received();
-      const uint64_t code = parse_peer_u64(v.substr(5), "relayed exit code", 255);
+      const uint64_t code = parse_remote_u64(v.substr(5), "relayed exit code", 255);
       if (series && !ended)  // the run died before its end line: the series' reader still gets one
         emit_line(JsonObj().add("type", "end").add("status", "failed")
                       .add("message", "the relayed run ended with " + std::to_string(code) + " before its end line")
@@ -539,7 +539,7 @@ int run_relayed(Ctrl& ctrl, const ClientOptions& o, bool series, uint32_t run) {
       if (!series) ctrl.say_bye();  // a series says bye after its last run
       return static_cast<int>(code);
     } else {
-      runtime_error("relay: unexpected frame '" + peer_excerpt(v) + "'");
+      runtime_error("relay: unexpected frame '" + remote_excerpt(v) + "'");
     }
   }
 }

@@ -206,7 +206,7 @@ class Silent {
   void drop_oldest(const std::string& why) {
     ++dropped_;
     if (Clock::mono_ns() - logged_ns_ >= 1000000000) {
-      std::fprintf(stderr, "fabmeter-engine: %s %s%s\n", waiting_.front().ctrl.peer_addr().c_str(), why.c_str(),
+      std::fprintf(stderr, "fabmeter-engine: %s %s%s\n", waiting_.front().ctrl.remote_addr().c_str(), why.c_str(),
                    dropped_ > 1 ? (" (" + std::to_string(dropped_) + " dropped since the last line)").c_str() : "");
       logged_ns_ = Clock::mono_ns();
       dropped_ = 0;
@@ -281,7 +281,7 @@ int run_server(const ServerOptions& opts) {
     }
     std::fflush(stdout);
     std::fflush(stderr);
-    const std::string source = ctrl.peer_addr();
+    const std::string source = ctrl.remote_addr();
     const uint32_t delay_ms = kids.auth_failures().delay_ms(source);
     const pid_t pid = fork();
     if (pid < 0) {

@@ -162,11 +162,11 @@ int serve_one(Ctrl& ctrl, const ServerOptions& o, const ServerClocks& clocks, Ad
     // Connected and closed without a frame: a reachability check (fabmeter
     // mesh's before its pairs, a port scan), not a session that failed.
     if (ctrl.frames_in() != 0 || ctrl.peek() != Ctrl::Peek::closed) throw;
-    std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.peer_addr().c_str());
+    std::fprintf(stderr, "fabmeter-engine: %s connected and closed without a hello\n", ctrl.remote_addr().c_str());
     return 0;
   }
   if (hello == kProbeHello) {  // fabmeter watch asks whether this serve is up: said as such, nothing else
-    std::fprintf(stderr, "fabmeter-engine: %s: a liveness probe\n", ctrl.peer_addr().c_str());
+    std::fprintf(stderr, "fabmeter-engine: %s: a liveness probe\n", ctrl.remote_addr().c_str());
     return 0;
   }
   Hello decoded;
@@ -335,7 +335,7 @@ std::string busy_reason(const ServerOptions& o) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != server) _exit(130);  // the server died before the line above
   int rc;
-  SessionLog log{ctrl.peer_addr(), Clock::mono_ns(), "", ""};
+  SessionLog log{ctrl.remote_addr(), Clock::mono_ns(), "", ""};
   try {
     rc = serve_one(ctrl, o, clocks, admission, rec, challenge_delay_ms, log);
   } catch (const Error& e) {

@@ -23,7 +23,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "fabmeter/results.hpp"
 #include "fabmeter/signals.hpp"
 #include "fabmeter/trust.hpp"
@@ -91,7 +91,7 @@ std::string device_name(const json& v) {
   const std::string s = v.get<std::string>();
   const bool ok = !s.empty() && s.size() <= 64 && std::isalnum(static_cast<unsigned char>(s[0])) &&
                   std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-' || c == '.'; });
-  if (!ok) usage_error("tool request: device '" + peer_excerpt(s) + "' is not an RDMA device name");
+  if (!ok) usage_error("tool request: device '" + remote_excerpt(s) + "' is not an RDMA device name");
   return s;
 }
 
@@ -364,7 +364,7 @@ ToolRequest decode_tool_request(std::string_view text) {
   if (std::find(names.begin(), names.end(), r.tool) == names.end()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    usage_error("tool request: '" + peer_excerpt(r.tool) + "' is not a tool this server starts (" + list + ")");
+    usage_error("tool request: '" + remote_excerpt(r.tool) + "' is not a tool this server starts (" + list + ")");
   }
   const std::vector<std::string_view> keys = keys_of(r.tool);
   for (const auto& [key, v] : j.items()) {
@@ -372,7 +372,7 @@ ToolRequest decode_tool_request(std::string_view text) {
     if (key == "lifetime_s") {
       r.lifetime_s = static_cast<uint32_t>(whole(v, key, 1, kMaxToolLifetimeS));
     } else if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-      usage_error("tool request: " + r.tool + " takes no argument '" + peer_excerpt(key) + "'");
+      usage_error("tool request: " + r.tool + " takes no argument '" + remote_excerpt(key) + "'");
     } else if (key == "proto") {
       r.proto = one_of(v, key, {"tcp", "udp"});
     } else if (key == "size") {
@@ -464,7 +464,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
   std::string why;
   bool stop_asked = false;
   try {
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const int64_t ready_by = std::min(deadline, monotonic_ns() + kReadyTimeoutNs);
     bool ready = false;
     while (!ready && tool.pump(kPollMs) && monotonic_ns() < ready_by && !stop_requested()) {
@@ -485,7 +485,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
       else if (stop_requested()) why = "server_stopping";
       else if (ctrl.peek() == Ctrl::Peek::message) {
         const std::string frame = ctrl.recv(CtrlType::exchange, "the tool's client");
-        if (frame != "stop") runtime_error("tool: expected 'stop' from the client, got '" + peer_excerpt(frame) + "'");
+        if (frame != "stop") runtime_error("tool: expected 'stop' from the client, got '" + remote_excerpt(frame) + "'");
         stop_asked = true;
         why = "stopped";
       } else {
@@ -501,7 +501,7 @@ int serve_tool(Ctrl& ctrl, const ToolRequest& r, const std::string& binary, cons
   ctrl.set_timeout_ms(kByeTimeoutMs);
   if (!stop_asked) {
     const std::string frame = ctrl.recv(CtrlType::exchange, "the tool's client's stop");
-    if (frame != "stop") runtime_error("tool: expected 'stop' from the client, got '" + peer_excerpt(frame) + "'");
+    if (frame != "stop") runtime_error("tool: expected 'stop' from the client, got '" + remote_excerpt(frame) + "'");
   }
   ctrl.recv(CtrlType::bye, "end of the tool's session");
   return 0;
@@ -530,7 +530,7 @@ int run_tool_client(Ctrl& ctrl) {
     line.add("reason", remote_text(ready, "reason"));
   }
   emit_line(line);
-  PeerWatch watch(ctrl);
+  RemoteWatch watch(ctrl);
   std::string end_text;
   bool stdin_open = listening;
   while (stdin_open && !stop_requested()) {

@@ -83,7 +83,7 @@ struct LoadServerStats {
     auto next = [&](uint64_t max = UINT64_MAX) {
       if (s.empty()) runtime_error("load: the server's counts end early");
       const size_t sp = s.find(' ');
-      const uint64_t v = parse_peer_u64(s.substr(0, sp), "load server counts", max);
+      const uint64_t v = parse_remote_u64(s.substr(0, sp), "load server counts", max);
       s = sp == std::string_view::npos ? std::string_view{} : s.substr(sp + 1);
       return v;
     };
@@ -99,7 +99,7 @@ struct LoadServerStats {
       for (uint64_t& n : row) n = next();
     st.per_thread.resize(next(LoadOptions::kMaxServerThreads));
     for (uint64_t& n : st.per_thread) n = next();
-    if (!s.empty()) runtime_error("load: the server's counts have extra fields: '" + peer_excerpt(s) + "'");
+    if (!s.empty()) runtime_error("load: the server's counts have extra fields: '" + remote_excerpt(s) + "'");
     return st;
   }
   JsonObj json() const {

@@ -174,7 +174,7 @@ inline std::string dial_url(const std::string& transport, const std::string& ser
 template <class T>
 void data_handshake(T& t, const Ctrl& ctrl, Role role, const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ctrl.timeout_ms());
-  PeerWatch watch(ctrl);
+  RemoteWatch watch(ctrl);
   auto check = [&] {
     if (const char* f = t.failure()) runtime_error(f);
     if (stop_requested()) runtime_error(what + ": interrupted while connecting");

@@ -2,13 +2,13 @@
 // credits, both over a ring of receive slots, and the send ring's fills.
 //
 // Refill: released receive buffers go back in batches of --rq-refill (one
-// post per batch, not per message). To a peer that RDMA-writes into our
+// post per batch, not per message). To an end that RDMA-writes into our
 // ring, the count of buffers given back is its credit, sent after each
 // batch; a credit that finds no room in the send queue is due and is sent
 // from the next poll.
 //
-// Credits: message n goes to the peer's slot n mod slots, and may be written
-// only once the peer has given back message n - slots (its credit count).
+// Credits: message n goes to the other end's slot n mod slots, and may be written
+// only once the other end has given back message n - slots (its credit count).
 #pragma once
 #include <cstdint>
 
@@ -32,11 +32,11 @@ class RecvRefill {
 
 class WriteCredits {
  public:
-  // No slot of the peer's `slots` is free until it gives back more.
-  [[gnu::always_inline]] bool full(uint64_t peer_given_back, uint64_t slots) const {
-    return written_ - peer_given_back >= slots;
+  // No slot of the other end's `slots` is free until it gives back more.
+  [[gnu::always_inline]] bool full(uint64_t remote_given_back, uint64_t slots) const {
+    return written_ - remote_given_back >= slots;
   }
-  // The peer's slot for the next message.
+  // The other end's slot for the next message.
   uint64_t slot() const { return slot_; }
   uint64_t written() const { return written_; }
   void wrote(uint64_t slots) {

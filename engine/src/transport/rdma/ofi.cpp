@@ -194,7 +194,7 @@ void OfiTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   else connect_connectionless(ctrl);
   if (write_) exchange_rma(ctrl);
   ctrl.barrier("ofi receives posted");
-  // rdm providers connect on the first message (rxm, rxd, shm map the peer
+  // rdm providers connect on the first message (rxm, rxd, shm map the other end
   // then): a ping-pong first, so no measured message waits for that. The
   // client alone starts it: both sending first would race two connections.
   if (ofi_.ep == "rdm") handshake(ctrl);
@@ -204,7 +204,7 @@ void OfiTransport::handshake(const Ctrl& ctrl) {
   static const std::byte hello[1]{};
   const uint32_t timeout_ms = ctrl.timeout_ms();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  PeerWatch watch(ctrl);  // a peer that died or froze is noticed, not waited for
+  RemoteWatch watch(ctrl);  // an end that died or froze is noticed, not waited for
   auto check = [&](const char* what) {
     if (failure_) runtime_error(failure_);
     watch.check(who(ofi_) + " " + what);
@@ -269,9 +269,9 @@ void OfiTransport::connect_msg(Ctrl& ctrl) {
   eq_attr.wait_obj = FI_WAIT_UNSPEC;
   auto wait_event = [&](uint32_t expect, fi_eq_cm_entry& entry, const char* what) {
     uint32_t event = 0;
-    // In slices: a peer that died or froze before its connect is noticed on
+    // In slices: an end that died or froze before its connect is noticed on
     // the control channel, not after the whole timeout.
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
     ssize_t rc;
     while ((rc = fi_eq_sread(eq_, &event, &entry, sizeof entry, kWaitSliceMs, 0)) == -FI_EAGAIN ||
@@ -345,10 +345,10 @@ void OfiTransport::connect_connectionless(Ctrl& ctrl) {
   if (rc != 0) runtime_error(who(ofi_) + ": fi_fabric: " + fi_strerror(-rc));
   open_domain_and_ep(info_);
   const std::string mine = name_of(&ep_->fid, "endpoint");
-  std::string peer = ctrl.exchange(mine, "ofi endpoint address");
+  std::string theirs = ctrl.exchange(mine, "ofi endpoint address");
   // fi_av_insert reads an address of this provider's length: the same as ours.
-  if (peer.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the other end");
-  rc = fi_av_insert(av_, peer.data(), 1, &peer_, 0, nullptr);
+  if (theirs.size() != mine.size()) runtime_error("ofi: malformed endpoint address from the other end");
+  rc = fi_av_insert(av_, theirs.data(), 1, &remote_, 0, nullptr);
   if (rc != 1) runtime_error(who(ofi_) + ": fi_av_insert of the other end's address failed (" + std::to_string(rc) + ")");
 }
 
@@ -392,7 +392,7 @@ void OfiTransport::open_domain_and_ep(fi_info* info) {
   fi_cq_attr cq{};
   cq.format = FI_CQ_FORMAT_DATA;
   // Event mode needs a wait that honours fi_cq_sread's timeout (so Ctrl-C
-  // and a lost peer are noticed): a file descriptor. Some providers' other
+  // and the other end's loss are noticed): a file descriptor. Some providers' other
   // wait objects (shm's FI_WAIT_UNSPEC yields in a loop) ignore it.
   cq.wait_obj = event_ ? FI_WAIT_FD : FI_WAIT_NONE;
   cq.size = std::max<size_t>(info->tx_attr->size, sq_depth_);
@@ -505,19 +505,19 @@ void OfiTransport::exchange_rma(Ctrl& ctrl) {
   std::string blob = ctrl.exchange(std::string_view(reinterpret_cast<const char*>(&mine), sizeof mine),
                                    "ofi receive region");
   if (blob.size() != sizeof(RmaInfo)) runtime_error("ofi: malformed receive region from the other end");
-  RmaInfo peer;
-  std::memcpy(&peer, blob.data(), sizeof peer);
+  RmaInfo theirs;
+  std::memcpy(&theirs, blob.data(), sizeof theirs);
   // The slot count wraps our write index and len_bits is a shift count: out
   // of range, they would make us index or shift past what C++ defines.
-  if (peer.slots == 0 || peer.slots > (1u << 16) || peer.slot_size == 0 || peer.slot_size > (1ull << 32) ||
-      peer.len_bits == 0 || peer.len_bits > 40)
+  if (theirs.slots == 0 || theirs.slots > (1u << 16) || theirs.slot_size == 0 || theirs.slot_size > (1ull << 32) ||
+      theirs.len_bits == 0 || theirs.len_bits > 40)
     runtime_error("ofi: impossible receive region from the other end");
-  peer_base_ = peer.base;
-  peer_key_ = peer.key;
-  peer_slot_size_ = peer.slot_size;
-  peer_slots_ = peer.slots;
-  peer_len_bits_ = peer.len_bits;
-  peer_credit_addr_ = peer.credit_addr;
+  remote_base_ = theirs.base;
+  remote_key_ = theirs.key;
+  remote_slot_size_ = theirs.slot_size;
+  remote_slots_ = theirs.slots;
+  remote_len_bits_ = theirs.len_bits;
+  remote_credit_addr_ = theirs.credit_addr;
 }
 
 void OfiTransport::repost() {
@@ -547,7 +547,7 @@ void OfiTransport::repost_cq_data_recv() {
 void OfiTransport::send_credit() {
   credit_src_ = refill_.released();
   ssize_t rc = fi_inject_writedata(ep_, &credit_src_, sizeof credit_src_, credit_flag_ | (credit_src_ & credit_mask_),
-                                   peer_, peer_credit_addr_, peer_key_);
+                                   remote_, remote_credit_addr_, remote_key_);
   if (rc == 0) {
     refill_.gave_back(refill_.held());
     refill_.credit_due = false;
@@ -559,7 +559,7 @@ void OfiTransport::send_credit() {
 }
 
 void OfiTransport::wait_send() {
-  if (write_ && credits_.full(peer_released_, peer_slots_)) {
+  if (write_ && credits_.full(remote_released_, remote_slots_)) {
     fill_rx(kWaitSliceMs);  // credits arrive on the receive CQ
     return;
   }

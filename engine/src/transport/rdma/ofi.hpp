@@ -8,7 +8,7 @@
 // FI_SELECTIVE_COMPLETION only every --signal-every-th send asks for a
 // completion, which then frees it and every send before it (as verbs).
 // --inline: fi_inject (no completion) up to N bytes.
-// --op write-imm: fi_writedata into the peer's receive slots with remote CQ data
+// --op write-imm: fi_writedata into the other end's receive slots with remote CQ data
 // carrying slot and length; the receiver returns credits (released count) as
 // 8-byte writes with CQ data, so a slot is rewritten only after the receiver
 // let go of as many messages as it has slots. Refill and credit counting are
@@ -53,7 +53,7 @@ class OfiTransport {
   int deregister_memory(void* mr);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
   Pools pools() const { return {"work requests", refill_.held(), rx_slots_, tx_posted_ - tx_freed_, send_window_}; }
-  // A CQ error, or (msg endpoints) the peer's FI_SHUTDOWN on the EQ.
+  // A CQ error, or (msg endpoints) the other end's FI_SHUTDOWN on the EQ.
   const char* failure() const {
     if (eq_ && !failure_) check_eq();
     return failure_;
@@ -63,16 +63,16 @@ class OfiTransport {
   [[gnu::always_inline]] bool post_send(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id) {
     uint64_t rma_addr = 0, data = 0;
     if (write_) {
-      if (credits_.full(peer_released_, peer_slots_) && !take_credits()) return false;
-      rma_addr = peer_base_ + credits_.slot() * peer_slot_size_;
-      data = (credits_.slot() << peer_len_bits_) | len;
+      if (credits_.full(remote_released_, remote_slots_) && !take_credits()) return false;
+      rma_addr = remote_base_ + credits_.slot() * remote_slot_size_;
+      data = (credits_.slot() << remote_len_bits_) | len;
     }
     const bool want = flags & kSendSignaled;
     if (len <= inline_max_ && !want) {
-      ssize_t rc = write_ ? fi_inject_writedata(ep_, buf, len, data, peer_, rma_addr, peer_key_)
-                          : fi_inject(ep_, buf, len, peer_);
+      ssize_t rc = write_ ? fi_inject_writedata(ep_, buf, len, data, remote_, rma_addr, remote_key_)
+                          : fi_inject(ep_, buf, len, remote_);
       if (rc != 0) [[unlikely]] return post_failed(rc, "fi_inject");
-      if (write_) credits_.wrote(peer_slots_);
+      if (write_) credits_.wrote(remote_slots_);
       return true;
     }
     if (tx_posted_ - tx_freed_ >= send_window_) {
@@ -94,16 +94,16 @@ class OfiTransport {
     if (selective_ && signaled) {
       iovec iov{const_cast<void*>(buf), len};
       if (write_) {
-        fi_rma_iov rma{rma_addr, len, peer_key_};
-        fi_msg_rma m{&iov, &desc, 1, peer_, &rma, 1, &s.ctx, data};
+        fi_rma_iov rma{rma_addr, len, remote_key_};
+        fi_msg_rma m{&iov, &desc, 1, remote_, &rma, 1, &s.ctx, data};
         rc = fi_writemsg(ep_, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA);
       } else {
-        fi_msg m{&iov, &desc, 1, peer_, &s.ctx, 0};
+        fi_msg m{&iov, &desc, 1, remote_, &s.ctx, 0};
         rc = fi_sendmsg(ep_, &m, FI_COMPLETION);
       }
     } else {
-      rc = write_ ? fi_writedata(ep_, buf, len, desc, data, peer_, rma_addr, peer_key_, &s.ctx)
-                  : fi_send(ep_, buf, len, desc, peer_, &s.ctx);
+      rc = write_ ? fi_writedata(ep_, buf, len, desc, data, remote_, rma_addr, remote_key_, &s.ctx)
+                  : fi_send(ep_, buf, len, desc, remote_, &s.ctx);
     }
     if (rc != 0) [[unlikely]] return post_failed(rc, write_ ? "fi_writedata" : "fi_send");
     ++tx_posted_;
@@ -113,7 +113,7 @@ class OfiTransport {
     } else {
       ++unsignaled_run_;
     }
-    if (write_) credits_.wrote(peer_slots_);
+    if (write_) credits_.wrote(remote_slots_);
     return true;
   }
 
@@ -200,8 +200,8 @@ class OfiTransport {
       if (e[i].flags & FI_REMOTE_CQ_DATA) {
         if (rx_cq_data_mode_) repost_cq_data_recv();
         if (e[i].data & credit_flag_) {
-          // Credits carry the low bits of the peer's released count.
-          peer_released_ += ((e[i].data & credit_mask_) - (peer_released_ & credit_mask_)) & credit_mask_;
+          // Credits carry the low bits of the other end's released count.
+          remote_released_ += ((e[i].data & credit_mask_) - (remote_released_ & credit_mask_)) & credit_mask_;
           continue;
         }
         slot = e[i].data >> len_bits_;
@@ -235,7 +235,7 @@ class OfiTransport {
 
   bool take_credits() {
     fill_rx(-1);
-    return !credits_.full(peer_released_, peer_slots_);
+    return !credits_.full(remote_released_, remote_slots_);
   }
 
   bool post_failed(ssize_t rc, const char* what) {
@@ -264,7 +264,7 @@ class OfiTransport {
   fid_ep* ep_ = nullptr;
   fid_cq* tx_cq_ = nullptr;
   fid_cq* rx_cq_ = nullptr;
-  fi_addr_t peer_ = FI_ADDR_UNSPEC;
+  fi_addr_t remote_ = FI_ADDR_UNSPEC;
   bool write_;
   bool selective_ = false;
   bool rx_cq_data_mode_ = false;
@@ -292,11 +292,11 @@ class OfiTransport {
   uint32_t txq_head_ = 0, txq_tail_ = 0;
 
   // --op write-imm
-  uint64_t peer_base_ = 0, peer_key_ = 0, peer_slot_size_ = 0, peer_credit_addr_ = 0;
-  uint64_t peer_slots_ = 0, peer_len_bits_ = 0;
+  uint64_t remote_base_ = 0, remote_key_ = 0, remote_slot_size_ = 0, remote_credit_addr_ = 0;
+  uint64_t remote_slots_ = 0, remote_len_bits_ = 0;
   rdma::WriteCredits credits_;
   rdma::SlotFill fill_;  // which bounce slots hold bw's payload already
-  uint64_t peer_released_ = 0;
+  uint64_t remote_released_ = 0;
   uint64_t credit_flag_ = 0, credit_mask_ = 0;
   uint64_t len_bits_ = 0, len_mask_ = 0;
   uint64_t credit_src_ = 0;

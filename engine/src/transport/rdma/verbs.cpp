@@ -17,7 +17,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
 
@@ -212,7 +212,7 @@ void VerbsTransport::repost_recvs() {
   }
   refill_.gave_back(batch);
   if (op_ == verbs::Op::send) return;
-  // An end that has written to the peer since the last batch will likely
+  // An end that has written to the other end since the last batch will likely
   // write again soon, and that write carries the credit (piggy_).
   const bool writing = piggy_ && credits_.written() != written_at_refill_;
   written_at_refill_ = credits_.written();
@@ -268,8 +268,8 @@ void VerbsTransport::post_credit() {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.wr.rdma.remote_addr = peer_.credit_addr;
-  wr.wr.rdma.rkey = peer_.credit_rkey;
+  wr.wr.rdma.remote_addr = remote_.credit_addr;
+  wr.wr.rdma.rkey = remote_.credit_rkey;
   wr.send_flags = max_inline_ >= 8 ? IBV_SEND_INLINE : 0;
   if (++unsignaled_ >= signal_every_) {
     wr.send_flags |= IBV_SEND_SIGNALED;
@@ -321,7 +321,7 @@ void VerbsTransport::wait_send() {
     reap_sends();
     return;
   }
-  // Waiting for the peer's credits: they come by RDMA write, which raises no
+  // Waiting for the other end's credits: they come by RDMA write, which raises no
   // completion here, so sleep briefly and let the caller look again.
   timespec ts{0, 20'000};
   nanosleep(&ts, nullptr);
@@ -518,7 +518,7 @@ void VerbsTransport::describe(JsonObj& o) const {
       .add("send_window", sq_limit_).add("signal_every", signal_every_).add("post_list", post_list_).add("rq_refill", rq_refill_)
       .add("recv_slots", rx_slots_).add("recv_slot_bytes", rx_slot_size_)
       .add("send_slots", tx_slots_).add("send_slot_bytes", tx_slot_size_);
-  if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", peer_.qkey);
+  if (ud_) o.add("grh_bytes", verbs::kGrhBytes).add("max_msg_size", ud_max_msg_).add("qkey", remote_.qkey);
   if (op_ == verbs::Op::write_imm) o.add("write_credits", "the receiver RDMA-writes its repost count every rq_refill receives");
   if (marked_write())
     o.add("passive_rx", false).add("write_credits", "the receiver RDMA-writes its count of slots read every rq_refill messages, unless its writes carry "

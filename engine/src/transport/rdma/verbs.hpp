@@ -2,7 +2,7 @@
 // RC, UC or UD; connected by rdma_cm, or "raw": QP numbers, GIDs and rkeys
 // over the control channel and the QP moved to RTS by hand. Ops (--op):
 //   send       send with immediate (every service);
-//   write-imm  RDMA write with immediate into the peer's ring slot: the
+//   write-imm  RDMA write with immediate into the other end's ring slot: the
 //              immediate names the slot, a receive WR is consumed (RC/UC);
 //   write      plain RDMA write, as perftest's ib_write_*: no receive WR, no
 //              receive completion; the receiver polls the slot's last byte,
@@ -17,7 +17,7 @@
 //              answer ring: a completion answers every op up to it.
 //   write with --passive-rx (bw, RC)
 //              one-sided too, as perftest's ib_write_bw: the writer
-//              overwrites the peer's ring with no credits, no mark and no
+//              overwrites the other end's ring with no credits, no mark and no
 //              trailer, and each write's answer is its acknowledgement
 //              (its completion); the receiver's CPU takes no part.
 //
@@ -31,19 +31,19 @@
 // free again when post_send returns; inline sends go straight from it. lat
 // and oneway copy before their send timestamp (prepare_send), as perftest.
 // Receives use a ring of rq_depth slots, reposted in batches of rq_refill.
-// RDMA writes target the peer's ring slot for their sequence number; a
-// writer may use a slot only after the peer reposted (write: released) it,
-// which the peer tells by RDMA-writing its count into the writer's credit
+// RDMA writes target the other end's ring slot for their sequence number; a
+// writer may use a slot only after the other end reposted (write: released) it,
+// which the other end tells by RDMA-writing its count into the writer's credit
 // word. Refill and credit counting are shared with ofi (credits.hpp).
 //
-// A plain write ends where the peer's slot ends, and its last byte is a lap
+// A plain write ends where the other end's slot ends, and its last byte is a lap
 // mark: message n's is (n / slots) % 255 + 1, never the mark of the slot's
 // last lap nor the zeroed ring's. The receiver sees the mark change only
 // after the rest of the write: RC and UC place a message's bytes in order
 // (perftest relies on it too). When both ends know every message's size
 // (fix_message_size: lat, bw) the write is the payload alone, its last byte
 // replaced by the mark, as perftest's; from kPiggyBytes on, the 7 bytes
-// before the mark carry the writer's count of the peer's messages it has
+// before the mark carry the writer's count of the other end's messages it has
 // read, so two ends that write to each other (lat, bw --bidir) need no
 // credit writes: [... payload | count u56 | mark u8]. Where sizes vary
 // (check, bw --size-spread; Use::fixed_sizes false) a trailer follows the
@@ -159,20 +159,20 @@ class VerbsTransport {
     if (one_sided_) return post_one_sided(buf, len, flags, wr, sge);
     if (op_ == verbs::Op::write) return post_plain_write(buf, len, flags, wr_id, wr, sge);
     if (op_ == verbs::Op::write_imm) {
-      // The peer's slot for this message must have been reposted (credits).
-      if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] return held_back();
+      // The other end's slot for this message must have been reposted (credits).
+      if (credits_.full(remote_credit(), remote_.ring_slots)) [[unlikely]] return held_back();
       const uint32_t slot = static_cast<uint32_t>(credits_.slot());
       wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       wr.imm_data = htonl(slot);
-      wr.wr.rdma.remote_addr = peer_.ring_addr + slot * peer_.slot_size;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.remote_addr = remote_.ring_addr + slot * remote_.slot_size;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
     } else {
       wr.opcode = IBV_WR_SEND_WITH_IMM;
       wr.imm_data = htonl(len);
       if (ud_) {
         wr.wr.ud.ah = ah_;
-        wr.wr.ud.remote_qpn = peer_.qpn;
-        wr.wr.ud.remote_qkey = peer_.qkey;
+        wr.wr.ud.remote_qpn = remote_.qpn;
+        wr.wr.ud.remote_qkey = remote_.qkey;
       }
     }
     sge.length = len;
@@ -290,13 +290,13 @@ class VerbsTransport {
   void wait_send();
 
  private:
-  // The peer's count of our messages it has read: the word its credit writes
+  // The other end's count of our messages it has read: the word its credit writes
   // set, or what its last plain write carried, whichever is further.
-  [[gnu::always_inline]] uint64_t peer_credit() const {
+  [[gnu::always_inline]] uint64_t remote_credit() const {
     return std::max(piggy_in_, __atomic_load_n(credit_in_, __ATOMIC_ACQUIRE));
   }
   // A credit due goes now, unless one of our writes may carry it soon: an
-  // end that writes to the peer waits kPiggyWait polls for that.
+  // end that writes to the other end waits kPiggyWait polls for that.
   [[gnu::always_inline]] void credit_if_due() {
     if (!refill_.credit_due) [[likely]] return;
     if (piggy_ && ++credit_wait_ < verbs::kPiggyWait) return;
@@ -320,7 +320,7 @@ class VerbsTransport {
     }
     wr_ids_[posted_ & wr_mask_] = signaled ? wr_id : verbs::kNoReport;
     if (!submit(wr)) [[unlikely]] return false;
-    if (op_ != verbs::Op::send) credits_.wrote(peer_.ring_slots);
+    if (op_ != verbs::Op::send) credits_.wrote(remote_.ring_slots);
     return true;
   }
 
@@ -359,11 +359,11 @@ class VerbsTransport {
   }
 
   // Plain write: copied into the send slot with its mark (and trailer, if the
-  // size is not fixed), ending where the peer's slot ends (inline if it fits).
+  // size is not fixed), ending where the other end's slot ends (inline if it fits).
   [[gnu::always_inline]] bool post_plain_write(const void* buf, uint32_t len, uint32_t flags, uint64_t wr_id,
                                                ibv_send_wr& wr, ibv_sge& sge) {
-    if (credits_.full(peer_credit(), peer_.ring_slots)) [[unlikely]] {
-      // No write of ours goes until the peer's credit comes, which may wait on
+    if (credits_.full(remote_credit(), remote_.ring_slots)) [[unlikely]] {
+      // No write of ours goes until the other end's credit comes, which may wait on
       // ours (--bidir): a due credit goes alone now, not after kPiggyWait polls.
       if (refill_.credit_due) post_credit();
       return held_back();
@@ -372,7 +372,7 @@ class VerbsTransport {
     std::byte* src = tx_ring_ + (posted_ % tx_slots_) * tx_slot_size_;
     // The mark below overwrites the last byte on every lap, never the rest.
     fill_slot(src, buf, len, flags);
-    const uint8_t mark = verbs::lap_mark(credits_.written(), peer_.ring_slots);
+    const uint8_t mark = verbs::lap_mark(credits_.written(), remote_.ring_slots);
     uint32_t total = len;
     if (msg_size_) {
       if (len != msg_size_) [[unlikely]] {
@@ -380,7 +380,7 @@ class VerbsTransport {
         return false;
       }
       if (piggy_) {
-        // Our count of the peer's messages read rides along: the credit due, if any, goes with it.
+        // Our count of the other end's messages read rides along: the credit due, if any, goes with it.
         const uint64_t word = (refill_.released() & verbs::kPiggyMask) | uint64_t{mark} << 56;
         std::memcpy(src + len - sizeof word, &word, sizeof word);
         credits_carried_ += refill_.credit_due;
@@ -400,8 +400,8 @@ class VerbsTransport {
       total += verbs::kTrailerBytes;
     }
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.wr.rdma.remote_addr = peer_.ring_addr + (slot + 1) * peer_.slot_size - total;
-    wr.wr.rdma.rkey = peer_.ring_rkey;
+    wr.wr.rdma.remote_addr = remote_.ring_addr + (slot + 1) * remote_.slot_size - total;
+    wr.wr.rdma.rkey = remote_.ring_rkey;
     sge.addr = reinterpret_cast<uintptr_t>(src);
     sge.length = total;
     sge.lkey = tx_mr_->lkey;
@@ -409,14 +409,14 @@ class VerbsTransport {
     return post(wr, flags, wr_id);
   }
 
-  // Read or atomic on the peer's slot n mod slots, answered into ours; or a
+  // Read or atomic on the other end's slot n mod slots, answered into ours; or a
   // passive write into it from our send slot. Its answer is in when a
   // completion of it or of a later op comes.
   [[gnu::always_inline]] bool post_one_sided(const void* buf, uint32_t len, uint32_t flags, ibv_send_wr& wr,
                                              ibv_sge& sge) {
     if (os_posted_ - os_taken_ >= rx_slots_) [[unlikely]] return held_back();  // answers not yet taken fill our ring
     const uint64_t mine = os_posted_ % rx_slots_;
-    const uint64_t remote = peer_.ring_addr + (os_posted_ % peer_.ring_slots) * peer_.slot_size;
+    const uint64_t remote = remote_.ring_addr + (os_posted_ % remote_.ring_slots) * remote_.slot_size;
     // A read or atomic's answer lands in our slot; a passive write goes from our send slot.
     sge.addr = reinterpret_cast<uintptr_t>(rx_ring_ + mine * rx_slot_size_);
     sge.lkey = rx_mr_->lkey;
@@ -428,16 +428,16 @@ class VerbsTransport {
       sge.lkey = tx_mr_->lkey;
       wr.opcode = IBV_WR_RDMA_WRITE;
       wr.wr.rdma.remote_addr = remote;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
       if (goes_inline(len, flags)) wr.send_flags = IBV_SEND_INLINE;
     } else if (op_ == verbs::Op::read) {
       wr.opcode = IBV_WR_RDMA_READ;
       wr.wr.rdma.remote_addr = remote;
-      wr.wr.rdma.rkey = peer_.ring_rkey;
+      wr.wr.rdma.rkey = remote_.ring_rkey;
     } else {
       wr.opcode = op_ == verbs::Op::fadd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
       wr.wr.atomic.remote_addr = remote;
-      wr.wr.atomic.rkey = peer_.ring_rkey;
+      wr.wr.atomic.rkey = remote_.ring_rkey;
       wr.wr.atomic.compare_add = op_ == verbs::Op::fadd ? 1 : 0;
       wr.wr.atomic.swap = 0;  // compare 0, swap 0: always succeeds, the same work every time (as perftest)
     }
@@ -525,7 +525,7 @@ class VerbsTransport {
   }
 
   void repost_recvs();       // the held slots back to the RQ, then credits to a writer
-  void post_credit();        // RDMA-write our repost count into the peer's credit word
+  void post_credit();        // RDMA-write our repost count into the other end's credit word
   bool wait_channel(ibv_comp_channel* ch, int ms);  // one wake-up of a CQ's channel, acked
   void check_events() const;
   void fail_wc(const ibv_wc& wc, const char* what);
@@ -548,7 +548,7 @@ class VerbsTransport {
   void connect_cm(Ctrl& ctrl, uint64_t max_msg);
   rdma_cm_event* wait_cm_event(const Ctrl& ctrl, rdma_cm_event_type want, const char* what, uint32_t timeout_ms);
   void make_ah(const ibv_ah_attr& attr);
-  ibv_ah_attr ah_attr_to_peer() const;
+  ibv_ah_attr ah_attr_to_remote() const;
 
   const QueueOptions queue_;
   const RdmaOptions rdma_;
@@ -585,8 +585,8 @@ class VerbsTransport {
   uint32_t tx_slots_ = 1;
   ibv_mr* tx_mr_ = nullptr;
   ibv_ah* ah_ = nullptr;
-  verbs::EndpointInfo peer_{};
-  volatile uint64_t* credit_in_ = nullptr;  // written by the peer's RDMA writes
+  verbs::EndpointInfo remote_{};
+  volatile uint64_t* credit_in_ = nullptr;  // written by the other end's RDMA writes
   std::vector<uint64_t> wr_ids_;            // caller's wr_id per SQ position
   uint64_t wr_mask_ = 0;
   std::vector<uint64_t> done_;              // completed signaled sends not yet collected
@@ -595,9 +595,9 @@ class VerbsTransport {
   uint64_t rx_seq_ = 0;                     // plain write: the next message's number
   uint32_t msg_size_ = 0;                   // plain write: every message's size (0: each carries its own)
   bool piggy_ = false;                      // plain write: each write carries our credit (fixed size >= kPiggyBytes)
-  uint64_t piggy_in_ = 0;                   // the peer's credit, from the last of its writes that carried one
+  uint64_t piggy_in_ = 0;                   // the other end's credit, from the last of its writes that carried one
   uint32_t credit_wait_ = 0;                // polls a due credit has waited for a write to carry it
-  uint64_t written_at_refill_ = 0;          // credits_.written() at the last refill: are we writing to the peer?
+  uint64_t written_at_refill_ = 0;          // credits_.written() at the last refill: are we writing to the other end?
   uint64_t credit_writes_ = 0;              // credits sent as writes of their own
   uint64_t credits_carried_ = 0;            // due credits a plain write carried
   uint64_t os_posted_ = 0, os_done_ = 0, os_taken_ = 0;  // one-sided: posted, answered, taken by poll_recv

@@ -8,7 +8,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/rdma/verbs.hpp"
 #include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
@@ -39,14 +39,14 @@ verbs::EndpointInfo VerbsTransport::local_info() const {
   return e;
 }
 
-ibv_ah_attr VerbsTransport::ah_attr_to_peer() const {
+ibv_ah_attr VerbsTransport::ah_attr_to_remote() const {
   ibv_ah_attr ah{};
-  ah.dlid = peer_.lid;
+  ah.dlid = remote_.lid;
   ah.port_num = static_cast<uint8_t>(port_);
   // RoCE always routes by GID; InfiniBand only when a GID index is asked for.
   if (port_attr_.link_layer == IBV_LINK_LAYER_ETHERNET || verbs_.gid_index >= 0) {
     ah.is_global = 1;
-    std::memcpy(ah.grh.dgid.raw, peer_.gid, 16);
+    std::memcpy(ah.grh.dgid.raw, remote_.gid, 16);
     ah.grh.sgid_index = static_cast<uint8_t>(gid_index_);
     ah.grh.hop_limit = 64;
   }
@@ -103,18 +103,18 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   phase("to INIT");
   after_qp_created(ia);  // posts the receives (allowed from INIT on)
 
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   phase("receives posted, endpoint info swapped");
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
   mask = IBV_QP_STATE;
   if (!ud_) {
-    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(peer_.active_mtu));
+    path_mtu_ = std::min(path_mtu_, static_cast<ibv_mtu>(remote_.active_mtu));
     a.path_mtu = path_mtu_;
-    a.dest_qp_num = peer_.qpn;
-    a.rq_psn = peer_.psn;
-    a.ah_attr = ah_attr_to_peer();
+    a.dest_qp_num = remote_.qpn;
+    a.rq_psn = remote_.psn;
+    a.ah_attr = ah_attr_to_remote();
     mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (verbs_.service == "rc") {
       a.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
@@ -132,7 +132,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   if (verbs_.service == "rc") {
     a.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
     a.retry_cnt = 7;
-    a.rnr_retry = 7;  // retry forever while the peer has no receive posted
+    a.rnr_retry = 7;  // retry forever while the other end has no receive posted
     a.max_rd_atomic = static_cast<uint8_t>(rd_atomic_);
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
@@ -140,8 +140,8 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
   phase("to RTS");
 
   if (ud_) {
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(ah_attr_to_peer());
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(remote_.active_mtu)));
+    make_ah(ah_attr_to_remote());
   }
 }
 
@@ -149,9 +149,9 @@ rdma_cm_event* VerbsTransport::wait_cm_event(const Ctrl& ctrl, rdma_cm_event_typ
                                              uint32_t timeout_ms) {
   const auto now = [] { return std::chrono::steady_clock::now(); };
   const auto deadline = now() + std::chrono::milliseconds(timeout_ms);
-  // rdma_cm never hears of a peer that died or froze before its connect: the
+  // rdma_cm never hears of an end that died or froze before its connect: the
   // control channel (EOF, or no heartbeat for kSilenceMs) tells.
-  PeerWatch watch(ctrl);
+  RemoteWatch watch(ctrl);
   for (;;) {
     rdma_cm_event* ev;
     if (rdma_get_cm_event(cm_channel_, &ev) == 0) {
@@ -193,11 +193,11 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_ack_cm_event(ev);
   } else {
     if (rdma_create_id(cm_channel_, &cm_id_, nullptr, ps) != 0) sys_error("verbs: rdma_create_id");
-    const uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
-    sock::to_sockaddr(ctrl.peer_addr(), port, &dst);
+    const uint16_t port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange("", "rdma_cm port"), "rdma_cm port", 65535));
+    sock::to_sockaddr(ctrl.remote_addr(), port, &dst);
     if (rdma_resolve_addr(cm_id_, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
                           static_cast<int>(tmo)) != 0)
-      sys_error("verbs: rdma_resolve_addr " + ctrl.peer_addr());
+      sys_error("verbs: rdma_resolve_addr " + ctrl.remote_addr());
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
     phase("port swapped, rdma_resolve_addr");
     if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
@@ -209,7 +209,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
   port_ = cm_id_->port_num;
   const std::string chosen = ibv_get_device_name(ctx_->device);
   if (!verbs_.device.empty() && verbs_.device != chosen)
-    usage_error("verbs: rdma_cm reaches " + ctrl.peer_addr() + " through " + chosen + ", not --device " + verbs_.device +
+    usage_error("verbs: rdma_cm reaches " + ctrl.remote_addr() + " through " + chosen + ", not --device " + verbs_.device +
                 " (use --cm raw to choose the device yourself)");
   setup(max_msg);
   phase("PD, CQs and rings");
@@ -238,12 +238,12 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_ack_cm_event(ev);
     phase("rdma_connect to ESTABLISHED");
   }
-  peer_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
+  remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   if (ud_) {
     // The client has the address handle rdma_cm resolved; the server builds
     // one from the client's GID (a SIDR request carries no return path).
-    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(peer_.active_mtu)));
-    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_peer());
+    ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(remote_.active_mtu)));
+    make_ah(role_ == Role::client ? cm_ah : ah_attr_to_remote());
   } else {
     ibv_qp_attr a;
     ibv_qp_init_attr qa;

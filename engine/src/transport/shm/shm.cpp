@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
 #include "fabmeter/futex.hpp"
+#include "fabmeter/remote_parse.hpp"
 
 namespace fm {
 namespace {
@@ -60,7 +60,7 @@ void ShmTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     // Only a segment of the server's making: "/fabmeter-PID-N", nothing else.
     if (remote_name.rfind("/fabmeter-", 0) != 0 || remote_name.size() > 64 ||
         remote_name.find_first_not_of("0123456789-", 10) != std::string::npos)
-      runtime_error("shm: malformed segment name from the server: '" + peer_excerpt(remote_name) + "'");
+      runtime_error("shm: malformed segment name from the server: '" + remote_excerpt(remote_name) + "'");
     name_ = remote_name;
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) sys_error("shm_open " + name_ + " (is the server on this host?)");

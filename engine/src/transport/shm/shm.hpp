@@ -51,7 +51,7 @@ class ShmTransport {
     return {.max_msg_size = 64ull << 20, .max_inline = 0, .reliable = true, .ordered = true,
             .supports_write = false, .send_completions = false, .same_host_only = true,
             .one_poll_mode = "each end sleeps on one futex bell, rung for its messages and its credits alike",
-            .woken_by_peer = "an end sleeps on a futex bell that only the other end rings, in event mode"};
+            .woken_by_remote = "an end sleeps on a futex bell that only the other end rings, in event mode"};
   }
   static double queued_bytes(const QueueOptions& q, uint64_t size) { return ring_pair_bytes(q, size); }
   void connect(Ctrl& ctrl, uint64_t max_msg);

@@ -49,7 +49,7 @@ int bind_near(const Ctrl& ctrl, int type, uint16_t* port) {
 }
 
 int remote_sockaddr(const Ctrl& ctrl, uint16_t port, sockaddr_storage* ss) {
-  return to_sockaddr(ctrl.peer_addr(), port, ss);
+  return to_sockaddr(ctrl.remote_addr(), port, ss);
 }
 
 void set_rcv_timeout_ms(int fd, int ms) {

@@ -10,7 +10,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/sock/sock.hpp"
 
 namespace fm {
@@ -43,7 +43,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     ctrl.exchange(std::to_string(port), "tcp data port");
     // In slices: a client that died or froze before connecting is noticed
     // on the control channel, not after the whole timeout.
-    PeerWatch watch(ctrl);
+    RemoteWatch watch(ctrl);
     const uint64_t deadline = Clock::mono_ns() + uint64_t(ctrl.timeout_ms()) * 1000000;
     for (pollfd pfd{lfd, POLLIN, 0}; ::poll(&pfd, 1, kWaitSliceMs) != 1;) {
       try {
@@ -62,7 +62,7 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     if (fd_ < 0) sys_error("accept data connection");
     sock::set_congestion(fd_, cc_);
   } else {
-    uint16_t port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
+    uint16_t port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
     sockaddr_storage ss;
     int len = sock::remote_sockaddr(ctrl, port, &ss);
     fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "fabmeter/error.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 #include "transport/sock/sock.hpp"
 
 namespace fm {
@@ -36,7 +36,7 @@ UdpTransport::~UdpTransport() {
 void UdpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   uint16_t port;
   fd_ = sock::bind_near(ctrl, SOCK_DGRAM, &port);
-  uint16_t remote_port = static_cast<uint16_t>(parse_peer_u64(ctrl.exchange(std::to_string(port), "udp data port"), "udp data port", 65535));
+  uint16_t remote_port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange(std::to_string(port), "udp data port"), "udp data port", 65535));
   sockaddr_storage ss;
   int len = sock::remote_sockaddr(ctrl, remote_port, &ss);
   if (::connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) sys_error("udp: connect");

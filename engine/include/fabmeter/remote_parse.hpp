@@ -10,11 +10,11 @@
 namespace fm {
 
 // Decimal digits only (no sign, no spaces, no suffix), at most `max`.
-uint64_t parse_peer_u64(std::string_view text, const char* what, uint64_t max = UINT64_MAX);
+uint64_t parse_remote_u64(std::string_view text, const char* what, uint64_t max = UINT64_MAX);
 // A finite decimal number (strtod syntax, no spaces), e.g. a clock reading.
-double parse_peer_double(std::string_view text, const char* what);
+double parse_remote_double(std::string_view text, const char* what);
 // The other end's text as it may appear in a one-line message: printable ASCII,
 // at most 40 characters, the rest elided.
-std::string peer_excerpt(std::string_view text);
+std::string remote_excerpt(std::string_view text);
 
 }  // namespace fm

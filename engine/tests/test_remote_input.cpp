@@ -1,4 +1,4 @@
-// Decoders of what the peer sends: malformed input is an fm::Error with a
+// Decoders of what the other end sends: malformed input is an fm::Error with a
 // one-line reason, never another exception, never a read past the input.
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "experiment/stream.hpp"
 #include "fabmeter/error.hpp"
 #include "fabmeter/params.hpp"
-#include "fabmeter/peer_parse.hpp"
+#include "fabmeter/remote_parse.hpp"
 
 namespace {
 
@@ -35,23 +35,23 @@ std::string fm_error(F f) {
 
 }  // namespace
 
-TEST(PeerParse, NumbersMustBeWholeAndInRange) {
-  EXPECT_EQ(fm::parse_peer_u64("0", "count"), 0u);
-  EXPECT_EQ(fm::parse_peer_u64("18446744073709551615", "count"), UINT64_MAX);
-  EXPECT_EQ(fm::parse_peer_u64("65535", "port", 65535), 65535u);
+TEST(RemoteParse, NumbersMustBeWholeAndInRange) {
+  EXPECT_EQ(fm::parse_remote_u64("0", "count"), 0u);
+  EXPECT_EQ(fm::parse_remote_u64("18446744073709551615", "count"), UINT64_MAX);
+  EXPECT_EQ(fm::parse_remote_u64("65535", "port", 65535), 65535u);
   for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1x", "0x10", "abc", "18446744073709551616"})
-    EXPECT_NE(fm_error([&] { fm::parse_peer_u64(bad, "count"); }), "") << bad;
-  EXPECT_NE(fm_error([] { fm::parse_peer_u64("65536", "port", 65535); }).find("out of range"), std::string::npos);
-  EXPECT_DOUBLE_EQ(fm::parse_peer_double("-12.5", "probe"), -12.5);
+    EXPECT_NE(fm_error([&] { fm::parse_remote_u64(bad, "count"); }), "") << bad;
+  EXPECT_NE(fm_error([] { fm::parse_remote_u64("65536", "port", 65535); }).find("out of range"), std::string::npos);
+  EXPECT_DOUBLE_EQ(fm::parse_remote_double("-12.5", "probe"), -12.5);
   for (const char* bad : {"", "nan", "inf", "1e999", " 1", "1.5x", "x"})
-    fm_error([&] { fm::parse_peer_double(bad, "probe"); });
-  // What the peer sent is shown printable and short.
+    fm_error([&] { fm::parse_remote_double(bad, "probe"); });
+  // What the other end sent is shown printable and short.
   std::string junk(1000, '\n');
-  const std::string m = fm_error([&] { fm::parse_peer_u64(junk, "count"); });
+  const std::string m = fm_error([&] { fm::parse_remote_u64(junk, "count"); });
   EXPECT_LT(m.size(), 200u);
 }
 
-TEST(PeerParse, DecodeParamsRefusesMalformedHellos) {
+TEST(RemoteParse, DecodeParamsRefusesMalformedHellos) {
   fm::Params ok;
   ok.experiment = "lat";
   const std::string good = fm::encode_params(ok);
@@ -68,7 +68,7 @@ TEST(PeerParse, DecodeParamsRefusesMalformedHellos) {
   fm_error([&] { fm::decode_params("experiment=lat\ngid_index=4294967296\n"); });
 }
 
-TEST(PeerParse, ZeroIsNotAuto) {
+TEST(RemoteParse, ZeroIsNotAuto) {
   for (const char* opt : {"-n", "--count", "--iters"}) {
     fm::Params p;
     p.experiment = std::string(opt) == "--count" ? "stream" : "lat";
@@ -83,7 +83,7 @@ TEST(PeerParse, ZeroIsNotAuto) {
   EXPECT_NE(fm::encode_params(p).find("iters=auto\n"), std::string::npos);  // the default prints as auto
 }
 
-TEST(PeerParse, BwCountsAreChecked) {
+TEST(RemoteParse, BwCountsAreChecked) {
   fm::BwSide b{5, 4, 3, 1.5, 2.5, 0, 1e6, {1, 2}};
   fm::BwSide d = fm::BwSide::decode(b.encode());
   EXPECT_EQ(d.sent, 5u);
@@ -98,7 +98,7 @@ TEST(PeerParse, BwCountsAreChecked) {
     fm_error([&] { fm::BwSide::decode(bad); });
 }
 
-TEST(PeerParse, ClockProbeAnswersAreChecked) {
+TEST(RemoteParse, ClockProbeAnswersAreChecked) {
   const fm::ClockProbe ok = fm::read_probe_answer("123456789.250 800.000", 1000, 21000);
   EXPECT_EQ(ok.remote_ns, 123456789.25);
   EXPECT_EQ(ok.turnaround_ns, 800);
@@ -112,7 +112,7 @@ TEST(PeerParse, ClockProbeAnswersAreChecked) {
   fm_error([] { fm::read_probe_answer("1 20000", 0, 1e4); });  // longer than the round trip
 }
 
-TEST(PeerParse, StampReportsAreChecked) {
+TEST(RemoteParse, StampReportsAreChecked) {
   const fm::Clock clk(false);
   fm::OnewayReport r{fm::ClockInfo::of(clk), 2, 0, 0, 3, 0};
   std::string blob(sizeof r + 3 * 8, '\0');
@@ -151,7 +151,7 @@ TEST(PeerParse, StampReportsAreChecked) {
 
 // A sample shorter than its header, or one whose header lies about its
 // values, is counted corrupted and never read past its end (ASan would see).
-TEST(PeerParse, ShortOrLyingSamplesAreCountedNotRead) {
+TEST(RemoteParse, ShortOrLyingSamplesAreCountedNotRead) {
   const fm::Clock clk(false);
   fm::Sink sink("memory", clk, 2);
   std::vector<uint64_t> t_recv(4);
