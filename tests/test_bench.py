@@ -3,6 +3,7 @@ asserted): verdicts against targets, and the Soft-RoCE table it reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fabmeter import bench
+from fabmeter import bench, recorded, run
+from fabmeter.errors import FabmeterError
 
 
 def row(target, ours, theirs, higher=False):
@@ -150,6 +152,20 @@ def test_bench_ab_keys_every_row(tmp_path, engine):
     assert [r.name for r in rows] == [r.name for r in bench.Bench(tmp_path, (0, 1), str(engine)).rows()]
     keys = [r.fabmeter.key for r in rows]
     assert all(keys) and any(k.startswith("limits: ") for k in keys) and len(set(keys)) < len(keys)
+
+
+def test_a_run_checks_its_options_with_an_engine_older_than_the_plan_line(tmp_path, engine):
+    """bench-ab's base engine may check a run's options (`run --dry-run`, exit 0) without printing the plan line
+    today's engine prints: the run's limits are measured all the same, and a refusal still stops it."""
+    old = tmp_path / "fabmeter-engine"
+    old.write_text(f'#!/bin/sh\ncase " $* " in *" --dry-run "*) "{engine}" "$@" >/dev/null; exit $?;; esac\n'
+                   f'exec "{engine}" "$@"\n')
+    old.chmod(0o755)
+    spec = run.RunSpec("lat", {"transport": "tcp", "size": 32}, cpus=("0", "1"), engine=str(old))
+    assert recorded.measure_limits(spec) is not None
+    with pytest.raises(FabmeterError) as refused:
+        recorded.measure_limits(dataclasses.replace(spec, options={"transport": "tcp", "size": -1}))
+    assert refused.value.exit_code == 2
 
 
 # --- the setup row ---------------------------------------------------------------

@@ -76,7 +76,9 @@ def last_error_line(stderr: str) -> str:
 
 def dry_run(engine: str, experiment: str, argv: list[str]) -> dict:
     """The engine's own check of a run's options (`run --dry-run`): its plan
-    (planned_s, serve_max_duration_s), or its one-line refusal raised."""
+    (planned_s, serve_max_duration_s, params), or its one-line refusal raised;
+    {} from an engine that checks without printing a plan (one older than the
+    plan line: make bench-ab's base)."""
     cmd = [engine, "run", experiment, "--server", "127.0.0.1", "--dry-run", *argv]
     try:
         res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
@@ -84,4 +86,5 @@ def dry_run(engine: str, experiment: str, argv: list[str]) -> dict:
         raise FabmeterError(f"cannot run `fabmeter-engine run --dry-run`: {e}") from e
     if res.returncode != 0:
         raise FabmeterError(last_error_line(res.stderr), res.returncode)
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    lines = res.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
