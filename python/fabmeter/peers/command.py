@@ -170,8 +170,9 @@ def params_from(ns, cpus: Optional[tuple[int, ...]], out: Optional[Path], engine
         raise FabmeterError("--rate must be between 1 and 10000000 per second", EXIT_USAGE)
     rdma = Rdma(client_device=ns.device, server_device=ns.server_device or ns.device, gid_index=ns.gid_index,
                 service=ns.service, inline=ns.inline, mtu=ns.mtu or 0, cm=ns.cm)
-    if rdma.cm_conflict():
-        raise FabmeterError(f"--cm rdma_cm: {rdma.cm_conflict()}", EXIT_USAGE)
+    conflict = rdma.cm_conflict()
+    if conflict:
+        raise FabmeterError(f"--cm rdma_cm: {conflict}", EXIT_USAGE)
     return PeerRun(size=ns.size, bw_size=ns.bw_size, iters=ns.iters, duration=ns.duration, rate=ns.rate,
                   cpus=tuple(cpus) if cpus else None, transports=transports,
                   raw_dir=out / "peers-raw" if out else None, server=ns.server, token_file=ns.token_file,
