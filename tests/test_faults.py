@@ -314,3 +314,44 @@ def test_the_beat_thread_holds_the_control_socket_alone(fm):
     out, err = run.communicate(timeout=60)
     assert run.returncode == 0, err
     assert len(seen) >= 2, f"the beat thread's table was the control socket alone in {len(seen)} of the 2 engines"
+
+
+def test_a_point_whose_announcement_finds_the_server_gone_is_kept(fm, tmp_path):
+    # Both engines stop themselves at their point's mark (FABMETER_STOP_AT). The server's session is then
+    # reset (`ss -K`: an RST, as a kill with unread control bytes sends) and killed. The client, resumed,
+    # sends its few bw messages into the shm ring, which has room for them all, so nothing on its data
+    # path fails and its guard (every 64 messages) never looks: the first it learns of the loss is its
+    # announcement's send failing. What it measured stays, a partial point (as a UD sender in the
+    # Soft-RoCE guest, whose guard is as rare at TCG's rate, when its server is killed mid-point).
+    trace = Trace(tmp_path / "phases")
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path), FABMETER_STOP_AT="server point")
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
+    client = None
+    try:
+        port = read_listening(serve)["port"]
+        fm.env["FABMETER_STOP_AT"] = "client point"
+        out = tmp_path / "run"
+        client = fm.popen("bw", "-t", "shm", "-n", "40", "--warmup", "10", "--server", f"127.0.0.1:{port}",
+                          "--cpus", "0", "--out", out)
+        assert wait_until(lambda: trace.find("client", "point") and trace.find("server", "point"), 30), \
+            trace.marks()
+        client_pid, session = trace.find("client", "point"), trace.find("server", "point")
+        assert wait_until(lambda: state(client_pid) == "T" and state(session) == "T", 10)
+        r = subprocess.run(["ss", "-K", "state", "established", "sport", "=", f":{port}"], capture_output=True,
+                           text=True)
+        assert f":{port}" in r.stdout, r
+        os.kill(session, signal.SIGKILL)
+        os.kill(client_pid, signal.SIGCONT)
+        _, stderr = client.communicate(timeout=NOTICE_S + SLACK_S)
+        assert client.returncode == 3, stderr
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith(
+            "fabmeter: error: the other end closed the control channel (partial results in "), lines
+        doc = json.loads((out / "run.json").read_text())
+        assert doc["status"] == "failed", doc["status"]
+        assert len(doc["points"]) == 1 and doc["points"][0]["partial"] is True, doc["points"]
+    finally:
+        if client and client.poll() is None:
+            client.kill()
+            client.wait()
+        stop_serve(serve)

@@ -16,8 +16,16 @@ struct Error : std::runtime_error {
   Error(ErrorKind k, const std::string& msg) : std::runtime_error(msg), kind(k) {}
 };
 
+// The other end closed, reset or stopped answering on the control channel:
+// what this end measured before it stands (a point is kept, partial), unlike
+// after a malformed or unauthenticated frame.
+struct RemoteLost : Error {
+  explicit RemoteLost(const std::string& msg) : Error(ErrorKind::runtime, msg) {}
+};
+
 [[noreturn]] inline void usage_error(const std::string& msg) { throw Error(ErrorKind::usage, msg); }
 [[noreturn]] inline void runtime_error(const std::string& msg) { throw Error(ErrorKind::runtime, msg); }
+[[noreturn]] inline void remote_lost(const std::string& msg) { throw RemoteLost(msg); }
 // A failed system call: message plus strerror(errno).
 [[noreturn]] void sys_error(const std::string& what);
 

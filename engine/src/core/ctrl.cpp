@@ -33,8 +33,8 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
     if (now >= deadline)
       runtime_error(std::string("timed out waiting for the other end (") + what + "); --timeout-ms sets how long to wait");
     if (silence_ns && now - heard >= silence_ns)
-      runtime_error("the other end stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
-                    " s; frozen?) (" + what + ")");
+      remote_lost("the other end stopped answering (no heartbeat for " + std::to_string(silence_ns / 1000000000) +
+                  " s; frozen?) (" + what + ")");
     const uint64_t until = silence_ns ? std::min(deadline, heard + silence_ns) : deadline;
     pollfd pfd{fd, POLLIN, 0};
     int r = ::poll(&pfd, 1, static_cast<int>((until - now) / 1000000 + 1));
@@ -47,11 +47,11 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
     ssize_t k = ::recv(fd, p + got, n - got, 0);
     if (k == 0) {
       if (got == 0) return false;
-      runtime_error(std::string("the other end closed the control channel mid-message (") + what + ")");
+      remote_lost(std::string("the other end closed the control channel mid-message (") + what + ")");
     }
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
-      if (errno == ECONNRESET) runtime_error(std::string("the other end reset the control channel (") + what + ")");
+      if (errno == ECONNRESET) remote_lost(std::string("the other end reset the control channel (") + what + ")");
       sys_error("control channel recv");
     }
     got += static_cast<size_t>(k);
@@ -327,7 +327,7 @@ void Ctrl::send_locked(CtrlType t, std::string_view payload) {
     ssize_t k = ::sendmsg(fd_, &m, MSG_NOSIGNAL);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EPIPE || errno == ECONNRESET) runtime_error("the other end closed the control channel");
+      if (errno == EPIPE || errno == ECONNRESET) remote_lost("the other end closed the control channel");
       sys_error("control channel send");
     }
     sent += static_cast<size_t>(k);
@@ -356,7 +356,7 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
   for (;;) {
     unsigned char hdr[kFrameHeaderBytes];
     if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
-      runtime_error(std::string("the other end closed the control channel (while waiting for ") + what + ")");
+      remote_lost(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
     // Any type: each is still held to its own length limit (an unknown one is refused).
     if (any) expect = static_cast<CtrlType>(hdr[4]);
@@ -367,7 +367,7 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
     // Large result blobs may take longer than one timeout: the deadline is per message start.
     if (!frame.empty() && !read_full(fd_, frame.data(), frame.size(), deadline + uint64_t(h.len) * 10, what,
                                      uint64_t(silence_ms_) * 1000000))
-      runtime_error("the other end closed the control channel mid-message");
+      remote_lost("the other end closed the control channel mid-message");
     if (auth_) {
       const std::string_view body = std::string_view(frame).substr(0, h.len);
       if (std::string why = auth_->open(static_cast<uint8_t>(h.type), body, std::string_view(frame).substr(h.len));
@@ -438,12 +438,12 @@ RemoteWatch::RemoteWatch(const Ctrl& ctrl) : ctrl_(ctrl), remote_heard_(ctrl), h
 void RemoteWatch::check(const std::string& what) {
   const Ctrl::Peek peek = ctrl_.peek();
   if (peek == Ctrl::Peek::closed)
-    runtime_error("the other end closed the control channel (while waiting for " + what + ")");
+    remote_lost("the other end closed the control channel (while waiting for " + what + ")");
   const uint64_t now = Clock::mono_ns();
   if (remote_heard_.since_last(ctrl_, peek)) heard_ns_ = now;
   if (ctrl_.silence_ms() && now - heard_ns_ > uint64_t(ctrl_.silence_ms()) * 1000000)
-    runtime_error("the other end stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
-                  " s; frozen?) (while waiting for " + what + ")");
+    remote_lost("the other end stopped answering (no heartbeat for " + std::to_string(ctrl_.silence_ms() / 1000) +
+                " s; frozen?) (while waiting for " + what + ")");
 }
 
 Ctrl::Peek Ctrl::peek() const {

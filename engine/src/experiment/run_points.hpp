@@ -172,7 +172,15 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     PointOut out;
     ctx.sleeps = 0;
     ctx.cpu.open_point();
-    Status st = loop(Conns<T>(conns), fresh, ctx, pt, out);
+    Status st;
+    try {
+      st = loop(Conns<T>(conns), fresh, ctx, pt, out);
+    } catch (const RemoteLost& e) {
+      // Lost at a control frame before any check noticed (a send that meets
+      // the reset): what was measured stays, partial, as after the guard's.
+      ctx.failure = e.what();
+      st = Status::peer_lost;
+    }
     trace_phase(role, "results");
     const std::string server_cpu = exchange_cpu_cost(ctx, st);
 
