@@ -2,6 +2,8 @@
 // number, type, length and body; the session key both ends derive; a Ctrl
 // pair after the welcome, and what a man in the middle's changes become.
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +31,35 @@ TEST(FrameAuth, EachFrameOnceInOrderFromItsDirection) {
   EXPECT_EQ(client.open(kBeat, "", t1), "");
   EXPECT_EQ(client.open(kExchange, "more", t2), "");
   EXPECT_EQ(client.verified(), 3u);
+}
+
+// Each tag is HMAC-SHA-256 of the documented layout under the key, the
+// second and later too (a state restarted from its key, never unkeyed),
+// computed here by OpenSSL's one-shot HMAC() apart from FrameAuth.
+TEST(FrameAuth, EveryTagIsTheLayoutsHmacUnderTheKey) {
+  const auto layout = [](char direction, uint64_t number, uint8_t type, const std::string& body) {
+    std::string m(1, direction);
+    for (int i = 0; i < 8; ++i) m += static_cast<char>(number >> (8 * i));
+    m += static_cast<char>(type);
+    for (int i = 0; i < 4; ++i) m += static_cast<char>(body.size() >> (8 * i));
+    return m + body;
+  };
+  const auto hmac = [](const std::string& key, const std::string& m) {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(m.data()),
+         m.size(), out, &len);
+    return std::string(reinterpret_cast<char*>(out), len);
+  };
+  fm::FrameAuth server(kKey, true), client(kKey, false);
+  const std::string bodies[] = {"p50 86700", "", std::string(300, 'x')};
+  for (uint64_t n = 0; n < 3; ++n) {
+    const uint8_t type = n == 1 ? kBeat : kExchange;
+    const std::string tag = server.seal(type, bodies[n]);
+    EXPECT_EQ(tag, hmac(kKey, layout(2, n, type, bodies[n]))) << "server frame " << n;
+    EXPECT_EQ(client.open(type, bodies[n], tag), "");
+    EXPECT_EQ(client.seal(type, bodies[n]), hmac(kKey, layout(1, n, type, bodies[n]))) << "client frame " << n;
+  }
 }
 
 TEST(FrameAuth, BodyTypeLengthKeyAndDirectionAreCovered) {

@@ -11,8 +11,11 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+
+typedef struct evp_mac_ctx_st EVP_MAC_CTX;  // <openssl/types.h>'s, not all of OpenSSL's headers
 
 namespace fm {
 
@@ -20,18 +23,24 @@ constexpr size_t kTagBytes = 32;
 
 class FrameAuth {
  public:
-  // `server`: this end is the server (it sends server -> client).
-  FrameAuth(std::string_view key, bool server) : key_(key), server_(server) {}
+  // `server`: this end is the server (it sends server -> client). Keys the
+  // HMAC once per direction; each tag restarts that state from the key.
+  FrameAuth(std::string_view key, bool server);
 
-  // The tag of the next frame out; counts it.
+  // The tag of the next frame out; counts it. One caller at a time (Ctrl's send lock).
   std::string seal(uint8_t type, std::string_view body);
   // Checks the next frame in: "" (and counts it) or the one-line reason.
+  // One caller at a time (the thread that reads the channel).
   std::string open(uint8_t type, std::string_view body, std::string_view tag);
   uint64_t verified() const { return received_; }
 
  private:
-  std::string tag(bool from_server, uint64_t number, uint8_t type, std::string_view body) const;
-  std::string key_;
+  struct FreeCtx {
+    void operator()(EVP_MAC_CTX* c) const;
+  };
+  using Mac = std::unique_ptr<EVP_MAC_CTX, FreeCtx>;
+  // Owned; seal() works in sealing_, open() in opening_, so a sender and a reader never share one.
+  Mac sealing_, opening_;
   bool server_;
   uint64_t sent_ = 0, received_ = 0;
 };

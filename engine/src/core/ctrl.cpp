@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,10 +22,13 @@
 namespace fm {
 namespace {
 
-// Reads exactly n bytes before the deadline (CLOCK_MONOTONIC_RAW ns).
-// Returns false on EOF before the first byte; throws on timeout or error.
-// With silence_ns > 0, also throws when no byte came for that long.
-bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what, uint64_t silence_ns = 0) {
+// Reads at least n bytes, and at most `room` (0: exactly n), before the
+// deadline (CLOCK_MONOTONIC_RAW ns). Returns how many, 0 on EOF before the
+// first byte; throws on timeout or error. With silence_ns > 0, also throws
+// when no byte came for that long.
+size_t read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what, uint64_t silence_ns = 0,
+                 size_t room = 0) {
+  room = std::max(room, n);
   auto* p = static_cast<char*>(buf);
   size_t got = 0;
   uint64_t heard = Clock::mono_ns();
@@ -44,9 +48,9 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
       sys_error("control channel poll");
     }
     if (r == 0) continue;
-    ssize_t k = ::recv(fd, p + got, n - got, 0);
+    ssize_t k = ::recv(fd, p + got, room - got, 0);
     if (k == 0) {
-      if (got == 0) return false;
+      if (got == 0) return 0;
       remote_lost(std::string("the other end closed the control channel mid-message (") + what + ")");
     }
     if (k < 0) {
@@ -57,7 +61,7 @@ bool read_full(int fd, void* buf, size_t n, uint64_t deadline, const char* what,
     got += static_cast<size_t>(k);
     heard = Clock::mono_ns();
   }
-  return true;
+  return got;
 }
 
 std::string addr_string(const sockaddr_storage& ss) {
@@ -354,9 +358,13 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
   const uint64_t deadline = Clock::mono_ns() + uint64_t(timeout_ms_) * 1000000;
   const uint32_t tag_bytes = auth_ ? kTagBytes : 0;
   for (;;) {
-    unsigned char hdr[kFrameHeaderBytes];
-    if (!read_full(fd_, hdr, sizeof hdr, deadline, what, uint64_t(silence_ms_) * 1000000))
-      remote_lost(std::string("the other end closed the control channel (while waiting for ") + what + ")");
+    // An authenticated frame has at least its tag after the header: the
+    // header's read takes up to that much more (an empty body's frame whole).
+    unsigned char head[kFrameHeaderBytes + kTagBytes];
+    const unsigned char* hdr = head;
+    const size_t got = read_full(fd_, head, kFrameHeaderBytes, deadline, what, uint64_t(silence_ms_) * 1000000,
+                                 kFrameHeaderBytes + tag_bytes);
+    if (!got) remote_lost(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
     // Any type: each is still held to its own length limit (an unknown one is refused).
     if (any) expect = static_cast<CtrlType>(hdr[4]);
@@ -364,9 +372,11 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
       runtime_error(why + " (" + what + ")");
     ++frames_in_;
     std::string frame(h.len + tag_bytes, '\0');
+    const size_t early = got - kFrameHeaderBytes;  // at most tag_bytes: within this frame
+    std::memcpy(frame.data(), head + kFrameHeaderBytes, early);
     // Large result blobs may take longer than one timeout: the deadline is per message start.
-    if (!frame.empty() && !read_full(fd_, frame.data(), frame.size(), deadline + uint64_t(h.len) * 10, what,
-                                     uint64_t(silence_ms_) * 1000000))
+    if (frame.size() > early && !read_full(fd_, frame.data() + early, frame.size() - early,
+                                           deadline + uint64_t(h.len) * 10, what, uint64_t(silence_ms_) * 1000000))
       remote_lost("the other end closed the control channel mid-message");
     if (auth_) {
       const std::string_view body = std::string_view(frame).substr(0, h.len);
