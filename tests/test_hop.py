@@ -267,7 +267,7 @@ def test_a_bad_hop_request_is_refused_with_one_line(fm, three_hosts, token_file,
             assert "the hop forwards only experiments with one message in flight (lat) or messages one way" in line, \
                 res.stderr
             point = via_hop(fm, tmp_path, ns_c, "tcp", f"{addr_s}:{port}", hop, token_file, "after")
-            assert point["hop_added_rtt_ns"]["min"] > 0
+            assert point["through_rtt_ns"]["min"] > 0, point  # served (what it adds: over rounds, as above)
     finally:
         stop_serves(serves)
 
@@ -305,7 +305,10 @@ def test_busy_loops_beyond_the_hosts_cpus_are_refused(fm, three_hosts, token_fil
         assert "busy polling would starve" in line and "3 spinning threads" in line, line
         assert "2 usable CPUs (CPUs 0+1)" in line, line
         point = via_hop(fm, tmp_path, ns_c, "tcp", server, hop, token_file, "event")
-        assert point["hop_added_rtt_ns"]["min"] > 0
+        # Served. Not that it added to the direct run's minimum: one event-mode run each, and this VM puts a run's
+        # p50 near 2 us or 25-60 us by where the scheduler places its ends (once -9 us added); the added figure
+        # is judged over alternated rounds in test_hop_reports_its_added_latency.
+        assert point["through_rtt_ns"]["min"] > 0, point
 
 
 @pytest.mark.parametrize("into,onward,hop_poll,client_poll,says", [
