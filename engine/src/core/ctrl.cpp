@@ -360,9 +360,8 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
   for (;;) {
     // An authenticated frame has at least its tag after the header: the
     // header's read takes up to that much more (an empty body's frame whole).
-    unsigned char head[kFrameHeaderBytes + kTagBytes];
-    const unsigned char* hdr = head;
-    const size_t got = read_full(fd_, head, kFrameHeaderBytes, deadline, what, uint64_t(silence_ms_) * 1000000,
+    unsigned char hdr[kFrameHeaderBytes + kTagBytes];
+    const size_t got = read_full(fd_, hdr, kFrameHeaderBytes, deadline, what, uint64_t(silence_ms_) * 1000000,
                                  kFrameHeaderBytes + tag_bytes);
     if (!got) remote_lost(std::string("the other end closed the control channel (while waiting for ") + what + ")");
     FrameHeader h;
@@ -373,7 +372,7 @@ std::string Ctrl::read_frame(CtrlType expect, CtrlType* any, const char* what) {
     ++frames_in_;
     std::string frame(h.len + tag_bytes, '\0');
     const size_t early = got - kFrameHeaderBytes;  // at most tag_bytes: within this frame
-    std::memcpy(frame.data(), head + kFrameHeaderBytes, early);
+    std::memcpy(frame.data(), hdr + kFrameHeaderBytes, early);
     // Large result blobs may take longer than one timeout: the deadline is per message start.
     if (frame.size() > early && !read_full(fd_, frame.data() + early, frame.size() - early,
                                            deadline + uint64_t(h.len) * 10, what, uint64_t(silence_ms_) * 1000000))
