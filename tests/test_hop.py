@@ -73,17 +73,17 @@ def serving(fm, hosts, token_file):
 
 
 @contextlib.contextmanager
-def hop_at(fm, kind: str, ns: str, bind: str, to: str, to_transport: str, token_file: str):
+def hop_at(fm, kind: str, ns: str, bind: str, to: str, to_transport: str, token_file: str, cpu: str = ""):
     """A hop in namespace `ns` on `bind` toward the server `to` over `to_transport`: `fabmeter-engine forward`
-    ("forward") or a serve that forwards to that host ("serve"); yields its "BIND:PORT" and the client's options
-    that choose the onward transport (a serve's hop takes the client's --hop-transport)."""
+    ("forward") or a serve that forwards to that host ("serve"), on CPU `cpu` if given; yields its "BIND:PORT"
+    and the client's options that choose the onward transport (a serve's hop takes the client's --hop-transport)."""
     if kind == "forward":
-        with forward(ns, bind, to, to_transport, token_file) as (hop, _):
+        with forward(ns, bind, to, to_transport, token_file, prefix=("taskset", "-c", cpu) if cpu else ()) as (hop, _):
             yield hop, ()
         return
     port = str(free_port())
     serves = start_serves(fm, [bind], port, token_file, [_netns(ns)], relay_to="",
-                          extra=("--hop-to", to.rsplit(":", 1)[0]))
+                          extra=("--hop-to", to.rsplit(":", 1)[0], *(("--cpu", cpu) if cpu else ())))
     try:
         yield f"{bind}:{port}", ("--hop-transport", to_transport)
     finally:
@@ -114,15 +114,21 @@ def test_hop_reports_its_added_latency(fm, three_hosts, token_file, tmp_path, in
     """tcp -> udp with the hop on the gateway host; shm -> tcp with the hop on the client's host (shared memory
     needs it there): the through-the-hop round trip is the direct one plus a positive added figure. Judged over
     three alternated rounds: one run's minimum can be lifted by what else runs during it (a direct minimum of
-    44 us once, above the hop's), the lowest of three alternated runs far less often."""
+    44 us once, above the hop's), the lowest of three alternated runs far less often. Each end on a CPU of its own
+    choosing (client and hop on 0, the server's session on 1): on this VM an event-mode wake-up that crosses CPUs
+    costs ~25 us and one that stays ~2 us, so left to the scheduler a direct run whose ends landed apart read
+    slower than the hop's whose landed together (lowest 16.7 us direct, 8.0 us through, 1 run in 2 today); pinned,
+    both paths cross between the CPUs twice a round trip."""
     need_transport(into), need_transport(onward)
     (ns_c, addr_c), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
-    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="", extra=("--cpu", "1"))
     hop_ns, hop_addr = (ns_c, addr_c) if into == "shm" else (ns_g, addr_g)
     try:
-        with forward(hop_ns, hop_addr, f"{addr_s}:{port}", onward, token_file) as (hop, proc):
-            points = via_hop_rounds(fm, tmp_path, ns_c, into, f"{addr_s}:{port}", hop, token_file, "run", rounds=3)
+        with forward(hop_ns, hop_addr, f"{addr_s}:{port}", onward, token_file,
+                     prefix=("taskset", "-c", "0")) as (hop, proc):
+            points = via_hop_rounds(fm, tmp_path, ns_c, into, f"{addr_s}:{port}", hop, token_file, "run", rounds=3,
+                                    extra=("--cpus", "0"))
             hop_line = json.loads(proc.stdout.readline())
     finally:
         stop_serves(serves)
@@ -149,12 +155,15 @@ def test_delay_on_the_hops_output_shows_in_the_hop_only(fm, three_hosts, token_f
     (ns_c, _), (ns_g, addr_g), (ns_s, addr_s) = three_hosts
     port = str(free_port())
     server = f"{addr_s}:{port}"
-    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="")
+    # Pinned as in test_hop_reports_its_added_latency: left to the scheduler, a run's minimum moves by where its
+    # ends land (the hop's added minimum grew by 38.8 us for a 50 us delay once).
+    serves = start_serves(fm, [addr_s], port, token_file, [_netns(ns_s)], relay_to="", extra=("--cpu", "1"))
     try:
-        with hop_at(fm, kind, ns_g, addr_g, server, "udp", token_file) as (hop, onward):
-            plain = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "plain", experiment, onward)
+        with hop_at(fm, kind, ns_g, addr_g, server, "udp", token_file, cpu="0") as (hop, onward):
+            options = (*onward, "--cpus", "0")
+            plain = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "plain", experiment, options)
             with delay_line(ns_g, DELAY_US, ["-p", "udp", "-d", addr_s]) as line:
-                delayed = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "delayed", experiment, onward)
+                delayed = via_hop(fm, tmp_path, ns_c, into, server, hop, token_file, "delayed", experiment, options)
                 assert line.rule_packets() > 0
     finally:
         stop_serves(serves)
