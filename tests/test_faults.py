@@ -355,3 +355,42 @@ def test_a_point_whose_announcement_finds_the_server_gone_is_kept(fm, tmp_path):
             client.kill()
             client.wait()
         stop_serve(serve)
+
+
+def test_a_point_whose_server_freezes_before_its_cpu_cost_is_kept(fm, tmp_path):
+    # The server's session stops itself at its results mark, after its last reply and before it sends
+    # the point's cpu cost. The client's loop has ended on its own (as a lossy point that runs out its
+    # time with its server frozen, UD in the Soft-RoCE guest), and its wait for that cost meets the
+    # silence: what it measured stays, a partial point.
+    trace = Trace(tmp_path / "phases")
+    fm.env = dict(fm.env, FABMETER_TRACE_PHASES=str(trace.path), FABMETER_STOP_AT="server results")
+    serve = fm.popen("serve", "--bind", "127.0.0.1", "--port", "0", "--cpu", "1")
+    client = session = None
+    try:
+        port = read_listening(serve)["port"]
+        fm.env.pop("FABMETER_STOP_AT")
+        out = tmp_path / "run"
+        client = fm.popen("lat", "-t", "tcp", "-n", "200", "--warmup", "10", "--server", f"127.0.0.1:{port}",
+                          "--cpus", "0", "--out", out)
+        assert wait_until(lambda: trace.find("server", "results"), 30), trace.marks()
+        session = trace.find("server", "results")
+        assert wait_until(lambda: state(session) == "T", 10)
+        started = time.monotonic()
+        _, stderr = client.communicate(timeout=NOTICE_S + SLACK_S)
+        took = time.monotonic() - started
+        assert client.returncode == 3, stderr
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith(
+            "fabmeter: error: the other end stopped answering") and "(partial results in " in lines[0], lines
+        assert took < NOTICE_S + SLACK_S, f"the client took {took:.1f} s"
+        doc = json.loads((out / "run.json").read_text())
+        assert doc["status"] == "failed", doc["status"]
+        assert len(doc["points"]) == 1 and doc["points"][0]["partial"] is True, doc["points"]
+        assert doc["points"][0]["iterations"] == 200, doc["points"][0]
+    finally:
+        if session and alive(session):
+            os.kill(session, signal.SIGKILL)
+        if client and client.poll() is None:
+            client.kill()
+            client.wait()
+        stop_serve(serve)

@@ -172,17 +172,26 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     PointOut out;
     ctx.sleeps = 0;
     ctx.cpu.open_point();
-    Status st;
+    // Lost at a control frame before any check noticed (a send that meets the
+    // reset, a lossy point that ran out its time and then waits on a frozen
+    // server's cpu cost): what was measured stays, partial, as after the guard's.
+    Status st = Status::ok;
+    const auto lost = [&](const RemoteLost& e) {
+      ctx.failure = e.what();
+      st = Status::peer_lost;
+    };
     try {
       st = loop(Conns<T>(conns), fresh, ctx, pt, out);
     } catch (const RemoteLost& e) {
-      // Lost at a control frame before any check noticed (a send that meets
-      // the reset): what was measured stays, partial, as after the guard's.
-      ctx.failure = e.what();
-      st = Status::peer_lost;
+      lost(e);
     }
     trace_phase(role, "results");
-    const std::string server_cpu = exchange_cpu_cost(ctx, st);
+    std::string server_cpu = "null";
+    try {
+      server_cpu = exchange_cpu_cost(ctx, st);
+    } catch (const RemoteLost& e) {
+      lost(e);
+    }
 
     if (ctx.role == Role::client) {
       JsonObj line;
