@@ -69,9 +69,15 @@ def test_the_engine_starts_its_first_point_at_the_given_instant(fm, engine, poll
     assert res.exit_code == 0, res.message
     first, second = res.points
     assert first["started_mono_ns"] >= start and first["start_late_ns"] == first["started_mono_ns"] - start
-    # Connected, authenticated and at the first point's barrier before the instant, not after it.
+    # Connected, authenticated and at the first point's barrier before the instant, not after it; each step to
+    # it stamped in order (the late reason's evidence), no SYN lost on loopback.
     assert first["ready_mono_ns"] < start
+    steps = first["start_steps_mono_ns"]
+    order = [steps[k] for k in ("begun", "control_connected", "welcomed", "transport_connected", "probed")]
+    assert order == sorted(order) and order[0] > 0 and order[-1] <= first["ready_mono_ns"], steps
+    assert steps["control_syn_retransmits"] == 0, steps
     assert "started_mono_ns" not in second and "ready_mono_ns" not in second
+    assert "start_steps_mono_ns" not in second
     past = time.monotonic_ns() - 1_000_000_000       # an instant gone by: at once, and said how late
     res = run.execute(run.RunSpec("lat", {"transport": "tcp", "iters": 100}, engine=str(engine), start_at_ns=past))
     assert res.exit_code == 0 and res.points[0]["start_late_ns"] >= 1_000_000_000

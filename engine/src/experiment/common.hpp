@@ -108,6 +108,20 @@ struct ClockSync {
   }
 };
 
+// Client, --start-at: when each step before the first point's start ended
+// (CLOCK_MONOTONIC), so that a run ready after its instant says which step
+// took the time (mesh's late reason); the SYNs its control connection
+// needed beyond the first.
+struct StartSteps {
+  int64_t begun = 0, control_connected = 0, welcomed = 0, transport_connected = 0, probed = 0;
+  uint32_t control_syn_retransmits = 0;
+  JsonObj json() const {
+    return JsonObj().add("begun", begun).add("control_connected", control_connected).add("welcomed", welcomed)
+        .add("transport_connected", transport_connected).add("probed", probed)
+        .add("control_syn_retransmits", control_syn_retransmits);
+  }
+};
+
 struct Ctx {
   const Params& p;
   const Clock& clk;
@@ -127,6 +141,7 @@ struct Ctx {
   int server_cpu = -1;       // client: the server's --cpu, as its welcome says (-1: unpinned or not said)
   CpuWindow cpu{};           // this point's CPU cost: the experiment marks begin() and end() of its measured part
   std::vector<Caps> op_caps = {};  // --ops: each op's caps, connection i runs op i mod their count (empty: caps)
+  StartSteps start_steps{};  // client: one_run and run_points stamp them
 };
 
 // Event mode's wait for a message: poll for --spin-us first (spin, then

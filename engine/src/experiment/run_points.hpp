@@ -141,6 +141,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     t.connect(ctx.ctrl, max_msg);
     conns.push_back(&t);
   }
+  ctx.start_steps.transport_connected = monotonic_ns();
   if (transport_info) {
     conns[0]->describe(*transport_info);
     if (n_conns > 1) transport_info->add("connections", static_cast<uint64_t>(n_conns));
@@ -151,6 +152,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
     open_clock_probes(ctx);
     probe_clock(ctx);
   }
+  ctx.start_steps.probed = monotonic_ns();
   // Picked once: the loop is compiled for this transport and poll mode.
   const PointLoop<T> loop = point_loop<T>(experiment, ctx.role, p.poll);
   const Fresh<T> fresh = [&] {
@@ -200,7 +202,7 @@ Status run_points(const Params& p, Ctx& ctx, const std::string& out_dir, JsonObj
       if (p.poll == Poll::event) line.add("sleeps", ctx.sleeps);
       if (started_ns && &pt == &plan.front())
         line.add("ready_mono_ns", ready_ns).add("started_mono_ns", started_ns)
-            .add("start_late_ns", started_ns - ctx.start_at_ns);
+            .add("start_late_ns", started_ns - ctx.start_at_ns).add("start_steps_mono_ns", ctx.start_steps.json());
       std::string stem = p.experiment + "-" + p.transport + "-" + poll_name(p.poll) + "-" + std::to_string(pt.size) + "B";
       if (pt.rate) stem += "-" + std::to_string(pt.rate) + "Hz";
       if (pt.of_capacity > 0) stem += "-capacity" + std::to_string(static_cast<int>(std::lround(pt.of_capacity * 1000))) + "permille";

@@ -1,6 +1,8 @@
 // The client's side of a session: the opening, the run of its points (or
 // of a run relayed through another host's serve, or of a peer tool's
 // server side there), and what it prints.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/stat.h>
 
@@ -126,6 +128,14 @@ Prepared prepare(const Params& requested) {
   return {p, caps, &entry};
 }
 
+// The SYNs a just-connected TCP socket sent beyond the first (the kernel
+// resends a lost SYN, or one whose SYN-ACK was lost, after 1 s or more): 0 if unknown.
+uint32_t syn_retransmits(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 ? ti.tcpi_total_retrans : 0;
+}
+
 // One session against `server` from this process, its lines printed; the
 // exit code it would have as a run of its own. `series`: the end line says
 // the code too, and the error line goes out before it (a relay ends the run
@@ -134,11 +144,16 @@ int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, cons
             int64_t start_at_ns, bool series) {
   const Params& p = prep.p;
   const TransportEntry& entry = *prep.entry;
+  StartSteps steps;
+  steps.begun = monotonic_ns();
   Ctrl ctrl = Ctrl::connect(o.via_hop.empty() ? server_addr : o.via_hop, kDefaultPort, p.timeout_ms);
+  steps.control_connected = monotonic_ns();
+  steps.control_syn_retransmits = syn_retransmits(ctrl.fd());
   const std::string me = host_id();
   ClientOptions run_o = o;
   run_o.server = server_addr;
   const Welcome welcome = open_session(ctrl, p, run_o, me, "");
+  steps.welcomed = monotonic_ns();
   const std::string& server_host = welcome.host;
   const std::string& server_env = welcome.env;
   bool same_host = server_host == me;
@@ -152,6 +167,7 @@ int one_run(const Prepared& prep, const Clock& clk, const ClientOptions& o, cons
   Ctx ctx{p, clk, ctrl, Role::client, prep.caps, same_host, {}, {}};
   ctx.spin_ticks = clk.ns_to_ticks(p.spin_us * 1e3);
   ctx.start_at_ns = start_at_ns;
+  ctx.start_steps = steps;
   ctx.cpus = o.cpus;
   ctx.own_cpu = o.cpu;
   ctx.server_cpu = server_cpu_of(server_env);

@@ -4,10 +4,11 @@ rank 0 takes only numbers from them (valid_pair)."""
 
 from __future__ import annotations
 
+import collections
 from typing import Callable, Optional
 
 from fabmeter import analysis, envinfo
-from fabmeter.mesh import aggregate, outliers, slotted
+from fabmeter.mesh import aggregate, lateness, outliers, slotted
 from fabmeter.peers.registry import PEERS
 from fabmeter.stats import spread
 
@@ -106,7 +107,7 @@ def failed_pair(src: int, dst: int, message: str, status: str = "failed") -> dic
             "latency_ns": None, "latency_kind": None, "gbps": None, "lost": None, "size": None,
             "throughput_series": None, "load": None, "cpu": None, "samples_dir": None, "clock": None,
             "start_late_ns": None, "start_ready_ns": None,
-            "start_margin_ns": None, "steps": None}
+            "start_margin_ns": None, "late_step": None, "late_reason": None, "steps": None}
 
 
 def _number(v) -> bool:
@@ -168,6 +169,8 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
                   for k in ("started_ns", "start_late_ns", "start_ready_ns", "start_margin_ns", "engine_run",
                             "relay_run"))
           and _stats(body.get("latency_ns")) and all(body.get(k) is None or _number(body.get(k)) for k in ("gbps", "lost", "size"))
+          and body.get("late_step") in (None, *lateness.LATE_STEPS)
+          and (body.get("late_reason") is None or isinstance(body.get("late_reason"), str))
           and _series(body.get("throughput_series")) and valid_cpu(body.get("cpu"))
           and (clock is None or (isinstance(clock, dict) and clock.get("method") in CLOCK_METHODS
                                  and clock.get("path") in CLOCK_PATHS
@@ -182,6 +185,7 @@ def valid_pair(body: dict, rank: int, pending: set) -> Optional[dict]:
             "clock": None if clock is None else {k: clock.get(k) for k in ("method", "path", *CLOCK_KEYS)},
             "start_late_ns": body.get("start_late_ns"), "start_ready_ns": body.get("start_ready_ns"),
             "start_margin_ns": body.get("start_margin_ns"),
+            "late_step": body.get("late_step"), "late_reason": (body.get("late_reason") or "")[:300] or None,
             "started_ns": body.get("started_ns"), "steps": slotted.valid_steps(body.get("steps")),
             "engine_run": body.get("engine_run"), "relay_run": body.get("relay_run"),
             **({"tool": tool} if tool else {})}
@@ -260,7 +264,7 @@ class Summary:
                 "interrupted": sum(p["status"] == "interrupted" for p in self.pairs),
                 "rounds": self.rounds, "round_start_skew_ns": max(skews) if skews else None,
                 "start_skew_ns": spread(skews), "start_late_ns": spread(self._late),
-                "start_ready_ns": spread(self._ready),
+                "start_ready_ns": spread(self._ready), "late_pairs": late_pairs(self.pairs),
                 "start_clock_error_ns": self.start_clock_error_ns,
                 "outliers": outliers.find(self.experiment, self.pairs, self.hosts, *self.outlier_rule),
                 "drift": outliers.drift(self.hosts, self.environments, envinfo.IDENTITY_FIELDS),
@@ -336,6 +340,17 @@ def _spread_text(d: Optional[dict]) -> str:
     return "n/a" if not d else f"p50 {_us(d['p50'])}, p99 {_us(d['p99'])}, max {_us(d['max'])}"
 
 
+def late_pairs(pairs: list[dict]) -> Optional[dict]:
+    """The pairs that went on more than lateness.LATE_NS after their instant: how many, by the step that took the
+    time, and the latest with its reason (None: none was)."""
+    late = [p for p in pairs if p.get("late_step")]
+    if not late:
+        return None
+    latest = max(late, key=lambda p: p.get("start_late_ns") or 0)
+    return {"n": len(late), "by_step": dict(collections.Counter(p["late_step"] for p in late).most_common()),
+            "latest": {k: latest.get(k) for k in ("src", "dst", "start_late_ns", "late_reason")}}
+
+
 def start_lines(summary: dict) -> list[str]:
     """How together the rounds started: the skew of each round (its pairs' start instants, max - min, on the
     coordinator's clock) over the rounds, and how late the pairs went on after their planned instant."""
@@ -345,7 +360,17 @@ def start_lines(summary: dict) -> list[str]:
                                                                     "max": summary["round_start_skew_ns"]}
     return [f"rounds {len(summary['rounds'])}; round start skew {_spread_text(skew)} over the rounds "
             f"(rank clocks known within {_us(summary['start_clock_error_ns'])}); "
-            f"pairs started after the planned instant: {_spread_text(summary.get('start_late_ns'))}"]
+            f"pairs started after the planned instant: {_spread_text(summary.get('start_late_ns'))}"] + _late_lines(
+                summary.get("late_pairs"))
+
+
+def _late_lines(late: Optional[dict]) -> list[str]:
+    if not late:
+        return []
+    latest = late["latest"]
+    steps = ", ".join(f"{step.replace('_', ' ')} {n}" for step, n in late["by_step"].items())
+    return [f"pairs later than {lateness.LATE_NS / 1e6:g} ms: {late['n']} ({steps}); each one's late_reason is "
+            f"in mesh.json; the latest, {latest['src']} -> {latest['dst']}: {latest['late_reason']}"]
 
 
 def _figure_text(experiment: str, value: Optional[float]) -> str:

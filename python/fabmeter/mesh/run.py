@@ -39,7 +39,7 @@ from typing import Callable, Iterator, Optional
 from fabmeter import envinfo, procs, run
 from fabmeter.engine import engine_options
 from fabmeter.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, FabmeterError
-from fabmeter.mesh import cluster, launch, outliers, output, patterns, rendezvous, series, slotted, tool_pair
+from fabmeter.mesh import cluster, lateness, launch, outliers, output, patterns, rendezvous, series, slotted, tool_pair
 from fabmeter.mesh.rendezvous import Channel, ChannelError
 
 DEFAULT_SERVE_PORT = 18515      # the engine's default_port (perftest's); tests/test_options.py holds them equal
@@ -273,6 +273,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
     late = late if isinstance(late, int) else None      # after the planned instant, on the run's own clock
     # How long before the planned instant the engine was ready, on the run's own clock too.
     ready = started - late - ready if None not in (started, late) and isinstance(ready, int) else None
+    late_step, late_reason = lateness.late_reason(point)
     clock_error = 0
     relay = next((e for e in res.events if e.get("type") == "relay"), {})
     relay_run = relay.get("run", 1) if via is not None else None    # which run of its relay session (1: a new one)
@@ -284,6 +285,7 @@ def _run_pair(spec: MeshSpec, src: int, dst: int, server: str, start_ns: int, vi
             "message": res.message[:MAX_MESSAGE], "started_ns": None if started is None else started - slot_offset,
             "start_late_ns": late, "start_ready_ns": ready,
             "start_margin_ns": start_ns - opened[0] if opened else None,
+            "late_step": late_step, "late_reason": late_reason,
             "clock_error_ns": clock_error,
             "samples_dir": samples if any(p.get("samples") for p in res.points) else None,
             "steps": slotted.steps_of(point) if spec.slots else None,

@@ -76,7 +76,8 @@ def pair(tool: str, src: int, dst: int, point: Optional[dict], message: str = ""
     if point is None:
         return {**output.failed_pair(src, dst, message), "tool": tool}
     return {"type": "pair", "src": src, "dst": dst, "status": "ok", "message": "", "started_ns": None,
-            "start_late_ns": None, "start_ready_ns": None, "start_margin_ns": None, "clock_error_ns": 0,
+            "start_late_ns": None, "start_ready_ns": None, "start_margin_ns": None, "late_step": None,
+            "late_reason": None, "clock_error_ns": 0,
             "samples_dir": None, "steps": None, **figures(point), "tool": tool}
 
 
