@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 from conftest import json_lines
 
@@ -35,6 +37,8 @@ def test_limits_probe_reports_every_figure(engine):
     assert (floor["cpu"], floor["schedule_rate"], floor["schedule_steps"], floor["warmup"]) == (0, 50000, 2000, 1000)
     assert 0 <= floor["missed_steps"] <= 2000
     assert floor["missed_pct"] == 100.0 * floor["missed_steps"] / 2000
+    lag = floor["lag_ns"]
+    assert 0 <= lag["min"] <= lag["p50"] <= lag["p99"] <= lag["max"], lag
     # Once more with a thread spinning on CPU B, as stream's busy sink keeps it.
     busy = lim["schedule_floor_busy_sink"]
     assert (busy["cpu"], busy["busy_cpu"], busy["schedule_steps"]) == (0, 1, 2000) and "busy_cpu" not in floor
@@ -43,6 +47,25 @@ def test_limits_probe_reports_every_figure(engine):
     conn = lim["connect_floor_ns"]
     assert 0 < conn["min"] <= conn["p50"] <= conn["p90"] <= conn["p99"] <= conn["max"]
     assert "connect" in lim["connect_floor_covers"]
+
+
+def test_the_schedule_floor_counts_every_slot_a_stall_skipped_in_its_lag(engine):
+    """The engine stopped for 50 ms in the middle of its schedule floor (10 kHz, 2 s): ~500 slots are skipped,
+    each with the lag it had at the wake-up that skipped it (0 to 50 ms), so the p99 of 20,000 lies in the stall;
+    were only the slots taken counted, one slot would carry it and the p99 would be the spin's microseconds."""
+    quick = ["-n", "100", "--sizes", "32", "--timer-wakeups", "1", "--wakeup-round-trips", "1", "--connects", "1"]
+    proc = subprocess.Popen([str(engine), "limits", *quick, "--schedule-rate", "10000", "--schedule-steps", "20000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)         # inside the first floor: it runs from ~0.1 s to ~2.2 s
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    (lim,) = json_lines(out)
+    floor = lim["schedule_floor"]
+    assert floor["missed_steps"] >= 400, floor
+    assert floor["lag_ns"]["p99"] > 20e6 and floor["lag_ns"]["max"] > 45e6, floor
 
 
 def test_limits_bad_arguments(engine):

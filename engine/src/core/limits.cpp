@@ -197,6 +197,10 @@ Summary timer_lateness(const std::string& kind, uint64_t n, double period_us) {
 // The stream source's schedule with nothing to send: spin on the TSC to each
 // step's due time on the source's CPU and skip late steps as stream --timer
 // tsc does (StepSchedule). What stream misses there is at least this.
+// Each measured step's lag: the first instant the loop could act for it (its
+// wake-up at or after its due time) less its due time, a skipped step's too
+// (the least lag any sender on this CPU could have had for it, as the load
+// generator's lag is its send less its due time).
 // busy_cpu >= 0: a thread spins on that CPU meanwhile, as stream's
 // busy-polling sink does; in a VM two busy vCPUs are not two idle ones.
 JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps, int busy_cpu) {
@@ -211,15 +215,20 @@ JsonObj schedule_floor(const Clock& clk, int cpu, uint64_t rate, uint64_t steps,
   const uint64_t warmup = default_step_warmup(rate), total = warmup + steps;
   const StepSchedule s = StepSchedule::starting_soon(clk, rate);
   uint64_t missed = 0;
+  Histogram lag;  // the load generator's own record of its lag: its memory touched before the loop
   for (uint64_t k = 0; k < total; ++k) {
     s.spin_until_due(clk, k);
-    k = s.catch_up(k, clk.ticks(), warmup, total, missed);
+    const uint64_t now = clk.ticks(), took = s.catch_up(k, now, warmup, total, missed);
+    for (uint64_t j = std::max(k, warmup); j <= took && j < total; ++j)
+      lag.record(std::llround(clk.to_ns(static_cast<double>(now - s.due(j)))));
+    k = took;
   }
   stop = true;
   if (spinner.joinable()) spinner.join();
   JsonObj o;
   o.add("cpu", static_cast<uint64_t>(cpu)).add("schedule_rate", rate).add("schedule_steps", steps).add("warmup", warmup)
-      .add("missed_steps", missed).add("missed_pct", 100.0 * static_cast<double>(missed) / static_cast<double>(steps));
+      .add("missed_steps", missed).add("missed_pct", 100.0 * static_cast<double>(missed) / static_cast<double>(steps))
+      .add("lag_ns", to_json(summarize(lag)));
   if (busy_cpu >= 0) o.add("busy_cpu", static_cast<uint64_t>(busy_cpu));
   return o;
 }
