@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import need_transport
 from fabmeter import bench, recorded, run
 from fabmeter.errors import FabmeterError
 
@@ -83,6 +85,21 @@ def test_load_rows_exist_with_their_targets(tmp_path, engine):
     lag = rows["load generator lag p99 @ 1M/s shm / bare schedule's"]
     assert lag.target == bench.LAG_TARGET == 1.2 and "bare 1 MHz TSC spin schedule" in lag.versus
     assert rows["load shm achieved rate at the knee / bw message rate"].target is None   # informational
+
+
+def test_the_raw_loop_places_its_librarys_threads_as_fabmeter_did(tmp_path, engine, monkeypatch):
+    """The zmq row's raw loop, measured before any fabmeter run of the row: fabmeter's run first (for where its
+    library's threads ran, run.json's granted.io_cpus read back), then the raw loop with its threads there."""
+    need_transport("zmq")
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    cpus = tuple(sorted(os.sched_getaffinity(0))[:2])
+    b = bench.Bench(tmp_path, cpus if len(cpus) == 2 else None, str(engine))
+    options = {"transport": "zmq", "poll": "busy", "size": 32, "iters": 300}
+    assert b.rawpp("zmq", "busy", options)() > 0
+    assert b.runs == 1 and "zmq" in b.io_cpus
+    assert b.peer_points[-1]["io_cpus"] == list(b.io_cpus["zmq"])
+    assert bench.io_cpu({"client": {"cpus": [3]}}, "client") == 3
+    assert bench.io_cpu({"client": {"cpus": [0, 1]}}, "client") == bench.io_cpu({}, "server") == -1
 
 
 def test_highest_held_follows_the_knee_rule():

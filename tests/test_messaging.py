@@ -142,3 +142,17 @@ def test_rawpp(engine, lib, mode, monkeypatch):
     assert res["latency_kind"] == "rtt/2"
     assert res["library_version"][0].isdigit(), res
     assert res["endpoint"].startswith("tcp://127.0.0.1:")
+    assert (res["io_cpu"], res["io_threads"], res["io_cpus"]) == (-1, 0, None), res
+
+
+@pytest.mark.parametrize("lib", rawpp.LIBS)
+def test_rawpp_places_the_librarys_threads(engine, lib, monkeypatch):
+    """The raw loop's library threads go where asked, as fabmeter's --io-cpu puts them: here each end's on the
+    other end's CPU (the client reports how many of its threads it moved)."""
+    need_transport(lib)
+    monkeypatch.setenv("FABMETER_ENGINE", str(engine))
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    res = rawpp.run(lib, "busy", size=64, iters=300, cpus=cpus, warmup=50, timeout_s=30, io_cpus=cpus[::-1])
+    assert res["io_cpu"] == cpus[1] and res["io_threads"] >= 1 and res["io_cpus"] == cpus[::-1], res

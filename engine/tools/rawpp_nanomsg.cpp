@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     rawpp::die(kTool, std::string(a.endpoint) + ": " + nn_strerror(nn_errno()));
   std::vector<char> buf(a.size, 'x');
 
-  rawpp::Timer t = rawpp::pingpong(a, [&] { send_one(s, buf.data(), a); }, [&] { recv_one(s, buf.data(), a); });
+  rawpp::Timer t = rawpp::pingpong(kTool, a, [&] { send_one(s, buf.data(), a); }, [&] { recv_one(s, buf.data(), a); });
   rawpp::report(kTool, a, t, FM_NANOMSG_VERSION);
   nn_close(s);
   return 0;

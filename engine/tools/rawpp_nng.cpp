@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   std::vector<char> buf(a.size, 'x');
 
   rawpp::Timer t = rawpp::pingpong(
-      a, [&] { check(nng_send(s, buf.data(), a.size, 0), "nng_send"); }, [&] { recv_one(s, buf.data(), a); });
+      kTool, a, [&] { check(nng_send(s, buf.data(), a.size, 0), "nng_send"); }, [&] { recv_one(s, buf.data(), a); });
   rawpp::report(kTool, a, t, nng_version());
   nng_close(s);
   return 0;

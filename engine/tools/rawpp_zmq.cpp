@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     rawpp::die(kTool, std::string(a.endpoint) + ": " + zmq_strerror(errno));
   std::vector<char> buf(a.size, 'x');
 
-  rawpp::Timer t = rawpp::pingpong(a, [&] { send_one(s, buf.data(), a); }, [&] { recv_one(s, buf.data(), a); });
+  rawpp::Timer t = rawpp::pingpong(kTool, a, [&] { send_one(s, buf.data(), a); }, [&] { recv_one(s, buf.data(), a); });
   int major, minor, patch;
   zmq_version(&major, &minor, &patch);
   rawpp::report(kTool, a, t, std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch));

@@ -115,6 +115,7 @@ class Bench:
         self.info = engine_info(engine)
         self.peer_points: list[dict] = []
         self.limits: list[dict] = []
+        self.io_cpus: dict[str, tuple[int, int]] = {}   # by transport: where fabmeter's run put the library's threads
         self.runs = 0
 
     # --- one side of a row ----------------------------------------------------
@@ -131,6 +132,9 @@ class Bench:
             raise FabmeterError("interrupted", EXIT_INTERRUPTED)
         if res.exit_code != EXIT_OK or not res.points:
             raise Skip(f"fabmeter {experiment} {options} failed: {res.message}")
+        granted = next((e.get("granted") for e in res.events if e.get("type") == "transport"), None) or {}
+        if isinstance(granted.get("io_cpus"), dict):
+            self.io_cpus[options["transport"]] = tuple(io_cpu(granted["io_cpus"], end) for end in ("client", "server"))
         return res.points
 
     def fabmeter(self, experiment: str, options: dict, pick: Callable[[dict], float]) -> Callable[[], float]:
@@ -218,10 +222,15 @@ class Bench:
             return pick(points)
         return measure
 
-    def rawpp(self, lib: str, mode: str) -> Callable[[], float]:
+    def rawpp(self, lib: str, mode: str, options: dict) -> Callable[[], float]:
+        """The library's raw loop, its threads where fabmeter's run of `options` (the row's other side) put them,
+        as that run's granted.io_cpus read them back; a raw loop measured before any such run runs it once first
+        for that."""
         def measure() -> float:
+            if lib not in self.io_cpus:
+                self._points("lat", options, f"{lib}-placement")
             try:
-                r = rawpp.run(lib, mode, SIZE, ITERS, self.cpus)
+                r = rawpp.run(lib, mode, SIZE, ITERS, self.cpus, io_cpus=self.io_cpus[lib])
             except peer_base.PeerError as e:
                 raise Skip(str(e)) from e
             self.peer_points.append(r)
@@ -281,8 +290,9 @@ class Bench:
                                 f"fi_pingpong -p {prov} -e {ep}", self.peer("fi_pingpong", "lat", f"ofi:{prov}:{ep}", mean),
                                 "one-way (RTT/2) mean ns", 1.05))
         for lib in rawpp.LIBS:
-            rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50), f"rawpp_{lib} busy",
-                            self.rawpp(lib, "busy"), "one-way (RTT/2) p50 ns", 1.05))
+            rows.append(Row(f"{lib} busy / raw {lib} loop", f("lat", lat(lib, "busy"), p50),
+                            f"rawpp_{lib} busy, its library's threads where fabmeter's ran",
+                            self.rawpp(lib, "busy", lat(lib, "busy")), "one-way (RTT/2) p50 ns", 1.05))
         return (rows + self.stream_rows() + self.load_rows() + self.flows_rows() + self.setup_rows()
                 + self.hiccup_rows() + self.cpu_rows() + self.measuring_rows() + self.auth_rows())
 
@@ -515,6 +525,13 @@ def sockperf_highest_held(points: list[dict]) -> float:
     # sockperf has no unloaded probe: its lowest-rate run stands in for one.
     base = min(points, key=lambda p: p["offered_rps"])["latency_ns"]["p99"]
     return _highest_held(points, lambda p: p["latency_ns"]["p99"], lambda p: base)
+
+
+def io_cpu(io_cpus: dict, end: str) -> int:
+    """Where one end of a fabmeter run had its library's threads (granted.io_cpus, read back from the kernel): its
+    one CPU, else -1 (unpinned: where they start)."""
+    cpus = (io_cpus.get(end) or {}).get("cpus")
+    return cpus[0] if isinstance(cpus, list) and len(cpus) == 1 and isinstance(cpus[0], int) else -1
 
 
 def cpu_side(point: dict, end: str) -> dict:
