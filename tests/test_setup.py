@@ -43,6 +43,13 @@ def test_connect_every_transport(fm, tmp_path, transport):
     assert p["connect_ns"]["min"] > p["control_rtt_ns"]["min"]
     assert "control-channel" in p["covers"] and p["latency_kind"].startswith("connect")
     assert p["registration"] == ("fi_mr_reg" if transport == "ofi" else "not applicable")
+    if transport == "tcp":
+        # Every step of the client's connect named and timed, in order; together no more than the whole connect
+        # (p50s do not add, so the least of each: the steps of one connect are at least their minimums).
+        phases = p["phases_ns"]
+        assert list(phases) == ["port_exchange", "socket_connect", "options_buffers", "barrier"], phases
+        assert all(ordered(v) for v in phases.values()), phases
+        assert sum(v["min"] for v in phases.values()) <= p["connect_ns"]["max"]
     if keep:
         run = json.loads((tmp_path / "run.json").read_text())
         assert run["status"] == "ok" and run["config"]["params"]["what"] == "connect"

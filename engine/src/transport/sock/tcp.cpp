@@ -36,6 +36,8 @@ TcpTransport::~TcpTransport() {
 }
 
 void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
+  n_phases_ = 0;
+  phase_start_ns_ = Clock::mono_ns();
   if (role_ == Role::server) {
     uint16_t port;
     int lfd = sock::bind_near(ctrl, SOCK_STREAM, &port);
@@ -63,12 +65,14 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     sock::set_congestion(fd_, cc_);
   } else {
     uint16_t port = static_cast<uint16_t>(parse_remote_u64(ctrl.exchange("", "tcp data port"), "tcp data port", 65535));
+    phase("port_exchange");
     sockaddr_storage ss;
     int len = sock::remote_sockaddr(ctrl, port, &ss);
     fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) sys_error("socket");
     sock::set_congestion(fd_, cc_);  // before the handshake: the connection starts under it
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0) sys_error("tcp: connect data connection");
+    phase("socket_connect");
   }
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -80,7 +84,18 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   max_msg_ = max_msg;
   rx_.resize(std::max<size_t>(2 * (max_msg + 4), 256 << 10));
   pending_.resize(max_msg + 4);
+  phase("options_buffers");
   ctrl.barrier("tcp connected");
+  phase("barrier");
+}
+
+// The client's steps of connect(), each from where the one before ended:
+// setup's phases_ns names every microsecond of a connect.
+void TcpTransport::phase(const char* name) {
+  if (role_ != Role::client || n_phases_ == std::size(phases_)) return;
+  const uint64_t now = Clock::mono_ns();
+  phases_[n_phases_++] = {name, now - phase_start_ns_};
+  phase_start_ns_ = now;
 }
 
 void TcpTransport::describe(JsonObj& o) const {
