@@ -88,6 +88,18 @@ def test_a_forged_or_missing_memlock_report_is_skipped():
     assert [f.severity for f in limits.check(plan, unlimited) if f.end == "server"] == ["ok"]
 
 
+def _set_mtu(ns: str, dev: str, mtu: int, peer_ns: str, peer_dev: str) -> None:
+    """Sets a veth end's MTU and waits until both ends are up again: the change takes the pair's carrier down for
+    a moment, and doctor's net.link would rightly fail a link it finds down."""
+    subprocess.run(["ip", "-n", ns, "link", "set", dev, "mtu", str(mtu)], check=True, timeout=30)
+
+    def up(n: str, d: str) -> bool:
+        shown = subprocess.run(["ip", "-n", n, "-j", "link", "show", "dev", d], check=True, timeout=30,
+                               capture_output=True, text=True).stdout
+        return json.loads(shown)[0]["operstate"] == "UP"
+    assert wait_until(lambda: up(ns, dev) and up(peer_ns, peer_dev), 10), f"{dev} or {peer_dev} still down"
+
+
 def test_mtu_mismatch_between_the_ends_fails_naming_both(fm, token_file):
     net = f"10.196.{os.getpid() % 250}"
     with veth_namespaces("fmdr", net) as (ns_a, ns_b, dev_a, dev_b):
@@ -97,12 +109,12 @@ def test_mtu_mismatch_between_the_ends_fails_naming_both(fm, token_file):
             port = json.loads(serve.stdout.readline())["port"]
             args = ("-t", "tcp", "--server", f"{net}.1:{port}", "--token-file", str(token_file))
             inside_b = ("ip", "netns", "exec", ns_b)
-            subprocess.run(["ip", "-n", ns_a, "link", "set", dev_a, "mtu", "1400"], check=True, timeout=30)
+            _set_mtu(ns_a, dev_a, 1400, ns_b, dev_b)
             code, doc = doctor(fm, *args, prefix=inside_b)
             f = finding(doc, "net.mtu")
             assert code == EXIT_FINDING and f["severity"] == "fail", f
             assert f"client {dev_b} MTU 1500" in f["summary"] and f"server {dev_a} MTU 1400" in f["summary"], f
-            subprocess.run(["ip", "-n", ns_a, "link", "set", dev_a, "mtu", "1500"], check=True, timeout=30)
+            _set_mtu(ns_a, dev_a, 1500, ns_b, dev_b)
             code, doc = doctor(fm, *args, prefix=inside_b)
             assert finding(doc, "net.mtu")["severity"] == "ok" and code == 0, doc
         finally:
