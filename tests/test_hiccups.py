@@ -103,9 +103,12 @@ def _injected(engine, cpus: list[int], starts: list[float]) -> tuple[dict, list[
 
 
 def _the_injected(h: dict, cpu: int, spun_s: float) -> dict:
-    """The gap the loop injected on `cpu` made: at least what it spun, plus its wake-up and the call that gave up
-    its priority (0.15 ms here). Any other gap over the threshold is the VM's own (the hypervisor's steal)."""
-    found = [g for g in h["gaps"] if g["cpu"] == cpu and spun_s * 1e6 <= g["length_us"] <= spun_s * 1e6 + 2000]
+    """The gap the loop injected on `cpu` made: at least what it spun, plus its wake-up (0.01-0.3 ms), the call
+    that gave up its priority, and whatever ordinary task the readers had kept waiting on that CPU and the kernel's
+    fair server runs before the reader gets it back (0.15 ms on 2026-11-27; 1.3-3 ms on 2026-11-28, while DAMON's
+    kdamond, an ordinary kernel thread, ran ~1.4 ms a turn on the VM). Any other gap over the threshold is the VM's own (the hypervisor's
+    steal)."""
+    found = [g for g in h["gaps"] if g["cpu"] == cpu and spun_s * 1e6 <= g["length_us"] <= spun_s * 1e6 + 5000]
     assert len(found) == 1, (h["gaps"], spun_s)
     gap = found[0]
     assert 0 < gap["start_us"] < WINDOW_S * 1e6
