@@ -132,7 +132,7 @@ class Bench:
             raise FabmeterError("interrupted", EXIT_INTERRUPTED)
         if res.exit_code != EXIT_OK or not res.points:
             raise Skip(f"fabmeter {experiment} {options} failed: {res.message}")
-        granted = next((e.get("granted") for e in res.events if e.get("type") == "transport"), None) or {}
+        granted = analysis.granted(res.events)
         if isinstance(granted.get("io_cpus"), dict):
             self.io_cpus[options["transport"]] = tuple(io_cpu(granted["io_cpus"], end) for end in ("client", "server"))
         return res.points
