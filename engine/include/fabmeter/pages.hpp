@@ -1,6 +1,5 @@
-// Memory to register (setup --what mr): a region of base pages, or of huge
-// pages where the machine gives them, touched before use so that a
-// registration's time is the registration's, not the page faults'.
+// Memory a run holds: regions to register (setup --what mr), and rings and
+// sample storage mapped with every page in before use.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +7,21 @@
 
 namespace fm {
 
+// `bytes` of memory, anonymous and private (fd < 0) or the shared object `fd`,
+// every page faulted in by this thread one at a time (a private page written,
+// a shared one read: the other process's bytes stay as they are), then, with
+// `locked`, mlock'ed where RLIMIT_MEMLOCK allows (*locked says whether).
+// Not MAP_POPULATE, nor mlock over pages not yet in: those hold the process's
+// address-space lock (mmap_lock) for the whole region, seconds for a GiB where
+// a VM's host backs memory lazily, and any other thread that maps memory
+// meanwhile waits as long: the control channel's heartbeat, at its first
+// allocation, fell silent and the other end called this one frozen.
+// MAP_FAILED (errno set) if the mapping fails.
+void* map_faulted_in(size_t bytes, int fd, bool* locked);
+
+// A region to register (setup --what mr): base pages, or huge pages where the
+// machine gives them, faulted in before use so that a registration's time is
+// the registration's, not the page faults'.
 class Region {
  public:
   // huge = false: base pages, THP refused for the region (MADV_NOHUGEPAGE).

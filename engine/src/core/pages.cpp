@@ -55,12 +55,26 @@ uint64_t anon_huge_bytes(const void* addr) {
   return 0;
 }
 
-void touch(void* p, size_t bytes) {
+// A fault on every page. Private anonymous memory is written (a read would
+// map the shared zero page), a zero where there is nothing yet; a shared
+// object's page is read (the fault puts it in, and the other process may be
+// writing it, e.g. a ring's header).
+void touch(void* p, size_t bytes, bool shared) {
   auto* b = static_cast<volatile char*>(p);
-  for (size_t i = 0; i < bytes; i += kBasePage) b[i] = 1;
+  for (size_t i = 0; i < bytes; i += kBasePage)
+    if (shared) (void)b[i];
+    else b[i] = 0;
 }
 
 }  // namespace
+
+void* map_faulted_in(size_t bytes, int fd, bool* locked) {
+  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return m;
+  touch(m, bytes, fd >= 0);
+  if (locked) *locked = mlock(m, bytes) == 0;  // every page in: the lock is held only to mark them
+  return m;
+}
 
 Region::Region(size_t bytes, bool huge) {
   if (!huge) {
@@ -71,12 +85,12 @@ Region::Region(size_t bytes, bool huge) {
       sys_error("setup: cannot map " + std::to_string(bytes) + " bytes to register");
     }
     madvise(map_, map_bytes_, MADV_NOHUGEPAGE);  // THP "always" would otherwise make them huge
-    touch(map_, map_bytes_);
+    touch(map_, map_bytes_, false);
     data_ = map_;
     kind_ = "base";
     return;
   }
-  if (map_hugetlb(bytes) || map_thp(bytes)) touch(data_, bytes);
+  if (map_hugetlb(bytes) || map_thp(bytes)) touch(data_, bytes, false);
   if (kind_ && std::strcmp(kind_, "thp") == 0) {
     huge_bytes_ = anon_huge_bytes(data_);
     if (huge_bytes_ == 0) {

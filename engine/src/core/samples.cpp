@@ -5,16 +5,16 @@
 #include <utility>
 
 #include "fabmeter/error.hpp"
+#include "fabmeter/pages.hpp"
 
 namespace fm {
 namespace {
 
 void* map_locked(size_t bytes, bool* locked) {
   if (bytes == 0) bytes = 4096;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  // mlock can fail without privileges; the pages are in anyway, so go on and record it.
+  void* p = map_faulted_in(bytes, -1, locked);
   if (p == MAP_FAILED) sys_error("cannot allocate " + std::to_string(bytes) + " bytes of sample storage");
-  // mlock can fail without privileges; the pages are populated anyway, so go on and record it.
-  *locked = mlock(p, bytes) == 0;
   return p;
 }
 

@@ -11,6 +11,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/pages.hpp"
 
 namespace fm {
 namespace {
@@ -132,9 +133,9 @@ const Probe& probe(const RdmaOptions& r, const OfiOptions& o) {
 }
 
 void* map_region(size_t bytes, const char* what) {
-  void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  bool locked;  // best effort: registration may pin it anyway
+  void* m = map_faulted_in(bytes, -1, &locked);
   if (m == MAP_FAILED) sys_error(std::string("ofi: cannot map ") + what);
-  mlock(m, bytes);  // best effort: registration may pin it anyway
   return m;
 }
 

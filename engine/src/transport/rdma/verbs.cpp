@@ -17,6 +17,7 @@
 
 #include "fabmeter/clock.hpp"
 #include "fabmeter/error.hpp"
+#include "fabmeter/pages.hpp"
 #include "fabmeter/remote_parse.hpp"
 #include "transport/rdma/verbs_device.hpp"
 #include "transport/sock/sock.hpp"
@@ -402,7 +403,7 @@ void VerbsTransport::setup(uint64_t max_msg) {
   if (!send_cq_ || !recv_cq_) sys_error("verbs: ibv_create_cq");
 
   auto map = [](size_t bytes) {
-    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void* m = map_faulted_in(bytes, -1, nullptr);  // registration pins it
     if (m == MAP_FAILED) sys_error("verbs: cannot allocate " + std::to_string(bytes) + " bytes of buffers");
     return m;
   };

@@ -10,6 +10,7 @@
 
 #include "fabmeter/error.hpp"
 #include "fabmeter/futex.hpp"
+#include "fabmeter/pages.hpp"
 #include "fabmeter/remote_parse.hpp"
 
 namespace fm {
@@ -65,13 +66,14 @@ void ShmTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
     fd = shm_open(name_.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) sys_error("shm_open " + name_ + " (is the server on this host?)");
   }
-  base_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  base_ = map_faulted_in(bytes_, fd, &locked_);
+  const int map_errno = errno;
   ::close(fd);
   if (base_ == MAP_FAILED) {
     base_ = nullptr;
+    errno = map_errno;
     sys_error("mmap shared memory segment");
   }
-  locked_ = mlock(base_, bytes_) == 0;
   ctl_ = static_cast<shm::Control*>(base_);
   if (role_ == Role::server) {
     ctl_->header = {shm::kMagic, shm::kVersion, count, slot_size, {ctl_bytes, ctl_bytes + ring_bytes}};

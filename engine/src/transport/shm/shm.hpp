@@ -59,8 +59,8 @@ class ShmTransport {
   // setup: what connect() does.
   const char* connect_covers() const {
     return "server: shm_open, ftruncate; the segment name over the control channel; client: shm_open; both: "
-           "mmap (populated) and mlock the two rings; the server writes the header; a barrier, the client checks "
-           "the header; a barrier, the server unlinks the name (3 control-channel round trips)";
+           "mmap the two rings, every page faulted in, and mlock them; the server writes the header; a barrier, "
+           "the client checks the header; a barrier, the server unlinks the name (3 control-channel round trips)";
   }
   const char* failure() const { return nullptr; }  // a dead remote end shows on the control channel
 
