@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 
+#include "fabmeter/clock.hpp"
 #include "fabmeter/ctrl.hpp"
 #include "fabmeter/params.hpp"
 #include "fabmeter/results.hpp"
@@ -77,6 +78,29 @@ struct Caps {
 struct ConnectPhase {
   const char* name;
   uint64_t ns;
+};
+
+// A connect()'s steps as it goes: start() as it begins, step(name) as each
+// ends, timed from the end of the one before (so setup's phases_ns names every
+// microsecond); at most N, later ones folded into none.
+template <size_t N>
+class ConnectSteps {
+ public:
+  void start() {
+    n_ = 0;
+    last_ns_ = Clock::mono_ns();
+  }
+  void step(const char* name) {
+    const uint64_t now = Clock::mono_ns();
+    if (n_ < N) steps_[n_++] = {name, now - last_ns_};
+    last_ns_ = now;
+  }
+  std::span<const ConnectPhase> phases() const { return {steps_, n_}; }
+
+ private:
+  ConnectPhase steps_[N];
+  size_t n_ = 0;
+  uint64_t last_ns_ = 0;
 };
 
 // What the experiment asks of a transport, beside the transport's own options.

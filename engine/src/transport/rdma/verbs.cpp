@@ -485,12 +485,6 @@ void VerbsTransport::after_qp_created(const ibv_qp_init_attr& granted) {
     runtime_error(std::string("verbs: posting the first receives failed: ") + std::strerror(rc));
 }
 
-void VerbsTransport::phase(const char* name) {
-  const uint64_t now = Clock::mono_ns();
-  if (n_phases_ < std::size(phases_)) phases_[n_phases_++] = {name, now - phase_start_ns_};
-  phase_start_ns_ = now;
-}
-
 const char* VerbsTransport::connect_covers() const {
   if (use_cm_)
     return "rdma_cm: an event channel and id; server: bind, listen, its port over the control channel, the connect "

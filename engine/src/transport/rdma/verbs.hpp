@@ -133,7 +133,7 @@ class VerbsTransport {
   static std::string port_facts(const std::string& device, unsigned port);
   // setup: what connect() does, its steps and their times, and memory registration on the PD.
   const char* connect_covers() const;
-  std::span<const ConnectPhase> connect_phases() const { return {phases_, n_phases_}; }
+  std::span<const ConnectPhase> connect_phases() const { return steps_.phases(); }
   void* register_memory(void* buf, size_t len);
   int deregister_memory(void* mr);
   // Receives given back but not yet reposted; sends posted, not yet seen completed.
@@ -561,11 +561,7 @@ class VerbsTransport {
   const verbs::Op op_;
   const bool one_sided_, reliable_;
   bool use_cm_ = false;
-  // connect()'s steps (setup): ends at the step's name, measured from the previous one.
-  void phase(const char* name);
-  ConnectPhase phases_[8];
-  size_t n_phases_ = 0;
-  uint64_t phase_start_ns_ = 0;
+  ConnectSteps<8> steps_;  // connect()'s (setup)
 
   // data-path state, hot members first
   ibv_qp* qp_ = nullptr;

@@ -79,9 +79,9 @@ void modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
 
 void VerbsTransport::connect_raw(Ctrl& ctrl) {
   ibv_qp_init_attr ia = qp_init_attr();
-  phase("device, PD, CQs and rings");
+  steps_.step("device, PD, CQs and rings");
   qp_ = ibv_create_qp(pd_, &ia);
-  phase("ibv_create_qp");
+  steps_.step("ibv_create_qp");
   if (!qp_)
     sys_error("verbs: ibv_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
               std::to_string(ia.cap.max_recv_wr) + ", inline " + std::to_string(ia.cap.max_inline_data) +
@@ -100,11 +100,11 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     mask |= IBV_QP_ACCESS_FLAGS;
   }
   modify(qp_, a, mask, "INIT");
-  phase("to INIT");
+  steps_.step("to INIT");
   after_qp_created(ia);  // posts the receives (allowed from INIT on)
 
   remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
-  phase("receives posted, endpoint info swapped");
+  steps_.step("receives posted, endpoint info swapped");
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
@@ -123,7 +123,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     }
   }
   modify(qp_, a, mask, "RTR");
-  phase("to RTR");
+  steps_.step("to RTR");
 
   a = {};
   a.qp_state = IBV_QPS_RTS;
@@ -137,7 +137,7 @@ void VerbsTransport::connect_raw(Ctrl& ctrl) {
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
   modify(qp_, a, mask, "RTS");
-  phase("to RTS");
+  steps_.step("to RTS");
 
   if (ud_) {
     ud_max_msg_ = std::min(ud_max_msg_, mtu_bytes(static_cast<ibv_mtu>(remote_.active_mtu)));
@@ -199,10 +199,10 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
                           static_cast<int>(tmo)) != 0)
       sys_error("verbs: rdma_resolve_addr " + ctrl.remote_addr());
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ADDR_RESOLVED, "address resolution", tmo));
-    phase("port swapped, rdma_resolve_addr");
+    steps_.step("port swapped, rdma_resolve_addr");
     if (rdma_resolve_route(cm_id_, static_cast<int>(tmo)) != 0) sys_error("verbs: rdma_resolve_route");
     rdma_ack_cm_event(wait_cm_event(ctrl, RDMA_CM_EVENT_ROUTE_RESOLVED, "route resolution", tmo));
-    phase("rdma_resolve_route");
+    steps_.step("rdma_resolve_route");
   }
 
   ctx_ = cm_id_->verbs;
@@ -212,7 +212,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     usage_error("verbs: rdma_cm reaches " + ctrl.remote_addr() + " through " + chosen + ", not --device " + verbs_.device +
                 " (use --cm raw to choose the device yourself)");
   setup(max_msg);
-  phase("PD, CQs and rings");
+  steps_.step("PD, CQs and rings");
   ibv_qp_init_attr ia = qp_init_attr();
   if (rdma_create_qp(cm_id_, pd_, &ia) != 0)
     sys_error("verbs: rdma_create_qp (" + verbs_.service + ", sq " + std::to_string(ia.cap.max_send_wr) + ", rq " +
@@ -220,7 +220,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
               " B: more than " + device_name_ + " grants?)");
   qp_ = cm_id_->qp;
   after_qp_created(ia);
-  phase("rdma_create_qp, receives posted");
+  steps_.step("rdma_create_qp, receives posted");
 
   rdma_conn_param cp{};
   cp.responder_resources = static_cast<uint8_t>(rd_atomic_);
@@ -236,7 +236,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
     rdma_cm_event* ev = wait_cm_event(ctrl, RDMA_CM_EVENT_ESTABLISHED, "the connection", tmo);
     if (ud_) cm_ah = ev->param.ud.ah_attr;  // from the server's SIDR reply
     rdma_ack_cm_event(ev);
-    phase("rdma_connect to ESTABLISHED");
+    steps_.step("rdma_connect to ESTABLISHED");
   }
   remote_ = info_of(ctrl.exchange(info_blob(local_info()), "verbs endpoint info"));
   if (ud_) {
@@ -252,8 +252,7 @@ void VerbsTransport::connect_cm(Ctrl& ctrl, uint64_t max_msg) {
 }
 
 void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  n_phases_ = 0;
-  phase_start_ns_ = Clock::mono_ns();
+  steps_.start();
   int n = 0;
   if (ibv_device** list = ibv_get_device_list(&n)) ibv_free_device_list(list);
   if (n == 0) runtime_error(kNoDevice);
@@ -268,7 +267,7 @@ void VerbsTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   }
   // Both ends have posted their receives before either sends.
   ctrl.barrier("verbs connected");
-  phase("the rest, the connected barrier");
+  steps_.step("the rest, the connected barrier");
 }
 
 }  // namespace fm

@@ -36,8 +36,7 @@ TcpTransport::~TcpTransport() {
 }
 
 void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
-  n_phases_ = 0;
-  phase_start_ns_ = Clock::mono_ns();
+  steps_.start();
   if (role_ == Role::server) {
     uint16_t port;
     int lfd = sock::bind_near(ctrl, SOCK_STREAM, &port);
@@ -87,15 +86,6 @@ void TcpTransport::connect(Ctrl& ctrl, uint64_t max_msg) {
   phase("options_buffers");
   ctrl.barrier("tcp connected");
   phase("barrier");
-}
-
-// The client's steps of connect(), each from where the one before ended:
-// setup's phases_ns names every microsecond of a connect.
-void TcpTransport::phase(const char* name) {
-  if (role_ != Role::client || n_phases_ == std::size(phases_)) return;
-  const uint64_t now = Clock::mono_ns();
-  phases_[n_phases_++] = {name, now - phase_start_ns_};
-  phase_start_ns_ = now;
 }
 
 void TcpTransport::describe(JsonObj& o) const {

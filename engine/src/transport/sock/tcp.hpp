@@ -45,7 +45,7 @@ class TcpTransport {
            "control-channel round trips)";
   }
   // setup: the client's steps of its last connect() (the server's show inside its port and barrier steps).
-  std::span<const ConnectPhase> connect_phases() const { return {phases_, n_phases_}; }
+  std::span<const ConnectPhase> connect_phases() const { return steps_.phases(); }
   // Bytes queued in the socket's receive and send buffers (SIOCINQ, SIOCOUTQ: two system calls, slow path only).
   Pools pools() const { return sock::pools(fd_, rcvbuf_, sndbuf_); }
   const char* failure() const { return failure_; }
@@ -107,7 +107,9 @@ class TcpTransport {
   bool flush();           // sends what a partial send left; true when all is out
   void keep_unsent(const uint32_t* hdr, const std::byte* payload, uint32_t len, size_t sent);
   void fail_errno(const char* what);
-  void phase(const char* name);
+  void phase(const char* name) {  // the client's: its connect is setup's measure
+    if (role_ == Role::client) steps_.step(name);
+  }
   // A reader's data path: one whole message under the shared locks.
   bool recv_shared(RecvMsg& m, int flags);
   bool send_shared(const void* buf, uint32_t len);
@@ -131,9 +133,7 @@ class TcpTransport {
   std::string failure_text_;
   int sndbuf_ = 0, rcvbuf_ = 0;
   uint64_t max_msg_ = 0;
-  ConnectPhase phases_[4];
-  size_t n_phases_ = 0;
-  uint64_t phase_start_ns_ = 0;
+  ConnectSteps<4> steps_;
   std::shared_ptr<Share> share_;  // set in readers only
 };
 
