@@ -39,8 +39,6 @@ def test_connect_every_transport(fm, tmp_path, transport):
         assert ordered(p[key]), (key, p[key])
         if keep:
             assert len(np.load(tmp_path / p["samples"][key])) == REPS
-    # A connect ends with a control-channel exchange: it takes longer than one round trip of it.
-    assert p["connect_ns"]["min"] > p["control_rtt_ns"]["min"]
     assert "control-channel" in p["covers"] and p["latency_kind"].startswith("connect")
     assert p["registration"] == ("fi_mr_reg" if transport == "ofi" else "not applicable")
     if transport == "tcp":
