@@ -38,17 +38,24 @@ reap() {
   echo $?
 }
 
-# Starts a server on PORT writing FILE.server.*; returns when it listens.
-# (Under TCG on a busy host a start can take seconds.)
-serve() {
-  local f=$1 i
-  timeout "${CASE_TIMEOUT:-120}" "$ENGINE" serve --bind "$SERVER" --port "$PORT" --once --cpu 1 >"$f.server.out" 2>"$f.server.err" &
-  SPID=$!
+# listening FILE PID: returns when the serve or forward PID, writing its
+# stdout to FILE, listens or has ended; 30 s at most (under TCG on a busy
+# host a start can take seconds).
+listening() {
+  local i
   for ((i = 0; i < 300; i++)); do
-    grep -q listening "$f.server.out" 2>/dev/null && return
-    kill -0 $SPID 2>/dev/null || return
+    grep -q listening "$1" 2>/dev/null && return
+    kill -0 "$2" 2>/dev/null || return
     sleep 0.1
   done
+}
+
+# Starts a server on PORT writing FILE.server.*; returns when it listens.
+serve() {
+  local f=$1
+  timeout "${CASE_TIMEOUT:-120}" "$ENGINE" serve --bind "$SERVER" --port "$PORT" --once --cpu 1 >"$f.server.out" 2>"$f.server.err" &
+  SPID=$!
+  listening "$f.server.out" $SPID
 }
 
 # fabmeter's Python CLI in the guest: Debian's python3 with the repository's
@@ -481,13 +488,13 @@ run_comparison
 # minutes).
 suite() {
   selected "$1" || return 0
-  local name=$1 file=$2 where=${3:-guest} f=$OUT/$1 spid i
+  local name=$1 file=$2 where=${3:-guest} f=$OUT/$1 spid
   PORT=$((PORT + 1))
   echo "fabmeter suite $file" >"$f.cmd"
   echo 0 >"$f.expect"
   timeout 900 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --cpu 1 >"$f.server.out" 2>"$f.server.err" &
   spid=$!
-  for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
+  listening "$f.server.out" $spid
   local t0=$EPOCHREALTIME
   [[ $file == /* ]] || file=$REPO/$file
   timeout 900 "${PY[@]}" -m fabmeter suite "$file" --server "$SERVER:$PORT" --cpus 0 --out "$f.results" \
@@ -567,7 +574,7 @@ fabric() {
 # run; run.json's "hop" must hold both figures and their difference.
 hop() {
   selected "$1" || return 0
-  local name=$1 onward=$2 f=$OUT/$1 spid hpid hport i
+  local name=$1 onward=$2 f=$OUT/$1 spid hpid hport
   shift 2
   PORT=$((PORT + 1))
   hport=$((PORT + 1000))
@@ -579,10 +586,7 @@ hop() {
   timeout 300 "$ENGINE" forward --bind "${FM_RDMA_ADDR0:-10.77.0.1}" --port "$hport" --to "$SERVER:$PORT" \
     --to-transport "$onward" --cpu 2 --poll event --once >"$f.hop.out" 2>"$f.hop.err" &
   hpid=$!
-  for ((i = 0; i < 300; i++)); do
-    grep -q listening "$f.server.out" 2>/dev/null && grep -q listening "$f.hop.out" 2>/dev/null && break
-    sleep 0.1
-  done
+  listening "$f.server.out" $spid && listening "$f.hop.out" $hpid
   local t0=$EPOCHREALTIME
   timeout 240 "${PY[@]}" -m fabmeter lat -t verbs --server "$SERVER:$PORT" --via-hop "${FM_RDMA_ADDR0:-10.77.0.1}:$hport" \
     --hop-rounds 1 --cpus 0 --timeout-ms 15000 "$@" --out "$f.results" >"$f.out" 2>"$f.err"
@@ -633,7 +637,7 @@ fi
 # tool process still running afterwards (there must be none).
 through_serve() {
   selected "$2" || return 0
-  local command=$1 name=$2 f=$OUT/$2 spid i
+  local command=$1 name=$2 f=$OUT/$2 spid
   shift 2
   PORT=$((PORT + 1))
   echo "fabmeter $command --server $*" >"$f.cmd"
@@ -643,7 +647,7 @@ through_serve() {
   timeout 600 "$ENGINE" serve --bind "$SERVER" --port "$PORT" --cpu 1 --token-file "$f.token" \
     >"$f.server.out" 2>"$f.server.err" &
   spid=$!
-  for ((i = 0; i < 300; i++)); do grep -q listening "$f.server.out" 2>/dev/null && break; sleep 0.1; done
+  listening "$f.server.out" $spid
   local t0=$EPOCHREALTIME
   local gid=(--gid-index "${FM_RDMA_GID_INDEX:-1}")
   [[ " $* " == *" --cm rdma_cm "* ]] && gid=()   # rdma_cm takes the GID of the address
@@ -757,123 +761,5 @@ if ! selected fault-; then   # the faults run whole or not at all (the report co
   echo "$EPOCHREALTIME" >"$OUT/_finished"
   exit 0
 fi
-echo "== verbs: faults (kill -9 / SIGSTOP the client or the server's session in connect or point)"
-# One non-once server for the section; per service every victim x action
-# once, with phase, cm, experiment and delay (0-300 ms after the phase mark)
-# drawn at random (SEED, from FM_SEED on the host, replays). Each case leaves NAME.fault
-# (key=value: whether it struck, the survivor's exit / session end and how
-# long it took, what was left, the next normal client's exit), NAME.err (the
-# client's stderr), NAME.server.err (the server's stderr during the case) and
-# NAME.next.*; rdma/test_rdma_report.py judges them.
-FAULT_SEED=${3:-$((10#${EPOCHREALTIME/./} % 1000000))}
-RANDOM=$FAULT_SEED
-TRACE=/tmp/fm-phases
-FPORT=$((PORT + 100))
-FWAIT=20  # how long a survivor is watched: far above the report's bound, so a late end is still timed
-
-# Seconds since $1.
-since() { echo "$EPOCHREALTIME $1" | awk '{printf "%.2f", $1 - $2}'; }
-# PID of the first "ROLE PHASE PID" mark in the trace, if any.
-mark() {
-  local r ph pid
-  while read -r r ph pid; do
-    [[ $r == "$1" && $ph == "$2" ]] && { echo "$pid"; return; }
-  done <"$TRACE"
-}
-# Alive and not a zombie.
-alive() { local st; { read -r st <"/proc/$1/stat"; } 2>/dev/null && [[ $st != *") Z "* ]]; }
-kids() { cat "/proc/$FSPID/task/$FSPID/children" 2>/dev/null; }
-
-# fault NAME SERVICE VICTIM ACTION PHASE
-fault() {
-  local name=$1 svc=$2 victim=$3 action=$4 phase=$5 f=$OUT/$1
-  local cms=($(cms_for "$svc")) cm exp delay cpid vpid="" session t0 t_fault took="" rc="" ended="" struck=1 i off
-  cm=${cms[RANDOM % ${#cms[@]}]}
-  exp=lat
-  ((RANDOM % 2)) && exp=bw  # (no $RANDOM in a subshell: it would not advance the seeded sequence)
-  delay=$((RANDOM % 301))
-  : >"$TRACE"
-  off=$(wc -c <"$FSERR")
-  t0=$EPOCHREALTIME
-  FABMETER_TRACE_PHASES=$TRACE "$ENGINE" run "$exp" --server "$SERVER:$FPORT" --cpu 0 -t verbs "${TIMEOUT[@]}" \
-    -s 64 --duration 2 --warmup 100 --service "$svc" --cm "$cm" >"$f.out" 2>"$f.err" &
-  cpid=$!
-  for ((i = 0; i < 600; i++)); do  # the mark: within 60 s even on a starved guest
-    vpid=$(mark "$victim" "$phase")
-    [[ -n $vpid ]] && break
-    kill -0 $cpid 2>/dev/null || break
-    sleep 0.1
-  done
-  session=$(mark server hello)
-  if [[ -z $vpid ]]; then
-    struck=0
-    echo "the $victim never reached $phase" >"$f.nostrike"
-  else
-    sleep "$((delay / 1000)).$(printf %03d $((delay % 1000)))"
-    if ! kill -0 $cpid 2>/dev/null || ! alive "$vpid"; then
-      struck=0  # the run ended before the fault landed
-    else
-      kill -s "$([[ $action == kill ]] && echo KILL || echo STOP)" "$vpid"
-      t_fault=$EPOCHREALTIME
-      if [[ $victim == server ]]; then
-        # The client notices (control channel closed, or no heartbeat) and ends.
-        for ((i = 0; i < FWAIT * 20; i++)); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
-        took=$(since "$t_fault")
-        kill -0 $cpid 2>/dev/null && kill -KILL $cpid
-        wait $cpid
-        rc=$?
-        ((rc == 0)) && struck=0  # it had finished before the fault landed
-      else
-        # The server's session ends by itself; the listener stays.
-        for ((i = 0; i < FWAIT * 20; i++)); do alive "$session" || break; sleep 0.05; done
-        took=$(since "$t_fault")
-        [[ -n $session ]] && { alive "$session" && ended=0 || ended=1; }
-      fi
-    fi
-  fi
-  # Whatever is left of the run: the frozen victim, the client.
-  [[ $action == stop && -n $vpid ]] && kill -KILL "$vpid" 2>/dev/null
-  kill -0 $cpid 2>/dev/null && kill -KILL $cpid
-  wait $cpid 2>/dev/null
-  local w=$?
-  [[ -z $rc ]] && rc=$w
-  # No session left in the server (it reaps and cleans after them).
-  for ((i = 0; i < 50; i++)); do [[ -z $(kids) ]] && break; sleep 0.1; done
-  local left serve_alive=0
-  left=$(kids)
-  kill -0 $FSPID 2>/dev/null && serve_alive=1
-  tail -c +$((off + 1)) "$FSERR" >"$f.server.err"
-  # And the server serves the next client.
-  timeout 120 "$ENGINE" run lat --server "$SERVER:$FPORT" --cpu 0 -t verbs "${TIMEOUT[@]}" -s 32 -n 200 --warmup 50 \
-    --service "$svc" --cm "$cm" >"$f.next.out" 2>"$f.next.err"
-  local next_rc=$?
-  printf '%s\n' "seed=$FAULT_SEED" "service=$svc" "cm=$cm" "experiment=$exp" "victim=$victim" "action=$action" \
-    "phase=$phase" "delay_ms=$delay" "struck=$struck" "client_rc=$rc" "session_ended=$ended" "took_s=$took" \
-    "sessions_left=$(echo $left)" "serve_alive=$serve_alive" "next_rc=$next_rc" "case_s=$(since "$t0")" >"$f.fault"
-  printf '%-58s struck=%s rc=%-3s took=%5s s next=%s\n' "$name ($exp $cm $phase +${delay}ms)" "$struck" "$rc" \
-    "${took:--}" "$next_rc"
-}
-
-FSERR=$OUT/faults.server.err
-FABMETER_TRACE_PHASES=$TRACE "$ENGINE" serve --bind "$SERVER" --port "$FPORT" --cpu 1 \
-  >"$OUT/faults.server.out" 2>"$FSERR" &
-FSPID=$!
-for ((i = 0; i < 300; i++)); do
-  grep -q listening "$OUT/faults.server.out" 2>/dev/null && break
-  kill -0 $FSPID 2>/dev/null || break
-  sleep 0.1
-done
-printf '%s\n' "seed=$FAULT_SEED" "cases=12" >"$OUT/_faults"
-for svc in rc uc ud; do
-  for victim in client server; do
-    for action in kill stop; do
-      phases=(connect point)
-      fault "fault-$svc-$victim-$action" "$svc" "$victim" "$action" "${phases[RANDOM % 2]}"
-    done
-  done
-done
-kill -TERM "$FSPID" 2>/dev/null
-reap "$FSPID" >"$OUT/faults.server.rc"
-# No engine left anywhere in the guest (sessions, clients, frozen victims).
-echo "engines_left=$(pgrep -x fabmeter-engine | tr '\n' ' ')" >>"$OUT/_faults"
+. "$(dirname "$0")/guest-faults.sh"   # kill -9 / SIGSTOP either end in connect or point
 echo "$EPOCHREALTIME" >"$OUT/_finished"

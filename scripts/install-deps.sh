@@ -50,11 +50,12 @@ pkgs+=(dpkg-dev lintian)
 # --test (make test): Prometheus (large, so only then), which tests/test_watch.py
 # runs as its own process to scrape `fabmeter watch`, and its promtool, which
 # tests/test_contrib.py checks contrib/prometheus/ with.
+# universal-ctags: where each function ends, for tests/test_layout.py's size rule.
 no_service=(prometheus)
 for arg in "$@"; do
   case "$arg" in
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev) ;;
-    --test) pkgs+=(prometheus) ;;
+    --test) pkgs+=(prometheus universal-ctags) ;;
     *) echo "install-deps: unknown option $arg (--test, --fuzz)" >&2; exit 2 ;;
   esac
 done

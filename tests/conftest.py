@@ -82,6 +82,13 @@ def script_module(name: str, rel_path: str):
     return mod
 
 
+def guest_report(kind: str):
+    """rdma/guest_report's checks of one kind of case (cases, commands, perftest, faults, read)."""
+    if str(REPO / "rdma") not in sys.path:
+        sys.path.insert(0, str(REPO / "rdma"))
+    return importlib.import_module(f"guest_report.{kind}")
+
+
 # Every process a test starts carries this tag in its environment (children
 # inherit it), so a test can tell whether engines it started were left behind
 # without being confused by anyone else's engines on the machine.

@@ -1,7 +1,8 @@
 """rdma/test_rdma_report.py's alternated comparison, on results shaped as
 the guest leaves them: rounds paired by row, medians per side, the ratio
 against the target's direction (lat lower, bw higher), and the units
-perftest prints (read and atomics not halved)."""
+perftest prints (read and atomics not halved); and rdma/guest_report's
+checks of each kind of case, on files shaped as the guest leaves them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 import os
 import subprocess
 
-from conftest import REPO, script_module
+from conftest import REPO, guest_report, script_module
+
+cases, commands, perftest = (guest_report(kind) for kind in ("cases", "commands", "perftest"))
 
 
 def report_module():
@@ -72,13 +75,12 @@ def test_a_perftest_bw_round_of_rate_0_has_no_figure():
 
 
 def test_perftest_bw_and_lat_lines_parse():
-    m = report_module()
-    lat = m.perftest_result(
+    lat = perftest.perftest_result(
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
         "   99% percentile[usec]   99.9% percentile[usec] \n"
         " 32      2000          20.42          298.08       43.30    \t       42.28       \t24.81  \t\t214.04  \t\t298.08 \n")
     assert lat["t_typical"] == 43.30 and lat["p999"] == 298.08
-    bw = m.perftest_result(
+    bw = perftest.perftest_result(
         " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
         " 1024       5000             6.52               6.31  \t\t   0.006461\n")
     assert bw == {"bytes": 1024, "iterations": 5000, "bw_peak_mb": 6.52, "bw_avg_mb": 6.31, "msg_rate_mpps": 0.006461}
@@ -86,7 +88,7 @@ def test_perftest_bw_and_lat_lines_parse():
 
 def test_fi_pingpong_rows_compare_means():
     m = report_module()
-    res = m.perftest_result("bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n"
+    res = perftest.perftest_result("bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n"
                             "32      2k      =2k      125k        0.16s      0.82      39.14       0.03\n")
     assert res == {"usec_per_xfer": 39.14}
     (row,) = m.comparison([{"name": "cmp-r1-fabmeter-lat-ofi-verbs-msg", "latency_ns": {"p50": 1.0, "mean": 40000.0}},
@@ -96,7 +98,6 @@ def test_fi_pingpong_rows_compare_means():
 
 
 def test_a_comparison_round_perftest_could_not_time_fails_nothing(tmp_path):
-    m = report_module()
     inf = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
            "   99% percentile[usec]   99.9% percentile[usec] \n"
            " 32      2000          inf            inf          inf      \t       inf         \t-nan   \t\tinf     \t\tinf\n")
@@ -105,19 +106,18 @@ def test_a_comparison_round_perftest_could_not_time_fails_nothing(tmp_path):
         (tmp_path / f"{name}.rc").write_text("0\n")
         (tmp_path / f"{name}.out").write_text(inf)
         (tmp_path / f"{name}.server.out").write_text(inf)
-    problems, summary = m.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
+    problems, summary = perftest.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
     assert problems == [] and "result_us" not in summary and "note" in summary
-    problems, _ = m.check_perftest(str(tmp_path), "pt-uc-write")
+    problems, _ = perftest.check_perftest(str(tmp_path), "pt-uc-write")
     assert problems == ["no finite result line in perftest's output"]
     (tmp_path / "cmp-r1-perftest-lat-uc-write.rc").write_text("1\n")  # a peer that failed still fails
-    problems, _ = m.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
+    problems, _ = perftest.check_perftest(str(tmp_path), "cmp-r1-perftest-lat-uc-write")
     assert problems and problems[0].startswith("exit 1")
 
 
 def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
     """A suite run in the guest (`fabmeter suite --server`): its exit code, each
     point's status in index.json, and the report must all be there."""
-    m = report_module()
     import json
 
     def case(name, rc="0", statuses=("ok", "ok"), report=True):
@@ -131,7 +131,7 @@ def test_suite_case_needs_every_point_ok_and_a_report(tmp_path):
             {"points": [{"id": f"p{i}", "status": s} for i, s in enumerate(statuses)]}))
         if report:
             (res / "report.html").write_text("<html></html>")
-        return m.check_suite(str(tmp_path), name)
+        return commands.check_suite(str(tmp_path), name)
 
     problems, summary = case("suite-good")
     assert problems == [] and summary["points"] == 2
@@ -149,11 +149,10 @@ def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_pat
     closed-loop points' clients, every point's server.tx and the report's
     three figures."""
     import json
-    m = report_module()
     tx = {"waits": 3, "wait_ns_mean": 5e4, "polls": 3, "completions_per_poll": {"2": 3}, "mean_per_poll": 2.0,
           "poll_ns_mean": 6e3, "polls_empty": 0, "empty_poll_ns_mean": 0.0}
 
-    def case(name, sq_depths=(8, 64), top=2.0, tx=tx, figures=m.RAMCLOUD_FIGURES):
+    def case(name, sq_depths=(8, 64), top=2.0, tx=tx, figures=commands.RAMCLOUD_FIGURES):
         res = tmp_path / f"{name}.results"
         res.mkdir()
         (tmp_path / f"{name}.cmd").write_text(f"fabmeter suite {tmp_path}/ramcloud-load-verbs.toml\n")
@@ -171,7 +170,7 @@ def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_pat
             (res / rid / "run.json").write_text(json.dumps({"config": {"params": params}, "points": points}))
         (res / "index.json").write_text(json.dumps({"points": [{"id": rid, "status": "ok"} for rid in rows]}))
         (res / "report.html").write_text("".join(f'<img alt="{alt} x" src="">' for alt in figures))
-        return m.check_ramcloud_load(str(tmp_path), name)
+        return commands.check_ramcloud_load(str(tmp_path), name)
 
     problems, summary = case("good")
     assert problems == [] and summary["clients"] == [1, 8, 40] and summary["top_multiple"] == 2.0, problems
@@ -181,13 +180,12 @@ def test_ramcloud_load_case_needs_pools_overload_clients_and_the_tx_path(tmp_pat
     assert any("not past it" in p for p in problems), problems
     problems, _ = case("no-tx", tx=None)
     assert any("server.tx None" in p for p in problems), problems
-    problems, _ = case("no-clients-figure", figures=m.RAMCLOUD_FIGURES[:1])
+    problems, _ = case("no-clients-figure", figures=commands.RAMCLOUD_FIGURES[:1])
     assert any("load closed loop against clients" in p for p in problems), problems
 
 
 def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
     """A two-rank mesh in the guest: both exit codes 0, both directed pairs ok over verbs, none failed."""
-    m = report_module()
     import json
 
     def case(name, rc="0", rc1="0", pairs=((0, 1), (1, 0)), status="ok", transport="verbs"):
@@ -199,7 +197,7 @@ def test_mesh_case_needs_both_ranks_and_both_pairs(tmp_path):
         lines = [{"type": "pair", "src": s, "dst": d, "status": status, "message": ""} for s, d in pairs]
         lines.append({"type": "mesh", "transport": transport, "failed": sum(status != "ok" for _ in pairs)})
         (tmp_path / f"{name}.out").write_text("fabmeter: warning\n" + "\n".join(json.dumps(x) for x in lines))
-        return m.check_mesh(str(tmp_path), name)
+        return commands.check_mesh(str(tmp_path), name)
 
     problems, summary = case("mesh-good")
     assert problems == [] and summary["pairs"] == 2
@@ -250,7 +248,7 @@ def test_fabtests_bw_rows_compare_message_rates(tmp_path):
     (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.cmd").write_text("fi_rma_bw -p verbs -e msg -o writedata\n")
     (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.rc").write_text("0\n")
     (tmp_path / "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm.out").write_text(out)
-    problems, peer = m.check_perftest(str(tmp_path), "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm")
+    problems, peer = perftest.check_perftest(str(tmp_path), "cmp-r1-fi_rma_bw-bw-ofi-verbs-write-imm")
     assert problems == [] and peer["result_us"] == {"usec_per_xfer": 46.52}
     (row,) = m.comparison([{"name": "cmp-r1-fabmeter-bw-ofi-verbs-write-imm", "msg_rate": 22000.0}, peer])
     assert row["peer"] == "fi_rma_bw" and row["kind"] == "bw"
@@ -270,7 +268,6 @@ def test_a_bidir_plain_write_client_s_writes_carry_its_credits(tmp_path):
     alone (the guest's timing decides that); 8 B writes carry none and are
     not held to it. And with fixed sizes a slot is the payload rounded up to 64 B."""
     import json
-    m = report_module()
 
     def case(name, size, credit_writes, carried, slot=None, iterations=2000, passive=False):
         slot = slot or -(-size // 64) * 64
@@ -288,7 +285,7 @@ def test_a_bidir_plain_write_client_s_writes_carry_its_credits(tmp_path):
                                                    "recv_slot_bytes": slot, "passive_rx": passive}},
                  {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
-        return m.check_fabmeter(str(tmp_path), name)[0]
+        return cases.check_fabmeter(str(tmp_path), name)[0]
 
     assert case("carried", 1024, 1, 31) == []
     assert case("passive-receivers-give-no-credit", 1024, 0, 0, passive=True) == []
@@ -305,7 +302,6 @@ def test_a_passive_receiver_is_granted_and_sends_nothing_back(tmp_path):
     measured at the sender with no credit writes; a run whose transport
     ignored the flag (polled, credits) fails the check."""
     import json
-    m = report_module()
 
     def case(name, granted_passive, credit_writes, measured_at):
         (tmp_path / f"{name}.cmd").write_text("fabmeter-engine run bw -s 1024 --op write --passive-rx\n")
@@ -321,7 +317,7 @@ def test_a_passive_receiver_is_granted_and_sends_nothing_back(tmp_path):
                   "measured_at": measured_at},
                  {"type": "transport", "granted": granted}, {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
-        return m.check_fabmeter(str(tmp_path), name)[0]
+        return cases.check_fabmeter(str(tmp_path), name)[0]
 
     assert case("passive", True, 0, "sender (one-sided: where the answers arrive)") == []
     problems = case("ignored", False, 3, "receiver")
@@ -402,26 +398,25 @@ def test_a_control_run_puts_the_peer_in_fabmeters_column(capsys):
 def test_t_send_is_checked_inside_its_stamps_and_absent_for_inline(tmp_path):
     """The guest's t_send cases: t_subm <= t_send <= t_recv (both stages' minima >= 0), inline sends
     with no t_send and the reason, and a -tsend case without one only where no CPU was left for it."""
-    m = report_module()
     (tmp_path / "_nproc").write_text("3\n")
     stamped = {"size": 32, "iterations": 1000, "t_send_missed": 10, "latency_ns": {"p50": 9000.0},
                "send_ns": {"min": 100.0, "p50": 4000.0}, "latency_send_ns": {"min": 50.0, "p50": 5000.0}}
     cmd = "fabmeter-engine run oneway -s 32 --service rc"
-    assert m.check_t_send(str(tmp_path), "oneway-rc-send-tsend", cmd, stamped, {}) == []
+    assert cases.check_t_send(str(tmp_path), "oneway-rc-send-tsend", cmd, stamped, {}) == []
     before = {**stamped, "send_ns": {"min": -5.0, "p50": 1.0}}
-    assert "outside [t_subm, t_recv]" in m.check_t_send(str(tmp_path), "x-tsend", cmd, before, {})[0]
+    assert "outside [t_subm, t_recv]" in cases.check_t_send(str(tmp_path), "x-tsend", cmd, before, {})[0]
     after = {**stamped, "latency_send_ns": {"min": -1.0, "p50": 1.0}}
-    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, after, {})
+    assert cases.check_t_send(str(tmp_path), "x-tsend", cmd, after, {})
     inline_cmd = cmd + " --inline 64"
     absent = {"size": 32, "send_ns": None, "latency_send_ns": None, "t_send_absent": "inline sends: the payload ..."}
-    assert m.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, absent, {}) == []
-    assert m.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, stamped, {}), "inline with a number"
+    assert cases.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, absent, {}) == []
+    assert cases.check_t_send(str(tmp_path), "x-inline64-tsend", inline_cmd, stamped, {}), "inline with a number"
     no_cpu = {"size": 32, "send_ns": None, "t_send_absent": "no CPU of its own for the time thread: ..."}
-    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}), "3 CPUs: the thread had one"
+    assert cases.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}), "3 CPUs: the thread had one"
     beaten = {"size": 32, "send_ns": None, "t_send_absent": "no message carried a stamp written after its post: ..."}
-    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, beaten, {}) == [], "judged over all cases by main()"
+    assert cases.check_t_send(str(tmp_path), "x-tsend", cmd, beaten, {}) == [], "judged over all cases by main()"
     (tmp_path / "_nproc").write_text("2\n")
-    assert m.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}) == []
+    assert cases.check_t_send(str(tmp_path), "x-tsend", cmd, no_cpu, {}) == []
 
 
 def test_suite_rows_keep_the_suites_count_and_say_how_long_its_messages_take():
@@ -446,7 +441,6 @@ def test_an_ofi_case_reports_the_libfabric_it_ran_on(tmp_path):
     """An ofi case's libfabric is any release's MAJOR.MINOR (the guest's own, 1.x on bookworm, 2.x elsewhere);
     on fabtests' libfabric (NAME.libfabric, written by the guest driver) it must be that one's."""
     import json
-    m = report_module()
 
     def case(name, reported, ran_on=None):
         (tmp_path / f"{name}.cmd").write_text("fabmeter-engine run bw -t ofi --provider verbs --ep msg -s 1K\n")
@@ -459,7 +453,7 @@ def test_an_ofi_case_reports_the_libfabric_it_ran_on(tmp_path):
                   "gbps": 0.3},
                  {"type": "transport", "granted": {"domain": "rxe0"}}, {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
-        return m.check_fabmeter(str(tmp_path), name)[0]
+        return cases.check_fabmeter(str(tmp_path), name)[0]
 
     assert case("guest-1", "1.17") == []
     assert case("guest-2", "2.1") == []
@@ -496,7 +490,6 @@ def test_narrowed_suites_are_suites(tmp_path):
 def test_doctor_parity_case_needs_every_row_judged_over_every_round(tmp_path):
     """`fabmeter doctor --parity` in the guest: exit 0, a finding per row with its verdict and evidence, fabmeter
     measured in every round (perftest may lose rounds to its clock under TCG), no tool process left."""
-    m = report_module()
     import json
     rows = ("parity.lat.32", "parity.lat.65536", "parity.bw.32", "parity.bw.65536")
 
@@ -510,7 +503,7 @@ def test_doctor_parity_case_needs_every_row_judged_over_every_round(tmp_path):
                     for c in checks]
         (tmp_path / f"{name}.out").write_text(json.dumps({"findings": [
             {"check": "memlock", "severity": "ok", "summary": "", "evidence": "x"}, *findings]}))
-        return m.check_doctor(str(tmp_path), name)
+        return commands.check_doctor(str(tmp_path), name)
 
     problems, summary = case("good")
     assert problems == [] and len(summary["parity"]) == 4
@@ -530,14 +523,13 @@ def test_doctor_parity_case_needs_every_row_judged_over_every_round(tmp_path):
 
 
 def test_pytest_case_needs_its_tests_passed_and_none_skipped(tmp_path):
-    m = report_module()
     for name, rc, last, ok in (("passed", "0", "1 passed, 11 deselected in 207.93s", True),
                                ("skipped", "0", "1 skipped, 11 deselected in 2.00s", False),
                                ("failed", "1", "1 failed, 11 deselected in 99.00s", False)):
         (tmp_path / f"{name}.cmd").write_text("pytest tests/test_doctor.py -k rxe\n")
         (tmp_path / f"{name}.rc").write_text(rc + "\n")
         (tmp_path / f"{name}.out").write_text(f".\n{last}\n")
-        problems, _ = m.check_pytest(str(tmp_path), name)
+        problems, _ = commands.check_pytest(str(tmp_path), name)
         assert (problems == []) == ok, (name, problems)
 
 
@@ -546,7 +538,6 @@ def test_ops_cases_need_every_op_measured_and_their_sum(tmp_path):
     ops in turn, the point's figures the ops' sum; a case where an op measured
     nothing, or whose sum is off, fails."""
     import json
-    m = report_module()
 
     def case(name, ops, flows=1, iterations=(3000, 2000, 1000), sum_off=0):
         (tmp_path / f"{name}.cmd").write_text(f"fabmeter-engine run bw -s 1024 --ops {','.join(ops)}"
@@ -566,7 +557,7 @@ def test_ops_cases_need_every_op_measured_and_their_sum(tmp_path):
                                                    "device": "rxe0", "connections": flows * len(ops)}},
                  {"type": "end", "status": "ok"}]
         (tmp_path / f"{name}.out").write_text("\n".join(json.dumps(x) for x in lines))
-        return m.check_fabmeter(str(tmp_path), name)[0]
+        return cases.check_fabmeter(str(tmp_path), name)[0]
 
     assert case("three", ["send", "read", "write"]) == []
     assert case("three-flows2", ["send", "read", "write"], flows=2) == []
@@ -579,7 +570,6 @@ def test_ops_cases_need_every_op_measured_and_their_sum(tmp_path):
 def test_a_hop_case_needs_both_round_trips_and_their_difference(tmp_path):
     """test-rdma-guest.sh's hop cases (`fabmeter lat -t verbs --via-hop` through `fabmeter-engine forward`): the run
     and the hop exit 0 and run.json's hop block carries direct, through and added = through - direct."""
-    m = report_module()
     import json
 
     def case(name, added, hop_rc="0"):
@@ -591,7 +581,7 @@ def test_a_hop_case_needs_both_round_trips_and_their_difference(tmp_path):
         point = {"size": 32, "direct_rtt_ns": {"p50": 100000.0}, "through_rtt_ns": {"p50": 160000.0},
                  "hop_added_rtt_ns": {"p50": added}}
         (tmp_path / f"{name}.results" / "run.json").write_text(json.dumps({"hop": {"rounds": [[point]]}}))
-        return m.check_hop(str(tmp_path), name)
+        return commands.check_hop(str(tmp_path), name)
 
     problems, summary = case("good", 60000.0)
     assert problems == [] and summary["added_p50_ns"] == 60000.0
@@ -604,7 +594,6 @@ def test_a_hop_case_needs_both_round_trips_and_their_difference(tmp_path):
 def test_a_peers_case_over_rdma_cm_needs_perftest_to_have_run_it_so(tmp_path):
     """`fabmeter peers --server ... --cm rdma_cm` in the guest: perftest's banner must say rdma_cm QPs (its point's
     cm) for every test, as for the other knobs; and a run of selected cases (FM_RDMA_CASES) owes no fault section."""
-    m = report_module()
     name = "peers-server-rdma-cm-ud"
     (tmp_path / f"{name}.cmd").write_text(
         "fabmeter peers --server --transports verbs --out /r --tools perftest -n 200 --duration 2 "
@@ -620,9 +609,9 @@ def test_a_peers_case_over_rdma_cm_needs_perftest_to_have_run_it_so(tmp_path):
                  "tool_cpu": {"cpu_util_pct": 57.3}, "server_command": ["/usr/bin/ib_send_bw", "-c", "UD", "-R"]}]
 
     (tmp_path / f"{name}.out").write_text("".join(json.dumps(p) + "\n" for p in points("rdma_cm")))
-    assert m.check_peers_server(str(tmp_path), name)[0] == []
+    assert commands.check_peers_server(str(tmp_path), name)[0] == []
     (tmp_path / f"{name}.out").write_text("".join(json.dumps(p) + "\n" for p in points("raw")))
-    problems, _ = m.check_peers_server(str(tmp_path), name)
+    problems, _ = commands.check_peers_server(str(tmp_path), name)
     assert len(problems) == 2 and all("'cm': 'rdma_cm'" in p for p in problems), problems
 
     out = tmp_path / "out"
