@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -17,7 +19,7 @@ from test_clock_replies import ServerFrameRewriter
 from test_security_frames import CPU_COST
 
 SIDE_KEYS = {"window", "window_s", "user_s", "system_s", "cpu_s", "utilization", "voluntary_switches",
-             "involuntary_switches", "run_delay_s", "read_ns", "per", "count", "per_message_ns", "service_demand_us_per_kb",
+             "involuntary_switches", "run_delay_s", "on_cpu_s", "sleeps", "read_ns", "per", "count", "per_message_ns", "service_demand_us_per_kb",
              "cpus"}
 CPU_KEYS = {"cpu", "user_s", "system_s", "irq_s", "softirq_s", "idle_s", "busy"}
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -47,6 +49,10 @@ def check_side(side: dict, per: str) -> None:
     assert side["per_message_ns"] == pytest.approx(side["cpu_s"] * 1e9 / side["count"], rel=1e-3)
     # The two snapshots' reads were timed (docs/performance.md shows them beside the window).
     assert isinstance(side["read_ns"], int) and side["read_ns"] > 0, side
+    # The measuring thread's figures lie within the window (null with --flows: a thread each).
+    if side["on_cpu_s"] is not None:
+        assert 0 < side["on_cpu_s"] and side["on_cpu_s"] + side["run_delay_s"] <= side["window_s"] * (1 + 1e-6), side
+        assert isinstance(side["sleeps"], int) and side["sleeps"] >= 0, side
 
 
 @pytest.mark.parametrize("experiment,args,per", [
@@ -139,7 +145,8 @@ def test_busy_polling_reads_a_cpu_event_mode_far_less(fm, tmp_path):
 
 
 GOOD = {"window": "measured", "window_s": 1.0, "user_s": 0.5, "system_s": 0.5, "cpu_s": 1.0, "utilization": 1.0,
-        "voluntary_switches": 1, "involuntary_switches": 1, "run_delay_s": 0.0, "read_ns": 30000, "per": "round_trip",
+        "voluntary_switches": 1, "involuntary_switches": 1, "run_delay_s": 0.0, "on_cpu_s": 0.9, "sleeps": 0,
+        "read_ns": 30000, "per": "round_trip",
         "count": 10, "per_message_ns": 1e8, "service_demand_us_per_kb": None, "cpus": None}
 FORGED = {
     "not JSON": b"cpu=1",
@@ -156,6 +163,7 @@ FORGED = {
     "cpu_s not user_s + system_s": json.dumps({**GOOD, "user_s": 0.1}).encode(),
     "count over the point's": json.dumps({**GOOD, "count": 10**9, "per_message_ns": 1.0}).encode(),
     "per_message_ns not cpu_s / count": json.dumps({**GOOD, "per_message_ns": 5.0}).encode(),
+    "a thread on and waiting for its CPU longer than the window": json.dumps({**GOOD, "run_delay_s": 0.2}).encode(),
 }
 
 
@@ -185,3 +193,65 @@ def test_the_checked_server_side_is_printed(fm):
     assert r.returncode == 0, r.stderr
     (p,) = points(r.stdout)
     assert p["cpu"]["server"] == GOOD
+
+
+def side_of(window_s, on_cpu_s, run_delay_s, sleeps):
+    return {"window_s": window_s, "on_cpu_s": on_cpu_s, "run_delay_s": run_delay_s, "sleeps": sleeps}
+
+
+def test_the_rule_on_an_end_kept_off_its_cpu():
+    """analysis.off_cpu: another task's time (run_delay_s) counts always; the rest of the window the thread was
+    neither on its CPU nor waiting counts only where it never slept (its CPU was gone: the hypervisor's steal);
+    off_cpu_words names the ends beyond OFF_CPU_SHARE of their window."""
+    gone = side_of(0.010, 0.006, 0.001, 0)
+    assert analysis.off_cpu(gone) == pytest.approx((0.004, 0.001, 0.003))
+    assert analysis.off_cpu(side_of(0.010, 0.006, 0.001, 3)) == pytest.approx((0.001, 0.001, 0.0))   # it slept
+    assert analysis.off_cpu(side_of(0.010, None, None, None)) is None     # a peer tool's side, or --flows
+    quiet = side_of(0.010, 0.00998, 0.00001, 0)
+    share = analysis.OFF_CPU_SHARE
+    edge = side_of(0.010, 0.010 * (1 - share) - 1e-6, 0.0, 0)
+    assert analysis.off_cpu_words({"cpu": {"client": quiet, "server": quiet}}) is None
+    words = analysis.off_cpu_words({"cpu": {"client": quiet, "server": edge}})
+    assert words and words.startswith("the server was off its CPU 0.50 ms of its 10.00 ms window") \
+        and "client" not in words, words
+    words = analysis.off_cpu_words({"cpu": {"client": gone, "server": quiet}})
+    assert "the client was off its CPU 4.00 ms" in words and "the CPU itself was gone 3.00 ms" in words, words
+
+
+def test_a_task_that_takes_the_servers_cpu_is_said(fm, tmp_path):
+    """A real-time task on the server's CPU, spinning half of every 4 ms, takes it from the busy server: its
+    run-queue wait holds it, the point says the server was off its CPU, the run warns and the report lists it."""
+    if len(os.sched_getaffinity(0)) < 2 or not shutil.which("chrt"):
+        pytest.skip("needs two CPUs and chrt")
+    cpu = sorted(os.sched_getaffinity(0))[:2]
+    hog = subprocess.Popen(["chrt", "-f", "10", sys.executable, "-c", HOG, str(cpu[1])], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline() == "spinning\n", hog.stderr.read()
+        r = fm.run("lat", "-t", "udp", "--poll", "busy", "--cpus", f"{cpu[0]},{cpu[1]}", "--duration", "1", "--json",
+                   "--out", str(tmp_path / "run"))
+    finally:
+        hog.kill()
+        hog.communicate()
+    assert r.returncode == 0, r.stderr
+    (p,) = points(r.stdout)
+    server = p["cpu"]["server"]
+    assert server["run_delay_s"] > 0.2 * server["window_s"], server
+    assert analysis.off_cpu(server)[0] > 0.2 * server["window_s"], server
+    assert "warning: 32 B: the server was off its CPU" in r.stderr, r.stderr
+    page = report_html.write(tmp_path).read_text()
+    assert "1 point measured while an end was kept off its CPU, e.g. udp 32 B: the server was off its CPU" in page
+
+
+# Pinned to the CPU it is given, real-time: spin 2 ms, sleep 2 ms, for 20 s at most.
+HOG = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+print("spinning", flush=True)
+end = time.monotonic() + 20
+while time.monotonic() < end:
+    t = time.monotonic() + 0.002
+    while time.monotonic() < t:
+        pass
+    time.sleep(0.002)
+"""

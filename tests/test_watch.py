@@ -21,12 +21,13 @@ import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import (bridged_namespaces, cli_cmd, free_port, json_lines, one_line_error, proc_status,
                       start_serves, stop_serves, tagged_engine_procs, veth_namespaces, wait_until)
-from fabmeter import run
+from fabmeter import analysis, run
 
 prometheus_client = pytest.importorskip("prometheus_client", reason="scripts/install-deps.sh installs it (pyproject)")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -115,6 +116,24 @@ def test_buckets_from_the_percentiles_when_there_is_no_histogram():
     assert 25e-6 <= bound <= 25e-6 * 1.3, bound
     assert pair.sum_s == pytest.approx(30000 * 27e-6) and pair.lost == 15 and pair.messages == 30015
     assert pair.last["loss_ratio"] == pytest.approx(5 / 10005)
+
+
+def test_a_pair_whose_end_was_kept_off_its_cpu_says_so():
+    """A run whose server waited 2.8 ms of its 6.7 ms window for its CPU: the pair's off-CPU share per end (the
+    metric's value) and the sweep's line naming the pair and why."""
+    side = {"window_s": 0.0067, "on_cpu_s": 0.0039, "run_delay_s": 0.0028, "sleeps": 0}
+    quiet = {"window_s": 0.0067, "on_cpu_s": 0.0067, "run_delay_s": 0.0, "sleeps": 0}
+    pair = metrics.PairStats(("a", "b", "udp", "oneway"))
+    point = {"latency_ns": {"min": 3e3, "p50": 1e6, "max": 3e6}, "sent": 1500, "lost": 0,
+             "cpu": {"client": quiet, "server": side}}
+    assert pair.measured(point, 1.0, None) is None
+    assert pair.off_cpu == pytest.approx({"client": 0.0, "server": 0.0028 / 0.0067})
+    state = SimpleNamespace(sweeps=7, sweep_duration_s=0.4, pairs={("a", "b"): pair})
+    line = loop._sweep_line(SimpleNamespace(hosts=["a", "b"]), state, [(0, 1, True)])
+    assert line.startswith("sweep 7: 1 of 1 pairs ok in 0.4 s; slowest a->b: p50 ")
+    assert "; a->b: the server was off its CPU 2.80 ms of its 6.70 ms window (another task ran there 2.80 ms" in line
+    pair.measured({**point, "cpu": {"client": quiet, "server": quiet}}, 1.0, None)
+    assert "off its CPU" not in loop._sweep_line(SimpleNamespace(hosts=["a", "b"]), state, [(0, 1, True)])
 
 
 def test_a_pair_list_in_rounds():
@@ -304,20 +323,33 @@ def measuring_at_once(marks: str) -> tuple[int, int]:
     return points, most
 
 
-def p50_of(fm, server: str, cpu: int, token_file, prefix) -> float:
-    """A direct `fabmeter oneway --server` from the namespace `prefix` runs in, its client on `cpu`: p50, ns."""
+def p50_of(fm, server: str, cpu: int, token_file, prefix) -> tuple[float, bool]:
+    """A direct `fabmeter oneway --server` from the namespace `prefix` runs in, its client on `cpu`: p50, ns, and
+    whether an end was kept off its CPU (analysis.off_cpu_words)."""
     r = fm.run("oneway", "--server", server, "--cpus", str(cpu), "--token-file", token_file, "--json", *ONEWAY,
                prefix=prefix, timeout=120)
     assert r.returncode == 0, r.stderr
-    return json_lines(r.stdout)[-1]["latency_ns"]["p50"]
+    point = json_lines(r.stdout)[-1]
+    return point["latency_ns"]["p50"], analysis.off_cpu_words(point) is not None
+
+
+def off_cpu(samples: dict, hosts: list[str], pair: tuple[int, int]) -> bool:
+    """Whether the pair's last run in watch's textfile had an end kept off its CPU (analysis.off_cpu_words' rule)."""
+    labels = {"src": hosts[pair[0]], "dst": hosts[pair[1]], "transport": "udp", "experiment": "oneway"}
+    shares = [value(samples, "fabmeter_pair_last_off_cpu_ratio", **labels, end=end) for end in ("client", "server")]
+    assert all(s is not None for s in shares), "no fabmeter_pair_last_off_cpu_ratio"
+    return max(shares) > analysis.OFF_CPU_SHARE
 
 
 def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
     """Oneway udp between two namespace hosts, each serve pinned to a CPU of its own: each sweep's p50 of each
     direction within 1.5x of direct `fabmeter oneway` runs on the same path just before and after it (watch
     stopped meanwhile, so nothing else of ours runs). A sweep whose two direct runs differ by more than that
-    themselves, or measured while the machine's CPUs were contended (CPU pressure, PSI's some avg10, above
-    MAX_PRESSURE: every p50 there is the scheduler's), is printed, not judged. What makes the difference is judged
+    themselves, measured while the machine's CPUs were contended (CPU pressure, PSI's some avg10, above
+    MAX_PRESSURE: every p50 there is the scheduler's), or in which watch's run or a direct one had an end kept off
+    its CPU (analysis.off_cpu_words: another task or the hypervisor held it for a share of the window, which puts
+    that absence into the figures whoever measures; watch says so in its metric and its sweep line) is printed, not
+    judged. What makes the difference is judged
     always: the two directions never measure at once (their engines' phase marks). Each sweep logs one line; the
     serves log watch's probes as probes. CI: 5 sweeps; FM_WATCH_SECONDS (`make soak-watch`) sweeps that long.
     ALONE_OUTSIDE: the one sweep that may fall outside alone, and why."""
@@ -370,9 +402,10 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
                     direct["pressure"] = cpu_pressure()
                 finally:
                     watch.send_signal(signal.SIGCONT)
-                sweeps.append(({pair: value(samples, "fabmeter_pair_last_latency_seconds", src=hosts[pair[0]],
-                                            dst=hosts[pair[1]], transport="udp", experiment="oneway",
-                                            quantile="0.5") * 1e9 for pair in pairs}, direct))
+                sweeps.append(({pair: (value(samples, "fabmeter_pair_last_latency_seconds", src=hosts[pair[0]],
+                                             dst=hosts[pair[1]], transport="udp", experiment="oneway",
+                                             quantile="0.5") * 1e9, off_cpu(samples, hosts, pair))
+                                for pair in pairs}, direct))
         finally:
             if watch is not None:
                 watch.send_signal(signal.SIGTERM)
@@ -394,16 +427,18 @@ def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):
     for log in serve_logs:
         assert "a liveness probe" in log and "without a hello" not in log, log
     judged, wrong = 0, []
-    print("sweep 1: " + ", ".join(f"{hosts[s]}->{hosts[d]} watch p50 {sweeps[0][0][(s, d)]:.0f} ns, direct after "
-                                  f"{sweeps[0][1][(s, d)]:.0f} ns" for s, d in pairs))
+    print("sweep 1: " + ", ".join(f"{hosts[s]}->{hosts[d]} watch p50 {sweeps[0][0][(s, d)][0]:.0f} ns, direct "
+                                  f"after {sweeps[0][1][(s, d)][0]:.0f} ns" for s, d in pairs))
     for k in range(1, len(sweeps)):
         for pair in pairs:
-            w, near = sweeps[k][0][pair], (sweeps[k - 1][1][pair], sweeps[k][1][pair])
+            (w, w_off), runs = sweeps[k][0][pair], (sweeps[k - 1][1][pair], sweeps[k][1][pair])
+            near = tuple(p50 for p50, _ in runs)
             pressure = max(sweeps[j][1]["pressure"] or 0.0 for j in (k - 1, k))
-            steady = max(near) <= min(near) * DIRECT_BOUND and pressure <= MAX_PRESSURE
+            off = w_off or any(o for _, o in runs)
+            steady = max(near) <= min(near) * DIRECT_BOUND and pressure <= MAX_PRESSURE and not off
             print(f"sweep {k + 1} {hosts[pair[0]]}->{hosts[pair[1]]}: watch p50 {w:.0f} ns, direct before and "
                   f"after {near[0]:.0f}, {near[1]:.0f} ns, CPU pressure {pressure:.0f} %"
-                  + ("" if steady else " (not judged)"))
+                  + (" (an end kept off its CPU)" if off else "") + ("" if steady else " (not judged)"))
             if steady:
                 judged += 1
                 if not min(near) / DIRECT_BOUND <= w <= max(near) * DIRECT_BOUND:

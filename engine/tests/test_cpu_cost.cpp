@@ -43,6 +43,10 @@ TEST(CpuCost, AWindowCountsTheCpuSpentInIt) {
   EXPECT_LE(field(side, "cpu_s"), field(side, "window_s") + 0.01);
   EXPECT_DOUBLE_EQ(field(side, "per_message_ns"), field(side, "cpu_s") * 1e9 / 1000);
   EXPECT_DOUBLE_EQ(field(side, "service_demand_us_per_kb"), field(side, "cpu_s") * 1e6 / 1000);
+  // The spinning thread was on its CPU or waiting for it the whole window, and never slept.
+  EXPECT_GT(field(side, "on_cpu_s"), 0.0);
+  EXPECT_LE(field(side, "on_cpu_s") + field(side, "run_delay_s"), field(side, "window_s"));
+  EXPECT_EQ(field(side, "sleeps"), 0.0);
 }
 
 TEST(CpuCost, TheReadsAreTimedOutsideTheWindow) {
@@ -106,8 +110,9 @@ TEST(CpuCost, TheOtherEndsSideIsCheckedAsAWhole) {
   // Each field in range; together what no process of the plan's threads could spend or count.
   const std::string side =
       R"({"window": "measured", "window_s": 0.05, "user_s": 0.1, "system_s": 0.05, "cpu_s": 0.15,
-          "utilization": 3, "voluntary_switches": 1, "involuntary_switches": 0, "run_delay_s": null, "read_ns": 1000,
-          "per": "message", "count": 100, "per_message_ns": 1500000, "service_demand_us_per_kb": null, "cpus": null})";
+          "utilization": 3, "voluntary_switches": 1, "involuntary_switches": 0, "run_delay_s": 0.01, "on_cpu_s": 0.04,
+          "sleeps": 0, "read_ns": 1000, "per": "message", "count": 100, "per_message_ns": 1500000,
+          "service_demand_us_per_kb": null, "cpus": null})";
   EXPECT_EQ(refused(side, {.threads = 3, .max_count = 100}), "");
   EXPECT_NE(refused(side, {.threads = 2, .max_count = 100}).find("more than 2 threads"), std::string::npos);
   EXPECT_NE(refused(side, {.threads = 3, .max_count = 99}).find("count 100"), std::string::npos);
@@ -118,4 +123,9 @@ TEST(CpuCost, TheOtherEndsSideIsCheckedAsAWhole) {
   EXPECT_NE(refused(with("\"utilization\": 3", "\"utilization\": 0.5")).find("utilization"), std::string::npos);
   EXPECT_NE(refused(with("\"cpu_s\": 0.15", "\"cpu_s\": 0.14")).find("user_s + system_s"), std::string::npos);
   EXPECT_NE(refused(with("1500000", "15")).find("per_message_ns"), std::string::npos);
+  // The measuring thread cannot run and wait for its CPU longer than the window.
+  EXPECT_NE(refused(with("\"on_cpu_s\": 0.04", "\"on_cpu_s\": 0.045")).find("on_cpu_s + run_delay_s"),
+            std::string::npos);
+  EXPECT_EQ(refused(with("\"on_cpu_s\": 0.04", "\"on_cpu_s\": null")), "");
+  EXPECT_NE(refused(with("\"sleeps\": 0", "\"sleeps\": 0.5")).find("sleeps"), std::string::npos);
 }

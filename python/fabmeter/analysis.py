@@ -143,6 +143,43 @@ def cpu_sides(point: dict) -> tuple[dict, dict]:
     return cpu.get("client") or {}, cpu.get("server") or {}
 
 
+# An end kept off its CPU longer than this share of its window while it wanted to run: the figures hold its absence
+# (one such stall of a receiver queues every message sent meanwhile), not only the path. A busy end of this
+# 2-CPU VM reads 0.2-1.3 % in a quiet run; every run of 1,562 whose p50 was 2x or more off (7) read 29-49 %.
+OFF_CPU_SHARE = 0.05
+
+
+def off_cpu(side: dict) -> Optional[tuple[float, float, float]]:
+    """How long a side's measuring thread was kept off its CPU in its window (docs/results.md "cpu"): (seconds, of
+    which another task held its CPU (run_delay_s), of which the CPU itself was gone: neither running nor waiting yet
+    never asleep, the hypervisor's steal or interrupts). Time it slept is its own; None without the figures."""
+    if not isinstance(side, dict):
+        return None
+    window, on_cpu, delay, sleeps = (side.get(k) for k in ("window_s", "on_cpu_s", "run_delay_s", "sleeps"))
+    if not all(isinstance(v, (int, float)) for v in (window, delay)) or window <= 0:
+        return None
+    gone = 0.0
+    if sleeps == 0 and isinstance(on_cpu, (int, float)):
+        gone = max(0.0, window - on_cpu - delay)
+    return delay + gone, delay, gone
+
+
+def off_cpu_words(point: dict) -> Optional[str]:
+    """Which ends of a point were off their CPU more than OFF_CPU_SHARE of their window, in words; None if none."""
+    said = []
+    cpu = point.get("cpu")
+    for end in ("client", "server"):
+        side = cpu.get(end) if isinstance(cpu, dict) else None
+        off = off_cpu(side)
+        if off and off[0] > OFF_CPU_SHARE * side["window_s"]:
+            said.append(f"the {end} was off its CPU {off[0] * 1e3:.2f} ms of its {side['window_s'] * 1e3:.2f} ms "
+                        f"window (another task ran there {off[1] * 1e3:.2f} ms; the CPU itself was gone "
+                        f"{off[2] * 1e3:.2f} ms: the hypervisor's or interrupts')")
+    if not said:
+        return None
+    return "; ".join(said) + ": the figures hold that absence, not only the path"
+
+
 def cpu_cell(point: dict, key: str = "per_message_ns", digits: int = 0) -> str:
     """One CPU figure of both sides, "client | server"."""
     client, server = cpu_sides(point)

@@ -150,6 +150,10 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
                   "docs/security.md)", flush=True)
     if verdict is not None and not ns.json:
         print(shown_lines(slo.table(verdict, res.points)), flush=True)
+    for point in res.points:
+        words = analysis.off_cpu_words(point)
+        if words:
+            sys.stderr.write(f"fabmeter: warning: {analysis.fmt_size(point.get('size'))}: {words}\n")
     if res.exit_code == EXIT_INTERRUPTED:
         where = f"; partial results in {out / 'run.json'}" if out else ""
         sys.stderr.write(f"fabmeter: interrupted{where}\n")

@@ -1,5 +1,6 @@
 // CPU cost of a measured window, from the kernel's own accounting: the
-// process's getrusage (user, system, context switches) and the /proc/stat
+// process's getrusage (user, system, context switches), the measuring
+// thread's own CPU time, sleeps and run-queue wait, and the /proc/stat
 // lines of the CPUs it is pinned to (where the network stack's irq and
 // softirq work ran). Snapshots are taken outside the timed part of a loop,
 // just before the first measured message and just after the last one.
@@ -23,6 +24,8 @@ struct CpuSnapshot {
   double user_s = 0, system_s = 0;          // this process, all its threads
   int64_t voluntary = 0, involuntary = 0;   // context switches
   double run_delay_s = -1;                  // the measuring thread's wait on a run queue (-1: unknown)
+  double on_cpu_s = -1;                     // the measuring thread's own CPU time (-1: unknown)
+  int64_t sleeps = -1;                      // the measuring thread's voluntary switches (-1: unknown)
   int64_t mono_ns = 0;                      // CLOCK_MONOTONIC
   int64_t read_ns = 0;                      // how long taking this snapshot took
   std::vector<CpuStatTimes> cpus;           // the pinned CPUs, in order
@@ -55,7 +58,7 @@ class CpuWindow {
   void end(uint64_t units, const char* per, uint64_t bytes = 0);
   // --flows: a flow's ended window joins this one, which then runs from the
   // first flow's start to the last one's end with their counts added: the
-  // process's CPU (every thread's) over that span. No run-queue wait nor
+  // process's CPU (every thread's) over that span. No thread figures nor
   // CPU lines: each flow is a thread of its own, on a CPU of its own.
   void add_flow(const CpuWindow& flow);
   // Session, after the point: ends a window the experiment left open.

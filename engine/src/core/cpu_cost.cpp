@@ -73,6 +73,14 @@ double run_delay_s() {
   return end == s ? -1 : static_cast<double>(wait) * 1e-9;
 }
 
+// The calling thread's CPU time, exact to the call (schedstat's first field
+// lags by up to a tick); on a VM, time the hypervisor took is not in it.
+double thread_cpu_s() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 }  // namespace
 
 std::vector<int> pinned_cpus() {
@@ -100,6 +108,9 @@ void read_usage(CpuSnapshot& s) {
   s.voluntary = ru.ru_nvcsw;
   s.involuntary = ru.ru_nivcsw;
   s.run_delay_s = run_delay_s();
+  s.on_cpu_s = thread_cpu_s();
+  rusage rt{};
+  s.sleeps = getrusage(RUSAGE_THREAD, &rt) == 0 ? rt.ru_nvcsw : -1;
 }
 
 }  // namespace
@@ -150,7 +161,8 @@ void CpuWindow::add_flow(const CpuWindow& flow) {
   units_ += flow.units_;
   bytes_ += flow.bytes_;
   cpus_.clear();
-  start_.run_delay_s = stop_.run_delay_s = -1;
+  start_.run_delay_s = stop_.run_delay_s = start_.on_cpu_s = stop_.on_cpu_s = -1;
+  start_.sleeps = stop_.sleeps = -1;
   ended_ = true;
 }
 
@@ -184,8 +196,19 @@ JsonObj CpuWindow::side() const {
   else o.add_raw("utilization", "null");
   o.add("voluntary_switches", stop_.voluntary - start_.voluntary)
       .add("involuntary_switches", stop_.involuntary - start_.involuntary);
-  if (start_.run_delay_s >= 0 && stop_.run_delay_s >= 0) o.add("run_delay_s", nonneg(stop_.run_delay_s - start_.run_delay_s));
+  // The thread's figures within the window: the snapshots read them just outside it.
+  double on_cpu = -1;
+  if (start_.on_cpu_s >= 0 && stop_.on_cpu_s >= 0) {
+    on_cpu = std::min(nonneg(stop_.on_cpu_s - start_.on_cpu_s), window_s);
+    o.add("on_cpu_s", on_cpu);
+  } else {
+    o.add_raw("on_cpu_s", "null");
+  }
+  if (start_.run_delay_s >= 0 && stop_.run_delay_s >= 0)
+    o.add("run_delay_s", std::min(nonneg(stop_.run_delay_s - start_.run_delay_s), window_s - std::max(on_cpu, 0.0)));
   else o.add_raw("run_delay_s", "null");
+  if (start_.sleeps >= 0 && stop_.sleeps >= 0) o.add("sleeps", stop_.sleeps - start_.sleeps);
+  else o.add_raw("sleeps", "null");
   o.add("read_ns", read_ns_).add("per", per_).add("count", units_);
   if (units_) o.add("per_message_ns", cpu * 1e9 / static_cast<double>(units_));
   else o.add_raw("per_message_ns", "null");
@@ -268,6 +291,9 @@ void check_whole(const nlohmann::json& side, const CpuSidePlan& plan) {
   const nlohmann::json& per = side["per_message_ns"];
   if (count ? per.is_null() || !same(per.get<double>(), cpu * 1e9 / static_cast<double>(count)) : !per.is_null())
     bad("per_message_ns is not cpu_s / count");
+  const double on_cpu = side["on_cpu_s"].is_null() ? 0 : side["on_cpu_s"].get<double>();
+  const double delay = side["run_delay_s"].is_null() ? 0 : side["run_delay_s"].get<double>();
+  if (on_cpu + delay > window * (1 + 1e-8) + 1e-9) bad("on_cpu_s + run_delay_s is more than window_s");
 }
 
 }  // namespace
@@ -276,7 +302,7 @@ std::string decode_cpu_side(std::string_view frame, const CpuSidePlan& plan) {
   if (frame.size() > kMaxCpuFrame) bad("too long");
   nlohmann::json j = nlohmann::json::parse(frame, nullptr, false);
   if (j.is_discarded()) bad("not JSON");
-  only_keys(j, 15, "the side");
+  only_keys(j, 17, "the side");
   constexpr double kMaxS = 1e9, kMaxCount = 9007199254740992.0;  // 2^53: exact in a double
   nlohmann::json out;
   out["window"] = one_of(j, "window", {kMeasured, kWithWarmup, "point"});
@@ -288,6 +314,9 @@ std::string decode_cpu_side(std::string_view frame, const CpuSidePlan& plan) {
   out["voluntary_switches"] = count(j, "voluntary_switches", kMaxCount);
   out["involuntary_switches"] = count(j, "involuntary_switches", kMaxCount);
   out["run_delay_s"] = number(j, "run_delay_s", kMaxS, true);
+  out["on_cpu_s"] = number(j, "on_cpu_s", kMaxS, true);
+  out["sleeps"] = j.contains("sleeps") && j["sleeps"].is_null() ? nlohmann::json(nullptr)
+                                                                 : count(j, "sleeps", kMaxCount);
   out["read_ns"] = count(j, "read_ns", kMaxCount);
   out["per"] = one_of(j, "per", {"round_trip", "message", "request"});
   out["count"] = count(j, "count", kMaxCount);

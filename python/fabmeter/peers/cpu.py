@@ -58,7 +58,8 @@ def side(a: Reading, b: Reading, count: Optional[float], per: str, nbytes: Optio
     cpu = user + system
     out = {"window": "process", "window_note": WINDOW_NOTE, "window_s": window, "user_s": user, "system_s": system,
            "cpu_s": cpu, "utilization": cpu / window if window > 0 else None, "voluntary_switches": None,
-           "involuntary_switches": None, "run_delay_s": None, "per": per, "count": count,
+           "involuntary_switches": None, "run_delay_s": None, "on_cpu_s": None, "sleeps": None, "per": per,
+           "count": count,
            "per_message_ns": cpu * 1e9 / count if count else None,
            "service_demand_us_per_kb": cpu * 1e6 / (nbytes / 1024) if nbytes else None,
            "resolution_s": TICK_S, "cpus": None}
@@ -97,7 +98,8 @@ def remote_side(end: dict, count: Optional[float], per: str, nbytes: Optional[fl
     cpu = user + system
     return {"window": "process", "window_note": REMOTE_NOTE, "window_s": window, "user_s": user, "system_s": system,
             "cpu_s": cpu, "utilization": cpu / window if window else None, "voluntary_switches": None,
-            "involuntary_switches": None, "run_delay_s": None, "per": per, "count": count,
+            "involuntary_switches": None, "run_delay_s": None, "on_cpu_s": None, "sleeps": None, "per": per,
+            "count": count,
             "per_message_ns": cpu * 1e9 / count if count else None,
             "service_demand_us_per_kb": cpu * 1e6 / (nbytes / 1024) if nbytes else None,
             "resolution_s": 1e-6, "cpus": None}

@@ -141,8 +141,8 @@ def _cpus_used(run: Run) -> str:
 
 
 def warnings(runs: list[Run]) -> list[str]:
-    """Where the machine dominates the figures: busy-polling pairs on two CPUs or fewer, and a library's I/O
-    thread on a busy loop's CPU."""
+    """Where the machine dominates the figures: busy-polling pairs on two CPUs or fewer, a library's I/O thread on
+    a busy loop's CPU, and points whose ends were kept off their CPU (analysis.off_cpu_words)."""
     out = []
     busy = [r for r in runs if not r.peer and r.params.get("poll") == "busy"]
     # client and server; a run with findings has it there (doctor's cpus.crowded)
@@ -154,6 +154,12 @@ def warnings(runs: list[Run]) -> list[str]:
         out.append(f"{', '.join(shared)} busy: the tail includes the library's I/O thread sharing the busy loop's "
                    "CPU (no spare CPU for it, or --io-cpu put it there): the latency measures the two taking turns "
                    "on one CPU, not the library alone.")
+    absent = [(r, p, w) for r in runs if not r.peer for p in r.doc.get("points") or []
+              if isinstance(p, dict) and (w := analysis.off_cpu_words(p))]
+    if absent:
+        run, point, words = absent[0]
+        out.append(f"{len(absent)} point{'s' * (len(absent) > 1)} measured while an end was kept off its CPU, e.g. "
+                   f"{run.params.get('transport')} {analysis.fmt_size(point.get('size'))}: {words}.")
     for end, key in (("client", "engine"), ("server", "server_engine")):
         lists = [obj(obj(obj(r.doc.get("environment")).get(key)).get("fabric")).get("warnings") for r in runs
                  if not r.peer]

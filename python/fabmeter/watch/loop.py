@@ -322,6 +322,11 @@ def _sweep_line(spec: WatchSpec, state: metrics.WatchState, results: list[tuple[
     elif with_tput:
         slow = min(with_tput, key=lambda p: last[p]["bytes_per_second"])
         line += f"; slowest {names[slow]}: {last[slow]['bytes_per_second'] * 8 / 1e9:.3g} Gb/s"
+    absent = [(names[p], words) for p in ok
+              if (words := state.pairs[(spec.hosts[p[0]], spec.hosts[p[1]])].off_cpu_words)]
+    if absent:
+        line += f"; {absent[0][0]}: {absent[0][1]}" + (f" (and {len(absent) - 1} more pairs)" if len(absent) > 1
+                                                      else "")
     return line
 
 

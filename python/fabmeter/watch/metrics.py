@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from fabmeter import slo
+from fabmeter import analysis, slo
 from fabmeter.mesh import outliers
 from fabmeter import hdr
 
@@ -93,6 +93,8 @@ class PairStats:
     source: Optional[str] = None         # hdrhistogram | percentiles: where the last run's buckets came from
     last: dict = field(default_factory=dict)
     cpus: dict = field(default_factory=dict)    # end (client, server) -> the CPUs its last run ran on ("0+1")
+    off_cpu: dict = field(default_factory=dict)  # end -> share of its last window its measuring thread was off its CPU
+    off_cpu_words: Optional[str] = None          # analysis.off_cpu_words of the last run
     duration_s: Optional[float] = None
     finished_at: Optional[float] = None
     message: str = ""
@@ -101,6 +103,7 @@ class PairStats:
         self.runs += 1
         self.failures += 1
         self.up, self.last, self.cpus, self.slo_met = 0, {}, {}, None
+        self.off_cpu, self.off_cpu_words = {}, None
         self.message = message[:MAX_MESSAGE]
         self.duration_s, self.finished_at = duration_s, time.time()
 
@@ -142,6 +145,10 @@ class PairStats:
                     last[name] = v * scale
         self.last = last
         self.cpus = _cpus(point)
+        sides = dict(zip(("client", "server"), analysis.cpu_sides(point)))
+        self.off_cpu = {end: off[0] / side["window_s"] for end, side in sides.items()
+                        if (off := analysis.off_cpu(side))}
+        self.off_cpu_words = analysis.off_cpu_words(point)
         if objectives:
             verdict = slo.evaluate_point(objectives, point)
             self.slo_met = int(verdict["met"])
@@ -322,6 +329,10 @@ class Collector:
             "cpus": GaugeMetricFamily("fabmeter_pair_cpus", "the CPUs each end of the pair's last run ran on, as "
                                       "its engine read them (label cpus: 0+1, or unpinned; value 1)",
                                       labels=[*LABELS, "end", "cpus"]),
+            "off_cpu": GaugeMetricFamily("fabmeter_pair_last_off_cpu_ratio", "the share of the last run's window "
+                                         "each end's measuring thread was kept off its CPU (another task, the "
+                                         f"hypervisor); above {analysis.OFF_CPU_SHARE} the figures hold its absence",
+                                         labels=[*LABELS, "end"]),
             "dur": GaugeMetricFamily("fabmeter_pair_run_duration_seconds", "wall time of the pair's last run",
                                      labels=LABELS, unit="seconds"),
             "ts": GaugeMetricFamily("fabmeter_pair_last_run_timestamp_seconds", "when the pair's last run ended "
@@ -363,6 +374,8 @@ class Collector:
             fam["failures"].add_metric(lb, p.failures)
             for end, cpus in p.cpus.items():
                 fam["cpus"].add_metric([*lb, end, cpus], 1)
+            for end, share in p.off_cpu.items():
+                fam["off_cpu"].add_metric([*lb, end], share)
             fam["dur"].add_metric(lb, p.duration_s)
             fam["ts"].add_metric(lb, p.finished_at)
             if p.messages or p.lost:
