@@ -143,25 +143,23 @@ def cpu_sides(point: dict) -> tuple[dict, dict]:
     return cpu.get("client") or {}, cpu.get("server") or {}
 
 
-# An end kept off its CPU longer than this share of its window while it wanted to run: the figures hold its absence
-# (one such stall of a receiver queues every message sent meanwhile), not only the path. A busy end of this
+# A busy end kept off its CPU longer than this share of its window: the figures hold its absence (a receiver that
+# falls behind by a stall stays behind for the rest of its burst), not only the path. A busy end of this
 # 2-CPU VM reads 0.2-1.3 % in a quiet run; every run of 1,562 whose p50 was 2x or more off (7) read 29-49 %.
 OFF_CPU_SHARE = 0.05
 
 
 def off_cpu(side: dict) -> Optional[tuple[float, float, float]]:
-    """How long a side's measuring thread was kept off its CPU in its window (docs/results.md "cpu"): (seconds, of
-    which another task held its CPU (run_delay_s), of which the CPU itself was gone: neither running nor waiting yet
-    never asleep, the hypervisor's steal or interrupts). Time it slept is its own; None without the figures."""
+    """How long a side's measuring thread, which never slept in its window (a busy poller), was kept off its CPU
+    there (docs/results.md "cpu"): (seconds, of which another task held its CPU (run_delay_s), of which the CPU
+    itself was gone: neither running nor waiting, the hypervisor's steal or interrupts). None for a thread that
+    slept (its waits may fall where it would have slept: cannot tell) or without the figures."""
     if not isinstance(side, dict):
         return None
     window, on_cpu, delay, sleeps = (side.get(k) for k in ("window_s", "on_cpu_s", "run_delay_s", "sleeps"))
-    if not all(isinstance(v, (int, float)) for v in (window, delay)) or window <= 0:
+    if sleeps != 0 or not all(isinstance(v, (int, float)) for v in (window, on_cpu, delay)) or window <= 0:
         return None
-    gone = 0.0
-    if sleeps == 0 and isinstance(on_cpu, (int, float)):
-        gone = max(0.0, window - on_cpu - delay)
-    return delay + gone, delay, gone
+    return window - on_cpu, delay, max(0.0, window - on_cpu - delay)
 
 
 def off_cpu_words(point: dict) -> Optional[str]:

@@ -145,15 +145,15 @@ def _run(ns: argparse.Namespace, experiment: str, engine: str) -> int:
               flush=True)
         if "hop" in ran.doc:
             print(hop.table(ran.doc["hop"]), flush=True)
+        for point in res.points:
+            words = analysis.off_cpu_words(point)
+            if words:
+                print(f"warning: {analysis.fmt_size(point.get('size'))}: {words}", flush=True)
         if (res.start or {}).get("control_channel") == "unauthenticated":
             print("note: no token: the figures are as the server reported them (an unauthenticated control channel; "
                   "docs/security.md)", flush=True)
     if verdict is not None and not ns.json:
         print(shown_lines(slo.table(verdict, res.points)), flush=True)
-    for point in res.points:
-        words = analysis.off_cpu_words(point)
-        if words:
-            sys.stderr.write(f"fabmeter: warning: {analysis.fmt_size(point.get('size'))}: {words}\n")
     if res.exit_code == EXIT_INTERRUPTED:
         where = f"; partial results in {out / 'run.json'}" if out else ""
         sys.stderr.write(f"fabmeter: interrupted{where}\n")

@@ -330,7 +330,7 @@ class Collector:
                                       "its engine read them (label cpus: 0+1, or unpinned; value 1)",
                                       labels=[*LABELS, "end", "cpus"]),
             "off_cpu": GaugeMetricFamily("fabmeter_pair_last_off_cpu_ratio", "the share of the last run's window "
-                                         "each end's measuring thread was kept off its CPU (another task, the "
+                                         "each end's busy measuring thread was kept off its CPU (another task, the "
                                          f"hypervisor); above {analysis.OFF_CPU_SHARE} the figures hold its absence",
                                          labels=[*LABELS, "end"]),
             "dur": GaugeMetricFamily("fabmeter_pair_run_duration_seconds", "wall time of the pair's last run",
