@@ -270,4 +270,6 @@ def test_readmes_first_run_looks_as_the_command_prints_it(engine):
         return [re.sub(r"[ -]{2,}", " ", line).strip() for line in text.splitlines() if line.strip()]
 
     # Only the iterations differ by design: the sample runs the default, the test -n 2000.
-    assert shape(sample.group(1)) == shape(r.stdout), r.stdout
+    # A warning that an end was kept off its CPU is the machine's, as the figures are.
+    printed = "\n".join(ln for ln in r.stdout.splitlines() if not ln.startswith("warning: "))
+    assert shape(sample.group(1)) == shape(printed), r.stdout

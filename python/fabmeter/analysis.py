@@ -175,7 +175,7 @@ def off_cpu_words(point: dict) -> Optional[str]:
                         f"{off[2] * 1e3:.2f} ms: the hypervisor's or interrupts')")
     if not said:
         return None
-    return "; ".join(said) + ": the figures hold that absence, not only the path"
+    return "; ".join(said) + ": the messages in flight or queued behind it then hold that absence, not only the path"
 
 
 def cpu_cell(point: dict, key: str = "per_message_ns", digits: int = 0) -> str:
