@@ -338,7 +338,7 @@ def off_cpu(samples: dict, hosts: list[str], pair: tuple[int, int]) -> bool:
     labels = {"src": hosts[pair[0]], "dst": hosts[pair[1]], "transport": "udp", "experiment": "oneway"}
     shares = [value(samples, "fabmeter_pair_last_off_cpu_ratio", **labels, end=end) for end in ("client", "server")]
     assert all(s is not None for s in shares), "no fabmeter_pair_last_off_cpu_ratio"
-    return max(shares) > analysis.OFF_CPU_SHARE
+    return analysis.kept_off(max(shares))
 
 
 def test_watch_measures_what_a_direct_run_measures(fm, token_file, tmp_path):

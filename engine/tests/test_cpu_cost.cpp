@@ -128,4 +128,6 @@ TEST(CpuCost, TheOtherEndsSideIsCheckedAsAWhole) {
             std::string::npos);
   EXPECT_EQ(refused(with("\"on_cpu_s\": 0.04", "\"on_cpu_s\": null")), "");
   EXPECT_NE(refused(with("\"sleeps\": 0", "\"sleeps\": 0.5")).find("sleeps"), std::string::npos);
+  EXPECT_EQ(refused(with("\"sleeps\": 0", "\"sleeps\": null")), "");  // a system without RUSAGE_THREAD
+  EXPECT_NE(refused(with("\"sleeps\": 0", "\"sleeps\": \"0\"")).find("sleeps"), std::string::npos);
 }

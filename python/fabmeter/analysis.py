@@ -139,7 +139,8 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence], left: int = 1
 
 def cpu_sides(point: dict) -> tuple[dict, dict]:
     """The point's CPU cost (docs/results.md "cpu"): the client's side and the server's ({} where absent)."""
-    cpu = point.get("cpu") or {}
+    cpu = point.get("cpu")
+    cpu = cpu if isinstance(cpu, dict) else {}
     return cpu.get("client") or {}, cpu.get("server") or {}
 
 
@@ -162,14 +163,23 @@ def off_cpu(side: dict) -> Optional[tuple[float, float, float]]:
     return window - on_cpu, delay, max(0.0, window - on_cpu - delay)
 
 
+def off_cpu_share(side: dict) -> Optional[float]:
+    """off_cpu's seconds as a share of the side's window (None where off_cpu cannot tell)."""
+    off = off_cpu(side)
+    return off[0] / side["window_s"] if off else None
+
+
+def kept_off(share: Optional[float]) -> bool:
+    """Whether an end off its CPU this share of its window (off_cpu_share) was kept off: its figures hold it."""
+    return share is not None and share > OFF_CPU_SHARE
+
+
 def off_cpu_words(point: dict) -> Optional[str]:
     """Which ends of a point were off their CPU more than OFF_CPU_SHARE of their window, in words; None if none."""
     said = []
-    cpu = point.get("cpu")
-    for end in ("client", "server"):
-        side = cpu.get(end) if isinstance(cpu, dict) else None
-        off = off_cpu(side)
-        if off and off[0] > OFF_CPU_SHARE * side["window_s"]:
+    for end, side in zip(("client", "server"), cpu_sides(point)):
+        if kept_off(off_cpu_share(side)):
+            off = off_cpu(side)
             said.append(f"the {end} was off its CPU {off[0] * 1e3:.2f} ms of its {side['window_s'] * 1e3:.2f} ms "
                         f"window (another task ran there {off[1] * 1e3:.2f} ms; the CPU itself was gone "
                         f"{off[2] * 1e3:.2f} ms: the hypervisor's or interrupts')")

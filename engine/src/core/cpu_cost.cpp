@@ -251,8 +251,11 @@ nlohmann::json number(const nlohmann::json& o, const char* key, double max, bool
   return v;
 }
 
-nlohmann::json count(const nlohmann::json& o, const char* key, double max) {
-  const double v = number(o, key, max).get<double>();
+// A whole number in [0, max], or null where `nullable`.
+nlohmann::json count(const nlohmann::json& o, const char* key, double max, bool nullable = false) {
+  const nlohmann::json n = number(o, key, max, nullable);
+  if (n.is_null()) return nullptr;
+  const double v = n.get<double>();
   if (v != std::floor(v)) bad(std::string(key) + " is not a whole number");
   return static_cast<uint64_t>(v);
 }
@@ -315,8 +318,7 @@ std::string decode_cpu_side(std::string_view frame, const CpuSidePlan& plan) {
   out["involuntary_switches"] = count(j, "involuntary_switches", kMaxCount);
   out["run_delay_s"] = number(j, "run_delay_s", kMaxS, true);
   out["on_cpu_s"] = number(j, "on_cpu_s", kMaxS, true);
-  out["sleeps"] = j.contains("sleeps") && j["sleeps"].is_null() ? nlohmann::json(nullptr)
-                                                                 : count(j, "sleeps", kMaxCount);
+  out["sleeps"] = count(j, "sleeps", kMaxCount, true);
   out["read_ns"] = count(j, "read_ns", kMaxCount);
   out["per"] = one_of(j, "per", {"round_trip", "message", "request"});
   out["count"] = count(j, "count", kMaxCount);

@@ -146,8 +146,8 @@ class PairStats:
         self.last = last
         self.cpus = _cpus(point)
         sides = dict(zip(("client", "server"), analysis.cpu_sides(point)))
-        self.off_cpu = {end: off[0] / side["window_s"] for end, side in sides.items()
-                        if (off := analysis.off_cpu(side))}
+        self.off_cpu = {end: share for end, side in sides.items()
+                        if (share := analysis.off_cpu_share(side)) is not None}
         self.off_cpu_words = analysis.off_cpu_words(point)
         if objectives:
             verdict = slo.evaluate_point(objectives, point)
