@@ -27,6 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = Path(os.environ.get("FABMETER_ENGINE") or REPO / "build" / "engine" / "fabmeter-engine")
 sys.path.insert(0, str(REPO / "python"))  # this checkout's package, installed or not
+from fabmeter.recorded import LIMITS_HOOK  # noqa: E402  (after the path above)
 POLLS = ["busy", "event"]
 
 
@@ -141,6 +142,9 @@ def cli_env(tag: str) -> dict:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env["FABMETER_ENGINE"] = str(ENGINE)
+    # No machine limits beside a run (0.7 s each, 219 of them in a whole test run) unless a test asks for them
+    # (Fabmeter.measuring_limits).
+    env[LIMITS_HOOK] = "off"
     env[TAG_VAR] = tag
     return env
 
@@ -163,6 +167,12 @@ class Fabmeter:
     def popen(self, *args, prefix: tuple = (), **kw) -> subprocess.Popen:
         return subprocess.Popen([*prefix, *cli_cmd(*args)], env=self.env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+    def measuring_limits(self) -> Fabmeter:
+        """This runner, its runs measuring the machine's limits beside them as a user's do."""
+        other = Fabmeter(self.tag)
+        other.env.pop(LIMITS_HOOK)
+        return other
 
     def leftovers(self, wait: float = 3.0) -> list[str]:
         """Engine processes started by this test still alive after `wait` seconds."""

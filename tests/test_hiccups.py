@@ -196,7 +196,7 @@ def test_the_run_table_ends_with_the_hiccups_per_cpu():
 
 def test_a_runs_table_ends_with_its_hiccups_where_there_were_some(fm, tmp_path):
     from fabmeter import analysis
-    r = fm.run("lat", "-t", "tcp", "-n", "300", "--out", str(tmp_path))
+    r = fm.measuring_limits().run("lat", "-t", "tcp", "-n", "300", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "run.json").read_text())
     some = analysis.run_report(doc["points"], limits=dict(doc["limits"], hiccups=HICCUPS))

@@ -78,7 +78,7 @@ def test_limits_bad_arguments(engine):
 
 
 def test_every_local_run_records_limits(fm, tmp_path):
-    r = fm.run("lat", "-t", "tcp", "-s", "64", "-n", "500", "--out", str(tmp_path))
+    r = fm.measuring_limits().run("lat", "-t", "tcp", "-s", "64", "-n", "500", "--out", str(tmp_path))
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["limits"]["cpus"] == run["config"]["cpus"]
@@ -89,3 +89,12 @@ def test_every_local_run_records_limits(fm, tmp_path):
     assert list(run["limits"]["memcpy_gbps"]) == ["64"]
     assert run["limits"]["schedule_floor"]["schedule_steps"] == 10000
     assert run["limits"]["connect_floor_ns"]["p50"] > 0
+
+
+def test_the_test_hook_leaves_limits_out(fm, tmp_path):
+    """FABMETER_LIMITS=off (conftest's runners say it): run.json without limits, the run itself whole."""
+    assert fm.env["FABMETER_LIMITS"] == "off"
+    r = fm.run("lat", "-t", "tcp", "-s", "64", "-n", "200", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert "limits" not in run and run["status"] == "ok" and run["points"]

@@ -21,7 +21,8 @@ def test_oversized_message_with_out_is_refused_at_once(fm, tmp_path):
     t0 = time.monotonic()
     r = subprocess.run([sys.executable, "-c", PEAK_RSS, *cli_cmd("lat", "-t", "shm", "-s", "8G",
                                                                   "--out", str(tmp_path / "d"))],
-                       env=fm.env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                       env=fm.measuring_limits().env, capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL)
     elapsed = time.monotonic() - t0
     *err, peak_kib = r.stderr.splitlines()
     assert r.returncode == 2, r.stderr

@@ -32,7 +32,7 @@ def run_setup(fm, out, *args) -> list[dict]:
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_connect_every_transport(fm, tmp_path, transport):
     keep = transport == "tcp"   # one run.json and its samples suffice
-    (p,) = run_setup(fm, tmp_path if keep else None, "-t", transport)
+    (p,) = run_setup(fm.measuring_limits() if keep else fm, tmp_path if keep else None, "-t", transport)
     assert (p["experiment"], p["what"], p["transport"]) == ("setup", "connect", transport)
     assert p["iterations"] == REPS and p["warmup"] == WARMUP and p["partial"] is False
     for key in ("connect_ns", "teardown_ns", "control_rtt_ns"):
@@ -71,7 +71,8 @@ def test_registration_by_size_with_and_without_huge_pages(fm, engine, tmp_path):
             assert p["huge_pages"] in ("hugetlb", "thp") and p["huge_backed_bytes"] >= p["registered_bytes"]
             assert ordered(p["huge_register_ns"]) and ordered(p["huge_deregister_ns"])
     # The terminal table puts the machine's bare connect/accept beside the connect (limits, recorded with --out).
-    r = fm.run("setup", "-t", "tcp", "-n", str(REPS), "--warmup", str(WARMUP), "--out", tmp_path / "tcp")
+    r = fm.measuring_limits().run("setup", "-t", "tcp", "-n", str(REPS), "--warmup", str(WARMUP), "--out",
+                                  tmp_path / "tcp")
     assert r.returncode == 0, r.stderr
     assert "\nconnect ns " in r.stdout and "\nfloor: bare loopback connect/accept ns (limits) " in r.stdout
     # The report draws connect time per transport and registration against size.

@@ -2,11 +2,13 @@
 (slo.py). The CLI, `load --search`, suites, the bench, the demo and `fabmeter peers` make their runs so.
 
 The machine's limits between the run's two CPUs are measured before the run only when the caller asks
-(`limits`): they take about 0.7 s and are worth it only where run.json is kept.
+(`limits`) and the environment does not say FABMETER_LIMITS=off (a test hook, docs/cli.md): they take about
+0.7 s and are worth it only where run.json is kept.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -19,6 +21,8 @@ from fabmeter.results import RunRecord, out_folder, run_config
 LIMITS_ITERS = 20000
 LIMITS_ARGS = ["--timer-wakeups", "50", "--wakeup-round-trips", "100", "--schedule-steps", "10000",
                "--connects", "100", "--hiccups", "--hiccup-seconds", "0.2"]
+
+LIMITS_HOOK = "FABMETER_LIMITS"   # "off": no limits beside a run (docs/cli.md, test hooks)
 
 
 @dataclass
@@ -80,7 +84,7 @@ def execute_into(record: RunRecord, spec: run.RunSpec, limits: bool = False,
     several runs into one."""
     if spec.out is not None:
         out_folder(spec.out)   # the engine makes only the last level
-    if limits:
+    if limits and os.environ.get(LIMITS_HOOK) != "off":
         try:
             measured = measure_limits(spec)
         except FabmeterError as e:
