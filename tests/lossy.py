@@ -138,11 +138,15 @@ table inet {TABLE} {{
             server = getattr(self, "server_proc", None)
             said = ""
             if server is not None:
+                # A serve --once that never had a session waits on: stopped, it says what it made of the
+                # connection (e.g. "said nothing within 2 s").
                 try:
-                    server.wait(timeout=10)
-                    said = server.stderr.read()
+                    server.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    said = "(still running)"
+                    server.terminate()
+                    server.wait(timeout=10)
+                    said = "(still running: stopped) "
+                said += server.stderr.read()
             raise AssertionError(f"client: {r.stderr.strip()}; server: {said.strip()}")
         (point,) = json_lines(r.stdout)
         return point
