@@ -169,9 +169,10 @@ class Fabmeter:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
     def measuring_limits(self) -> Fabmeter:
-        """This runner, its runs measuring the machine's limits beside them as a user's do."""
+        """This runner (its environment as it is now), its runs measuring the machine's limits beside them as a
+        user's do."""
         other = Fabmeter(self.tag)
-        other.env.pop(LIMITS_HOOK)
+        other.env = {k: v for k, v in self.env.items() if k != LIMITS_HOOK}
         return other
 
     def leftovers(self, wait: float = 3.0) -> list[str]:
