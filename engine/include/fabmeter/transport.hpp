@@ -216,7 +216,9 @@ concept Transport = requires(T& t, const T& ct, Ctrl& ctrl, JsonObj& info, const
 } && (
   // Optional: false while posted bytes still wait in the transport itself
   // (tcp's partial send); experiments flush before they announce the end of
-  // a point. Without it a transport is always idle.
+  // a point, their last send posted with kSendSignaled (a transport that
+  // signals selectively sees unsignaled sends done only through a later
+  // signaled one). Without it a transport is always idle.
   !requires(const T& ct) { ct.tx_idle(); } || requires(const T& ct) {
     { ct.tx_idle() } -> std::same_as<bool>;
   }) && (

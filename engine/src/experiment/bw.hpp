@@ -250,15 +250,17 @@ BwLoopEnd bw_loop(T& t, Ctx& c, BwMode mode, uint64_t size, uint64_t iters, uint
     if (me.sent < my_total) {
       const uint32_t n = spread.sizes.empty() ? len : spread.sizes[me.sent & (SpreadSizes::kSlots - 1)];
       if (mode.seq) put_seq(buf.data(), n, static_cast<uint32_t>(me.sent));
-      // The last message goes without kSendMore, so its completion (a
-      // one-sided op's answer) comes; with --duration it is the first one
+      // The last message asks for a completion (kSendSignaled, not
+      // kSendMore), so its completion (a one-sided op's answer) comes and
+      // tx_idle covers every send; with --duration it is the first one
       // posted after the time is up. So does the last warm-up message: a
       // completion then answers exactly up to the mark, none past it.
       const bool time_up = mode.by_duration && me.sent >= warmup && clk.ticks() >= t_stop;
       const bool ends_a_phase = time_up || me.sent + 1 == my_total || me.sent + 1 == warmup;
       // The payload changes only with a sequence number; the run's first
       // post makes the transport take its bytes afresh.
-      const uint32_t flags = (ends_a_phase ? 0u : uint32_t{kSendMore}) | (!mode.seq && me.sent ? uint32_t{kSameBytes} : 0u);
+      const uint32_t flags = (ends_a_phase ? uint32_t{kSendSignaled} : uint32_t{kSendMore}) |
+                             (!mode.seq && me.sent ? uint32_t{kSameBytes} : 0u);
       if (t.post_send(buf.data(), n, flags, me.sent)) {
         // ---- hot path: one message out ----
         if (++me.sent == warmup && mode.by_duration) t_stop = clk.ticks() + clk.ns_to_ticks(p.duration * 1e9);

@@ -140,7 +140,11 @@ Status stream_client(T& t, Ctx& c, uint64_t rate, uint64_t values, PointOut& out
     for (uint64_t j = 0; j < values; ++j) vals[j] = stream_value(k, j);
     // ---- hot path ----
     t_subm[k] = clk.ticks();
-    if ((st = send_one<P>(t, buf.data(), static_cast<uint32_t>(size), 0, k, g)) != Status::ok) break;
+    // The last step asks for a completion: flush_sends then covers every
+    // send (not where the last steps are missed: tx_idle sees up to the last
+    // signaled send then).
+    const uint32_t flags = k + 1 == total ? uint32_t{kSendSignaled} : 0u;
+    if ((st = send_one<P>(t, buf.data(), static_cast<uint32_t>(size), flags, k, g)) != Status::ok) break;
     ++sent;
     ++k;
     if ((st = g.tick<1>(t)) != Status::ok) break;  // every step: at low rates steps are far apart

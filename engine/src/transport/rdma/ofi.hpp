@@ -128,10 +128,11 @@ class OfiTransport {
     return bounce_ + (tx_posted_ & tx_mask_) * slot_size_;
   }
 
-  // Every send up to the last signaled one has completed. Providers with
-  // manual progress (tcp) move a large message only while we poll the send
-  // CQ, so flush_sends polls until then; a sender that instead went to wait
-  // on the control channel would stall its own last message.
+  // Every send up to the last signaled one has completed: unsignaled sends
+  // after it are not seen, so an end that flushes posts its last send with
+  // kSendSignaled. Providers with manual progress (tcp) move a message only
+  // while we poll the send CQ, so flush_sends polls until then; a sender
+  // that instead went to wait on the control channel would stall its tail.
   bool tx_idle() const { return tx_freed_ >= signal_mark_; }
 
   [[gnu::always_inline]] bool poll_recv(RecvMsg& m) {
