@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import state, veth_namespaces, wait_until
-from fabmeter.doctor import cpus, limits
+from fabmeter.doctor import cpus, limits, rdma
 from fabmeter.doctor.facts import Plan
 from fabmeter.doctor.mask import addresses
 
@@ -271,3 +271,17 @@ def test_rxe_port_gid_roce_version_and_mtus_in_the_guest(fm, token_file):
     finally:
         serve.terminate()
         serve.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("transport,provider,judged", [("verbs", None, True), ("ofi", "verbs;ofi_rxm", True),
+                                                       ("ofi", "tcp", False), ("ofi", "shm", False)])
+def test_no_rdma_device_fails_only_a_run_that_uses_one(transport, provider, judged):
+    # What an engine reports where no RDMA device holds the address (an ofi tcp run on this VM).
+    environment = {"engine": {"fabric": {"rdma": {"device": None, "port": None}}}}
+    found = rdma.check(Plan(transport, 32, None, 256, 128, provider=provider), environment)
+    if not judged:
+        assert found == []
+        return
+    (f,) = found
+    assert (f.check, f.severity, f.end) == ("rdma.device", "fail", "client")
+    assert "None" not in f.evidence and "/sys/class/infiniband" in f.evidence

@@ -71,7 +71,7 @@ def plan_of(ns, info: dict) -> Plan:
         raise FabmeterError(f"--size: {e}", EXIT_USAGE) from None
     defaults = {o["key"]: o.get("default") for o in info.get("options", [])}
     return Plan(transport, size, parse_cpus(ns.cpus, remote=ns.server is not None), int(defaults["rq_depth"]),
-                int(defaults["sq_depth"]), ns.server)
+                int(defaults["sq_depth"]), ns.server, provider=defaults.get("provider"))
 
 
 def show(findings: list[Finding]) -> None:

@@ -23,6 +23,7 @@ class Plan:
     sq_depth: int
     server: Optional[str] = None    # HOST[:PORT] of the other end's serve; None: both ends here
     poll: str = "busy"
+    provider: Optional[str] = None  # ofi: the libfabric provider (tcp, verbs;ofi_rxm, ...)
 
 
 @dataclass(frozen=True)

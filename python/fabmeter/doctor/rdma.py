@@ -1,4 +1,4 @@
-"""The RDMA device of a verbs or ofi run, as each engine reports it (fabric.rdma: sysfs under
+"""The RDMA device of a verbs run (or ofi over its verbs provider), as each engine reports it (fabric.rdma: sysfs under
 /sys/class/infiniband and the port's attributes): port active, a GID for the address, the same RoCE version at
 both ends, the port's active MTU against its netdev's, the link width."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from fabmeter.doctor.facts import Plan, ends, fabric
 from fabmeter.doctor.finding import FAIL, OK, WARN, Finding
-from fabmeter.doctor.limits import REGISTERING
 
 IB_MTUS = (256, 512, 1024, 2048, 4096)
 ROCE_HEADERS = 96      # GRH, UDP, BTH, the largest extended header and ICRC: what RoCE takes off the netdev MTU
@@ -18,13 +17,20 @@ def roce_mtu(netdev_mtu: int) -> int:
     return fits[-1] if fits else IB_MTUS[0]
 
 
+def uses_rdma_device(plan: Plan) -> bool:
+    """verbs always; ofi over its verbs provider only: tcp, udp and shm move bytes through sockets or shared
+    memory, and other providers' devices (efa, psm3, cxi) are not what these checks read."""
+    return plan.transport == "verbs" or (plan.transport == "ofi" and (plan.provider or "").split(";")[0] == "verbs")
+
+
 def _end(end: str, r: dict, netdev: dict) -> list[Finding]:
     dev, port = r.get("device"), r.get("port")
-    evidence = (f"the {end} engine's fabric.rdma (/sys/class/infiniband/{dev}/ports/{port}/"
-                "{state,rate,link_layer,gids,gid_attrs}; ibv_query_port)")
+    where = f"/sys/class/infiniband/{dev}/ports/{port}/{{state,rate,link_layer,gids,gid_attrs}}" if dev else \
+        "/sys/class/infiniband"
+    evidence = f"the {end} engine's fabric.rdma ({where}; ibv_query_port)"
     if not dev:
         return [Finding("rdma.device", FAIL, "no RDMA device (/sys/class/infiniband lists none for this address)",
-                        evidence, end=end, effect="a verbs or ofi run cannot start",
+                        evidence, end=end, effect="a verbs run (or ofi over its verbs provider) cannot start",
                         fix="modprobe the HCA's driver (mlx5_ib, ...) or add a Soft-RoCE device: "
                             "rdma link add rxe0 type rxe netdev IF")]
     out = []
@@ -67,7 +73,7 @@ def _end(end: str, r: dict, netdev: dict) -> list[Finding]:
 
 
 def check(plan: Plan, environment: dict) -> list[Finding]:
-    if plan.transport not in REGISTERING:
+    if not uses_rdma_device(plan):
         return []
     out = []
     blocks = [(end, fabric(env, "rdma"), fabric(env, "netdev")) for end, env in ends(environment)]

@@ -8,13 +8,15 @@ from fabmeter.doctor.facts import Plan
 
 
 def plan_of(doc: dict) -> Plan:
-    """The run.json's measurement as a plan: its transport, largest size, CPUs, queue depths and other end."""
+    """The run.json's measurement as a plan: its transport, largest size, CPUs, queue depths, other end and ofi
+    provider."""
     config = doc.get("config") or {}
     params = config.get("params") or {}
     cpus = config.get("cpus")
     return Plan(str(params.get("transport")), int(params.get("max_size" if params.get("all") else "size") or 1),
                 tuple(cpus) if isinstance(cpus, list) else None, int(params.get("rq_depth") or 1),
-                int(params.get("sq_depth") or 1), config.get("server"), str(params.get("poll")))
+                int(params.get("sq_depth") or 1), config.get("server"), str(params.get("poll")),
+                params.get("provider") if isinstance(params.get("provider"), str) else None)
 
 
 def findings(doc: dict) -> list[dict]:
