@@ -401,6 +401,23 @@ def points_started(trace: Path) -> bool:
     return "client point" in text and "server point" in text
 
 
+def engines_alive() -> str:
+    """Every fabmeter-engine process now, one line each: pid, parent, state, kernel wait channel and command
+    line (what a test that waited in vain reports, so that its failure names who was still there)."""
+    lines = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            if "fabmeter-engine" not in args.split(" ", 1)[0]:
+                continue
+            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            wchan = (proc / "wchan").read_text()
+        except (OSError, IndexError):
+            continue
+        lines.append(f"pid {proc.name} ppid {ppid} {state(int(proc.name))} wchan {wchan or '-'}: {args}")
+    return "\n".join(sorted(lines)) or "(no engine left)"
+
+
 def state(pid: int) -> str:
     """The process's state letter (R, S, T, Z, ...); "" once it is gone."""
     try:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import POLLS, TRANSPORTS, json_lines, one_line_error, points_started, wait_until
+from conftest import POLLS, TRANSPORTS, engines_alive, json_lines, one_line_error, points_started, wait_until
 
 
 @pytest.mark.parametrize("poll", POLLS)
@@ -60,7 +60,19 @@ def test_server_killed_mid_run_is_reported(fm, transport, tmp_path):
         assert wait_until(lambda: points_started(trace), 30), "the point to start"
         time.sleep(0.5)
         server.send_signal(signal.SIGKILL)  # the fabmeter CLI of the server: its engine follows
-        _, err = client.communicate(timeout=15)
+        try:
+            _, err = client.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            # Who was still there, then what the client says when interrupted (its engine's partial output).
+            alive = engines_alive()
+            client.send_signal(signal.SIGINT)
+            try:
+                _, err = client.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                client.kill()
+                _, err = client.communicate()
+            pytest.fail(f"the client did not end within 15 s of the server's kill; engines then:\n{alive}\n"
+                        f"phases:\n{trace.read_text() if trace.exists() else '(none)'}\nclient, interrupted:\n{err}")
     finally:
         for p in (server,):
             if p.poll() is None:
