@@ -410,11 +410,11 @@ def engines_alive() -> str:
             args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
             if "fabmeter-engine" not in args.split(" ", 1)[0]:
                 continue
-            ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            st, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
             wchan = (proc / "wchan").read_text()
-        except (OSError, IndexError):
+        except (OSError, ValueError):
             continue
-        lines.append(f"pid {proc.name} ppid {ppid} {state(int(proc.name))} wchan {wchan or '-'}: {args}")
+        lines.append(f"pid {proc.name} ppid {ppid} {st} wchan {wchan or '-'}: {args}")
     return "\n".join(sorted(lines)) or "(no engine left)"
 
 
