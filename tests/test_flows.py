@@ -5,16 +5,19 @@ round trips, each flow's thread runs on the CPU --cpus gives it (read back
 from the kernel), a transport fixed to one listening socket refuses with
 the reason (in --dry-run too), and bad values are exit 2. Rates are never
 asserted, only their arithmetic (sums, Jain's index within its bounds).
+A flow that fails is named with its own error, on whichever end it failed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import json_lines, need_transport, one_line_error, refusal
+from conftest import json_lines, need_transport, one_line_error, refusal, veth_namespaces
 
 
 def _check_sums(p: dict, n: int):
@@ -120,3 +123,43 @@ def test_report_names_the_flows_and_their_fairness(fm, tmp_path):
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "run" / "report.html").read_text()
     assert "2 flows (sum), Jain&#x27;s index" in html
+
+
+# Resets every tcp connection of a namespace once its client has sent more
+# than 2 MB (the control channel carries far less): the packets of one
+# direction only are refused, so the reset lands on that end's sockets alone.
+RESET_AFTER_2MB = """
+table inet fmreset {{
+  chain out {{
+    type filter hook output priority 0;
+    meta l4proto tcp ct direction {direction} ct original bytes > 2000000 counter reject with tcp reset
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("failing", ["client", "server"])
+def test_a_failed_flow_is_named_on_the_end_it_failed(fm, tmp_path, failing):
+    """bw --flows 2 over tcp whose sockets on one end are reset: the error names that end's flow and its own
+    error first; the other end's word, a consequence (its flows ended by ours) or the cause, follows or stands."""
+    if not shutil.which("nft"):
+        pytest.skip("needs nft (nftables; scripts/install-deps.sh installs it)")
+    with veth_namespaces("fmfr", "10.75.4") as (ns, _, _, _):
+        direction = "original" if failing == "client" else "reply"  # the packets the client sends, or its server
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=RESET_AFTER_2MB.format(direction=direction),
+                       check=True, capture_output=True, text=True, timeout=30)
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.netfilter.nf_conntrack_acct=1"],
+                       check=True, capture_output=True, text=True, timeout=30)
+        r = fm.run("bw", "-t", "tcp", "--flows", "2", "-s", "64K", "-n", "20000", "--out", str(tmp_path),
+                   prefix=("ip", "netns", "exec", ns), timeout=60)
+    assert r.returncode == 3, (r.stdout, r.stderr)
+    line = one_line_error(r.stderr)
+    message = json.loads((tmp_path / "run.json").read_text())["message"]
+    assert message in line, (message, line)
+    if failing == "client":
+        own, then = message.split("; then ", 1)
+        assert own.startswith("flow ") and ": tcp: " in own, message
+        assert then.startswith("the server's session ended: peer_lost: the other end's flows ended the point early"), message
+    else:
+        assert message.startswith("the server's session ended: failed: flow "), message
+        assert ": tcp: " in message and "ended the point early" not in message, message

@@ -131,6 +131,7 @@ struct Ctx {
   bool same_host;            // both ends share one TSC
   ClockSync sync;            // probed where the experiment needs the other end's clock and it is not ours
   std::string failure;       // why the point ended early
+  bool failure_echoes_remote = false;  // failure only says the other end ended the point: its word, if it comes, is the cause
   double capacity_rps = 0;   // load, client: what the capacity point achieved (--of-capacity's 1.0)
   int64_t start_at_ns = 0;   // client: CLOCK_MONOTONIC instant the first point may start (--start-at); 0: none
   int64_t step0_ns = 0;      // client, this point: CLOCK_MONOTONIC instant of stream's step 0 (--start-at); 0: soon

@@ -423,9 +423,11 @@ Status run_flows(Ctx& c, const Point& pt, uint32_t n, Flows merge, const FlowLoo
   if (relayed.remote_closed && !error) {
     st = Status::peer_lost;
     c.failure = "the other end closed the control channel (process ended?)";
+    c.failure_echoes_remote = true;
   } else if (relayed.remote_failed && !error) {
     st = Status::peer_lost;
     c.failure = "the other end's flows ended the point early (failed or interrupted)";
+    c.failure_echoes_remote = true;
   }
   uint32_t first = n;
   for (uint32_t i = 0; i < n; ++i)

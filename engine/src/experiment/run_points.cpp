@@ -38,11 +38,20 @@ void write_arrays(const std::string& out_dir, const std::string& stem, PointOut&
   if (!error.empty()) out.fields.add("samples_error", error);
 }
 
-// A control frame arrived mid-point (Status::ctrl_pending left a loop): the
-// server's refuse when its watchdog ended the session, whose one-line
-// reason recv() throws; anything else ends the session as failed.
+// A control frame arrived mid-point (Status::ctrl_pending left a loop, or
+// the client's point failed and the server's reason follows): the server's
+// fail when its watchdog or its own failure ended the session, whose
+// one-line reason recv() throws; anything else ends the session as failed.
+// Where this end's point failed on its own (a flow's error, not an echo of
+// the other end's), that failure is the cause and the other end's word its
+// consequence: the error says both.
 Status end_mid_point(Ctx& ctx) {
-  ctx.ctrl.recv(CtrlType::bye, "the other end's message mid-point");
+  try {
+    ctx.ctrl.recv(CtrlType::bye, "the other end's message mid-point");
+  } catch (const Error& e) {
+    if (e.kind != ErrorKind::runtime || ctx.failure.empty() || ctx.failure_echoes_remote) throw;
+    runtime_error(ctx.failure + "; then " + e.what());
+  }
   ctx.failure = "the other end ended the session in the middle of a point";
   return Status::failed;
 }
